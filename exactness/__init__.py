@@ -1,0 +1,1 @@
+"""Statistical harnesses that certify a speculative verifier is zero-bias."""

@@ -1,0 +1,173 @@
+"""Input checks shared by every verifier and analysis function.
+
+Every check raises ``ValueError`` / ``TypeError`` naming the argument and the
+fix; nothing is silently repaired except documented up-casting to float64.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+#: Rows of ``p`` and ``q`` must sum to 1 within this absolute tolerance.
+SUM_TOL = 1e-6
+
+DRAFTINGS = ("iid", "without_replacement", "any")
+
+
+def as_laws(p, q, *, names=("p", "q")) -> tuple[np.ndarray, np.ndarray, bool]:
+    """Validate a target/draft pair and return them as 2-D float64 arrays.
+
+    Parameters
+    ----------
+    p, q : array_like, shape (V,) or (B, V)
+        Target and draft laws; rows non-negative, finite, summing to 1
+        (tolerance ``SUM_TOL``).
+
+    Returns
+    -------
+    p2, q2 : ndarray, shape (B, V), float64
+    squeeze : bool
+        True when the inputs were 1-D (one node, B = 1).
+
+    Raises
+    ------
+    TypeError
+        Non-numeric input.
+    ValueError
+        Shape mismatch, negative, non-finite or non-normalised rows.
+    """
+    p2 = as_law(p, name=names[0])
+    q2 = as_law(q, name=names[1])
+    squeeze = np.ndim(p) == 1 and np.ndim(q) == 1
+    if p2.shape != q2.shape:
+        if p2.shape[0] == 1 and q2.shape[1] == p2.shape[1]:
+            p2 = np.broadcast_to(p2, q2.shape)
+        elif q2.shape[0] == 1 and q2.shape[1] == p2.shape[1]:
+            q2 = np.broadcast_to(q2, p2.shape)
+        else:
+            raise ValueError(
+                f"{names[0]} has shape {np.shape(p)} but {names[1]} has shape {np.shape(q)}; "
+                "target and draft must both be (V,) or (B, V) over the same vocabulary"
+            )
+    return p2, q2, squeeze
+
+
+def as_law(x, *, name: str) -> np.ndarray:
+    """Validate one law (or a batch of laws); return (B, V) float64."""
+    if isinstance(x, (str, bytes)) or x is None:
+        raise TypeError(f"{name} must be an array of probabilities, got {type(x).__name__}")
+    try:
+        arr = np.asarray(x)
+    except Exception as exc:  # pragma: no cover - exotic objects
+        raise TypeError(f"{name} could not be converted to an array: {exc}") from exc
+    if arr.dtype == object or not (np.issubdtype(arr.dtype, np.floating) or np.issubdtype(arr.dtype, np.integer)
+                                   or arr.dtype == bool):
+        raise TypeError(f"{name} must be a real numeric array, got dtype {arr.dtype}")
+    arr = arr.astype(np.float64, copy=False)
+    if arr.ndim == 1:
+        arr = arr[None, :]
+    if arr.ndim != 2:
+        raise ValueError(f"{name} must have shape (V,) or (B, V), got shape {arr.shape}")
+    if arr.shape[1] < 1 or arr.shape[0] < 1:
+        raise ValueError(f"{name} must have at least one row and one token, got shape {arr.shape}")
+    if not np.all(np.isfinite(arr)):
+        raise ValueError(f"{name} contains NaN or inf; pass finite probabilities")
+    if np.any(arr < 0):
+        raise ValueError(f"{name} has negative entries (min {arr.min():.3g}); laws must be non-negative")
+    sums = arr.sum(axis=1)
+    bad = np.abs(sums - 1.0) > SUM_TOL
+    if np.any(bad):
+        i = int(np.argmax(bad))
+        raise ValueError(
+            f"{name} row {i} sums to {sums[i]!r}, not 1 (tolerance {SUM_TOL}); normalise it first"
+        )
+    return arr
+
+
+def check_k(k) -> int:
+    """Validate a candidate count ``k`` (int >= 1)."""
+    if isinstance(k, bool) or not isinstance(k, (int, np.integer)):
+        raise TypeError(f"k must be an integer >= 1, got {k!r}")
+    if k < 1:
+        raise ValueError(f"k must be >= 1, got {k}")
+    return int(k)
+
+
+def check_drafting(drafting: str) -> str:
+    if drafting not in DRAFTINGS:
+        raise ValueError(f"drafting must be one of {DRAFTINGS}, got {drafting!r}")
+    return drafting
+
+
+def as_candidates(candidates, q2: np.ndarray, *, drafting: str | None = None) -> np.ndarray:
+    """Validate candidate ids against the draft law.
+
+    Parameters
+    ----------
+    candidates : array_like of int, shape (k,) or (B, k)
+    q2 : ndarray, shape (B, V), float64
+    drafting : {"iid", "without_replacement", "any"}, optional
+        With "without_replacement", repeated ids in a row are an error.
+
+    Returns
+    -------
+    ndarray, shape (B, k), int64
+
+    Raises
+    ------
+    TypeError
+        Non-integer ids.
+    ValueError
+        Wrong shape, ids out of ``[0, V)``, a candidate whose draft
+        probability is 0 (it cannot have been drafted), or repeats under
+        without-replacement drafting.
+    """
+    c = np.asarray(candidates)
+    if c.dtype == bool or not np.issubdtype(c.dtype, np.integer):
+        if np.issubdtype(c.dtype, np.floating) and c.size and np.all(np.mod(c, 1) == 0):
+            raise TypeError("candidates must be an integer array (int64 token ids), got floats; cast with .astype(np.int64)")
+        raise TypeError(f"candidates must be an integer array of token ids, got dtype {c.dtype}")
+    c = c.astype(np.int64, copy=False)
+    B, V = q2.shape
+    if c.ndim == 1:
+        c = c[None, :]
+    if c.ndim != 2 or c.shape[1] < 1:
+        raise ValueError(f"candidates must have shape (k,) or (B, k) with k >= 1, got {np.shape(candidates)}")
+    if c.shape[0] != B:
+        if B == 1:
+            raise ValueError(f"candidates has {c.shape[0]} rows but p/q have 1; pass (B, V) laws for a batch")
+        raise ValueError(f"candidates has {c.shape[0]} rows but p/q have B = {B}; one row of candidates per node")
+    if np.any(c < 0) or np.any(c >= V):
+        raise ValueError(f"candidates contains ids outside [0, {V}); token ids must index the vocabulary")
+    qc = np.take_along_axis(q2, c, axis=1)
+    if np.any(qc <= 0):
+        b, j = np.argwhere(qc <= 0)[0]
+        raise ValueError(
+            f"candidates[{b}, {j}] = {c[b, j]} has draft probability q = 0, so it cannot have been drafted; "
+            "candidates must be sampled from q"
+        )
+    if drafting == "without_replacement" and c.shape[1] > 1:
+        s = np.sort(c, axis=1)
+        if np.any(s[:, 1:] == s[:, :-1]):
+            raise ValueError("candidates repeat a token within a row, but drafting='without_replacement' requires distinct ids")
+    return c
+
+
+def as_uniforms(uniforms, B: int, k: int) -> np.ndarray:
+    """Validate explicit uniforms: shape (B, k + 1), float64 in [0, 1)."""
+    u = np.asarray(uniforms, dtype=np.float64)
+    if u.ndim == 1 and B == 1:
+        u = u[None, :]
+    if u.shape != (B, k + 1):
+        raise ValueError(f"uniforms must have shape (B, k + 1) = ({B}, {k + 1}), got {u.shape}")
+    if not np.all(np.isfinite(u)) or np.any(u < 0) or np.any(u >= 1):
+        raise ValueError("uniforms must be finite and lie in [0, 1)")
+    return u
+
+
+def check_rng(rng) -> np.random.Generator:
+    if not isinstance(rng, np.random.Generator):
+        raise TypeError(
+            f"rng must be a numpy.random.Generator (e.g. numpy.random.default_rng(0)), got {type(rng).__name__}"
+        )
+    return rng

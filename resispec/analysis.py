@@ -1,0 +1,205 @@
+"""Exact analysis of one node: output law, acceptance and the optimum alpha*."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ._validation import as_laws, check_drafting, check_k
+from .enumeration import MAX_TUPLES, candidate_tuples
+from .verifiers.base import Verifier, law_from_chain
+
+# (rows x V) elements processed at once during enumeration.
+_ELEMS = 1 << 22
+
+
+def _one_node(p, q):
+    p2, q2, _ = as_laws(p, q)
+    if p2.shape[0] != 1:
+        raise ValueError(f"p and q must describe one node, shape (V,); got {p2.shape[0]} rows")
+    return p2[0], q2[0]
+
+
+def _drafting_of(verifier: Verifier, drafting: str | None) -> str:
+    if drafting is None:
+        d = getattr(verifier, "drafting", "iid")
+        return "iid" if d == "any" else d
+    return check_drafting(drafting)
+
+
+def _check_verifier(verifier):
+    if not all(hasattr(verifier, a) for a in ("verify", "drafting")):
+        raise TypeError(f"verifier must follow the Verifier interface (verify, drafting), got {type(verifier).__name__}")
+    if not hasattr(verifier, "_chain") and not hasattr(verifier, "conditional_law"):
+        raise TypeError("exact analysis needs a verifier with conditional_law()")
+
+
+def _enumerate(verifier, p, q, k, drafting, limit):
+    """Yield (tuples, probs, accept_probs, residual) chunks."""
+    V = p.size
+    rows = max(1, min(65536, _ELEMS // V))
+    for tup, w in candidate_tuples(q, k, drafting, chunk_rows=rows, limit=limit):
+        n = tup.shape[0]
+        P = np.broadcast_to(p, (n, V))
+        Q = np.broadcast_to(q, (n, V))
+        if hasattr(verifier, "_chain"):
+            a, r = verifier._chain(P, Q, tup)
+            yield tup, w, a, r
+        else:  # black-box verifier: only the conditional law is known
+            yield tup, w, None, np.asarray(verifier.conditional_law(P, Q, tup), dtype=np.float64)
+
+
+def exact_output_law(verifier: Verifier, p, q, k: int, *, drafting: str | None = None,
+                     limit: int = MAX_TUPLES) -> np.ndarray:
+    """Exact law of the emitted token at one node, by enumerating every draw.
+
+    Sums ``verifier.conditional_law`` over every candidate tuple weighted by
+    its draft probability (``drafting`` defaults to the verifier's; ``"any"``
+    is enumerated as iid).
+
+    Parameters
+    ----------
+    verifier : Verifier
+    p, q : array_like, shape (V,), float64
+    k : int >= 1
+    drafting : {"iid", "without_replacement"}, optional
+        Override the candidate law (e.g. to show ``rrs`` is biased on
+        without-replacement drafts).
+    limit : int
+        Largest number of tuples (default 2e6).
+
+    Returns
+    -------
+    ndarray, shape (V,), float64
+        Equals ``p`` for an exact verifier (to round-off).
+
+    Raises
+    ------
+    ValueError
+        Bad laws, ``k < 1``, or more than ``limit`` tuples (``V**k > 2e6``
+        for iid over the draft support).
+    """
+    _check_verifier(verifier)
+    p1, q1 = _one_node(p, q)
+    k = check_k(k)
+    d = _drafting_of(verifier, drafting)
+    law = np.zeros_like(p1)
+    for tup, w, a, r in _enumerate(verifier, p1, q1, k, d, limit):
+        cond = law_from_chain(a, r, tup) if a is not None else r
+        law += w @ cond
+    return law
+
+
+def acceptance_probability(verifier: Verifier, p, q, k: int, *, drafting: str | None = None,
+                           limit: int = MAX_TUPLES) -> float:
+    """Exact probability that some candidate is accepted at one node.
+
+    Uses the verifier's candidate-independent per-step acceptance
+    (``A = 1 - prod_i (1 - beta_i)``, ``shared/RESISPEC.md`` section 2) when
+    it has one (``rrs``, ``sps``, ``kseq``, ``resispec`` with iid drafts:
+    any V), else enumerates every candidate tuple (``V**k <= 2e6``).
+
+    Parameters
+    ----------
+    verifier : Verifier
+    p, q : array_like, shape (V,), float64
+    k : int >= 1
+    drafting : str, optional
+        Override the candidate law (forces enumeration).
+
+    Returns
+    -------
+    float in [0, 1]
+
+    Raises
+    ------
+    ValueError
+        Bad laws, ``k < 1``, or enumeration past ``limit``.
+    """
+    _check_verifier(verifier)
+    p1, q1 = _one_node(p, q)
+    k = check_k(k)
+    if drafting is None and hasattr(verifier, "step_acceptance"):
+        beta = verifier.step_acceptance(p1, q1, k)
+        if beta is not None:
+            return float(1.0 - np.prod(1.0 - np.asarray(beta)[0]))
+    d = _drafting_of(verifier, drafting)
+    total = 0.0
+    for tup, w, a, r in _enumerate(verifier, p1, q1, k, d, limit):
+        if a is None:
+            raise TypeError("acceptance_probability needs a verifier with an accept chain (_chain)")
+        total += float(w @ (1.0 - np.prod(1.0 - a, axis=1)))
+    return total
+
+
+def optimal_acceptance(p, q, k: int, drafting: str = "iid") -> float | np.ndarray:
+    """alpha*: the largest acceptance any exact verifier can reach.
+
+    ``alpha* = 1 - max_H [Q(all k drafts in H) - p(H)]`` (max-flow / min-cut;
+    ``shared/RESISPEC.md`` section 5; see also Sun et al. 2023, arXiv
+    2310.15141, and Hu et al. 2025, arXiv 2502.18779).  For iid drafts
+    ``Q(all in H) = q(H)^k`` and the maximiser is a prefix of tokens sorted
+    by ``p/q`` ascending: O(V log V).  For without-replacement drafts the
+    maximum is taken over every subset of the draft support by exact
+    enumeration (support <= 20 tokens and <= 2e6 ordered tuples).
+
+    Parameters
+    ----------
+    p, q : array_like, shape (V,) or (B, V), float64
+    k : int >= 1
+    drafting : {"iid", "without_replacement"}
+
+    Returns
+    -------
+    float (or ndarray (B,) for 2-D input)
+
+    Raises
+    ------
+    ValueError
+        Bad laws or k, unknown drafting, or a without-replacement case past
+        the enumeration limits.
+    """
+    p2, q2, squeeze = as_laws(p, q)
+    k = check_k(k)
+    check_drafting(drafting)
+    if drafting == "without_replacement" and k > 1:
+        out = np.array([_alpha_star_wor(pr, qr, k) for pr, qr in zip(p2, q2)])
+    else:
+        with np.errstate(divide="ignore", invalid="ignore"):
+            ratio = np.where(q2 > 0, p2 / np.where(q2 > 0, q2, 1.0), np.inf)
+        order = np.argsort(ratio, axis=1, kind="stable")
+        Q = np.cumsum(np.take_along_axis(q2, order, axis=1), axis=1)
+        P = np.cumsum(np.take_along_axis(p2, order, axis=1), axis=1)
+        gap = np.max(np.minimum(Q, 1.0) ** k - P, axis=1)
+        out = 1.0 - np.maximum(gap, 0.0)
+    out = np.clip(out, 0.0, 1.0)
+    return float(out[0]) if squeeze else out
+
+
+#: Largest draft support for the exact without-replacement optimum.
+MAX_WOR_SUPPORT = 20
+
+
+def _alpha_star_wor(p: np.ndarray, q: np.ndarray, k: int) -> float:
+    support = np.flatnonzero(q > 0)
+    n = support.size
+    if n > MAX_WOR_SUPPORT:
+        raise ValueError(
+            f"optimal_acceptance(drafting='without_replacement') enumerates every subset of the draft support; "
+            f"support has {n} tokens, the limit is {MAX_WOR_SUPPORT}"
+        )
+    if k > n:
+        raise ValueError(f"k = {k} exceeds the draft support ({n} tokens) for without-replacement drafting")
+    f = np.zeros(1 << n)
+    bits = (1 << np.arange(n, dtype=np.int64))
+    index = np.full(q.size, -1)
+    index[support] = np.arange(n)
+    for tup, w in candidate_tuples(q, k, "without_replacement"):
+        masks = bits[index[tup]].sum(axis=1)
+        f += np.bincount(masks, weights=w, minlength=1 << n)
+    g = np.zeros(1 << n)
+    g[bits] = p[support]
+    for b in range(n):  # zeta transform: sum over subsets
+        for arr in (f, g):
+            view = arr.reshape(-1, 2, 1 << b)
+            view[:, 1, :] += view[:, 0, :]
+    return float(1.0 - max(0.0, float(np.max(f - g))))

@@ -1,0 +1,55 @@
+"""``resispec`` command line.  Each subcommand lives in ``resispec/commands/<name>.py``
+and defines ``NAME``, ``HELP``, ``add_arguments(parser)`` and ``run(args) -> int``;
+they are discovered automatically, so adding one touches one file.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import pkgutil
+import sys
+
+from . import commands as _commands
+
+
+def _discover():
+    mods = []
+    for info in pkgutil.iter_modules(_commands.__path__):
+        if info.name.startswith("_"):
+            continue
+        mod = importlib.import_module(f"{_commands.__name__}.{info.name}")
+        if hasattr(mod, "NAME") and hasattr(mod, "run"):
+            mods.append(mod)
+    return sorted(mods, key=lambda m: m.NAME)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from . import __version__
+
+    parser = argparse.ArgumentParser(prog="resispec", description="Exact multi-candidate speculative sampling.")
+    parser.add_argument("--version", action="version", version=f"resispec {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for mod in _discover():
+        p = sub.add_parser(mod.NAME, help=mod.HELP, description=getattr(mod, "__doc__", None) or mod.HELP,
+                           formatter_class=argparse.RawDescriptionHelpFormatter)
+        mod.add_arguments(p)
+        p.set_defaults(_run=mod.run)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not getattr(args, "_run", None):
+        parser.print_help()
+        return 2
+    try:
+        return int(args._run(args) or 0)
+    except (ValueError, TypeError, FileNotFoundError) as exc:
+        print(f"resispec {args.command}: error: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,1 @@
+"""CLI subcommands, one module each (auto-discovered by :mod:`resispec.cli`)."""

@@ -1,0 +1,136 @@
+"""Auxiliary proxies ``rho_i`` of the draft density of the candidates to come.
+
+A proxy is a callable ``proxy(q_i, *, step, k, p_i) -> (B, V) float64``:
+non-negative rows summing to 1, computed from the draft law of the remaining
+candidates ``q_i`` (and optionally the current residual ``p_i``) -- never
+from the current or later candidates, or exactness is lost
+(``shared/RESISPEC.md`` sections 2 and 4).  ``step`` is the 0-based index of
+the candidate being verified, ``k`` the number of candidates.
+
+Built-in names (:data:`PROXIES`): ``draft`` (default), ``tempered``,
+``topk``, ``uniform_mix``, ``coverage``.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import numpy as np
+
+Proxy = Callable[..., np.ndarray]
+
+
+def _normalise(x: np.ndarray, fallback: np.ndarray) -> np.ndarray:
+    z = x.sum(axis=1, keepdims=True)
+    return np.where(z > 0, x / np.where(z > 0, z, 1.0), fallback)
+
+
+def draft() -> Proxy:
+    """The draft density itself: ``rho_i = q_i`` (the default)."""
+
+    def proxy(q_i, *, step, k, p_i):
+        return q_i
+
+    proxy.__name__ = "draft"
+    return proxy
+
+
+def tempered(tau: float = 2.0) -> Proxy:
+    """Tempered draft ``norm(q_i ** (1 / tau))``; ``tau > 1`` flattens it.
+
+    Raises ValueError unless ``tau`` is finite and > 0.
+    """
+    if not np.isfinite(tau) or tau <= 0:
+        raise ValueError(f"tempered proxy: tau must be finite and > 0, got {tau}")
+
+    def proxy(q_i, *, step, k, p_i):
+        return _normalise(q_i ** (1.0 / tau), q_i)
+
+    proxy.__name__ = f"tempered(tau={tau})"
+    return proxy
+
+
+def topk(top_k: int = 64) -> Proxy:
+    """Draft truncated to its ``top_k`` most likely tokens, renormalised (sparse)."""
+    if isinstance(top_k, bool) or not isinstance(top_k, (int, np.integer)) or top_k < 1:
+        raise ValueError(f"topk proxy: top_k must be an integer >= 1, got {top_k!r}")
+
+    def proxy(q_i, *, step, k, p_i):
+        V = q_i.shape[1]
+        if top_k >= V:
+            return q_i
+        idx = np.argpartition(-q_i, top_k - 1, axis=1)[:, :top_k]
+        out = np.zeros_like(q_i)
+        rows = np.arange(q_i.shape[0])[:, None]
+        out[rows, idx] = q_i[rows, idx]
+        return _normalise(out, q_i)
+
+    proxy.__name__ = f"topk(top_k={top_k})"
+    return proxy
+
+
+def uniform_mix(eps: float = 0.1) -> Proxy:
+    """``(1 - eps) q_i + eps / V``: the draft mixed with uniform."""
+    if not np.isfinite(eps) or not 0 <= eps <= 1:
+        raise ValueError(f"uniform_mix proxy: eps must lie in [0, 1], got {eps}")
+
+    def proxy(q_i, *, step, k, p_i):
+        return (1.0 - eps) * q_i + eps / q_i.shape[1]
+
+    proxy.__name__ = f"uniform_mix(eps={eps})"
+    return proxy
+
+
+def coverage() -> Proxy:
+    """Coverage ``norm(1 - (1 - q_i)^j)`` for the ``j = k - 1 - step`` candidates still to come."""
+
+    def proxy(q_i, *, step, k, p_i):
+        j = max(1, k - 1 - step)
+        return _normalise(-np.expm1(j * np.log1p(-np.minimum(q_i, 1.0 - 1e-300))), q_i)
+
+    proxy.__name__ = "coverage"
+    return proxy
+
+
+#: Built-in proxy factories by name.
+PROXIES: dict[str, Callable[..., Proxy]] = {
+    "draft": draft,
+    "tempered": tempered,
+    "topk": topk,
+    "uniform_mix": uniform_mix,
+    "coverage": coverage,
+}
+
+
+def get_proxy(proxy, **options) -> Proxy:
+    """Resolve a proxy name (with options) or pass a callable through.
+
+    Raises
+    ------
+    ValueError
+        Unknown proxy name.
+    TypeError
+        Neither a name nor a callable, or options given with a callable.
+    """
+    if callable(proxy):
+        if options:
+            raise TypeError(f"proxy options {sorted(options)} only apply to built-in proxy names")
+        return proxy
+    if not isinstance(proxy, str):
+        raise TypeError(f"proxy must be a name in {sorted(PROXIES)} or a callable, got {type(proxy).__name__}")
+    if proxy not in PROXIES:
+        raise ValueError(f"unknown proxy {proxy!r}; choose one of {sorted(PROXIES)} or pass a callable")
+    return PROXIES[proxy](**options)
+
+
+def check_proxy_output(rho, shape, name: str) -> np.ndarray:
+    """Validate a proxy's output: (B, V) finite, non-negative, rows summing to 1 (renormalised)."""
+    rho = np.asarray(rho, dtype=np.float64)
+    if rho.shape != shape:
+        raise ValueError(f"proxy {name!r} returned shape {rho.shape}, expected {shape}")
+    if not np.all(np.isfinite(rho)) or np.any(rho < 0):
+        raise ValueError(f"proxy {name!r} returned negative or non-finite values; a proxy must be a law")
+    z = rho.sum(axis=1, keepdims=True)
+    if np.any(z <= 0):
+        raise ValueError(f"proxy {name!r} returned an all-zero row; a proxy must be a law summing to 1")
+    return rho / z

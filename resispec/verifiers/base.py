@@ -1,0 +1,312 @@
+"""The verifier contract and the sequential engine every verifier shares.
+
+Glossary (used in every name below):
+
+- target ``p``, draft ``q``: laws over the vocabulary, shape (B, V) float64.
+- candidate ``x_i``: the i-th pre-sampled draft token of a node.
+- accepted mass ``m_i``: the vector with ``0 <= m_i <= min(p_i, q_i)``;
+  candidate ``i`` is accepted with probability ``m_i(x_i) / q_i(x_i)``.
+- residual ``p_i``: the current target after ``i - 1`` rejections,
+  ``p_{i+1} = (p_i - m_i) / (1 - sum(m_i))``; the token emitted when every
+  candidate is rejected is drawn from the last residual.
+- acceptance probabilities ``a``: (B, k), ``a[:, i]`` is the probability of
+  accepting candidate ``i`` given that candidates ``0..i-1`` were rejected.
+
+Exactness lemma (``shared/RESISPEC.md`` section 2): when ``m_i`` never looks
+at ``x_i`` or later candidates, the emitted token has law ``p`` exactly.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+
+import numpy as np
+
+from .._validation import as_candidates, as_laws, as_uniforms, check_k, check_rng
+from ..sampling import inverse_cdf
+
+#: Below this remaining mass a rejection is treated as impossible and the
+#: residual is kept unchanged (its weight in the output law is < 1e-13).
+_RESIDUAL_EPS = 1e-13
+
+
+@dataclass(frozen=True)
+class VerifyResult:
+    """Outcome of verifying a batch of nodes.
+
+    Attributes
+    ----------
+    tokens : ndarray, shape (B,), int64
+        The emitted token of each node (an accepted candidate or a residual
+        token).
+    accepted : ndarray, shape (B,), int64
+        Index of the accepted candidate in ``0..k-1``, or -1 when every
+        candidate was rejected and ``tokens`` came from the residual.
+    """
+
+    tokens: np.ndarray
+    accepted: np.ndarray
+
+    @property
+    def acceptance_rate(self) -> float:
+        """Fraction of nodes that accepted some candidate."""
+        return float(np.mean(self.accepted >= 0))
+
+
+@dataclass(frozen=True)
+class Chain:
+    """Everything a verifier decides, given the candidates, before any coin.
+
+    Attributes
+    ----------
+    accept_probs : ndarray, shape (B, k), float64
+        ``accept_probs[:, i]``: probability of accepting candidate ``i`` given
+        that candidates ``0..i-1`` were rejected.
+    residual : ndarray, shape (B, V), float64
+        Law of the emitted token when all ``k`` candidates are rejected.
+    """
+
+    accept_probs: np.ndarray
+    residual: np.ndarray
+
+
+class Verifier(ABC):
+    """A multi-candidate verifier for one token position (numpy backend).
+
+    Subclasses implement :meth:`_chain`; :meth:`verify` and
+    :meth:`conditional_law` follow from it, so the sampled and the exact
+    paths can never disagree.
+
+    Attributes
+    ----------
+    name : str
+        Registry name.
+    drafting : {"iid", "without_replacement", "any"}
+        The candidate law under which the verifier is exact.
+    backend : str
+        ``"numpy"`` here.
+    """
+
+    name: str = "verifier"
+    drafting: str = "iid"
+    backend: str = "numpy"
+
+    def __repr__(self) -> str:
+        opts = ", ".join(f"{k}={v!r}" for k, v in self.options().items())
+        return f"{type(self).__name__}({opts})" if opts else f"{type(self).__name__}()"
+
+    def options(self) -> dict:
+        """Options the verifier was built with (for reports)."""
+        return {}
+
+    # ------------------------------------------------------------------ API
+    def chain(self, p, q, candidates) -> Chain:
+        """Acceptance probabilities and residual for given candidates.
+
+        Parameters
+        ----------
+        p, q : array_like, shape (V,) or (B, V), float64
+        candidates : array_like, shape (k,) or (B, k), int64
+
+        Returns
+        -------
+        Chain
+        """
+        p2, q2, _ = as_laws(p, q)
+        c = as_candidates(candidates, q2, drafting=self.drafting)
+        return Chain(*self._chain(p2, q2, c))
+
+    def verify(self, p, q, candidates, rng: np.random.Generator | None = None, *, uniforms=None) -> VerifyResult:
+        """Verify pre-sampled candidates and emit one token per node.
+
+        Parameters
+        ----------
+        p : array_like, shape (B, V) or (V,), float64
+            Target law per node, rows sum to 1.
+        q : array_like, shape (B, V) or (V,), float64
+            Draft law the candidates were sampled from (same processing as
+            the drafts: temperature, top-k, top-p).
+        candidates : array_like, shape (B, k) or (k,), int64
+            Pre-sampled candidate ids, drawn per :attr:`drafting`.
+        rng : numpy.random.Generator, optional
+            Source of the uniforms; required unless ``uniforms`` is given.
+        uniforms : array_like, shape (B, k + 1), float64 in [0, 1), optional
+            Column ``i`` decides candidate ``i`` (accept when
+            ``u < m_i(x_i) / q_i(x_i)``); column ``k`` draws the residual
+            token by inverse CDF in token-id order.  Same uniforms, same
+            decisions in every backend.
+
+        Returns
+        -------
+        VerifyResult
+            ``tokens`` (B,) int64, ``accepted`` (B,) int64 (-1 = none).
+
+        Raises
+        ------
+        ValueError, TypeError
+            Bad laws, shapes, candidate ids, uniforms or rng.
+        """
+        p2, q2, _ = as_laws(p, q)
+        c = as_candidates(candidates, q2, drafting=self.drafting)
+        B, k = c.shape
+        if uniforms is None:
+            if rng is None:
+                raise ValueError("pass rng (a numpy.random.Generator) or explicit uniforms")
+            u = check_rng(rng).random((B, k + 1))
+        else:
+            u = as_uniforms(uniforms, B, k)
+        a, r = self._chain(p2, q2, c)
+        return decide(a, r, c, u)
+
+    def conditional_law(self, p, q, candidates) -> np.ndarray:
+        """Exact law of the emitted token given the candidates (no sampling).
+
+        Parameters
+        ----------
+        p, q : array_like, shape (B, V) or (V,), float64
+        candidates : array_like, shape (B, k) or (k,), int64
+
+        Returns
+        -------
+        ndarray, shape (B, V), float64 (shape (V,) for 1-D input)
+        """
+        p2, q2, squeeze = as_laws(p, q)
+        c = as_candidates(candidates, q2, drafting=self.drafting)
+        law = law_from_chain(*self._chain(p2, q2, c), c)
+        return law[0] if squeeze and law.shape[0] == 1 else law
+
+    def step_acceptance(self, p, q, k: int) -> np.ndarray | None:
+        """Per-step acceptance when it does not depend on the candidates.
+
+        Returns ``beta`` of shape (B, k) with ``beta[:, i]`` the probability
+        of accepting candidate ``i`` given candidates ``0..i-1`` were
+        rejected, averaged over the draft law -- or ``None`` when that
+        depends on which candidates were rejected (then the exact acceptance
+        needs enumeration).
+        """
+        return None
+
+    # ------------------------------------------------------ implementation
+    @abstractmethod
+    def _chain(self, p: np.ndarray, q: np.ndarray, c: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Return ``(accept_probs (B, k), residual (B, V))`` for validated input."""
+
+
+def decide(a: np.ndarray, r: np.ndarray, c: np.ndarray, u: np.ndarray) -> VerifyResult:
+    """Turn a chain and uniforms into tokens (shared by every numpy verifier).
+
+    ``a``: (B, k) acceptance probabilities, ``r``: (B, V) residual, ``c``:
+    (B, k) candidates, ``u``: (B, k + 1) uniforms.
+    """
+    B, k = c.shape
+    acc = u[:, :k] < a
+    hit = acc.any(axis=1)
+    first = np.argmax(acc, axis=1)
+    rows = np.arange(B)
+    tokens = c[rows, first].copy()
+    accepted = np.where(hit, first, -1).astype(np.int64)
+    miss = ~hit
+    if np.any(miss):
+        tokens[miss] = inverse_cdf(r[miss], u[miss, k])
+    return VerifyResult(tokens=tokens.astype(np.int64), accepted=accepted)
+
+
+def law_from_chain(a: np.ndarray, r: np.ndarray, c: np.ndarray) -> np.ndarray:
+    """Exact emitted-token law (B, V) from a chain and its candidates."""
+    B, k = c.shape
+    rows = np.arange(B)
+    reach = np.ones(B)
+    law = np.zeros_like(r, dtype=np.float64)
+    for i in range(k):
+        law[rows, c[:, i]] += reach * a[:, i]
+        reach = reach * (1.0 - a[:, i])
+    law += reach[:, None] * r
+    return law
+
+
+def reject_update(p_i: np.ndarray, m: np.ndarray) -> np.ndarray:
+    """Residual after a rejection: ``(p_i - m)_+ / sum``; unchanged if that is ~0.
+
+    ``p_i``, ``m``: (B, V) float64.  Leviathan et al. 2023 (arXiv 2211.17192).
+    """
+    resid = np.maximum(p_i - m, 0.0)
+    z = resid.sum(axis=1, keepdims=True)
+    ok = z > _RESIDUAL_EPS
+    return np.where(ok, resid / np.where(ok, z, 1.0), p_i)
+
+
+class MassVerifier(Verifier):
+    """A sequential verifier defined by its accepted-mass rule ``m_i``.
+
+    Subclasses implement :meth:`accepted_mass`; the engine walks the
+    candidates, keeps the residual ``p_i`` and (for without-replacement
+    drafting) the renormalised draft ``q_i``.
+    """
+
+    #: True when ``accepted_mass`` ignores the rejected candidates, so that
+    #: under iid drafting the chain is the same for every candidate tuple.
+    candidate_independent: bool = True
+
+    @abstractmethod
+    def accepted_mass(self, i: int, k: int, p_i: np.ndarray, q_i: np.ndarray, *, q: np.ndarray,
+                      rejected: np.ndarray) -> np.ndarray:
+        """Accepted mass ``m_i``, shape (B, V), with ``0 <= m_i <= min(p_i, q_i)``.
+
+        ``i`` is 0-based; ``rejected`` (B, i) holds the candidates already
+        rejected (never ``x_i`` or later ones).
+        """
+
+    def masses(self, p, q, candidates):
+        """Per-step accepted masses and residuals, for drift analysis.
+
+        Returns
+        -------
+        m : ndarray, shape (B, k, V)   accepted mass of each step
+        p_steps : ndarray, shape (B, k + 1, V)   residual before each step and the final one
+        q_steps : ndarray, shape (B, k, V)   draft law of each step
+        """
+        p2, q2, _ = as_laws(p, q)
+        c = as_candidates(candidates, q2, drafting=self.drafting)
+        ms, ps, qs = [], [], []
+        self._walk(p2, q2, c, ms, ps, qs)
+        return np.stack(ms, 1), np.stack(ps, 1), np.stack(qs, 1)
+
+    def _walk(self, p, q, c, ms=None, ps=None, qs=None):
+        B, k = c.shape
+        rows = np.arange(B)
+        a = np.empty((B, k))
+        p_i, q_i = p, q
+        for i in range(k):
+            x = c[:, i]
+            m = self.accepted_mass(i, k, p_i, q_i, q=q, rejected=c[:, :i])
+            qx = q_i[rows, x]
+            a[:, i] = np.clip(np.where(qx > 0, m[rows, x] / np.where(qx > 0, qx, 1.0), 0.0), 0.0, 1.0)
+            if ms is not None:
+                ms.append(m), ps.append(p_i), qs.append(q_i)
+            p_i = reject_update(p_i, m)
+            if self.drafting == "without_replacement" and i + 1 < k:
+                q_i = q_i.copy()
+                q_i[rows, x] = 0.0
+                q_i = q_i / q_i.sum(axis=1, keepdims=True)
+        if ps is not None:
+            ps.append(p_i)
+        return a, p_i
+
+    def _chain(self, p, q, c):
+        return self._walk(p, q, c)
+
+    def step_acceptance(self, p, q, k):
+        if self.drafting != "iid" or not self.candidate_independent:
+            return None
+        p2, q2, _ = as_laws(p, q)
+        k = check_k(k)
+        B = p2.shape[0]
+        beta = np.empty((B, k))
+        p_i = p2
+        empty = np.zeros((B, 0), dtype=np.int64)
+        for i in range(k):
+            m = self.accepted_mass(i, k, p_i, q2, q=q2, rejected=empty)
+            beta[:, i] = m.sum(axis=1)
+            p_i = reject_update(p_i, m)
+        return np.clip(beta, 0.0, 1.0)

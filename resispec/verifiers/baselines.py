@@ -1,0 +1,81 @@
+"""Published baselines: single-draft, recursive rejection and target-only.
+
+Rules from ``shared/RESISPEC.md`` section 3.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .base import MassVerifier, Verifier, reject_update
+from .registry import register
+
+
+@register("sps")
+class SingleDraft(MassVerifier):
+    """Speculative sampling with one draft: ``m = min(p, q)``.
+
+    Leviathan, Kalman, Matias 2023 (arXiv 2211.17192); Chen et al. 2023
+    (arXiv 2302.01318).  Only the first candidate is verified; extra
+    candidates (k > 1) are ignored (accepted with probability 0), so the
+    acceptance is ``1 - TV(p, q)`` for every k.
+    """
+
+    drafting = "iid"
+
+    def accepted_mass(self, i, k, p_i, q_i, *, q, rejected):
+        return np.minimum(p_i, q_i) if i == 0 else np.zeros_like(p_i)
+
+
+@register("rrs")
+class RecursiveRejection(MassVerifier):
+    """Recursive rejection sampling for iid drafts: ``m_i = min(p_i, q)``.
+
+    SpecInfer multi-step speculative sampling, Miao et al. 2024
+    (arXiv 2305.09781).  Biased on without-replacement drafts.
+    """
+
+    drafting = "iid"
+
+    def accepted_mass(self, i, k, p_i, q_i, *, q, rejected):
+        return np.minimum(p_i, q_i)
+
+
+@register("rrs_wor")
+class RecursiveRejectionWOR(MassVerifier):
+    """Recursive rejection for without-replacement drafts: ``m_i = min(p_i, q_i)``.
+
+    ``q_i`` is the draft renormalised after removing the rejected candidates.
+    RSD, Jeon et al. 2024 (arXiv 2402.14160); Sequoia (arXiv 2402.12374).
+    """
+
+    drafting = "without_replacement"
+    candidate_independent = False
+
+    def accepted_mass(self, i, k, p_i, q_i, *, q, rejected):
+        return np.minimum(p_i, q_i)
+
+
+@register("target_only")
+class TargetOnly(Verifier):
+    """Verify each candidate as a one-hot proposal (any candidate law).
+
+    Accept ``x_i`` with probability ``p_i(x_i)``; on rejection continue with
+    ``p_{i+1} = norm(p_i`` with ``x_i`` zeroed).  EAGLE-2, Li et al. 2024
+    (arXiv 2406.16858); SGLang's tree verifier.  Exact whatever the draft.
+    """
+
+    drafting = "any"
+
+    def _chain(self, p, q, c):
+        B, k = c.shape
+        rows = np.arange(B)
+        a = np.empty((B, k))
+        p_i = p
+        for i in range(k):
+            x = c[:, i]
+            a[:, i] = p_i[rows, x]
+            m = np.zeros_like(p_i)
+            m[rows, x] = p_i[rows, x]
+            p_i = reject_update(p_i, m)
+        return np.clip(a, 0.0, 1.0), p_i

@@ -1,0 +1,77 @@
+"""Name -> verifier registry.  Adding a verifier touches one file and one line."""
+
+from __future__ import annotations
+
+from typing import Callable
+
+_REGISTRY: dict[str, dict[str, Callable]] = {"numpy": {}}
+#: Modules imported on first use of a backend (keeps torch optional).
+_LAZY_BACKENDS = {"torch": "resispec.torch_backend"}
+
+
+def register(name: str, backend: str = "numpy"):
+    """Class decorator: register a verifier factory under ``name``."""
+
+    def deco(cls):
+        _REGISTRY.setdefault(backend, {})[name] = cls
+        cls.name = name
+        return cls
+
+    return deco
+
+
+def _backend_table(backend: str) -> dict[str, Callable]:
+    if backend not in _REGISTRY and backend in _LAZY_BACKENDS:
+        import importlib
+
+        try:
+            importlib.import_module(_LAZY_BACKENDS[backend])
+        except ImportError as exc:
+            raise ValueError(
+                f"backend={backend!r} needs an optional dependency that is missing ({exc}); "
+                "install it with: pip install torch==2.13.0"
+            ) from exc
+    if backend not in _REGISTRY:
+        known = sorted(set(_REGISTRY) | set(_LAZY_BACKENDS))
+        raise ValueError(f"unknown backend {backend!r}; choose one of {known}")
+    return _REGISTRY[backend]
+
+
+def available_verifiers(backend: str = "numpy") -> list[str]:
+    """Names of the registered verifiers for ``backend``."""
+    return sorted(_backend_table(backend))
+
+
+def get_verifier(name: str, *, backend: str = "numpy", **options):
+    """Build a registered verifier.
+
+    Parameters
+    ----------
+    name : str
+        One of :func:`available_verifiers` (``sps``, ``rrs``, ``rrs_wor``,
+        ``target_only``, ``kseq``, ``resispec``).
+    backend : {"numpy", "torch"}
+        ``numpy`` is the float64 reference.
+    **options
+        Verifier options, e.g. ``proxy=`` and ``gamma=`` for ``resispec``.
+
+    Returns
+    -------
+    Verifier
+
+    Raises
+    ------
+    ValueError
+        Unknown name, backend or option value.
+    TypeError
+        An option the verifier does not take.
+    """
+    if not isinstance(name, str):
+        raise TypeError(f"name must be a verifier name (str), got {type(name).__name__}")
+    table = _backend_table(backend)
+    if name not in table:
+        raise ValueError(f"unknown verifier {name!r}; choose one of {sorted(table)}")
+    try:
+        return table[name](**options)
+    except TypeError as exc:
+        raise TypeError(f"verifier {name!r}: {exc}") from exc

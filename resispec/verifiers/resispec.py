@@ -1,0 +1,127 @@
+"""ResiSpec: residual shaping with an auxiliary proxy (``shared/RESISPEC.md`` s.4).
+
+For candidates ``i < k`` (1-based)::
+
+    m_i = min(q_i, (p_i - lambda_i rho_i)_+),   lambda_i = gamma (1 - sum m_i(lambda_i)),
+
+and the last candidate is greedy, ``m_k = min(p_k, q_k)``.  Exact by the
+sequential lemma (section 2) for any proxy that never reads ``x_i`` or later
+candidates.  Builds on recursive rejection sampling (SpecInfer, Miao et al.
+2024, arXiv 2305.09781) and the optimal-transport view of multi-draft
+verification (SpecTr, arXiv 2310.15141; Khisti et al. 2025, arXiv 2410.18234).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..proxies import check_proxy_output, get_proxy
+from .base import MassVerifier
+from .registry import register
+
+
+def solve_reserve(p_i: np.ndarray, q_i: np.ndarray, rho: np.ndarray, gamma: float) -> np.ndarray:
+    """Exact fixed point ``lambda = gamma (1 - s(lambda))`` by sorting breakpoints.
+
+    ``s(lambda) = sum_x min(q, (p - lambda rho)_+)`` is piecewise linear with
+    breakpoints ``(p - q)_+ / rho`` (slope drops by ``rho``) and ``p / rho``
+    (slope rises by ``rho``); ``g(lambda) = lambda - gamma (1 - s(lambda))``
+    has ``g(0) <= 0 <= g(gamma)``.  The smallest root is found exactly (to
+    round-off) on the sorted breakpoints: O(V log V) per row.
+
+    Parameters
+    ----------
+    p_i, q_i, rho : ndarray, shape (B, V), float64
+        Residual target, draft of the current candidate, proxy (rows sum to 1).
+    gamma : float >= 0
+        Reserve scale.
+
+    Returns
+    -------
+    ndarray, shape (B,), float64 in [0, gamma]
+    """
+    B, V = p_i.shape
+    if gamma == 0:
+        return np.zeros(B)
+    lo = np.minimum(p_i, q_i)
+    s0 = lo.sum(axis=1)
+    pos = rho > 0
+    safe = np.where(pos, rho, 1.0)
+    far = 2.0 * gamma + 1.0  # beyond the root bracket [0, gamma]
+    start = np.where(pos, np.maximum(p_i - q_i, 0.0) / safe, far)
+    stop = np.where(pos, p_i / safe, far)
+    t = np.concatenate([start, stop], axis=1)
+    d = np.concatenate([np.where(pos, -rho, 0.0), np.where(pos, rho, 0.0)], axis=1)
+    order = np.argsort(t, axis=1, kind="stable")
+    t = np.take_along_axis(t, order, axis=1)
+    d = np.take_along_axis(d, order, axis=1)
+    t = np.concatenate([np.zeros((B, 1)), t], axis=1)           # (B, 2V+1) knots
+    slope = np.concatenate([np.zeros((B, 1)), np.cumsum(d, axis=1)], axis=1)  # slope of s right of knot
+    ds = slope[:, :-1] * np.diff(t, axis=1)
+    s = s0[:, None] + np.concatenate([np.zeros((B, 1)), np.cumsum(ds, axis=1)], axis=1)
+    g = t - gamma * (1.0 - s)
+    above = g >= 0
+    has = above.any(axis=1)
+    j = np.where(has, np.argmax(above, axis=1), t.shape[1])      # first knot with g >= 0
+    jm = np.clip(j - 1, 0, t.shape[1] - 1)
+    rows = np.arange(B)
+    t0, g0, sl = t[rows, jm], g[rows, jm], slope[rows, jm]
+    dg = 1.0 + gamma * sl
+    lam = np.where(dg > 0, t0 - g0 / np.where(dg > 0, dg, 1.0), t0)
+    lam = np.where(j == 0, 0.0, lam)                               # g(0) >= 0: root at 0
+    return np.clip(lam, 0.0, gamma)
+
+
+@register("resispec")
+class ResiSpec(MassVerifier):
+    """ResiSpec verifier (iid drafts).
+
+    Parameters
+    ----------
+    proxy : str or callable, default "draft"
+        Auxiliary proxy ``rho_i`` (see :mod:`resispec.proxies`): a built-in
+        name (``draft``, ``tempered``, ``topk``, ``uniform_mix``,
+        ``coverage``) or ``callable(q_i, *, step, k, p_i) -> (B, V)``.
+    gamma : float >= 0, default 1
+        Reserve scale; ``gamma = 0`` gives ``rrs``.
+    proxy_options : dict, optional
+        Options of a built-in proxy, e.g. ``{"tau": 2.0}``.
+    drafting : {"iid"}
+        The candidate law.
+
+    Raises
+    ------
+    ValueError
+        Unknown proxy, negative or non-finite gamma, unsupported drafting.
+    """
+
+    def __init__(self, proxy="draft", gamma: float = 1.0, proxy_options: dict | None = None,
+                 drafting: str = "iid"):
+        if isinstance(gamma, bool) or not isinstance(gamma, (int, float, np.floating, np.integer)):
+            raise TypeError(f"gamma must be a real number >= 0, got {gamma!r}")
+        if not np.isfinite(gamma) or gamma < 0:
+            raise ValueError(f"gamma must be finite and >= 0, got {gamma}")
+        if drafting != "iid":
+            raise ValueError(f"resispec supports drafting='iid' here, got {drafting!r}")
+        self.proxy_name = proxy if isinstance(proxy, str) else getattr(proxy, "__name__", "custom")
+        self.proxy = get_proxy(proxy, **(proxy_options or {}))
+        self.gamma = float(gamma)
+        self.drafting = drafting
+        self._proxy_options = dict(proxy_options or {})
+
+    def options(self):
+        out = {"proxy": self.proxy_name, "gamma": self.gamma}
+        if self._proxy_options:
+            out["proxy_options"] = self._proxy_options
+        return out
+
+    def reserve(self, i, k, p_i, q_i):
+        """Proxy ``rho_i`` (B, V) and reserve ``lambda_i`` (B,) for 0-based step ``i``."""
+        rho = check_proxy_output(self.proxy(q_i, step=i, k=k, p_i=p_i), p_i.shape, self.proxy_name)
+        return rho, solve_reserve(p_i, q_i, rho, self.gamma)
+
+    def accepted_mass(self, i, k, p_i, q_i, *, q, rejected):
+        if i == k - 1 or self.gamma == 0:
+            return np.minimum(p_i, q_i)
+        rho, lam = self.reserve(i, k, p_i, q_i)
+        return np.minimum(q_i, np.maximum(p_i - lam[:, None] * rho, 0.0))

@@ -1,0 +1,135 @@
+"""Named families of (target p, draft q) pairs, with a registry.
+
+A family samples ``n`` nodes: ``family.sample(rng, n=..., V=..., temperature=...)
+-> (p, q)``, both (n, V) float64 rows summing to 1, the same temperature
+applied to both logits.  Synthetic families follow the set-ups used to
+evaluate multi-draft verifiers (SpecTr, arXiv 2310.15141; Khisti et al. 2025,
+arXiv 2410.18234).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable
+
+import numpy as np
+from scipy.special import softmax
+
+
+@dataclass(frozen=True)
+class PairFamily:
+    """A named generator of target/draft pairs.
+
+    Attributes
+    ----------
+    name : str
+    description : str
+    sampler : callable ``(rng, n, V, temperature, **params) -> (p, q)``
+    params : dict
+        Default parameters (e.g. the draft's logit noise) -- the dial for
+        the divergence between ``p`` and ``q``.
+    fixed_vocab : int or None
+        Vocabulary size of families that cannot change it (real models).
+    """
+
+    name: str
+    description: str
+    sampler: Callable
+    params: dict = field(default_factory=dict)
+    fixed_vocab: int | None = None
+
+    def sample(self, rng: np.random.Generator, *, n: int = 1, V: int | None = None,
+               temperature: float = 1.0, **params) -> tuple[np.ndarray, np.ndarray]:
+        """Draw ``n`` (p, q) pairs.
+
+        Returns
+        -------
+        p, q : ndarray, shape (n, V), float64
+
+        Raises
+        ------
+        ValueError
+            ``n < 1``, ``V < 2``, non-positive temperature, unknown parameter.
+        """
+        if not isinstance(rng, np.random.Generator):
+            raise TypeError("rng must be a numpy.random.Generator")
+        if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 1:
+            raise ValueError(f"n must be an integer >= 1, got {n!r}")
+        if not np.isfinite(temperature) or temperature <= 0:
+            raise ValueError(f"temperature must be finite and > 0, got {temperature}")
+        if self.fixed_vocab is None:
+            if V is None:
+                V = 1000
+            if isinstance(V, bool) or not isinstance(V, (int, np.integer)) or V < 2:
+                raise ValueError(f"V must be an integer >= 2, got {V!r}")
+        elif V not in (None, self.fixed_vocab):
+            raise ValueError(f"family {self.name!r} has a fixed vocabulary of {self.fixed_vocab}; got V={V}")
+        unknown = set(params) - set(self.params)
+        if unknown:
+            raise ValueError(f"family {self.name!r} has no parameter(s) {sorted(unknown)}; known: {sorted(self.params)}")
+        kw = {**self.params, **params}
+        return self.sampler(rng, int(n), V if self.fixed_vocab is None else self.fixed_vocab, float(temperature), **kw)
+
+
+FAMILIES: dict[str, PairFamily] = {}
+
+
+def register_family(family: PairFamily) -> PairFamily:
+    """Add a family to :data:`FAMILIES` (replacing one of the same name)."""
+    FAMILIES[family.name] = family
+    return family
+
+
+def get_family(name: str) -> PairFamily:
+    """Look up a family by name; ValueError lists the known names."""
+    if name not in FAMILIES:
+        _load_lazy()
+    if name not in FAMILIES:
+        raise ValueError(f"unknown family {name!r}; choose one of {sorted(FAMILIES)}")
+    return FAMILIES[name]
+
+
+def _load_lazy():
+    """Import modules that register families on import (real-data ones)."""
+    import importlib
+
+    for mod in ("simulators.ngram",):
+        try:
+            importlib.import_module(mod)
+        except ImportError:
+            pass
+
+
+def _pair(zp, zq, T):
+    return softmax(zp / T, axis=1), softmax(zq / T, axis=1)
+
+
+def _softmax_noise(rng, n, V, T, scale=3.0, noise=1.0):
+    z = scale * rng.standard_normal((n, V))
+    return _pair(z, z + noise * rng.standard_normal((n, V)), T)
+
+
+def _zipf(rng, n, V, T, exponent=1.1, noise=0.5):
+    ranks = np.arange(1, V + 1)
+    base = -exponent * np.log(ranks)
+    zp = np.empty((n, V))
+    zq = np.empty((n, V))
+    for b in range(n):
+        perm = rng.permutation(V)
+        zp[b, perm] = base
+        zq[b, perm] = base + noise * rng.standard_normal(V)
+    return _pair(zp, zq, T)
+
+
+def _shifted(rng, n, V, T, scale=3.0, shift=1.5, fraction=0.1):
+    z = scale * rng.standard_normal((n, V))
+    bump = (rng.random((n, V)) < fraction) * shift
+    return _pair(z, z + bump, T)
+
+
+register_family(PairFamily("softmax_noise", "p = softmax(z/T), q = softmax((z + noise*eps)/T), z ~ scale*N(0,1)",
+                           _softmax_noise, {"scale": 3.0, "noise": 1.0}))
+register_family(PairFamily("zipf", "Zipf-ranked logits -exponent*log(rank) in random order; draft adds logit noise",
+                           _zipf, {"exponent": 1.1, "noise": 0.5}))
+register_family(PairFamily("shifted", "draft over-weights a random fraction of tokens by +shift logits",
+                           _shifted, {"scale": 3.0, "shift": 1.5, "fraction": 0.1}))
