@@ -70,7 +70,10 @@ def optimal_acceptance_lp(p, q, k: int, drafting: str = "iid") -> float:
     A = coo_matrix((np.ones(2 * n * V), (np.concatenate([rows_t, rows_y]), np.concatenate([cols, cols]))),
                    shape=(n + V, n * V)).tocsr()
     b = np.concatenate([W, p1])
-    res = linprog(c, A_eq=A, b_eq=b, bounds=(0, None), method="highs")
+    # Margins as "<=": any sub-coupling extends to a full coupling without
+    # losing hits, so the optimum is the same, and round-off in sum(W) vs
+    # sum(p) (tuple probabilities down to 1e-10) cannot make it infeasible.
+    res = linprog(c, A_ub=A, b_ub=b, bounds=(0, None), method="highs")
     if res.status != 0:
         raise ValueError(f"coupling LP failed: {res.message}")
     return float(-res.fun)
