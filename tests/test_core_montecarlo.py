@@ -175,3 +175,27 @@ def test_always_accept_is_caught():
 def test_chisquare_helper_flags_impossible_tokens():
     p = np.array([0.5, 0.5, 0.0])
     assert pooled_chisquare(np.array([0, 1, 2] * 10), p).pvalue == 0.0
+
+
+def test_target_only_is_exact_on_without_replacement_drafts():
+    """target_only declares drafting='any': check it under without-replacement drafts too."""
+    v = resispec.get_verifier("target_only")
+    out = _sample(v, P8, Q8, 3, seed=21, drafting="without_replacement")
+    assert pooled_chisquare(out.tokens, P8).pvalue > 1e-4
+    np.testing.assert_allclose(resispec.exact_output_law(v, P8, Q8, 3, drafting="without_replacement"), P8,
+                               atol=1e-12)
+
+
+@pytest.mark.parametrize("name", resispec.available_verifiers())
+def test_one_node_1d_inputs(name):
+    """1-D p, q, candidates are one node (B = 1) wherever 2-D are accepted."""
+    v = resispec.get_verifier(name)
+    c1 = np.array([2, 4])
+    out = v.verify(P8, Q8, c1, np.random.default_rng(0))
+    assert out.tokens.shape == (1,) and out.accepted.shape == (1,)
+    law1 = v.conditional_law(P8, Q8, c1)
+    law2 = v.conditional_law(P8[None], Q8[None], c1[None])
+    assert law1.shape == (8,) and law2.shape == (1, 8)
+    np.testing.assert_array_equal(law1, law2[0])
+    ch = v.chain(P8, Q8, c1)
+    assert ch.accept_probs.shape == (1, 2) and ch.residual.shape == (1, 8)
