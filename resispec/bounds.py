@@ -36,7 +36,9 @@ def optimal_acceptance_lp(p, q, k: int, drafting: str = "iid") -> float:
 
     Maximise ``P(y in {x_1..x_k})`` over couplings ``pi(t, y)`` of the draft
     tuple law ``Q(t)`` and the target ``p(y)``.  Sun et al. 2023 (SpecTr,
-    arXiv 2310.15141), section 3.
+    arXiv 2310.15141), section 3.  Solved with the margins as ``<=``
+    (sub-couplings): any sub-coupling extends to a coupling without losing
+    hits, so the optimum is the same and round-off cannot make it infeasible.
 
     Parameters
     ----------
