@@ -81,3 +81,10 @@ def test_bad_arguments(kw, msg):
 def test_cli_bad_argument_exit_status(capsys):
     assert main(["bench-accept", "--families", "nope", "--no-progress", "--out", "/nonexistent/x.md"]) == 2
     assert "unknown family" in capsys.readouterr().err
+
+
+def test_verifier_subset_always_has_rrs():
+    t = bench_accept(families=["zipf"], Vs=[20], ks=[2], Ts=[1.0], nodes=2, verifiers=["resispec"], progress=False)
+    assert t.verifiers == ["rrs", "resispec"]
+    o = t.summary()["ordering_resispec_gt_kseq_gt_rrs"]
+    assert o["not_run"] == 1 and o["holds"] == 0 and o["saturated"] == 0
