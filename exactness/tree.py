@@ -40,12 +40,15 @@ class TreeResult:
         Chi-square of the sampled pairs against ``p0 x p1`` (pooled).
     n : int
         Sampled pairs.
+    df : int
+        Degrees of freedom of the pooled test.
     """
 
     exact_tv: float | None
     statistic: float
     pvalue: float
     n: int
+    df: int = 0
 
 
 def default_tree(p: np.ndarray, q: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -69,6 +72,19 @@ def _bonus(verifier, p1: np.ndarray, q1: np.ndarray) -> np.ndarray:
     return b / b.sum(axis=1, keepdims=True)
 
 
+_MEMO: dict = {}
+
+
+def _node_law(verifier, p, q, k):
+    """Exact output law at one node, memoised (the tree checks reuse every node)."""
+    key = (id(verifier), p.tobytes(), q.tobytes(), k)
+    if key not in _MEMO:
+        if len(_MEMO) > 256:
+            _MEMO.clear()
+        _MEMO[key] = (verifier, joint_law(verifier, p, q, k))
+    return _MEMO[key][1]
+
+
 def exact_pair_law(verifier, p0, q0, p1, q1, k: int, depth: int = 1) -> np.ndarray:
     """Exact joint law (V, V) of the first two emitted tokens.
 
@@ -86,13 +102,13 @@ def exact_pair_law(verifier, p0, q0, p1, q1, k: int, depth: int = 1) -> np.ndarr
     """
     if depth not in (1, 2):
         raise ValueError(f"depth must be 1 or 2, got {depth!r}")
-    J0 = joint_law(verifier, p0, q0, k)
+    J0 = _node_law(verifier, np.ascontiguousarray(p0), np.ascontiguousarray(q0), k)
     acc, rej = J0[:-1].sum(axis=0), J0[-1]
     V = p0.size
     E = np.zeros((V, V))
     live = np.flatnonzero(acc + rej > 0)
     for y in live:
-        E[y] = joint_law(verifier, p1[y], q1[y], k).sum(axis=0)
+        E[y] = _node_law(verifier, np.ascontiguousarray(p1[y]), np.ascontiguousarray(q1[y]), k).sum(axis=0)
     L = _bonus(verifier, p1, q1) if depth == 1 else E
     return acc[:, None] * L + rej[:, None] * E
 
@@ -139,4 +155,4 @@ def tree_check(verifier, p0, q0, k: int, n: int, rng: np.random.Generator, *, de
         tv = 0.5 * float(np.abs(exact_pair_law(verifier, p0, q0, p1, q1, k, depth) - target).sum())
     counts = sample_pairs(verifier, p0, q0, p1, q1, k, n, rng, depth)
     res = gof_test(counts.ravel(), target.ravel())
-    return TreeResult(tv, res.statistic, res.pvalue, n)
+    return TreeResult(tv, res.statistic, res.pvalue, n, res.df)

@@ -47,6 +47,8 @@ DEFAULT_N = 200_000
 GENERIC_BUDGET = 400_000_000
 #: Largest vocabulary for the tree checks.
 TREE_MAX_V = 16
+#: Largest number of sampled pairs per tree check.
+TREE_N = 50_000
 #: Nodes in the batched == one-at-a-time check.
 BATCH_ROWS = 16
 
@@ -136,8 +138,12 @@ def certify_verifier(verifier, p, q, k: int, *, n: int | None = None, alpha: flo
     p1, q1 = p2[0], q2[0]
     k = check_k(k)
     alpha = check_alpha(alpha)
-    ss = np.random.SeedSequence(seed) if not isinstance(seed, np.random.Generator) else \
-        np.random.SeedSequence(int(seed.integers(2**63)))
+    if isinstance(seed, np.random.Generator):
+        ss = np.random.SeedSequence(int(seed.integers(2**63)))
+    elif isinstance(seed, np.random.SeedSequence):
+        ss = seed
+    else:
+        ss = np.random.SeedSequence(as_generator(seed) and seed)
     s_mc, s_det, s_batch, s_tree = ss.spawn(4)
     sampler = NodeSampler(verifier, p1, q1, k)
     n = default_n(sampler) if n is None else check_n(n)
@@ -155,15 +161,21 @@ def certify_verifier(verifier, p, q, k: int, *, n: int | None = None, alpha: flo
     draws = sampler.draws(np.random.default_rng(s_mc), n)
     counts = np.bincount(draws.tokens, minlength=p1.size)
     V = p1.size
+    mc_df: dict[str, int] = {}
+
+    def _mc(name, counts_, law_):
+        res = gof_test(counts_, law_)
+        checks[name] = res.pvalue
+        mc_df[name] = res.df
+
     if J is not None and np.all(draws.accepted >= -1):
         stop = np.where(draws.accepted < 0, k, draws.accepted)
-        jc = np.bincount(stop * V + draws.tokens, minlength=(k + 1) * V)
-        checks["joint"] = gof_test(jc, J.ravel()).pvalue
-        checks["accepted_count"] = gof_test(np.bincount(stop, minlength=k + 1), J.sum(axis=1)).pvalue
+        _mc("joint", np.bincount(stop * V + draws.tokens, minlength=(k + 1) * V), J.ravel())
+        _mc("accepted_count", np.bincount(stop, minlength=k + 1), J.sum(axis=1))
         rmass = J[k].sum()
         nres = int(np.count_nonzero(stop == k))
         if rmass > 0 and nres > 0:
-            checks["residual"] = gof_test(np.bincount(draws.tokens[stop == k], minlength=V), J[k] / rmass).pvalue
+            _mc("residual", np.bincount(draws.tokens[stop == k], minlength=V), J[k] / rmass)
         details["acceptance_mc"] = float(np.mean(draws.accepted >= 0))
 
     checks["determinism"] = _determinism(sampler, s_det)
@@ -172,7 +184,7 @@ def certify_verifier(verifier, p, q, k: int, *, n: int | None = None, alpha: flo
         checks["batched"] = b
     if tree and V <= TREE_MAX_V:
         rng_t = np.random.default_rng(s_tree)
-        n_tree = max(1, n // 2)
+        n_tree = max(1, min(n // 2, TREE_N))
         can_exact = exact and hasattr(verifier, "chain") and enumerable(verifier, q1, k)
         for name, depth in (("tree_bonus", 1), ("tree_two_level", 2)):
             tr = tree_check(verifier, p1, q1, k, n_tree, rng_t, depth=depth, exact=can_exact)
@@ -180,4 +192,8 @@ def certify_verifier(verifier, p, q, k: int, *, n: int | None = None, alpha: flo
             if tr.exact_tv is not None:
                 checks[name] = tr.pvalue if tr.exact_tv < EXACT_TOL else 0.0
             details[name] = {"exact_tv": tr.exact_tv, "pvalue_mc": tr.pvalue, "n": tr.n}
-    return certificate_from_counts(counts, p1, alpha=alpha, power=power, tv=tv, checks=checks, details=details)
+            mc_df[name] = tr.df
+    cert = certificate_from_counts(counts, p1, alpha=alpha, power=power, tv=tv, checks=checks, details=details)
+    mc_df["marginal"] = cert.df
+    cert.details["mc_df"] = mc_df
+    return cert
