@@ -33,7 +33,8 @@ def load_verifier(spec: str):
     """A verifier from a registry name or a ``module:object`` import path.
 
     ``module:object`` may name a Verifier instance, a class or a factory
-    (called with no arguments).
+    (called with no arguments); dotted parts may index dicts
+    (``exactness.mutants:CATALOGUE.always_accept``).
 
     Raises
     ------
@@ -50,9 +51,12 @@ def load_verifier(spec: str):
     except ImportError as exc:
         raise ValueError(f"--verifier {spec!r}: cannot import module {mod_name!r} ({exc})") from exc
     for part in attr.split("."):
-        if not hasattr(obj, part):
+        if isinstance(obj, dict) and part in obj:
+            obj = obj[part]
+        elif hasattr(obj, part):
+            obj = getattr(obj, part)
+        else:
             raise ValueError(f"--verifier {spec!r}: module {mod_name!r} has no attribute {attr!r}")
-        obj = getattr(obj, part)
     if isinstance(obj, type) or (callable(obj) and not hasattr(obj, "verify")):
         obj = obj()
     if not hasattr(obj, "verify"):

@@ -30,6 +30,8 @@ from .sampling import accept_table, candidate_law, drafting_of
 EXACT_TOL = 1e-9
 #: Largest enumeration the harness performs by default.
 MAX_TUPLES = 300_000
+#: Tuples x V below which a verifier with an accept table is still enumerated.
+_ENUM_ELEMS = 4_000_000
 
 
 @dataclass(frozen=True)
@@ -81,8 +83,9 @@ def joint_law(verifier, p, q, k: int, *, limit: int = MAX_TUPLES) -> np.ndarray:
     """Exact joint law (k + 1, V) of (stop position, token) at one node.
 
     Enumerates candidate tuples through ``verifier.chain`` when they number
-    at most ``limit``; past that, uses the built-in accept table when the
-    verifier has one (any V: ``sps``, ``rrs``, ``kseq``, ``resispec``).
+    at most ``limit`` (and, for verifiers with a built-in accept table --
+    ``sps``, ``rrs``, ``kseq``, ``resispec`` -- when tuples x V <= 4e6);
+    otherwise uses that accept table (any V).
 
     Raises
     ------
@@ -97,7 +100,9 @@ def joint_law(verifier, p, q, k: int, *, limit: int = MAX_TUPLES) -> np.ndarray:
     p1, q1 = p2[0], q2[0]
     k = check_k(k)
     V = p1.size
-    tab = None if enumerable(verifier, q1, k, limit) else accept_table(verifier, p1, q1, k)
+    tab = accept_table(verifier, p1, q1, k)
+    if tab is not None and enumerable(verifier, q1, k, min(limit, _ENUM_ELEMS // V)):
+        tab = None  # small enough: enumerate, independently of the table
     if tab is not None:
         a, r = tab
         J = np.zeros((k + 1, V))

@@ -7,7 +7,8 @@ and Benjamini-Hochberg (false discovery rate, reported), both from
 ``statsmodels.stats.multitest.multipletests`` (Holm 1979; Benjamini &
 Hochberg 1995).  Calibration: under exact verifiers the raw Monte Carlo
 p-values are uniform -- tested with ``scipy.stats.kstest`` -- and the
-false-positive rate at a nominal level lies in its Clopper-Pearson interval.
+false-positive rate at a nominal level lies in its Clopper-Pearson interval
+(computed over the cells of the verifiers that pass).
 """
 
 from __future__ import annotations
@@ -235,6 +236,8 @@ def run_grid(cells: list[Cell], *, n: int | None = None, alpha: float = 1e-3, se
     raw = [r.certificate.pvalue for r in done]
     for r, h, b in zip(done, adjust(raw, "holm"), adjust(raw, "fdr_bh")):
         r.p_holm, r.p_bh = float(h), float(b)
-    mc = [p for r in done for p in r.mc_pvalues()]
-    cal = calibration(mc, calibration_level) if mc else None
-    return GridResult(results, alpha, cal, time.perf_counter() - t0)
+    grid = GridResult(results, alpha, None, time.perf_counter() - t0)
+    bad = set(grid.failed_verifiers())
+    mc = [p for r in done if r.verifier not in bad for p in r.mc_pvalues()]
+    grid.calibration = calibration(mc, calibration_level) if mc else None
+    return grid

@@ -35,7 +35,7 @@ from resispec.verifiers.base import MassVerifier
 from resispec.verifiers.registry import _REGISTRY
 
 #: Draws re-checked through ``verify`` when the table path is used.
-GUARD = 256
+GUARD = 64
 #: Upper bound on (rows x V) elements per generic verify call.
 _ELEMS = 1 << 21
 

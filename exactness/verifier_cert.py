@@ -44,7 +44,7 @@ from .tree import tree_check
 #: Default Monte Carlo draws per node.
 DEFAULT_N = 200_000
 #: Cap on draws x V x k for verifiers sampled through the generic (O(V)) path.
-GENERIC_BUDGET = 400_000_000
+GENERIC_BUDGET = 40_000_000
 #: Largest vocabulary for the tree checks.
 TREE_MAX_V = 16
 #: Largest number of sampled pairs per tree check.
@@ -57,11 +57,11 @@ def default_n(sampler: NodeSampler) -> int:
     """Default budget: ``DEFAULT_N`` draws, capped for the generic path at large V."""
     if sampler.path == "table":
         return DEFAULT_N
-    return int(max(5_000, min(DEFAULT_N, GENERIC_BUDGET // (sampler.V * sampler.k))))
+    return int(max(2_000, min(DEFAULT_N, GENERIC_BUDGET // (sampler.V * sampler.k))))
 
 
 def _determinism(sampler: NodeSampler, seed_seq) -> float:
-    m = 2_000
+    m = 500
     a = sampler.draws(np.random.default_rng(seed_seq), m)
     b = sampler.draws(np.random.default_rng(seed_seq), m)
     same = np.array_equal(a.tokens, b.tokens) and np.array_equal(a.accepted, b.accepted)
@@ -105,7 +105,7 @@ def certify_verifier(verifier, p, q, k: int, *, n: int | None = None, alpha: flo
         Candidates per node.
     n : int, optional
         Monte Carlo draws; ``None`` = default budget (``DEFAULT_N`` = 200,000,
-        capped at ``GENERIC_BUDGET / (V k)`` (at least 5,000) when sampling
+        capped at ``GENERIC_BUDGET / (V k)`` (at least 2,000) when sampling
         costs O(V) per draw).
     alpha : float, default 1e-3
         Family-wise level over the checks (Holm).
