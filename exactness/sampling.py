@@ -11,8 +11,8 @@ from the same stream:
   the token at each step (``sps``, ``rrs``, ``resispec`` and ``kseq`` with iid
   drafts), the per-step accept probabilities ``a_i(x)`` and the residual are
   computed once per node, and each draw costs O(k log V).  The first
-  ``GUARD`` draws of every call are recomputed through ``verify`` and must
-  agree bit for bit, or ``RuntimeError`` is raised.
+  ``GUARD`` draws of a sampler's first call are recomputed through ``verify``
+  and must agree bit for bit, or ``RuntimeError`` is raised.
 
 Optional verifier hooks the harness honours (used by :mod:`exactness.mutants`,
 open to users whose pipeline drafts differently):
@@ -179,9 +179,11 @@ class NodeSampler:
         self.cand_law = candidate_law(verifier, q2)[0]
         self.table = accept_table(verifier, self.p, self.q, self.k) if fast else None
         self.uses_uniforms = isinstance(verifier, Verifier)
+        self._guarded = False
         if self.table is not None:
             a, r = self.table
             self._r_cdf, self._r_last = np.cumsum(r), _last_positive(r)
+            self._offsets = (np.arange(self.k) * self.V)[None, :]
 
     @property
     def path(self) -> str:
@@ -199,8 +201,9 @@ class NodeSampler:
         if self.table is None:
             return self._generic(cand, uv, rng)
         out = self._table(cand, uv)
-        g = min(n, GUARD)
+        g = 0 if self._guarded else min(n, GUARD)
         if g:
+            self._guarded = True
             ref = self._generic(cand[:g], uv[:g], rng)
             if not (np.array_equal(ref.tokens, out.tokens[:g]) and np.array_equal(ref.accepted, out.accepted[:g])):
                 raise RuntimeError(f"table path disagrees with {type(self.verifier).__name__}.verify; "
@@ -210,7 +213,7 @@ class NodeSampler:
     def _table(self, cand, uv) -> Draws:
         a, _ = self.table
         n, k = cand.shape
-        acc = uv[:, :k] < a[np.arange(k)[None, :], cand]
+        acc = uv[:, :k] < a.ravel()[cand + self._offsets]
         hit = acc.any(axis=1)
         first = np.argmax(acc, axis=1)
         tokens = cand[np.arange(n), first]
