@@ -143,7 +143,8 @@ def certify_verifier(verifier, p, q, k: int, *, n: int | None = None, alpha: flo
     elif isinstance(seed, np.random.SeedSequence):
         ss = seed
     else:
-        ss = np.random.SeedSequence(as_generator(seed) and seed)
+        as_generator(seed)  # validates the type (TypeError names the argument)
+        ss = np.random.SeedSequence(seed)
     s_mc, s_det, s_batch, s_tree = ss.spawn(4)
     sampler = NodeSampler(verifier, p1, q1, k)
     n = default_n(sampler) if n is None else check_n(n)
