@@ -30,7 +30,7 @@ MUTANT_FAMILY = ("softmax_noise", 8, {})
 
 
 def load_verifier(spec: str):
-    """A verifier from a registry name or a ``module:object`` import path.
+    """A verifier from a registry name, ``name[option=value,...]`` or a ``module:object`` import path.
 
     ``module:object`` may name a Verifier instance, a class or a factory
     (called with no arguments); dotted parts may index dicts
@@ -41,8 +41,14 @@ def load_verifier(spec: str):
     ValueError
         Unknown name, import failure, or an object without ``verify``.
     """
+    import re
+
     import resispec
 
+    m = re.fullmatch(r"(\w+)\[(.*)\]", spec)
+    if m:  # name[option=value,...], e.g. resispec[proxy=tempered]
+        opts = dict(kv.split("=", 1) for kv in m.group(2).split(",") if kv)
+        return spec, resispec.get_verifier(m.group(1), **opts)
     if ":" not in spec:
         return spec, resispec.get_verifier(spec)
     mod_name, _, attr = spec.partition(":")

@@ -30,6 +30,8 @@ def add_arguments(parser) -> None:
     parser.add_argument("--verifier", action="append", metavar="NAME|MODULE:OBJECT",
                         help="verifier to certify: a registry name or an import path module:object "
                              "(repeatable; default: every built-in verifier)")
+    parser.add_argument("--proxy", action="append", metavar="NAME",
+                        help="also certify resispec with this built-in proxy (repeatable; 'all' = every proxy)")
     parser.add_argument("--k", action="append", type=int, metavar="K",
                         help="candidates per node (repeatable; default 1 2 4 8)")
     parser.add_argument("--samples", type=int, default=None,
@@ -69,7 +71,20 @@ def run(args) -> int:
         families = tuple(known.get(name, (name, 8, {})) for name in args.family)
     progress = not args.no_progress and sys.stderr.isatty()
     t0 = time.perf_counter()
-    grid = run_certify(args.verifier, ks=ks, n=args.samples, alpha=args.alpha, seed=args.seed,
+    specs = list(args.verifier or [])
+    if args.proxy:
+        from resispec import PROXIES
+
+        names = sorted(PROXIES) if "all" in args.proxy else args.proxy
+        for name in names:
+            if name not in PROXIES:
+                raise ValueError(f"--proxy {name!r}: choose one of {sorted(PROXIES)} or 'all'")
+        if not specs:
+            import resispec
+
+            specs = resispec.available_verifiers()
+        specs += [f"resispec[proxy={name}]" for name in names if name != "draft"]
+    grid = run_certify(specs or None, ks=ks, n=args.samples, alpha=args.alpha, seed=args.seed,
                        families=families, progress=progress)
     do_mutants = args.mutants if args.mutants is not None else not args.verifier
     mutants, t_mut = None, None
