@@ -114,7 +114,8 @@ def draw_node_candidates(cl: np.ndarray, k: int, drafting: str, uc: np.ndarray) 
 def _table_types():
     out = set()
     for cls in _REGISTRY.get("numpy", {}).values():
-        if issubclass(cls, MassVerifier) and cls.candidate_independent and cls.drafting == "iid":
+        if (issubclass(cls, MassVerifier) and cls.candidate_independent and cls.drafting == "iid"
+                and cls.__module__.startswith("resispec.verifiers.")):  # built-ins only, never user classes
             out.add(cls)
     from resispec.verifiers.kseq import KSeq
 
