@@ -75,7 +75,7 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     tv = 1e-2 if args.quick else 1e-3
     pw = [power_target(name, 1000, 4, tv, 1e-3, 0.99) for name in ("rrs", "resispec")]
-    tp = [throughput(name, 32000, 4, 200_000 if args.quick else 1_000_000, 500 if args.quick else 2_000)
+    tp = [throughput(name, 32000, 4, 200_000 if args.quick else 1_000_000, 100 if args.quick else 500)
           for name in ("rrs", "resispec")]
     L = ["# Harness speed and power", "",
          f"Command: `python benchmarks/bench_harness.py{' --quick' if args.quick else ''}` "
