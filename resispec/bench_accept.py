@@ -175,7 +175,8 @@ class AcceptTable:
             vals = [c.seq_gap_closed if name == "seq_opt" else c.gap_closed.get(name) for c in live]
             vals = [v for v in vals if v is not None]
             if vals:
-                gaps[name] = {"mean": float(np.mean(vals)), "min": float(np.min(vals)),
+                gaps[name] = {"mean": float(np.mean(vals)), "median": float(np.median(vals)),
+                              "min": float(np.min(vals)),
                               "max": float(np.max(vals)), "cells": len(vals)}
         out["gap_closed"] = gaps
         orders = [c.ordering_holds() for c in self.cells]
@@ -336,9 +337,12 @@ def to_markdown(table: AcceptTable, *, command: str | None = None) -> str:
               f"cells; fails in {o['fails']}; {o['saturated']} saturated cells (every verifier at alpha* to 1e-6)."]
     if s["ordering_fails_in"]:
         lines += [f"- Ordering fails in: {', '.join(s['ordering_fails_in'])}"]
-    lines += ["", "| verifier | mean gap closed | min | max | cells |", "|---|---|---|---|---|"]
+    lines += ["", "| verifier | mean gap closed | median | min | max | cells |", "|---|---|---|---|---|---|"]
     for n, g in s["gap_closed"].items():
-        lines.append(f"| {n} | {g['mean']:.3f} | {g['min']:.3f} | {g['max']:.3f} | {g['cells']} |")
+        lines.append(f"| {n} | {g['mean']:.3f} | {g['median']:.3f} | {g['min']:.3f} | {g['max']:.3f} | {g['cells']} |")
+    lines += ["", "Verifiers below `rrs` (`sps`, `target_only`) have negative fractions, unbounded when the "
+              "cell's gap alpha* - A_rrs is tiny; compare them by the acceptances in the cells. `seq_opt` "
+              "(the best sequential verifier, an LP) is averaged over the V <= lp_max_V cells only."]
     lines += ["", "## Cells", ""]
     head = ["family", "V", "k", "T"] + [f"A {n}" for n in names] + ["alpha*", "seq LP"] + \
            [f"gap {n}" for n in names if n != "rrs"] + ["gap seq LP"]

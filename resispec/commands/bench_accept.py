@@ -68,7 +68,8 @@ def run(args) -> int:
     s = table.summary()
     print()
     for n, gs in s["gap_closed"].items():
-        print(f"gap closed  {n:<12} mean {gs['mean']:.3f}  min {gs['min']:.3f}  max {gs['max']:.3f}  ({gs['cells']} cells)")
+        print(f"gap closed  {n:<12} mean {gs['mean']:9.3f}  median {gs['median']:7.3f}  min {gs['min']:9.3f}  "
+              f"max {gs['max']:6.3f}  ({gs['cells']} cells)")
     o = s["ordering_resispec_gt_kseq_gt_rrs"]
     print(f"resispec > kseq > rrs: holds in {o['holds']}, fails in {o['fails']}, saturated {o['saturated']} cells")
     command = "resispec " + " ".join(shlex.quote(a) for a in sys.argv[1:]) if sys.argv[1:] else None
