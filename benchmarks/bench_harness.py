@@ -39,14 +39,20 @@ def _node(V, seed=0):
     return p[0], q[0]
 
 
-def power_target(name: str, V: int, k: int, tv: float, alpha: float, power: float) -> dict:
+def power_target(name: str, V: int, k: int, tv: float, alpha: float, power: float, workers: int) -> dict:
     p, q = _node(V)
     n = samples_for_tv(tv, V - 1, alpha=alpha, power=power)
     sampler = NodeSampler(resispec.get_verifier(name), p, q, k)
+    import resource
+
+    kids0 = resource.getrusage(resource.RUSAGE_CHILDREN)
     w0, c0 = time.perf_counter(), time.process_time()
-    cert = certify_sampler(sampler, p, n, alpha=alpha, seed=0, power=power)
+    cert = certify_sampler(sampler, p, n, alpha=alpha, seed=0, power=power, workers=workers)
     wall, cpu = time.perf_counter() - w0, time.process_time() - c0
-    return {"verifier": name, "V": V, "k": k, "n": n, "path": sampler.path, "wall_s": wall, "cpu_s": cpu,
+    kids = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu += (kids.ru_utime - kids0.ru_utime) + (kids.ru_stime - kids0.ru_stime)  # forked workers
+    return {"verifier": name, "V": V, "k": k, "n": n, "path": sampler.path, "workers": workers,
+            "wall_s": wall, "cpu_s": cpu,
             "detectable_tv": cert.detectable_tv, "df": cert.df, "passed": cert.passed, "pvalue": cert.pvalue,
             "tv_estimate": cert.tv_estimate, "target_tv": tv, "alpha": alpha, "power": power}
 
@@ -72,19 +78,22 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--quick", action="store_true", help="smaller runs (TV 1e-2 instead of 1e-3)")
     ap.add_argument("--out", type=Path, default=Path("reports/bench_harness.md"))
+    ap.add_argument("--workers", type=int, default=2, help="processes for the power run (default 2 = 2 cores)")
     args = ap.parse_args(argv)
     tv = 1e-2 if args.quick else 1e-3
-    pw = [power_target(name, 1000, 4, tv, 1e-3, 0.99) for name in ("rrs", "resispec")]
+    pw = [power_target(name, 1000, 4, tv, 1e-3, 0.99, w) for name in ("rrs", "resispec")
+          for w in sorted({1, args.workers})]
     tp = [throughput(name, 32000, 4, 200_000 if args.quick else 1_000_000, 100 if args.quick else 500)
           for name in ("rrs", "resispec")]
     L = ["# Harness speed and power", "",
          f"Command: `python benchmarks/bench_harness.py{' --quick' if args.quick else ''}` "
-         "(one process; wall time depends on machine load, CPU time does not much).", "",
+         "(wall time depends on machine load, CPU time much less; the CPU time of a "
+         "multi-worker run sums all its processes).", "",
          f"## Detectable TV {tv:g} at alpha 1e-3, power 0.99, one node V = 1000, k = 4 (target: 60 s)", "",
-         "| verifier | samples | path | wall s | CPU s | detectable TV reached | df | verdict | p |",
-         "|---|---|---|---|---|---|---|---|---|"]
+         "| verifier | samples | path | workers | wall s | CPU s | detectable TV reached | df | verdict | p |",
+         "|---|---|---|---|---|---|---|---|---|---|"]
     for r in pw:
-        L.append(f"| `{r['verifier']}` | {r['n']:,} | {r['path']} | {r['wall_s']:.1f} | {r['cpu_s']:.1f} | "
+        L.append(f"| `{r['verifier']}` | {r['n']:,} | {r['path']} | {r['workers']} | {r['wall_s']:.1f} | {r['cpu_s']:.1f} | "
                  f"{r['detectable_tv']:.2e} | {r['df']} | {'pass' if r['passed'] else 'FAIL'} | {r['pvalue']:.3f} |")
     L += ["", "## Sampling throughput at V = 32000, k = 4 (tokens per CPU second)", "",
           "| verifier | table path | generic path (batched verify) | ratio |", "|---|---|---|---|"]

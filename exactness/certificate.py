@@ -89,15 +89,42 @@ def holm(pvalues: dict) -> dict:
     return dict(zip(names, adj.tolist()))
 
 
-def count_samples(sample, V: int, n: int, rng: np.random.Generator, *, chunk: int = CHUNK) -> np.ndarray:
-    """Call ``sample(rng, m)`` in chunks and return token counts (V,) int64."""
+_FORKED_SAMPLER = None  # the sampler seen by forked workers (closures need not be picklable)
+
+
+def _count_chunk(V: int, m: int, seed: int, sample=None) -> np.ndarray:
+    sample = _FORKED_SAMPLER if sample is None else sample
+    t = check_tokens(sample(np.random.default_rng(seed), m), V, m)
+    return np.bincount(t, minlength=V)
+
+
+def count_samples(sample, V: int, n: int, rng: np.random.Generator, *, chunk: int = CHUNK,
+                  workers: int = 1) -> np.ndarray:
+    """Call ``sample(rng_i, m)`` on chunks of at most ``chunk`` draws and return token counts (V,) int64.
+
+    Chunk ``i`` gets its own generator seeded from ``rng``, so the counts are
+    the same for any number of ``workers`` (processes, forked on POSIX;
+    ``workers > 1`` falls back to one process where fork is unavailable).
+    """
+    sizes = [min(chunk, n - s) for s in range(0, n, chunk)]
+    seeds = rng.integers(0, 2**63 - 1, size=len(sizes)).tolist()
     counts = np.zeros(V, dtype=np.int64)
-    done = 0
-    while done < n:
-        m = min(chunk, n - done)
-        t = check_tokens(sample(rng, m), V, m)
-        counts += np.bincount(t, minlength=V)
-        done += m
+    if workers > 1 and len(sizes) > 1:
+        import multiprocessing as mp
+        from concurrent.futures import ProcessPoolExecutor
+
+        global _FORKED_SAMPLER
+        if "fork" in mp.get_all_start_methods():
+            _FORKED_SAMPLER = sample
+            try:
+                with ProcessPoolExecutor(min(workers, len(sizes)), mp_context=mp.get_context("fork")) as ex:
+                    for c in ex.map(_count_chunk, [V] * len(sizes), sizes, seeds):
+                        counts += c
+            finally:
+                _FORKED_SAMPLER = None
+            return counts
+    for m, sd in zip(sizes, seeds):
+        counts += _count_chunk(V, m, sd, sample)
     return counts
 
 
@@ -122,7 +149,7 @@ def certificate_from_counts(counts, law, *, alpha: float, power: float, tv: floa
 
 
 def certify_sampler(sample, law, n: int, *, alpha: float = 1e-3, seed=0, power: float = 0.99,
-                    tv: float | None = None, min_expected: float = MIN_EXPECTED) -> Certificate:
+                    tv: float | None = None, min_expected: float = MIN_EXPECTED, workers: int = 1) -> Certificate:
     """Certify a black-box sampler against a law by Monte Carlo.
 
     Draws ``n`` tokens (in chunks of at most ``CHUNK``) and runs the Pearson
@@ -147,6 +174,9 @@ def certify_sampler(sample, law, n: int, *, alpha: float = 1e-3, seed=0, power: 
         states the detectable TV (and the ``n`` needed) when ``n`` is too small.
     min_expected : float, default 5
         Pooling threshold for small expected counts.
+    workers : int, default 1
+        Processes drawing chunks in parallel (forked; same counts for any
+        value, since chunk ``i`` always gets the same seed).
 
     Returns
     -------
@@ -166,5 +196,7 @@ def certify_sampler(sample, law, n: int, *, alpha: float = 1e-3, seed=0, power: 
     if not callable(sample):
         raise TypeError(f"sample must be a callable (rng, n) -> (n,) int64, got {type(sample).__name__}")
     rng = as_generator(seed)
-    counts = count_samples(sample, law.size, n, rng)
+    if isinstance(workers, bool) or not isinstance(workers, (int, np.integer)) or workers < 1:
+        raise ValueError(f"workers must be an integer >= 1, got {workers!r}")
+    counts = count_samples(sample, law.size, n, rng, workers=int(workers))
     return certificate_from_counts(counts, law, alpha=alpha, power=power, tv=tv, min_expected=min_expected)

@@ -97,3 +97,15 @@ def test_too_few_samples_warns_with_detectable_tv():
     p = np.full(8, 0.125)
     with pytest.warns(exactness.ExactnessWarning, match="detectable TV"):
         exactness.certify_sampler(lambda rng, m: rng.integers(0, 8, m), p, 1000, tv=1e-3)
+
+
+def test_workers_give_identical_counts():
+    p = np.array([0.1, 0.2, 0.3, 0.4])
+    sample = lambda rng, m: rng.choice(4, size=m, p=p)  # noqa: E731  (a closure: not picklable)
+    from exactness.certificate import count_samples
+
+    one = count_samples(sample, 4, 5000, np.random.default_rng(3), chunk=1000, workers=1)
+    two = count_samples(sample, 4, 5000, np.random.default_rng(3), chunk=1000, workers=2)
+    assert np.array_equal(one, two) and one.sum() == 5000
+    with pytest.raises(ValueError, match="workers"):
+        exactness.certify_sampler(sample, p, 100, workers=0)
