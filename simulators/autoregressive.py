@@ -73,6 +73,10 @@ class AutoregressivePair(ABC):
     """
 
     vocab_size: int
+    #: How :meth:`state` depends on the context, for vectorised merging in
+    #: the tree recursion: ``"static"`` (never), ``"last"`` (last token only)
+    #: or ``None`` (use :meth:`state`).
+    state_kind: str | None = None
 
     def laws(self, contexts) -> tuple[np.ndarray, np.ndarray]:
         """Next-token target and draft laws.
@@ -110,6 +114,8 @@ class StaticPair(AutoregressivePair):
     p, q : array_like, shape (V,), float64
     """
 
+    state_kind = "static"
+
     def __init__(self, p, q):
         p2, q2, _ = as_laws(p, q)
         if p2.shape[0] != 1:
@@ -140,6 +146,8 @@ class MarkovPair(AutoregressivePair):
     ValueError
         Non-square or mismatched matrices, rows not summing to 1.
     """
+
+    state_kind = "last"
 
     def __init__(self, P, Q, p0=None, q0=None):
         P2, Q2, _ = as_laws(P, Q, names=("P", "Q"))

@@ -201,6 +201,9 @@ def block_efficiency(verifier, shape, pair, context=(), *, prune: float = 0.0, m
                 continue
             keep = r > prune
             bound += float(r[~keep].sum()) * (shape.depth - 1 - depth)
+            if pair.state_kind in ("static", "last"):
+                _merge_vectorised(new, pair, ctxs[s], np.where(keep, r, 0.0))
+                continue
             for b, x in zip(*np.nonzero(keep)):
                 c = ctxs[s + b] + (int(x),)
                 key = pair.state(c)
@@ -218,6 +221,22 @@ def block_efficiency(verifier, shape, pair, context=(), *, prune: float = 0.0, m
         if not frontier and not last:
             break
     return TreeEfficiency(total, acc, bound, float(np.sqrt(var)), "+".join(sorted(methods)), nodes)
+
+
+def _merge_vectorised(new: dict, pair, rep: tuple, r: np.ndarray) -> None:
+    """Merge children whose state is static or the last token (no Python loop over V)."""
+    if pair.state_kind == "static":
+        tot = float(r.sum())
+        if tot > 0:
+            c = rep + (int(np.argmax(r.sum(axis=0))),)
+            key = pair.state(c)
+            new.setdefault(key, [c, 0.0])[1] += tot
+        return
+    col = r.sum(axis=0)
+    for x in np.flatnonzero(col):
+        c = rep + (int(x),)
+        key = pair.state(c)
+        new.setdefault(key, [c, 0.0])[1] += float(col[x])
 
 
 @dataclass(frozen=True)
