@@ -203,14 +203,14 @@ def block_efficiency(verifier, shape, pair, context=(), *, prune: float = 0.0, m
             bound += float(r[~keep].sum()) * (shape.depth - 1 - depth)
             if pair.state_kind in ("static", "last"):
                 _merge_vectorised(new, pair, ctxs[s], np.where(keep, r, 0.0))
-                continue
-            for b, x in zip(*np.nonzero(keep)):
-                c = ctxs[s + b] + (int(x),)
-                key = pair.state(c)
-                if key in new:
-                    new[key][1] += float(r[b, x])
-                else:
-                    new[key] = [c, float(r[b, x])]
+            else:
+                for b, x in zip(*np.nonzero(keep)):
+                    c = ctxs[s + b] + (int(x),)
+                    key = pair.state(c)
+                    if key in new:
+                        new[key][1] += float(r[b, x])
+                    else:
+                        new[key] = [c, float(r[b, x])]
             if len(new) > max_nodes:
                 raise ValueError(
                     f"depth {depth + 1} reaches more than max_nodes={max_nodes} distinct contexts; "
