@@ -218,8 +218,9 @@ def as_autoregressive(obj) -> AutoregressivePair:
 
     ``obj`` is returned as is if it already is one; otherwise it needs
     ``laws(contexts) -> (p, q)`` and a vocabulary size attribute
-    (``vocab_size`` or ``V``); an ``order`` attribute (n of an n-gram) lets
-    the tree simulators merge contexts sharing their last ``n - 1`` tokens.
+    (``vocab_size`` or ``V``); an ``order`` attribute (n of an n-gram) or a
+    ``context_length`` attribute (n - 1) lets the tree simulators merge
+    contexts sharing their last ``n - 1`` tokens.
 
     Raises
     ------
@@ -234,4 +235,19 @@ def as_autoregressive(obj) -> AutoregressivePair:
     if V is None:
         raise TypeError(f"{type(obj).__name__} has no vocab_size (or V) attribute")
     order = getattr(obj, "order", None) or getattr(obj, "n", None)
+    if order is None and isinstance(getattr(obj, "context_length", None), (int, np.integer)):
+        order = int(obj.context_length) + 1
     return _Adapter(obj, V, order if isinstance(order, (int, np.integer)) else None)
+
+
+def ngram_pair(**load_options) -> AutoregressivePair:
+    """The real n-gram draft/target pair (:class:`simulators.ngram.NGramPair`) as an autoregressive pair.
+
+    Target: Kneser-Ney 4-gram, draft: Kneser-Ney bigram of Python standard
+    library source (built on first use, then cached; see
+    :func:`simulators.ngram.load_pair`, whose options are passed through).
+    Contexts sharing their last ``context_length`` tokens share a state.
+    """
+    from .ngram import load_pair
+
+    return as_autoregressive(load_pair(**load_options))

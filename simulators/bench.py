@@ -94,7 +94,7 @@ DEFAULT_SHAPES = (
     "1,1,1,1,1,1,1,1", "2,2,2", "4,2,2,1", "8,1,1,1", "4,4", "16", "8,4", "32", "16,3", "64",
     "wor:4,2,2,1", "wor:8,4", "wor:16", "wor:16,3",
 )
-DEFAULT_FAMILIES = ("softmax_noise", "zipf", "shifted", "dirichlet", "temp_mismatch", "softmax_noise_top_k")
+DEFAULT_FAMILIES = ("softmax_noise", "zipf", "shifted", "dirichlet", "temp_mismatch", "softmax_noise_top_k", "ngram")
 DEFAULT_TEMPERATURES = (0.7, 1.0, 1.5)
 
 

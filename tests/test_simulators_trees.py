@@ -201,3 +201,18 @@ def test_drafting_mismatch_and_other_bad_arguments(markov):
         as_autoregressive(object())
     with pytest.raises(ValueError, match="square"):
         MarkovPair(np.ones((2, 3)) / 3, np.ones((2, 3)) / 3)
+
+
+def test_ngram_pair_tree_recursion_brackets_monte_carlo():
+    from simulators.autoregressive import ngram_pair
+
+    pair = ngram_pair()
+    inner = pair.obj
+    ctx = tuple(int(t) for t in inner.encode("def f(self, x):\n    return ")[-3:])
+    assert pair.state(ctx + (5,)) == ctx[1:] + (5,)
+    v = resispec.get_verifier("resispec")
+    e = block_efficiency(v, "3,1", pair, ctx, prune=1e-3)
+    d = decode_tree(v, "3,1", pair, np.random.default_rng(0), n=300, context=ctx)
+    assert e.block_efficiency - 4 * d.stderr <= d.block_efficiency <= e.block_efficiency + e.error_bound + 4 * d.stderr
+    with pytest.raises(ValueError, match="outside"):
+        block_efficiency(v, "3,1", pair, (inner.V,))
