@@ -392,5 +392,54 @@ def exact_two_token_law(verifier, shape, pair, context=(), *, strict: bool = Tru
     return M0[0][:, None] * (M1 + R1) + R0[0][:, None] * (Mr + Rr)
 
 
-__all__ = ["TreeEfficiency", "TreeDecode", "block_efficiency", "block_efficiency_iid", "decode_tree",
+def two_token_sampler(verifier, shape, pair, context=(), *, strict: bool = True):
+    """A sampler ``(rng, m) -> (m,) int64`` of ``y1 * V + y2`` from Monte Carlo tree decoding.
+
+    Plug it into :func:`exactness.certify_sampler` with the law
+    ``outer(p(. | c), p(. | c + y1)).ravel()`` (see :func:`certify_tree`).
+    """
+    shape = TreeShape.parse(shape)
+    pair = as_autoregressive(pair)
+    V = pair.vocab_size
+
+    def sample(rng, m):
+        out = decode_tree(verifier, shape, pair, rng, n=int(m), context=context, n_tokens=2, strict=strict)
+        return out.tokens[:, 0] * V + out.tokens[:, 1]
+
+    return sample
+
+
+def target_two_token_law(pair, context=()) -> np.ndarray:
+    """``p(y1 | c) p(y2 | c + y1)``, shape (V, V), float64: what exact tree decoding must emit."""
+    pair = as_autoregressive(pair)
+    c0 = check_contexts([context], pair.vocab_size)[0]
+    p1, _ = pair.laws([c0])
+    p2, _ = pair.laws([c0 + (y,) for y in range(pair.vocab_size)])
+    return p1[0][:, None] * p2
+
+
+def certify_tree(verifier, shape, pair, context=(), *, n: int = 20_000, alpha: float = 1e-3, seed=0,
+                 strict: bool = True):
+    """Certify the joint law of the first two tokens of tree decoding with the exactness harness.
+
+    Runs :func:`exactness.certify_sampler` (pooled Pearson chi-square and
+    G-test) on ``n`` decoded sequences against ``p(y1 | c) p(y2 | c + y1)``.
+
+    Returns
+    -------
+    exactness.Certificate  (``passed``, ``statistic``, ``pvalue``, ``detectable_tv``, ...)
+
+    Raises
+    ------
+    ValueError, TypeError
+        As :func:`decode_tree`, and for bad ``n`` / ``alpha``.
+    """
+    from exactness import certify_sampler
+
+    law = target_two_token_law(pair, context).ravel()
+    return certify_sampler(two_token_sampler(verifier, shape, pair, context, strict=strict), law, n,
+                           alpha=alpha, seed=seed)
+
+
+__all__ = ["TreeEfficiency", "certify_tree", "target_two_token_law", "two_token_sampler", "TreeDecode", "block_efficiency", "block_efficiency_iid", "decode_tree",
            "exact_two_token_law", "tree_drafting", "AutoregressivePair"]

@@ -216,3 +216,14 @@ def test_ngram_pair_tree_recursion_brackets_monte_carlo():
     assert e.block_efficiency - 4 * d.stderr <= d.block_efficiency <= e.block_efficiency + e.error_bound + 4 * d.stderr
     with pytest.raises(ValueError, match="outside"):
         block_efficiency(v, "3,1", pair, (inner.V,))
+
+
+def test_exactness_harness_certifies_tree_decoding(markov):
+    from simulators.trees import certify_tree
+
+    v = resispec.get_verifier("resispec")
+    cert = certify_tree(v, "2,2", markov, (1,), n=6000, seed=3)
+    assert cert.passed, cert
+    mutant = certify_tree(resispec.get_verifier("rrs"), TreeShape.parse("3,1", "without_replacement"),
+                          StaticPair([0.6, 0.3, 0.05, 0.05], [0.05, 0.05, 0.45, 0.45]), n=6000, seed=3, strict=False)
+    assert not mutant.passed
