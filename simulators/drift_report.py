@@ -1,4 +1,8 @@
-"""PNG plots and a markdown table for a :class:`simulators.drift.DriftSweep`."""
+"""PNG plots and a markdown table for a :class:`simulators.drift.DriftSweep`.
+
+Figures are built with :class:`matplotlib.figure.Figure` (no pyplot state, no
+backend switch): save them, or show them in a notebook with ``display(fig)``.
+"""
 
 from __future__ import annotations
 
@@ -20,12 +24,10 @@ def _main_lines(sweep: DriftSweep):
 
 def plot_steps(sweep: DriftSweep):
     """Figure: the four drift statistics against the chain step (baselines and each proxy at gamma = 1)."""
-    import matplotlib
+    from matplotlib.figure import Figure
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, axes = plt.subplots(1, 4, figsize=(17, 3.8))
+    fig = Figure(figsize=(17, 3.8))
+    axes = fig.subplots(1, 4)
     for r in _main_lines(sweep):
         steps = np.arange(1, r.beta.size + 1)
         style = "--" if not r.label.startswith("resispec") else "-"
@@ -42,12 +44,10 @@ def plot_steps(sweep: DriftSweep):
 
 def plot_gamma(sweep: DriftSweep):
     """Figure: acceptance with all k candidates against the reserve scale gamma, one line per proxy."""
-    import matplotlib
+    from matplotlib.figure import Figure
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(6, 4))
+    fig = Figure(figsize=(6, 4))
+    ax = fig.subplots()
     for pr in sweep.settings["proxies"]:
         rs = [r for r in sweep.results if r.options.get("proxy", "").startswith(pr) and r.label.startswith("resispec")]
         rs.sort(key=lambda r: r.options["gamma"])
@@ -102,16 +102,12 @@ def write_drift_report(sweep: DriftSweep, out_dir, *, command: str = "", stem: s
 
     Returns a dict of the written paths.
     """
-    import matplotlib.pyplot as plt
-
     out_dir = Path(out_dir)
     paths = {}
     fig = plot_steps(sweep)
     paths["steps_png"] = save_figure(fig, out_dir / f"{stem}_steps.png")
-    plt.close(fig)
     fig = plot_gamma(sweep)
     paths["gamma_png"] = save_figure(fig, out_dir / f"{stem}_gamma.png")
-    plt.close(fig)
     md = markdown(sweep, command).replace("drift_steps.png", f"{stem}_steps.png").replace("drift_gamma.png", f"{stem}_gamma.png")
     paths["markdown"] = write_text(out_dir / f"{stem}.md", md)
     paths["json"] = write_json(out_dir / f"{stem}.json", {"settings": sweep.settings, "alpha_star": sweep.alpha_star,
