@@ -101,6 +101,10 @@ def divergence_table(families=None, temperatures=(0.7, 1.0, 1.5), *, V: int = 10
     rows : list of FamilyDivergence
     markdown : str
     """
+    if families is None:
+        from .families import _load_lazy
+
+        _load_lazy()                          # real-data families (ngram) register on import
     names = sorted(FAMILIES) if families is None else list(families)
     rows = []
     for i, name in enumerate(names):

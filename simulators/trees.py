@@ -181,6 +181,30 @@ def block_efficiency(verifier, shape, pair, context=(), *, prune: float = 0.0, m
     acc = np.zeros(shape.depth)
     methods = set()
     V = pair.vocab_size
+    # Laws depend on the state only; for static / last-token pairs the number of
+    # distinct states is small, so per-node masses are cached across depths.
+    cacheable = pair.state_kind in ("static", "last") and method != "monte_carlo"
+    cache: dict = {}
+
+    def node_masses(chunk, k):
+        if not cacheable:
+            p, q = pair.laws(chunk)
+            am = acceptance_mass(verifier, p, q, k, drafting=d_law, method=method, n_samples=n_samples, rng=rng)
+            methods.add(am.method)
+            return am.mass, am.stderr
+        keys = [pair.state(c) for c in chunk]
+        todo: dict = {}
+        for c, key in zip(chunk, keys):
+            if (key, k) not in cache and key not in todo:
+                todo[key] = c
+        if todo:
+            p, q = pair.laws(list(todo.values()))
+            am = acceptance_mass(verifier, p, q, k, drafting=d_law, method=method, n_samples=n_samples, rng=rng)
+            methods.add(am.method)
+            for j, key in enumerate(todo):
+                cache[(key, k)] = (am.mass[j], am.stderr[j])
+        return (np.stack([cache[(key, k)][0] for key in keys]), np.array([cache[(key, k)][1] for key in keys]))
+
     for depth, k in enumerate(shape.branching):
         ctxs = [c for c, _ in frontier.values()]
         w = np.array([x for _, x in frontier.values()])
@@ -191,12 +215,10 @@ def block_efficiency(verifier, shape, pair, context=(), *, prune: float = 0.0, m
         gained = 0.0
         last = depth == shape.depth - 1
         for s in range(0, len(ctxs), step):
-            p, q = pair.laws(ctxs[s:s + step])
-            am = acceptance_mass(verifier, p, q, k, drafting=d_law, method=method, n_samples=n_samples, rng=rng)
-            methods.add(am.method)
-            r = w[s:s + step, None] * am.mass                        # (b, V) reach of each child token
+            mass, err = node_masses(ctxs[s:s + step], k)
+            r = w[s:s + step, None] * mass                           # (b, V) reach of each child token
             gained += float(r.sum())
-            var += float(np.sum((w[s:s + step] * am.stderr) ** 2))
+            var += float(np.sum((w[s:s + step] * err) ** 2))
             if last:
                 continue
             keep = r > prune

@@ -124,3 +124,15 @@ def test_bench_cli_small(tmp_path, capsys):
     md = (tmp_path / "bench.md").read_text()
     assert "Largest ratio" in md and "| `zipf` | 1 | `2,2` |" in md
     assert len(json.loads((tmp_path / "bench.json").read_text())["rows"]) == 2
+
+
+def test_families_cli(tmp_path, capsys):
+    out = tmp_path / "fam.md"
+    rc = main(["families", "--families", "zipf", "dirichlet", "--temperatures", "1.0", "--V", "50", "--n", "4",
+               "--dial", "softmax_noise", "noise", "0.5,2", "--out", str(out)])
+    assert rc == 0
+    md = out.read_text()
+    assert "| `dirichlet` | 1 | 50 |" in md and "Dial: `softmax_noise` `noise`" in md
+    assert main(["families", "--families", "nope", "--out", str(out)]) == 2
+    assert main(["families", "--families", "zipf", "--dial", "zipf", "bogus", "1", "--out", str(out)]) == 2
+    assert "no parameter 'bogus'" in capsys.readouterr().err
