@@ -234,4 +234,13 @@ def run_bench(*, families=DEFAULT_FAMILIES, temperatures=DEFAULT_TEMPERATURES, s
 
 
 def rows_to_json(rows: list[BenchRow]) -> list[dict]:
+    """Rows as JSON-ready dicts."""
     return [asdict(r) for r in rows]
+
+
+def rows_from_json(items: list[dict]) -> list[BenchRow]:
+    """Inverse of :func:`rows_to_json`.  Raises ValueError on missing fields."""
+    try:
+        return [BenchRow(**{k: d[k] for k in BenchRow.__dataclass_fields__}) for d in items]
+    except KeyError as exc:
+        raise ValueError(f"bench JSON row lacks field {exc}") from None

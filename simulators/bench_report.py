@@ -71,6 +71,11 @@ def markdown(rows: list[BenchRow], settings: dict, command: str = "", seconds: f
                        f"{np.mean([r.efficiency[r.best_baseline] for r in rr]):.3f} | "
                        f"{np.mean([r.ratio[lab] for r in rr]):.3f} | {max(r.ratio[lab] for r in rr):.3f} | "
                        f"{np.mean(bounds) if bounds else float('nan'):.3f} |")
+        flat = [s for s, rr in by_shape.items() if max(r.ratio[lab] for r in rr) <= 1.001]
+        small = sorted(((np.mean([r.ratio[lab] for r in rr]), s) for s, rr in by_shape.items() if s not in flat))[:3]
+        out += ["", "Where it does not gain: " + (", ".join(f"`{s}`" for s in flat) + " (ratio <= 1.001 in every family "
+                "and temperature)" if flat else "every shape gains somewhere") + "; smallest mean gains elsewhere: "
+                + ", ".join(f"`{s}` {m:.3f}" for m, s in small) + "."]
         out += ["", "Mean ratio per family: " + ", ".join(f"`{f}` {np.mean(v):.3f}" for f, v in by_fam.items()) + ".",
                 "", "Mean ratio per temperature: " + ", ".join(f"T={t:g} {np.mean(v):.3f}" for t, v in by_T.items()) + ".",
                 ""]

@@ -169,7 +169,7 @@ class DriftSweep:
     settings: dict = field(default_factory=dict)
 
 
-def drift_sweep(p, q, k: int, *, gammas=(0.0, 0.25, 0.5, 1.0, 1.5, 2.0), proxies=None,
+def drift_sweep(p, q, k: int, *, gammas=(0.0, 0.25, 0.5, 0.75, 1.0, 1.25, 1.5, 2.0), proxies=None,
                 baselines=("sps", "rrs", "rrs_wor"), top_level: float = 0.9,
                 rng: np.random.Generator | None = None, n_samples: int = 32) -> DriftSweep:
     """Residual drift of the baselines and of ResiSpec for every proxy and reserve scale gamma.

@@ -52,9 +52,10 @@ def plot_gamma(sweep: DriftSweep):
         rs = [r for r in sweep.results if r.options.get("proxy", "").startswith(pr) and r.label.startswith("resispec")]
         rs.sort(key=lambda r: r.options["gamma"])
         ax.plot([r.options["gamma"] for r in rs], [r.acceptance for r in rs], marker="o", label=f"resispec[{pr}]")
-    for r in sweep.results:
-        if not r.label.startswith("resispec"):
-            ax.axhline(r.acceptance, ls="--", lw=0.8, label=r.label, color="gray" if r.label == "sps" else None)
+    styles = [("gray", "--"), ("black", "--"), ("saddlebrown", "-."), ("olive", ":")]
+    base = [r for r in sweep.results if not r.label.startswith("resispec")]
+    for r, (color, ls) in zip(base, styles * (1 + len(base) // len(styles))):
+        ax.axhline(r.acceptance, ls=ls, lw=1.0, color=color, label=r.label)
     ax.axhline(sweep.alpha_star, color="k", ls=":", label="alpha*")
     ax.set_xlabel("reserve scale gamma")
     ax.set_ylabel(f"acceptance (k = {sweep.settings['k']})")

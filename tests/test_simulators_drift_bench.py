@@ -136,3 +136,14 @@ def test_families_cli(tmp_path, capsys):
     assert main(["families", "--families", "nope", "--out", str(out)]) == 2
     assert main(["families", "--families", "zipf", "--dial", "zipf", "bogus", "1", "--out", str(out)]) == 2
     assert "no parameter 'bogus'" in capsys.readouterr().err
+
+
+def test_bench_report_rerenders_from_json(tmp_path):
+    args = ["bench", "--families", "zipf", "--temperatures", "1.0", "--shapes", "2,2", "1,1", "--V", "30", "--n", "2",
+            "--out", str(tmp_path), "--no-progress"]
+    assert main(args) == 0
+    first = (tmp_path / "bench.md").read_text()
+    (tmp_path / "bench.md").unlink()
+    assert main(["bench", "--from-json", str(tmp_path / "bench.json"), "--out", str(tmp_path)]) == 0
+    assert (tmp_path / "bench.md").read_text() == first
+    assert "Where it does not gain: `1x2 chain`" in first

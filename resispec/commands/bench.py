@@ -35,14 +35,26 @@ def add_arguments(parser):
     parser.add_argument("--out", default="reports", help="output folder (default reports/)")
     parser.add_argument("--stem", default="bench", help="file name stem (default bench)")
     parser.add_argument("--no-progress", action="store_true", help="hide the progress bar")
+    parser.add_argument("--from-json", default=None, metavar="PATH",
+                        help="re-render the markdown report from a previous bench JSON (no recomputation)")
 
 
 def run(args) -> int:
     from pathlib import Path
 
     from simulators._io import write_json, write_text
-    from simulators.bench import parse_shape, rows_to_json, run_bench
+    from simulators.bench import parse_shape, rows_from_json, rows_to_json, run_bench
     from simulators.bench_report import markdown
+
+    if args.from_json:
+        import json
+
+        data = json.loads(Path(args.from_json).read_text())
+        rows = rows_from_json(data["rows"])
+        md = write_text(Path(args.out) / f"{args.stem}.md",
+                        markdown(rows, data["settings"], data.get("command", "resispec bench"), data.get("seconds")))
+        print(f"wrote {md}")
+        return 0
 
     for name, val, lo in (("--V", args.V, 2), ("--n", args.n, 1), ("--n-samples", args.n_samples, 2)):
         if val < lo:
@@ -58,7 +70,8 @@ def run(args) -> int:
     cmd = ("resispec " + " ".join(shlex.quote(a) for a in sys.argv[1:])) if sys.argv[1:2] == ["bench"] else "resispec bench"
     out = Path(args.out)
     md = write_text(out / f"{args.stem}.md", markdown(rows, settings, cmd, seconds))
-    js = write_json(out / f"{args.stem}.json", {"settings": settings, "seconds": seconds, "rows": rows_to_json(rows)})
+    js = write_json(out / f"{args.stem}.json", {"settings": settings, "seconds": seconds, "command": cmd,
+                                                "rows": rows_to_json(rows)})
     lab = "resispec"
     best = max((r for r in rows if lab in r.ratio), key=lambda r: r.ratio[lab], default=None)
     if best is not None:

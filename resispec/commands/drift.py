@@ -30,7 +30,7 @@ def add_arguments(parser):
     parser.add_argument("--n", type=int, default=32, help="number of (p, q) pairs (default 32)")
     parser.add_argument("--k", type=int, default=8, help="candidates per node (default 8)")
     parser.add_argument("--temperature", type=float, default=1.0, help="temperature of p and q (default 1.0)")
-    parser.add_argument("--gammas", default="0,0.25,0.5,1,1.5,2", help="reserve scales to sweep")
+    parser.add_argument("--gammas", default="0,0.25,0.5,0.75,1,1.25,1.5,2", help="reserve scales to sweep")
     parser.add_argument("--proxies", default="all", help="comma-separated proxy names, or 'all'")
     parser.add_argument("--top-level", type=float, default=0.9, help="draft mass of the top-mass set (default 0.9)")
     parser.add_argument("--seed", type=int, default=0)
