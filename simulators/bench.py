@@ -84,7 +84,10 @@ def _auto_register():
     """Pick up a without-replacement ResiSpec once one is registered (issue 6)."""
     for name in available_verifiers():
         if name.startswith("resispec") and name != "resispec" and not any(e.name == name for e in BENCH_VERIFIERS):
-            v = get_verifier(name)
+            try:
+                v = get_verifier(name)
+            except (TypeError, ValueError):      # needs options: add it with register_bench_verifier
+                continue
             d = getattr(v, "drafting", "iid")
             if d in ("iid", "without_replacement"):
                 register_bench_verifier(BenchVerifier(name, name, drafting=d, role="candidate"))

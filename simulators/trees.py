@@ -28,7 +28,7 @@ from resispec._validation import as_laws, check_rng
 from resispec.sampling import draw_candidates, inverse_cdf
 from resispec.trees import TreeShape
 
-from .acceptance import acceptance_mass, node_split, resolve_drafting
+from .acceptance import acceptance_mass, node_split
 from .autoregressive import AutoregressivePair, as_autoregressive, check_contexts
 
 #: Largest number of (context, token) rows whose laws are requested at once.
