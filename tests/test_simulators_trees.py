@@ -227,3 +227,27 @@ def test_exactness_harness_certifies_tree_decoding(markov):
     mutant = certify_tree(resispec.get_verifier("rrs"), TreeShape.parse("3,1", "without_replacement"),
                           StaticPair([0.6, 0.3, 0.05, 0.05], [0.05, 0.05, 0.45, 0.45]), n=6000, seed=3, strict=False)
     assert not mutant.passed
+
+
+def test_more_bad_input():
+    rng = np.random.default_rng(0)
+    with pytest.raises(ValueError, match="V must be"):
+        MarkovPair.random(rng, 1)
+    with pytest.raises(ValueError, match="noise"):
+        MarkovPair.random(rng, 4, noise=-1)
+    with pytest.raises(ValueError, match="temperature"):
+        MarkovPair.random(rng, 4, temperature=0)
+    with pytest.raises(ValueError, match="exceeds the draft support"):
+        decode_tree(resispec.get_verifier("rrs_wor"), TreeShape.parse("3", "without_replacement"),
+                    StaticPair([0.5, 0.5, 0.0], [0.5, 0.5, 0.0]), rng, n=2)
+    with pytest.raises(ValueError, match="drafting"):
+        block_efficiency_iid(resispec.get_verifier("resispec"), TreeShape.parse("2", "without_replacement"),
+                             [0.5, 0.5], [0.5, 0.5])
+    with pytest.raises(ValueError, match="n_samples"):
+        acceptance_mass(resispec.get_verifier("rrs_wor"), [0.5, 0.5], [0.5, 0.5], 2, method="monte_carlo",
+                        n_samples=1, rng=rng)
+    with pytest.raises(ValueError, match="sums to"):
+        StaticPair([0.5, 0.6], [0.5, 0.5])
+    with pytest.raises(ValueError, match="fixed vocabulary"):
+        from simulators import get_family
+        get_family("ngram").sample(rng, n=1, V=100)
