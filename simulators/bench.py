@@ -43,6 +43,14 @@ class BenchVerifier:
     options : dict
     drafting : {"iid", "without_replacement"}
     role : {"baseline", "candidate"}
+        A ``without_replacement`` candidate runs only on ``wor:`` shapes; an
+        ``iid`` candidate runs on every shape (with its own iid drafts).
+    max_k : int, optional
+        Skip shapes with more candidates per node (for verifiers whose
+        Monte Carlo acceptance is expensive); skipped cells stay blank.
+    n_samples : int, optional
+        Candidate tuples per pair for Monte Carlo acceptance (default: the
+        benchmark's ``n_samples``).
     """
 
     label: str
@@ -50,6 +58,8 @@ class BenchVerifier:
     options: dict = field(default_factory=dict)
     drafting: str = "iid"
     role: str = "baseline"
+    max_k: int | None = None
+    n_samples: int | None = None
 
     def build(self):
         return get_verifier(self.name, **self.options)
@@ -74,14 +84,30 @@ def register_bench_verifier(entry: BenchVerifier) -> BenchVerifier:
     """
     if entry.role not in ("baseline", "candidate"):
         raise ValueError(f"role must be 'baseline' or 'candidate', got {entry.role!r}")
+    if entry.max_k is not None and (isinstance(entry.max_k, bool) or not isinstance(entry.max_k, int)
+                                    or entry.max_k < 1):
+        raise ValueError(f"max_k must be an integer >= 1 or None, got {entry.max_k!r}")
     if entry.drafting not in ("iid", "without_replacement"):
         raise ValueError(f"drafting must be 'iid' or 'without_replacement', got {entry.drafting!r}")
     BENCH_VERIFIERS[:] = [e for e in BENCH_VERIFIERS if e.label != entry.label] + [entry]
     return entry
 
 
+#: Without-replacement ResiSpec (issue 6: ``get_verifier("resispec", drafting="without_replacement")``),
+#: added automatically when the registry can build it.  Its acceptance needs Monte Carlo over
+#: candidate tuples and costs about 40x ``rrs_wor``'s, hence the caps.
+RESISPEC_WOR = BenchVerifier("resispec_wor", "resispec", {"drafting": "without_replacement"},
+                             drafting="without_replacement", role="candidate", max_k=4, n_samples=32)
+
+
 def _auto_register():
-    """Pick up a without-replacement ResiSpec once one is registered (issue 6)."""
+    """Pick up ResiSpec variants once they are registered (e.g. a without-replacement ResiSpec)."""
+    if not any(e.label == RESISPEC_WOR.label for e in BENCH_VERIFIERS):
+        try:
+            if RESISPEC_WOR.build().drafting == "without_replacement":
+                register_bench_verifier(RESISPEC_WOR)
+        except (TypeError, ValueError):
+            pass
     for name in available_verifiers():
         if name.startswith("resispec") and name != "resispec" and not any(e.name == name for e in BENCH_VERIFIERS):
             try:
@@ -205,16 +231,21 @@ def run_bench(*, families=DEFAULT_FAMILIES, temperatures=DEFAULT_TEMPERATURES, s
             for e in entries:
                 bar.set_postfix_str(f"{fam.name} T={T} {e.label}")
                 v = e.build()
-                need = sorted(set(ks["iid"]) | set(ks["without_replacement"])) if e.role == "candidate" else ks[e.drafting]
+                if e.role == "candidate" and e.drafting == "iid":
+                    need = sorted(set(ks["iid"]) | set(ks["without_replacement"]))
+                else:
+                    need = ks[e.drafting]
                 acc[e.label], se[e.label] = {}, {}
                 for k in need:
+                    if e.max_k is not None and k > e.max_k:
+                        continue
                     wor = e.drafting == "without_replacement"
                     support = int((q > 0).sum(axis=1).min())
                     if wor and k > support:
                         acc[e.label][k], se[e.label][k] = np.nan, 0.0
                         continue
                     am = acceptance_mass(v, p, q, k, drafting=e.drafting, method="auto" if not wor else "monte_carlo",
-                                         n_samples=n_samples, rng=rng)
+                                         n_samples=e.n_samples or n_samples, rng=rng)
                     acc[e.label][k] = float(am.acceptance.mean())
                     se[e.label][k] = float(np.sqrt(np.sum(am.stderr ** 2)) / am.stderr.size)
                 bar.update(1)
@@ -222,8 +253,10 @@ def run_bench(*, families=DEFAULT_FAMILIES, temperatures=DEFAULT_TEMPERATURES, s
             for sh in parsed:
                 eff, err = {}, {}
                 for e in entries:
-                    if e.role == "baseline" and e.drafting != sh.drafting:
+                    if e.drafting != sh.drafting and (e.role == "baseline" or e.drafting != "iid"):
                         continue
+                    if any(k not in acc[e.label] for k in sh.branching):
+                        continue                                   # above max_k
                     eff[e.label], err[e.label] = _efficiency(acc[e.label], se[e.label], sh.branching)
                 base = {lab: x for lab, x in eff.items()
                         if any(en.label == lab and en.role == "baseline" for en in entries) and np.isfinite(x)}

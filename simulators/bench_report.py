@@ -34,11 +34,18 @@ def markdown(rows: list[BenchRow], settings: dict, command: str = "", seconds: f
         "(closed forms; without-replacement baselines `rrs_wor` and `target_only_wor` use a Rao-Blackwellised "
         f"Monte Carlo average over {settings['n_samples']} candidate tuples per pair, standard errors in the JSON). "
         "Ratio = verifier / best baseline of the shape's drafting (iid shapes: `sps`, `rrs`, `kseq`, `target_only`; "
-        "`wor:` shapes: `rrs_wor`, `target_only_wor`). ResiSpec drafts i.i.d. on every shape (it has no "
-        "without-replacement rule yet), so on `wor:` shapes it is compared on the same branching factors but with "
-        "its own drafting. `bound` = the per-node optimum alpha* chained over the tree (iid shapes).",
+        "`wor:` shapes: `rrs_wor`, `target_only_wor`). `resispec` drafts i.i.d. on every shape, so on `wor:` shapes "
+        "it is compared on the same branching factors but with its own drafting. "
+        "`bound` = the per-node optimum alpha* chained over the tree (iid shapes).",
         "",
     ]
+    wor_c = [e for e in BENCH_VERIFIERS if e.role == "candidate" and e.drafting == "without_replacement"
+             and any(e.label in r.efficiency for r in rows)]
+    for e in wor_c:
+        out += [f"`{e.label}` (`{e.name}` {e.options}) drafts without replacement and runs on `wor:` shapes"
+                + (f" with at most {e.max_k} candidates per node" if e.max_k else "")
+                + (f", Monte Carlo acceptance over {e.n_samples} candidate tuples per pair" if e.n_samples else "")
+                + "; blank cells were not computed.", ""]
     for lab in cands:
         rs = [r for r in rows if lab in r.ratio and np.isfinite(r.ratio[lab])]
         if not rs:

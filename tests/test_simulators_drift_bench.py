@@ -100,7 +100,8 @@ def test_bench_rows_match_tree_recursion():
     chain = rows[1]
     assert chain.ratio["resispec"] == pytest.approx(1.0)          # k = 1 everywhere: no room to gain
     wor = rows[2]
-    assert set(wor.efficiency) == {"rrs_wor", "target_only_wor", "resispec"} and wor.stderr["rrs_wor"] > 0
+    assert {"rrs_wor", "target_only_wor", "resispec"} <= set(wor.efficiency) and wor.stderr["rrs_wor"] > 0
+    assert not {"sps", "rrs", "kseq", "target_only"} & set(wor.efficiency)     # iid baselines stay off wor shapes
 
 
 def test_bench_verifier_list_is_data():
@@ -147,3 +148,19 @@ def test_bench_report_rerenders_from_json(tmp_path):
     assert main(["bench", "--from-json", str(tmp_path / "bench.json"), "--out", str(tmp_path)]) == 0
     assert (tmp_path / "bench.md").read_text() == first
     assert "Where it does not gain: `1x2 chain`" in first
+
+
+def test_bench_without_replacement_candidate_with_max_k():
+    entry = BenchVerifier("wor_cand", "rrs_wor", drafting="without_replacement", role="candidate", max_k=2,
+                          n_samples=16)
+    try:
+        register_bench_verifier(entry)
+        rows = run_bench(families=["zipf"], temperatures=[1.0], shapes=["2,2", "wor:2,2", "wor:3"], V=40, n=2,
+                         progress=False)
+    finally:
+        BENCH_VERIFIERS[:] = [e for e in BENCH_VERIFIERS if e.label != "wor_cand"]
+    iid, wor2, wor3 = rows
+    assert "wor_cand" not in iid.efficiency and "wor_cand" in wor2.efficiency and "wor_cand" not in wor3.efficiency
+    assert abs(wor2.efficiency["wor_cand"] - wor2.efficiency["rrs_wor"]) < 0.2   # same rule, independent MC
+    with pytest.raises(ValueError, match="max_k"):
+        register_bench_verifier(BenchVerifier("x", "rrs", max_k=0))
