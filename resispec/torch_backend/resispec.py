@@ -1,0 +1,261 @@
+"""ResiSpec on torch: residual shaping with an auxiliary proxy (``shared/RESISPEC.md`` s.4).
+
+Same rule as :mod:`resispec.verifiers.resispec`: for candidates ``i < k``::
+
+    m_i = min(q_i, (p_i - lambda_i rho_i)_+),   lambda_i = gamma (1 - sum m_i(lambda_i)),
+
+the last one greedy.  Builds on SpecInfer (Miao et al. 2024, arXiv
+2305.09781), SpecTr (arXiv 2310.15141) and Khisti et al. 2025 (arXiv
+2410.18234).
+
+The reserve ``lambda`` is the smallest root of the non-decreasing (for
+``gamma <= 1``) piecewise-linear ``g(l) = l - gamma R(l)``, where
+``R(l) = 1 - s(l) = sum_x max(p - q, min(p, l rho))`` is the residual mass.
+Two solvers:
+
+``"newton"`` (default)
+    Safeguarded Newton on ``g`` with the bracket ``g(lo) < 0 <= g(hi)``
+    (bisection whenever a step leaves the bracket), at most
+    :data:`MAX_ITER` evaluations, each one pass over the (B, V) tensors;
+    stops when every row has ``|g(lambda)| <= tol`` with
+    ``tol = 64 eps (1 + gamma)`` (float64: 2.8e-14, float32: 1.5e-5) or a
+    bracket narrower than ``4 eps gamma``.  For ``gamma = 1`` a flat piece
+    ``g = 0`` (all proxy mass active) is snapped to its left end, the
+    smallest root, as the numpy solver returns.  Error bound: the returned
+    ``lambda`` solves the fixed-point equation to ``|g| <= tol``; with
+    ``gamma < 1`` (``g' >= 1 - gamma``) that is ``|lambda - lambda*| <=
+    tol / (1 - gamma)``.  On the families of ``simulators`` at
+    V = 151,936 it converges in 5-8 evaluations.  For ``gamma > 1``
+    (``g`` may decrease) the sort solver is used.
+``"sort"``
+    The numpy algorithm (:func:`resispec.verifiers.resispec.solve_reserve`)
+    on tensors: sort the ``2V`` breakpoints, O(V log V) per row; exact to
+    round-off, ~30x the cost of a recursive-rejection step at V = 151,936.
+
+Exactness never depends on the accuracy of ``lambda``: the lemma of section
+2 holds for ANY ``lambda >= 0`` computed without ``x_i`` or later candidates,
+so solver error moves the acceptance rate by O(error), never the law.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from ..verifiers.registry import register
+from ..verifiers.resispec import _ROOT_TOL as _NP_ROOT_TOL
+from .base import TorchMassVerifier
+from .proxies import check_proxy_output, get_proxy
+
+#: Largest number of Newton/bisection evaluations per reserve.
+MAX_ITER = 64
+SOLVERS = ("newton", "sort")
+
+
+def flat_tol(dtype) -> float:
+    """Slope of ``g`` below which a Newton iterate is taken to sit on a flat piece (1e-9 in float64)."""
+    return max(1e-9, 1e3 * torch.finfo(dtype).eps)
+
+
+@dataclass(frozen=True)
+class ReserveInfo:
+    """Diagnostics of the last reserve solve.
+
+    Attributes
+    ----------
+    iterations : int
+        Evaluations of ``g`` (each one pass over the (B, V) tensors).
+    max_residual : float
+        ``max_rows |lambda - gamma R(lambda)|`` at the returned ``lambda``
+        (the documented error of the fixed point, working dtype).
+    """
+
+    iterations: int
+    max_residual: float
+
+
+def _residual_mass(lam, p, d, rho, need_slope=True):
+    """``R(lam)`` (B,) and its right derivative ``R'(lam+)`` (B,); p, d = p - q, rho (B, V)."""
+    y = rho * lam.unsqueeze(1)
+    h = torch.minimum(p, y)
+    torch.maximum(h, d, out=h)
+    R = h.sum(dim=1)
+    if not need_slope:
+        return R, None
+    act = (y >= d).logical_and_(y < p)
+    Rp = (rho * act).sum(dim=1)
+    return R, Rp
+
+
+def solve_reserve_newton(p_i: torch.Tensor, q_i: torch.Tensor, rho: torch.Tensor, gamma: float,
+                         *, max_iter: int = MAX_ITER) -> tuple[torch.Tensor, ReserveInfo]:
+    """Smallest root of ``lambda = gamma (1 - s(lambda))`` by safeguarded Newton.
+
+    Parameters
+    ----------
+    p_i, q_i, rho : Tensor, shape (B, V), float32 or float64
+        Residual target, current draft and proxy (rows sum to 1).
+    gamma : float in [0, 1]
+        Reserve scale (``g`` is non-decreasing only for ``gamma <= 1``).
+
+    Returns
+    -------
+    lam : Tensor, shape (B,), in [0, gamma]
+    info : ReserveInfo
+
+    Raises
+    ------
+    ValueError
+        ``gamma`` outside [0, 1] (use :func:`solve_reserve_sort`).
+    """
+    if not 0.0 <= gamma <= 1.0:
+        raise ValueError(f"the newton reserve solver needs 0 <= gamma <= 1, got {gamma}; use solver='sort'")
+    B = p_i.shape[0]
+    dt, dev = p_i.dtype, p_i.device
+    eps = torch.finfo(dt).eps
+    tol = 64.0 * eps * (1.0 + gamma)
+    if gamma == 0:
+        return torch.zeros(B, dtype=dt, device=dev), ReserveInfo(0, 0.0)
+    d = p_i - q_i
+    zero = torch.zeros(B, dtype=dt, device=dev)
+    R0, Rp0 = _residual_mass(zero, p_i, d, rho)
+    g = -gamma * R0                                  # g(0) <= 0
+    lo, hi = zero.clone(), torch.full((B,), gamma, dtype=dt, device=dev)
+    x = zero.clone()
+    done = g >= -tol                                 # root at 0 (p <= q everywhere)
+    slope = 1.0 - gamma * Rp0
+    its = 1
+    for its in range(2, max_iter + 1):
+        # next point: Newton from x, bisection when it leaves (lo, hi)
+        step_ok = slope > 0
+        xn = x - g / torch.where(step_ok, slope, torch.ones_like(slope))
+        inside = step_ok & (xn > lo) & (xn < hi)
+        xn = torch.where(inside, xn, 0.5 * (lo + hi))
+        x = torch.where(done, x, xn)
+        R, Rp = _residual_mass(x, p_i, d, rho)
+        g_new = x - gamma * R
+        g = torch.where(done, g, g_new)
+        slope = 1.0 - gamma * Rp
+        below = g < 0
+        lo = torch.where(below & ~done, x, lo)
+        hi = torch.where(~below & ~done, x, hi)
+        done = done | (g.abs() <= tol) | (hi - lo <= 4.0 * eps * gamma)
+        if bool(done.all()):
+            break
+    if gamma == 1.0:
+        # flat piece g == 0 (every token with rho > 0 active): the smallest root is its left end
+        flat = slope <= flat_tol(dt)
+        if bool(flat.any()):
+            pos = rho > 0
+            left = torch.where(pos, d / torch.where(pos, rho, torch.ones_like(rho)),
+                               torch.zeros_like(rho)).amax(dim=1).clamp(min=0.0)
+            x = torch.where(flat & (left <= x), left, x)
+    lam = x.clamp(0.0, gamma)
+    return lam, ReserveInfo(its, float(g.abs().max()))
+
+
+def solve_reserve_sort(p_i: torch.Tensor, q_i: torch.Tensor, rho: torch.Tensor, gamma: float) -> torch.Tensor:
+    """Exact smallest root by sorting the ``2V`` breakpoints (torch port of the numpy solver).
+
+    Shapes (B, V) -> (B,), any ``gamma >= 0``.  O(V log V) per row.
+    """
+    B, V = p_i.shape
+    dt, dev = p_i.dtype, p_i.device
+    if gamma == 0:
+        return torch.zeros(B, dtype=dt, device=dev)
+    s0 = torch.minimum(p_i, q_i).sum(dim=1)
+    pos = rho > 0
+    safe = torch.where(pos, rho, torch.ones_like(rho))
+    far = torch.full_like(rho, 2.0 * gamma + 1.0)
+    start = torch.where(pos, (p_i - q_i).clamp(min=0.0) / safe, far)
+    stop = torch.where(pos, p_i / safe, far)
+    t = torch.cat([start, stop], dim=1)
+    zr = torch.zeros_like(rho)
+    dd = torch.cat([torch.where(pos, -rho, zr), torch.where(pos, rho, zr)], dim=1)
+    t, order = torch.sort(t, dim=1, stable=True)
+    dd = torch.gather(dd, 1, order)
+    z1 = torch.zeros((B, 1), dtype=dt, device=dev)
+    t = torch.cat([z1, t], dim=1)
+    slope = torch.cat([z1, torch.cumsum(dd, dim=1)], dim=1)
+    ds = slope[:, :-1] * torch.diff(t, dim=1)
+    s = s0.unsqueeze(1) + torch.cat([z1, torch.cumsum(ds, dim=1)], dim=1)
+    g = t - gamma * (1.0 - s)
+    n = t.shape[1]
+    above = g >= -_NP_ROOT_TOL * (1.0 + gamma)
+    has = above.any(dim=1)
+    j = torch.where(has, torch.argmax(above.to(torch.uint8), dim=1), torch.full((B,), n, device=dev))
+    jm = (j - 1).clamp(0, n - 1).unsqueeze(1)
+    t1 = torch.where(has, torch.gather(t, 1, j.clamp(0, n - 1).unsqueeze(1)).squeeze(1),
+                     torch.full((B,), float("inf"), dtype=dt, device=dev))
+    t0, g0, sl = (torch.gather(v, 1, jm).squeeze(1) for v in (t, g, slope))
+    dg = 1.0 + gamma * sl
+    lam = torch.where(dg > 0, t0 - g0 / torch.where(dg > 0, dg, torch.ones_like(dg)), t1)
+    lam = torch.minimum(lam, t1)
+    lam = torch.where(j == 0, torch.zeros_like(lam), lam)
+    return lam.clamp(0.0, gamma)
+
+
+@register("resispec", backend="torch")
+class ResiSpecTorch(TorchMassVerifier):
+    """ResiSpec verifier on torch (iid drafts).
+
+    Parameters
+    ----------
+    proxy : str or callable, default "draft"
+        Built-in name (``draft``, ``tempered``, ``topk``, ``uniform_mix``,
+        ``coverage``) or ``callable(q_i, *, step, k, p_i)`` called with
+        tensors and returning (B, V).
+    gamma : float >= 0, default 1
+        Reserve scale; ``gamma = 0`` gives ``rrs``.
+    proxy_options : dict, optional
+        Options of a built-in proxy, e.g. ``{"tau": 2.0}``.
+    drafting : {"iid"}
+    solver : {"newton", "sort"}, default "newton"
+        Reserve solver (module docstring: cost and error bound).
+    dtype, device
+        Working dtype / device for numpy inputs (tensors keep theirs).
+
+    Raises
+    ------
+    ValueError, TypeError
+        As the numpy :class:`resispec.verifiers.resispec.ResiSpec`, plus an
+        unknown solver.
+    """
+
+    def __init__(self, proxy="draft", gamma: float = 1.0, proxy_options: dict | None = None,
+                 drafting: str = "iid", *, solver: str = "newton", dtype=None, device=None):
+        from ..verifiers.resispec import ResiSpec
+
+        ResiSpec(proxy=proxy, gamma=gamma, proxy_options=proxy_options, drafting=drafting)  # same checks
+        if solver not in SOLVERS:
+            raise ValueError(f"solver must be one of {SOLVERS}, got {solver!r}")
+        self._init_backend(dtype, device)
+        self.proxy_name = proxy if isinstance(proxy, str) else getattr(proxy, "__name__", "custom")
+        self.proxy = get_proxy(proxy, **(proxy_options or {}))
+        self.gamma = float(gamma)
+        self.drafting = drafting
+        self.solver = solver
+        self._proxy_options = dict(proxy_options or {})
+        self.last_reserve: ReserveInfo | None = None
+
+    def options(self):
+        out = {"proxy": self.proxy_name, "gamma": self.gamma, "solver": self.solver}
+        if self._proxy_options:
+            out["proxy_options"] = self._proxy_options
+        return out
+
+    def reserve(self, i, k, p_i, q_i):
+        """Proxy ``rho_i`` (B, V) and reserve ``lambda_i`` (B,) for 0-based step ``i``."""
+        rho = check_proxy_output(self.proxy(q_i, step=i, k=k, p_i=p_i), p_i, self.proxy_name)
+        if self.solver == "sort" or self.gamma > 1.0:
+            return rho, solve_reserve_sort(p_i, q_i, rho, self.gamma)
+        lam, self.last_reserve = solve_reserve_newton(p_i, q_i, rho, self.gamma)
+        return rho, lam
+
+    def accepted_mass(self, i, k, p_i, q_i, *, q, rejected):
+        if i == k - 1 or self.gamma == 0:
+            return torch.minimum(p_i, q_i)
+        rho, lam = self.reserve(i, k, p_i, q_i)
+        m = torch.sub(p_i, rho * lam.unsqueeze(1)).clamp_(min=0.0)
+        return torch.minimum(m, q_i, out=m)
