@@ -66,11 +66,12 @@ def as_law_t(x, *, name: str, dtype=torch.float64, device="cpu") -> torch.Tensor
         raise ValueError(f"{name} must have shape (V,) or (B, V), got shape {tuple(t.shape)}")
     if t.shape[0] < 1 or t.shape[1] < 1:
         raise ValueError(f"{name} must have at least one row and one token, got shape {tuple(t.shape)}")
-    if not bool(torch.isfinite(t).all()):
-        raise ValueError(f"{name} contains NaN or inf; pass finite probabilities")
-    if bool((t < 0).any()):
-        raise ValueError(f"{name} has negative entries (min {float(t.min()):.3g}); laws must be non-negative")
+    # two passes: a finite sum of entries >= 0 means every entry is finite
     sums = t.sum(dim=1, dtype=torch.float64)
+    if not bool(torch.isfinite(sums).all()) or not bool(torch.isfinite(t).all()):
+        raise ValueError(f"{name} contains NaN or inf; pass finite probabilities")
+    if bool(t.amin() < 0):
+        raise ValueError(f"{name} has negative entries (min {float(t.min()):.3g}); laws must be non-negative")
     tol = sum_tolerance(t.dtype)
     bad = (sums - 1.0).abs() > tol
     if bool(bad.any()):

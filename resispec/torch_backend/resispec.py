@@ -75,21 +75,32 @@ class ReserveInfo:
     max_residual: float
 
 
-def _residual_mass(lam, p, d, rho, need_slope=True):
-    """``R(lam)`` (B,) and its right derivative ``R'(lam+)`` (B,); p, d = p - q, rho (B, V)."""
-    y = rho * lam.unsqueeze(1)
-    h = torch.minimum(p, y)
-    torch.maximum(h, d, out=h)
-    R = h.sum(dim=1)
-    if not need_slope:
-        return R, None
-    act = (y >= d).logical_and_(y < p)
-    Rp = (rho * act).sum(dim=1)
-    return R, Rp
+class _Workspace:
+    """Buffers reused by every evaluation of ``g`` (no (B, V) allocation inside the loop)."""
+
+    def __init__(self, p):
+        self.y = torch.empty_like(p)
+        self.h = torch.empty_like(p)
+        self.eq = torch.empty(p.shape, dtype=torch.bool, device=p.device)
+        self.zero = torch.zeros((), dtype=p.dtype, device=p.device)
+
+
+def _residual_mass(lam, p, d, rho, ws: _Workspace):
+    """``R(lam) = sum max(d, min(p, lam rho))`` (B,) and its slope ``sum rho [d <= lam rho <= p]`` (B,).
+
+    ``p``, ``d = p - q``, ``rho``: (B, V); ``lam``: (B,).  Five passes, no allocation of (B, V).
+    """
+    torch.mul(rho, lam.unsqueeze(1), out=ws.y)          # y = lam rho
+    torch.clamp(ws.y, min=d, max=p, out=ws.h)           # h = max(d, min(p, y)) since d <= p
+    R = ws.h.sum(dim=1)
+    torch.eq(ws.h, ws.y, out=ws.eq)                     # token active: d <= y <= p
+    torch.where(ws.eq, rho, ws.zero, out=ws.y)
+    return R, ws.y.sum(dim=1)
 
 
 def solve_reserve_newton(p_i: torch.Tensor, q_i: torch.Tensor, rho: torch.Tensor, gamma: float,
-                         *, max_iter: int = MAX_ITER) -> tuple[torch.Tensor, ReserveInfo]:
+                         *, init: torch.Tensor | None = None,
+                         max_iter: int = MAX_ITER) -> tuple[torch.Tensor, ReserveInfo]:
     """Smallest root of ``lambda = gamma (1 - s(lambda))`` by safeguarded Newton.
 
     Parameters
@@ -98,6 +109,11 @@ def solve_reserve_newton(p_i: torch.Tensor, q_i: torch.Tensor, rho: torch.Tensor
         Residual target, current draft and proxy (rows sum to 1).
     gamma : float in [0, 1]
         Reserve scale (``g`` is non-decreasing only for ``gamma <= 1``).
+    init : Tensor, shape (B,), optional
+        Starting point (e.g. the previous candidate's reserve; default 0).
+        Only the speed depends on it.
+    max_iter : int
+        Largest number of evaluations of ``g``.
 
     Returns
     -------
@@ -118,31 +134,30 @@ def solve_reserve_newton(p_i: torch.Tensor, q_i: torch.Tensor, rho: torch.Tensor
     if gamma == 0:
         return torch.zeros(B, dtype=dt, device=dev), ReserveInfo(0, 0.0)
     d = p_i - q_i
-    zero = torch.zeros(B, dtype=dt, device=dev)
-    R0, Rp0 = _residual_mass(zero, p_i, d, rho)
-    g = -gamma * R0                                  # g(0) <= 0
-    lo, hi = zero.clone(), torch.full((B,), gamma, dtype=dt, device=dev)
-    x = zero.clone()
-    done = g >= -tol                                 # root at 0 (p <= q everywhere)
-    slope = 1.0 - gamma * Rp0
-    its = 1
-    for its in range(2, max_iter + 1):
-        # next point: Newton from x, bisection when it leaves (lo, hi)
-        step_ok = slope > 0
-        xn = x - g / torch.where(step_ok, slope, torch.ones_like(slope))
-        inside = step_ok & (xn > lo) & (xn < hi)
-        xn = torch.where(inside, xn, 0.5 * (lo + hi))
-        x = torch.where(done, x, xn)
-        R, Rp = _residual_mass(x, p_i, d, rho)
-        g_new = x - gamma * R
-        g = torch.where(done, g, g_new)
-        slope = 1.0 - gamma * Rp
+    ws = _Workspace(p_i)
+    lo = torch.zeros(B, dtype=dt, device=dev)            # g(0) = -gamma TV <= 0
+    hi = torch.full((B,), gamma, dtype=dt, device=dev)   # g(gamma) = gamma (1 - R) >= 0
+    x = lo.clone() if init is None else init.to(dt).clamp(0.0, gamma)
+    done = torch.zeros(B, dtype=torch.bool, device=dev)
+    g = torch.zeros(B, dtype=dt, device=dev)
+    slope = torch.ones(B, dtype=dt, device=dev)
+    its = 0
+    while True:
+        its += 1
+        R, Rp = _residual_mass(x, p_i, d, rho, ws)
+        g = torch.where(done, g, x - gamma * R)
+        slope = torch.where(done, slope, 1.0 - gamma * Rp)
         below = g < 0
         lo = torch.where(below & ~done, x, lo)
         hi = torch.where(~below & ~done, x, hi)
         done = done | (g.abs() <= tol) | (hi - lo <= 4.0 * eps * gamma)
-        if bool(done.all()):
+        if its >= max_iter or bool(done.all()):
             break
+        # next point: Newton from x, bisection when the step leaves the bracket (lo, hi)
+        step_ok = slope > 0
+        xn = x - g / torch.where(step_ok, slope, torch.ones_like(slope))
+        inside = step_ok & (xn > lo) & (xn < hi)
+        x = torch.where(done, x, torch.where(inside, xn, 0.5 * (lo + hi)))
     if gamma == 1.0:
         # flat piece g == 0 (every token with rho > 0 active): the smallest root is its left end
         flat = slope <= flat_tol(dt)
@@ -150,7 +165,9 @@ def solve_reserve_newton(p_i: torch.Tensor, q_i: torch.Tensor, rho: torch.Tensor
             pos = rho > 0
             left = torch.where(pos, d / torch.where(pos, rho, torch.ones_like(rho)),
                                torch.zeros_like(rho)).amax(dim=1).clamp(min=0.0)
-            x = torch.where(flat & (left <= x), left, x)
+            R_left, _ = _residual_mass(left, p_i, d, rho, ws)
+            g_left = left - gamma * R_left
+            x = torch.where(flat & (left <= x) & (g_left.abs() <= tol), left, x)
     lam = x.clamp(0.0, gamma)
     return lam, ReserveInfo(its, float(g.abs().max()))
 
@@ -233,11 +250,13 @@ class ResiSpecTorch(TorchMassVerifier):
         self._init_backend(dtype, device)
         self.proxy_name = proxy if isinstance(proxy, str) else getattr(proxy, "__name__", "custom")
         self.proxy = get_proxy(proxy, **(proxy_options or {}))
+        self._builtin_proxy = isinstance(proxy, str)
         self.gamma = float(gamma)
         self.drafting = drafting
         self.solver = solver
         self._proxy_options = dict(proxy_options or {})
         self.last_reserve: ReserveInfo | None = None
+        self._warm = None  # previous candidate's reserve: Newton's starting point (speed only)
 
     def options(self):
         out = {"proxy": self.proxy_name, "gamma": self.gamma, "solver": self.solver}
@@ -247,15 +266,19 @@ class ResiSpecTorch(TorchMassVerifier):
 
     def reserve(self, i, k, p_i, q_i):
         """Proxy ``rho_i`` (B, V) and reserve ``lambda_i`` (B,) for 0-based step ``i``."""
-        rho = check_proxy_output(self.proxy(q_i, step=i, k=k, p_i=p_i), p_i, self.proxy_name)
+        rho = self.proxy(q_i, step=i, k=k, p_i=p_i)
+        if not self._builtin_proxy:  # built-ins return laws by construction
+            rho = check_proxy_output(rho, p_i, self.proxy_name)
         if self.solver == "sort" or self.gamma > 1.0:
             return rho, solve_reserve_sort(p_i, q_i, rho, self.gamma)
-        lam, self.last_reserve = solve_reserve_newton(p_i, q_i, rho, self.gamma)
+        warm = self._warm if (i > 0 and self._warm is not None and self._warm.shape[0] == p_i.shape[0]) else None
+        lam, self.last_reserve = solve_reserve_newton(p_i, q_i, rho, self.gamma, init=warm)
+        self._warm = lam
         return rho, lam
 
     def accepted_mass(self, i, k, p_i, q_i, *, q, rejected):
         if i == k - 1 or self.gamma == 0:
             return torch.minimum(p_i, q_i)
         rho, lam = self.reserve(i, k, p_i, q_i)
-        m = torch.sub(p_i, rho * lam.unsqueeze(1)).clamp_(min=0.0)
+        m = torch.addcmul(p_i, rho, lam.unsqueeze(1), value=-1.0).clamp_(min=0.0)   # (p_i - lam rho)_+
         return torch.minimum(m, q_i, out=m)

@@ -38,8 +38,10 @@ def inverse_cdf(law: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
     target = u2.to(torch.float64) * cdf[:, -1:]           # (B, n)
     out = torch.searchsorted(cdf, target.contiguous(), right=True)  # count of cdf <= target
     V = law.shape[1]
-    last = V - 1 - torch.argmax(torch.flip(law64 > 0, dims=[1]).to(torch.uint8), dim=1)
-    out = torch.minimum(out, last.unsqueeze(1))
+    over = out >= V                      # round-off pushed u * total past the last cdf value
+    if bool(over.any()):                 # fall back to the last token with positive mass
+        last = V - 1 - torch.argmax(torch.flip(law64 > 0, dims=[1]).to(torch.uint8), dim=1)
+        out = torch.minimum(out, last.unsqueeze(1))
     return out[:, 0] if squeeze else out
 
 
