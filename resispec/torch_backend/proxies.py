@@ -42,8 +42,7 @@ def tempered(tau: float = 2.0):
 def topk(top_k: int = 64):
     """Draft truncated to its ``top_k`` largest entries, renormalised.
 
-    Ties at the ``top_k``-th value may keep different tokens than numpy's
-    ``argpartition`` (both choices are exact verifiers).
+    Ties at the ``top_k``-th value are broken by lower token id, as in numpy.
     """
     _np_proxies.topk(top_k)
 
@@ -51,9 +50,12 @@ def topk(top_k: int = 64):
         V = q_i.shape[1]
         if top_k >= V:
             return q_i
-        vals, idx = torch.topk(q_i, top_k, dim=1)
-        out = torch.zeros_like(q_i).scatter_(1, idx, vals)
-        return _normalise(out, q_i)
+        kth = torch.topk(q_i, top_k, dim=1).values[:, -1:]
+        greater = q_i > kth
+        eq = q_i == kth
+        rank = torch.cumsum(eq.to(torch.int64), dim=1)   # 1-based rank among ties, token-id order
+        keep = greater | (eq & (rank <= top_k - greater.sum(dim=1, keepdim=True)))
+        return _normalise(torch.where(keep, q_i, torch.zeros_like(q_i)), q_i)
     proxy.__name__ = f"topk(top_k={top_k})"
     return proxy
 

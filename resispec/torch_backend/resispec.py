@@ -19,9 +19,10 @@ Two solvers:
     :data:`MAX_ITER` evaluations, each one pass over the (B, V) tensors;
     stops when every row has ``|g(lambda)| <= tol`` with
     ``tol = 64 eps (1 + gamma)`` (float64: 2.8e-14, float32: 1.5e-5) or a
-    bracket narrower than ``4 eps gamma``.  For ``gamma = 1`` a flat piece
-    ``g = 0`` (all proxy mass active) is snapped to its left end, the
-    smallest root, as the numpy solver returns.  Error bound: the returned
+    bracket narrower than ``4 eps gamma``.  For ``gamma = 1`` ``g`` may
+    vanish on a whole piece (all proxy mass active); one more evaluation at
+    that piece's left end (the last activation breakpoint) returns it when it
+    is a root -- the smallest root, as the numpy solver returns.  Error bound: the returned
     ``lambda`` solves the fixed-point equation to ``|g| <= tol``; with
     ``gamma < 1`` (``g' >= 1 - gamma``) that is ``|lambda - lambda*| <=
     tol / (1 - gamma)``.  On the families of ``simulators`` at
@@ -51,11 +52,6 @@ from .proxies import check_proxy_output, get_proxy
 #: Largest number of Newton/bisection evaluations per reserve.
 MAX_ITER = 64
 SOLVERS = ("newton", "sort")
-
-
-def flat_tol(dtype) -> float:
-    """Slope of ``g`` below which a Newton iterate is taken to sit on a flat piece (1e-9 in float64)."""
-    return max(1e-9, 1e3 * torch.finfo(dtype).eps)
 
 
 @dataclass(frozen=True)
@@ -159,15 +155,16 @@ def solve_reserve_newton(p_i: torch.Tensor, q_i: torch.Tensor, rho: torch.Tensor
         inside = step_ok & (xn > lo) & (xn < hi)
         x = torch.where(done, x, torch.where(inside, xn, 0.5 * (lo + hi)))
     if gamma == 1.0:
-        # flat piece g == 0 (every token with rho > 0 active): the smallest root is its left end
-        flat = slope <= flat_tol(dt)
-        if bool(flat.any()):
-            pos = rho > 0
-            left = torch.where(pos, d / torch.where(pos, rho, torch.ones_like(rho)),
-                               torch.zeros_like(rho)).amax(dim=1).clamp(min=0.0)
-            R_left, _ = _residual_mass(left, p_i, d, rho, ws)
-            g_left = left - gamma * R_left
-            x = torch.where(flat & (left <= x) & (g_left.abs() <= tol), left, x)
+        # g can vanish on a whole piece where every token with rho > 0 is active.  That piece
+        # starts at the last activation breakpoint left = max (p - q) / rho; before it g is
+        # strictly increasing, so if g(left) == 0 then left is the smallest root.
+        torch.div(d, rho, out=ws.y)
+        torch.where(rho > 0, ws.y, torch.full((), float("-inf"), dtype=dt, device=dev), out=ws.h)
+        left = ws.h.amax(dim=1).clamp(min=0.0)
+        R_left, _ = _residual_mass(left, p_i, d, rho, ws)
+        g_left = left - R_left
+        x = torch.where((left <= x) & (g_left.abs() <= tol), left, x)
+        its += 1
     lam = x.clamp(0.0, gamma)
     return lam, ReserveInfo(its, float(g.abs().max()))
 
