@@ -51,7 +51,7 @@ def _to_tensor(x, name, dtype, device):
     return torch.as_tensor(np.ascontiguousarray(arr, dtype=np.float64), device=device).to(dtype)
 
 
-def as_law_t(x, *, name: str, dtype=torch.float64, device="cpu") -> torch.Tensor:
+def as_law_t(x, *, name: str, dtype=torch.float64, device="cpu", structure_only: bool = False) -> torch.Tensor:
     """Validate one batch of laws; return a (B, V) contiguous float32/float64 tensor."""
     t = _to_tensor(x, name, dtype, device)
     if not t.is_floating_point():
@@ -66,6 +66,11 @@ def as_law_t(x, *, name: str, dtype=torch.float64, device="cpu") -> torch.Tensor
         raise ValueError(f"{name} must have shape (V,) or (B, V), got shape {tuple(t.shape)}")
     if t.shape[0] < 1 or t.shape[1] < 1:
         raise ValueError(f"{name} must have at least one row and one token, got shape {tuple(t.shape)}")
+    return t if structure_only else check_values(t, name)
+
+
+def check_values(t: torch.Tensor, name: str) -> torch.Tensor:
+    """Finite, non-negative rows summing to 1 (dtype tolerance); half precision up-cast."""
     # two passes: a finite sum of entries >= 0 means every entry is finite
     sums = t.sum(dim=1, dtype=torch.float64)
     if not bool(torch.isfinite(sums).all()) or not bool(torch.isfinite(t).all()):
@@ -106,8 +111,12 @@ def as_laws_t(p, q, *, dtype=torch.float64, device="cpu") -> tuple[torch.Tensor,
         t = p if isinstance(p, torch.Tensor) else q
         dtype, device = (t.dtype if t.dtype in NATIVE else torch.float32), t.device
     squeeze = _ndim(p) == 1 and _ndim(q) == 1
-    p2 = as_law_t(p, name="p", dtype=dtype, device=device)
-    q2 = as_law_t(q, name="q", dtype=dtype, device=device)
+    p2 = as_law_t(p, name="p", dtype=dtype, device=device, structure_only=True)
+    q2 = as_law_t(q, name="q", dtype=dtype, device=device, structure_only=True)
+    if p2.shape != q2.shape and not (p2.shape[1] == q2.shape[1] and 1 in (p2.shape[0], q2.shape[0])):
+        raise ValueError(f"p has shape {tuple(p2.shape)} but q has shape {tuple(q2.shape)}; target and draft "
+                         "must both be (V,) or (B, V) over the same vocabulary")
+    p2, q2 = check_values(p2, "p"), check_values(q2, "q")
     if p2.dtype != q2.dtype:  # one numpy input converted, the other a tensor
         q2 = q2.to(p2.dtype)
     if p2.shape != q2.shape:
