@@ -206,15 +206,17 @@ def law_from_chain(a: torch.Tensor, r: torch.Tensor, c: torch.Tensor) -> torch.T
     return law
 
 
-def reject_update(p_i: torch.Tensor, m: torch.Tensor) -> torch.Tensor:
+def reject_update(p_i: torch.Tensor, m: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
     """Residual after a rejection ``(p_i - m)_+ / sum``; ``p_i`` unchanged if that mass is ~0.
 
-    Leviathan et al. 2023 (arXiv 2211.17192).  ``p_i``, ``m``: (B, V).
+    Leviathan et al. 2023 (arXiv 2211.17192).  ``p_i``, ``m``: (B, V);
+    ``out`` (B, V), optional: buffer for the result (not ``p_i``; may be ``m``).
     """
-    resid = torch.sub(p_i, m).clamp_(min=0.0)
+    resid = torch.sub(p_i, m, out=out).clamp_(min=0.0)
     z = resid.sum(dim=1, keepdim=True)
     ok = z > residual_eps(p_i.dtype)
-    return torch.where(ok, resid.div_(torch.where(ok, z, torch.ones_like(z))), p_i)
+    resid.div_(torch.where(ok, z, torch.ones_like(z)))
+    return torch.where(ok, resid, p_i, out=resid)
 
 
 def accept_prob(m: torch.Tensor, q_i: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
@@ -234,8 +236,11 @@ class TorchMassVerifier(TorchVerifier):
 
     @abstractmethod
     def accepted_mass(self, i: int, k: int, p_i: torch.Tensor, q_i: torch.Tensor, *, q: torch.Tensor,
-                      rejected: torch.Tensor) -> torch.Tensor:
-        """Accepted mass ``m_i`` (B, V), ``0 <= m_i <= min(p_i, q_i)``; never reads ``x_i`` or later."""
+                      rejected: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
+        """Accepted mass ``m_i`` (B, V), ``0 <= m_i <= min(p_i, q_i)``; never reads ``x_i`` or later.
+
+        ``out``: optional (B, V) buffer to write ``m_i`` into (it never aliases ``p_i`` or ``q_i``).
+        """
 
     def masses(self, p, q, candidates):
         """Per-step ``m`` (B, k, V), residuals ``p_steps`` (B, k + 1, V) and drafts ``q_steps`` (B, k, V)."""
@@ -247,15 +252,20 @@ class TorchMassVerifier(TorchVerifier):
     def _walk(self, p, q, c, ms=None, ps=None, qs=None):
         B, k = c.shape
         a = torch.empty((B, k), dtype=p.dtype, device=p.device)
+        keep = ms is not None
+        # Two (B, V) buffers, reused: on CPU a fresh (B, V) allocation costs ~5x the pass itself
+        # (page faults).  Step i writes m_i, then p_{i+1} over it, into bufs[i % 2], which never
+        # holds p_i.
+        bufs = (None, None) if keep else (torch.empty_like(p), torch.empty_like(p))
         p_i, q_i = p, q
         for i in range(k):  # loop over the k candidates only
             x = c[:, i]
-            m = self.accepted_mass(i, k, p_i, q_i, q=q, rejected=c[:, :i])
+            buf = bufs[i % 2]
+            m = self.accepted_mass(i, k, p_i, q_i, q=q, rejected=c[:, :i], out=buf)
             a[:, i] = accept_prob(m, q_i, x)
-            if ms is not None:
+            if keep:
                 ms.append(m), ps.append(p_i), qs.append(q_i)
-            p_i = reject_update(p_i, m)
-            del m
+            p_i = reject_update(p_i, m, out=buf)
             if self.drafting == "without_replacement" and i + 1 < k:
                 q_i = q_i.scatter(1, x.unsqueeze(1), 0.0)
                 q_i = q_i / q_i.sum(dim=1, keepdim=True)

@@ -27,8 +27,10 @@ class SingleDraftTorch(_Plain):
 
     drafting = "iid"
 
-    def accepted_mass(self, i, k, p_i, q_i, *, q, rejected):
-        return torch.minimum(p_i, q_i) if i == 0 else torch.zeros_like(p_i)
+    def accepted_mass(self, i, k, p_i, q_i, *, q, rejected, out=None):
+        if i == 0:
+            return torch.minimum(p_i, q_i, out=out)
+        return torch.zeros_like(p_i) if out is None else out.zero_()
 
 
 @register("rrs", backend="torch")
@@ -40,8 +42,8 @@ class RecursiveRejectionTorch(_Plain):
 
     drafting = "iid"
 
-    def accepted_mass(self, i, k, p_i, q_i, *, q, rejected):
-        return torch.minimum(p_i, q_i)
+    def accepted_mass(self, i, k, p_i, q_i, *, q, rejected, out=None):
+        return torch.minimum(p_i, q_i, out=out)
 
 
 @register("rrs_wor", backend="torch")
@@ -53,8 +55,8 @@ class RecursiveRejectionWORTorch(_Plain):
 
     drafting = "without_replacement"
 
-    def accepted_mass(self, i, k, p_i, q_i, *, q, rejected):
-        return torch.minimum(p_i, q_i)
+    def accepted_mass(self, i, k, p_i, q_i, *, q, rejected, out=None):
+        return torch.minimum(p_i, q_i, out=out)
 
 
 @register("target_only", backend="torch")

@@ -22,8 +22,11 @@ def kseq_rho(p: torch.Tensor, q: torch.Tensor, k: int) -> tuple[torch.Tensor, to
     ``(1 - (1 - beta)^k) / beta <= rho``, ``beta(rho) = sum min(q, p / rho)``.
     """
 
+    buf = torch.empty_like(p)          # reused: no (B, V) allocation per bisection step
+
     def L(rho):
-        beta = torch.minimum(q, p / rho.unsqueeze(1)).sum(dim=1)
+        torch.div(p, rho.unsqueeze(1), out=buf)
+        beta = torch.minimum(buf, q, out=buf).sum(dim=1)
         pos = beta > 0
         safe = torch.where(pos, beta, torch.ones_like(beta))
         val = torch.where(pos, (1.0 - (1.0 - beta) ** k) / safe, torch.full_like(beta, float(k)))

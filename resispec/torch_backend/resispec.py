@@ -76,6 +76,7 @@ class _Workspace:
 
     def __init__(self, p):
         self.y = torch.empty_like(p)
+        self.d = torch.empty_like(p)
         self.h = torch.empty_like(p)
         self.eq = torch.empty(p.shape, dtype=torch.bool, device=p.device)
         self.zero = torch.zeros((), dtype=p.dtype, device=p.device)
@@ -95,8 +96,8 @@ def _residual_mass(lam, p, d, rho, ws: _Workspace):
 
 
 def solve_reserve_newton(p_i: torch.Tensor, q_i: torch.Tensor, rho: torch.Tensor, gamma: float,
-                         *, init: torch.Tensor | None = None,
-                         max_iter: int = MAX_ITER) -> tuple[torch.Tensor, ReserveInfo]:
+                         *, init: torch.Tensor | None = None, max_iter: int = MAX_ITER,
+                         workspace: "_Workspace | None" = None) -> tuple[torch.Tensor, ReserveInfo]:
     """Smallest root of ``lambda = gamma (1 - s(lambda))`` by safeguarded Newton.
 
     Parameters
@@ -129,8 +130,8 @@ def solve_reserve_newton(p_i: torch.Tensor, q_i: torch.Tensor, rho: torch.Tensor
     tol = 64.0 * eps * (1.0 + gamma)
     if gamma == 0:
         return torch.zeros(B, dtype=dt, device=dev), ReserveInfo(0, 0.0)
-    d = p_i - q_i
-    ws = _Workspace(p_i)
+    ws = _Workspace(p_i) if workspace is None else workspace
+    d = torch.sub(p_i, q_i, out=ws.d)
     lo = torch.zeros(B, dtype=dt, device=dev)            # g(0) = -gamma TV <= 0
     hi = torch.full((B,), gamma, dtype=dt, device=dev)   # g(gamma) = gamma (1 - R) >= 0
     x = lo.clone() if init is None else init.to(dt).clamp(0.0, gamma)
@@ -254,6 +255,7 @@ class ResiSpecTorch(TorchMassVerifier):
         self._proxy_options = dict(proxy_options or {})
         self.last_reserve: ReserveInfo | None = None
         self._warm = None  # previous candidate's reserve: Newton's starting point (speed only)
+        self._ws = None
 
     def options(self):
         out = {"proxy": self.proxy_name, "gamma": self.gamma, "solver": self.solver}
@@ -269,13 +271,21 @@ class ResiSpecTorch(TorchMassVerifier):
         if self.solver == "sort" or self.gamma > 1.0:
             return rho, solve_reserve_sort(p_i, q_i, rho, self.gamma)
         warm = self._warm if (i > 0 and self._warm is not None and self._warm.shape[0] == p_i.shape[0]) else None
-        lam, self.last_reserve = solve_reserve_newton(p_i, q_i, rho, self.gamma, init=warm)
+        lam, self.last_reserve = solve_reserve_newton(p_i, q_i, rho, self.gamma, init=warm,
+                                                      workspace=getattr(self, "_ws", None))
         self._warm = lam
         return rho, lam
 
-    def accepted_mass(self, i, k, p_i, q_i, *, q, rejected):
+    def accepted_mass(self, i, k, p_i, q_i, *, q, rejected, out=None):
         if i == k - 1 or self.gamma == 0:
-            return torch.minimum(p_i, q_i)
+            return torch.minimum(p_i, q_i, out=out)
         rho, lam = self.reserve(i, k, p_i, q_i)
-        m = torch.addcmul(p_i, rho, lam.unsqueeze(1), value=-1.0).clamp_(min=0.0)   # (p_i - lam rho)_+
+        m = torch.addcmul(p_i, rho, lam.unsqueeze(1), value=-1.0, out=out).clamp_(min=0.0)   # (p_i - lam rho)_+
         return torch.minimum(m, q_i, out=m)
+
+    def _walk(self, p, q, c, ms=None, ps=None, qs=None):
+        self._ws = _Workspace(p)          # Newton buffers shared by the k - 1 reserve solves
+        try:
+            return super()._walk(p, q, c, ms, ps, qs)
+        finally:
+            self._ws = None
