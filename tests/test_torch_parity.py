@@ -112,3 +112,21 @@ def test_draw_candidates_same_uniforms_same_draws(drafting):
     assert c.dtype == torch.int64 and c.shape == (20, 4)
     if drafting == "without_replacement":
         assert all(len(set(row)) == 4 for row in c.tolist())
+
+
+@pytest.mark.parametrize("cfg", [c for c in CONFIGS if c[0] != "rrs_wor"], ids=config_id)
+def test_decisions_match_numpy_seeded_sweep(cfg):
+    """Many rows with ties, zeros and exact-threshold uniforms (0.25, 0.5, ...): only near-ties differ."""
+    rng = np.random.default_rng(5)
+    for _ in range(8):
+        V, B, k = int(rng.integers(2, 8)), 50, int(rng.integers(1, 5))
+        P = rng.integers(0, 4, (B, V)).astype(float)
+        P[:, 0] += 1
+        Q = rng.integers(0, 4, (B, V)).astype(float)
+        Q[:, 1] += 1
+        P /= P.sum(1, keepdims=True)
+        Q /= Q.sum(1, keepdims=True)
+        C = resispec.draw_candidates(Q, k, "iid", rng)
+        special = rng.choice([0.0, 0.25, 0.5, 0.75, 1 / 3, 2 / 3], (B, k + 1))
+        U = np.where(rng.random((B, k + 1)) < 0.5, special, rng.random((B, k + 1)))
+        _check_parity(*cfg, P, Q, C, U)

@@ -20,9 +20,11 @@ Two solvers:
     stops when every row has ``|g(lambda)| <= tol`` with
     ``tol = 64 eps (1 + gamma)`` (float64: 2.8e-14, float32: 1.5e-5) or a
     bracket narrower than ``4 eps gamma``.  For ``gamma = 1`` ``g`` may
-    vanish on a whole piece (all proxy mass active); one more evaluation at
-    that piece's left end (the last activation breakpoint) returns it when it
-    is a root -- the smallest root, as the numpy solver returns.  Error bound: the returned
+    vanish on a whole piece (all proxy mass active); when the iterate may sit
+    on such a piece (zero slope, or not reached by a Newton step from the
+    left) one more evaluation at the piece's left end (the last activation
+    breakpoint) returns it when it is a root -- the smallest root, as the
+    numpy solver returns.  Error bound: the returned
     ``lambda`` solves the fixed-point equation to ``|g| <= tol``; with
     ``gamma < 1`` (``g' >= 1 - gamma``) that is ``|lambda - lambda*| <=
     tol / (1 - gamma)``.  On the families of ``simulators`` at
@@ -138,6 +140,9 @@ def solve_reserve_newton(p_i: torch.Tensor, q_i: torch.Tensor, rho: torch.Tensor
     done = torch.zeros(B, dtype=torch.bool, device=dev)
     g = torch.zeros(B, dtype=dt, device=dev)
     slope = torch.ones(B, dtype=dt, device=dev)
+    # "unsure": x was not reached by a Newton step from the left, so it might sit exactly on the
+    # right end of a flat piece (where the slope test below cannot see the flatness)
+    unsure = torch.full((B,), init is not None, dtype=torch.bool, device=dev)
     its = 0
     while True:
         its += 1
@@ -154,8 +159,10 @@ def solve_reserve_newton(p_i: torch.Tensor, q_i: torch.Tensor, rho: torch.Tensor
         step_ok = slope > 0
         xn = x - g / torch.where(step_ok, slope, torch.ones_like(slope))
         inside = step_ok & (xn > lo) & (xn < hi)
+        unsure = torch.where(done, unsure, ~(inside & (g < 0)))
         x = torch.where(done, x, torch.where(inside, xn, 0.5 * (lo + hi)))
-    if gamma == 1.0:
+    check = (slope <= 1e3 * eps) | unsure         # possibly on a flat piece
+    if gamma == 1.0 and bool(check.any()):
         # g can vanish on a whole piece where every token with rho > 0 is active.  That piece
         # starts at the last activation breakpoint left = max (p - q) / rho; before it g is
         # strictly increasing, so if g(left) == 0 then left is the smallest root.
@@ -164,7 +171,7 @@ def solve_reserve_newton(p_i: torch.Tensor, q_i: torch.Tensor, rho: torch.Tensor
         left = ws.h.amax(dim=1).clamp(min=0.0)
         R_left, _ = _residual_mass(left, p_i, d, rho, ws)
         g_left = left - R_left
-        x = torch.where((left <= x) & (g_left.abs() <= tol), left, x)
+        x = torch.where(check & (left <= x) & (g_left.abs() <= tol), left, x)
         its += 1
     lam = x.clamp(0.0, gamma)
     return lam, ReserveInfo(its, float(g.abs().max()))
