@@ -136,7 +136,12 @@ def solve_reserve_newton(p_i: torch.Tensor, q_i: torch.Tensor, rho: torch.Tensor
     d = torch.sub(p_i, q_i, out=ws.d)
     lo = torch.zeros(B, dtype=dt, device=dev)            # g(0) = -gamma TV <= 0
     hi = torch.full((B,), gamma, dtype=dt, device=dev)   # g(gamma) = gamma (1 - R) >= 0
-    x = lo.clone() if init is None else init.to(dt).clamp(0.0, gamma)
+    if init is None:
+        # lambda* = gamma R(lambda*) >= gamma R(0) = gamma TV(p_i, q_i): start at that lower bound
+        x = gamma * torch.clamp(d, min=0.0, out=ws.h).sum(dim=1)
+        lo = x.clone()
+    else:
+        x = init.to(dt).clamp(0.0, gamma)
     done = torch.zeros(B, dtype=torch.bool, device=dev)
     g = torch.zeros(B, dtype=dt, device=dev)
     slope = torch.ones(B, dtype=dt, device=dev)
@@ -169,10 +174,12 @@ def solve_reserve_newton(p_i: torch.Tensor, q_i: torch.Tensor, rho: torch.Tensor
         torch.div(d, rho, out=ws.y)
         torch.where(rho > 0, ws.y, torch.full((), float("-inf"), dtype=dt, device=dev), out=ws.h)
         left = ws.h.amax(dim=1).clamp(min=0.0)
-        R_left, _ = _residual_mass(left, p_i, d, rho, ws)
-        g_left = left - R_left
-        x = torch.where(check & (left <= x) & (g_left.abs() <= tol), left, x)
-        its += 1
+        check = check & (left <= x)                 # a flat piece ending at x starts at left <= x
+        if bool(check.any()):
+            R_left, _ = _residual_mass(left, p_i, d, rho, ws)
+            g_left = left - R_left
+            x = torch.where(check & (g_left.abs() <= tol), left, x)
+            its += 1
     lam = x.clamp(0.0, gamma)
     return lam, ReserveInfo(its, float(g.abs().max()))
 
