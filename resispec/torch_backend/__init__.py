@@ -30,9 +30,10 @@ from __future__ import annotations
 import torch  # noqa: F401  (ImportError here tells the registry torch is missing)
 
 from . import baselines, kseq, resispec  # noqa: F401  (register the torch verifiers)
+from .numpy_facade import NumpyFacade
 from .base import TorchChain, TorchMassVerifier, TorchVerifier, TorchVerifyResult, decide, law_from_chain
 from .resispec import ReserveInfo, solve_reserve_newton, solve_reserve_sort
 from .sampling import draw_candidates, inverse_cdf
 
-__all__ = ["ReserveInfo", "TorchChain", "TorchMassVerifier", "TorchVerifier", "TorchVerifyResult", "decide",
+__all__ = ["NumpyFacade", "ReserveInfo", "TorchChain", "TorchMassVerifier", "TorchVerifier", "TorchVerifyResult", "decide",
            "draw_candidates", "inverse_cdf", "law_from_chain", "solve_reserve_newton", "solve_reserve_sort"]

@@ -74,7 +74,7 @@ def coverage():
     """``norm(1 - (1 - q_i)^j)``, ``j = k - 1 - step`` candidates to come."""
     def proxy(q_i, *, step, k, p_i):
         j = max(1, k - 1 - step)
-        return _normalise(-torch.expm1(j * torch.log1p(-torch.clamp(q_i, max=1.0 - 1e-300))), q_i)
+        return _normalise(-torch.expm1(j * torch.log1p(-torch.clamp(q_i, max=1.0))), q_i)
     proxy.__name__ = "coverage"
     return proxy
 
