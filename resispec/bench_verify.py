@@ -147,7 +147,7 @@ def bench_verify(*, B: int = 256, V: int = 151_936, ks=DEFAULT_K, verifiers=DEFA
         Torch working dtype; ``auto`` = float64 on CPU, float32 elsewhere.
         The numpy backend is always float64.
     repeats : int
-        Timed calls per cell (median), after one untimed warm-up call.
+        Timed calls per cell (median); on accelerators after one untimed warm-up call.
     numpy_B, numpy_repeats : int, optional
         Sub-batch and repeats for the (slow) numpy reference; default ``B``
         and ``repeats``.
@@ -233,7 +233,8 @@ def bench_verify(*, B: int = 256, V: int = 151_936, ks=DEFAULT_K, verifiers=DEFA
             gen = torch.Generator(device=dev).manual_seed(seed)
             n = B
             fn = lambda v=v, C=C, gen=gen: v.verify(P, Q, C, gen)  # noqa: E731
-            sec, out = _time(fn, repeats, sync=sync, warmup=1)
+            # warm-up call on accelerators only (kernel/compile caches); on CPU every call is alike
+            sec, out = _time(fn, repeats, sync=sync, warmup=0 if dev.type == "cpu" else 1)
             acc = float((out.accepted >= 0).double().mean())
             info = getattr(v, "last_reserve", None)
             its = None if info is None else info.iterations

@@ -31,7 +31,7 @@ def add_arguments(parser):
     parser.add_argument("--V", type=int, default=151_936, help="vocabulary size (default: %(default)s)")
     parser.add_argument("--k", type=_ints, default=[2, 4, 8], help="comma-separated candidate counts (default: 2,4,8)")
     parser.add_argument("--repeats", type=int, default=1,
-                        help="timed calls per cell after one warm-up (median; default %(default)s on this CPU)")
+                        help="timed calls per cell (median; GPU: after one warm-up; default %(default)s)")
     parser.add_argument("--verifiers", type=_strs, default=["rrs", "kseq", "resispec"],
                         help="comma-separated verifiers (default: rrs,kseq,resispec)")
     parser.add_argument("--backends", type=_strs, default=["numpy", "torch"], help="numpy,torch (default: both)")
