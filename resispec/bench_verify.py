@@ -191,7 +191,9 @@ def bench_verify(*, B: int = 256, V: int = 151_936, ks=DEFAULT_K, verifiers=DEFA
 
     config = {"B": B, "V": V, "ks": ks, "verifiers": verifiers, "backends": list(backends), "family": family,
               "temperature": temperature, "seed": seed, "repeats": repeats, "numpy_B": numpy_B,
-              "numpy_repeats": numpy_repeats}
+              "numpy_repeats": numpy_repeats,
+              "load_average_1min": os.getloadavg()[0] if hasattr(os, "getloadavg") else None,
+              "cpu_count": os.cpu_count()}
     torch_side = None
     if "torch" in backends:
         import torch
@@ -260,7 +262,9 @@ def write_reports(result: BenchResult, path: str, *, command: str | None = None)
     lines += [f"B = {c['B']} nodes (numpy: {c['numpy_B']}), V = {c['V']:,}, family `{c['family']}` "
               f"T = {c['temperature']}, repeats = {c['repeats']} (numpy: {c['numpy_repeats']}), median wall time.",
               f"torch: {c.get('torch', '-')}, device {c.get('device', '-')}, dtype {c.get('dtype', '-')}, "
-              f"threads {c.get('threads', '-')}" + (f", GPU {c['gpu']}" if c.get("gpu") else ""), "",
+              f"threads {c.get('threads', '-')}" + (f", GPU {c['gpu']}" if c.get("gpu") else "")
+              + (f"; {c['cpu_count']} CPUs, 1-min load average {c['load_average_1min']:.1f} at start"
+                 if c.get("load_average_1min") is not None else ""), "",
               result.table(), "",
               "`cost / rrs`: time per node relative to `rrs` in the same backend and k "
               "(ResiSpec target: at most 2).", ""]
