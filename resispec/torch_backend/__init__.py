@@ -23,6 +23,15 @@ differently.  The parity tests assert identical decisions on every row that
 is not such a near-tie.  Both backends are exact either way.
 
 Randomness comes from a ``torch.Generator`` on the laws' device.
+
+Modules: :mod:`._validation` (input rules: devices, dtypes and half-precision
+up-casting, contiguity, shapes), :mod:`.sampling` (inverse CDF,
+``draw_candidates``), :mod:`.base` (engine, ``decide``), :mod:`.baselines`,
+:mod:`.kseq`, :mod:`.resispec` (reserve solvers and their error bound),
+:mod:`.proxies`, :mod:`.numpy_facade` (``NumpyFacade``: a numpy-facing view
+for harnesses such as ``exactness.certify_verifier``).  Throughput:
+``resispec bench-verify`` (:mod:`resispec.bench_verify`) and
+``benchmarks/device_verify.sh`` on a GPU.
 """
 
 from __future__ import annotations

@@ -21,7 +21,7 @@ import numpy as np
 import torch
 
 from ..verifiers.base import Chain as NumpyChain
-from ._validation import (as_candidates_t, as_laws_t, as_uniforms_t, check_generator, check_k,
+from ._validation import (as_candidates_t, as_laws_t, as_uniforms_t, check_generator,
                           residual_eps)
 from .sampling import inverse_cdf
 
