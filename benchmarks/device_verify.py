@@ -58,7 +58,7 @@ def main(argv=None) -> int:
     rng = np.random.default_rng(0)
     p = rng.dirichlet(np.ones(6))
     q = rng.dirichlet(np.ones(6))
-    lines += ["## exact law by enumeration (CUDA float32, V = 6, k = 3)", "", "| verifier | max abs(law - p) |",
+    lines += [f"## exact law by enumeration ({dev} float32, V = 6, k = 3)", "", "| verifier | max abs(law - p) |",
               "|---|---|"]
     for name in resispec.available_verifiers("torch"):
         v = resispec.get_verifier(name, backend="torch", dtype=torch.float32, device=dev)
@@ -72,7 +72,7 @@ def main(argv=None) -> int:
     P, Q = get_family("softmax_noise").sample(rng, n=256, V=32000)
     C = resispec.draw_candidates(Q, 4, "iid", rng)
     U = rng.random((256, 5))
-    lines += ["", "## decisions vs numpy float64 (CUDA float32, B = 256, V = 32000, k = 4)", "",
+    lines += ["", f"## decisions vs numpy float64 ({dev} float32, B = 256, V = 32000, k = 4)", "",
               "| verifier | rows differing | of which not near-ties (1e-5) |", "|---|---|---|"]
     for name in ["sps", "rrs", "kseq", "target_only", "resispec"]:
         vn = resispec.get_verifier(name)
@@ -103,7 +103,7 @@ def main(argv=None) -> int:
     res = subprocess.run(cmd, capture_output=True, text=True)
     print(res.stdout, res.stderr, sep="\n")
     ok &= res.returncode == 0
-    lines += ["", "## bench-verify (CUDA float32)", "", "    " + " ".join(cmd[1:]), "", res.stdout,
+    lines += ["", f"## bench-verify ({dev} float32)", "", "    " + " ".join(cmd[1:]), "", res.stdout,
               f"({time.time() - t0:.0f} s)", "", f"**all checks {'passed' if ok else 'FAILED'}**"]
     with open(os.path.join(args.out, "device_verify.md"), "w") as fh:
         fh.write("\n".join(lines) + "\n")
