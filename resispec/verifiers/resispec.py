@@ -158,3 +158,17 @@ class ResiSpec(MassVerifier):
             return np.minimum(p_i, q_i)
         rho, lam = self.reserve(i, k, p_i, q_i)
         return np.minimum(q_i, np.maximum(p_i - lam[:, None] * rho, 0.0))
+
+
+@register("resispec_lookahead")
+class ResiSpecLookahead(ResiSpec):
+    """ResiSpec with ``reserve="lookahead"`` under its own registry name (iid drafts).
+
+    The same as ``get_verifier("resispec", reserve="lookahead")``; registered
+    so that tools that take verifier *names* (``bench-accept``, ``bench``,
+    ``certify``) can list it next to the myopic default.
+    """
+
+    def __init__(self, proxy="draft", gamma: float = 1.0, proxy_options: dict | None = None,
+                 drafting: str = "iid", reserve: str = "lookahead"):
+        super().__init__(proxy=proxy, gamma=gamma, proxy_options=proxy_options, drafting=drafting, reserve=reserve)
