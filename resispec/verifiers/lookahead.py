@@ -137,4 +137,9 @@ def lookahead_reserve(p_i: np.ndarray, q: np.ndarray, k_left: int) -> np.ndarray
     """Reserve ``Lambda`` (B,) of the current candidate with ``k_left`` candidates left (itself included)."""
     if k_left <= 1:
         return np.zeros(p_i.shape[0])
+    if p_i.shape[0] > 1:                       # identical nodes share one schedule
+        uniq, first, inverse = np.unique(np.concatenate([p_i, q], axis=1), axis=0, return_index=True,
+                                         return_inverse=True)
+        if uniq.shape[0] < p_i.shape[0]:
+            return lookahead_schedule(p_i[first], q[first], k_left)[:, 1][inverse.reshape(-1)]
     return lookahead_schedule(p_i, q, k_left)[:, 1]
