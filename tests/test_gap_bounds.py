@@ -35,7 +35,7 @@ def test_alpha_star_wor_agrees_with_coupling_lp():
 
 def test_optimal_acceptance_wor_past_enumeration():
     rng = np.random.default_rng(1)
-    V = 60
+    V = 30
     p, q = rng.dirichlet(np.ones(V)), rng.dirichlet(np.ones(V))
     a = resispec.optimal_acceptance(p, q, 2, "without_replacement")
     r = alpha_star_wor(p, q, 2)
