@@ -289,7 +289,8 @@ class ResiSpecWOR(Verifier):
             a[:, i] = np.clip(np.where(qx > 0, m[rows, x] / np.where(qx > 0, qx, 1.0), 0.0), 0.0, 1.0)
             nxt = reject_update(p_i, m)
             for j, o in enumerate(opts):
-                sel = pick == j
+                # a candidate accepted surely (w(x_i) = 0) never reaches the residual: keep the plain one
+                sel = (pick == j) & (o.w[rows, x] > 0)
                 if np.any(sel):
                     nxt[sel] = o.residual(x)[sel]
             p_i = nxt
