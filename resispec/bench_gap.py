@@ -446,6 +446,7 @@ def _write_atomic(path: str, text: str) -> None:
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as fh:
             fh.write(text)
+        os.chmod(tmp, 0o644)                 # mkstemp creates 0600
         os.replace(tmp, path)
     except BaseException:
         try:
