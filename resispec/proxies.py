@@ -86,7 +86,9 @@ def coverage() -> Proxy:
 
     def proxy(q_i, *, step, k, p_i):
         j = max(1, k - 1 - step)
-        return _normalise(-np.expm1(j * np.log1p(-np.minimum(q_i, 1.0 - 1e-300))), q_i)
+        with np.errstate(divide="ignore"):  # q = 1 gives log1p(-1) = -inf, coverage 1 (correct)
+            cov = -np.expm1(j * np.log1p(-np.minimum(q_i, 1.0)))
+        return _normalise(cov, q_i)
 
     proxy.__name__ = "coverage"
     return proxy
