@@ -133,3 +133,30 @@ register_family(PairFamily("zipf", "Zipf-ranked logits -exponent*log(rank) in ra
                            _zipf, {"exponent": 1.1, "noise": 0.5}))
 register_family(PairFamily("shifted", "draft over-weights a random fraction of tokens by +shift logits",
                            _shifted, {"scale": 3.0, "shift": 1.5, "fraction": 0.1}))
+
+
+# --------------------------------------------------------------------------
+# More synthetic families (additive): Dirichlet pairs and temperature mismatch.
+# --------------------------------------------------------------------------
+
+def _dirichlet(rng, n, V, T, concentration=0.1, mix=0.3):
+    """p ~ Dir(concentration); q = (1 - mix) p + mix * Dir(concentration), both tempered."""
+    a = np.full(V, float(concentration))
+    base = rng.dirichlet(a, size=n)
+    other = rng.dirichlet(a, size=n)
+    p = base
+    q = (1.0 - mix) * base + mix * other
+    tiny = 1e-300
+    return _pair(np.log(np.maximum(p, tiny)), np.log(np.maximum(q, tiny)), T)
+
+
+def _temp_mismatch(rng, n, V, T, scale=3.0, ratio=0.7):
+    """Same logits, the draft at temperature ``ratio * T`` (over-confident when ratio < 1)."""
+    z = scale * rng.standard_normal((n, V))
+    return softmax(z / T, axis=1), softmax(z / (ratio * T), axis=1)
+
+
+register_family(PairFamily("dirichlet", "p ~ Dirichlet(concentration); q mixes p with an independent Dirichlet draw "
+                           "(weight mix); both tempered by T", _dirichlet, {"concentration": 0.1, "mix": 0.3}))
+register_family(PairFamily("temp_mismatch", "same logits z ~ scale*N(0,1); p = softmax(z/T), q = softmax(z/(ratio*T))",
+                           _temp_mismatch, {"scale": 3.0, "ratio": 0.7}))

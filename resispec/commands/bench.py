@@ -1,0 +1,83 @@
+"""Block efficiency (tokens per target call) of every verifier on token trees x
+temperatures x pair families, with each verifier's ratio to the best baseline;
+writes reports/bench.md and reports/bench.json.
+
+Shapes are branching factors per depth ("4,2,2,1"); prefix "wor:" for
+without-replacement drafting ("wor:8,4").
+
+Example:
+  resispec bench                                  # full default run (~3 min on 2 cores)
+  resispec bench --families zipf --temperatures 1.0 --shapes 4,2,2,1 wor:8,4
+"""
+
+from __future__ import annotations
+
+import shlex
+import sys
+import time
+
+NAME = "bench"
+HELP = "block efficiency of every verifier on tree shapes x temperatures x families"
+
+
+def add_arguments(parser):
+    from simulators.bench import DEFAULT_FAMILIES, DEFAULT_SHAPES, DEFAULT_TEMPERATURES
+
+    parser.add_argument("--families", nargs="+", default=list(DEFAULT_FAMILIES), help="pair families")
+    parser.add_argument("--temperatures", nargs="+", type=float, default=list(DEFAULT_TEMPERATURES))
+    parser.add_argument("--shapes", nargs="+", default=list(DEFAULT_SHAPES),
+                        help="tree shapes, e.g. 4,2,2,1 or wor:8,4 (without replacement)")
+    parser.add_argument("--V", type=int, default=1000, help="vocabulary size of synthetic families (default 1000)")
+    parser.add_argument("--n", type=int, default=32, help="(p, q) pairs per family and temperature (default 32)")
+    parser.add_argument("--n-samples", type=int, default=128,
+                        help="candidate tuples per pair for without-replacement Monte Carlo (default 128)")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--out", default="reports", help="output folder (default reports/)")
+    parser.add_argument("--stem", default="bench", help="file name stem (default bench)")
+    parser.add_argument("--no-progress", action="store_true", help="hide the progress bar")
+    parser.add_argument("--from-json", default=None, metavar="PATH",
+                        help="re-render the markdown report from a previous bench JSON (no recomputation)")
+
+
+def run(args) -> int:
+    from pathlib import Path
+
+    from simulators._io import write_json, write_text
+    from simulators.bench import parse_shape, rows_from_json, rows_to_json, run_bench
+    from simulators.bench_report import markdown
+
+    if args.from_json:
+        import json
+
+        data = json.loads(Path(args.from_json).read_text())
+        rows = rows_from_json(data["rows"])
+        md = write_text(Path(args.out) / f"{args.stem}.md",
+                        markdown(rows, data["settings"], data.get("command", "resispec bench"), data.get("seconds")))
+        print(f"wrote {md}")
+        return 0
+
+    for name, val, lo in (("--V", args.V, 2), ("--n", args.n, 1), ("--n-samples", args.n_samples, 2)):
+        if val < lo:
+            raise ValueError(f"{name} must be >= {lo}, got {val}")
+    for s in args.shapes:
+        parse_shape(s)  # fail before any work
+    t0 = time.perf_counter()
+    rows = run_bench(families=args.families, temperatures=args.temperatures, shapes=args.shapes, V=args.V,
+                     n=args.n, n_samples=args.n_samples, seed=args.seed, progress=not args.no_progress)
+    seconds = time.perf_counter() - t0
+    settings = {"families": list(args.families), "temperatures": list(args.temperatures), "shapes": list(args.shapes),
+                "V": args.V, "n": args.n, "n_samples": args.n_samples, "seed": args.seed}
+    cmd = ("resispec " + " ".join(shlex.quote(a) for a in sys.argv[1:])) if sys.argv[1:2] == ["bench"] else "resispec bench"
+    out = Path(args.out)
+    md = write_text(out / f"{args.stem}.md", markdown(rows, settings, cmd, seconds))
+    js = write_json(out / f"{args.stem}.json", {"settings": settings, "seconds": seconds, "command": cmd,
+                                                "rows": rows_to_json(rows)})
+    lab = "resispec"
+    best = max((r for r in rows if lab in r.ratio), key=lambda r: r.ratio[lab], default=None)
+    if best is not None:
+        print(f"largest {lab} / best-baseline ratio {best.ratio[lab]:.3f}: family {best.family}, T={best.temperature:g}, "
+              f"shape {best.shape} ({best.efficiency[lab]:.3f} vs {best.best_baseline} "
+              f"{best.efficiency[best.best_baseline]:.3f} tokens per call)")
+    print(f"{len(rows)} configurations in {seconds:.1f} s")
+    print(f"wrote {md}\nwrote {js}")
+    return 0

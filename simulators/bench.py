@@ -1,0 +1,282 @@
+"""Block-efficiency benchmark of every verifier on token trees.
+
+Each node of a tree draws its own (p, q) pair i.i.d. from a family, so the
+exact block efficiency is ``1 + sum_d prod_{j<=d} a_j`` with ``a_j`` the
+mean acceptance rate over the sampled pairs with ``k_j`` candidates
+(:func:`simulators.trees.block_efficiency_iid`).  Candidate-independent
+verifiers use closed forms (exact at any V); candidate-dependent ones under
+without-replacement drafting (``rrs_wor``, ``target_only``) use a
+Rao-Blackwellised Monte Carlo average of the exact per-tuple acceptance, with
+a standard error.
+
+The verifier list is data (:data:`BENCH_VERIFIERS`): each entry names a
+registered verifier, its options, its drafting and its role (``baseline`` or
+``candidate``).  A shape with drafting ``d`` is compared against the
+baselines of drafting ``d``; candidates run on the same branching factors
+with their own drafting.  Add one with :func:`register_bench_verifier`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+
+import numpy as np
+
+from resispec.analysis import optimal_acceptance
+from resispec.trees import TreeShape
+from resispec.verifiers import available_verifiers, get_verifier
+
+from .acceptance import acceptance_mass
+from .families import get_family
+
+
+@dataclass(frozen=True)
+class BenchVerifier:
+    """One verifier configuration of the benchmark.
+
+    Attributes
+    ----------
+    label : str
+        Column name in the report.
+    name : str
+        Registered verifier name.
+    options : dict
+    drafting : {"iid", "without_replacement"}
+    role : {"baseline", "candidate"}
+        A ``without_replacement`` candidate runs only on ``wor:`` shapes; an
+        ``iid`` candidate runs on every shape (with its own iid drafts).
+    max_k : int, optional
+        Skip shapes with more candidates per node (for verifiers whose
+        Monte Carlo acceptance is expensive); skipped cells stay blank.
+    n_samples : int, optional
+        Candidate tuples per pair for Monte Carlo acceptance (default: the
+        benchmark's ``n_samples``).
+    """
+
+    label: str
+    name: str
+    options: dict = field(default_factory=dict)
+    drafting: str = "iid"
+    role: str = "baseline"
+    max_k: int | None = None
+    n_samples: int | None = None
+
+    def build(self):
+        return get_verifier(self.name, **self.options)
+
+
+BENCH_VERIFIERS: list[BenchVerifier] = [
+    BenchVerifier("sps", "sps"),
+    BenchVerifier("rrs", "rrs"),
+    BenchVerifier("kseq", "kseq"),
+    BenchVerifier("target_only", "target_only"),
+    BenchVerifier("rrs_wor", "rrs_wor", drafting="without_replacement"),
+    BenchVerifier("target_only_wor", "target_only", drafting="without_replacement"),
+    BenchVerifier("resispec", "resispec", role="candidate"),
+]
+
+
+def register_bench_verifier(entry: BenchVerifier) -> BenchVerifier:
+    """Add (or replace, by label) a benchmark entry; e.g. a without-replacement ResiSpec::
+
+        register_bench_verifier(BenchVerifier("resispec_wor", "resispec_wor",
+                                              drafting="without_replacement", role="candidate"))
+    """
+    if entry.role not in ("baseline", "candidate"):
+        raise ValueError(f"role must be 'baseline' or 'candidate', got {entry.role!r}")
+    if entry.max_k is not None and (isinstance(entry.max_k, bool) or not isinstance(entry.max_k, int)
+                                    or entry.max_k < 1):
+        raise ValueError(f"max_k must be an integer >= 1 or None, got {entry.max_k!r}")
+    if entry.drafting not in ("iid", "without_replacement"):
+        raise ValueError(f"drafting must be 'iid' or 'without_replacement', got {entry.drafting!r}")
+    BENCH_VERIFIERS[:] = [e for e in BENCH_VERIFIERS if e.label != entry.label] + [entry]
+    return entry
+
+
+#: Without-replacement ResiSpec (issue 6: ``get_verifier("resispec", drafting="without_replacement")``),
+#: added automatically when the registry can build it.  Its acceptance needs Monte Carlo over
+#: candidate tuples and costs about 40x ``rrs_wor``'s, hence the caps.
+RESISPEC_WOR = BenchVerifier("resispec_wor", "resispec", {"drafting": "without_replacement"},
+                             drafting="without_replacement", role="candidate", max_k=4, n_samples=32)
+
+
+def _auto_register():
+    """Pick up ResiSpec variants once they are registered (e.g. a without-replacement ResiSpec)."""
+    if not any(e.label == RESISPEC_WOR.label for e in BENCH_VERIFIERS):
+        try:
+            if RESISPEC_WOR.build().drafting == "without_replacement":
+                register_bench_verifier(RESISPEC_WOR)
+        except (TypeError, ValueError):
+            pass
+    for name in available_verifiers():
+        if name.startswith("resispec") and name != "resispec" and not any(e.name == name for e in BENCH_VERIFIERS):
+            try:
+                v = get_verifier(name)
+            except (TypeError, ValueError):      # needs options: add it with register_bench_verifier
+                continue
+            d = getattr(v, "drafting", "iid")
+            if d in ("iid", "without_replacement"):
+                register_bench_verifier(BenchVerifier(name, name, drafting=d, role="candidate"))
+
+
+DEFAULT_SHAPES = (
+    "1,1,1,1,1,1,1,1", "2,2,2", "4,2,2,1", "8,1,1,1", "4,4", "16", "8,4", "32", "16,3", "64",
+    "wor:4,2,2,1", "wor:8,4", "wor:16", "wor:16,3",
+)
+DEFAULT_FAMILIES = ("softmax_noise", "zipf", "shifted", "dirichlet", "temp_mismatch", "softmax_noise_top_k", "ngram")
+DEFAULT_TEMPERATURES = (0.7, 1.0, 1.5)
+
+
+def parse_shape(spec: str) -> TreeShape:
+    """``"4,2"`` (iid drafting) or ``"wor:4,2"`` (without replacement).  Raises ValueError if malformed."""
+    if not isinstance(spec, str):
+        return TreeShape.parse(spec)
+    if spec.startswith("wor:"):
+        return TreeShape.parse(spec[4:], "without_replacement")
+    return TreeShape.parse(spec, "iid")
+
+
+def shape_label(shape: TreeShape) -> str:
+    b = shape.branching
+    core = f"1x{len(b)} chain" if all(x == 1 for x in b) else ",".join(map(str, b))
+    return ("wor:" if shape.drafting == "without_replacement" else "") + core
+
+
+@dataclass(frozen=True)
+class BenchRow:
+    """Block efficiency of every verifier on one (family, T, shape).
+
+    Attributes
+    ----------
+    family, temperature, shape, drafting, nodes
+    efficiency : dict label -> float      expected tokens per target call
+    stderr : dict label -> float          0 for exact entries
+    best_baseline : str
+    ratio : dict label -> float           efficiency / best baseline's
+    bound : float or None                 per-node optimum (alpha*) bound, iid shapes
+    """
+
+    family: str
+    temperature: float
+    shape: str
+    drafting: str
+    nodes: int
+    efficiency: dict
+    stderr: dict
+    best_baseline: str
+    ratio: dict
+    bound: float | None
+
+
+def _efficiency(acc: dict, se: dict, branching):
+    a = np.array([acc[k] for k in branching])
+    prefix = np.cumprod(a)
+    E = 1.0 + float(prefix.sum())
+    var = 0.0
+    for j, k in enumerate(branching):
+        if se.get(k, 0.0) > 0 and a[j] > 0:
+            var += (float(np.sum(prefix[j:])) / a[j]) ** 2 * se[k] ** 2
+    return E, float(np.sqrt(var))
+
+
+def run_bench(*, families=DEFAULT_FAMILIES, temperatures=DEFAULT_TEMPERATURES, shapes=DEFAULT_SHAPES,
+              V: int = 1000, n: int = 32, n_samples: int = 128, seed: int = 0, progress: bool = True,
+              verifiers: list[BenchVerifier] | None = None) -> list[BenchRow]:
+    """Block efficiency of every benchmark verifier on every (family, T, shape).
+
+    Parameters
+    ----------
+    families : sequence of str
+    temperatures : sequence of float > 0
+    shapes : sequence of str or TreeShape (``"wor:"`` prefix = without replacement)
+    V : int
+        Vocabulary size of synthetic families.
+    n : int
+        (p, q) pairs per (family, T); every node draws one of them uniformly.
+    n_samples : int
+        Candidate tuples per pair for Monte Carlo acceptance (without replacement).
+    seed : int
+    progress : bool
+        Show a tqdm progress bar.
+    verifiers : list of BenchVerifier, optional (default :data:`BENCH_VERIFIERS`)
+
+    Returns
+    -------
+    list of BenchRow
+
+    Raises
+    ------
+    ValueError
+        Unknown family, malformed shape, no baseline for a shape's drafting.
+    """
+    from tqdm.auto import tqdm
+
+    _auto_register()
+    entries = list(BENCH_VERIFIERS if verifiers is None else verifiers)
+    parsed = [parse_shape(s) for s in shapes]
+    fams = [get_family(f) for f in families]
+    for sh in parsed:
+        if not any(e.role == "baseline" and e.drafting == sh.drafting for e in entries):
+            raise ValueError(f"no baseline with drafting={sh.drafting!r} for shape {shape_label(sh)!r}")
+    ks = {d: sorted({k for sh in parsed if sh.drafting == d for k in sh.branching}) for d in ("iid", "without_replacement")}
+    rows: list[BenchRow] = []
+    total = len(fams) * len(temperatures) * len(entries)
+    bar = tqdm(total=total, disable=not progress, desc="bench", unit="verifier")
+    for fi, fam in enumerate(fams):
+        for ti, T in enumerate(temperatures):
+            rng = np.random.default_rng([seed, fi, ti])
+            p, q = fam.sample(rng, n=n, V=V if fam.fixed_vocab is None else None, temperature=T)
+            acc: dict = {}
+            se: dict = {}
+            for e in entries:
+                bar.set_postfix_str(f"{fam.name} T={T} {e.label}")
+                v = e.build()
+                if e.role == "candidate" and e.drafting == "iid":
+                    need = sorted(set(ks["iid"]) | set(ks["without_replacement"]))
+                else:
+                    need = ks[e.drafting]
+                acc[e.label], se[e.label] = {}, {}
+                for k in need:
+                    if e.max_k is not None and k > e.max_k:
+                        continue
+                    wor = e.drafting == "without_replacement"
+                    support = int((q > 0).sum(axis=1).min())
+                    if wor and k > support:
+                        acc[e.label][k], se[e.label][k] = np.nan, 0.0
+                        continue
+                    am = acceptance_mass(v, p, q, k, drafting=e.drafting, method="auto" if not wor else "monte_carlo",
+                                         n_samples=e.n_samples or n_samples, rng=rng)
+                    acc[e.label][k] = float(am.acceptance.mean())
+                    se[e.label][k] = float(np.sqrt(np.sum(am.stderr ** 2)) / am.stderr.size)
+                bar.update(1)
+            star = {k: float(np.mean(optimal_acceptance(p, q, k))) for k in ks["iid"]}
+            for sh in parsed:
+                eff, err = {}, {}
+                for e in entries:
+                    if e.drafting != sh.drafting and (e.role == "baseline" or e.drafting != "iid"):
+                        continue
+                    if any(k not in acc[e.label] for k in sh.branching):
+                        continue                                   # above max_k
+                    eff[e.label], err[e.label] = _efficiency(acc[e.label], se[e.label], sh.branching)
+                base = {lab: x for lab, x in eff.items()
+                        if any(en.label == lab and en.role == "baseline" for en in entries) and np.isfinite(x)}
+                best = max(base, key=base.get)
+                ratio = {lab: x / base[best] for lab, x in eff.items()}
+                bound = _efficiency(star, {}, sh.branching)[0] if sh.drafting == "iid" else None
+                rows.append(BenchRow(fam.name, float(T), shape_label(sh), sh.drafting, sh.num_nodes, eff, err,
+                                     best, ratio, bound))
+    bar.close()
+    return rows
+
+
+def rows_to_json(rows: list[BenchRow]) -> list[dict]:
+    """Rows as JSON-ready dicts."""
+    return [asdict(r) for r in rows]
+
+
+def rows_from_json(items: list[dict]) -> list[BenchRow]:
+    """Inverse of :func:`rows_to_json`.  Raises ValueError on missing fields."""
+    try:
+        return [BenchRow(**{k: d[k] for k in BenchRow.__dataclass_fields__}) for d in items]
+    except KeyError as exc:
+        raise ValueError(f"bench JSON row lacks field {exc}") from None
