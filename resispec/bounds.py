@@ -290,7 +290,7 @@ def sequential_optimum(p, q, k: int, drafting: str = "iid", *, return_details: b
     for idx in range(H):
         c[Mv(idx)] = -1.0
     res = linprog(c, A_ub=A_ub, b_ub=np.zeros(nub), A_eq=A_eq, b_eq=np.asarray(b_eq) if b_eq else None,
-                  bounds=bounds, method="highs")
+                  bounds=bounds, method="highs", options=_HIGHS_OPTIONS)
     if res.status != 0:
         raise ValueError(f"sequential LP failed: {res.message}")
     val = float(-res.fun)
