@@ -124,6 +124,9 @@ class ResiSpec(MassVerifier):
             raise TypeError(f"gamma must be a real number >= 0, got {gamma!r}")
         if not np.isfinite(gamma) or gamma < 0:
             raise ValueError(f"gamma must be finite and >= 0, got {gamma}")
+        if drafting == "without_replacement":
+            raise ValueError("pass drafting='without_replacement' as a keyword (get_verifier('resispec', "
+                             "drafting='without_replacement')); it selects a different rule")
         if drafting != "iid":
             raise ValueError(f"resispec supports drafting='iid' or 'without_replacement', got {drafting!r}")
         if reserve not in RESERVES:
