@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from ._validation import as_laws, check_drafting, check_k
-from .enumeration import MAX_TUPLES, candidate_tuples
+from .enumeration import MAX_TUPLES, candidate_tuples, count_tuples
 from .verifiers.base import Verifier, law_from_chain
 
 # (rows x V) elements processed at once during enumeration.
@@ -140,7 +140,10 @@ def optimal_acceptance(p, q, k: int, drafting: str = "iid") -> float | np.ndarra
     ``Q(all in H) = q(H)^k`` and the maximiser is a prefix of tokens sorted
     by ``p/q`` ascending: O(V log V).  For without-replacement drafts the
     maximum is taken over every subset of the draft support by exact
-    enumeration (support <= 20 tokens and <= 2e6 ordered tuples).
+    enumeration (support <= 20 tokens and <= 2e6 ordered tuples); past that
+    over the ratio-sorted prefixes with a successive-sampling integral
+    (:func:`resispec.wor_bound.alpha_star_wor`, certified error <= 1e-4;
+    use that function for the bracket).
 
     Parameters
     ----------
@@ -155,8 +158,8 @@ def optimal_acceptance(p, q, k: int, drafting: str = "iid") -> float | np.ndarra
     Raises
     ------
     ValueError
-        Bad laws or k, unknown drafting, or a without-replacement case past
-        the enumeration limits.
+        Bad laws or k, unknown drafting, or ``k`` above the draft support
+        (without replacement).
     """
     p2, q2, squeeze = as_laws(p, q)
     k = check_k(k)
@@ -182,13 +185,13 @@ MAX_WOR_SUPPORT = 20
 def _alpha_star_wor(p: np.ndarray, q: np.ndarray, k: int) -> float:
     support = np.flatnonzero(q > 0)
     n = support.size
-    if n > MAX_WOR_SUPPORT:
-        raise ValueError(
-            f"optimal_acceptance(drafting='without_replacement') enumerates every subset of the draft support; "
-            f"support has {n} tokens, the limit is {MAX_WOR_SUPPORT}"
-        )
     if k > n:
         raise ValueError(f"k = {k} exceeds the draft support ({n} tokens) for without-replacement drafting")
+    if n > MAX_WOR_SUPPORT or count_tuples(n, k, "without_replacement") > MAX_TUPLES:
+        # past enumeration: successive-sampling integral over ratio-sorted prefixes
+        from .wor_bound import alpha_star_wor
+
+        return alpha_star_wor(p, q, k).statistic
     f = np.zeros(1 << n)
     bits = (1 << np.arange(n, dtype=np.int64))
     index = np.full(q.size, -1)

@@ -151,3 +151,150 @@ def sequential_optimum_iid(p, q, k: int, *, return_masses: bool = False):
     if return_masses:
         return val, res.x[:nM].reshape(k, V)
     return val
+
+
+#: Largest number of LP variables :func:`sequential_optimum` will build.
+MAX_SEQ_LP_VARIABLES = 300_000
+
+
+def _histories(q: np.ndarray, k: int, drafting: str):
+    """Rejection histories of depth 0..k-1 with their draft law ``q_h``.
+
+    Returns a list of ``(history tuple, parent index, last token, q_h (V,))``
+    in breadth-first order (index 0 is the root).
+    """
+    out = [((), -1, -1, q)]
+    level = [0]
+    for _ in range(k - 1):
+        nxt = []
+        for idx in level:
+            h, _, _, qh = out[idx]
+            for x in np.flatnonzero(qh > 0):
+                if drafting == "without_replacement":
+                    qc = qh.copy()
+                    qc[x] = 0.0
+                    z = qc.sum()
+                    if z <= 0:
+                        continue
+                    qc = qc / z
+                else:
+                    qc = q
+                out.append((h + (int(x),), idx, int(x), qc))
+                nxt.append(len(out) - 1)
+        level = nxt
+    return out
+
+
+def sequential_optimum(p, q, k: int, drafting: str = "iid", *, return_details: bool = False):
+    """Best acceptance of any sequential verifier with candidate-dependent residuals (an LP).
+
+    A sequential verifier walks the candidates; at a node ``h`` of the
+    rejection tree (the ordered candidates rejected so far) it may use any
+    accepted mass ``m_h`` and, after rejecting ``x``, any residual
+    ``r^(x)`` with ``sum_x (q_h(x) - m_h(x)) r^(x) = p_h - m_h``
+    (``shared/RESISPEC.md`` sections 2 and 4).  In unnormalised variables
+    ``P_h = P(reach h) p_h`` and ``M_h = P(reach h) m_h`` the best such
+    verifier solves::
+
+        maximise   sum_h sum_x M_h(x)
+        subject to P_root = p,  0 <= M_h <= P_h,  M_h(x) <= q_h(x) sum_y P_h(y),
+                   sum_y P_{hx}(y) = q_h(x) sum_y P_h(y) - M_h(x)    (child mass),
+                   sum_x P_{hx} = P_h - M_h,  P >= 0                (transport),
+
+    over histories of depth ``< k`` (the last residual is free).  ``q_h`` is
+    the draft renormalised without the rejected tokens for
+    ``drafting="without_replacement"`` (RSD, arXiv 2402.14160), ``q`` for
+    iid drafts, where the optimum equals :func:`sequential_optimum_iid`.
+    Solved with scipy's HiGHS.  Size: (number of histories) x 2V variables,
+    e.g. V = 6, k = 3 without replacement: 37 histories.
+
+    Parameters
+    ----------
+    p, q : array_like, shape (V,), float64
+    k : int >= 1
+    drafting : {"iid", "without_replacement"}
+    return_details : bool
+        Also return a dict with ``histories`` (list of tuples) and ``M``
+        (n_histories, V) unnormalised accepted masses.
+
+    Returns
+    -------
+    float (and dict when ``return_details``)
+
+    Raises
+    ------
+    ValueError
+        More than ``MAX_SEQ_LP_VARIABLES`` variables, k above the draft
+        support (without replacement), bad laws, or an LP failure.
+    """
+    p1, q1 = _one(p, q)
+    k = check_k(k)
+    check_drafting(drafting)
+    drafting = "iid" if drafting == "any" else drafting
+    V = p1.size
+    n_sup = int(np.count_nonzero(q1 > 0))
+    if drafting == "without_replacement" and k > n_sup:
+        raise ValueError(f"k = {k} exceeds the draft support ({n_sup} tokens) for without-replacement drafting")
+    n_est = sum(n_sup ** d for d in range(k))
+    if 2 * V * n_est > MAX_SEQ_LP_VARIABLES:
+        raise ValueError(f"sequential LP would need about {2 * V * n_est:,} variables "
+                         f"(limit {MAX_SEQ_LP_VARIABLES:,}); use smaller V or k")
+    hist = _histories(q1, k, drafting)
+    H = len(hist)
+    nvar = 2 * H * V                       # P_h then M_h, per history
+    Pv = lambda h: 2 * h * V + np.arange(V)          # noqa: E731
+    Mv = lambda h: 2 * h * V + V + np.arange(V)      # noqa: E731
+    ub_r, ub_c, ub_v = [], [], []
+    eq_r, eq_c, eq_v = [], [], []
+    b_eq = []
+    nub = 0
+    children: dict[int, list[tuple[int, int]]] = {}
+    for idx, (h, parent, x, qh) in enumerate(hist):
+        if parent >= 0:
+            children.setdefault(parent, []).append((idx, x))
+    for idx, (h, parent, x, qh) in enumerate(hist):
+        # M_h - P_h <= 0
+        rr = nub + np.arange(V)
+        ub_r += [rr, rr]; ub_c += [Mv(idx), Pv(idx)]; ub_v += [np.ones(V), -np.ones(V)]
+        nub += V
+        # M_h(x) - q_h(x) sum_y P_h(y) <= 0
+        rr = nub + np.arange(V)
+        ub_r += [rr, np.repeat(rr, V)]
+        ub_c += [Mv(idx), np.tile(Pv(idx), V)]
+        ub_v += [np.ones(V), -np.repeat(qh, V)]
+        nub += V
+        kids = children.get(idx, [])
+        if not kids:
+            continue
+        neq = len(b_eq)
+        for j, (cidx, cx) in enumerate(kids):  # child mass
+            r = neq + j
+            eq_r += [np.full(V, r), np.full(V, r), np.array([r])]
+            eq_c += [Pv(cidx), Pv(idx), np.array([Mv(idx)[cx]])]
+            eq_v += [np.ones(V), -np.full(V, qh[cx]), np.ones(1)]
+            b_eq.append(0.0)
+        neq = len(b_eq)
+        rr = neq + np.arange(V)                  # transport
+        for cidx, _ in kids:
+            eq_r.append(rr); eq_c.append(Pv(cidx)); eq_v.append(np.ones(V))
+        eq_r += [rr, rr]; eq_c += [Mv(idx), Pv(idx)]; eq_v += [np.ones(V), -np.ones(V)]
+        b_eq += [0.0] * V
+    A_ub = coo_matrix((np.concatenate(ub_v), (np.concatenate(ub_r), np.concatenate(ub_c))), shape=(nub, nvar)).tocsr()
+    A_eq = (coo_matrix((np.concatenate(eq_v), (np.concatenate(eq_r), np.concatenate(eq_c))),
+                       shape=(len(b_eq), nvar)).tocsr() if b_eq else None)
+    bounds = np.zeros((nvar, 2))
+    bounds[:, 1] = np.inf
+    bounds[Pv(0), 0] = p1
+    bounds[Pv(0), 1] = p1
+    c = np.zeros(nvar)
+    for idx in range(H):
+        c[Mv(idx)] = -1.0
+    res = linprog(c, A_ub=A_ub, b_ub=np.zeros(nub), A_eq=A_eq, b_eq=np.asarray(b_eq) if b_eq else None,
+                  bounds=bounds, method="highs", options=_HIGHS_OPTIONS)
+    if res.status != 0:
+        raise ValueError(f"sequential LP failed: {res.message}")
+    val = float(-res.fun)
+    if return_details:
+        M = np.stack([res.x[Mv(i)] for i in range(H)])
+        return val, {"histories": [h for h, *_ in hist], "M": M}
+    return val

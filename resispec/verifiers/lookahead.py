@@ -1,0 +1,145 @@
+"""Look-ahead reserve for ResiSpec on iid drafts (``shared/RESISPEC.md`` s.4-5).
+
+The myopic fixed point of section 4 keeps back, at candidate ``i``, only what
+the *next* candidate can use.  The look-ahead reserve keeps back, for every
+token, what *all* the remaining candidates can still accept of it.  In
+unnormalised masses (``R_i`` = probability of reaching candidate ``i``,
+``L_i = R_{i+1} + ... + R_k`` the expected number of candidates still to
+come, ``P_i = p - M_1 - ... - M_{i-1}``)::
+
+    M_i = min( q R_i, (P_i - L_i q)_+ ),        i.e.  m_i = min(q, (p_i - Lambda_i q)_+),
+    Lambda_i = L_i / R_i,
+
+and the last candidate is greedy (``L_k = 0``).  Token ``x`` is then accepted in
+total ``min(p(x), q(x) L_0)`` with ``L_0 = R_1 + ... + R_k``, and step ``i``
+accepts ``s_i = phi(L_{i-1}) - phi(L_i)`` with ``phi(L) = sum_x min(p, q L)``.
+The reaches must be consistent, ``R_{i+1} = R_i - s_i``; with
+``psi(L) = L - phi(L)`` (non-decreasing, piecewise linear with knots at the
+sorted ratios ``p/q``) that is the backward recursion::
+
+    L_k = 0,  L_{k-1} = t,   psi(L_{i-1}) = psi(L_i) + L_i - L_{i+1},
+
+and ``t`` is fixed by ``L_0 - L_1 = R_1 = 1`` (bisection; ``R_1`` grows from 0
+at ``t = 0`` to at least 1 at ``t = 1``).  The acceptance is
+``phi(L_0)``: the cut ``I = {1..k}`` of the sequential linear programme of
+section 5 holds with equality, which is why the rule lands on (or next to)
+the LP optimum.  For ``k = 2`` it is the myopic fixed point.
+
+Exactness: ``Lambda_i`` depends on ``p_i``, ``q`` and the number of
+candidates left only -- never on ``x_i`` or later candidates -- and
+``0 <= m_i <= min(p_i, q)``, so the sequential lemma (section 2) applies
+whatever ``Lambda_i`` is; the solver's accuracy only affects the acceptance.
+Cost: one sort of ``p_i/q`` (O(V log V)) plus ``O(n_bisect * k * log V)``
+per candidate, O(k V log V) per node.
+
+Builds on SpecInfer (Miao et al. 2024, arXiv 2305.09781) and the
+optimal-transport view of multi-draft verification (SpecTr, Sun et al. 2023,
+arXiv 2310.15141; Khisti et al. 2025, arXiv 2410.18234).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+_BISECT = 80
+
+
+class _Psi:
+    """``phi`` / ``psi`` of one batch of rows, with a vectorised inverse of ``psi``."""
+
+    def __init__(self, p: np.ndarray, q: np.ndarray):
+        with np.errstate(divide="ignore", invalid="ignore"):
+            ratio = np.where(q > 0, p / np.where(q > 0, q, 1.0), np.inf)
+        order = np.argsort(ratio, axis=1, kind="stable")
+        r = np.take_along_axis(ratio, order, axis=1)
+        qs = np.take_along_axis(q, order, axis=1)
+        ps = np.take_along_axis(p, order, axis=1)
+        fin = np.isfinite(r)
+        r = np.where(fin, r, 0.0)
+        qs = np.where(fin, qs, 0.0)
+        ps = np.where(fin, ps, 0.0)
+        self.knots = r                                  # (B, V) ratios, ascending (q = 0 tokens pad at 0 ... sorted last)
+        self.Qc = np.cumsum(qs, axis=1)                 # q-mass with ratio <= knot j
+        self.Pc = np.cumsum(ps, axis=1)
+        self.valid = fin
+        self.psi_knots = np.where(fin, r * self.Qc - self.Pc, np.inf)
+        self.psi_knots = np.maximum.accumulate(np.where(fin, self.psi_knots, -np.inf), axis=1)
+        self.psi_knots = np.where(fin, self.psi_knots, np.inf)
+
+    def psi_inv(self, y: np.ndarray) -> np.ndarray:
+        """Smallest ``L >= 0`` with ``psi(L) >= y`` for ``y >= 0``, shape (B,)."""
+        y = np.maximum(y, 0.0)
+        j = np.sum(self.psi_knots < y[:, None], axis=1)          # knots strictly below y
+        rows = np.arange(y.size)
+        jm = np.clip(j - 1, 0, self.knots.shape[1] - 1)
+        base_L = np.where(j > 0, self.knots[rows, jm], 0.0)
+        base_psi = np.where(j > 0, self.psi_knots[rows, jm], 0.0)
+        slope = np.where(j > 0, self.Qc[rows, jm], 0.0)
+        L = np.where(slope > 0, base_L + (y - base_psi) / np.where(slope > 0, slope, 1.0), base_L)
+        return np.where(y <= 0, 0.0, L)
+
+    def psi(self, L: np.ndarray) -> np.ndarray:
+        j = np.sum(self.valid & (self.knots <= L[:, None]), axis=1)
+        rows = np.arange(L.size)
+        jm = np.clip(j - 1, 0, self.knots.shape[1] - 1)
+        Qc = np.where(j > 0, self.Qc[rows, jm], 0.0)
+        Pc = np.where(j > 0, self.Pc[rows, jm], 0.0)
+        return L * Qc - Pc
+
+
+def lookahead_schedule(p: np.ndarray, q: np.ndarray, k: int) -> np.ndarray:
+    """Tail sums ``L_0 .. L_k`` (B, k + 1) of the look-ahead reserve, with ``L_0 - L_1 = 1``.
+
+    ``L_i`` is the expected number of candidates after candidate ``i``
+    (1-based) per unit of reach of candidate 1; the reserve of the first
+    candidate is ``Lambda_1 = L_1``.
+
+    Parameters
+    ----------
+    p, q : ndarray, shape (B, V), float64
+        Current residual target and draft (rows sum to 1).
+    k : int >= 1
+        Candidates still to verify (including the current one).
+
+    Returns
+    -------
+    ndarray, shape (B, k + 1), float64
+    """
+    B = p.shape[0]
+    out = np.zeros((B, k + 1))
+    if k == 1:
+        out[:, 0] = 1.0
+        return out
+    f = _Psi(p, q)
+
+    def run(t):
+        L = np.zeros((B, k + 1))
+        L[:, k - 1] = t
+        psi_next = f.psi(t)                     # psi(L_{k-1})
+        for i in range(k - 1, 0, -1):           # compute L_{i-1}
+            target = psi_next + L[:, i] - L[:, i + 1]
+            L[:, i - 1] = np.maximum(f.psi_inv(target), L[:, i])
+            psi_next = f.psi(L[:, i - 1])
+        return L
+
+    lo = np.zeros(B)
+    hi = np.ones(B)
+    for _ in range(_BISECT):
+        mid = 0.5 * (lo + hi)
+        L = run(mid)
+        big = (L[:, 0] - L[:, 1]) >= 1.0
+        hi = np.where(big, mid, hi)
+        lo = np.where(big, lo, mid)
+    return run(hi)
+
+
+def lookahead_reserve(p_i: np.ndarray, q: np.ndarray, k_left: int) -> np.ndarray:
+    """Reserve ``Lambda`` (B,) of the current candidate with ``k_left`` candidates left (itself included)."""
+    if k_left <= 1:
+        return np.zeros(p_i.shape[0])
+    if p_i.shape[0] > 1:                       # identical nodes share one schedule
+        uniq, first, inverse = np.unique(np.concatenate([p_i, q], axis=1), axis=0, return_index=True,
+                                         return_inverse=True)
+        if uniq.shape[0] < p_i.shape[0]:
+            return lookahead_schedule(p_i[first], q[first], k_left)[:, 1][inverse.reshape(-1)]
+    return lookahead_schedule(p_i, q, k_left)[:, 1]

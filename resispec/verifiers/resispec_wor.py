@@ -1,0 +1,301 @@
+"""ResiSpec for without-replacement drafts (``shared/RESISPEC.md`` s.2 and s.4).
+
+Candidates are drawn by successive sampling (RSD, Jeon et al. 2024, arXiv
+2402.14160; Sequoia, arXiv 2402.12374): ``q_1 = q``, ``q_{i+1} = norm(q_i``
+with ``x_i`` zeroed``)``.  A rejected token can never be drafted again, so
+target mass the residual leaves on it is lost for every later candidate.
+This rule uses a *candidate-dependent* residual ``r^(x)`` (section 4).
+
+One step (candidate ``i`` of ``k``, not the last)
+-------------------------------------------------
+Write ``q = q_i``, ``p = p_i``, ``m`` the accepted mass, ``w = q - m`` (draft
+and reject each token), ``d = p - m`` (target mass still owed) and, for the
+next candidate after rejecting ``x``, ``q^(x) = norm(q`` without ``x)``.
+
+*Residual (matched transport).*  The next candidate can accept at most
+``w(x) q^(x)(y)`` of token ``y`` on the branch ``x``, so at most
+``c(y) = q(y) (Omega - w(y) / (1 - q(y)))``, ``Omega = sum_x w(x) / (1 - q(x))``,
+over all branches.  Route ``d`` as::
+
+    R(x, y) = w(x) q^(x)(y) theta(y) + Z(x, y),     theta = min(1, d / c),
+
+where the first (rank-one) part is fully usable by the next candidate and
+``Z`` is a zero-diagonal plan for the leftovers (supplies
+``w(x) - sum_y w(x) q^(x)(y) theta(y)``, demands ``d - theta c``): rank-one,
+``Z(x, .) = u(x) norm(b`` without ``x)``, so that the leftovers keep the
+shape of the owed mass as in ``rrs_wor`` (this matters for k > 2: an
+arbitrary zero-diagonal plan cost up to twice the gain on small cases), or
+the interval plan where no rank-one plan exists (see
+:mod:`resispec.verifiers.zero_diagonal`); continue after rejecting ``x``
+with ``r^(x) = R(x, .) / w(x)``.  Then ``sum_x R(x, .) = d`` and
+``R(x, x) = 0``, and the next step (greedy) accepts exactly
+``sum_y min(d(y), c(y))`` -- the largest possible for this ``m``.
+
+*Accepted mass (reserve fixed point).*  Reserve for each token what the next
+candidate can accept of it, scaled by ``g``::
+
+    m = min(q, (p - g c(m))_+),   c(m)(y) = q(y) (Omega(m) - w(y)/(1 - q(y))).
+
+Per token this is ``m(y) = clip(((1-q)(p - g q Omega) + g q^2) / (1 - q + g q), 0, min(p, q))``
+(the right side is decreasing in ``m(y)``), and ``Omega`` is the unique root
+of ``Omega = sum_x (q - m(Omega))(x) / (1 - q(x))`` (non-decreasing gap;
+bisection, O(V) per iteration).  With ``g = 1`` and two candidates this
+matched the sequential linear programme's optimum
+(:func:`resispec.bounds.sequential_optimum`) on every small case we checked;
+it is the without-replacement analogue of the k = 2 optimality of section 4.
+
+*Choice.*  Options: every ``g`` in ``scales`` (when the leftover plan
+exists) and plain ``rrs_wor`` (``m = min(p, q)``, residual ``norm(d)``).
+Each option's exact next-step value ``sum(m) + sum_x w(x) sum_{y != x}
+min(r^(x)(y), q^(x)(y))`` is computed in closed form and the best is kept.
+For k = 2 that value is the acceptance, so the rule is never below
+``rrs_wor``; for k > 2 the choice is one step deep (myopic).
+
+The last candidate is greedy, ``m_k = min(p_k, q_k)``.
+
+Exactness
+---------
+Step ``i`` accepts ``x_i = y`` with probability ``q(y) m(y)/q(y) = m(y)`` and
+otherwise, with probability ``w(x)`` for each drafted-and-rejected ``x``,
+continues from ``r^(x)``.  By induction from the last candidate (the plain
+lemma of section 2) the rest of the chain emits exactly its current target,
+so the emitted law is ``m + sum_x w(x) r^(x) = m + d = p_i``.  Everything
+chosen at step ``i`` (``g``, ``m``, ``R``) is a function of ``p_i`` and
+``q_i`` (hence of the candidates already rejected) only, never of ``x_i`` or
+later candidates, as section 2 requires.  ``R >= 0`` with rows summing to
+``w``, so every ``r^(x)`` is a law.  The bisection is carried to round-off,
+and the exact-enumeration tests check ``law == p`` to 1e-12.
+
+Cost per candidate: O(G (n_bisect V + V log V)) for ``G = len(scales)``
+(default 1) and ``n_bisect = 60``; the residual row of the rejected token
+costs O(V).
+
+References: RSD (arXiv 2402.14160), SpecInfer (arXiv 2305.09781), SpecTr
+(arXiv 2310.15141), Khisti et al. 2025 (arXiv 2410.18234).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .base import Verifier, reject_update
+from .zero_diagonal import LeftoverPlan
+
+_BISECT = 60
+_TINY = 1e-13
+
+
+def wor_reserve_fixed_point(p: np.ndarray, q: np.ndarray, g: float) -> np.ndarray:
+    """Accepted mass ``m = min(q, (p - g c(m))_+)`` of the without-replacement rule.
+
+    Parameters
+    ----------
+    p, q : ndarray, shape (B, V), float64
+        Current residual target and current draft (rows sum to 1, ``q < 1``).
+    g : float >= 0
+        Reserve scale (``0`` gives ``min(p, q)``).
+
+    Returns
+    -------
+    ndarray, shape (B, V), float64 with ``0 <= m <= min(p, q)``.
+    """
+    cap = np.minimum(p, q)
+    if g == 0:
+        return cap
+    one_q = np.maximum(1.0 - q, _TINY)
+    inv = np.where(q > 0, 1.0 / one_q, 0.0)
+
+    def m_of(om):
+        m0 = (one_q * (p - g * q * om[:, None]) + g * q * q) / (one_q + g * q)
+        return np.clip(m0, 0.0, cap)
+
+    lo = np.zeros(p.shape[0])
+    hi = np.sum(q * inv, axis=1)
+    for _ in range(_BISECT):
+        mid = 0.5 * (lo + hi)
+        rhs = np.sum((q - m_of(mid)) * inv, axis=1)
+        above = mid >= rhs
+        hi = np.where(above, mid, hi)
+        lo = np.where(above, lo, mid)
+    return m_of(hi)
+
+
+def _plain_next_value(d: np.ndarray, q: np.ndarray, w: np.ndarray) -> np.ndarray:
+    """``sum_x w(x) sum_{y != x} min(r(y), q(y) / (1 - q(x)))`` with ``r = norm(d)`` (B,).
+
+    With ``t = 1 - q(x)`` the inner sum is ``(Psi(t) - min(r(x) t, q(x))) / t``,
+    ``Psi(t) = sum_y min(r(y) t, q(y))``: one sort, O(V log V).
+    """
+    B, V = d.shape
+    z = d.sum(axis=1, keepdims=True)
+    r = np.where(z > _TINY, d / np.where(z > _TINY, z, 1.0), 0.0)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        kappa = np.where(r > 0, q / np.where(r > 0, r, 1.0), np.inf)
+    order = np.argsort(kappa, axis=1, kind="stable")
+    ks = np.take_along_axis(kappa, order, axis=1)
+    q_head = np.concatenate([np.zeros((B, 1)), np.cumsum(np.take_along_axis(q, order, axis=1), axis=1)], axis=1)
+    rs = np.take_along_axis(r, order, axis=1)
+    r_tail = np.concatenate([np.cumsum(rs[:, ::-1], axis=1)[:, ::-1], np.zeros((B, 1))], axis=1)
+    t = 1.0 - q
+    live = (w > 0) & (t > _TINY)
+    tt = np.where(live, t, 0.0)
+    # row-wise searchsorted in one call: arctan maps [0, inf] monotonically into
+    # [0, pi/2], and row b is shifted by 4 b (knots with kappa <= t are "capped by q")
+    off = 4.0 * np.arange(B)[:, None]
+    j = np.searchsorted((np.arctan(ks) + off).ravel(), (np.arctan(tt) + off).ravel(), side="right").reshape(B, V)
+    j = j - V * np.arange(B)[:, None]
+    rows = np.arange(B)[:, None]
+    psi = q_head[rows, j] + tt * r_tail[rows, j]
+    inner = (psi - np.minimum(r * tt, q)) / np.where(live, t, 1.0)
+    return np.sum(np.where(live, w * inner, 0.0), axis=1)
+
+
+class _Option:
+    """One candidate step: accepted mass and the matched residual's pieces."""
+
+    def __init__(self, p, q, m):
+        self.m = m
+        d = np.maximum(p - m, 0.0)
+        w = np.maximum(q - m, 0.0)
+        one_q = np.maximum(1.0 - q, _TINY)
+        inv = np.where(q > 0, 1.0 / one_q, 0.0)
+        omega = np.sum(w * inv, axis=1, keepdims=True)
+        c = np.maximum(q * (omega - w * inv), 0.0)
+        theta = np.where(c > 0, np.minimum(1.0, d / np.where(c > 0, c, 1.0)), 0.0)
+        T = np.sum(q * theta, axis=1, keepdims=True)
+        u = np.maximum(w * (1.0 - (T - q * theta) * inv), 0.0)           # leftover supply per rejection
+        e = np.maximum(d - theta * c, 0.0)                               # leftover demand per token
+        # equalise the two totals (they agree up to round-off)
+        su, se = u.sum(axis=1, keepdims=True), e.sum(axis=1, keepdims=True)
+        u = np.where(su > 0, u * (np.where(se > 0, se, 0.0) / np.where(su > 0, su, 1.0)), u)
+        self.q, self.w, self.d, self.theta, self.inv = q, w, d, theta, inv
+        self.plan = LeftoverPlan(u, e)
+        self.ok = self.plan.ok & (d.sum(axis=1) > _TINY)
+        self.value = m.sum(axis=1) + np.minimum(d, c).sum(axis=1)
+
+    def take(self, idx: np.ndarray) -> "_Option":
+        """The option for rows ``idx`` (B',) of this batch (shares no state)."""
+        o = object.__new__(_Option)
+        o.m, o.q, o.w, o.d = self.m[idx], self.q[idx], self.w[idx], self.d[idx]
+        o.theta, o.inv, o.ok, o.value = self.theta[idx], self.inv[idx], self.ok[idx], self.value[idx]
+        o.plan = self.plan.take(idx)
+        return o
+
+    def residual(self, x: np.ndarray) -> np.ndarray:
+        """``r^(x_b)`` (B, V) for the rejected tokens ``x`` (B,)."""
+        B = x.size
+        rows = np.arange(B)
+        wx = self.w[rows, x]
+        A = (wx * self.inv[rows, x])[:, None] * self.q * self.theta
+        A[rows, x] = 0.0
+        R = A + self.plan.rows(x)
+        z = R.sum(axis=1, keepdims=True)
+        return R / np.where(z > 0, z, 1.0)
+
+
+class ResiSpecWOR(Verifier):
+    """ResiSpec for without-replacement drafts (candidate-dependent residual).
+
+    Obtain it with ``get_verifier("resispec", drafting="without_replacement")``.
+    The rule, its exactness proof and its cost are in the module docstring
+    (:mod:`resispec.verifiers.resispec_wor`).
+
+    Parameters
+    ----------
+    scales : sequence of float >= 0, default (1,)
+        Reserve scales ``g`` tried at every node besides plain ``rrs_wor``;
+        ``g = 1`` is the fixed point (optimal for k = 2 in our checks),
+        ``g = 0`` keeps greedy acceptance but still uses the matched
+        residual.  On small cases with k = 3 the grid (0, 0.5, 1, 1.5) never
+        chose anything but ``g = 1``, so the default tries only that (each
+        extra scale costs one more fixed point and plan).
+
+    Raises
+    ------
+    ValueError
+        Empty, negative or non-finite ``scales``.
+    TypeError
+        ``scales`` not a sequence of numbers, or unknown options.
+    """
+
+    name = "resispec"
+    drafting = "without_replacement"
+
+    def __init__(self, scales=(1.0,)):
+        if isinstance(scales, (str, bytes)):
+            raise TypeError(f"scales must be a sequence of floats >= 0, got {scales!r}")
+        try:
+            sc = tuple(float(s) for s in scales)
+        except (TypeError, ValueError) as exc:
+            raise TypeError(f"scales must be a sequence of floats >= 0, got {scales!r}") from exc
+        if not sc or any((not np.isfinite(s)) or s < 0 for s in sc):
+            raise ValueError(f"scales must be a non-empty sequence of finite floats >= 0, got {scales!r}")
+        self.scales = sc
+
+    def options(self):
+        return {"drafting": "without_replacement", "scales": self.scales}
+
+    def step(self, p_i: np.ndarray, q_i: np.ndarray):
+        """Choose the step for a non-last candidate.
+
+        Parameters
+        ----------
+        p_i, q_i : ndarray, shape (B, V), float64
+
+        Returns
+        -------
+        m : ndarray (B, V)        accepted mass
+        option : list of _Option  the shaped options
+        pick : ndarray (B,) int64 index into ``option`` per row, -1 = plain rrs_wor
+        value : ndarray (B,)      exact next-step value of the pick
+        """
+        B = p_i.shape[0]
+        if B > 1:
+            # identical rows (same node, same rejected candidates) share one step
+            key = np.concatenate([p_i, q_i], axis=1)
+            uniq, first, inverse = np.unique(key, axis=0, return_index=True, return_inverse=True)
+            inverse = inverse.reshape(-1)
+            if uniq.shape[0] < B:
+                m, opts, pick, best = self.step(p_i[first], q_i[first])
+                return m[inverse], [o.take(inverse) for o in opts], pick[inverse], best[inverse]
+        m0 = np.minimum(p_i, q_i)
+        d0, w0 = np.maximum(p_i - m0, 0.0), np.maximum(q_i - m0, 0.0)
+        best = m0.sum(axis=1) + _plain_next_value(d0, q_i, w0)
+        pick = np.full(B, -1, dtype=np.int64)
+        m = m0
+        opts = []
+        for j, g in enumerate(self.scales):
+            o = _Option(p_i, q_i, wor_reserve_fixed_point(p_i, q_i, g))
+            opts.append(o)
+            better = o.ok & (o.value > best + 1e-15)
+            if np.any(better):
+                best = np.where(better, o.value, best)
+                pick = np.where(better, j, pick)
+                m = np.where(better[:, None], o.m, m)
+        return m, opts, pick, best
+
+    def _chain(self, p, q, c):
+        B, k = c.shape
+        rows = np.arange(B)
+        a = np.empty((B, k))
+        p_i, q_i = p, q
+        for i in range(k):
+            x = c[:, i]
+            if i == k - 1:
+                m, opts, pick = np.minimum(p_i, q_i), [], np.full(B, -1)
+            else:
+                m, opts, pick, _ = self.step(p_i, q_i)
+            qx = q_i[rows, x]
+            a[:, i] = np.clip(np.where(qx > 0, m[rows, x] / np.where(qx > 0, qx, 1.0), 0.0), 0.0, 1.0)
+            nxt = reject_update(p_i, m)
+            for j, o in enumerate(opts):
+                # a candidate accepted surely (w(x_i) = 0) never reaches the residual: keep the plain one
+                sel = (pick == j) & (o.w[rows, x] > 0)
+                if np.any(sel):
+                    nxt[sel] = o.residual(x)[sel]
+            p_i = nxt
+            if i + 1 < k:
+                q_i = q_i.copy()
+                q_i[rows, x] = 0.0
+                q_i = q_i / q_i.sum(axis=1, keepdims=True)
+        return a, p_i
