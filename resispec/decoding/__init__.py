@@ -1,0 +1,1 @@
+"""Real-model tree speculative decoding (filled below)."""
