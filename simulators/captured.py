@@ -170,7 +170,7 @@ def _register() -> None:
     try:
         vocab = load_capture().vocab
     except (FileNotFoundError, ValueError):
-        return
+        vocab = None  # no default capture: pass path= (sampling then fails with a clear error without it)
     register_family(PairFamily(
         "captured", "real (p, q) at Qwen2.5-Coder 1.5B/0.5B decoding nodes on HumanEval (sparse top-N union, "
                     "renormalised); $RESISPEC_CAPTURE or path= for another `resispec capture` file",

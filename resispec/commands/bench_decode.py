@@ -31,6 +31,8 @@ def add_arguments(p) -> None:
     p.add_argument("--seeds", type=int, nargs="+", default=None, help="seeds (default: --seed)")
     p.add_argument("--proxy", default=None, help="ResiSpec proxy")
     p.add_argument("--ignore-eos", action="store_true", help="always generate max-new-tokens")
+    p.add_argument("--capture", type=Path, default=None,
+                   help="also record (p, q) at every verified node into this .npz (family 'captured')")
     p.add_argument("--out", type=Path, default=Path("reports/decode.md"), help="markdown report (JSON beside it)")
 
 
@@ -41,13 +43,24 @@ def run(args) -> int:
     sampling = sampling_config(args)
     for t in args.trees:
         TreeShape.parse(t)
+    if args.capture is not None and args.capture.suffix != ".npz":
+        raise ValueError(f"--capture must end in .npz, got {args.capture}")
     pair = load_pair(args)
     prompts = encoded_prompts(pair, args)
+    captured = [] if args.capture is not None else None
     result = run_bench(pair, prompts, verifiers=args.verifiers, trees=args.trees, sampling=sampling,
                        max_new_tokens=args.max_new_tokens, seeds=args.seeds or [args.seed], proxy=args.proxy,
-                       stop_at_eos=not args.ignore_eos)
+                       stop_at_eos=not args.ignore_eos, capture=captured)
     print(format_table(result))
     command = "resispec " + " ".join(shlex.quote(a) for a in sys.argv[1:]) if sys.argv[1:] else ""
     write_report(result, args.out, args.out.with_suffix(".json"), command=command)
     print(f"wrote {args.out} and {args.out.with_suffix('.json')}", file=sys.stderr)
+    if captured:
+        import numpy as np
+
+        from simulators.captured import save_capture
+
+        meta = dict(result.config, source="resispec bench-decode", command=command, top_n=64)
+        save_capture(args.capture, *(np.concatenate([c[j] for c in captured]) for j in range(4)), meta)
+        print(f"captured {sum(len(c[0]) for c in captured)} nodes -> {args.capture}", file=sys.stderr)
     return 0

@@ -88,7 +88,8 @@ class BenchResult:
 
 def run_bench(pair, prompts: list[list[int]], *, verifiers=DEFAULT_VERIFIERS, trees=("4,2,1",),
               sampling: SamplingConfig = SamplingConfig(), max_new_tokens: int = 48, seeds=(0,),
-              proxy: str | None = None, progress: bool = True, stop_at_eos: bool = True) -> BenchResult:
+              proxy: str | None = None, progress: bool = True, stop_at_eos: bool = True,
+              capture: list | None = None, capture_top_n: int = 64) -> BenchResult:
     """Run target-only decoding and every verifier on the same prompts/seeds/trees.
 
     Parameters
@@ -99,6 +100,10 @@ def run_bench(pair, prompts: list[list[int]], *, verifiers=DEFAULT_VERIFIERS, tr
     trees : tree shapes like ``"4,2,1"``
     sampling, max_new_tokens, seeds
     proxy : ResiSpec proxy name (``resispec`` only)
+    capture : list, optional
+        When given, the (p, q) laws of every verified node are appended as
+        sparse rows ``(index, p_vals, q_vals, depth)`` (see
+        :func:`simulators.captured.sparsify`), so a benchmark doubles as a capture.
 
     Returns
     -------
@@ -126,7 +131,15 @@ def run_bench(pair, prompts: list[list[int]], *, verifiers=DEFAULT_VERIFIERS, tr
                                                     max_new_tokens=max_new_tokens, rng=rng, eos_token_id=eos)
                     else:
                         res = speculative_decode(pair.target, pair.draft, ids, ver, shape, sampling=sampling,
-                                                 max_new_tokens=max_new_tokens, rng=rng, eos_token_id=eos)
+                                                 max_new_tokens=max_new_tokens, rng=rng, eos_token_id=eos,
+                                                 record=capture is not None)
+                        if capture is not None and res.nodes:
+                            from simulators.captured import sparsify
+
+                            idx, pv, qv = sparsify(np.stack([n["p"] for n in res.nodes]),
+                                                   np.stack([n["q"] for n in res.nodes]), capture_top_n)
+                            capture.append((idx, pv, qv, np.array([n["depth"] for n in res.nodes])))
+                            res.nodes.clear()
                     row.add(res)
                     bar.update(1)
     config = {"target": pair.target_name, "draft": pair.draft_name, "trees": [str(s) for s in shapes],
