@@ -44,7 +44,10 @@ def run(args) -> int:
     from ..decoding.prompts import load_prompts
     from ..verifiers.registry import get_verifier
 
+    from ..trees import TreeShape
+
     sampling = sampling_config(args)
+    TreeShape.parse(args.tree)
     verifier = None
     if args.verifier != "autoregressive":
         opts = {k: v for k, v in (("proxy", args.proxy), ("gamma", args.gamma)) if v is not None}
