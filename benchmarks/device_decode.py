@@ -96,12 +96,14 @@ def main() -> int:
     ap.add_argument("--prefix", type=int, default=256)
     ap.add_argument("--nodes", type=int, nargs="+", default=[1, 4, 8, 16, 32, 64, 128])
     ap.add_argument("--repeats", type=int, default=10)
+    ap.add_argument("--target", default="qwen2.5-coder-1.5b", help="built-in target name")
+    ap.add_argument("--draft", default="qwen2.5-coder-0.5b", help="built-in draft name")
     ap.add_argument("--out", type=Path, default=ROOT / "reports" / "device_decode.md")
     args = ap.parse_args()
     dtype = getattr(torch, args.dtype)
     res = {"device": args.device, "dtype": args.dtype,
            "gpu": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None, "models": {}}
-    for name in ("qwen2.5-coder-1.5b", "qwen2.5-coder-0.5b"):
+    for name in dict.fromkeys((args.target, args.draft)):
         model, real = load(name, dtype, args.device)
         t = step_times(model, args.device, args.prefix, args.nodes, args.repeats)
         res["models"][name] = {"real_weights": real, "step_seconds": t}
@@ -116,8 +118,8 @@ def main() -> int:
     rep = ROOT / "reports" / "decode.json"
     if rep.is_file():
         rows = json.loads(rep.read_text())["rows"]
-        tt = res["models"]["qwen2.5-coder-1.5b"]["step_seconds"]
-        td = res["models"]["qwen2.5-coder-0.5b"]["step_seconds"]
+        tt = res["models"][args.target]["step_seconds"]
+        td = res["models"][args.draft]["step_seconds"]
         from resispec.trees import TreeShape
 
         for r in rows:

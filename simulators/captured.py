@@ -37,7 +37,7 @@ import numpy as np
 from .families import PairFamily, register_family
 
 #: The capture committed with the package.
-BUILTIN_CAPTURE = Path(__file__).with_name("data") / "captured_qwen25coder_humaneval.npz"
+BUILTIN_CAPTURE = Path(__file__).with_name("captured_qwen25coder_humaneval.npz")
 
 
 @dataclass(frozen=True)
@@ -122,7 +122,6 @@ def save_capture(path, index, p_vals, q_vals, depth, meta: dict) -> Path:
     return path
 
 
-@lru_cache(maxsize=8)
 def load_capture(path=None) -> Capture:
     """Read and renormalise a capture file (default: ``$RESISPEC_CAPTURE`` or the built-in one).
 
@@ -136,6 +135,11 @@ def load_capture(path=None) -> Capture:
     path = Path(path or os.environ.get("RESISPEC_CAPTURE") or BUILTIN_CAPTURE)
     if not path.is_file():
         raise FileNotFoundError(f"capture file {path} does not exist; record one with `resispec capture`")
+    return _load(str(path.resolve()), path.stat().st_mtime_ns)
+
+
+@lru_cache(maxsize=8)
+def _load(path: str, _mtime: int) -> Capture:
     with np.load(path, allow_pickle=False) as z:
         missing = {"index", "p", "q", "depth", "meta"} - set(z.files)
         if missing:
