@@ -115,6 +115,7 @@ def save_capture(path, index, p_vals, q_vals, depth, meta: dict) -> Path:
         np.savez_compressed(tmp, index=np.asarray(index, np.int32), p=np.asarray(p_vals, np.float32),
                             q=np.asarray(q_vals, np.float32), depth=np.asarray(depth, np.int16),
                             meta=np.array(json.dumps(meta)))
+        os.chmod(tmp, 0o644)
         os.replace(tmp, path)
     finally:
         if os.path.exists(tmp):

@@ -194,4 +194,5 @@ def _atomic_write(path: Path, text: str) -> None:
     fd, tmp = tempfile.mkstemp(prefix=path.name + ".", dir=path.parent)
     with os.fdopen(fd, "w") as f:
         f.write(text)
+    os.chmod(tmp, 0o644)
     os.replace(tmp, path)
