@@ -33,6 +33,7 @@ def add_prompt_args(p, *, default_limit: int) -> None:
     g = p.add_argument_group("prompts")
     g.add_argument("--prompts", default="humaneval", help="'humaneval' (default) or a .jsonl / text file")
     g.add_argument("--limit", type=int, default=default_limit, help=f"number of prompts (default {default_limit})")
+    g.add_argument("--skip", type=int, default=0, help="skip the first N prompts of the set (default 0)")
     g.add_argument("--chat", action="store_true", help="wrap prompts in the chat template (default: raw continuation)")
 
 
@@ -58,4 +59,9 @@ def load_pair(args):
 def encoded_prompts(pair, args) -> list[list[int]]:
     from ..decoding.prompts import load_prompts
 
-    return [pair.encode(t, chat=args.chat) for t in load_prompts(args.prompts, limit=args.limit)]
+    if args.skip < 0:
+        raise ValueError(f"--skip must be >= 0, got {args.skip}")
+    texts = load_prompts(args.prompts)[args.skip:args.skip + args.limit]
+    if not texts:
+        raise ValueError(f"--skip {args.skip} leaves no prompts in {args.prompts!r}")
+    return [pair.encode(t, chat=args.chat) for t in texts]
