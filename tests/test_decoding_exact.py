@@ -54,8 +54,10 @@ def sample_counts(target, draft, verifier, tree, sampling, n, seed):
 
 
 @pytest.mark.parametrize("name,tree,sampling,n", [
-    ("resispec", "2,1", SamplingConfig(1.0), 600),
-    ("rrs_wor", "2,1", SamplingConfig(0.8, top_k=3), 400),
+    ("resispec", "2,1", SamplingConfig(1.0), 1000),
+    ("rrs_wor", "2,1", SamplingConfig(0.8, top_k=3), 600),
+    ("kseq", "3", SamplingConfig(1.0, top_p=0.9), 600),
+    ("target_only", "1,2", SamplingConfig(1.2), 600),
 ])
 def test_first_two_tokens_have_the_target_law(pair, name, tree, sampling, n):
     target, draft = pair

@@ -59,6 +59,8 @@ def load_pair(args):
 def encoded_prompts(pair, args) -> list[list[int]]:
     from ..decoding.prompts import load_prompts
 
+    if args.limit < 1:
+        raise ValueError(f"--limit must be >= 1, got {args.limit}")
     if args.skip < 0:
         raise ValueError(f"--skip must be >= 0, got {args.skip}")
     texts = load_prompts(args.prompts)[args.skip:args.skip + args.limit]

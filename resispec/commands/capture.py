@@ -41,6 +41,6 @@ def run(args) -> int:
     prompts = encoded_prompts(pair, args)
     path, n = capture(pair, prompts, args.out, verifier=verifier, tree=args.tree, sampling=sampling,
                       max_new_tokens=args.max_new_tokens, seed=args.seed, top_n=args.top_n,
-                      prompt_names=[f"{args.prompts}[{i}]" for i in range(len(prompts))])
+                      prompt_names=[f"{args.prompts}[{args.skip + i}]" for i in range(len(prompts))])
     print(f"captured {n} nodes -> {path} ({path.stat().st_size / 2**20:.2f} MiB)", file=sys.stderr)
     return 0
