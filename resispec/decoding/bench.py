@@ -114,25 +114,26 @@ def run_bench(pair, prompts: list[list[int]], *, verifiers=DEFAULT_VERIFIERS, tr
         raise ValueError("no prompts to benchmark")
     eos = pair.eos_ids() if stop_at_eos else None
     jobs = [(AUTOREGRESSIVE, None)] + [(v, s) for s in shapes for v in verifiers]
-    rows = {}
+    rows = {(m, str(s) if s else "-"): BenchRow(m, str(s) if s else "-") for m, s in jobs}
+    built = {m: get_verifier(m, **({"proxy": proxy} if proxy and m == "resispec" else {}))
+             for m in dict.fromkeys(m for m, _ in jobs) if m != AUTOREGRESSIVE}
     total = len(jobs) * len(prompts) * len(seeds)
+    # Methods are interleaved per (seed, prompt), so a change in machine load during the run hits every
+    # method alike instead of biasing whichever ran at a busy moment.
     with tqdm(total=total, desc="bench-decode", disable=not progress) as bar:
-        for method, shape in jobs:
-            row = rows.setdefault((method, str(shape) if shape else "-"), BenchRow(method, str(shape) if shape else "-"))
-            ver = None
-            if method != AUTOREGRESSIVE:
-                ver = get_verifier(method, **({"proxy": proxy} if proxy and method == "resispec" else {}))
-            for seed in seeds:
-                for i, ids in enumerate(prompts):
+        for seed in seeds:
+            for i, ids in enumerate(prompts):
+                for method, shape in jobs:
+                    row = rows[(method, str(shape) if shape else "-")]
                     rng = np.random.default_rng([int(seed), i])
                     bar.set_postfix_str(f"{method} {row.tree}")
-                    if ver is None:
+                    if method == AUTOREGRESSIVE:
                         res = autoregressive_decode(pair.target, ids, sampling=sampling,
                                                     max_new_tokens=max_new_tokens, rng=rng, eos_token_id=eos)
                     else:
-                        res = speculative_decode(pair.target, pair.draft, ids, ver, shape, sampling=sampling,
-                                                 max_new_tokens=max_new_tokens, rng=rng, eos_token_id=eos,
-                                                 record=capture is not None)
+                        res = speculative_decode(pair.target, pair.draft, ids, built[method], shape,
+                                                 sampling=sampling, max_new_tokens=max_new_tokens, rng=rng,
+                                                 eos_token_id=eos, record=capture is not None)
                         if capture is not None and res.nodes:
                             from simulators.captured import sparsify
 
