@@ -1,1 +1,43 @@
-"""Statistical harnesses that certify a speculative verifier is zero-bias."""
+"""exactness: certify that a speculative verifier emits exactly the target's law.
+
+Glossary (as in :mod:`resispec`): target ``p``, draft ``q``, candidate,
+accepted index (stop position; -1 = residual), residual, acceptance rate,
+TV (total variation), detectable TV (smallest bias found with the stated
+power), cell (one (p, q, k, verifier) configuration).
+
+The contract::
+
+    certify_sampler(sample, law, n, *, alpha=1e-3, seed=0) -> Certificate
+    certify_verifier(verifier, p, q, k, *, n=None, alpha=1e-3, seed=0) -> Certificate
+    mutants.CATALOGUE  # name -> biased Verifier
+    assert_exact(verifier, ...)  # AssertionError listing failing cells + p-values
+
+Modules: :mod:`~exactness.gof` (pooled chi-square / G-test, TV bounds),
+:mod:`~exactness.power` (detectable TV, sample-size planner),
+:mod:`~exactness.exact` (exact joint law), :mod:`~exactness.tree`
+(two-token tree law), :mod:`~exactness.sampling` (vectorised Monte Carlo),
+:mod:`~exactness.verifier_cert`, :mod:`~exactness.grid` (many cells,
+multiple testing, calibration), :mod:`~exactness.mutants`,
+:mod:`~exactness.strategies` (hypothesis), :mod:`~exactness.pytest_plugin`.
+"""
+
+from ._checks import ExactnessWarning
+from .certificate import Certificate, certify_sampler
+from .power import chi2_power, detectable_tv, samples_for_tv
+from .verifier_cert import certify_verifier
+
+
+def __getattr__(name):  # lazy: keep ``import exactness`` light
+    import importlib
+
+    if name in ("mutants", "strategies", "grid", "exact", "tree", "gof", "power", "sampling"):
+        return importlib.import_module(f"{__name__}.{name}")
+    if name == "assert_exact":
+        from .assertions import assert_exact
+
+        return assert_exact
+    raise AttributeError(f"module 'exactness' has no attribute {name!r}")
+
+
+__all__ = ["Certificate", "ExactnessWarning", "assert_exact", "certify_sampler", "certify_verifier",
+           "chi2_power", "detectable_tv", "samples_for_tv"]

@@ -1,1 +1,67 @@
-"""pytest plugin (registered through the ``pytest11`` entry point)."""
+"""pytest plugin (registered through the ``pytest11`` entry point): the ``exactness`` fixture.
+
+Kept light: nothing heavy is imported until a test asks for the fixture.
+
+Usage in any test suite (with this package installed)::
+
+    def test_my_verifier_is_exact(exactness):
+        exactness.assert_exact(MyVerifier(), k=(1, 2, 4))          # built-in small-V panel
+        exactness.assert_exact(MyVerifier(), p, q, k=2, n=100_000)  # your own node
+
+Options: ``--exactness-samples N`` (Monte Carlo draws per cell; default the
+harness budget) and ``--exactness-alpha A`` (family-wise level, default 1e-3).
+Without the entry point, add ``pytest_plugins = ["exactness.pytest_plugin"]``
+to your root ``conftest.py``.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+
+def pytest_addoption(parser):
+    group = parser.getgroup("exactness", "speculative-sampling exactness harness")
+    group.addoption("--exactness-samples", type=int, default=None,
+                    help="Monte Carlo draws per cell for the exactness fixture (default: harness budget)")
+    group.addoption("--exactness-alpha", type=float, default=1e-3,
+                    help="family-wise level for the exactness fixture (default 1e-3)")
+
+
+class ExactnessHelper:
+    """What the ``exactness`` fixture returns: the harness with the session's options applied."""
+
+    def __init__(self, samples, alpha):
+        self.samples = samples
+        self.alpha = alpha
+
+    def assert_exact(self, verifier, p=None, q=None, k=(1, 2, 4), **kw):
+        from .assertions import assert_exact
+
+        kw.setdefault("n", self.samples)
+        kw.setdefault("alpha", self.alpha)
+        return assert_exact(verifier, p, q, k, **kw)
+
+    def certify_verifier(self, verifier, p, q, k, **kw):
+        from .verifier_cert import certify_verifier
+
+        kw.setdefault("n", self.samples)
+        kw.setdefault("alpha", self.alpha)
+        return certify_verifier(verifier, p, q, k, **kw)
+
+    def certify_sampler(self, sample, law, n, **kw):
+        from .certificate import certify_sampler
+
+        kw.setdefault("alpha", self.alpha)
+        return certify_sampler(sample, law, n, **kw)
+
+
+@pytest.fixture
+def exactness(request):
+    """The exactness harness (``assert_exact``, ``certify_verifier``, ``certify_sampler``)."""
+    cfg = request.config
+    try:
+        samples = cfg.getoption("--exactness-samples")
+        alpha = cfg.getoption("--exactness-alpha")
+    except ValueError:  # plugin imported as a module, options not registered
+        samples, alpha = None, 1e-3
+    return ExactnessHelper(samples, alpha)

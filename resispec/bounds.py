@@ -18,6 +18,11 @@ from .enumeration import candidate_tuples
 #: Largest (tuples x V) LP the coupling bound will build.
 MAX_LP_VARIABLES = 400_000
 
+#: HiGHS tolerances tighter than the 1e-7 defaults, so the optima are good to
+#: about 1e-9 (the defaults let the objective overshoot by ~5e-8 on laws with
+#: tiny entries).
+_HIGHS_OPTIONS = {"primal_feasibility_tolerance": 1e-10, "dual_feasibility_tolerance": 1e-10}
+
 
 def _one(p, q):
     p2, q2, _ = as_laws(p, q)
@@ -70,7 +75,10 @@ def optimal_acceptance_lp(p, q, k: int, drafting: str = "iid") -> float:
     A = coo_matrix((np.ones(2 * n * V), (np.concatenate([rows_t, rows_y]), np.concatenate([cols, cols]))),
                    shape=(n + V, n * V)).tocsr()
     b = np.concatenate([W, p1])
-    res = linprog(c, A_eq=A, b_eq=b, bounds=(0, None), method="highs")
+    # Margins as "<=": any sub-coupling extends to a full coupling without
+    # losing hits, so the optimum is the same, and round-off in sum(W) vs
+    # sum(p) (tuple probabilities down to 1e-10) cannot make it infeasible.
+    res = linprog(c, A_ub=A, b_ub=b, bounds=(0, None), method="highs", options=_HIGHS_OPTIONS)
     if res.status != 0:
         raise ValueError(f"coupling LP failed: {res.message}")
     return float(-res.fun)
@@ -133,7 +141,8 @@ def sequential_optimum_iid(p, q, k: int, *, return_masses: bool = False):
     ecols = np.concatenate([np.arange(nM), nM + np.arange(k)])
     evals = np.concatenate([-np.ones(nM), np.ones(k)])
     A_eq = coo_matrix((evals, (erows, ecols)), shape=(k, nvar)).tocsr()
-    res = linprog(c, A_ub=A_ub, b_ub=b_ub, A_eq=A_eq, b_eq=np.zeros(k), bounds=(0, None), method="highs")
+    res = linprog(c, A_ub=A_ub, b_ub=b_ub, A_eq=A_eq, b_eq=np.zeros(k), bounds=(0, None), method="highs",
+                  options=_HIGHS_OPTIONS)
     if res.status != 0:
         raise ValueError(f"sequential LP failed: {res.message}")
     val = float(-res.fun)

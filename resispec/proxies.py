@@ -51,7 +51,11 @@ def tempered(tau: float = 2.0) -> Proxy:
 
 
 def topk(top_k: int = 64) -> Proxy:
-    """Draft truncated to its ``top_k`` most likely tokens, renormalised (sparse)."""
+    """Draft truncated to its ``top_k`` most likely tokens, renormalised (sparse).
+
+    Ties at the ``top_k``-th largest value are broken by lower token id, so
+    every backend keeps the same tokens (:func:`topk_mask`).
+    """
     if isinstance(top_k, bool) or not isinstance(top_k, (int, np.integer)) or top_k < 1:
         raise ValueError(f"topk proxy: top_k must be an integer >= 1, got {top_k!r}")
 
@@ -59,14 +63,19 @@ def topk(top_k: int = 64) -> Proxy:
         V = q_i.shape[1]
         if top_k >= V:
             return q_i
-        idx = np.argpartition(-q_i, top_k - 1, axis=1)[:, :top_k]
-        out = np.zeros_like(q_i)
-        rows = np.arange(q_i.shape[0])[:, None]
-        out[rows, idx] = q_i[rows, idx]
-        return _normalise(out, q_i)
+        return _normalise(np.where(topk_mask(q_i, top_k), q_i, 0.0), q_i)
 
     proxy.__name__ = f"topk(top_k={top_k})"
     return proxy
+
+
+def topk_mask(q_i: np.ndarray, top_k: int) -> np.ndarray:
+    """Boolean (B, V): the ``top_k`` largest entries per row, ties broken by lower token id."""
+    kth = -np.partition(-q_i, top_k - 1, axis=1)[:, top_k - 1:top_k]
+    greater = q_i > kth
+    eq = q_i == kth
+    rank = np.cumsum(eq, axis=1)                        # 1-based rank among ties, token-id order
+    return greater | (eq & (rank <= top_k - greater.sum(axis=1, keepdims=True)))
 
 
 def uniform_mix(eps: float = 0.1) -> Proxy:
@@ -86,7 +95,9 @@ def coverage() -> Proxy:
 
     def proxy(q_i, *, step, k, p_i):
         j = max(1, k - 1 - step)
-        return _normalise(-np.expm1(j * np.log1p(-np.minimum(q_i, 1.0 - 1e-300))), q_i)
+        with np.errstate(divide="ignore"):  # q = 1 gives log1p(-1) = -inf, coverage 1 (correct)
+            cov = -np.expm1(j * np.log1p(-np.minimum(q_i, 1.0)))
+        return _normalise(cov, q_i)
 
     proxy.__name__ = "coverage"
     return proxy

@@ -19,6 +19,11 @@ from ..proxies import check_proxy_output, get_proxy
 from .base import MassVerifier
 from .registry import register
 
+#: ``g >= -_ROOT_TOL (1 + gamma)`` counts as a root: for ``gamma = 1`` ``g`` can
+#: vanish on a whole interval, where round-off (a few 1e-15 at V = 151,936)
+#: must not move the answer away from its left end, the smallest root.
+_ROOT_TOL = 1e-13
+
 
 def solve_reserve(p_i: np.ndarray, q_i: np.ndarray, rho: np.ndarray, gamma: float) -> np.ndarray:
     """Exact fixed point ``lambda = gamma (1 - s(lambda))`` by sorting breakpoints.
@@ -27,7 +32,11 @@ def solve_reserve(p_i: np.ndarray, q_i: np.ndarray, rho: np.ndarray, gamma: floa
     breakpoints ``(p - q)_+ / rho`` (slope drops by ``rho``) and ``p / rho``
     (slope rises by ``rho``); ``g(lambda) = lambda - gamma (1 - s(lambda))``
     has ``g(0) <= 0 <= g(gamma)``.  The smallest root is found exactly (to
-    round-off) on the sorted breakpoints: O(V log V) per row.
+    round-off) on the sorted breakpoints: O(V log V) per row.  For
+    ``gamma = 1``, ``g`` can vanish on a whole interval (every token with
+    ``rho > 0`` active); the first knot with ``g >= -1e-13 (1 + gamma)``
+    is taken as reaching 0, so such a flat piece resolves to its left end,
+    the smallest root, whatever the round-off inside it.
 
     Parameters
     ----------
@@ -60,14 +69,17 @@ def solve_reserve(p_i: np.ndarray, q_i: np.ndarray, rho: np.ndarray, gamma: floa
     ds = slope[:, :-1] * np.diff(t, axis=1)
     s = s0[:, None] + np.concatenate([np.zeros((B, 1)), np.cumsum(ds, axis=1)], axis=1)
     g = t - gamma * (1.0 - s)
-    above = g >= 0
-    has = above.any(axis=1)
-    j = np.where(has, np.argmax(above, axis=1), t.shape[1])      # first knot with g >= 0
-    jm = np.clip(j - 1, 0, t.shape[1] - 1)
+    n = t.shape[1]
     rows = np.arange(B)
+    above = g >= -_ROOT_TOL * (1.0 + gamma)                       # g == 0 up to round-off counts
+    has = above.any(axis=1)
+    j = np.where(has, np.argmax(above, axis=1), n)                # first knot with g >= -tol
+    jm = np.clip(j - 1, 0, n - 1)
+    t1 = np.where(has, t[rows, np.clip(j, 0, n - 1)], np.inf)
     t0, g0, sl = t[rows, jm], g[rows, jm], slope[rows, jm]
     dg = 1.0 + gamma * sl
-    lam = np.where(dg > 0, t0 - g0 / np.where(dg > 0, dg, 1.0), t0)
+    lam = np.where(dg > 0, t0 - g0 / np.where(dg > 0, dg, 1.0), t1)
+    lam = np.minimum(lam, t1)                                      # root lies in (t_{j-1}, t_j]
     lam = np.where(j == 0, 0.0, lam)                               # g(0) >= 0: root at 0
     return np.clip(lam, 0.0, gamma)
 

@@ -1,0 +1,7 @@
+#!/usr/bin/env bash
+# GPU check of the torch backend (see benchmarks/device_verify.py): exact law on CUDA float32,
+# decision parity with numpy, and `resispec bench-verify --device cuda --dtype float32`.
+# Usage (repository root, CUDA machine):  bash benchmarks/device_verify.sh [--out DIR]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+exec python benchmarks/device_verify.py "$@"

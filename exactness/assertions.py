@@ -1,0 +1,90 @@
+"""``assert_exact``: certification as a test assertion, for other projects' test suites."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .certificate import Certificate, certify_sampler
+from .grid import adjust
+from .verifier_cert import certify_verifier
+
+#: Default panel when no (p, q) is given: (family, V, params) as in ``resispec certify``.
+DEFAULT_PANEL = (("softmax_noise", 8, {}), ("zipf", 8, {}))
+DEFAULT_KS = (1, 2, 4)
+
+
+def _panel(seed: int):
+    from .certify_run import family_nodes
+
+    nodes, _ = family_nodes(seed, DEFAULT_PANEL)
+    return list(nodes.items())
+
+
+def assert_exact(verifier, p=None, q=None, k=DEFAULT_KS, *, n: int | None = None, alpha: float = 1e-3,
+                 seed: int = 0, tv: float | None = None) -> list[Certificate]:
+    """Assert that a verifier (or a sampler) emits exactly the target law.
+
+    Two forms:
+
+    - ``assert_exact(verifier, p, q, k=(1, 2, 4))``: certify ``verifier`` at
+      the node ``(p, q)`` for every ``k`` (``p, q`` omitted: a built-in panel
+      of small-V nodes, softmax-noise and Zipf pairs at V = 8);
+    - ``assert_exact(sample, law, n=...)``: a black-box sampler
+      ``sample(rng, m) -> (m,) int64`` against ``law`` (:func:`certify_sampler`).
+
+    Cell p-values are Holm-corrected at ``alpha`` over all cells.
+
+    Parameters
+    ----------
+    verifier : Verifier, or a sampler callable (second form)
+    p, q : array_like, shape (V,), float64, optional
+    k : int or iterable of int
+    n : int, optional, Monte Carlo draws per cell (default budget if None;
+        required for a sampler)
+    alpha : float, family-wise level
+    seed : int
+    tv : float, optional, smallest TV to detect (warns if ``n`` is too small)
+
+    Returns
+    -------
+    list of Certificate, one per cell (when every cell passes)
+
+    Raises
+    ------
+    AssertionError
+        Some cell fails; the message lists each failing cell with its
+        Holm-adjusted p-value, failing checks, exact TV and detectable TV.
+    ValueError, TypeError
+        Bad input (as :func:`certify_verifier` / :func:`certify_sampler`).
+    """
+    if not hasattr(verifier, "verify"):
+        if not callable(verifier) or p is None:
+            raise TypeError("assert_exact needs a verifier (with verify) or a sampler callable and its law")
+        if n is None:
+            raise ValueError("assert_exact(sample, law, n=...): give the number of samples n for a sampler")
+        cert = certify_sampler(verifier, p, n, alpha=alpha, seed=seed, tv=tv)
+        if not cert.passed:
+            raise AssertionError(f"sampler is not exact: {cert.summary()}")
+        return [cert]
+    ks = (k,) if isinstance(k, (int, np.integer)) else tuple(k)
+    if (p is None) != (q is None):
+        raise ValueError("give both p and q (one node), or neither (built-in panel)")
+    nodes = [("given", (p, q))] if p is not None else _panel(seed)
+    labels, certs = [], []
+    for i, (name, (pp, qq)) in enumerate(nodes):
+        for kk in ks:
+            labels.append(f"{name} node, k = {kk}")
+            certs.append(certify_verifier(verifier, pp, qq, kk, n=n, alpha=alpha,
+                                          seed=np.random.SeedSequence([seed, i, kk]), tv=tv))
+    holm = adjust([c.pvalue for c in certs], "holm")
+    bad = [(lab, c, h) for lab, c, h in zip(labels, certs, holm) if h < alpha]
+    if bad:
+        lines = [f"{len(bad)} of {len(certs)} cells reject exactness of {verifier!r} at alpha = {alpha:g} (Holm):"]
+        for lab, c, h in bad:
+            ex = c.details.get("exact", {}).get("tv")
+            failing = {name: round(pv, 6) for name, pv in c.failed_checks().items()}
+            lines.append(f"  {lab}: p_holm = {h:.3g}, failing checks {failing}, "
+                         f"exact TV {ex if ex is None else format(ex, '.3g')}, TV estimate {c.tv_estimate:.3g}, "
+                         f"detectable TV {c.detectable_tv:.3g}, n = {c.n:,}")
+        raise AssertionError("\n".join(lines))
+    return certs

@@ -1,0 +1,122 @@
+"""Power of the chi-square test against a TV bias, and the sample-size planner.
+
+Under a fixed alternative ``p1`` the Pearson statistic on ``c`` cells is
+approximately noncentral chi-square with ``df = c - 1`` and noncentrality
+``lambda = n * w^2``, ``w^2 = sum (p1 - p0)^2 / p0`` (Cohen's effect size
+squared; Cohen 1988, ch. 7; ``statsmodels.stats.power.GofChisquarePower``
+uses the same law).  By Cauchy-Schwarz ``(2 TV)^2 = (sum |p1 - p0|)^2 <=
+w^2 * sum p0 = w^2``, with equality for the *hardest* bias (mass moved
+between two halves of the law, proportional to ``p0``).  So ``n`` samples
+detect every bias of total variation at least
+
+    detectable_tv = sqrt(lambda* / (4 n)),
+
+where ``lambda*`` solves ``P(ncx2(df, lambda*) > chi2.isf(alpha, df)) =
+power`` (TV measured on the pooled cells; biases concentrated on
+low-probability tokens have larger ``w`` and are detected at smaller TV).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from scipy import optimize, stats
+
+from ._checks import check_alpha, check_n
+
+
+def _check_power(power) -> float:
+    if isinstance(power, bool) or not isinstance(power, (int, float, np.floating)) or not 0 < power < 1:
+        raise ValueError(f"power must lie in (0, 1), got {power!r}")
+    return float(power)
+
+
+def _check_df(df) -> int:
+    if isinstance(df, bool) or not isinstance(df, (int, np.integer)) or df < 1:
+        raise ValueError(f"df must be an integer >= 1 (cells - 1), got {df!r}")
+    return int(df)
+
+
+def noncentrality(df: int, alpha: float, power: float) -> float:
+    """``lambda*``: noncentrality at which the level-``alpha`` chi-square test has ``power``.
+
+    Parameters
+    ----------
+    df : int >= 1
+    alpha, power : float in (0, 1)
+
+    Returns
+    -------
+    float
+    """
+    df, alpha, power = _check_df(df), check_alpha(alpha), _check_power(power)
+    crit = stats.chi2.isf(alpha, df)
+    if power <= alpha:
+        return 0.0
+    f = lambda lam: stats.ncx2.sf(crit, df, lam) - power  # noqa: E731
+    hi = 1.0
+    while f(hi) < 0:
+        hi *= 2.0
+    return float(optimize.brentq(f, 0.0 if f(0.0) >= 0 else 1e-12, hi, xtol=1e-10, rtol=1e-12))
+
+
+def chi2_power(tv: float, n: int, df: int, alpha: float) -> float:
+    """Power of the level-``alpha`` chi-square test against the hardest bias of size ``tv``.
+
+    Parameters
+    ----------
+    tv : float in [0, 1]
+    n : int, samples
+    df : int, cells - 1
+    alpha : float
+
+    Returns
+    -------
+    float, the probability of rejecting (asymptotic noncentral chi-square).
+    """
+    n, df, alpha = check_n(n), _check_df(df), check_alpha(alpha)
+    lam = n * 4.0 * float(tv) ** 2
+    return float(stats.ncx2.sf(stats.chi2.isf(alpha, df), df, lam))
+
+
+def detectable_tv(n: int, df: int, *, alpha: float = 1e-3, power: float = 0.99) -> float:
+    """Smallest TV bias detected with probability ``power`` by ``n`` samples.
+
+    Parameters
+    ----------
+    n : int >= 1, samples
+    df : int >= 1, degrees of freedom of the pooled test (cells - 1)
+    alpha : float, test level
+    power : float, required power
+
+    Returns
+    -------
+    float, ``sqrt(lambda* / (4 n))`` (see module docstring); may exceed 1,
+    meaning no bias is reliably detectable.
+    """
+    n = check_n(n)
+    return math.sqrt(noncentrality(df, alpha, power) / (4.0 * n))
+
+
+def samples_for_tv(tv: float, df: int, *, alpha: float = 1e-3, power: float = 0.99) -> int:
+    """Planner: samples needed to detect every TV bias >= ``tv`` with ``power``.
+
+    Parameters
+    ----------
+    tv : float in (0, 1]
+    df : int >= 1, cells - 1 (for a law over V tokens with no pooling, V - 1)
+    alpha, power : float
+
+    Returns
+    -------
+    int, ``ceil(lambda* / (4 tv^2))``
+
+    Raises
+    ------
+    ValueError
+        ``tv`` outside (0, 1], bad ``df``, ``alpha`` or ``power``.
+    """
+    if not np.isfinite(tv) or not 0 < tv <= 1:
+        raise ValueError(f"tv must lie in (0, 1], got {tv!r}")
+    return int(math.ceil(noncentrality(df, alpha, power) / (4.0 * float(tv) ** 2)))

@@ -1,0 +1,228 @@
+"""Reports of a certify run: terminal table, Markdown, JSON and figures (atomic writes)."""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from pathlib import Path
+
+import numpy as np
+
+from .grid import GridResult
+from .power import detectable_tv
+
+
+def _fmt(x, spec=".3g", none="n/a"):
+    if x is None:
+        return none
+    if isinstance(x, float) and not np.isfinite(x):
+        return str(x)
+    return format(x, spec)
+
+
+def atomic_write(path: Path, data: bytes | str) -> None:
+    """Write ``data`` to ``path`` through a temporary file and a rename."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data.encode() if isinstance(data, str) else data)
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o666 & ~umask)  # mkstemp creates 0600; give the file the usual permissions
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+
+
+COLUMNS = ("verifier", "family", "V", "k", "exact TV", "p (cell)", "p Holm", "p BH", "n", "detect. TV",
+           "accept", "alpha*", "rrs", "verdict")
+
+
+def cell_rows(grid: GridResult) -> list[tuple]:
+    rows = []
+    for c in grid.cells:
+        if c.certificate is None:
+            rows.append((c.verifier, c.family, c.V, c.k, "-", "-", "-", "-", "-", "-", "-", "-", "-",
+                         f"skipped: {c.skipped}"))
+            continue
+        cert = c.certificate
+        failed = c in grid.failed_cells()
+        verdict = "FAIL" if failed else "pass"
+        if failed:
+            bad = ", ".join(sorted(cert.failed_checks())) or ("acceptance > alpha*" if not c.acceptance_ok else "")
+            verdict += f" ({bad})" if bad else ""
+        rows.append((c.verifier, c.family, c.V, c.k, _fmt(c.exact_tv, ".1e"), _fmt(cert.pvalue, ".3f"),
+                     _fmt(c.p_holm, ".3f"), _fmt(c.p_bh, ".3f"), f"{cert.n:,}", _fmt(cert.detectable_tv, ".3f"),
+                     _fmt(c.acceptance, ".4f"), _fmt(c.alpha_star, ".4f"), _fmt(c.rrs_acceptance, ".4f"), verdict))
+    return rows
+
+
+def terminal_table(grid: GridResult) -> str:
+    rows = [tuple(str(x) for x in r) for r in cell_rows(grid)]
+    widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(COLUMNS)]
+    line = "  ".join(h.ljust(w) for h, w in zip(COLUMNS, widths))
+    out = [line, "-" * len(line)]
+    out += ["  ".join(x.ljust(w) for x, w in zip(r, widths)) for r in rows]
+    return "\n".join(out)
+
+
+def verdicts(grid: GridResult) -> dict:
+    out = {}
+    for c in grid.cells:
+        if c.certificate is None:
+            continue
+        v = out.setdefault(c.verifier, {"cells": 0, "failed": 0, "min_p_holm": 1.0})
+        v["cells"] += 1
+        v["min_p_holm"] = min(v["min_p_holm"], c.p_holm if c.p_holm is not None else 1.0)
+        if c in grid.failed_cells():
+            v["failed"] += 1
+    return out
+
+
+def to_json(grid: GridResult, mutants=None, meta=None) -> dict:
+    cells = []
+    for c in grid.cells:
+        d = {"verifier": c.verifier, "family": c.family, "V": c.V, "k": c.k, "skipped": c.skipped or None,
+             "acceptance": c.acceptance, "alpha_star": c.alpha_star, "rrs_acceptance": c.rrs_acceptance,
+             "seconds": c.seconds, "p_holm": c.p_holm, "p_bh": c.p_bh, "exact_tv": c.exact_tv}
+        if c.certificate is not None:
+            cert = c.certificate
+            d.update({"passed_cell": cert.passed, "statistic": cert.statistic, "pvalue": cert.pvalue,
+                      "g_statistic": cert.g_statistic, "g_pvalue": cert.g_pvalue, "df": cert.df,
+                      "tv_estimate": cert.tv_estimate, "tv_upper": cert.tv_upper,
+                      "detectable_tv": cert.detectable_tv, "n": cert.n, "checks": cert.checks,
+                      "path": cert.details.get("path")})
+        cells.append(d)
+    cal = grid.calibration
+    return {
+        "meta": meta or {},
+        "alpha": grid.alpha,
+        "passed": grid.passed,
+        "failed_verifiers": grid.failed_verifiers(),
+        "verdicts": verdicts(grid),
+        "calibration": None if cal is None else {**cal.__dict__, "consistent": cal.consistent},
+        "notes": grid.notes,
+        "cells": cells,
+        "mutants": None if mutants is None else [
+            {"name": m.name, "bug": m.bug, "caught_by": m.caught_by, "runs": m.runs, "flagged": m.flagged,
+             "flagged_mc": m.flagged_mc, "power": m.power, "power_mc": m.power_mc,
+             "failing_checks": m.failing_checks} for m in mutants],
+    }
+
+
+def figures(grid: GridResult, qq_path: Path, tv_path: Path, power: float = 0.99) -> None:
+    """QQ plot of the Monte Carlo p-values and the detectable-TV figure (PNG, Agg)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import io
+
+    import matplotlib.pyplot as plt
+
+    pv = np.sort(np.array([p for c in grid.cells for p in c.mc_pvalues()]))
+    fig, ax = plt.subplots(figsize=(4.5, 4.5))
+    if pv.size:
+        m = pv.size
+        expected = (np.arange(1, m + 1) - 0.5) / m
+        lo = np.array([np.quantile(np.random.default_rng(0).beta(i, m + 1 - i, 400), 0.025) for i in range(1, m + 1)])
+        hi = np.array([np.quantile(np.random.default_rng(0).beta(i, m + 1 - i, 400), 0.975) for i in range(1, m + 1)])
+        ax.fill_between(-np.log10(expected), -np.log10(lo), -np.log10(hi), color="0.85", label="95% band")
+        ax.plot(-np.log10(expected), -np.log10(np.maximum(pv, 1e-300)), ".", ms=3, label=f"{m} MC p-values")
+        top = max(-np.log10(expected).max(), 1.0)
+        ax.plot([0, top], [0, top], "k--", lw=0.8)
+    ax.set_xlabel("expected -log10 p (uniform)")
+    ax.set_ylabel("observed -log10 p")
+    ax.set_title("Calibration of the Monte Carlo checks")
+    ax.legend(loc="upper left", fontsize=8)
+    fig.tight_layout()
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=110)
+    plt.close(fig)
+    atomic_write(qq_path, buf.getvalue())
+
+    fig, ax = plt.subplots(figsize=(5.5, 4.2))
+    ns = np.logspace(3, 8, 60)
+    for df in (7, 63, 999, 4095):
+        ax.loglog(ns, [detectable_tv(int(n), df, alpha=grid.alpha, power=power) for n in ns],
+                  label=f"df = {df}")
+    pts = [(c.certificate.n, c.certificate.detectable_tv) for c in grid.cells if c.certificate is not None]
+    if pts:
+        x, y = zip(*pts)
+        ax.loglog(x, y, "k.", ms=5, label="certify cells")
+    ax.axhline(1e-3, color="0.5", lw=0.6, ls=":")
+    ax.set_xlabel("samples n")
+    ax.set_ylabel(f"detectable TV (alpha = {grid.alpha:g}, power = {power:g})")
+    ax.set_title("Smallest TV bias detected")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=110)
+    plt.close(fig)
+    atomic_write(tv_path, buf.getvalue())
+
+
+def markdown(grid: GridResult, mutants=None, meta=None, qq_name="certify_qq.png",
+             tv_name="certify_detectable_tv.png") -> str:
+    meta = meta or {}
+    L = ["# resispec certify", ""]
+    if meta:
+        L += [f"- command: `{meta.get('command', '')}`", f"- seed {meta.get('seed')}, alpha {grid.alpha:g} "
+              f"(family-wise over all cells, Holm), samples per cell: {meta.get('samples') or 'default budget'}",
+              f"- wall time {grid.seconds:.1f} s (grid)"
+              + (f", {meta['mutant_seconds']:.1f} s (mutants)" if meta.get("mutant_seconds") else ""), ""]
+    L += ["## Verdict", "", "| verifier | cells | failed | min Holm p |", "|---|---|---|---|"]
+    for v, d in verdicts(grid).items():
+        L.append(f"| `{v}` | {d['cells']} | {d['failed']} | {d['min_p_holm']:.3g} |")
+    L += ["", "**ALL PASS**" if grid.passed else f"**FAILED: {', '.join(grid.failed_verifiers())}**", ""]
+    for note in grid.notes:
+        L.append(f"- note: {note}")
+    L += ["", "## Cells", "",
+          "Per cell: exact-law TV where enumeration (or the built-in accept table) fits, the cell's p-value "
+          "(Holm over its checks: marginal chi-square against p, joint (stop position, token), accepted count, "
+          "residual, two-token tree, determinism, batched == one-at-a-time), its Holm and BH adjustment over "
+          "all cells, the sample size and the TV it detects with power 0.99, and the exact acceptance against "
+          "alpha* and against rrs.", "",
+          "| " + " | ".join(COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
+    for r in cell_rows(grid):
+        L.append("| " + " | ".join(str(x) for x in r) + " |")
+    cal = grid.calibration
+    if cal is not None:
+        L += ["", "## Calibration", "",
+              f"{cal.n} Monte Carlo p-values (tests with df >= 1) of the cells: KS against U(0, 1) "
+              f"statistic {cal.ks_statistic:.3f}, p = {cal.ks_pvalue:.3g}; false-positive rate at "
+              f"{cal.level:g}: {cal.fpr:.3f} (95% CI [{cal.ci_low:.3f}, {cal.ci_high:.3f}]) -- "
+              + ("consistent with the level." if cal.consistent else "NOT consistent with the level."),
+              "", f"![p-value QQ plot]({qq_name})", ""]
+    L += ["## Detectable TV", "",
+          "Smallest TV bias each sample size detects at this alpha with power 0.99 (noncentral chi-square, "
+          "hardest bias direction; `exactness.power`).", "", f"![detectable TV]({tv_name})", ""]
+    if mutants:
+        L += ["## Mutants", "",
+              "Biased verifiers from `exactness.mutants.CATALOGUE`, each run on the mutant panel "
+              "(softmax_noise node, V = 8, k in {1, 2, 4} where the bug is active), cell p-values Holm-corrected. "
+              "`flagged` counts runs where any check failed; `MC only` counts runs flagged by the Monte Carlo "
+              "checks alone (marginal, joint, accepted count, residual).", "",
+              "| mutant | bug | designed check | flagged | MC only | failing checks |", "|---|---|---|---|---|---|"]
+        for m in mutants:
+            fc = ", ".join(f"{k} ({v})" for k, v in sorted(m.failing_checks.items()))
+            L.append(f"| `{m.name}` | {m.bug} | {m.caught_by} | {m.flagged}/{m.runs} | {m.flagged_mc}/{m.runs} | {fc} |")
+        L.append("")
+    return "\n".join(L)
+
+
+def write_reports(grid: GridResult, out: Path, mutants=None, meta=None, json_path: Path | None = None) -> dict:
+    """Write ``out`` (Markdown), its JSON twin and the two PNG figures next to it; return the paths."""
+    out = Path(out)
+    stem = out.with_suffix("")
+    qq = stem.parent / f"{stem.name}_qq.png"
+    tv = stem.parent / f"{stem.name}_detectable_tv.png"
+    js = Path(json_path) if json_path else out.with_suffix(".json")
+    figures(grid, qq, tv)
+    atomic_write(js, json.dumps(to_json(grid, mutants, meta), indent=1, default=float))
+    atomic_write(out, markdown(grid, mutants, meta, qq.name, tv.name))
+    return {"markdown": out, "json": js, "qq": qq, "detectable_tv": tv}

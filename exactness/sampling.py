@@ -1,0 +1,240 @@
+"""Vectorised Monte Carlo of a verifier at one node: candidates, uniforms, tokens.
+
+One random stream for every path: per draw, ``k`` uniforms pick the
+candidates by inverse CDF of the draft law, then ``k + 1`` uniforms go to
+``verifier.verify(..., uniforms=...)``.  Two paths produce the SAME tokens
+from the same stream:
+
+- **generic**: tiles ``p, q`` into batches and calls ``verifier.verify`` (any
+  object with the Verifier interface; O(V) per draw);
+- **table** (fast): for built-in verifiers whose accept rule depends only on
+  the token at each step (``sps``, ``rrs``, ``resispec`` and ``kseq`` with iid
+  drafts), the per-step accept probabilities ``a_i(x)`` and the residual are
+  computed once per node, and each draw costs O(k log V).  The first
+  ``GUARD`` draws of a sampler's first call are recomputed through ``verify``
+  and must agree bit for bit, or ``RuntimeError`` is raised.
+
+Optional verifier hooks the harness honours (used by :mod:`exactness.mutants`,
+open to users whose pipeline drafts differently):
+
+- ``draft_law(q) -> (B, V)``: the law the candidates are really drawn from
+  (e.g. a top-k processed draft) while ``verify`` receives ``q``;
+- ``bonus_law(p, q) -> (B, V)``: law of the bonus token after a full accept
+  on a tree (default ``p``), see :mod:`exactness.tree`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from resispec import Verifier
+from resispec._validation import as_laws, check_k
+from resispec.verifiers.base import MassVerifier
+from resispec.verifiers.registry import _REGISTRY
+
+#: Draws re-checked through ``verify`` when the table path is used.
+GUARD = 64
+#: Upper bound on (rows x V) elements per generic verify call.
+_ELEMS = 1 << 21
+
+
+@dataclass(frozen=True)
+class Draws:
+    """Monte Carlo draws at one node.
+
+    Attributes
+    ----------
+    tokens : ndarray, shape (n,), int64
+    accepted : ndarray, shape (n,), int64, accepted candidate index or -1
+    """
+
+    tokens: np.ndarray
+    accepted: np.ndarray
+
+
+def candidate_law(verifier, q2: np.ndarray) -> np.ndarray:
+    """Law the candidates are drawn from: ``verifier.draft_law(q)`` if defined, else ``q``."""
+    hook = getattr(verifier, "draft_law", None)
+    if hook is None:
+        return q2
+    ql = np.asarray(hook(q2), dtype=np.float64)
+    if ql.shape != q2.shape or not np.all(np.isfinite(ql)) or np.any(ql < 0):
+        raise ValueError("verifier.draft_law(q) must return a non-negative (B, V) law")
+    return ql / ql.sum(axis=1, keepdims=True)
+
+
+def drafting_of(verifier) -> str:
+    d = getattr(verifier, "drafting", "iid")
+    if d not in ("iid", "without_replacement", "any"):
+        raise ValueError(f"verifier.drafting must be 'iid', 'without_replacement' or 'any', got {d!r}")
+    return d
+
+
+def _searchsorted_rows(cdf: np.ndarray, u: np.ndarray, last: int) -> np.ndarray:
+    """Inverse CDF for one law (cdf (V,)) and many uniforms: same ids as ``resispec.inverse_cdf``."""
+    return np.minimum(np.searchsorted(cdf, u * cdf[-1], side="right"), last)
+
+
+def _last_positive(law: np.ndarray) -> int:
+    return int(law.size - 1 - np.argmax(law[::-1] > 0))
+
+
+def draw_node_candidates(cl: np.ndarray, k: int, drafting: str, uc: np.ndarray) -> np.ndarray:
+    """Candidates (n, k) int64 at one node from uniforms ``uc`` (n, k).
+
+    ``cl`` (V,) is the candidate law; without-replacement drafting is
+    successive sampling (RSD, arXiv 2402.14160), done row by row in blocks.
+    """
+    n = uc.shape[0]
+    if drafting != "without_replacement":
+        cdf = np.cumsum(cl)
+        return _searchsorted_rows(cdf, uc, _last_positive(cl))
+    support = int(np.count_nonzero(cl > 0))
+    if k > support:
+        raise ValueError(f"k = {k} exceeds the draft support ({support} tokens) for without-replacement drafting")
+    V = cl.size
+    out = np.empty((n, k), dtype=np.int64)
+    step = max(1, _ELEMS // V)
+    rows_all = np.arange(n)
+    for s in range(0, n, step):
+        rows = rows_all[s:s + step] - s
+        qi = np.broadcast_to(cl, (rows.size, V)).copy()
+        for i in range(k):
+            cdf = np.cumsum(qi, axis=1)
+            x = (cdf <= (uc[s:s + step, i] * cdf[:, -1])[:, None]).sum(axis=1)
+            last = V - 1 - np.argmax(qi[:, ::-1] > 0, axis=1)
+            x = np.minimum(x, last)
+            out[s + rows, i] = x
+            qi[rows, x] = 0.0
+    return out
+
+
+def _table_types():
+    out = set()
+    for cls in _REGISTRY.get("numpy", {}).values():
+        if (issubclass(cls, MassVerifier) and cls.candidate_independent and cls.drafting == "iid"
+                and cls.__module__.startswith("resispec.verifiers.")):  # built-ins only, never user classes
+            out.add(cls)
+    from resispec.verifiers.kseq import KSeq
+
+    out.add(KSeq)
+    return tuple(out)
+
+
+def accept_table(verifier, p: np.ndarray, q: np.ndarray, k: int):
+    """Per-step accept probabilities ``a (k, V)`` and residual ``r (V,)``, or None.
+
+    Only for built-in verifiers whose chain depends on the candidates only
+    through ``a_i(x_i)`` (iid drafting, no ``draft_law`` hook); ``None``
+    otherwise.
+    """
+    if type(verifier) not in _table_types() or getattr(verifier, "drafting", None) != "iid":
+        return None
+    if hasattr(verifier, "draft_law") or hasattr(verifier, "bonus_law"):
+        return None
+    from resispec.verifiers.kseq import KSeq, kseq_rho
+
+    safe_q = np.where(q > 0, q, 1.0)
+    if isinstance(verifier, KSeq):
+        p2, q2 = p[None], q[None]
+        x0 = np.full((1, k), int(np.argmax(q)))
+        _, r = verifier._chain(p2, q2, x0)
+        rho, _ = kseq_rho(p2, q2, k)
+        a1 = np.where(q > 0, np.minimum(1.0, p / (rho[0] * safe_q)), 0.0)
+        return np.repeat(a1[None], k, axis=0), r[0]
+    x0 = np.full((1, k), int(np.argmax(q)))
+    m, p_steps, _ = verifier.masses(p[None], q[None], x0)
+    a = np.clip(np.where(q > 0, m[0] / safe_q, 0.0), 0.0, 1.0)
+    return a, p_steps[0, k]
+
+
+class NodeSampler:
+    """Draw tokens from ``verifier`` at one node ``(p, q)`` with ``k`` candidates.
+
+    Parameters
+    ----------
+    verifier : Verifier or any object with ``verify`` and ``drafting``
+    p, q : array_like, shape (V,), float64
+    k : int >= 1
+    fast : bool, default True
+        Use the table path when the verifier allows it.
+
+    Calling ``sampler(rng, n)`` returns the (n,) int64 tokens (the
+    :func:`exactness.certify_sampler` contract); :meth:`draws` also returns
+    the accepted indices.
+    """
+
+    def __init__(self, verifier, p, q, k: int, *, fast: bool = True):
+        if not hasattr(verifier, "verify"):
+            raise TypeError(f"verifier must have a verify(p, q, candidates, rng) method, got {type(verifier).__name__}")
+        p2, q2, _ = as_laws(p, q)
+        if p2.shape[0] != 1:
+            raise ValueError(f"p and q must describe one node, shape (V,); got {p2.shape[0]} rows")
+        self.verifier = verifier
+        self.p, self.q = np.ascontiguousarray(p2[0]), np.ascontiguousarray(q2[0])
+        self.k = check_k(k)
+        self.V = self.p.size
+        self.drafting = drafting_of(verifier)
+        self.cand_law = candidate_law(verifier, q2)[0]
+        self.table = accept_table(verifier, self.p, self.q, self.k) if fast else None
+        self.uses_uniforms = isinstance(verifier, Verifier)
+        self._guarded = False
+        if self.table is not None:
+            a, r = self.table
+            self._r_cdf, self._r_last = np.cumsum(r), _last_positive(r)
+            self._offsets = (np.arange(self.k) * self.V)[None, :]
+
+    @property
+    def path(self) -> str:
+        return "table" if self.table is not None else "generic"
+
+    def __call__(self, rng: np.random.Generator, n: int) -> np.ndarray:
+        return self.draws(rng, n).tokens
+
+    def draws(self, rng: np.random.Generator, n: int) -> Draws:
+        """``n`` draws: tokens (n,) int64 and accepted indices (n,) int64."""
+        k = self.k
+        uc = rng.random((n, k))
+        uv = rng.random((n, k + 1))
+        cand = draw_node_candidates(self.cand_law, k, self.drafting, uc)
+        if self.table is None:
+            return self._generic(cand, uv, rng)
+        out = self._table(cand, uv)
+        g = 0 if self._guarded else min(n, GUARD)
+        if g:
+            self._guarded = True
+            ref = self._generic(cand[:g], uv[:g], rng)
+            if not (np.array_equal(ref.tokens, out.tokens[:g]) and np.array_equal(ref.accepted, out.accepted[:g])):
+                raise RuntimeError(f"table path disagrees with {type(self.verifier).__name__}.verify; "
+                                   "use NodeSampler(..., fast=False)")
+        return out
+
+    def _table(self, cand, uv) -> Draws:
+        a, _ = self.table
+        n, k = cand.shape
+        acc = uv[:, :k] < a.ravel()[cand + self._offsets]
+        hit = acc.any(axis=1)
+        first = np.argmax(acc, axis=1)
+        tokens = cand[np.arange(n), first]
+        miss = ~hit
+        if np.any(miss):
+            tokens[miss] = _searchsorted_rows(self._r_cdf, uv[miss, k], self._r_last)
+        return Draws(tokens.astype(np.int64), np.where(hit, first, -1).astype(np.int64))
+
+    def _generic(self, cand, uv, rng) -> Draws:
+        n, k = cand.shape
+        step = max(1, _ELEMS // self.V)
+        toks, accs = [], []
+        for s in range(0, n, step):
+            c = cand[s:s + step]
+            P = np.broadcast_to(self.p, (c.shape[0], self.V))
+            Q = np.broadcast_to(self.q, (c.shape[0], self.V))
+            if self.uses_uniforms:
+                res = self.verifier.verify(P, Q, c, rng, uniforms=uv[s:s + step])
+            else:
+                res = self.verifier.verify(P, Q, c, rng)
+            toks.append(np.asarray(res.tokens))
+            accs.append(np.asarray(getattr(res, "accepted", np.full(c.shape[0], -2))))
+        return Draws(np.concatenate(toks), np.concatenate(accs).astype(np.int64))

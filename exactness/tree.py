@@ -1,0 +1,158 @@
+"""Joint law of two successive emitted tokens on a small draft tree.
+
+The tree (``shared/RESISPEC.md`` section 6): the root ``(p0, q0)`` gets ``k``
+candidates; after the first emitted token ``y1`` the target and draft are
+``p1[y1], q1[y1]``.
+
+- ``depth = 1``: the candidates are leaves.  If one is accepted (a full
+  accept) the second token is the **bonus** token, drawn from
+  ``bonus_law(p1[y1], q1[y1])`` -- ``p1[y1]`` for a correct engine (the
+  verifier may define ``bonus_law`` to customise it; the harness checks it).
+- ``depth = 2``: each root candidate has ``k`` children drawn from
+  ``q1[x]``; after accepting ``y1`` the verifier runs again on the children.
+
+If every root candidate is rejected, ``y1`` is a residual token and ``y2``
+comes from the next round: a fresh verification at node ``y1``.  An exact
+engine emits ``(y1, y2)`` with law ``p0[y1] * p1[y1, y2]``.  Enumeration
+gives the exact joint law; Monte Carlo samples the same walk.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from .exact import joint_law
+from .gof import gof_test
+from .sampling import NodeSampler, _last_positive, _searchsorted_rows
+
+
+@dataclass(frozen=True)
+class TreeResult:
+    """Two-token check on a small tree.
+
+    Attributes
+    ----------
+    exact_tv : float or None
+        TV between the exact joint law of (y1, y2) and ``p0 x p1``.
+    statistic, pvalue : float
+        Chi-square of the sampled pairs against ``p0 x p1`` (pooled).
+    n : int
+        Sampled pairs.
+    df : int
+        Degrees of freedom of the pooled test.
+    """
+
+    exact_tv: float | None
+    statistic: float
+    pvalue: float
+    n: int
+    df: int = 0
+
+
+def default_tree(p: np.ndarray, q: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Second-level laws from one node: ``p1[y] = roll(p, y + 1)``, same for ``q``.
+
+    Returns ``p1, q1`` of shape (V, V): a different law after every first
+    token, with the same support structure as ``(p, q)``.
+    """
+    V = p.size
+    idx = (np.arange(V)[None, :] - (np.arange(V)[:, None] + 1)) % V
+    return p[idx], q[idx]
+
+
+def _bonus(verifier, p1: np.ndarray, q1: np.ndarray) -> np.ndarray:
+    hook = getattr(verifier, "bonus_law", None)
+    if hook is None:
+        return p1
+    b = np.asarray(hook(p1, q1), dtype=np.float64)
+    if b.shape != p1.shape or not np.all(np.isfinite(b)) or np.any(b < 0):
+        raise ValueError("verifier.bonus_law(p, q) must return a non-negative (B, V) law")
+    return b / b.sum(axis=1, keepdims=True)
+
+
+_MEMO: dict = {}
+
+
+def _node_law(verifier, p, q, k):
+    """Exact output law at one node, memoised (the tree checks reuse every node)."""
+    key = (id(verifier), p.tobytes(), q.tobytes(), k)
+    if key not in _MEMO:
+        if len(_MEMO) > 256:
+            _MEMO.clear()
+        _MEMO[key] = (verifier, joint_law(verifier, p, q, k))
+    return _MEMO[key][1]
+
+
+def exact_pair_law(verifier, p0, q0, p1, q1, k: int, depth: int = 1) -> np.ndarray:
+    """Exact joint law (V, V) of the first two emitted tokens.
+
+    Parameters
+    ----------
+    verifier : Verifier
+    p0, q0 : ndarray, shape (V,), float64 -- root target / draft
+    p1, q1 : ndarray, shape (V, V), float64 -- row ``y1``: laws after ``y1``
+    k : int, candidates per node
+    depth : {1, 2}
+
+    Returns
+    -------
+    ndarray, shape (V, V): ``[y1, y2]`` probabilities.
+    """
+    if depth not in (1, 2):
+        raise ValueError(f"depth must be 1 or 2, got {depth!r}")
+    J0 = _node_law(verifier, np.ascontiguousarray(p0), np.ascontiguousarray(q0), k)
+    acc, rej = J0[:-1].sum(axis=0), J0[-1]
+    V = p0.size
+    E = np.zeros((V, V))
+    live = np.flatnonzero(acc + rej > 0)
+    for y in live:
+        E[y] = _node_law(verifier, np.ascontiguousarray(p1[y]), np.ascontiguousarray(q1[y]), k).sum(axis=0)
+    L = _bonus(verifier, p1, q1) if depth == 1 else E
+    return acc[:, None] * L + rej[:, None] * E
+
+
+def sample_pairs(verifier, p0, q0, p1, q1, k: int, n: int, rng: np.random.Generator,
+                 depth: int = 1) -> np.ndarray:
+    """Monte Carlo of the tree walk: pair counts (V, V) int64 from ``n`` walks."""
+    if depth not in (1, 2):
+        raise ValueError(f"depth must be 1 or 2, got {depth!r}")
+    V = p0.size
+    root = NodeSampler(verifier, p0, q0, k).draws(rng, n)
+    counts = np.zeros((V, V), dtype=np.int64)
+    bonus = _bonus(verifier, p1, q1) if depth == 1 else None
+    for y in np.unique(root.tokens):
+        sel = root.tokens == y
+        n_acc = int(np.count_nonzero(sel & (root.accepted >= 0)))
+        n_rej = int(np.count_nonzero(sel)) - n_acc
+        node = None
+        if n_acc and depth == 1:
+            y2 = _searchsorted_rows(np.cumsum(bonus[y]), rng.random(n_acc), _last_positive(bonus[y]))
+            counts[y] += np.bincount(y2, minlength=V)
+        m = n_rej + (n_acc if depth == 2 else 0)
+        if m:
+            node = NodeSampler(verifier, p1[y], q1[y], k)
+            counts[y] += np.bincount(node(rng, m), minlength=V)
+    return counts
+
+
+def tree_check(verifier, p0, q0, k: int, n: int, rng: np.random.Generator, *, depth: int = 1,
+               p1=None, q1=None, exact: bool = True) -> TreeResult:
+    """Exact and Monte Carlo check of the first two emitted tokens on a small tree.
+
+    ``p1, q1`` default to :func:`default_tree` of ``(p0, q0)``.  Returns
+    :class:`TreeResult`; the p-value tests the sampled pairs against
+    ``p0[y1] * p1[y1, y2]``.
+    """
+    p0 = np.asarray(p0, dtype=np.float64)
+    q0 = np.asarray(q0, dtype=np.float64)
+    if p1 is None or q1 is None:
+        p1, q1 = default_tree(p0, q0)
+    target = p0[:, None] * p1
+    tv = None
+    if exact:
+        tv = 0.5 * float(np.abs(exact_pair_law(verifier, p0, q0, p1, q1, k, depth) - target).sum())
+    counts = sample_pairs(verifier, p0, q0, p1, q1, k, n, rng, depth)
+    res = gof_test(counts.ravel(), target.ravel())
+    return TreeResult(tv, res.statistic, res.pvalue, n, res.df)

@@ -1,0 +1,285 @@
+"""Verification throughput: nodes verified per second, numpy and torch side by side.
+
+For each backend, verifier and candidate count ``k`` the same batch of
+``(p, q, candidates)`` (a ``softmax_noise`` pair family, V = 151,936 by
+default) is verified ``repeats`` times through the public
+``Verifier.verify``; the median wall time gives nodes per second, and the
+cost of every verifier is reported relative to ``rrs`` of the same backend
+and ``k`` (``resispec / rrs`` is the figure of merit: target <= 2).
+
+The numpy reference sorts ``2V`` breakpoints per reserve and runs slowly at
+this size, so it may verify a sub-batch (``numpy_B``); nodes per second is a
+per-node rate either way.  Throughput claims are ratios measured in one run.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import tempfile
+import time
+from dataclasses import asdict, dataclass, field
+
+import numpy as np
+
+DEFAULT_VERIFIERS = ("rrs", "kseq", "resispec")
+DEFAULT_K = (2, 4, 8)
+BACKENDS = ("numpy", "torch")
+
+
+@dataclass(frozen=True)
+class BenchCell:
+    """One measurement.
+
+    Attributes
+    ----------
+    backend, verifier : str
+    k, B : int
+        Candidates per node; nodes per call.
+    seconds : float
+        Median wall time of one ``verify`` call (s).
+    nodes_per_s : float
+        ``B / seconds``.
+    cost_vs_rrs : float or None
+        ``seconds_per_node / rrs seconds_per_node`` in the same backend and ``k``.
+    acceptance_rate : float
+        Fraction of the nodes that accepted a candidate (sanity check).
+    reserve_iterations : int or None
+        Evaluations of ``g`` in the last torch ResiSpec reserve solve.
+    """
+
+    backend: str
+    verifier: str
+    k: int
+    B: int
+    seconds: float
+    nodes_per_s: float
+    cost_vs_rrs: float | None
+    acceptance_rate: float
+    reserve_iterations: int | None = None
+
+
+@dataclass(frozen=True)
+class BenchResult:
+    """All cells plus the configuration (``config``: V, dtype, device, repeats, ...)."""
+
+    cells: list
+    config: dict = field(default_factory=dict)
+
+    def cell(self, backend, verifier, k) -> BenchCell | None:
+        for c in self.cells:
+            if (c.backend, c.verifier, c.k) == (backend, verifier, k):
+                return c
+        return None
+
+    def ratio(self, backend, k, verifier="resispec") -> float | None:
+        """Per-node cost of ``verifier`` over ``rrs`` in ``backend`` at ``k``."""
+        c = self.cell(backend, verifier, k)
+        return None if c is None else c.cost_vs_rrs
+
+    def table(self) -> str:
+        """Markdown table: one row per (verifier, k), backends side by side."""
+        backends = [b for b in BACKENDS if any(c.backend == b for c in self.cells)]
+        ks = sorted({c.k for c in self.cells})
+        names = [v for v in self.config.get("verifiers", DEFAULT_VERIFIERS)]
+        head = "| verifier | k | " + " | ".join(f"{b} nodes/s | {b} cost / rrs" for b in backends) + " |"
+        lines = [head, "|" + "---|" * (2 + 2 * len(backends))]
+        for name in names:
+            for k in ks:
+                row = [name, str(k)]
+                for b in backends:
+                    c = self.cell(b, name, k)
+                    row += (["-", "-"] if c is None else
+                            [f"{c.nodes_per_s:,.1f}", "-" if c.cost_vs_rrs is None else f"{c.cost_vs_rrs:.2f}"])
+                lines.append("| " + " | ".join(row) + " |")
+        return "\n".join(lines)
+
+    def to_dict(self) -> dict:
+        return {"config": self.config, "cells": [asdict(c) for c in self.cells]}
+
+
+def _torch_dtype(dtype: str, device: str):
+    import torch
+
+    if dtype == "auto":
+        return torch.float64 if device == "cpu" else torch.float32
+    table = {"float64": torch.float64, "float32": torch.float32}
+    if dtype not in table:
+        raise ValueError(f"dtype must be 'auto', 'float64' or 'float32', got {dtype!r}")
+    return table[dtype]
+
+
+def _time(fn, repeats: int, sync=None, warmup: int = 1):
+    for _ in range(warmup):
+        fn()
+    if sync:
+        sync()
+    times = []
+    out = None
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        out = fn()
+        if sync:
+            sync()
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times), out
+
+
+def bench_verify(*, B: int = 256, V: int = 151_936, ks=DEFAULT_K, verifiers=DEFAULT_VERIFIERS,
+                 backends=BACKENDS, device: str = "cpu", dtype: str = "auto", repeats: int = 3,
+                 numpy_B: int | None = None, numpy_repeats: int | None = None, family: str = "softmax_noise",
+                 temperature: float = 1.0, seed: int = 0, progress: bool = True) -> BenchResult:
+    """Measure nodes verified per second for every (backend, verifier, k).
+
+    Parameters
+    ----------
+    B, V : int
+        Nodes per ``verify`` call and vocabulary size (default 256 x 151,936).
+    ks : sequence of int
+        Candidate counts (default 2, 4, 8).
+    verifiers : sequence of str
+        Registry names; ``rrs`` is added (it is the reference of the ratios).
+    backends : subset of {"numpy", "torch"}
+    device : str
+        Torch device (``"cpu"``, ``"cuda"``, ...).
+    dtype : {"auto", "float64", "float32"}
+        Torch working dtype; ``auto`` = float64 on CPU, float32 elsewhere.
+        The numpy backend is always float64.
+    repeats : int
+        Timed calls per cell (median); on accelerators after one untimed warm-up call.
+    numpy_B, numpy_repeats : int, optional
+        Sub-batch and repeats for the (slow) numpy reference; default ``B``
+        and ``repeats``.
+    family, temperature, seed
+        Pair family of :mod:`simulators.families` and its draw.
+    progress : bool
+        tqdm progress bar.
+
+    Returns
+    -------
+    BenchResult
+
+    Raises
+    ------
+    ValueError
+        Unknown backend, verifier, dtype or family; bad sizes; device unavailable.
+    """
+    import resispec
+    from simulators.families import get_family
+
+    for name, val in (("B", B), ("V", V), ("repeats", repeats)):
+        if isinstance(val, bool) or not isinstance(val, int) or val < 1:
+            raise ValueError(f"{name} must be an integer >= 1, got {val!r}")
+    unknown = set(backends) - set(BACKENDS)
+    if unknown or not backends:
+        raise ValueError(f"backends must be a non-empty subset of {BACKENDS}, got {list(backends)}")
+    verifiers = list(dict.fromkeys(["rrs", *verifiers]))
+    for name in verifiers:
+        if name not in resispec.available_verifiers():
+            raise ValueError(f"unknown verifier {name!r}; choose from {resispec.available_verifiers()}")
+    ks = [int(k) for k in ks]
+    if any(k < 1 for k in ks):
+        raise ValueError(f"k values must be >= 1, got {ks}")
+    numpy_B = B if numpy_B is None else min(int(numpy_B), B)
+    numpy_repeats = repeats if numpy_repeats is None else int(numpy_repeats)
+
+    rng = np.random.default_rng(seed)
+    p, q = get_family(family).sample(rng, n=B, V=V, temperature=temperature)
+    cands = {k: resispec.draw_candidates(q, k, "iid", rng) for k in ks}
+    uniforms = {k: rng.random((B, k + 1)) for k in ks}
+
+    config = {"B": B, "V": V, "ks": ks, "verifiers": verifiers, "backends": list(backends), "family": family,
+              "temperature": temperature, "seed": seed, "repeats": repeats, "numpy_B": numpy_B,
+              "numpy_repeats": numpy_repeats,
+              "load_average_1min": os.getloadavg()[0] if hasattr(os, "getloadavg") else None,
+              "cpu_count": os.cpu_count()}
+    torch_side = None
+    if "torch" in backends:
+        import torch
+
+        dev = torch.device(device)
+        if dev.type == "cuda" and not torch.cuda.is_available():
+            raise ValueError("device 'cuda' requested but torch.cuda.is_available() is False")
+        tdt = _torch_dtype(dtype, dev.type)
+        sync = torch.cuda.synchronize if dev.type == "cuda" else None
+        P = torch.from_numpy(p).to(device=dev, dtype=tdt).contiguous()
+        Q = torch.from_numpy(q).to(device=dev, dtype=tdt).contiguous()
+        torch_side = (torch, dev, tdt, sync, P, Q)
+        config.update({"device": str(dev), "dtype": str(tdt).replace("torch.", ""),
+                       "torch": torch.__version__, "threads": torch.get_num_threads(),
+                       "gpu": torch.cuda.get_device_name(dev) if dev.type == "cuda" else None})
+
+    jobs = [(b, n, k) for b in backends for k in ks for n in verifiers]
+    bar = None
+    if progress:
+        from tqdm import tqdm
+
+        bar = tqdm(total=len(jobs), desc="bench-verify", unit="cell", leave=False)
+    raw = {}
+    for backend, name, k in jobs:
+        if bar:
+            bar.set_postfix_str(f"{backend} {name} k={k}")
+        if backend == "numpy":
+            v = resispec.get_verifier(name)
+            n = numpy_B
+            args = (p[:n], q[:n], cands[k][:n])
+            fn = lambda v=v, args=args, u=uniforms[k][:n]: v.verify(*args, uniforms=u)  # noqa: E731
+            sec, out = _time(fn, numpy_repeats, warmup=0)
+            acc = float(np.mean(out.accepted >= 0))
+            its = None
+        else:
+            torch, dev, tdt, sync, P, Q = torch_side
+            v = resispec.get_verifier(name, backend="torch")
+            C = torch.from_numpy(cands[k]).to(dev)
+            gen = torch.Generator(device=dev).manual_seed(seed)
+            n = B
+            fn = lambda v=v, C=C, gen=gen: v.verify(P, Q, C, gen)  # noqa: E731
+            # warm-up call on accelerators only (kernel/compile caches); on CPU every call is alike
+            sec, out = _time(fn, repeats, sync=sync, warmup=0 if dev.type == "cpu" else 1)
+            acc = float((out.accepted >= 0).double().mean())
+            info = getattr(v, "last_reserve", None)
+            its = None if info is None else info.iterations
+        raw[(backend, name, k)] = (n, sec, acc, its)
+        if bar:
+            bar.update(1)
+    if bar:
+        bar.close()
+    cells = []
+    for (backend, name, k), (n, sec, acc, its) in raw.items():
+        rn, rsec, _, _ = raw[(backend, "rrs", k)]
+        cells.append(BenchCell(backend=backend, verifier=name, k=k, B=n, seconds=sec, nodes_per_s=n / sec,
+                               cost_vs_rrs=(sec / n) / (rsec / rn), acceptance_rate=acc, reserve_iterations=its))
+    return BenchResult(cells=cells, config=config)
+
+
+def write_reports(result: BenchResult, path: str, *, command: str | None = None) -> tuple[str, str]:
+    """Write the markdown table to ``path`` and JSON beside it (atomically). Returns both paths."""
+    c = result.config
+    lines = ["# bench-verify: nodes verified per second", ""]
+    if command:
+        lines += ["Command:", "", f"    {command}", ""]
+    lines += [f"B = {c['B']} nodes (numpy: {c['numpy_B']}), V = {c['V']:,}, family `{c['family']}` "
+              f"T = {c['temperature']}, repeats = {c['repeats']} (numpy: {c['numpy_repeats']}), median wall time.",
+              f"torch: {c.get('torch', '-')}, device {c.get('device', '-')}, dtype {c.get('dtype', '-')}, "
+              f"threads {c.get('threads', '-')}" + (f", GPU {c['gpu']}" if c.get("gpu") else "")
+              + (f"; {c['cpu_count']} CPUs, 1-min load average {c['load_average_1min']:.1f} at start"
+                 if c.get("load_average_1min") is not None else ""), "",
+              result.table(), "",
+              "`cost / rrs`: time per node relative to `rrs` in the same backend and k "
+              "(ResiSpec target: at most 2).", ""]
+    md = "\n".join(lines)
+    js_path = os.path.splitext(path)[0] + ".json"
+    for target, text in ((path, md), (js_path, json.dumps(result.to_dict(), indent=2))):
+        d = os.path.dirname(os.path.abspath(target))
+        os.makedirs(d, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=d, prefix=".tmp-", suffix=os.path.basename(target))
+        try:
+            with os.fdopen(fd, "w") as fh:
+                fh.write(text)
+            os.replace(tmp, target)
+        except BaseException:
+            if os.path.exists(tmp):
+                os.unlink(tmp)
+            raise
+    return path, js_path

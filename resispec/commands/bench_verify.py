@@ -1,0 +1,65 @@
+"""Nodes verified per second for rrs, kseq and resispec, numpy and torch side by side.
+
+Verifies the same batch (B x V, softmax-noise pairs) through each backend's
+public ``verify`` and prints nodes/s with each verifier's per-node cost
+relative to ``rrs`` in the same backend (ResiSpec target: at most 2).
+Writes a markdown report and a JSON file beside it.
+"""
+
+from __future__ import annotations
+
+import shlex
+import sys
+
+NAME = "bench-verify"
+HELP = "nodes verified per second, numpy vs torch, with the ResiSpec-over-rrs cost ratio"
+
+
+def _ints(text):
+    return [int(x) for x in text.split(",") if x.strip()]
+
+
+def _strs(text):
+    return [x.strip() for x in text.split(",") if x.strip()]
+
+
+def add_arguments(parser):
+    parser.add_argument("--device", default="cpu", help="torch device: cpu, cuda, cuda:1 ... (default: %(default)s)")
+    parser.add_argument("--dtype", default="auto", choices=["auto", "float64", "float32"],
+                        help="torch working dtype; auto = float64 on CPU, float32 on GPU (default: %(default)s)")
+    parser.add_argument("--B", type=int, default=256, help="nodes per verify call (default: %(default)s)")
+    parser.add_argument("--V", type=int, default=151_936, help="vocabulary size (default: %(default)s)")
+    parser.add_argument("--k", type=_ints, default=[2, 4, 8], help="comma-separated candidate counts (default: 2,4,8)")
+    parser.add_argument("--repeats", type=int, default=1,
+                        help="timed calls per cell (median; GPU: after one warm-up; default %(default)s)")
+    parser.add_argument("--verifiers", type=_strs, default=["rrs", "kseq", "resispec"],
+                        help="comma-separated verifiers (default: rrs,kseq,resispec)")
+    parser.add_argument("--backends", type=_strs, default=["numpy", "torch"], help="numpy,torch (default: both)")
+    parser.add_argument("--numpy-B", type=int, default=32,
+                        help="nodes per call for the slow numpy reference (rate is per node; default %(default)s)")
+    parser.add_argument("--numpy-repeats", type=int, default=1, help="timed numpy calls per cell (default %(default)s)")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--out", default="reports/bench_verify.md",
+                        help="markdown report; JSON beside it (default: %(default)s)")
+    parser.add_argument("--no-progress", action="store_true", help="hide the progress bar")
+
+
+def run(args) -> int:
+    from ..bench_verify import bench_verify, write_reports
+
+    res = bench_verify(B=args.B, V=args.V, ks=args.k, verifiers=args.verifiers, backends=args.backends,
+                       device=args.device, dtype=args.dtype, repeats=args.repeats, numpy_B=args.numpy_B,
+                       numpy_repeats=args.numpy_repeats, seed=args.seed, progress=not args.no_progress)
+    c = res.config
+    print(f"B={c['B']} (numpy {c['numpy_B']})  V={c['V']:,}  device={c.get('device', '-')}  "
+          f"dtype={c.get('dtype', '-')}  repeats={c['repeats']}")
+    print(res.table())
+    for b in c["backends"]:
+        ratios = [res.ratio(b, k) for k in c["ks"] if res.ratio(b, k) is not None]
+        if ratios and "resispec" in c["verifiers"]:
+            print(f"{b}: resispec / rrs cost " + ", ".join(f"k={k}: {res.ratio(b, k):.2f}" for k in c["ks"])
+                  + f"  (target <= 2: {'met' if max(ratios) <= 2 else 'NOT met'})")
+    command = "resispec " + " ".join(shlex.quote(a) for a in sys.argv[1:]) if sys.argv[1:] else None
+    md, js = write_reports(res, args.out, command=command)
+    print(f"wrote {md} and {js}")
+    return 0

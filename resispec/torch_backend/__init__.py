@@ -1,0 +1,48 @@
+"""Batched torch backend: every verifier on tensors, on any device.
+
+``resispec.get_verifier(name, backend="torch", **options)`` builds the torch
+twin of a numpy verifier (``sps``, ``rrs``, ``rrs_wor``, ``target_only``,
+``kseq``, ``resispec``; same names and options, plus ``dtype=``/``device=``
+for numpy inputs and ``solver=`` for ResiSpec).  Verification is batched
+over the ``B`` nodes and the ``V`` tokens; the only Python loop runs over the
+``k`` candidates.
+
+Decisions and the tie rule
+--------------------------
+``verify(p, q, candidates, rng=None, *, uniforms=None)``: column ``i`` of the
+(B, k + 1) float64 uniforms decides candidate ``i`` (accept when
+``u < m_i(x_i) / q_i(x_i)``, compared in float64), column ``k`` draws the
+residual token by inverse CDF in token-id order (float64 cumulative sum,
+sequential on CPU, exactly as :func:`resispec.sampling.inverse_cdf`).  Same
+uniforms, same decisions as the numpy backend, except at *near-ties*: the two
+backends compute ``m_i`` and the residual with sums in different orders (and
+ResiSpec's reserve with a different solver), so a threshold may differ by
+round-off (float64: below 1e-12 on the cases we test); a uniform closer than
+that to an acceptance threshold or to a CDF boundary may then resolve
+differently.  The parity tests assert identical decisions on every row that
+is not such a near-tie.  Both backends are exact either way.
+
+Randomness comes from a ``torch.Generator`` on the laws' device.
+
+Modules: :mod:`._validation` (input rules: devices, dtypes and half-precision
+up-casting, contiguity, shapes), :mod:`.sampling` (inverse CDF,
+``draw_candidates``), :mod:`.base` (engine, ``decide``), :mod:`.baselines`,
+:mod:`.kseq`, :mod:`.resispec` (reserve solvers and their error bound),
+:mod:`.proxies`, :mod:`.numpy_facade` (``NumpyFacade``: a numpy-facing view
+for harnesses such as ``exactness.certify_verifier``).  Throughput:
+``resispec bench-verify`` (:mod:`resispec.bench_verify`) and
+``benchmarks/device_verify.sh`` on a GPU.
+"""
+
+from __future__ import annotations
+
+import torch  # noqa: F401  (ImportError here tells the registry torch is missing)
+
+from . import baselines, kseq, resispec  # noqa: F401  (register the torch verifiers)
+from .numpy_facade import NumpyFacade
+from .base import TorchChain, TorchMassVerifier, TorchVerifier, TorchVerifyResult, decide, law_from_chain
+from .resispec import ReserveInfo, solve_reserve_newton, solve_reserve_sort
+from .sampling import draw_candidates, inverse_cdf
+
+__all__ = ["NumpyFacade", "ReserveInfo", "TorchChain", "TorchMassVerifier", "TorchVerifier", "TorchVerifyResult", "decide",
+           "draw_candidates", "inverse_cdf", "law_from_chain", "solve_reserve_newton", "solve_reserve_sort"]

@@ -1,0 +1,277 @@
+"""The torch verifier contract and the batched sequential engine.
+
+Same glossary and exactness lemma as :mod:`resispec.verifiers.base` (target
+``p``, draft ``q``, candidate ``x_i``, accepted mass ``m_i``, residual
+``p_i``; ``shared/RESISPEC.md`` section 2).  Everything is batched over the
+``B`` nodes and the ``V`` tokens with tensor ops; the only Python loop runs
+over the ``k`` candidates.
+
+Decisions (:func:`decide`) are made in float64 whatever the working dtype:
+``accept_probs`` are up-cast before ``u < a`` and the residual is up-cast
+before its inverse CDF, so the same uniforms give the same decisions as the
+numpy backend, up to the tie rule of :mod:`resispec.torch_backend`.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from ..verifiers.base import Chain as NumpyChain
+from ._validation import (as_candidates_t, as_laws_t, as_uniforms_t, check_generator,
+                          residual_eps)
+from .sampling import inverse_cdf
+
+
+@dataclass(frozen=True)
+class TorchVerifyResult:
+    """Outcome of verifying a batch of nodes (torch).
+
+    Attributes
+    ----------
+    tokens : Tensor, shape (B,), int64
+        Emitted token of each node (accepted candidate or residual token).
+    accepted : Tensor, shape (B,), int64
+        Index of the accepted candidate in ``0..k-1``, or -1 when every
+        candidate was rejected.
+    """
+
+    tokens: torch.Tensor
+    accepted: torch.Tensor
+
+    @property
+    def acceptance_rate(self) -> float:
+        """Fraction of nodes that accepted some candidate."""
+        return float((self.accepted >= 0).to(torch.float64).mean())
+
+    def numpy(self):
+        """The same result as numpy arrays (:class:`resispec.VerifyResult`)."""
+        from ..verifiers.base import VerifyResult
+
+        return VerifyResult(tokens=self.tokens.cpu().numpy(), accepted=self.accepted.cpu().numpy())
+
+
+@dataclass(frozen=True)
+class TorchChain:
+    """Acceptance probabilities ``(B, k)`` and residual ``(B, V)`` tensors (working dtype)."""
+
+    accept_probs: torch.Tensor
+    residual: torch.Tensor
+
+
+class TorchVerifier(ABC):
+    """A batched multi-candidate verifier on torch tensors.
+
+    Subclasses implement :meth:`_chain_t`; :meth:`verify`, :meth:`chain` and
+    :meth:`conditional_law` follow from it.  A numpy-compatible
+    :meth:`_chain` (numpy in, float64 numpy out, computed in ``dtype`` on
+    ``device``) lets :func:`resispec.exact_output_law` enumerate this
+    verifier exactly.
+
+    Parameters (every subclass)
+    ---------------------------
+    dtype : torch.dtype, default torch.float64
+        Working dtype for numpy inputs (tensors keep their own dtype).
+    device : str or torch.device, default "cpu"
+        Device for numpy inputs (tensors stay where they are).
+    """
+
+    name: str = "verifier"
+    drafting: str = "iid"
+    backend: str = "torch"
+
+    def _init_backend(self, dtype=None, device=None):
+        dtype = torch.float64 if dtype is None else dtype
+        if dtype not in (torch.float64, torch.float32):
+            raise ValueError(f"dtype must be torch.float64 or torch.float32, got {dtype!r}")
+        self.dtype = dtype
+        self.device = torch.device("cpu" if device is None else device)
+
+    def __repr__(self) -> str:
+        opts = ", ".join(f"{k}={v!r}" for k, v in self.options().items())
+        return f"{type(self).__name__}({opts})"
+
+    def options(self) -> dict:
+        """Options the verifier was built with (for reports)."""
+        return {}
+
+    # ------------------------------------------------------------------ API
+    def _prepare(self, p, q, candidates):
+        p2, q2, squeeze = as_laws_t(p, q, dtype=getattr(self, "dtype", torch.float64),
+                                    device=getattr(self, "device", "cpu"))
+        c = as_candidates_t(candidates, q2, drafting=self.drafting)
+        return p2, q2, c, squeeze
+
+    def chain(self, p, q, candidates) -> TorchChain:
+        """Acceptance probabilities ``(B, k)`` and residual ``(B, V)`` for given candidates."""
+        p2, q2, c, _ = self._prepare(p, q, candidates)
+        return TorchChain(*self._chain_t(p2, q2, c))
+
+    def verify(self, p, q, candidates, rng: torch.Generator | None = None, *, uniforms=None) -> TorchVerifyResult:
+        """Verify pre-sampled candidates and emit one token per node.
+
+        Parameters
+        ----------
+        p, q : Tensor, shape (B, V) or (V,), float64/float32 (half up-cast)
+            Target and draft laws on one device, rows sum to 1.
+        candidates : Tensor, shape (B, k) or (k,), integer
+        rng : torch.Generator on the laws' device, optional
+            Source of the uniforms; required unless ``uniforms`` is given.
+        uniforms : Tensor or array, shape (B, k + 1), float64 in [0, 1)
+            Column ``i`` decides candidate ``i`` (accept when
+            ``u < m_i(x_i) / q_i(x_i)``), column ``k`` draws the residual
+            token by inverse CDF in token-id order -- as the numpy backend.
+
+        Returns
+        -------
+        TorchVerifyResult
+            ``tokens`` (B,) int64, ``accepted`` (B,) int64 (-1 = none), on the laws' device.
+
+        Raises
+        ------
+        TypeError, ValueError
+            Mixed devices / dtypes, bad shapes, non-contiguous tensors, bad
+            values, rng or uniforms (see :mod:`resispec.torch_backend._validation`).
+        """
+        p2, q2, c, _ = self._prepare(p, q, candidates)
+        B, k = c.shape
+        if uniforms is None:
+            if rng is None:
+                raise ValueError("pass rng (a torch.Generator) or explicit uniforms")
+            u = torch.rand((B, k + 1), generator=check_generator(rng, p2.device), dtype=torch.float64,
+                           device=p2.device)
+        else:
+            u = as_uniforms_t(uniforms, B, k, p2.device)
+        a, r = self._chain_t(p2, q2, c)
+        return decide(a, r, c, u)
+
+    def conditional_law(self, p, q, candidates) -> torch.Tensor:
+        """Exact law ``(B, V)`` (``(V,)`` for 1-D input) of the emitted token given the candidates."""
+        p2, q2, c, squeeze = self._prepare(p, q, candidates)
+        law = law_from_chain(*self._chain_t(p2, q2, c), c)
+        return law[0] if squeeze and law.shape[0] == 1 else law
+
+    def _chain(self, p: np.ndarray, q: np.ndarray, c: np.ndarray):
+        """numpy adapter for :mod:`resispec.analysis`: float64 numpy in and out."""
+        dev = getattr(self, "device", torch.device("cpu"))
+        dt = getattr(self, "dtype", torch.float64)
+        P = torch.as_tensor(np.ascontiguousarray(p, dtype=np.float64), device=dev).to(dt)
+        Q = torch.as_tensor(np.ascontiguousarray(q, dtype=np.float64), device=dev).to(dt)
+        C = torch.as_tensor(np.ascontiguousarray(c, dtype=np.int64), device=dev)
+        a, r = self._chain_t(P, Q, C)
+        return a.to(torch.float64).cpu().numpy(), r.to(torch.float64).cpu().numpy()
+
+    def numpy_chain(self, p, q, candidates) -> NumpyChain:
+        """:meth:`chain` as a numpy :class:`resispec.Chain` (float64)."""
+        ch = self.chain(p, q, candidates)
+        return NumpyChain(ch.accept_probs.double().cpu().numpy(), ch.residual.double().cpu().numpy())
+
+    # ------------------------------------------------------ implementation
+    @abstractmethod
+    def _chain_t(self, p: torch.Tensor, q: torch.Tensor, c: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Return ``(accept_probs (B, k), residual (B, V))`` for validated tensors."""
+
+
+def decide(a: torch.Tensor, r: torch.Tensor, c: torch.Tensor, u: torch.Tensor) -> TorchVerifyResult:
+    """Chain + uniforms -> tokens, in float64 (mirror of :func:`resispec.verifiers.base.decide`).
+
+    ``a`` (B, k), ``r`` (B, V), ``c`` (B, k) int64, ``u`` (B, k + 1) float64.
+    No host synchronisation: the residual token is drawn for every row and
+    used where no candidate was accepted.
+    """
+    B, k = c.shape
+    acc = u[:, :k] < a.to(torch.float64)                       # (B, k)
+    hit = acc.any(dim=1)
+    first = torch.argmax(acc.to(torch.uint8), dim=1)            # first accepted index (0 if none)
+    cand_tok = torch.gather(c, 1, first.unsqueeze(1)).squeeze(1)
+    resid_tok = inverse_cdf(r, u[:, k])
+    tokens = torch.where(hit, cand_tok, resid_tok)
+    accepted = torch.where(hit, first, torch.full_like(first, -1))
+    return TorchVerifyResult(tokens=tokens.to(torch.int64), accepted=accepted.to(torch.int64))
+
+
+def law_from_chain(a: torch.Tensor, r: torch.Tensor, c: torch.Tensor) -> torch.Tensor:
+    """Exact emitted-token law (B, V), float64, from a chain and its candidates."""
+    B, k = c.shape
+    a64 = a.to(torch.float64)
+    reach = torch.ones(B, dtype=torch.float64, device=a.device)
+    law = torch.zeros(r.shape, dtype=torch.float64, device=r.device)
+    for i in range(k):
+        law.scatter_add_(1, c[:, i:i + 1], (reach * a64[:, i]).unsqueeze(1))
+        reach = reach * (1.0 - a64[:, i])
+    law += reach.unsqueeze(1) * r.to(torch.float64)
+    return law
+
+
+def reject_update(p_i: torch.Tensor, m: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
+    """Residual after a rejection ``(p_i - m)_+ / sum``; ``p_i`` unchanged if that mass is ~0.
+
+    Leviathan et al. 2023 (arXiv 2211.17192).  ``p_i``, ``m``: (B, V);
+    ``out`` (B, V), optional: buffer for the result (not ``p_i``; may be ``m``).
+    """
+    resid = torch.sub(p_i, m, out=out).clamp_(min=0.0)
+    z = resid.sum(dim=1, keepdim=True)
+    ok = z > residual_eps(p_i.dtype)
+    resid.div_(torch.where(ok, z, torch.ones_like(z)))
+    return torch.where(ok, resid, p_i, out=resid)
+
+
+def accept_prob(m: torch.Tensor, q_i: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+    """``clip(m_i(x_i) / q_i(x_i), 0, 1)`` (0 where ``q_i(x_i) = 0``); shapes (B, V), (B, V), (B,) -> (B,)."""
+    mx = torch.gather(m, 1, x.unsqueeze(1)).squeeze(1)
+    qx = torch.gather(q_i, 1, x.unsqueeze(1)).squeeze(1)
+    pos = qx > 0
+    return torch.where(pos, mx / torch.where(pos, qx, torch.ones_like(qx)), torch.zeros_like(qx)).clamp_(0.0, 1.0)
+
+
+class TorchMassVerifier(TorchVerifier):
+    """A sequential verifier defined by its accepted-mass rule ``m_i`` (torch).
+
+    Subclasses implement :meth:`accepted_mass` with the signature of the
+    numpy :meth:`resispec.MassVerifier.accepted_mass`, on tensors.
+    """
+
+    @abstractmethod
+    def accepted_mass(self, i: int, k: int, p_i: torch.Tensor, q_i: torch.Tensor, *, q: torch.Tensor,
+                      rejected: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
+        """Accepted mass ``m_i`` (B, V), ``0 <= m_i <= min(p_i, q_i)``; never reads ``x_i`` or later.
+
+        ``out``: optional (B, V) buffer to write ``m_i`` into (it never aliases ``p_i`` or ``q_i``).
+        """
+
+    def masses(self, p, q, candidates):
+        """Per-step ``m`` (B, k, V), residuals ``p_steps`` (B, k + 1, V) and drafts ``q_steps`` (B, k, V)."""
+        p2, q2, c, _ = self._prepare(p, q, candidates)
+        ms, ps, qs = [], [], []
+        self._walk(p2, q2, c, ms, ps, qs)
+        return torch.stack(ms, 1), torch.stack(ps, 1), torch.stack(qs, 1)
+
+    def _walk(self, p, q, c, ms=None, ps=None, qs=None):
+        B, k = c.shape
+        a = torch.empty((B, k), dtype=p.dtype, device=p.device)
+        keep = ms is not None
+        # Two (B, V) buffers, reused: on CPU a fresh (B, V) allocation costs ~5x the pass itself
+        # (page faults).  Step i writes m_i, then p_{i+1} over it, into bufs[i % 2], which never
+        # holds p_i.
+        bufs = (None, None) if keep else (torch.empty_like(p), torch.empty_like(p))
+        p_i, q_i = p, q
+        for i in range(k):  # loop over the k candidates only
+            x = c[:, i]
+            buf = bufs[i % 2]
+            m = self.accepted_mass(i, k, p_i, q_i, q=q, rejected=c[:, :i], out=buf)
+            a[:, i] = accept_prob(m, q_i, x)
+            if keep:
+                ms.append(m), ps.append(p_i), qs.append(q_i)
+            p_i = reject_update(p_i, m, out=buf)
+            if self.drafting == "without_replacement" and i + 1 < k:
+                q_i = q_i.scatter(1, x.unsqueeze(1), 0.0)
+                q_i = q_i / q_i.sum(dim=1, keepdim=True)
+        if ps is not None:
+            ps.append(p_i)
+        return a, p_i
+
+    def _chain_t(self, p, q, c):
+        return self._walk(p, q, c)

@@ -1,0 +1,49 @@
+"""bench-verify on a tiny problem: structure, ratios, reports, CLI and bad options."""
+
+import json
+
+import pytest
+
+pytest.importorskip("torch")
+
+from resispec.bench_verify import bench_verify, write_reports  # noqa: E402
+from resispec.cli import main  # noqa: E402
+
+
+def test_bench_verify_tiny(tmp_path):
+    res = bench_verify(B=4, V=300, ks=(2, 3), repeats=1, numpy_B=2, progress=False)
+    assert len(res.cells) == 2 * 3 * 2
+    for backend in ("numpy", "torch"):
+        for k in (2, 3):
+            assert res.ratio(backend, k, "rrs") == pytest.approx(1.0)
+            assert res.ratio(backend, k) > 0
+            assert res.cell(backend, "resispec", k).nodes_per_s > 0
+    assert res.cell("numpy", "rrs", 2).B == 2 and res.cell("torch", "rrs", 2).B == 4
+    assert "| resispec | 3 |" in res.table()
+    md, js = write_reports(res, str(tmp_path / "b.md"), command="resispec bench-verify")
+    assert json.load(open(js))["config"]["V"] == 300
+    assert "cost / rrs" in open(md).read()
+
+
+def test_bench_verify_cli(tmp_path, capsys):
+    rc = main(["bench-verify", "--B", "3", "--V", "200", "--k", "2", "--numpy-B", "2", "--no-progress",
+               "--dtype", "float32", "--out", str(tmp_path / "r.md")])
+    assert rc == 0
+    out = capsys.readouterr().out
+    assert "torch: resispec / rrs cost k=2" in out and (tmp_path / "r.json").exists()
+
+
+@pytest.mark.parametrize("kw, match", [({"backends": ("jax",)}, "backends"), ({"verifiers": ("nope",)}, "unknown"),
+                                       ({"B": 0}, "B"), ({"dtype": "float16"}, "dtype")])
+def test_bench_verify_bad_options(kw, match):
+    with pytest.raises(ValueError, match=match):
+        bench_verify(**{"B": 2, "V": 50, "ks": (2,), "progress": False, **kw})
+
+
+def test_cli_reports_cuda_missing(capsys):
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("a CUDA device is present")
+    assert main(["bench-verify", "--device", "cuda", "--B", "2", "--V", "50", "--k", "2", "--no-progress"]) == 2
+    assert "cuda" in capsys.readouterr().err

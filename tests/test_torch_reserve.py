@@ -1,0 +1,48 @@
+"""The torch reserve solvers against the numpy one (float64 and float32 error bounds)."""
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from resispec.torch_backend import solve_reserve_newton, solve_reserve_sort  # noqa: E402
+from resispec.verifiers.resispec import solve_reserve  # noqa: E402
+from simulators.families import get_family  # noqa: E402
+
+
+@pytest.mark.parametrize("family", ["softmax_noise", "zipf", "shifted"])
+@pytest.mark.parametrize("gamma", [0.3, 0.8, 1.0])
+def test_solvers_agree_with_numpy(family, gamma):
+    rng = np.random.default_rng(0)
+    p, q = get_family(family).sample(rng, n=16, V=3000, temperature=1.5)
+    want = solve_reserve(p, q, q, gamma)
+    P, Q = torch.from_numpy(p), torch.from_numpy(q)
+    lam, info = solve_reserve_newton(P, Q, Q, gamma)
+    assert info.max_residual <= 64 * np.finfo(float).eps * (1 + gamma)
+    np.testing.assert_allclose(lam.numpy(), want, atol=1e-11)
+    np.testing.assert_allclose(solve_reserve_sort(P, Q, Q, gamma).numpy(), want, atol=1e-13)
+    lam32, info32 = solve_reserve_newton(P.float(), Q.float(), Q.float(), gamma)
+    assert info32.max_residual <= 64 * np.finfo(np.float32).eps * (1 + gamma)
+    np.testing.assert_allclose(lam32.double().numpy(), want, atol=1e-4)
+
+
+def test_flat_piece_resolves_to_smallest_root():
+    """gamma = 1 and every token active on an interval: g == 0 there; the left end is returned."""
+    q = np.array([[0.1, 0.4, 0.2, 0.2, 0.1]])
+    p = np.array([[0.156, 0.322, 0.207, 0.207, 0.108]])
+    p = p / p.sum()
+    left = np.max((p - q) / q)
+    want = solve_reserve(p, q, q, 1.0)
+    np.testing.assert_allclose(want, [left], atol=1e-12)
+    P, Q = torch.from_numpy(p), torch.from_numpy(q)
+    for init in [None, 0.3, 0.7, 0.9]:
+        x0 = None if init is None else torch.tensor([init], dtype=torch.float64)
+        lam, _ = solve_reserve_newton(P, Q, Q, 1.0, init=x0)
+        np.testing.assert_allclose(lam.numpy(), [left], atol=1e-12)
+    np.testing.assert_allclose(solve_reserve_sort(P, Q, Q, 1.0).numpy(), [left], atol=1e-12)
+
+
+def test_newton_rejects_gamma_above_one():
+    P = torch.full((1, 4), 0.25, dtype=torch.float64)
+    with pytest.raises(ValueError, match="sort"):
+        solve_reserve_newton(P, P, P, 1.5)
