@@ -86,3 +86,23 @@ def test_the_same_check_rejects_a_biased_verifier(pair):
     sampling = SamplingConfig(1.0)
     counts = sample_counts(target, draft, _AlwaysAcceptFirst(), "2,1", sampling, 300, seed=7)
     assert chi_square_pvalue(counts, exact_two_token_law(target, sampling)) < 1e-3
+
+
+def test_first_two_tokens_certified_by_the_harness(pair):
+    """The same joint law, certified with ``exactness.certify_sampler`` (chi-square + G-test)."""
+    certify_sampler = pytest.importorskip("exactness.certificate").certify_sampler
+    target, draft = pair
+    sampling = SamplingConfig(1.0)
+    verifier = get_verifier("resispec")
+
+    def sample(rng, m):
+        out = np.empty(m, dtype=np.int64)
+        for j in range(m):
+            toks = speculative_decode(target, draft, PROMPT, verifier, "3,1", sampling=sampling, max_new_tokens=2,
+                                      rng=rng).tokens
+            out[j] = toks[0] * V + toks[1]
+        return out
+
+    cert = certify_sampler(sample, exact_two_token_law(target, sampling), 800, seed=5)
+    assert cert.passed, cert
+    assert cert.pvalue > 1e-3
