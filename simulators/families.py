@@ -93,7 +93,7 @@ def _load_lazy():
     """Import modules that register families on import (real-data ones)."""
     import importlib
 
-    for mod in ("simulators.ngram",):
+    for mod in ("simulators.ngram", "simulators.captured"):
         try:
             importlib.import_module(mod)
         except ImportError:

@@ -1,0 +1,66 @@
+"""Benchmark real-model decoding: target-only vs every verifier, side by side.
+
+    resispec bench-decode --limit 3 --max-new-tokens 48 --trees 2,1 4,1 2,2,1
+
+Runs target-only autoregressive decoding and every verifier on the same
+prompts, seeds and tree shapes; prints block efficiency, target calls,
+tokens/s and the ratio of each to target-only decoding and to the best
+baseline verifier; writes ``reports/decode.md`` and ``reports/decode.json``.
+"""
+
+from __future__ import annotations
+
+import shlex
+import sys
+from pathlib import Path
+
+from ._decoding_args import add_model_args, add_prompt_args, add_sampling_args, encoded_prompts, load_pair, sampling_config
+
+NAME = "bench-decode"
+HELP = "benchmark real decoding: target-only vs every verifier (block efficiency, tokens/s, ratios)"
+
+
+def add_arguments(p) -> None:
+    from ..decoding.bench import DEFAULT_VERIFIERS
+
+    add_model_args(p)
+    add_sampling_args(p)
+    add_prompt_args(p, default_limit=3)
+    p.add_argument("--verifiers", nargs="+", default=list(DEFAULT_VERIFIERS))
+    p.add_argument("--trees", nargs="+", default=["2,1", "4,1", "2,2,1"], help="tree shapes (default 2,1 4,1 2,2,1)")
+    p.add_argument("--seeds", type=int, nargs="+", default=None, help="seeds (default: --seed)")
+    p.add_argument("--proxy", default=None, help="ResiSpec proxy")
+    p.add_argument("--ignore-eos", action="store_true", help="always generate max-new-tokens")
+    p.add_argument("--capture", type=Path, default=None,
+                   help="also record (p, q) at every verified node into this .npz (family 'captured')")
+    p.add_argument("--out", type=Path, default=Path("reports/decode.md"), help="markdown report (JSON beside it)")
+
+
+def run(args) -> int:
+    from ..decoding.bench import format_table, run_bench, write_report
+    from ..trees import TreeShape
+
+    sampling = sampling_config(args)
+    for t in args.trees:
+        TreeShape.parse(t)
+    if args.capture is not None and args.capture.suffix != ".npz":
+        raise ValueError(f"--capture must end in .npz, got {args.capture}")
+    pair = load_pair(args)
+    prompts = encoded_prompts(pair, args)
+    captured = [] if args.capture is not None else None
+    result = run_bench(pair, prompts, verifiers=args.verifiers, trees=args.trees, sampling=sampling,
+                       max_new_tokens=args.max_new_tokens, seeds=args.seeds or [args.seed], proxy=args.proxy,
+                       stop_at_eos=not args.ignore_eos, capture=captured)
+    print(format_table(result))
+    command = "resispec " + " ".join(shlex.quote(a) for a in sys.argv[1:]) if sys.argv[1:] else ""
+    write_report(result, args.out, args.out.with_suffix(".json"), command=command)
+    print(f"wrote {args.out} and {args.out.with_suffix('.json')}", file=sys.stderr)
+    if captured:
+        import numpy as np
+
+        from simulators.captured import save_capture
+
+        meta = dict(result.config, source="resispec bench-decode", command=command, top_n=64)
+        save_capture(args.capture, *(np.concatenate([c[j] for c in captured]) for j in range(4)), meta)
+        print(f"captured {sum(len(c[0]) for c in captured)} nodes -> {args.capture}", file=sys.stderr)
+    return 0

