@@ -13,6 +13,10 @@ SUM_TOL = 1e-6
 
 DRAFTINGS = ("iid", "without_replacement", "any")
 
+#: Largest candidate count ``k`` any function accepts (a guard against
+#: ``k = 10**9`` hanging a per-candidate loop or allocating terabytes).
+MAX_K = 1 << 16
+
 
 def as_laws(p, q, *, names=("p", "q")) -> tuple[np.ndarray, np.ndarray, bool]:
     """Validate a target/draft pair and return them as 2-D float64 arrays.
@@ -90,6 +94,8 @@ def check_k(k) -> int:
         raise TypeError(f"k must be an integer >= 1, got {k!r}")
     if k < 1:
         raise ValueError(f"k must be >= 1, got {k}")
+    if k > MAX_K:
+        raise ValueError(f"k = {k} is larger than MAX_K = {MAX_K} candidates per node; use a smaller k")
     return int(k)
 
 
@@ -155,7 +161,13 @@ def as_candidates(candidates, q2: np.ndarray, *, drafting: str | None = None) ->
 
 def as_uniforms(uniforms, B: int, k: int) -> np.ndarray:
     """Validate explicit uniforms: shape (B, k + 1), float64 in [0, 1)."""
-    u = np.asarray(uniforms, dtype=np.float64)
+    if isinstance(uniforms, (str, bytes)):
+        raise TypeError(f"uniforms must be a float array of shape (B, k + 1), got {type(uniforms).__name__}")
+    raw = np.asarray(uniforms)
+    if raw.dtype == object or raw.dtype == bool or not (np.issubdtype(raw.dtype, np.floating)
+                                                        or np.issubdtype(raw.dtype, np.integer)):
+        raise TypeError(f"uniforms must be a real float array of shape (B, k + 1), got dtype {raw.dtype}")
+    u = raw.astype(np.float64, copy=False)
     if u.ndim == 1 and B == 1:
         u = u[None, :]
     if u.shape != (B, k + 1):
