@@ -89,7 +89,11 @@ def as_law(x, *, name: str) -> np.ndarray:
 
 
 def check_k(k) -> int:
-    """Validate a candidate count ``k`` (int >= 1)."""
+    """Validate a candidate count ``k`` (int, 1 <= k <= ``MAX_K`` = 65536).
+
+    Raises TypeError for a non-integer (``2.0``, ``True``), ValueError for
+    ``k < 1`` or ``k > MAX_K`` (a guard against hangs and huge allocations).
+    """
     if isinstance(k, bool) or not isinstance(k, (int, np.integer)):
         raise TypeError(f"k must be an integer >= 1, got {k!r}")
     if k < 1:

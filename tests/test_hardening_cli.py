@@ -42,3 +42,12 @@ def test_verifier_options_are_parsed_as_numbers():
 
     _, v = load_verifier("resispec[gamma=0.5,proxy=coverage]")
     assert v.gamma == 0.5 and v.proxy_name == "coverage"
+
+
+def test_certify_unwritable_json_fails_before_the_run(tmp_path, capsys):
+    blocker = tmp_path / "afile"
+    blocker.write_text("")
+    out = tmp_path / "rep" / "c.md"
+    assert main(["certify", "--verifier", "sps", "--json", str(blocker / "x.json"), "--out", str(out)]) == 2
+    assert "--json" in capsys.readouterr().err
+    assert not [p for p in tmp_path.rglob("*") if p.is_file() and p != blocker]

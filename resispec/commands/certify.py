@@ -17,6 +17,7 @@ detection (the harness lost power); 2 bad arguments.
 
 from __future__ import annotations
 
+import os
 import shlex
 import sys
 import time
@@ -67,6 +68,14 @@ def run(args) -> int:
     for flag, path in (("--out", args.out), ("--json", args.json)):
         if path is not None and Path(path).is_dir():
             raise ValueError(f"{flag} {str(path)!r} is a directory; give a file path such as {Path(path) / 'certify.md'}")
+        if path is not None:  # fail now, not after the whole run (nothing is written on failure)
+            parent = Path(path).parent
+            try:
+                parent.mkdir(parents=True, exist_ok=True)
+            except OSError as exc:
+                raise ValueError(f"{flag} {str(path)!r}: cannot create its folder ({exc})") from exc
+            if not os.access(parent, os.W_OK):
+                raise ValueError(f"{flag} {str(path)!r}: folder {str(parent)!r} is not writable")
     ks = tuple(args.k) if args.k else K_VALUES
     if any(k < 1 for k in ks):
         raise ValueError(f"--k must be >= 1, got {list(ks)}")
