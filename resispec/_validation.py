@@ -67,6 +67,7 @@ def as_law(x, *, name: str) -> np.ndarray:
     if arr.dtype == object or not (np.issubdtype(arr.dtype, np.floating) or np.issubdtype(arr.dtype, np.integer)
                                    or arr.dtype == bool):
         raise TypeError(f"{name} must be a real numeric array, got dtype {arr.dtype}")
+    in_dtype = arr.dtype
     arr = arr.astype(np.float64, copy=False)
     if arr.ndim == 1:
         arr = arr[None, :]
@@ -82,8 +83,11 @@ def as_law(x, *, name: str) -> np.ndarray:
     bad = np.abs(sums - 1.0) > SUM_TOL
     if np.any(bad):
         i = int(np.argmax(bad))
+        hint = "" if in_dtype == np.float64 else (
+            f" (it arrived as {in_dtype}: cast to float64 and renormalise, "
+            f"{name} = {name}.astype(np.float64); {name} /= {name}.sum(-1, keepdims=True))")
         raise ValueError(
-            f"{name} row {i} sums to {sums[i]!r}, not 1 (tolerance {SUM_TOL}); normalise it first"
+            f"{name} row {i} sums to {float(sums[i])!r}, not 1 (tolerance {SUM_TOL}); normalise it first{hint}"
         )
     return arr
 

@@ -175,3 +175,9 @@ def test_bench_without_replacement_shape_wider_than_support():
     with pytest.raises(ValueError, match="draft support"):
         run_bench(families=["softmax_noise"], temperatures=[1.0], shapes=["wor:8"], V=4, n=1, n_samples=4,
                   seed=0, progress=False)
+
+
+def test_float16_law_error_says_how_to_fix():
+    p = np.full(10, 0.1, dtype=np.float16)
+    with pytest.raises(ValueError, match="cast to float64 and renormalise"):
+        resispec.optimal_acceptance(p, p, 2)
