@@ -41,3 +41,15 @@ def test_builtin_proxy_under_inference_mode():
     with torch.inference_mode():
         out = v.verify(P.clone(), Q.clone(), torch.tensor([0, 1, 2]), torch.Generator().manual_seed(0))
     assert out.tokens.shape == (1,)
+
+
+@pytest.mark.parametrize("device", ["nosuch", 3.5])
+def test_bad_device_option(device):
+    with pytest.raises(ValueError, match="device"):
+        resispec.get_verifier("rrs", backend="torch", device=device)
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="needs a machine without CUDA")
+def test_cuda_device_without_cuda():
+    with pytest.raises(ValueError, match="cuda"):
+        resispec.get_verifier("resispec", backend="torch", device="cuda")
