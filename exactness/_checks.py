@@ -92,6 +92,8 @@ def as_generator(seed) -> np.random.Generator:
         return seed
     if isinstance(seed, bool) or not (seed is None or isinstance(seed, (int, np.integer, np.random.SeedSequence))):
         raise TypeError(f"seed must be an int, a SeedSequence or a numpy Generator, got {seed!r}")
+    if isinstance(seed, (int, np.integer)) and seed < 0:
+        raise ValueError(f"seed must be >= 0, got {seed}")
     return np.random.default_rng(seed)
 
 

@@ -67,6 +67,10 @@ def assert_exact(verifier, p=None, q=None, k=DEFAULT_KS, *, n: int | None = None
             raise AssertionError(f"sampler is not exact: {cert.summary()}")
         return [cert]
     ks = (k,) if isinstance(k, (int, np.integer)) else tuple(k)
+    if not ks:
+        raise ValueError("k is empty: give at least one candidate count, e.g. k=(1, 2, 4) (an empty k would pass vacuously)")
+    if isinstance(seed, (int, np.integer)) and not isinstance(seed, bool) and seed < 0:
+        raise ValueError(f"seed must be >= 0, got {seed}")
     if (p is None) != (q is None):
         raise ValueError("give both p and q (one node), or neither (built-in panel)")
     nodes = [("given", (p, q))] if p is not None else _panel(seed)

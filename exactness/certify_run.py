@@ -45,10 +45,19 @@ def load_verifier(spec: str):
 
     import resispec
 
+    if not isinstance(spec, str) or not spec:
+        raise ValueError(f"--verifier must be a name, name[option=value,...] or module:object, got {spec!r}")
     m = re.fullmatch(r"(\w+)\[(.*)\]", spec)
-    if m:  # name[option=value,...], e.g. resispec[proxy=tempered]
-        opts = dict(kv.split("=", 1) for kv in m.group(2).split(",") if kv)
+    if m:  # name[option=value,...], e.g. resispec[proxy=tempered,gamma=0.5]
+        opts = {}
+        for kv in filter(None, m.group(2).split(",")):
+            key, eq, val = kv.partition("=")
+            if not eq or not key.strip():
+                raise ValueError(f"--verifier {spec!r}: options must be written name[option=value,...], got {kv!r}")
+            opts[key.strip()] = _option_value(val.strip())
         return spec, resispec.get_verifier(m.group(1), **opts)
+    if "[" in spec or "]" in spec:
+        raise ValueError(f"--verifier {spec!r}: malformed options; write name[option=value,...]")
     if ":" not in spec:
         return spec, resispec.get_verifier(spec)
     mod_name, _, attr = spec.partition(":")
@@ -68,6 +77,16 @@ def load_verifier(spec: str):
     if not hasattr(obj, "verify"):
         raise ValueError(f"--verifier {spec!r} is not a verifier (needs verify(p, q, candidates, rng) and drafting)")
     return spec, obj
+
+
+def _option_value(text: str):
+    """``"0.5"`` -> 0.5, ``"2"`` -> 2, ``"True"`` -> True; anything else stays a string (a proxy name)."""
+    import ast
+
+    try:
+        return ast.literal_eval(text)
+    except (ValueError, SyntaxError):
+        return text
 
 
 def family_nodes(seed: int, families=FAMILIES, temperature: float = 1.0) -> tuple[dict, list[str]]:
@@ -174,6 +193,9 @@ def run_certify(verifier_specs: list[str] | None = None, *, ks=K_VALUES, n: int 
     verifiers = [load_verifier(s) for s in specs]
     t0 = time.perf_counter()
     nodes, notes = family_nodes(seed, families)
+    if not nodes:
+        raise ValueError(f"no pair family could be built ({'; '.join(notes) or 'none given'}); "
+                         "pass --family with a registered family")
     grid = run_grid(build_cells(verifiers, nodes, ks), n=n, alpha=alpha, seed=seed, progress=progress)
     grid.notes.extend(notes)
     grid.seconds = time.perf_counter() - t0

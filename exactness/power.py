@@ -76,6 +76,10 @@ def chi2_power(tv: float, n: int, df: int, alpha: float) -> float:
     float, the probability of rejecting (asymptotic noncentral chi-square).
     """
     n, df, alpha = check_n(n), _check_df(df), check_alpha(alpha)
+    if isinstance(tv, bool) or not isinstance(tv, (int, float, np.integer, np.floating)):
+        raise TypeError(f"tv must be a float in [0, 1], got {tv!r}")
+    if not 0 <= tv <= 1:  # also rejects NaN
+        raise ValueError(f"tv must lie in [0, 1], got {tv}")
     lam = n * 4.0 * float(tv) ** 2
     return float(stats.ncx2.sf(stats.chi2.isf(alpha, df), df, lam))
 

@@ -150,6 +150,32 @@ def accept_table(verifier, p: np.ndarray, q: np.ndarray, k: int):
     return a, p_steps[0, k]
 
 
+def _checked_result(res, B: int, k: int, V: int, verifier) -> tuple[np.ndarray, np.ndarray]:
+    """Validate what ``verifier.verify`` returned for ``B`` nodes: tokens (B,) ids in [0, V), accepted (B,) in [-1, k)."""
+    name = type(verifier).__name__
+    if not hasattr(res, "tokens"):
+        raise TypeError(f"{name}.verify returned {type(res).__name__}; it must return an object with .tokens "
+                        "(B,) int64 and .accepted (B,) int64 (e.g. resispec.VerifyResult)")
+    t = np.asarray(res.tokens)
+    if t.dtype == bool or not np.issubdtype(t.dtype, np.integer):
+        raise TypeError(f"{name}.verify returned tokens of dtype {t.dtype}; token ids must be integers (int64)")
+    if t.shape != (B,):
+        raise ValueError(f"{name}.verify returned tokens of shape {t.shape} for {B} nodes; expected ({B},)")
+    if B and (t.min() < 0 or t.max() >= V):
+        raise ValueError(f"{name}.verify returned token ids in [{t.min()}, {t.max()}], outside the vocabulary [0, {V})")
+    if not hasattr(res, "accepted"):
+        return t.astype(np.int64), np.full(B, -2, dtype=np.int64)
+    a = np.asarray(res.accepted)
+    if a.dtype == bool or not np.issubdtype(a.dtype, np.integer):
+        raise TypeError(f"{name}.verify returned accepted of dtype {a.dtype}; it must be integer indices (int64)")
+    if a.shape != (B,):
+        raise ValueError(f"{name}.verify returned accepted of shape {a.shape} for {B} nodes; expected ({B},)")
+    if B and (a.min() < -1 or a.max() >= k):
+        raise ValueError(f"{name}.verify returned accepted indices in [{a.min()}, {a.max()}]; "
+                         f"they must lie in [-1, {k}) (-1 = residual token)")
+    return t.astype(np.int64), a.astype(np.int64)
+
+
 class NodeSampler:
     """Draw tokens from ``verifier`` at one node ``(p, q)`` with ``k`` candidates.
 
@@ -235,6 +261,7 @@ class NodeSampler:
                 res = self.verifier.verify(P, Q, c, rng, uniforms=uv[s:s + step])
             else:
                 res = self.verifier.verify(P, Q, c, rng)
-            toks.append(np.asarray(res.tokens))
-            accs.append(np.asarray(getattr(res, "accepted", np.full(c.shape[0], -2))))
+            t, a = _checked_result(res, c.shape[0], k, self.V, self.verifier)
+            toks.append(t)
+            accs.append(a)
         return Draws(np.concatenate(toks), np.concatenate(accs).astype(np.int64))

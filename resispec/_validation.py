@@ -13,6 +13,10 @@ SUM_TOL = 1e-6
 
 DRAFTINGS = ("iid", "without_replacement", "any")
 
+#: Largest candidate count ``k`` any function accepts (a guard against
+#: ``k = 10**9`` hanging a per-candidate loop or allocating terabytes).
+MAX_K = 1 << 16
+
 
 def as_laws(p, q, *, names=("p", "q")) -> tuple[np.ndarray, np.ndarray, bool]:
     """Validate a target/draft pair and return them as 2-D float64 arrays.
@@ -63,6 +67,7 @@ def as_law(x, *, name: str) -> np.ndarray:
     if arr.dtype == object or not (np.issubdtype(arr.dtype, np.floating) or np.issubdtype(arr.dtype, np.integer)
                                    or arr.dtype == bool):
         raise TypeError(f"{name} must be a real numeric array, got dtype {arr.dtype}")
+    in_dtype = arr.dtype
     arr = arr.astype(np.float64, copy=False)
     if arr.ndim == 1:
         arr = arr[None, :]
@@ -78,18 +83,27 @@ def as_law(x, *, name: str) -> np.ndarray:
     bad = np.abs(sums - 1.0) > SUM_TOL
     if np.any(bad):
         i = int(np.argmax(bad))
+        hint = "" if in_dtype == np.float64 else (
+            f" (it arrived as {in_dtype}: cast to float64 and renormalise, "
+            f"{name} = {name}.astype(np.float64); {name} /= {name}.sum(-1, keepdims=True))")
         raise ValueError(
-            f"{name} row {i} sums to {sums[i]!r}, not 1 (tolerance {SUM_TOL}); normalise it first"
+            f"{name} row {i} sums to {float(sums[i])!r}, not 1 (tolerance {SUM_TOL}); normalise it first{hint}"
         )
     return arr
 
 
 def check_k(k) -> int:
-    """Validate a candidate count ``k`` (int >= 1)."""
+    """Validate a candidate count ``k`` (int, 1 <= k <= ``MAX_K`` = 65536).
+
+    Raises TypeError for a non-integer (``2.0``, ``True``), ValueError for
+    ``k < 1`` or ``k > MAX_K`` (a guard against hangs and huge allocations).
+    """
     if isinstance(k, bool) or not isinstance(k, (int, np.integer)):
         raise TypeError(f"k must be an integer >= 1, got {k!r}")
     if k < 1:
         raise ValueError(f"k must be >= 1, got {k}")
+    if k > MAX_K:
+        raise ValueError(f"k = {k} is larger than MAX_K = {MAX_K} candidates per node; use a smaller k")
     return int(k)
 
 
@@ -155,7 +169,13 @@ def as_candidates(candidates, q2: np.ndarray, *, drafting: str | None = None) ->
 
 def as_uniforms(uniforms, B: int, k: int) -> np.ndarray:
     """Validate explicit uniforms: shape (B, k + 1), float64 in [0, 1)."""
-    u = np.asarray(uniforms, dtype=np.float64)
+    if isinstance(uniforms, (str, bytes)):
+        raise TypeError(f"uniforms must be a float array of shape (B, k + 1), got {type(uniforms).__name__}")
+    raw = np.asarray(uniforms)
+    if raw.dtype == object or raw.dtype == bool or not (np.issubdtype(raw.dtype, np.floating)
+                                                        or np.issubdtype(raw.dtype, np.integer)):
+        raise TypeError(f"uniforms must be a real float array of shape (B, k + 1), got dtype {raw.dtype}")
+    u = raw.astype(np.float64, copy=False)
     if u.ndim == 1 and B == 1:
         u = u[None, :]
     if u.shape != (B, k + 1):

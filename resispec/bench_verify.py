@@ -181,8 +181,18 @@ def bench_verify(*, B: int = 256, V: int = 151_936, ks=DEFAULT_K, verifiers=DEFA
     ks = [int(k) for k in ks]
     if any(k < 1 for k in ks):
         raise ValueError(f"k values must be >= 1, got {ks}")
+    for name, val in (("numpy_B", numpy_B), ("numpy_repeats", numpy_repeats)):
+        if val is not None and (isinstance(val, bool) or not isinstance(val, (int, np.integer)) or val < 1):
+            raise ValueError(f"{name} must be an integer >= 1, got {val!r}")
     numpy_B = B if numpy_B is None else min(int(numpy_B), B)
     numpy_repeats = repeats if numpy_repeats is None else int(numpy_repeats)
+    if "torch" in backends:
+        import torch
+
+        try:
+            torch.device(device)
+        except (RuntimeError, TypeError) as exc:
+            raise ValueError(f"device {device!r} is not a torch device ({exc}); use cpu, cuda or cuda:N") from exc
 
     rng = np.random.default_rng(seed)
     p, q = get_family(family).sample(rng, n=B, V=V, temperature=temperature)

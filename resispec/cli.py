@@ -46,7 +46,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     try:
         return int(args._run(args) or 0)
-    except (ValueError, TypeError, FileNotFoundError) as exc:
+    except (ValueError, TypeError, OSError) as exc:  # OSError: unwritable --out, missing input file, ...
         print(f"resispec {args.command}: error: {exc}", file=sys.stderr)
         return 2
 

@@ -42,10 +42,14 @@ def candidate_tuples(q: np.ndarray, k: int, drafting: str, *, chunk_rows: int = 
     n = support.size
     if drafting == "without_replacement" and k > n:
         raise ValueError(f"k = {k} exceeds the draft support ({n} tokens) for without-replacement drafting")
+    if isinstance(limit, bool) or not isinstance(limit, (int, np.integer)) or limit < 1:
+        raise ValueError(f"limit must be an integer >= 1 (largest number of candidate tuples), got {limit!r}")
     total = count_tuples(n, k, drafting)
     if total > limit:
+        shown = f"{total:,}" if total < 10**30 else f"about 10^{math.log10(n) * k:.0f}" if drafting != "without_replacement" \
+            else f"more than 10^30"
         raise ValueError(
-            f"exact enumeration needs {total:,} candidate tuples (support {n}, k = {k}, {drafting}); "
+            f"exact enumeration needs {shown} candidate tuples (support {n}, k = {k}, {drafting}); "
             f"the limit is {limit:,}: use a smaller vocabulary or k, or Monte Carlo"
         )
     if drafting == "without_replacement":

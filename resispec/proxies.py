@@ -20,6 +20,13 @@ import numpy as np
 Proxy = Callable[..., np.ndarray]
 
 
+def _real(value, name: str) -> float:
+    """A real number option (not bool, str or None), else TypeError naming it."""
+    if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
+        raise TypeError(f"{name} must be a real number, got {value!r}")
+    return float(value)
+
+
 def _normalise(x: np.ndarray, fallback: np.ndarray) -> np.ndarray:
     z = x.sum(axis=1, keepdims=True)
     return np.where(z > 0, x / np.where(z > 0, z, 1.0), fallback)
@@ -40,6 +47,7 @@ def tempered(tau: float = 2.0) -> Proxy:
 
     Raises ValueError unless ``tau`` is finite and > 0.
     """
+    tau = _real(tau, "tempered proxy: tau")
     if not np.isfinite(tau) or tau <= 0:
         raise ValueError(f"tempered proxy: tau must be finite and > 0, got {tau}")
 
@@ -80,6 +88,7 @@ def topk_mask(q_i: np.ndarray, top_k: int) -> np.ndarray:
 
 def uniform_mix(eps: float = 0.1) -> Proxy:
     """``(1 - eps) q_i + eps / V``: the draft mixed with uniform."""
+    eps = _real(eps, "uniform_mix proxy: eps")
     if not np.isfinite(eps) or not 0 <= eps <= 1:
         raise ValueError(f"uniform_mix proxy: eps must lie in [0, 1], got {eps}")
 
@@ -136,7 +145,13 @@ def get_proxy(proxy, **options) -> Proxy:
 
 def check_proxy_output(rho, shape, name: str) -> np.ndarray:
     """Validate a proxy's output: (B, V) finite, non-negative, rows summing to 1 (renormalised)."""
-    rho = np.asarray(rho, dtype=np.float64)
+    try:
+        raw = np.asarray(rho)
+    except Exception as exc:
+        raise ValueError(f"proxy {name!r} returned something that is not an array ({exc}); return a (B, V) law") from exc
+    if raw.dtype == object or not (np.issubdtype(raw.dtype, np.floating) or np.issubdtype(raw.dtype, np.integer)):
+        raise TypeError(f"proxy {name!r} returned dtype {raw.dtype}; a proxy must return a real (B, V) float array")
+    rho = raw.astype(np.float64, copy=False)
     if rho.shape != shape:
         raise ValueError(f"proxy {name!r} returned shape {rho.shape}, expected {shape}")
     if not np.all(np.isfinite(rho)) or np.any(rho < 0):

@@ -29,9 +29,38 @@ def inverse_cdf(law: np.ndarray, u: np.ndarray) -> np.ndarray:
     -------
     ndarray, shape like ``u``, int64
         Token ids; a token of zero mass is never returned.
+
+    Raises
+    ------
+    TypeError
+        Non-numeric ``law`` or ``u``.
+    ValueError
+        ``law`` not 2-D, with negative or non-finite entries or an all-zero
+        row; ``u`` of the wrong shape or outside [0, 1).
     """
+    for name, x in (("law", law), ("u", u)):
+        if isinstance(x, (str, bytes)) or x is None:
+            raise TypeError(f"{name} must be a float array, got {type(x).__name__}")
+        dt = np.asarray(x).dtype
+        if dt == object or dt == bool or not (np.issubdtype(dt, np.floating) or np.issubdtype(dt, np.integer)):
+            raise TypeError(f"{name} must be a real float array, got dtype {dt}")
     law = np.asarray(law, dtype=np.float64)
     u = np.asarray(u, dtype=np.float64)
+    if law.ndim != 2 or law.shape[1] < 1:
+        raise ValueError(f"law must have shape (B, V) with V >= 1, got {law.shape}; use law[None, :] for one row")
+    if u.ndim not in (1, 2) or u.shape[0] != law.shape[0]:
+        raise ValueError(f"u must have shape (B,) or (B, n) with B = {law.shape[0]} (rows of law), got {u.shape}")
+    if not np.all(np.isfinite(law)) or np.any(law < 0):
+        raise ValueError("law must be finite and non-negative")
+    if np.any(law.sum(axis=1) <= 0):
+        raise ValueError("law has an all-zero row; every row needs positive mass to sample from")
+    if not np.all(np.isfinite(u)) or np.any(u < 0) or np.any(u >= 1):
+        raise ValueError("u must be finite and lie in [0, 1)")
+    return _inverse_cdf(law, u)
+
+
+def _inverse_cdf(law: np.ndarray, u: np.ndarray) -> np.ndarray:
+    """:func:`inverse_cdf` without input checks (callers pass validated float64)."""
     squeeze = u.ndim == 1
     u2 = u[:, None] if squeeze else u
     B, V = law.shape
@@ -79,7 +108,7 @@ def draw_candidates(q, k: int, drafting: str, rng: np.random.Generator) -> np.nd
     rng = check_rng(rng)
     B, V = q2.shape
     if drafting != "without_replacement":
-        return inverse_cdf(q2, rng.random((B, k)))
+        return _inverse_cdf(q2, rng.random((B, k)))
     support = (q2 > 0).sum(axis=1)
     if np.any(support < k):
         raise ValueError(
@@ -91,7 +120,7 @@ def draw_candidates(q, k: int, drafting: str, rng: np.random.Generator) -> np.nd
     rows = np.arange(B)
     u = rng.random((B, k))
     for i in range(k):
-        x = inverse_cdf(qi, u[:, i])
+        x = _inverse_cdf(qi, u[:, i])
         out[:, i] = x
         qi[rows, x] = 0.0
     return out

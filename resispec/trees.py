@@ -58,7 +58,12 @@ class TreeShape:
             except ValueError:
                 raise ValueError(f"malformed tree shape {spec!r}; entries must be integers like '4,2,2,1'") from None
             return cls(vals, drafting)
-        return cls(tuple(spec), drafting)
+        try:
+            vals = tuple(spec)
+        except TypeError:
+            raise TypeError(f"tree shape must be a string like '4,2,2,1', a sequence of ints or a TreeShape, "
+                            f"got {type(spec).__name__}") from None
+        return cls(vals, drafting)
 
     @property
     def depth(self) -> int:

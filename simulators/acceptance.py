@@ -111,7 +111,8 @@ def _kseq(v, p, q, k, drafting):
 def _target_only(v, p, q, k, drafting):
     if drafting != "iid":
         return None
-    return p * -np.expm1(k * np.log1p(-np.minimum(q, 1.0)))
+    with np.errstate(divide="ignore"):  # q = 1 (one-hot draft): log1p(-1) = -inf, coverage 1 (correct)
+        return p * -np.expm1(k * np.log1p(-np.minimum(q, 1.0)))
 
 
 def _closed_form(verifier, p, q, k, drafting):

@@ -260,6 +260,12 @@ def run_bench(*, families=DEFAULT_FAMILIES, temperatures=DEFAULT_TEMPERATURES, s
                     eff[e.label], err[e.label] = _efficiency(acc[e.label], se[e.label], sh.branching)
                 base = {lab: x for lab, x in eff.items()
                         if any(en.label == lab and en.role == "baseline" for en in entries) and np.isfinite(x)}
+                if not base:
+                    support = int((q > 0).sum(axis=1).min())
+                    raise ValueError(
+                        f"shape {shape_label(sh)!r} on family {fam.name!r}: no baseline could run it (a "
+                        f"without-replacement branching factor {max(sh.branching)} exceeds the draft support "
+                        f"of {support} tokens); use smaller branching factors or a larger --V")
                 best = max(base, key=base.get)
                 ratio = {lab: x / base[best] for lab, x in eff.items()}
                 bound = _efficiency(star, {}, sh.branching)[0] if sh.drafting == "iid" else None

@@ -41,7 +41,9 @@ class DriftResult:
     options : dict
     beta, tv, top_mass, cumulative_acceptance, reach : ndarray, shape (k,), float64
         Viability ``beta_i``, ``TV(p_i, q_i)``, residual mass in the draft's
-        top-mass set, ``P(accepted by step i)``, ``P(reach step i)``.
+        top-mass set, ``P(accepted by step i)``, ``P(reach step i)``.  The
+        first three are averaged over pairs weighted by the reach; a step
+        that no pair reaches gets the unweighted mean (never NaN).
     top_level : float
         Draft mass of the top-mass set.
     method : str
@@ -145,7 +147,10 @@ def residual_drift(verifier, p, q, k: int, *, top_level: float = 0.9, rng: np.ra
     tv = 0.5 * np.abs(ps - qs).sum(axis=2)
     top = top_mass_set_mass(ps, qs, top_level)
     w = reach.sum(axis=0)
-    avg = lambda x: np.where(w > 0, (reach * x).sum(axis=0) / np.where(w > 0, w, 1.0), np.nan)  # noqa: E731
+    # A step no pair can reach (e.g. p == q: the first candidate is always
+    # accepted) gets the plain mean over pairs (the residual is then unchanged),
+    # never NaN: the JSON/markdown reports and plots stay finite.
+    avg = lambda x: np.where(w > 0, (reach * x).sum(axis=0) / np.where(w > 0, w, 1.0), x.mean(axis=0))  # noqa: E731
     cum = 1.0 - (reach * (1.0 - (beta if exact else a))).mean(axis=0)
     name = label or getattr(verifier, "name", type(verifier).__name__)
     return DriftResult(name, dict(verifier.options()), avg(beta), avg(tv), avg(top), cum, reach.mean(axis=0),

@@ -15,6 +15,8 @@ from typing import Callable
 import numpy as np
 from scipy.special import softmax
 
+from resispec._validation import as_laws
+
 
 @dataclass(frozen=True)
 class PairFamily:
@@ -55,6 +57,8 @@ class PairFamily:
             raise TypeError("rng must be a numpy.random.Generator")
         if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 1:
             raise ValueError(f"n must be an integer >= 1, got {n!r}")
+        if isinstance(temperature, bool) or not isinstance(temperature, (int, float, np.integer, np.floating)):
+            raise TypeError(f"temperature must be a real number > 0, got {temperature!r}")
         if not np.isfinite(temperature) or temperature <= 0:
             raise ValueError(f"temperature must be finite and > 0, got {temperature}")
         if self.fixed_vocab is None:
@@ -67,8 +71,21 @@ class PairFamily:
         unknown = set(params) - set(self.params)
         if unknown:
             raise ValueError(f"family {self.name!r} has no parameter(s) {sorted(unknown)}; known: {sorted(self.params)}")
+        for key, val in params.items():
+            default = self.params[key]
+            if isinstance(default, (int, float)) and not isinstance(default, bool):
+                if isinstance(val, bool) or not isinstance(val, (int, float, np.integer, np.floating)):
+                    raise TypeError(f"family {self.name!r}: parameter {key} must be a real number, got {val!r}")
+                if not np.isfinite(val):
+                    raise ValueError(f"family {self.name!r}: parameter {key} must be finite, got {val}")
         kw = {**self.params, **params}
-        return self.sampler(rng, int(n), V if self.fixed_vocab is None else self.fixed_vocab, float(temperature), **kw)
+        p, q = self.sampler(rng, int(n), V if self.fixed_vocab is None else self.fixed_vocab, float(temperature), **kw)
+        try:  # never hand out NaN or unnormalised laws, whatever the parameters
+            as_laws(p, q)
+        except ValueError as exc:
+            raise ValueError(f"family {self.name!r} with parameters {params or 'default'} and temperature "
+                             f"{temperature} produced an invalid law ({exc}); choose other parameter values") from exc
+        return p, q
 
 
 FAMILIES: dict[str, PairFamily] = {}
@@ -100,6 +117,11 @@ def _load_lazy():
             pass
 
 
+def _in_range(family, name, value, lo, hi):
+    if not lo <= value <= hi:
+        raise ValueError(f"family {family!r}: {name} must lie in [{lo:g}, {hi:g}], got {value}")
+
+
 def _pair(zp, zq, T):
     return softmax(zp / T, axis=1), softmax(zq / T, axis=1)
 
@@ -122,6 +144,7 @@ def _zipf(rng, n, V, T, exponent=1.1, noise=0.5):
 
 
 def _shifted(rng, n, V, T, scale=3.0, shift=1.5, fraction=0.1):
+    _in_range("shifted", "fraction", fraction, 0.0, 1.0)
     z = scale * rng.standard_normal((n, V))
     bump = (rng.random((n, V)) < fraction) * shift
     return _pair(z, z + bump, T)
@@ -141,6 +164,9 @@ register_family(PairFamily("shifted", "draft over-weights a random fraction of t
 
 def _dirichlet(rng, n, V, T, concentration=0.1, mix=0.3):
     """p ~ Dir(concentration); q = (1 - mix) p + mix * Dir(concentration), both tempered."""
+    if concentration <= 0:
+        raise ValueError(f"family 'dirichlet': concentration must be > 0, got {concentration}")
+    _in_range("dirichlet", "mix", mix, 0.0, 1.0)
     a = np.full(V, float(concentration))
     base = rng.dirichlet(a, size=n)
     other = rng.dirichlet(a, size=n)
@@ -152,6 +178,8 @@ def _dirichlet(rng, n, V, T, concentration=0.1, mix=0.3):
 
 def _temp_mismatch(rng, n, V, T, scale=3.0, ratio=0.7):
     """Same logits, the draft at temperature ``ratio * T`` (over-confident when ratio < 1)."""
+    if ratio <= 0:
+        raise ValueError(f"family 'temp_mismatch': ratio must be > 0, got {ratio}")
     z = scale * rng.standard_normal((n, V))
     return softmax(z / T, axis=1), softmax(z / (ratio * T), axis=1)
 

@@ -49,10 +49,15 @@ def run(args) -> int:
     if args.from_json:
         import json
 
-        data = json.loads(Path(args.from_json).read_text())
-        rows = rows_from_json(data["rows"])
+        try:
+            data = json.loads(Path(args.from_json).read_text())
+            rows = rows_from_json(data["rows"])
+            settings = data["settings"]
+        except (json.JSONDecodeError, UnicodeDecodeError, KeyError, TypeError, AttributeError) as exc:
+            raise ValueError(f"--from-json {str(args.from_json)!r} is not a bench JSON written by "
+                             f"'resispec bench' ({type(exc).__name__}: {exc})") from exc
         md = write_text(Path(args.out) / f"{args.stem}.md",
-                        markdown(rows, data["settings"], data.get("command", "resispec bench"), data.get("seconds")))
+                        markdown(rows, settings, data.get("command", "resispec bench"), data.get("seconds")))
         print(f"wrote {md}")
         return 0
 

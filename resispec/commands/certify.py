@@ -17,6 +17,7 @@ detection (the harness lost power); 2 bad arguments.
 
 from __future__ import annotations
 
+import os
 import shlex
 import sys
 import time
@@ -62,12 +63,29 @@ def run(args) -> int:
         raise ValueError(f"--samples must be >= 1, got {args.samples}")
     if args.mutant_seeds < 1:
         raise ValueError(f"--mutant-seeds must be >= 1, got {args.mutant_seeds}")
+    if args.seed < 0:
+        raise ValueError(f"--seed must be >= 0, got {args.seed}")
+    for flag, path in (("--out", args.out), ("--json", args.json)):
+        if path is not None and Path(path).is_dir():
+            raise ValueError(f"{flag} {str(path)!r} is a directory; give a file path such as {Path(path) / 'certify.md'}")
+        if path is not None:  # fail now, not after the whole run (nothing is written on failure)
+            parent = Path(path).parent
+            try:
+                parent.mkdir(parents=True, exist_ok=True)
+            except OSError as exc:
+                raise ValueError(f"{flag} {str(path)!r}: cannot create its folder ({exc})") from exc
+            if not os.access(parent, os.W_OK):
+                raise ValueError(f"{flag} {str(path)!r}: folder {str(parent)!r} is not writable")
     ks = tuple(args.k) if args.k else K_VALUES
     if any(k < 1 for k in ks):
         raise ValueError(f"--k must be >= 1, got {list(ks)}")
     families = FAMILIES
     if args.family:
+        from simulators.families import get_family
+
         known = {f[0]: f for f in FAMILIES}
+        for name in args.family:
+            get_family(name)  # unknown name: ValueError listing the families (never an empty, passing run)
         families = tuple(known.get(name, (name, 8, {})) for name in args.family)
     progress = not args.no_progress and sys.stderr.isatty()
     t0 = time.perf_counter()

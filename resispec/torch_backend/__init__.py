@@ -23,6 +23,9 @@ differently.  The parity tests assert identical decisions on every row that
 is not such a near-tie.  Both backends are exact either way.
 
 Randomness comes from a ``torch.Generator`` on the laws' device.
+Verification is not differentiable: tensors that require grad are detached
+on entry.  A custom proxy must not modify its inputs in place (a ValueError
+says so when it does).
 
 Modules: :mod:`._validation` (input rules: devices, dtypes and half-precision
 up-casting, contiguity, shapes), :mod:`.sampling` (inverse CDF,

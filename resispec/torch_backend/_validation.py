@@ -42,7 +42,7 @@ def residual_eps(dtype: torch.dtype) -> float:
 
 def _to_tensor(x, name, dtype, device):
     if isinstance(x, torch.Tensor):
-        return x
+        return x.detach()  # verification is not differentiable: autograd inputs are detached (documented)
     if isinstance(x, (str, bytes)) or x is None:
         raise TypeError(f"{name} must be a torch.Tensor of probabilities, got {type(x).__name__}")
     arr = np.asarray(x)
@@ -177,7 +177,12 @@ def as_uniforms_t(uniforms, B: int, k: int, device) -> torch.Tensor:
             raise TypeError(f"uniforms must be a floating tensor (float64), got {uniforms.dtype}")
         u = uniforms.to(device=device, dtype=torch.float64)
     else:
-        u = torch.as_tensor(np.asarray(uniforms, dtype=np.float64), device=device)
+        raw = np.asarray(uniforms) if not isinstance(uniforms, (str, bytes)) else np.asarray(object())
+        if raw.dtype == object or raw.dtype == bool or not (np.issubdtype(raw.dtype, np.floating)
+                                                            or np.issubdtype(raw.dtype, np.integer)):
+            raise TypeError(f"uniforms must be a real float array or tensor of shape (B, k + 1), got "
+                            f"{type(uniforms).__name__} of dtype {raw.dtype}")
+        u = torch.as_tensor(raw.astype(np.float64), device=device)
     if u.dim() == 1 and B == 1:
         u = u.unsqueeze(0)
     if tuple(u.shape) != (B, k + 1):

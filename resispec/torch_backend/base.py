@@ -88,7 +88,12 @@ class TorchVerifier(ABC):
         if dtype not in (torch.float64, torch.float32):
             raise ValueError(f"dtype must be torch.float64 or torch.float32, got {dtype!r}")
         self.dtype = dtype
-        self.device = torch.device("cpu" if device is None else device)
+        try:
+            self.device = torch.device("cpu" if device is None else device)
+        except (RuntimeError, TypeError) as exc:
+            raise ValueError(f"device {device!r} is not a torch device ({exc}); use 'cpu', 'cuda' or 'cuda:N'") from exc
+        if self.device.type == "cuda" and not torch.cuda.is_available():
+            raise ValueError(f"device {device!r} requested but torch.cuda.is_available() is False; use device='cpu'")
 
     def __repr__(self) -> str:
         opts = ", ".join(f"{k}={v!r}" for k, v in self.options().items())

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import Callable
 
+import numpy as np
 import torch
 
 from .. import proxies as _np_proxies
@@ -97,7 +98,12 @@ def get_proxy(proxy, **options):
 def check_proxy_output(rho, like: torch.Tensor, name: str) -> torch.Tensor:
     """Validate a proxy's output against ``like`` (B, V); return it renormalised, in like's dtype/device."""
     if not isinstance(rho, torch.Tensor):
-        rho = torch.as_tensor(rho)
+        arr = np.asarray(rho) if rho is not None and not isinstance(rho, (str, bytes)) else np.asarray(object())
+        if arr.dtype == object or not (np.issubdtype(arr.dtype, np.floating) or np.issubdtype(arr.dtype, np.integer)):
+            raise TypeError(f"proxy {name!r} returned {type(rho).__name__}; a proxy must return a real (B, V) tensor")
+        rho = torch.as_tensor(arr, device=like.device)
+    if rho.is_complex() or rho.dtype == torch.bool:
+        raise TypeError(f"proxy {name!r} returned dtype {rho.dtype}; a proxy must return a real (B, V) tensor")
     if rho.device != like.device:
         raise ValueError(f"proxy {name!r} returned a tensor on {rho.device}, expected {like.device}")
     rho = rho.to(like.dtype)

@@ -228,6 +228,14 @@ def solve_reserve_sort(p_i: torch.Tensor, q_i: torch.Tensor, rho: torch.Tensor, 
     return lam.clamp(0.0, gamma)
 
 
+def _versions(*tensors):
+    """Autograd version counters (bumped by in-place ops), or None for inference-mode tensors."""
+    try:
+        return tuple(t._version for t in tensors)
+    except RuntimeError:  # inference tensors do not track versions
+        return None
+
+
 @register("resispec", backend="torch")
 class ResiSpecTorch(TorchMassVerifier):
     """ResiSpec verifier on torch (iid drafts).
@@ -282,8 +290,14 @@ class ResiSpecTorch(TorchMassVerifier):
 
     def reserve(self, i, k, p_i, q_i):
         """Proxy ``rho_i`` (B, V) and reserve ``lambda_i`` (B,) for 0-based step ``i``."""
-        rho = self.proxy(q_i, step=i, k=k, p_i=p_i)
-        if not self._builtin_proxy:  # built-ins return laws by construction
+        if self._builtin_proxy:  # built-ins return laws by construction and never write their inputs
+            rho = self.proxy(q_i, step=i, k=k, p_i=p_i)
+        else:
+            versions = _versions(q_i, p_i)
+            rho = self.proxy(q_i, step=i, k=k, p_i=p_i)
+            if versions is not None and _versions(q_i, p_i) != versions:
+                raise ValueError(f"proxy {self.proxy_name!r} wrote into its input q_i or p_i (an in-place op); "
+                                 "a proxy must return a new tensor and leave its arguments unchanged")
             rho = check_proxy_output(rho, p_i, self.proxy_name)
         if self.solver == "sort" or self.gamma > 1.0:
             return rho, solve_reserve_sort(p_i, q_i, rho, self.gamma)

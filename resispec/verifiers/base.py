@@ -24,7 +24,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .._validation import as_candidates, as_laws, as_uniforms, check_k, check_rng
-from ..sampling import inverse_cdf
+from ..sampling import _inverse_cdf
 
 #: Below this remaining mass a rejection is treated as impossible and the
 #: residual is kept unchanged (its weight in the output law is < 1e-13).
@@ -208,7 +208,7 @@ def decide(a: np.ndarray, r: np.ndarray, c: np.ndarray, u: np.ndarray) -> Verify
     accepted = np.where(hit, first, -1).astype(np.int64)
     miss = ~hit
     if np.any(miss):
-        tokens[miss] = inverse_cdf(r[miss], u[miss, k])
+        tokens[miss] = _inverse_cdf(r[miss], u[miss, k])
     return VerifyResult(tokens=tokens.astype(np.int64), accepted=accepted)
 
 

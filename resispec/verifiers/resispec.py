@@ -165,7 +165,19 @@ class ResiSpec(MassVerifier):
         """Proxy ``rho_i`` (B, V) and reserve ``lambda_i`` (B,) for 0-based step ``i``."""
         if self.reserve_rule == "lookahead":
             return q_i, self.gamma * lookahead_reserve(p_i, q_i, k - i)
-        rho = check_proxy_output(self.proxy(q_i, step=i, k=k, p_i=p_i), p_i.shape, self.proxy_name)
+        # Read-only views: a proxy that writes into its inputs would corrupt the
+        # caller's q (and the residual) without any error.
+        q_ro, p_ro = q_i.view(), p_i.view()
+        q_ro.flags.writeable = False
+        p_ro.flags.writeable = False
+        try:
+            out = self.proxy(q_ro, step=i, k=k, p_i=p_ro)
+        except ValueError as exc:
+            if "read-only" not in str(exc):
+                raise
+            raise ValueError(f"proxy {self.proxy_name!r} tried to write into its input q_i or p_i; "
+                             "a proxy must return a new array and leave its arguments unchanged") from exc
+        rho = check_proxy_output(out, p_i.shape, self.proxy_name)
         return rho, solve_reserve(p_i, q_i, rho, self.gamma)
 
     def accepted_mass(self, i, k, p_i, q_i, *, q, rejected):
