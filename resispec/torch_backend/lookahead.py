@@ -146,6 +146,11 @@ def lookahead_reserve_t(p_i: torch.Tensor, q: torch.Tensor, k_left: int) -> torc
     """
     if k_left <= 1:
         return torch.zeros(p_i.shape[0], dtype=p_i.dtype, device=p_i.device)
+    B = p_i.shape[0]
+    if B > 1 and p_i.device.type == "cpu" and bool((p_i == p_i[:1]).all()) and bool((q == q[:1]).all()):
+        # identical nodes (e.g. a tiled Monte Carlo batch) share one schedule; CPU only, so that
+        # accelerators never wait on this host-side check
+        return lookahead_schedule_t(p_i[:1], q[:1], k_left)[:, 1].expand(B).contiguous()
     return lookahead_schedule_t(p_i, q, k_left)[:, 1]
 
 
