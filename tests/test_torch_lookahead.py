@@ -275,3 +275,37 @@ def test_gamma_zero_is_rrs():
     a0, _ = resispec.get_verifier("resispec_lookahead", backend="torch", gamma=0.0)._chain(P, Q, c)
     ar, _ = resispec.get_verifier("rrs", backend="torch")._chain(P, Q, c)
     np.testing.assert_allclose(a0, ar, rtol=0, atol=1e-15)
+
+
+def _count_by_scan(rows_sorted, x, strict):
+    """The numpy reference's former O(V) count, kept as the oracle of the binary search."""
+    return np.sum((rows_sorted < x[:, None]) if strict else (rows_sorted <= x[:, None]), axis=1)
+
+
+@settings(deadline=None, max_examples=40)
+@given(st.integers(1, 5), st.integers(1, 40), st.integers(0, 2**32 - 1))
+def test_numpy_binary_search_counts_like_the_scan(B, V, seed):
+    from resispec.verifiers.lookahead import _count_sorted
+
+    rng = np.random.default_rng(seed)
+    rows = np.sort(rng.integers(0, 5, (B, V)).astype(float), axis=1)
+    rows[:, V - rng.integers(0, V + 1):] = np.inf                    # +inf tail (q = 0 tokens)
+    x = np.concatenate([rng.integers(-1, 6, B).astype(float), rng.random(B) * 5])
+    rows2 = np.concatenate([rows, rows])
+    for strict in (True, False):
+        np.testing.assert_array_equal(_count_sorted(rows2, x, strict), _count_by_scan(rows2, x, strict))
+
+
+@pytest.mark.parametrize("V,B,k", [(6, 30, 3), (300, 10, 4), (3000, 4, 3)])
+def test_numpy_schedule_unchanged_by_binary_search(monkeypatch, V, B, k):
+    """The numpy schedule with the binary search == with the former O(V) scan, to 1e-12."""
+    import resispec.verifiers.lookahead as la
+
+    rng = np.random.default_rng(V)
+    p = rng.dirichlet(np.full(V, 0.5), B)
+    q = rng.dirichlet(np.full(V, 0.5), B)
+    q[:, :2] = 0.0
+    q /= q.sum(axis=1, keepdims=True)
+    fast = la.lookahead_schedule(p, q, k)
+    monkeypatch.setattr(la, "_count_sorted", _count_by_scan)
+    np.testing.assert_allclose(fast, la.lookahead_schedule(p, q, k), rtol=0, atol=1e-12)
