@@ -292,8 +292,17 @@ def test_numpy_binary_search_counts_like_the_scan(B, V, seed):
     rows[:, V - rng.integers(0, V + 1):] = np.inf                    # +inf tail (q = 0 tokens)
     x = np.concatenate([rng.integers(-1, 6, B).astype(float), rng.random(B) * 5])
     rows2 = np.concatenate([rows, rows])
+    import resispec.verifiers.lookahead as la
+
     for strict in (True, False):
-        np.testing.assert_array_equal(_count_sorted(rows2, x, strict), _count_by_scan(rows2, x, strict))
+        for scan_max in (0, la._SCAN_MAX_V):                           # binary search and scan paths
+            monkey = la._SCAN_MAX_V
+            la._SCAN_MAX_V = scan_max
+            try:
+                got = _count_sorted(rows2, x, strict)
+            finally:
+                la._SCAN_MAX_V = monkey
+            np.testing.assert_array_equal(got, _count_by_scan(rows2, x, strict))
 
 
 @pytest.mark.parametrize("V,B,k", [(6, 30, 3), (300, 10, 4), (3000, 4, 3)])
@@ -306,6 +315,7 @@ def test_numpy_schedule_unchanged_by_binary_search(monkeypatch, V, B, k):
     q = rng.dirichlet(np.full(V, 0.5), B)
     q[:, :2] = 0.0
     q /= q.sum(axis=1, keepdims=True)
+    monkeypatch.setattr(la, "_SCAN_MAX_V", 0)                          # binary search at every V
     fast = la.lookahead_schedule(p, q, k)
     monkeypatch.setattr(la, "_count_sorted", _count_by_scan)
     np.testing.assert_allclose(fast, la.lookahead_schedule(p, q, k), rtol=0, atol=1e-12)
