@@ -2,7 +2,7 @@
 
 ``resispec.get_verifier(name, backend="torch", **options)`` builds the torch
 twin of a numpy verifier (``sps``, ``rrs``, ``rrs_wor``, ``target_only``,
-``kseq``, ``resispec``; same names and options, plus ``dtype=``/``device=``
+``kseq``, ``resispec``, ``resispec_lookahead``; same names and options, plus ``dtype=``/``device=``
 for numpy inputs and ``solver=`` for ResiSpec).  Verification is batched
 over the ``B`` nodes and the ``V`` tokens; the only Python loop runs over the
 ``k`` candidates.
@@ -31,6 +31,7 @@ Modules: :mod:`._validation` (input rules: devices, dtypes and half-precision
 up-casting, contiguity, shapes), :mod:`.sampling` (inverse CDF,
 ``draw_candidates``), :mod:`.base` (engine, ``decide``), :mod:`.baselines`,
 :mod:`.kseq`, :mod:`.resispec` (reserve solvers and their error bound),
+:mod:`.lookahead` (look-ahead reserve by ``searchsorted``),
 :mod:`.proxies`, :mod:`.numpy_facade` (``NumpyFacade``: a numpy-facing view
 for harnesses such as ``exactness.certify_verifier``).  Throughput:
 ``resispec bench-verify`` (:mod:`resispec.bench_verify`) and
@@ -41,7 +42,7 @@ from __future__ import annotations
 
 import torch  # noqa: F401  (ImportError here tells the registry torch is missing)
 
-from . import baselines, kseq, resispec  # noqa: F401  (register the torch verifiers)
+from . import baselines, kseq, lookahead, resispec  # noqa: F401  (register the torch verifiers)
 from .numpy_facade import NumpyFacade
 from .base import TorchChain, TorchMassVerifier, TorchVerifier, TorchVerifyResult, decide, law_from_chain
 from .resispec import ReserveInfo, solve_reserve_newton, solve_reserve_sort
