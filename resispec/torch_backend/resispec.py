@@ -137,9 +137,16 @@ def _solve_newton(p_i, q_i, rho, gamma, *, init=None, max_iter=MAX_ITER, workspa
     # "unsure": x was not reached by a Newton step from the left, so it might sit exactly on the
     # right end of a flat piece (where the slope test below cannot see the flatness)
     unsure = torch.full((B,), init is not None, dtype=torch.bool, device=dev)
+    sub = None   # (idx, p, q, rho, workspace, z) of the open rows once they are few (tail compaction)
     while True:
         its += 1
-        s = _mass(x, p_i, q_i, rho, ws, z)                # every row at its own x: z = m(x)
+        if sub is None:
+            s = _mass(x, p_i, q_i, rho, ws, z)            # every row at its own x: z = m(x)
+        else:
+            idx, ps, qs, rs, wss, zs = sub
+            s = torch.zeros(B, dtype=dt, device=dev)
+            s[idx] = _mass(x[idx], ps, qs, rs, wss, zs)
+            z.index_copy_(0, idx, zs)                     # m(x) of these rows; the others keep theirs
         g = torch.where(done, g, x - gamma * (1.0 - s))
         below = g < 0
         lo = torch.where(below & ~done, x, lo)
@@ -148,7 +155,11 @@ def _solve_newton(p_i, q_i, rho, gamma, *, init=None, max_iter=MAX_ITER, workspa
         if its >= max_iter or bool(done.all()):
             break
         # slope only now (rows not done need a step): two more passes over buffers already hot
-        Rp = _slope(rho, ws, z)
+        if sub is None:
+            Rp = _slope(rho, ws, z)
+        else:
+            Rp = torch.zeros(B, dtype=dt, device=dev)
+            Rp[idx] = _slope(rs, wss, zs)
         slope = torch.where(done, slope, 1.0 - gamma * Rp)
         have_slope = have_slope | ~done
         # next point: Newton from x, bisection when the step leaves the bracket (lo, hi)
@@ -157,6 +168,13 @@ def _solve_newton(p_i, q_i, rho, gamma, *, init=None, max_iter=MAX_ITER, workspa
         inside = step_ok & (xn > lo) & (xn < hi)
         unsure = torch.where(done, unsure, ~(inside & (g < 0)))
         x = torch.where(done, x, torch.where(inside, xn, 0.5 * (lo + hi)))
+        if sub is None and B >= 4:
+            idx = torch.nonzero(~done).squeeze(1)
+            if 4 * idx.numel() <= B:
+                # few stragglers (round-off just above tol, or a breakpoint crossed late): evaluate
+                # only their rows from now on instead of all B
+                ps, qs, rs = p_i.index_select(0, idx), q_i.index_select(0, idx), rho.index_select(0, idx)
+                sub = (idx, ps, qs, rs, _Workspace(ps), torch.empty_like(ps))
     # rows that converged at an x whose slope was measured before the last step are not at that
     # x's slope: treat them like rows without a slope (unsure) for the flat-piece check
     if gamma == 1.0:
