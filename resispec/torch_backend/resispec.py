@@ -81,7 +81,7 @@ class _Workspace:
 
     def __init__(self, p):
         self.y = torch.empty_like(p)
-        self.eq = torch.empty(p.shape, dtype=torch.bool, device=p.device)
+        self.e = torch.empty_like(p)     # activity indicator 0/1 in the working dtype
         self.zero = torch.zeros((), dtype=p.dtype, device=p.device)
 
 
@@ -97,10 +97,13 @@ def _mass(lam, p, q, rho, ws: _Workspace, z):
 
 
 def _slope(rho, ws: _Workspace, z):
-    """``R'(lam) = sum rho [0 <= p - lam rho <= q]`` (B,) from the buffers of the last :func:`_mass`."""
-    torch.eq(z, ws.y, out=ws.eq)                                     # token active
-    torch.where(ws.eq, rho, ws.zero, out=ws.y)
-    return ws.y.sum(dim=1)
+    """``R'(lam) = sum rho [0 <= p - lam rho <= q]`` (B,) from the buffers of the last :func:`_mass`.
+
+    The indicator is written in the working dtype and reduced with ``rho`` by a batched dot
+    product: two passes (a boolean mask with ``where`` + ``sum`` costs about three times more).
+    """
+    torch.eq(z, ws.y, out=ws.e)                                      # token active (1.0 / 0.0)
+    return torch.bmm(ws.e.unsqueeze(1), rho.unsqueeze(2)).view(-1)
 
 
 def _solve_newton(p_i, q_i, rho, gamma, *, init=None, max_iter=MAX_ITER, workspace=None, out=None):
@@ -183,9 +186,10 @@ def _solve_newton(p_i, q_i, rho, gamma, *, init=None, max_iter=MAX_ITER, workspa
             # g can vanish on a whole piece where every token with rho > 0 is active.  That piece
             # starts at the last activation breakpoint left = max (p - q) / rho; before it g is
             # strictly increasing, so if g(left) == 0 then left is the smallest root.
+            # (p - q) / rho; where rho = 0 it is -inf or NaN (p <= q: ignored, NaN -> -inf) or +inf
+            # (p > q: then g < 0 on the all-active piece, so there is no flat piece of roots)
             y = torch.sub(p_i, q_i, out=ws.y)
-            y.div_(rho)
-            torch.where(rho > 0, y, torch.full((), float("-inf"), dtype=dt, device=dev), out=y)
+            y.div_(rho).nan_to_num_(nan=float("-inf"), posinf=float("inf"), neginf=float("-inf"))
             left = y.amax(dim=1).clamp(min=0.0)
             check = check & (left < x)              # a flat piece ending at x starts at left <= x
             if bool(check.any()):
