@@ -16,9 +16,14 @@ Two solvers:
 ``"newton"`` (default)
     Safeguarded Newton on ``g`` with the bracket ``g(lo) < 0 <= g(hi)``
     (bisection whenever a step leaves the bracket), at most
-    :data:`MAX_ITER` evaluations, each six elementwise passes over the
-    (B, V) tensors into reused buffers;
-    stops when every row has ``|g(lambda)| <= tol`` with
+    :data:`MAX_ITER` evaluations into reused buffers.  An evaluation is
+    three passes over the (B, V) tensors (``y = p - lambda rho`` by
+    ``addcmul``, ``m = clamp(y, 0, q)``, ``sum``); the slope (two more
+    passes: a 0/1 activity indicator and a batched dot product with ``rho``)
+    only for rows that take another step.  The last evaluation is at the
+    returned ``lambda``, so the accepted mass ``m`` comes with it at no
+    extra cost.  Once at most a quarter of the rows are still open, only
+    those rows are evaluated (tail compaction).  The solver stops when every row has ``|g(lambda)| <= tol`` with
     ``tol = 64 eps (1 + gamma)`` (float64: 2.8e-14, float32: 1.5e-5) or a
     bracket narrower than ``4 eps gamma``.  For ``gamma = 1`` ``g`` may
     vanish on a whole piece (all proxy mass active); when the iterate may sit
@@ -30,8 +35,12 @@ Two solvers:
     ``gamma < 1`` (``g' >= 1 - gamma``) that is ``|lambda - lambda*| <=
     tol / (1 - gamma)`` (if ``MAX_ITER`` stops it first, the residual
     reached is reported in :class:`ReserveInfo`).  On the families of
-    ``simulators`` at V = 151,936 it takes 5-7 evaluations cold and about 4
-    warm-started from the previous candidate's reserve.  For ``gamma > 1``
+    ``simulators`` at V = 151,936 it takes 5-6 evaluations cold and 4-5
+    warm-started from the previous candidate's reserve, the last one on the
+    few open rows only.  Measured cost with ``resispec bench-verify`` (CPU,
+    float64, B = 256): ResiSpec / rrs about 2.5-5 (k = 2-8), down from
+    3.6-7 (``reports/bench_verify_perf.md``); the issue's target of 2 is not
+    met at k >= 4: each reserve still costs about 4-5 passes of ``g``.  For ``gamma > 1``
     (``g`` may decrease) the sort solver is used.
 ``"sort"``
     The numpy algorithm (:func:`resispec.verifiers.resispec.solve_reserve`)
