@@ -46,3 +46,21 @@ def test_newton_rejects_gamma_above_one():
     P = torch.full((1, 4), 0.25, dtype=torch.float64)
     with pytest.raises(ValueError, match="sort"):
         solve_reserve_newton(P, P, P, 1.5)
+
+
+@pytest.mark.parametrize("gamma", [0.5, 1.0])
+@pytest.mark.parametrize("warm", [False, True])
+def test_mass_from_last_evaluation_and_tail_compaction(gamma, warm):
+    """The solver's returned mass is min(q, (p - lam rho)_+) at the returned lam, rows compacted or not."""
+    from resispec.torch_backend.resispec import _solve_newton
+
+    rng = np.random.default_rng(7)
+    p, q = get_family("softmax_noise").sample(rng, n=32, V=4000, temperature=1.0)
+    rho = get_family("zipf").sample(rng, n=32, V=4000)[1]
+    P, Q, R = (torch.from_numpy(a) for a in (p, q, rho))
+    init = torch.from_numpy(rng.uniform(0, gamma, 32)) if warm else None
+    lam, m, info = _solve_newton(P, Q, R, gamma, init=init)
+    np.testing.assert_allclose(lam.numpy(), solve_reserve(p, q, rho, gamma, method="sort"), atol=1e-11)
+    want = np.minimum(q, np.maximum(p - lam.numpy()[:, None] * rho, 0.0))
+    np.testing.assert_allclose(m.numpy(), want, rtol=0, atol=1e-15)   # addcmul may fuse: round-off only
+    assert info.max_residual <= 64 * np.finfo(float).eps * (1 + gamma)

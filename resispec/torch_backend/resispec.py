@@ -16,9 +16,14 @@ Two solvers:
 ``"newton"`` (default)
     Safeguarded Newton on ``g`` with the bracket ``g(lo) < 0 <= g(hi)``
     (bisection whenever a step leaves the bracket), at most
-    :data:`MAX_ITER` evaluations, each six elementwise passes over the
-    (B, V) tensors into reused buffers;
-    stops when every row has ``|g(lambda)| <= tol`` with
+    :data:`MAX_ITER` evaluations into reused buffers.  An evaluation is
+    three passes over the (B, V) tensors (``y = p - lambda rho`` by
+    ``addcmul``, ``m = clamp(y, 0, q)``, ``sum``); the slope (two more
+    passes: a 0/1 activity indicator and a batched dot product with ``rho``)
+    only for rows that take another step.  The last evaluation is at the
+    returned ``lambda``, so the accepted mass ``m`` comes with it at no
+    extra cost.  Once at most a quarter of the rows are still open, only
+    those rows are evaluated (tail compaction).  The solver stops when every row has ``|g(lambda)| <= tol`` with
     ``tol = 64 eps (1 + gamma)`` (float64: 2.8e-14, float32: 1.5e-5) or a
     bracket narrower than ``4 eps gamma``.  For ``gamma = 1`` ``g`` may
     vanish on a whole piece (all proxy mass active); when the iterate may sit
@@ -30,8 +35,12 @@ Two solvers:
     ``gamma < 1`` (``g' >= 1 - gamma``) that is ``|lambda - lambda*| <=
     tol / (1 - gamma)`` (if ``MAX_ITER`` stops it first, the residual
     reached is reported in :class:`ReserveInfo`).  On the families of
-    ``simulators`` at V = 151,936 it takes 5-7 evaluations cold and about 4
-    warm-started from the previous candidate's reserve.  For ``gamma > 1``
+    ``simulators`` at V = 151,936 it takes 5-6 evaluations cold and 4-5
+    warm-started from the previous candidate's reserve, the last one on the
+    few open rows only.  Measured cost with ``resispec bench-verify`` (CPU,
+    float64, B = 256): ResiSpec / rrs about 2.5-5 (k = 2-8), down from
+    3.6-7 (``reports/bench_verify_perf.md``); the issue's target of 2 is not
+    met at k >= 4: each reserve still costs about 4-5 passes of ``g``.  For ``gamma > 1``
     (``g`` may decrease) the sort solver is used.
 ``"sort"``
     The numpy algorithm (:func:`resispec.verifiers.resispec.solve_reserve`)
@@ -81,23 +90,128 @@ class _Workspace:
 
     def __init__(self, p):
         self.y = torch.empty_like(p)
-        self.d = torch.empty_like(p)
-        self.h = torch.empty_like(p)
-        self.eq = torch.empty(p.shape, dtype=torch.bool, device=p.device)
+        self.e = torch.empty_like(p)     # activity indicator 0/1 in the working dtype
         self.zero = torch.zeros((), dtype=p.dtype, device=p.device)
 
 
-def _residual_mass(lam, p, d, rho, ws: _Workspace):
-    """``R(lam) = sum max(d, min(p, lam rho))`` (B,) and its slope ``sum rho [d <= lam rho <= p]`` (B,).
+def _mass(lam, p, q, rho, ws: _Workspace, z):
+    """``z = min(q, (p - lam rho)_+)`` (the accepted mass at ``lam``) into ``z``; returns ``s = sum z`` (B,).
 
-    ``p``, ``d = p - q``, ``rho``: (B, V); ``lam``: (B,).  Five passes, no allocation of (B, V).
+    ``y = p - lam rho`` stays in ``ws.y`` for :func:`_slope`.  Three passes (addcmul, clamp, sum);
+    the same arithmetic as the numpy ``minimum(q, maximum(p - lam rho, 0))``.
     """
-    torch.mul(rho, lam.unsqueeze(1), out=ws.y)          # y = lam rho
-    torch.clamp(ws.y, min=d, max=p, out=ws.h)           # h = max(d, min(p, y)) since d <= p
-    R = ws.h.sum(dim=1)
-    torch.eq(ws.h, ws.y, out=ws.eq)                     # token active: d <= y <= p
-    torch.where(ws.eq, rho, ws.zero, out=ws.y)
-    return R, ws.y.sum(dim=1)
+    torch.addcmul(p, rho, lam.unsqueeze(1), value=-1.0, out=ws.y)   # y = p - lam rho
+    torch.clamp(ws.y, min=ws.zero, max=q, out=z)                     # z = min(q, max(y, 0))
+    return z.sum(dim=1)
+
+
+def _slope(rho, ws: _Workspace, z):
+    """``R'(lam) = sum rho [0 <= p - lam rho <= q]`` (B,) from the buffers of the last :func:`_mass`.
+
+    The indicator is written in the working dtype and reduced with ``rho`` by a batched dot
+    product: two passes (a boolean mask with ``where`` + ``sum`` costs about three times more).
+    """
+    torch.eq(z, ws.y, out=ws.e)                                      # token active (1.0 / 0.0)
+    return torch.bmm(ws.e.unsqueeze(1), rho.unsqueeze(2)).view(-1)
+
+
+def _solve_newton(p_i, q_i, rho, gamma, *, init=None, max_iter=MAX_ITER, workspace=None, out=None):
+    """Safeguarded Newton; returns ``(lam, m, info)`` with ``m = min(q, (p - lam rho)_+)`` in ``out``.
+
+    The last evaluation of ``s`` is at the returned ``lam``, so the accepted mass costs nothing
+    extra; the slope is computed only for rows that need another step (lazy).
+    """
+    if not 0.0 <= gamma <= 1.0:
+        raise ValueError(f"the newton reserve solver needs 0 <= gamma <= 1, got {gamma}; use solver='sort'")
+    B = p_i.shape[0]
+    dt, dev = p_i.dtype, p_i.device
+    eps = torch.finfo(dt).eps
+    tol = 64.0 * eps * (1.0 + gamma)
+    ws = _Workspace(p_i) if workspace is None else workspace
+    z = torch.empty_like(p_i) if out is None else out
+    if gamma == 0:
+        torch.minimum(p_i, q_i, out=z)
+        return torch.zeros(B, dtype=dt, device=dev), z, ReserveInfo(0, 0.0)
+    lo = torch.zeros(B, dtype=dt, device=dev)            # g(0) = -gamma TV <= 0
+    hi = torch.full((B,), gamma, dtype=dt, device=dev)   # g(gamma) = gamma s(gamma) >= 0
+    its = 0
+    if init is None:
+        # lambda* = gamma R(lambda*) >= gamma R(0) = gamma TV(p_i, q_i): start at that lower bound
+        torch.minimum(p_i, q_i, out=z)
+        x = gamma * (1.0 - z.sum(dim=1))
+        lo = x.clone()
+    else:
+        x = init.to(dt).clamp(0.0, gamma)
+    done = torch.zeros(B, dtype=torch.bool, device=dev)
+    g = torch.zeros(B, dtype=dt, device=dev)
+    slope = torch.ones(B, dtype=dt, device=dev)
+    have_slope = torch.zeros(B, dtype=torch.bool, device=dev)
+    # "unsure": x was not reached by a Newton step from the left, so it might sit exactly on the
+    # right end of a flat piece (where the slope test below cannot see the flatness)
+    unsure = torch.full((B,), init is not None, dtype=torch.bool, device=dev)
+    sub = None   # (idx, p, q, rho, workspace, z) of the open rows once they are few (tail compaction)
+    while True:
+        its += 1
+        if sub is None:
+            s = _mass(x, p_i, q_i, rho, ws, z)            # every row at its own x: z = m(x)
+        else:
+            idx, ps, qs, rs, wss, zs = sub
+            s = torch.zeros(B, dtype=dt, device=dev)
+            s[idx] = _mass(x[idx], ps, qs, rs, wss, zs)
+            z.index_copy_(0, idx, zs)                     # m(x) of these rows; the others keep theirs
+        g = torch.where(done, g, x - gamma * (1.0 - s))
+        below = g < 0
+        lo = torch.where(below & ~done, x, lo)
+        hi = torch.where(~below & ~done, x, hi)
+        done = done | (g.abs() <= tol) | (hi - lo <= 4.0 * eps * gamma)
+        if its >= max_iter or bool(done.all()):
+            break
+        # slope only now (rows not done need a step): two more passes over buffers already hot
+        if sub is None:
+            Rp = _slope(rho, ws, z)
+        else:
+            Rp = torch.zeros(B, dtype=dt, device=dev)
+            Rp[idx] = _slope(rs, wss, zs)
+        slope = torch.where(done, slope, 1.0 - gamma * Rp)
+        have_slope = have_slope | ~done
+        # next point: Newton from x, bisection when the step leaves the bracket (lo, hi)
+        step_ok = slope > 0
+        xn = x - g / torch.where(step_ok, slope, torch.ones_like(slope))
+        inside = step_ok & (xn > lo) & (xn < hi)
+        unsure = torch.where(done, unsure, ~(inside & (g < 0)))
+        x = torch.where(done, x, torch.where(inside, xn, 0.5 * (lo + hi)))
+        if sub is None and B >= 4:
+            idx = torch.nonzero(~done).squeeze(1)
+            if 4 * idx.numel() <= B:
+                # few stragglers (round-off just above tol, or a breakpoint crossed late): evaluate
+                # only their rows from now on instead of all B
+                ps, qs, rs = p_i.index_select(0, idx), q_i.index_select(0, idx), rho.index_select(0, idx)
+                sub = (idx, ps, qs, rs, _Workspace(ps), torch.empty_like(ps))
+    # rows that converged at an x whose slope was measured before the last step are not at that
+    # x's slope: treat them like rows without a slope (unsure) for the flat-piece check
+    if gamma == 1.0:
+        check = unsure | (slope <= 1e3 * eps) | ~have_slope
+        if bool(check.any()):
+            # g can vanish on a whole piece where every token with rho > 0 is active.  That piece
+            # starts at the last activation breakpoint left = max (p - q) / rho; before it g is
+            # strictly increasing, so if g(left) == 0 then left is the smallest root.
+            # (p - q) / rho; where rho = 0 it is -inf or NaN (p <= q: ignored, NaN -> -inf) or +inf
+            # (p > q: then g < 0 on the all-active piece, so there is no flat piece of roots)
+            y = torch.sub(p_i, q_i, out=ws.y)
+            y.div_(rho).nan_to_num_(nan=float("-inf"), posinf=float("inf"), neginf=float("-inf"))
+            left = y.amax(dim=1).clamp(min=0.0)
+            check = check & (left < x)              # a flat piece ending at x starts at left <= x
+            if bool(check.any()):
+                xl = torch.where(check, left, x)
+                s_left = _mass(xl, p_i, q_i, rho, ws, z)
+                its += 1
+                take = check & ((xl - (1.0 - s_left)).abs() <= tol)
+                x = torch.where(take, xl, x)
+                if not bool(take.all()):
+                    _mass(x, p_i, q_i, rho, ws, z)   # z back to m(x) for the rows that keep x
+                    its += 1
+    lam = x.clamp(0.0, gamma)
+    return lam, z, ReserveInfo(its, float(g.abs().max()))
 
 
 def solve_reserve_newton(p_i: torch.Tensor, q_i: torch.Tensor, rho: torch.Tensor, gamma: float,
@@ -127,64 +241,8 @@ def solve_reserve_newton(p_i: torch.Tensor, q_i: torch.Tensor, rho: torch.Tensor
     ValueError
         ``gamma`` outside [0, 1] (use :func:`solve_reserve_sort`).
     """
-    if not 0.0 <= gamma <= 1.0:
-        raise ValueError(f"the newton reserve solver needs 0 <= gamma <= 1, got {gamma}; use solver='sort'")
-    B = p_i.shape[0]
-    dt, dev = p_i.dtype, p_i.device
-    eps = torch.finfo(dt).eps
-    tol = 64.0 * eps * (1.0 + gamma)
-    if gamma == 0:
-        return torch.zeros(B, dtype=dt, device=dev), ReserveInfo(0, 0.0)
-    ws = _Workspace(p_i) if workspace is None else workspace
-    d = torch.sub(p_i, q_i, out=ws.d)
-    lo = torch.zeros(B, dtype=dt, device=dev)            # g(0) = -gamma TV <= 0
-    hi = torch.full((B,), gamma, dtype=dt, device=dev)   # g(gamma) = gamma (1 - R) >= 0
-    if init is None:
-        # lambda* = gamma R(lambda*) >= gamma R(0) = gamma TV(p_i, q_i): start at that lower bound
-        x = gamma * torch.clamp(d, min=0.0, out=ws.h).sum(dim=1)
-        lo = x.clone()
-    else:
-        x = init.to(dt).clamp(0.0, gamma)
-    done = torch.zeros(B, dtype=torch.bool, device=dev)
-    g = torch.zeros(B, dtype=dt, device=dev)
-    slope = torch.ones(B, dtype=dt, device=dev)
-    # "unsure": x was not reached by a Newton step from the left, so it might sit exactly on the
-    # right end of a flat piece (where the slope test below cannot see the flatness)
-    unsure = torch.full((B,), init is not None, dtype=torch.bool, device=dev)
-    its = 0
-    while True:
-        its += 1
-        R, Rp = _residual_mass(x, p_i, d, rho, ws)
-        g = torch.where(done, g, x - gamma * R)
-        slope = torch.where(done, slope, 1.0 - gamma * Rp)
-        below = g < 0
-        lo = torch.where(below & ~done, x, lo)
-        hi = torch.where(~below & ~done, x, hi)
-        done = done | (g.abs() <= tol) | (hi - lo <= 4.0 * eps * gamma)
-        if its >= max_iter or bool(done.all()):
-            break
-        # next point: Newton from x, bisection when the step leaves the bracket (lo, hi)
-        step_ok = slope > 0
-        xn = x - g / torch.where(step_ok, slope, torch.ones_like(slope))
-        inside = step_ok & (xn > lo) & (xn < hi)
-        unsure = torch.where(done, unsure, ~(inside & (g < 0)))
-        x = torch.where(done, x, torch.where(inside, xn, 0.5 * (lo + hi)))
-    check = (slope <= 1e3 * eps) | unsure         # possibly on a flat piece
-    if gamma == 1.0 and bool(check.any()):
-        # g can vanish on a whole piece where every token with rho > 0 is active.  That piece
-        # starts at the last activation breakpoint left = max (p - q) / rho; before it g is
-        # strictly increasing, so if g(left) == 0 then left is the smallest root.
-        torch.div(d, rho, out=ws.y)
-        torch.where(rho > 0, ws.y, torch.full((), float("-inf"), dtype=dt, device=dev), out=ws.h)
-        left = ws.h.amax(dim=1).clamp(min=0.0)
-        check = check & (left <= x)                 # a flat piece ending at x starts at left <= x
-        if bool(check.any()):
-            R_left, _ = _residual_mass(left, p_i, d, rho, ws)
-            g_left = left - R_left
-            x = torch.where(check & (g_left.abs() <= tol), left, x)
-            its += 1
-    lam = x.clamp(0.0, gamma)
-    return lam, ReserveInfo(its, float(g.abs().max()))
+    lam, _, info = _solve_newton(p_i, q_i, rho, gamma, init=init, max_iter=max_iter, workspace=workspace)
+    return lam, info
 
 
 def solve_reserve_sort(p_i: torch.Tensor, q_i: torch.Tensor, rho: torch.Tensor, gamma: float) -> torch.Tensor:
@@ -263,10 +321,23 @@ class ResiSpecTorch(TorchMassVerifier):
         unknown solver.
     """
 
-    def __init__(self, proxy="draft", gamma: float = 1.0, proxy_options: dict | None = None,
-                 drafting: str = "iid", *, solver: str = "newton", dtype=None, device=None):
-        from ..verifiers.resispec import ResiSpec
+    def __new__(cls, *args, reserve: str = "fixed_point", **kwargs):
+        if cls is ResiSpecTorch and reserve == "lookahead":
+            from .lookahead import ResiSpecLookaheadTorch
 
+            return ResiSpecLookaheadTorch(*args, **kwargs)
+        return super().__new__(cls)
+
+    def __init__(self, proxy="draft", gamma: float = 1.0, proxy_options: dict | None = None,
+                 drafting: str = "iid", *, solver: str = "newton", dtype=None, device=None,
+                 reserve: str = "fixed_point"):
+        from ..verifiers.resispec import RESERVES, ResiSpec
+
+        if drafting == "without_replacement":
+            raise ValueError("resispec with drafting='without_replacement' has no torch twin yet; "
+                             "use get_verifier('resispec', drafting='without_replacement') (numpy backend)")
+        if reserve not in RESERVES:
+            raise ValueError(f"reserve must be one of {RESERVES}, got {reserve!r}")
         ResiSpec(proxy=proxy, gamma=gamma, proxy_options=proxy_options, drafting=drafting)  # same checks
         if solver not in SOLVERS:
             raise ValueError(f"solver must be one of {SOLVERS}, got {solver!r}")
@@ -288,17 +359,19 @@ class ResiSpecTorch(TorchMassVerifier):
             out["proxy_options"] = self._proxy_options
         return out
 
+    def _rho(self, i, k, p_i, q_i):
+        if self._builtin_proxy:  # built-ins return laws by construction and never write their inputs
+            return self.proxy(q_i, step=i, k=k, p_i=p_i)
+        versions = _versions(q_i, p_i)
+        rho = self.proxy(q_i, step=i, k=k, p_i=p_i)
+        if versions is not None and _versions(q_i, p_i) != versions:
+            raise ValueError(f"proxy {self.proxy_name!r} wrote into its input q_i or p_i (an in-place op); "
+                             "a proxy must return a new tensor and leave its arguments unchanged")
+        return check_proxy_output(rho, p_i, self.proxy_name)
+
     def reserve(self, i, k, p_i, q_i):
         """Proxy ``rho_i`` (B, V) and reserve ``lambda_i`` (B,) for 0-based step ``i``."""
-        if self._builtin_proxy:  # built-ins return laws by construction and never write their inputs
-            rho = self.proxy(q_i, step=i, k=k, p_i=p_i)
-        else:
-            versions = _versions(q_i, p_i)
-            rho = self.proxy(q_i, step=i, k=k, p_i=p_i)
-            if versions is not None and _versions(q_i, p_i) != versions:
-                raise ValueError(f"proxy {self.proxy_name!r} wrote into its input q_i or p_i (an in-place op); "
-                                 "a proxy must return a new tensor and leave its arguments unchanged")
-            rho = check_proxy_output(rho, p_i, self.proxy_name)
+        rho = self._rho(i, k, p_i, q_i)
         if self.solver == "sort" or self.gamma > 1.0:
             return rho, solve_reserve_sort(p_i, q_i, rho, self.gamma)
         warm = self._warm if (i > 0 and self._warm is not None and self._warm.shape[0] == p_i.shape[0]) else None
@@ -310,9 +383,17 @@ class ResiSpecTorch(TorchMassVerifier):
     def accepted_mass(self, i, k, p_i, q_i, *, q, rejected, out=None):
         if i == k - 1 or self.gamma == 0:
             return torch.minimum(p_i, q_i, out=out)
-        rho, lam = self.reserve(i, k, p_i, q_i)
-        m = torch.addcmul(p_i, rho, lam.unsqueeze(1), value=-1.0, out=out).clamp_(min=0.0)   # (p_i - lam rho)_+
-        return torch.minimum(m, q_i, out=m)
+        if self.solver == "sort" or self.gamma > 1.0:
+            rho, lam = self.reserve(i, k, p_i, q_i)
+            m = torch.addcmul(p_i, rho, lam.unsqueeze(1), value=-1.0, out=out).clamp_(min=0.0)   # (p_i - lam rho)_+
+            return torch.minimum(m, q_i, out=m)
+        # Newton: its last evaluation of s is at the returned reserve, so m comes with it
+        rho = self._rho(i, k, p_i, q_i)
+        warm = self._warm if (i > 0 and self._warm is not None and self._warm.shape[0] == p_i.shape[0]) else None
+        lam, m, self.last_reserve = _solve_newton(p_i, q_i, rho, self.gamma, init=warm,
+                                                  workspace=getattr(self, "_ws", None), out=out)
+        self._warm = lam
+        return m
 
     def _walk(self, p, q, c, ms=None, ps=None, qs=None):
         self._ws = _Workspace(p)          # Newton buffers shared by the k - 1 reserve solves
