@@ -10,7 +10,7 @@ emitted token ``y`` at one node is
 summing over every candidate tuple drawn per the verifier's drafting (or its
 ``draft_law`` hook).  Its column sums are the output law (must equal ``p``),
 its row sums the law of the stop position (number of rejections), and row
-``k`` the residual law.  The verdict uses TV < 1e-9 (``shared/RESISPEC.md``
+``k`` the residual law.  The verdict uses TV < 1e-9 (``docs/RESISPEC.md``
 sections 2 and 5).
 """
 

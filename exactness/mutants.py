@@ -14,7 +14,7 @@ a mutant is biased.  ``CAUGHT_BY``: the check designed to catch it.
 Rules mutated: SpecInfer recursive rejection (Miao et al. 2024, arXiv
 2305.09781), speculative sampling (Leviathan et al. 2023, arXiv 2211.17192),
 RSD without-replacement drafting (Jeon et al. 2024, arXiv 2402.14160),
-ResiSpec residual shaping (``shared/RESISPEC.md`` section 4).
+ResiSpec residual shaping (``docs/RESISPEC.md`` section 4).
 """
 
 from __future__ import annotations

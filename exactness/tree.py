@@ -1,6 +1,6 @@
 """Joint law of two successive emitted tokens on a small draft tree.
 
-The tree (``shared/RESISPEC.md`` section 6): the root ``(p0, q0)`` gets ``k``
+The tree (``docs/RESISPEC.md`` section 6): the root ``(p0, q0)`` gets ``k``
 candidates; after the first emitted token ``y1`` the target and draft are
 ``p1[y1], q1[y1]``.
 

@@ -34,7 +34,7 @@ The contract::
     acceptance_probability(verifier, p, q, k) -> float
     optimal_acceptance(p, q, k, drafting="iid") -> float
 
-Mathematics: ``shared/RESISPEC.md``; references in each docstring.
+Mathematics: ``docs/RESISPEC.md``; references in each docstring.
 """
 
 from .analysis import acceptance_probability, exact_output_law, optimal_acceptance

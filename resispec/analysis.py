@@ -94,7 +94,7 @@ def acceptance_probability(verifier: Verifier, p, q, k: int, *, drafting: str | 
     """Exact probability that some candidate is accepted at one node.
 
     Uses the verifier's candidate-independent per-step acceptance
-    (``A = 1 - prod_i (1 - beta_i)``, ``shared/RESISPEC.md`` section 2) when
+    (``A = 1 - prod_i (1 - beta_i)``, ``docs/RESISPEC.md`` section 2) when
     it has one (``rrs``, ``sps``, ``kseq``, ``resispec`` with iid drafts:
     any V), else enumerates every candidate tuple (``V**k <= 2e6``).
 
@@ -135,7 +135,7 @@ def optimal_acceptance(p, q, k: int, drafting: str = "iid") -> float | np.ndarra
     """alpha*: the largest acceptance any exact verifier can reach.
 
     ``alpha* = 1 - max_H [Q(all k drafts in H) - p(H)]`` (max-flow / min-cut;
-    ``shared/RESISPEC.md`` section 5; see also Sun et al. 2023, arXiv
+    ``docs/RESISPEC.md`` section 5; see also Sun et al. 2023, arXiv
     2310.15141, and Hu et al. 2025, arXiv 2502.18779).  For iid drafts
     ``Q(all in H) = q(H)^k`` and the maximiser is a prefix of tokens sorted
     by ``p/q`` ascending: O(V log V).  For without-replacement drafts the

@@ -4,7 +4,7 @@ For each cell (pair family, vocabulary ``V``, candidates ``k``, temperature
 ``T``) the same ``nodes`` target/draft pairs are drawn (the same nodes for
 every ``k``), and for each iid-capable verifier the exact probability that
 some candidate is accepted is averaged over them, next to the optimum
-``alpha*`` (``shared/RESISPEC.md`` section 5) and, where affordable, the best
+``alpha*`` (``docs/RESISPEC.md`` section 5) and, where affordable, the best
 *sequential* verifier (an LP, :func:`resispec.bounds.sequential_optimum_iid`).
 
 The headline number is the fraction of the ``rrs``-to-``alpha*`` gap a

@@ -3,7 +3,7 @@
 - :func:`optimal_acceptance_lp`: alpha* as the best coupling of the draft
   tuple law and ``p`` (checks :func:`resispec.optimal_acceptance`).
 - :func:`sequential_optimum_iid`: the best *sequential* verifier for iid
-  drafts (``shared/RESISPEC.md`` section 5).
+  drafts (``docs/RESISPEC.md`` section 5).
 """
 
 from __future__ import annotations
@@ -95,7 +95,7 @@ def sequential_optimum_iid(p, q, k: int, *, return_masses: bool = False):
         maximise sum_i s_i  s.t.  M_i(x) >= 0,  sum_i M_i(x) <= p(x),
                                   M_i(x) <= q(x) (1 - sum_{j<i} s_j).
 
-    ``shared/RESISPEC.md`` section 5 (a candidate-dependent residual cannot
+    ``docs/RESISPEC.md`` section 5 (a candidate-dependent residual cannot
     beat it for iid drafts).  Sparse formulation with auxiliary ``s_i``:
     about ``k V`` variables and ``k^2 V`` non-zeros; V = 1000, k = 8 takes
     about a second with HiGHS.
@@ -192,7 +192,7 @@ def sequential_optimum(p, q, k: int, drafting: str = "iid", *, return_details: b
     rejection tree (the ordered candidates rejected so far) it may use any
     accepted mass ``m_h`` and, after rejecting ``x``, any residual
     ``r^(x)`` with ``sum_x (q_h(x) - m_h(x)) r^(x) = p_h - m_h``
-    (``shared/RESISPEC.md`` sections 2 and 4).  In unnormalised variables
+    (``docs/RESISPEC.md`` sections 2 and 4).  In unnormalised variables
     ``P_h = P(reach h) p_h`` and ``M_h = P(reach h) m_h`` the best such
     verifier solves::
 

@@ -4,7 +4,7 @@ A proxy is a callable ``proxy(q_i, *, step, k, p_i) -> (B, V) float64``:
 non-negative rows summing to 1, computed from the draft law of the remaining
 candidates ``q_i`` (and optionally the current residual ``p_i``) -- never
 from the current or later candidates, or exactness is lost
-(``shared/RESISPEC.md`` sections 2 and 4).  ``step`` is the 0-based index of
+(``docs/RESISPEC.md`` sections 2 and 4).  ``step`` is the 0-based index of
 the candidate being verified, ``k`` the number of candidates.
 
 Built-in names (:data:`PROXIES`): ``draft`` (default), ``tempered``,

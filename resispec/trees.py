@@ -2,7 +2,7 @@
 
 A tree of shape ``(k_1, ..., k_D)`` gives every node at depth ``d`` (root at
 depth 0) ``k_{d+1}`` children drafted from the draft's law at that node
-(``shared/RESISPEC.md`` section 6).  Used by the tree simulators and by
+(``docs/RESISPEC.md`` section 6).  Used by the tree simulators and by
 real-model decoding.
 """
 

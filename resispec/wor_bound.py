@@ -1,4 +1,4 @@
-"""alpha* for without-replacement drafts past enumeration (``shared/RESISPEC.md`` s.5).
+"""alpha* for without-replacement drafts past enumeration (``docs/RESISPEC.md`` s.5).
 
 ``alpha* = 1 - max_H [Q(all k drafts in H) - p(H)]`` (max-flow / min-cut).
 For successive sampling (RSD, Jeon et al. 2024, arXiv 2402.14160) the draft

@@ -3,7 +3,7 @@
 ``M(x)`` = probability that the verifier accepts SOME candidate and that the
 accepted candidate is token ``x`` (so ``sum_x M(x)`` is the acceptance rate).
 Tree recursions need ``M`` because the accepted token decides the context of
-the next node (``shared/RESISPEC.md`` section 6).
+the next node (``docs/RESISPEC.md`` section 6).
 
 Closed forms (any V) live in a registry keyed by verifier class, so adding
 one touches one function:

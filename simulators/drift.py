@@ -1,6 +1,6 @@
 """Residual drift: how the residual moves away from the draft along a chain.
 
-For candidate step ``i`` (``shared/RESISPEC.md`` section 4) of a sequential
+For candidate step ``i`` (``docs/RESISPEC.md`` section 4) of a sequential
 mass verifier (:class:`resispec.verifiers.base.MassVerifier`):
 
 - ``beta_i = sum(m_i)``: viability of candidate ``i`` (its acceptance

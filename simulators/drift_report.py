@@ -74,7 +74,7 @@ def markdown(sweep: DriftSweep, command: str = "") -> str:
             f"top-mass set = smallest set holding {s['top_level']:.0%} of the draft q_i. "
             f"Mean alpha* (optimal acceptance, iid drafts) = {sweep.alpha_star:.4f}.", "",
             "Statistics are averaged over pairs weighted by the probability of reaching step i "
-            "(`shared/RESISPEC.md` section 4). `rrs_wor` uses without-replacement drafts (Monte Carlo over "
+            "(`docs/RESISPEC.md` section 4). `rrs_wor` uses without-replacement drafts (Monte Carlo over "
             "candidate tuples); every other line is exact.", "",
             "## Summary", "",
             "| verifier | acceptance | beta_1 | beta_k | TV_1 | TV_k | top-mass_1 | top-mass_k | gap to alpha* closed vs rrs |",

@@ -5,7 +5,7 @@ drafts ``k_{d+1}`` children at every node of depth ``d`` from the draft's
 law at that node; the target runs once on the whole tree.  Verification
 walks from the root: at each node the verifier accepts a child (and moves
 to it) or emits a residual token and stops; after a full path the target
-emits a bonus token (``shared/RESISPEC.md`` section 6; SpecInfer, arXiv
+emits a bonus token (``docs/RESISPEC.md`` section 6; SpecInfer, arXiv
 2305.09781; Sequoia, arXiv 2402.12374).  Block efficiency = expected tokens
 emitted per target call.
 

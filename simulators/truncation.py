@@ -1,7 +1,7 @@
 """Top-k / top-p truncation applied identically to the target and the draft.
 
 Real decoders process both models' logits the same way before speculative
-sampling (``shared/RESISPEC.md`` section 1: ``q`` is the draft AFTER the same
+sampling (``docs/RESISPEC.md`` section 1: ``q`` is the draft AFTER the same
 processing used to sample drafts).  :func:`truncate` does that for one law;
 :func:`truncated_family` wraps any registered family so that every pair it
 samples is truncated with the same ``top_k`` / ``top_p`` on both sides (each

@@ -1,6 +1,6 @@
 """Tree speculative decoding: draft a token tree, verify it in one target pass.
 
-One step (``shared/RESISPEC.md`` section 6)::
+One step (``docs/RESISPEC.md`` section 6)::
 
     1. draft: feed the draft's pending tokens, then the tree depth by depth --
        ONE batched draft forward per depth over all nodes of that depth, with
@@ -156,7 +156,7 @@ def resolve_drafting(verifier: Verifier, tree: TreeShape, explicit: bool) -> str
 
     ``explicit``: the user asked for ``tree.drafting``; a conflict with the
     verifier's law is an error (e.g. ``rrs`` on without-replacement drafts
-    is biased, ``shared/RESISPEC.md`` section 3).
+    is biased, ``docs/RESISPEC.md`` section 3).
     """
     if verifier.drafting == "any":
         return tree.drafting

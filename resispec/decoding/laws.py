@@ -3,7 +3,7 @@
 Temperature, top-k and top-p (nucleus) are applied in one function, so the
 law the draft samples its candidates from and the ``q`` handed to the
 verifier are the same array, and the target's ``p`` gets the identical
-processing (``shared/RESISPEC.md`` section 1).  The softmax runs in float64
+processing (``docs/RESISPEC.md`` section 1).  The softmax runs in float64
 and every row is renormalised in float64, as the numpy verifiers require.
 Temperature 0 means greedy: a one-hot law on the arg-max (lowest id on ties).
 """

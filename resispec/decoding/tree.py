@@ -5,7 +5,7 @@ root is the last committed token (it is not a node); node ``i`` has a
 ``parent`` (-1 for children of the root), a ``depth`` (1 for children of
 the root) and its drafted ``token``.  ``children[j]`` lists node ids in the
 order the candidates were drawn, which is the order the verifier walks
-them (``shared/RESISPEC.md`` section 6).
+them (``docs/RESISPEC.md`` section 6).
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 Same glossary and exactness lemma as :mod:`resispec.verifiers.base` (target
 ``p``, draft ``q``, candidate ``x_i``, accepted mass ``m_i``, residual
-``p_i``; ``shared/RESISPEC.md`` section 2).  Everything is batched over the
+``p_i``; ``docs/RESISPEC.md`` section 2).  Everything is batched over the
 ``B`` nodes and the ``V`` tokens with tensor ops; the only Python loop runs
 over the ``k`` candidates.
 

@@ -1,6 +1,6 @@
 """Published baselines on torch: sps, rrs, rrs_wor, target_only.
 
-Same rules as :mod:`resispec.verifiers.baselines` (``shared/RESISPEC.md``
+Same rules as :mod:`resispec.verifiers.baselines` (``docs/RESISPEC.md``
 section 3), batched over nodes and tokens.
 """
 

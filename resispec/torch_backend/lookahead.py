@@ -1,4 +1,4 @@
-"""Look-ahead reserve for ResiSpec on torch (``shared/RESISPEC.md`` s.4-5).
+"""Look-ahead reserve for ResiSpec on torch (``docs/RESISPEC.md`` s.4-5).
 
 Torch twin of :mod:`resispec.verifiers.lookahead` (same rule, same numbers
 to round-off): for candidates ``i < k``::

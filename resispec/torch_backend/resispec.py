@@ -1,4 +1,4 @@
-"""ResiSpec on torch: residual shaping with an auxiliary proxy (``shared/RESISPEC.md`` s.4).
+"""ResiSpec on torch: residual shaping with an auxiliary proxy (``docs/RESISPEC.md`` s.4).
 
 Same rule as :mod:`resispec.verifiers.resispec`: for candidates ``i < k``::
 

@@ -12,7 +12,7 @@ Glossary (used in every name below):
 - acceptance probabilities ``a``: (B, k), ``a[:, i]`` is the probability of
   accepting candidate ``i`` given that candidates ``0..i-1`` were rejected.
 
-Exactness lemma (``shared/RESISPEC.md`` section 2): when ``m_i`` never looks
+Exactness lemma (``docs/RESISPEC.md`` section 2): when ``m_i`` never looks
 at ``x_i`` or later candidates, the emitted token has law ``p`` exactly.
 """
 

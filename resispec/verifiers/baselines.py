@@ -1,6 +1,6 @@
 """Published baselines: single-draft, recursive rejection and target-only.
 
-Rules from ``shared/RESISPEC.md`` section 3.
+Rules from ``docs/RESISPEC.md`` section 3.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Look-ahead reserve for ResiSpec on iid drafts (``shared/RESISPEC.md`` s.4-5).
+"""Look-ahead reserve for ResiSpec on iid drafts (``docs/RESISPEC.md`` s.4-5).
 
 The myopic fixed point of section 4 keeps back, at candidate ``i``, only what
 the *next* candidate can use.  The look-ahead reserve keeps back, for every

@@ -1,4 +1,4 @@
-"""ResiSpec: residual shaping with an auxiliary proxy (``shared/RESISPEC.md`` s.4).
+"""ResiSpec: residual shaping with an auxiliary proxy (``docs/RESISPEC.md`` s.4).
 
 For candidates ``i < k`` (1-based)::
 

@@ -1,4 +1,4 @@
-"""ResiSpec for without-replacement drafts (``shared/RESISPEC.md`` s.2 and s.4).
+"""ResiSpec for without-replacement drafts (``docs/RESISPEC.md`` s.2 and s.4).
 
 Candidates are drawn by successive sampling (RSD, Jeon et al. 2024, arXiv
 2402.14160; Sequoia, arXiv 2402.12374): ``q_1 = q``, ``q_{i+1} = norm(q_i``
