@@ -40,7 +40,6 @@ from __future__ import annotations
 import json
 import math
 import os
-import tempfile
 import time
 import zlib
 from dataclasses import asdict, dataclass, field
@@ -366,22 +365,7 @@ def to_markdown(table: AcceptTable, *, command: str | None = None) -> str:
     return "\n".join(lines)
 
 
-def write_atomic(path: str, text: str) -> None:
-    """Write ``text`` to ``path`` via a temporary file and a rename."""
-    d = os.path.dirname(os.path.abspath(path))
-    os.makedirs(d, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=d, prefix=os.path.basename(path), suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
-
+from ._io import atomic_write as write_atomic  # noqa: E402  (re-exported)
 
 def write_reports(table: AcceptTable, out: str, *, command: str | None = None) -> tuple[str, str]:
     """Write ``out`` (markdown) and the same path with ``.json``; return both paths."""

@@ -36,7 +36,6 @@ from __future__ import annotations
 import json
 import math
 import os
-import tempfile
 import time
 import zlib
 from dataclasses import asdict, dataclass, field
@@ -439,22 +438,7 @@ def to_markdown(table: GapTable, *, command: str | None = None) -> str:
     return "\n".join(L)
 
 
-def _write_atomic(path: str, text: str) -> None:
-    d = os.path.dirname(os.path.abspath(path))
-    os.makedirs(d, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=d, prefix=os.path.basename(path), suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
-        os.chmod(tmp, 0o644)                 # mkstemp creates 0600
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
-
+from ._io import atomic_write as _write_atomic  # noqa: E402
 
 def write_reports(table: GapTable, out: str, *, command: str | None = None) -> tuple[str, str]:
     """Write ``out`` (markdown) and the same path with ``.json`` (atomically); return both paths."""

@@ -12,20 +12,10 @@ from __future__ import annotations
 import shlex
 import sys
 
+from ._args import floats as _floats, ints as _ints, strs as _strs  # noqa: E402,F401
+
 NAME = "bench-gap"
 HELP = "acceptance of resispec (look-ahead, without-replacement) against the sequential optimum and alpha*"
-
-
-def _floats(text):
-    return [float(x) for x in text.split(",") if x.strip()]
-
-
-def _ints(text):
-    return [int(x) for x in text.split(",") if x.strip()]
-
-
-def _strs(text):
-    return [x.strip() for x in text.split(",") if x.strip()]
 
 
 def add_arguments(parser):

@@ -11,16 +11,10 @@ from __future__ import annotations
 import shlex
 import sys
 
+from ._args import ints as _ints, strs as _strs  # noqa: E402
+
 NAME = "bench-verify"
 HELP = "nodes verified per second, numpy vs torch, with the ResiSpec-over-rrs cost ratio"
-
-
-def _ints(text):
-    return [int(x) for x in text.split(",") if x.strip()]
-
-
-def _strs(text):
-    return [x.strip() for x in text.split(",") if x.strip()]
 
 
 def add_arguments(parser):

@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 import os
 import platform
-import tempfile
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -190,10 +189,4 @@ def write_report(result: BenchResult, md_path: Path, json_path: Path, command: s
                                                "raw": [asdict(r) for r in result.rows]}, indent=2))
 
 
-def _atomic_write(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=path.name + ".", dir=path.parent)
-    with os.fdopen(fd, "w") as f:
-        f.write(text)
-    os.chmod(tmp, 0o644)
-    os.replace(tmp, path)
+from .._io import atomic_write as _atomic_write  # noqa: E402
