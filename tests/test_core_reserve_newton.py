@@ -73,3 +73,14 @@ def test_bad_method():
     with pytest.raises(ValueError, match="reserve_method"):
         ResiSpec(reserve_method="bisect")
     assert ResiSpec(reserve_method="sort").options()["reserve_method"] == "sort"
+
+
+def test_sort_solver_subnormal_proxy_entry_no_nan():
+    # regression: p / rho overflowed to inf for a subnormal rho entry and the
+    # sort solver returned NaN (found by hypothesis)
+    p = np.array([[0.0, 1.0, 0.0, 0.0, 0.0, 0.0]])
+    q = np.array([[1.0, 0.0, 0.0, 0.0, 0.0, 0.0]])
+    rho = np.array([[0.2, 2.22507386e-309, 0.2, 0.2, 0.2, 0.2]])
+    for method in ("sort", "newton"):
+        lam = solve_reserve(p, q, rho, 0.5, method=method)
+        np.testing.assert_allclose(lam, [0.5], atol=1e-12)

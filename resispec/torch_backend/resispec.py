@@ -258,8 +258,9 @@ def solve_reserve_sort(p_i: torch.Tensor, q_i: torch.Tensor, rho: torch.Tensor, 
     pos = rho > 0
     safe = torch.where(pos, rho, torch.ones_like(rho))
     far = torch.full_like(rho, 2.0 * gamma + 1.0)
-    start = torch.where(pos, (p_i - q_i).clamp(min=0.0) / safe, far)
-    stop = torch.where(pos, p_i / safe, far)
+    # clamp breakpoints past the bracket (incl. inf from a subnormal rho) to far
+    start = torch.where(pos, torch.minimum((p_i - q_i).clamp(min=0.0) / safe, far), far)
+    stop = torch.where(pos, torch.minimum(p_i / safe, far), far)
     t = torch.cat([start, stop], dim=1)
     zr = torch.zeros_like(rho)
     dd = torch.cat([torch.where(pos, -rho, zr), torch.where(pos, rho, zr)], dim=1)

@@ -93,8 +93,11 @@ def _solve_reserve_sort(p_i, q_i, rho, gamma):
     pos = rho > 0
     safe = np.where(pos, rho, 1.0)
     far = 2.0 * gamma + 1.0  # beyond the root bracket [0, gamma]
-    start = np.where(pos, np.maximum(p_i - q_i, 0.0) / safe, far)
-    stop = np.where(pos, p_i / safe, far)
+    # Breakpoints past the bracket (including ones that overflow for a
+    # subnormal rho) are clamped to ``far``: the root lies before them.
+    with np.errstate(over="ignore", invalid="ignore"):
+        start = np.where(pos, np.minimum(np.maximum(p_i - q_i, 0.0) / safe, far), far)
+        stop = np.where(pos, np.minimum(p_i / safe, far), far)
     t = np.concatenate([start, stop], axis=1)
     d = np.concatenate([np.where(pos, -rho, 0.0), np.where(pos, rho, 0.0)], axis=1)
     order = np.argsort(t, axis=1, kind="stable")
