@@ -22,7 +22,7 @@ import numpy as np
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import resispec  # noqa: E402
-from resispec.bench_accept import write_atomic  # noqa: E402
+from resispec._io import atomic_write as write_atomic  # noqa: E402
 from simulators import ngram  # noqa: E402
 
 

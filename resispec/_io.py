@@ -37,3 +37,17 @@ def atomic_write(path, data: bytes | str) -> Path:
     """Write ``data`` (str as UTF-8, or bytes) to ``path`` atomically."""
     payload = data.encode("utf-8") if isinstance(data, str) else data
     return atomic_write_with(path, lambda fh: fh.write(payload))
+
+
+def write_markdown_and_json(out: str, markdown: str, obj) -> tuple[str, str]:
+    """Write ``markdown`` to ``out`` and ``obj`` as JSON beside it (same stem, ``.json``).
+
+    Both atomically, JSON first; returns ``(markdown_path, json_path)``.
+    """
+    import json
+
+    base, ext = os.path.splitext(out)
+    js = (base if ext else out) + ".json"
+    atomic_write(js, json.dumps(obj, indent=1))
+    atomic_write(out, markdown)
+    return out, js

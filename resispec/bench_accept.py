@@ -37,9 +37,7 @@ Hu et al. 2025, arXiv 2502.18779).
 
 from __future__ import annotations
 
-import json
 import math
-import os
 import time
 import zlib
 from dataclasses import asdict, dataclass, field
@@ -52,6 +50,7 @@ from .bounds import sequential_optimum_iid
 from .enumeration import MAX_TUPLES
 from .sampling import draw_candidates
 from .verifiers import available_verifiers, get_verifier
+from ._io import write_markdown_and_json
 
 #: Cells with ``alpha* - A(rrs)`` below this are saturated (ratio undefined).
 SATURATED = 1e-6
@@ -365,13 +364,7 @@ def to_markdown(table: AcceptTable, *, command: str | None = None) -> str:
     return "\n".join(lines)
 
 
-from ._io import atomic_write as write_atomic  # noqa: E402  (re-exported)
 
 def write_reports(table: AcceptTable, out: str, *, command: str | None = None) -> tuple[str, str]:
     """Write ``out`` (markdown) and the same path with ``.json``; return both paths."""
-    md = to_markdown(table, command=command)
-    base, ext = os.path.splitext(out)
-    js = (base if ext else out) + ".json"
-    write_atomic(js, json.dumps(table.to_json(), indent=1))
-    write_atomic(out, md)
-    return out, js
+    return write_markdown_and_json(out, to_markdown(table, command=command), table.to_json())

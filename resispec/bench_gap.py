@@ -33,9 +33,7 @@ arXiv 2502.18779).
 
 from __future__ import annotations
 
-import json
 import math
-import os
 import time
 import zlib
 from dataclasses import asdict, dataclass, field
@@ -49,6 +47,7 @@ from .sampling import draw_candidates
 from .verifiers import get_verifier
 from .verifiers.resispec_wor import ResiSpecWOR, _plain_next_value
 from .wor_bound import alpha_star_wor
+from ._io import write_markdown_and_json
 
 #: Cells with ``bound - A(baseline)`` below this are saturated (ratio undefined):
 #: coarser than bench-accept's 1e-6 because the WOR bounds carry LP / quadrature
@@ -438,13 +437,7 @@ def to_markdown(table: GapTable, *, command: str | None = None) -> str:
     return "\n".join(L)
 
 
-from ._io import atomic_write as _write_atomic  # noqa: E402
 
 def write_reports(table: GapTable, out: str, *, command: str | None = None) -> tuple[str, str]:
     """Write ``out`` (markdown) and the same path with ``.json`` (atomically); return both paths."""
-    md = to_markdown(table, command=command)
-    base, ext = os.path.splitext(out)
-    js = (base if ext else out) + ".json"
-    _write_atomic(js, json.dumps(table.to_json(), indent=1))
-    _write_atomic(out, md)
-    return out, js
+    return write_markdown_and_json(out, to_markdown(table, command=command), table.to_json())
