@@ -108,6 +108,7 @@ def check_k(k) -> int:
 
 
 def check_drafting(drafting: str) -> str:
+    """Validate a drafting name (``"iid"``, ``"without_replacement"``, ``"any"``); ValueError otherwise."""
     if drafting not in DRAFTINGS:
         raise ValueError(f"drafting must be one of {DRAFTINGS}, got {drafting!r}")
     return drafting
@@ -186,6 +187,7 @@ def as_uniforms(uniforms, B: int, k: int) -> np.ndarray:
 
 
 def check_rng(rng) -> np.random.Generator:
+    """Require a ``numpy.random.Generator``; TypeError naming ``rng`` otherwise."""
     if not isinstance(rng, np.random.Generator):
         raise TypeError(
             f"rng must be a numpy.random.Generator (e.g. numpy.random.default_rng(0)), got {type(rng).__name__}"

@@ -25,6 +25,7 @@ def _discover():
 
 
 def build_parser() -> argparse.ArgumentParser:
+    """The ``resispec`` argument parser with every discovered subcommand."""
     from . import __version__
 
     parser = argparse.ArgumentParser(prog="resispec", description="Exact multi-candidate speculative sampling.")
@@ -39,6 +40,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Run the CLI; returns the exit status (2 with a one-line error for bad input)."""
     parser = build_parser()
     args = parser.parse_args(argv)
     if not getattr(args, "_run", None):
