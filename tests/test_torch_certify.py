@@ -18,10 +18,12 @@ def _pq(seed=0, V=6):
 
 
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32], ids=["f64", "f32"])
-@pytest.mark.parametrize("name", ["sps", "rrs", "rrs_wor", "target_only", "kseq", "resispec"])
+@pytest.mark.parametrize("name", ["sps", "rrs", "rrs_wor", "target_only", "kseq", "resispec", "resispec:newton"])
 def test_certify_torch_verifier(name, dtype):
     p, q = _pq()
-    v = NumpyFacade(resispec.get_verifier(name, backend="torch", dtype=dtype))
+    name, _, solver = name.partition(":")        # resispec:newton = the tensor-op solver (GPU path)
+    opts = {"solver": solver} if solver else {}
+    v = NumpyFacade(resispec.get_verifier(name, backend="torch", dtype=dtype, **opts))
     # the harness's exact-law check demands TV < 1e-9, beyond float32: float32 is certified by the
     # Monte Carlo checks here and by enumeration at float32 tolerance in test_torch_exact.py
     cert = exactness.certify_verifier(v, p, q, 3, n=20_000, seed=1, tree=False, exact=dtype == torch.float64)

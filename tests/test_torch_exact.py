@@ -59,7 +59,7 @@ def test_rrs_on_without_replacement_drafts_is_caught():
 
 
 MC_CASES = [("rrs", {}), ("rrs_wor", {}), ("target_only", {}), ("kseq", {}), ("resispec", {}),
-            ("resispec", {"proxy": "coverage", "gamma": 0.7})]
+            ("resispec", {"solver": "newton"}), ("resispec", {"proxy": "coverage", "gamma": 0.7})]
 
 
 def _mc_pvalue(v, p, q, k, drafting, n, seed, dtype):

@@ -15,8 +15,9 @@ Decisions and the tie rule
 residual token by inverse CDF in token-id order (float64 cumulative sum,
 sequential on CPU, exactly as :func:`resispec.sampling.inverse_cdf`).  Same
 uniforms, same decisions as the numpy backend, except at *near-ties*: the two
-backends compute ``m_i`` and the residual with sums in different orders (and
-ResiSpec's reserve with a different solver), so a threshold may differ by
+backends compute ``m_i`` and the residual with sums in different orders (on
+CPU ResiSpec's reserve comes from the same compiled kernel as in numpy; on a
+GPU, or with ``solver="newton"``, from tensor ops), so a threshold may differ by
 round-off (float64: below 1e-12 on the cases we test); a uniform closer than
 that to an acceptance threshold or to a CDF boundary may then resolve
 differently.  The parity tests assert identical decisions on every row that
@@ -45,8 +46,8 @@ import torch  # noqa: F401  (ImportError here tells the registry torch is missin
 from . import baselines, kseq, lookahead, resispec  # noqa: F401  (register the torch verifiers)
 from .numpy_facade import NumpyFacade
 from .base import TorchChain, TorchMassVerifier, TorchVerifier, TorchVerifyResult, decide, law_from_chain
-from .resispec import ReserveInfo, solve_reserve_newton, solve_reserve_sort
+from .resispec import ReserveInfo, solve_reserve_fused, solve_reserve_newton, solve_reserve_sort
 from .sampling import draw_candidates, inverse_cdf
 
 __all__ = ["NumpyFacade", "ReserveInfo", "TorchChain", "TorchMassVerifier", "TorchVerifier", "TorchVerifyResult", "decide",
-           "draw_candidates", "inverse_cdf", "law_from_chain", "solve_reserve_newton", "solve_reserve_sort"]
+           "draw_candidates", "inverse_cdf", "law_from_chain", "solve_reserve_fused", "solve_reserve_newton", "solve_reserve_sort"]

@@ -11,9 +11,21 @@ the last one greedy.  Builds on SpecInfer (Miao et al. 2024, arXiv
 The reserve ``lambda`` is the smallest root of the non-decreasing (for
 ``gamma <= 1``) piecewise-linear ``g(l) = l - gamma R(l)``, where
 ``R(l) = 1 - s(l) = sum_x max(p - q, min(p, l rho))`` is the residual mass.
-Two solvers:
+Solvers (``solver=``; the default ``"auto"`` is ``"fused"`` for CPU tensors
+and ``"newton"`` on other devices):
 
-``"newton"`` (default)
+``"fused"`` (CPU)
+    The compiled per-row kernel of :mod:`resispec._reserve_fused`, the one
+    the numpy backend uses: safeguarded Newton with an exact finish, one
+    pass over a cache-resident row per step, the accepted mass written at
+    the returned reserve.  Error bound: ``|g(lambda)| <= 64 eps (1 + gamma)``
+    of the working dtype (float64: 2.8e-14, float32: 1.5e-5; sums in
+    float64), or ``lambda`` is the exact root of a linear piece of ``g``;
+    the left end of a flat piece (``gamma = 1``), as the numpy solver.
+    Warm-started from the previous candidate's reserve.  Measured with
+    ``resispec bench-verify`` (CPU, float64, B = 256, V = 151,936):
+    ResiSpec / rrs cost about 1.0-1.3 for k = 2-8 (``reports/bench_verify.md``).
+``"newton"`` (tensor ops, any device; the GPU path)
     Safeguarded Newton on ``g`` with the bracket ``g(lo) < 0 <= g(hi)``
     (bisection whenever a step leaves the bracket), at most
     :data:`MAX_ITER` evaluations into reused buffers.  An evaluation is
@@ -23,25 +35,23 @@ Two solvers:
     only for rows that take another step.  The last evaluation is at the
     returned ``lambda``, so the accepted mass ``m`` comes with it at no
     extra cost.  Once at most a quarter of the rows are still open, only
-    those rows are evaluated (tail compaction).  The solver stops when every row has ``|g(lambda)| <= tol`` with
-    ``tol = 64 eps (1 + gamma)`` (float64: 2.8e-14, float32: 1.5e-5) or a
-    bracket narrower than ``4 eps gamma``.  For ``gamma = 1`` ``g`` may
-    vanish on a whole piece (all proxy mass active); when the iterate may sit
-    on such a piece (zero slope, or not reached by a Newton step from the
-    left) one more evaluation at the piece's left end (the last activation
-    breakpoint) returns it when it is a root -- the smallest root, as the
-    numpy solver returns.  Error bound: the returned
-    ``lambda`` solves the fixed-point equation to ``|g| <= tol``; with
-    ``gamma < 1`` (``g' >= 1 - gamma``) that is ``|lambda - lambda*| <=
-    tol / (1 - gamma)`` (if ``MAX_ITER`` stops it first, the residual
-    reached is reported in :class:`ReserveInfo`).  On the families of
-    ``simulators`` at V = 151,936 it takes 5-6 evaluations cold and 4-5
-    warm-started from the previous candidate's reserve, the last one on the
-    few open rows only.  Measured cost with ``resispec bench-verify`` (CPU,
-    float64, B = 256): ResiSpec / rrs about 2.5-5 (k = 2-8), down from
-    3.6-7 (``reports/bench_verify_perf.md``); the issue's target of 2 is not
-    met at k >= 4: each reserve still costs about 4-5 passes of ``g``.  For ``gamma > 1``
-    (``g`` may decrease) the sort solver is used.
+    those rows are evaluated (tail compaction).  The solver stops when every
+    row has ``|g(lambda)| <= tol`` with ``tol = 64 eps (1 + gamma)``
+    (float64: 2.8e-14, float32: 1.5e-5) or a bracket narrower than
+    ``4 eps gamma``.  For ``gamma = 1`` ``g`` may vanish on a whole piece
+    (all proxy mass active); when the iterate may sit on such a piece (zero
+    slope, or not reached by a Newton step from the left) one more
+    evaluation at the piece's left end (the last activation breakpoint)
+    returns it when it is a root -- the smallest root, as the numpy solver
+    returns.  Error bound: the returned ``lambda`` solves the fixed-point
+    equation to ``|g| <= tol``; with ``gamma < 1`` (``g' >= 1 - gamma``)
+    that is ``|lambda - lambda*| <= tol / (1 - gamma)`` (if ``MAX_ITER``
+    stops it first, the residual reached is reported in
+    :class:`ReserveInfo`).  It takes 5-6 evaluations cold and 4-5
+    warm-started, each several passes over (B, V) tensors in main memory:
+    on the CPU ResiSpec / rrs costs about 2.5-4.5 this way (k = 2-8), which
+    is why the CPU default is ``"fused"``.  For ``gamma > 1`` (``g`` may
+    decrease) the sort solver is used.
 ``"sort"``
     The numpy algorithm (:func:`resispec.verifiers.resispec.solve_reserve`)
     on tensors: sort the ``2V`` breakpoints, O(V log V) per row; exact to
@@ -65,7 +75,8 @@ from .proxies import check_proxy_output, get_proxy
 
 #: Largest number of Newton/bisection evaluations per reserve.
 MAX_ITER = 64
-SOLVERS = ("newton", "sort")
+#: Reserve solvers: ``auto`` = ``fused`` for CPU tensors, ``newton`` elsewhere.
+SOLVERS = ("auto", "fused", "newton", "sort")
 
 
 @dataclass(frozen=True)
@@ -75,7 +86,8 @@ class ReserveInfo:
     Attributes
     ----------
     iterations : int
-        Evaluations of ``g`` (each one pass over the (B, V) tensors).
+        Evaluations of ``g``: ``newton``, each a few passes over the (B, V)
+        tensors; ``fused``, the most passes over any one row.
     max_residual : float
         ``max_rows |lambda - gamma R(lambda)|`` at the returned ``lambda``
         (the documented error of the fixed point, working dtype).
@@ -245,6 +257,53 @@ def solve_reserve_newton(p_i: torch.Tensor, q_i: torch.Tensor, rho: torch.Tensor
     return lam, info
 
 
+def solve_reserve_fused(p_i: torch.Tensor, q_i: torch.Tensor, rho: torch.Tensor, gamma: float,
+                        *, init: torch.Tensor | None = None, out: torch.Tensor | None = None):
+    """Reserve and accepted mass by the fused CPU kernel (:mod:`resispec._reserve_fused`).
+
+    Parameters
+    ----------
+    p_i, q_i, rho : Tensor, shape (B, V), float64 or float32, on the CPU
+        Residual target, current draft and proxy (rows sum to 1).
+    gamma : float in [0, 1]
+    init : Tensor, shape (B,), optional
+        Warm start (speed only).
+    out : Tensor, shape (B, V), optional
+        Buffer for ``m`` (never ``p_i``, ``q_i`` or ``rho``).
+
+    Returns
+    -------
+    lam : Tensor, shape (B,), float64 in [0, gamma]
+    m : Tensor, shape (B, V), dtype of ``p_i``
+        ``min(q_i, (p_i - lam rho)_+)`` at the returned ``lam``.
+    info : ReserveInfo
+        Largest number of passes over a row and ``max |g(lam)|``.
+
+    Raises
+    ------
+    ValueError
+        Tensors not on the CPU, ``gamma`` outside [0, 1], mixed dtypes.
+
+    Error bound: ``|g(lam)| <= 64 eps (1 + gamma)`` of the working dtype, or
+    ``lam`` is the exact root of a linear piece of ``g`` (the module docstring
+    of :mod:`resispec._reserve_fused`); on a flat piece (``gamma = 1``) its
+    left end, the smallest root.
+    """
+    from .._reserve_fused import solve_reserve_rows
+
+    if any(t.device.type != "cpu" for t in (p_i, q_i, rho)):
+        raise ValueError("solver='fused' runs on CPU tensors; use solver='newton' (tensor ops) on "
+                         f"{p_i.device}")
+    if any(t.dtype != p_i.dtype for t in (q_i, rho)):
+        raise ValueError(f"p_i, q_i and rho must share one dtype, got {p_i.dtype}, {q_i.dtype}, {rho.dtype}")
+    m = torch.empty_like(p_i) if out is None else out
+    arrays = [t.detach().contiguous().numpy() for t in (p_i, q_i, rho)]
+    init_np = None if init is None else init.detach().to(torch.float64).cpu().numpy()
+    lam, _, passes, resid, _ = solve_reserve_rows(*arrays, float(gamma), init=init_np, out=m.detach().numpy())
+    info = ReserveInfo(int(passes.max()) if passes.size else 0, float(abs(resid).max()) if resid.size else 0.0)
+    return torch.from_numpy(lam), m, info
+
+
 def solve_reserve_sort(p_i: torch.Tensor, q_i: torch.Tensor, rho: torch.Tensor, gamma: float) -> torch.Tensor:
     """Exact smallest root by sorting the ``2V`` breakpoints (torch port of the numpy solver).
 
@@ -310,8 +369,11 @@ class ResiSpecTorch(TorchMassVerifier):
     proxy_options : dict, optional
         Options of a built-in proxy, e.g. ``{"tau": 2.0}``.
     drafting : {"iid"}
-    solver : {"newton", "sort"}, default "newton"
-        Reserve solver (module docstring: cost and error bound).
+    solver : {"auto", "fused", "newton", "sort"}, default "auto"
+        Reserve solver (module docstring: cost and error bound).  ``auto``:
+        ``fused`` (the compiled per-row kernel of
+        :mod:`resispec._reserve_fused`, the one the numpy backend uses) for
+        CPU tensors, ``newton`` (tensor ops) on other devices.
     dtype, device
         Working dtype / device for numpy inputs (tensors keep theirs).
 
@@ -330,7 +392,7 @@ class ResiSpecTorch(TorchMassVerifier):
         return super().__new__(cls)
 
     def __init__(self, proxy="draft", gamma: float = 1.0, proxy_options: dict | None = None,
-                 drafting: str = "iid", *, solver: str = "newton", dtype=None, device=None,
+                 drafting: str = "iid", *, solver: str = "auto", dtype=None, device=None,
                  reserve: str = "fixed_point"):
         from ..verifiers.resispec import RESERVES, ResiSpec
 
@@ -370,34 +432,43 @@ class ResiSpecTorch(TorchMassVerifier):
                              "a proxy must return a new tensor and leave its arguments unchanged")
         return check_proxy_output(rho, p_i, self.proxy_name)
 
+    def _solver_for(self, p_i):
+        """The solver used for tensors on ``p_i``'s device (``auto`` resolved)."""
+        if self.solver == "sort" or self.gamma > 1.0:
+            return "sort"
+        if self.solver == "auto":
+            return "fused" if p_i.device.type == "cpu" else "newton"
+        return self.solver
+
+    def _solve(self, i, k, p_i, q_i, out=None):
+        """``(rho, lam, m)`` for 0-based step ``i`` (``m`` at ``lam``, written into ``out`` if given)."""
+        rho = self._rho(i, k, p_i, q_i)
+        solver = self._solver_for(p_i)
+        if solver == "sort":
+            lam = solve_reserve_sort(p_i, q_i, rho, self.gamma)
+            m = torch.addcmul(p_i, rho, lam.unsqueeze(1), value=-1.0, out=out).clamp_(min=0.0)  # (p_i - lam rho)_+
+            return rho, lam, torch.minimum(m, q_i, out=m)
+        warm = self._warm if (i > 0 and self._warm is not None and self._warm.shape[0] == p_i.shape[0]) else None
+        if solver == "fused":
+            lam, m, self.last_reserve = solve_reserve_fused(p_i, q_i, rho, self.gamma, init=warm, out=out)
+        else:   # newton: its last evaluation of s is at the returned reserve, so m comes with it
+            lam, m, self.last_reserve = _solve_newton(p_i, q_i, rho, self.gamma, init=warm,
+                                                      workspace=getattr(self, "_ws", None), out=out)
+        self._warm = lam
+        return rho, lam, m
+
     def reserve(self, i, k, p_i, q_i):
         """Proxy ``rho_i`` (B, V) and reserve ``lambda_i`` (B,) for 0-based step ``i``."""
-        rho = self._rho(i, k, p_i, q_i)
-        if self.solver == "sort" or self.gamma > 1.0:
-            return rho, solve_reserve_sort(p_i, q_i, rho, self.gamma)
-        warm = self._warm if (i > 0 and self._warm is not None and self._warm.shape[0] == p_i.shape[0]) else None
-        lam, self.last_reserve = solve_reserve_newton(p_i, q_i, rho, self.gamma, init=warm,
-                                                      workspace=getattr(self, "_ws", None))
-        self._warm = lam
+        rho, lam, _ = self._solve(i, k, p_i, q_i)
         return rho, lam
 
     def accepted_mass(self, i, k, p_i, q_i, *, q, rejected, out=None):
         if i == k - 1 or self.gamma == 0:
             return torch.minimum(p_i, q_i, out=out)
-        if self.solver == "sort" or self.gamma > 1.0:
-            rho, lam = self.reserve(i, k, p_i, q_i)
-            m = torch.addcmul(p_i, rho, lam.unsqueeze(1), value=-1.0, out=out).clamp_(min=0.0)   # (p_i - lam rho)_+
-            return torch.minimum(m, q_i, out=m)
-        # Newton: its last evaluation of s is at the returned reserve, so m comes with it
-        rho = self._rho(i, k, p_i, q_i)
-        warm = self._warm if (i > 0 and self._warm is not None and self._warm.shape[0] == p_i.shape[0]) else None
-        lam, m, self.last_reserve = _solve_newton(p_i, q_i, rho, self.gamma, init=warm,
-                                                  workspace=getattr(self, "_ws", None), out=out)
-        self._warm = lam
-        return m
+        return self._solve(i, k, p_i, q_i, out=out)[2]
 
     def _walk(self, p, q, c, ms=None, ps=None, qs=None):
-        self._ws = _Workspace(p)          # Newton buffers shared by the k - 1 reserve solves
+        self._ws = _Workspace(p) if self._solver_for(p) == "newton" else None   # Newton buffers, shared
         try:
             return super()._walk(p, q, c, ms, ps, qs)
         finally:

@@ -31,20 +31,22 @@ RESERVES = ("fixed_point", "lookahead")
 
 #: Solvers of :func:`solve_reserve`.
 RESERVE_METHODS = ("newton", "sort")
-#: Newton steps before the rows still open fall back to the sort.
-_NEWTON_MAX_ITER = 60
 
 
 def solve_reserve(p_i: np.ndarray, q_i: np.ndarray, rho: np.ndarray, gamma: float,
-                  method: str = "newton") -> np.ndarray:
+                  method: str = "newton", *, init: np.ndarray | None = None) -> np.ndarray:
     """Exact fixed point ``lambda = gamma (1 - s(lambda))``.
 
-    ``method="newton"`` (default, ``0 <= gamma <= 1``): safeguarded Newton
-    with an exact finish (:func:`_solve_reserve_newton`), O(V) per step and
-    typically 4-8 steps; it returns the same root as ``method="sort"`` to
-    round-off (tested to 1e-12), and rows it has not finished after
-    ``_NEWTON_MAX_ITER`` steps go to the sort.  ``gamma > 1`` (``g`` may
-    decrease) always uses the sort.  ``method="sort"``: the algorithm below.
+    ``method="newton"`` (default, ``0 <= gamma <= 1``): the fused per-row
+    Newton kernel of :mod:`resispec._reserve_fused` (one compiled pass over
+    a row per step, about 4-7 steps), shared with the torch backend on CPU.
+    It returns ``lambda`` with ``|g(lambda)| <= 64 eps (1 + gamma)``, or the
+    exact root of a linear piece of ``g``, and the left end of a flat piece
+    (the smallest root) for ``gamma = 1``: the same root as
+    ``method="sort"`` to round-off (tested to 1e-12 where ``g``'s slope at
+    the root is not tiny).  ``init`` (B,) warm-starts it (speed only).
+    ``gamma > 1`` (``g`` may decrease) always uses the sort.
+    ``method="sort"``: the algorithm below.
 
     ``s(lambda) = sum_x min(q, (p - lambda rho)_+)`` is piecewise linear with
     breakpoints ``(p - q)_+ / rho`` (slope drops by ``rho``) and ``p / rho``
@@ -81,8 +83,17 @@ def solve_reserve(p_i: np.ndarray, q_i: np.ndarray, rho: np.ndarray, gamma: floa
     if gamma == 0:
         return np.zeros(B)
     if method == "newton" and gamma <= 1.0:
-        return _solve_reserve_newton(p_i, q_i, rho, gamma)
+        return _solve_fused(p_i, q_i, rho, gamma, init)[0]
     return _solve_reserve_sort(p_i, q_i, rho, gamma)
+
+
+def _solve_fused(p_i, q_i, rho, gamma, init=None):
+    """``(lambda, m)`` by the fused kernel (float64, C-contiguous copies where needed)."""
+    from .._reserve_fused import solve_reserve_rows
+
+    arrays = [np.ascontiguousarray(a, dtype=np.float64) for a in (p_i, q_i, rho)]
+    lam, m, _, _, _ = solve_reserve_rows(*arrays, float(gamma), init=init)
+    return lam, m
 
 
 def _solve_reserve_sort(p_i, q_i, rho, gamma):
@@ -120,80 +131,6 @@ def _solve_reserve_sort(p_i, q_i, rho, gamma):
     lam = np.where(dg > 0, t0 - g0 / np.where(dg > 0, dg, 1.0), t1)
     lam = np.minimum(lam, t1)                                      # root lies in (t_{j-1}, t_j]
     lam = np.where(j == 0, 0.0, lam)                               # g(0) >= 0: root at 0
-    return np.clip(lam, 0.0, gamma)
-
-
-def _solve_reserve_newton(p_i, q_i, rho, gamma, max_iter=None):
-    """Safeguarded Newton with an exact finish; same answer as the sort solver (``0 < gamma <= 1``).
-
-    The sort solver returns, on the first knot ``t_j`` with ``g(t_j) >= -tol``
-    (``tol = _ROOT_TOL (1 + gamma)``), the root of ``g``'s line on the piece
-    ``[t_{j-1}, t_j]`` clipped at ``t_j``.  For ``gamma <= 1`` ``g`` is
-    non-decreasing, so that piece is the one holding ``l*``, the point where
-    ``h = g + tol`` crosses 0.  Newton on ``h`` (right derivatives; bisection
-    when a step leaves the bracket ``h(lo) < 0 <= h(hi)``) until an iterate
-    ``x`` with ``h(x) < 0`` sees the root of ``h``'s line before the next knot
-    ``b`` (no breakpoint between ``x`` and ``l*``): then the answer is one
-    linear solve, ``min(b, x - g(x) / g'(x+))``, exact to round-off.  Knots
-    are the sort solver's ``(p - q)_+ / rho`` and ``p / rho`` (``rho > 0``).
-    Rows not finished after ``max_iter`` steps are solved by the sort.
-    """
-    max_iter = _NEWTON_MAX_ITER if max_iter is None else max_iter
-    B, V = p_i.shape
-    tol = _ROOT_TOL * (1.0 + gamma)
-    pos = rho > 0
-    safe = np.where(pos, rho, 1.0)
-    far = 2.0 * gamma + 1.0
-    with np.errstate(over="ignore"):                          # tiny rho: knots at inf, as in the sort
-        k_start = np.where(pos, np.maximum(p_i - q_i, 0.0) / safe, far)   # knots, as in the sort solver
-        k_stop = np.where(pos, p_i / safe, far)
-    lam = np.zeros(B)
-    open_ = np.ones(B, dtype=bool)
-    s0 = np.minimum(p_i, q_i).sum(axis=1)
-    g0 = -gamma * (1.0 - s0)
-    open_ &= ~(g0 >= -tol)                                   # g(0) >= -tol: root at 0, as the sort
-    lo = np.zeros(B)
-    hi = np.full(B, far)
-    x = np.where(open_, gamma * (1.0 - s0), 0.0)             # lower bound gamma TV <= l*
-    rows = np.flatnonzero(open_)
-    for _ in range(max_iter):
-        if rows.size == 0:
-            break
-        xr = x[rows][:, None]
-        pr, qr, rr = p_i[rows], q_i[rows], rho[rows]
-        y = pr - xr * rr
-        z = np.minimum(qr, np.maximum(y, 0.0))
-        g = x[rows] - gamma * (1.0 - z.sum(axis=1))
-        h = g + tol
-        act = (y > 0) & (y <= qr) & pos[rows]                 # active just right of x
-        dg = 1.0 - gamma * np.where(act, rr, 0.0).sum(axis=1)  # g'(x+)
-        below = h < 0
-        xo = x[rows]
-        lo_r = np.where(below, xo, lo[rows])
-        hi_r = np.where(below, hi[rows], xo)
-        with np.errstate(divide="ignore", invalid="ignore"):
-            r_h = xo - h / dg
-            r_g = xo - g / dg
-        # next knot right of x, only where a finish is plausible (short step): the costly part
-        near = below & (dg > 0) & (r_h - xo <= 1e-3 * gamma)
-        nxt = np.full(rows.size, np.inf)
-        if near.any():
-            ks, kp, xn_ = k_start[rows[near]], k_stop[rows[near]], xr[near]
-            nxt[near] = np.minimum(np.where(ks > xn_, ks, np.inf).min(axis=1),
-                                   np.where(kp > xn_, kp, np.inf).min(axis=1))
-        else:
-            nxt[:] = np.nan
-        fin = near & (r_h <= nxt)                 # l* on the piece [x, nxt]: exact finish
-        lam[rows[fin]] = np.minimum(nxt[fin], r_g[fin])
-        step = np.where(dg > 0, r_h, np.nan)
-        inside = (step > lo_r) & (step < hi_r)
-        xn = np.where(inside, step, 0.5 * (lo_r + hi_r))
-        lo[rows], hi[rows] = lo_r, hi_r
-        x[rows] = xn
-        keep = ~fin & (hi_r > lo_r)
-        rows = rows[keep]
-    if rows.size:
-        lam[rows] = _solve_reserve_sort(p_i[rows], q_i[rows], rho[rows], gamma)
     return np.clip(lam, 0.0, gamma)
 
 
@@ -278,8 +215,8 @@ class ResiSpec(MassVerifier):
             out["proxy_options"] = self._proxy_options
         return out
 
-    def reserve(self, i, k, p_i, q_i):
-        """Proxy ``rho_i`` (B, V) and reserve ``lambda_i`` (B,) for 0-based step ``i``."""
+    def _proxy_and_lookahead(self, i, k, p_i, q_i):
+        """``(rho, lam)``: ``lam`` from the look-ahead rule, ``None`` for the fixed point (to solve)."""
         if self.reserve_rule == "lookahead":
             return q_i, self.gamma * lookahead_reserve(p_i, q_i, k - i)
         # Read-only views: a proxy that writes into its inputs would corrupt the
@@ -294,14 +231,31 @@ class ResiSpec(MassVerifier):
                 raise
             raise ValueError(f"proxy {self.proxy_name!r} tried to write into its input q_i or p_i; "
                              "a proxy must return a new array and leave its arguments unchanged") from exc
-        rho = check_proxy_output(out, p_i.shape, self.proxy_name)
-        return rho, solve_reserve(p_i, q_i, rho, self.gamma, method=getattr(self, "reserve_method", "newton"))
+        return check_proxy_output(out, p_i.shape, self.proxy_name), None
+
+    def reserve(self, i, k, p_i, q_i):
+        """Proxy ``rho_i`` (B, V) and reserve ``lambda_i`` (B,) for 0-based step ``i``."""
+        rho, lam, _ = self._solve(i, k, p_i, q_i)
+        return rho, lam
+
+    def _solve(self, i, k, p_i, q_i):
+        """``(rho, lam, m)``: proxy, reserve and accepted mass of 0-based step ``i``."""
+        rho, lam = self._proxy_and_lookahead(i, k, p_i, q_i)
+        if lam is None and getattr(self, "reserve_method", "newton") == "newton" and self.gamma <= 1.0:
+            # warm start from the previous candidate's reserve (speed only)
+            warm = getattr(self, "_warm", None)
+            warm = warm if (i > 0 and warm is not None and warm.shape[0] == p_i.shape[0]) else None
+            lam, m = _solve_fused(p_i, q_i, rho, self.gamma, warm)
+            self._warm = lam
+            return rho, lam, m
+        if lam is None:
+            lam = solve_reserve(p_i, q_i, rho, self.gamma, method=getattr(self, "reserve_method", "newton"))
+        return rho, lam, np.minimum(q_i, np.maximum(p_i - lam[:, None] * rho, 0.0))
 
     def accepted_mass(self, i, k, p_i, q_i, *, q, rejected):
         if i == k - 1 or self.gamma == 0:
             return np.minimum(p_i, q_i)
-        rho, lam = self.reserve(i, k, p_i, q_i)
-        return np.minimum(q_i, np.maximum(p_i - lam[:, None] * rho, 0.0))
+        return self._solve(i, k, p_i, q_i)[2]
 
 
 @register("resispec_lookahead")

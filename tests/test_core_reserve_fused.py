@@ -1,0 +1,97 @@
+"""The fused reserve kernel (resispec._reserve_fused): answers, masses, warm starts, float32, bad input."""
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from resispec._reserve_fused import solve_reserve_rows
+from resispec.verifiers.resispec import solve_reserve
+from simulators.families import get_family
+
+from test_core_reserve_newton import cases  # noqa: E402  (ties, zeros, one-hot, p == q, flat pieces)
+
+EPS = np.finfo(float).eps
+
+
+def _g(p, q, rho, lam, gamma):
+    s = np.minimum(q, np.maximum(p - lam[:, None] * rho, 0.0)).sum(axis=1)
+    return lam - gamma * (1.0 - s)
+
+
+@settings(deadline=None, max_examples=300)
+@given(cases(), st.floats(0.0, 1.0), st.booleans())
+def test_kernel_root_mass_and_warm_start(case, start, warm):
+    p, q, rho, gamma = case
+    if gamma > 1.0:
+        with pytest.raises(ValueError, match="gamma"):
+            solve_reserve_rows(p, q, rho, gamma)
+        return
+    init = np.full(p.shape[0], start * gamma) if warm else None
+    lam, m, passes, resid, exact = solve_reserve_rows(p, q, rho, gamma, init=init)
+    want = solve_reserve(p, q, rho, gamma, method="sort")
+    g_sort = _g(p, q, rho, want, gamma)
+    g_kern = _g(p, q, rho, lam, gamma)
+    # a root as good as the sort solver's, and the smallest one: never right of the sort's beyond round-off
+    assert np.all(np.abs(g_kern) <= np.maximum(np.abs(g_sort), 0) + 1e-12), (lam, want)
+    assert np.all(lam <= want + 1e-12) or gamma < 1.0
+    assert np.all((lam >= 0) & (lam <= gamma))
+    np.testing.assert_allclose(m, np.minimum(q, np.maximum(p - lam[:, None] * rho, 0.0)), rtol=0, atol=4 * EPS)
+    assert np.all(passes <= 200)
+
+
+@pytest.mark.parametrize("family", ["softmax_noise", "zipf", "shifted", "dirichlet"])
+@pytest.mark.parametrize("gamma", [0.3, 1.0])
+@pytest.mark.parametrize("V", [50, 5000])
+def test_kernel_matches_sort_on_families(family, gamma, V):
+    p, q = get_family(family).sample(np.random.default_rng(V), n=16, V=V)
+    want = solve_reserve(p, q, q, gamma, method="sort")
+    for init in (None, np.clip(want - 0.05, 0, gamma), np.clip(want + 0.05, 0, gamma)):
+        lam, _, _, resid, exact = solve_reserve_rows(p, q, q, gamma, init=init)
+        np.testing.assert_allclose(lam, want, rtol=0, atol=1e-12)
+        assert exact.all() and np.all(np.abs(resid) <= 1e-12)
+
+
+def test_kernel_float32_error_bound():
+    p, q = get_family("softmax_noise").sample(np.random.default_rng(3), n=8, V=3000)
+    want = solve_reserve(p, q, q, 1.0, method="sort")
+    lam, m, _, resid, _ = solve_reserve_rows(p.astype(np.float32), q.astype(np.float32), q.astype(np.float32), 1.0)
+    assert m.dtype == np.float32
+    assert np.all(np.abs(resid) <= 64 * np.finfo(np.float32).eps * 2)
+    np.testing.assert_allclose(lam, want, atol=1e-4)
+
+
+def test_kernel_flat_piece_any_start():
+    q = np.array([[0.1, 0.4, 0.2, 0.2, 0.1]])
+    p = np.array([[0.156, 0.322, 0.207, 0.207, 0.108]])
+    p = p / p.sum()
+    left = np.max((p - q) / q)
+    for init in (None, 0.0, 0.3, 0.7, 0.9, 1.0):
+        lam, m, _, _, _ = solve_reserve_rows(p, q, q, 1.0, init=None if init is None else np.array([init]))
+        np.testing.assert_allclose(lam, [left], atol=1e-12)
+        np.testing.assert_allclose(m, np.minimum(q, np.maximum(p - lam[:, None] * q, 0.0)), atol=1e-16)
+
+
+def test_kernel_bad_input():
+    p = np.full((2, 4), 0.25)
+    with pytest.raises(ValueError, match="gamma"):
+        solve_reserve_rows(p, p, p, 1.5)
+    with pytest.raises(ValueError, match="shape"):
+        solve_reserve_rows(p, p[:1], p, 1.0)
+    with pytest.raises(ValueError, match="float64 or all float32"):
+        solve_reserve_rows(p, p.astype(np.float32), p, 1.0)
+    with pytest.raises(ValueError, match="contiguous"):
+        wide = np.full((2, 8), 0.125)
+        solve_reserve_rows(wide[:, ::2], p, p, 1.0)
+    with pytest.raises(ValueError, match="out"):
+        solve_reserve_rows(p, p, p, 1.0, out=np.empty((2, 3)))
+
+
+def test_gamma_zero_and_empty():
+    p = np.array([[0.5, 0.5]])
+    q = np.array([[0.9, 0.1]])
+    lam, m, _, _, _ = solve_reserve_rows(p, q, q, 0.0)
+    assert lam[0] == 0.0
+    np.testing.assert_array_equal(m, np.minimum(p, q))
+    lam, m, *_ = solve_reserve_rows(np.empty((0, 3)), np.empty((0, 3)), np.empty((0, 3)), 1.0)
+    assert lam.shape == (0,) and m.shape == (0, 3)
