@@ -14,14 +14,14 @@ per-node rate either way.  Throughput claims are ratios measured in one run.
 
 from __future__ import annotations
 
-import json
 import os
 import statistics
-import tempfile
 import time
 from dataclasses import asdict, dataclass, field
 
 import numpy as np
+
+from ._io import write_markdown_and_json
 
 DEFAULT_VERIFIERS = ("rrs", "kseq", "resispec")
 DEFAULT_K = (2, 4, 8)
@@ -129,7 +129,8 @@ def _time(fn, repeats: int, sync=None, warmup: int = 1):
 def bench_verify(*, B: int = 256, V: int = 151_936, ks=DEFAULT_K, verifiers=DEFAULT_VERIFIERS,
                  backends=BACKENDS, device: str = "cpu", dtype: str = "auto", repeats: int = 3,
                  numpy_B: int | None = None, numpy_repeats: int | None = None, family: str = "softmax_noise",
-                 temperature: float = 1.0, seed: int = 0, progress: bool = True) -> BenchResult:
+                 temperature: float = 1.0, seed: int = 0, progress: bool = True,
+                 torch_solvers=("auto",)) -> BenchResult:
     """Measure nodes verified per second for every (backend, verifier, k).
 
     Parameters
@@ -155,6 +156,11 @@ def bench_verify(*, B: int = 256, V: int = 151_936, ks=DEFAULT_K, verifiers=DEFA
         Pair family of :mod:`simulators.families` and its draw.
     progress : bool
         tqdm progress bar.
+    torch_solvers : sequence of {"auto", "fused", "newton", "sort"}
+        Torch ResiSpec reserve solvers to time; each one other than
+        ``"auto"`` adds a torch-only row ``resispec[solver=...]`` (e.g.
+        ``("auto", "newton")`` puts the fused CPU kernel and the tensor-op
+        Newton side by side in one run).
 
     Returns
     -------
@@ -178,6 +184,16 @@ def bench_verify(*, B: int = 256, V: int = 151_936, ks=DEFAULT_K, verifiers=DEFA
     for name in verifiers:
         if name not in resispec.available_verifiers():
             raise ValueError(f"unknown verifier {name!r}; choose from {resispec.available_verifiers()}")
+    torch_solvers = list(dict.fromkeys(torch_solvers))
+    extra = [f"resispec[solver={s}]" for s in torch_solvers if s != "auto"]
+    if extra:
+        if "torch" not in backends:
+            raise ValueError("torch_solvers other than 'auto' need the torch backend")
+        from .torch_backend.resispec import SOLVERS
+
+        bad = [s for s in torch_solvers if s not in SOLVERS]
+        if bad:
+            raise ValueError(f"torch_solvers must be among {SOLVERS}, got {bad}")
     ks = [int(k) for k in ks]
     if any(k < 1 for k in ks):
         raise ValueError(f"k values must be >= 1, got {ks}")
@@ -199,7 +215,7 @@ def bench_verify(*, B: int = 256, V: int = 151_936, ks=DEFAULT_K, verifiers=DEFA
     cands = {k: resispec.draw_candidates(q, k, "iid", rng) for k in ks}
     uniforms = {k: rng.random((B, k + 1)) for k in ks}
 
-    config = {"B": B, "V": V, "ks": ks, "verifiers": verifiers, "backends": list(backends), "family": family,
+    config = {"B": B, "V": V, "ks": ks, "verifiers": verifiers + extra, "backends": list(backends), "family": family,
               "temperature": temperature, "seed": seed, "repeats": repeats, "numpy_B": numpy_B,
               "numpy_repeats": numpy_repeats,
               "load_average_1min": os.getloadavg()[0] if hasattr(os, "getloadavg") else None,
@@ -216,6 +232,7 @@ def bench_verify(*, B: int = 256, V: int = 151_936, ks=DEFAULT_K, verifiers=DEFA
         P = torch.from_numpy(p).to(device=dev, dtype=tdt).contiguous()
         Q = torch.from_numpy(q).to(device=dev, dtype=tdt).contiguous()
         torch_side = (torch, dev, tdt, sync, P, Q)
+        config["torch_resispec_solver"] = "fused" if dev.type == "cpu" else "newton"   # solver="auto"
         config.update({"device": str(dev), "dtype": str(tdt).replace("torch.", ""),
                        "torch": torch.__version__, "threads": torch.get_num_threads(),
                        "gpu": torch.cuda.get_device_name(dev) if dev.type == "cuda" else None})
@@ -225,7 +242,7 @@ def bench_verify(*, B: int = 256, V: int = 151_936, ks=DEFAULT_K, verifiers=DEFA
 
         # one-time JIT compile / cache load of the fused reserve kernel, kept out of the timings
         config["reserve_kernel_warmup_s"] = round(warmup(), 3)
-    jobs = [(b, n, k) for b in backends for k in ks for n in verifiers]
+    jobs = [(b, n, k) for b in backends for k in ks for n in verifiers + (extra if b == "torch" else [])]
     bar = None
     if progress:
         from tqdm import tqdm
@@ -245,7 +262,8 @@ def bench_verify(*, B: int = 256, V: int = 151_936, ks=DEFAULT_K, verifiers=DEFA
             its = None
         else:
             torch, dev, tdt, sync, P, Q = torch_side
-            v = resispec.get_verifier(name, backend="torch")
+            base, _, opt = name.partition("[solver=")
+            v = resispec.get_verifier(base, backend="torch", **({"solver": opt.rstrip("]")} if opt else {}))
             C = torch.from_numpy(cands[k]).to(dev)
             gen = torch.Generator(device=dev).manual_seed(seed)
             n = B
@@ -282,19 +300,10 @@ def write_reports(result: BenchResult, path: str, *, command: str | None = None)
                  if c.get("load_average_1min") is not None else ""), "",
               result.table(), "",
               "`cost / rrs`: time per node relative to `rrs` in the same backend and k "
-              "(ResiSpec target: at most 2).", ""]
+              "(ResiSpec target: at most 2).", "",
+              "ResiSpec reserve solver: numpy `newton` (the fused per-row kernel of `resispec._reserve_fused`); "
+              f"torch `{c.get('torch_resispec_solver', '-')}`. "
+              + (f"The kernel's one-time JIT compile / cache load ({c['reserve_kernel_warmup_s']} s) ran before "
+                 "timing." if c.get("reserve_kernel_warmup_s") is not None else ""), ""]
     md = "\n".join(lines)
-    js_path = os.path.splitext(path)[0] + ".json"
-    for target, text in ((path, md), (js_path, json.dumps(result.to_dict(), indent=2))):
-        d = os.path.dirname(os.path.abspath(target))
-        os.makedirs(d, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=d, prefix=".tmp-", suffix=os.path.basename(target))
-        try:
-            with os.fdopen(fd, "w") as fh:
-                fh.write(text)
-            os.replace(tmp, target)
-        except BaseException:
-            if os.path.exists(tmp):
-                os.unlink(tmp)
-            raise
-    return path, js_path
+    return write_markdown_and_json(path, md, result.to_dict())

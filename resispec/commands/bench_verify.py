@@ -32,6 +32,9 @@ def add_arguments(parser):
     parser.add_argument("--numpy-B", type=int, default=32,
                         help="nodes per call for the slow numpy reference (rate is per node; default %(default)s)")
     parser.add_argument("--numpy-repeats", type=int, default=1, help="timed numpy calls per cell (default %(default)s)")
+    parser.add_argument("--torch-solvers", type=_strs, default=["auto"],
+                        help="torch ResiSpec reserve solvers to time side by side: auto,fused,newton,sort "
+                             "(default: auto = fused on CPU, newton on GPU)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", default="reports/bench_verify.md",
                         help="markdown report; JSON beside it (default: %(default)s)")
@@ -43,7 +46,8 @@ def run(args) -> int:
 
     res = bench_verify(B=args.B, V=args.V, ks=args.k, verifiers=args.verifiers, backends=args.backends,
                        device=args.device, dtype=args.dtype, repeats=args.repeats, numpy_B=args.numpy_B,
-                       numpy_repeats=args.numpy_repeats, seed=args.seed, progress=not args.no_progress)
+                       numpy_repeats=args.numpy_repeats, seed=args.seed, progress=not args.no_progress,
+                       torch_solvers=args.torch_solvers)
     c = res.config
     print(f"B={c['B']} (numpy {c['numpy_B']})  V={c['V']:,}  device={c.get('device', '-')}  "
           f"dtype={c.get('dtype', '-')}  repeats={c['repeats']}")
