@@ -64,3 +64,50 @@ def test_mass_from_last_evaluation_and_tail_compaction(gamma, warm):
     want = np.minimum(q, np.maximum(p - lam.numpy()[:, None] * rho, 0.0))
     np.testing.assert_allclose(m.numpy(), want, rtol=0, atol=1e-15)   # addcmul may fuse: round-off only
     assert info.max_residual <= 64 * np.finfo(float).eps * (1 + gamma)
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32], ids=["f64", "f32"])
+@pytest.mark.parametrize("gamma", [0.5, 1.0])
+def test_fused_solver_matches_sort_and_returns_its_mass(dtype, gamma):
+    from resispec.torch_backend import solve_reserve_fused
+
+    rng = np.random.default_rng(11)
+    p, q = get_family("softmax_noise").sample(rng, n=8, V=5000, temperature=1.0)
+    rho = get_family("zipf").sample(rng, n=8, V=5000)[1]
+    P, Q, R = (torch.from_numpy(a).to(dtype) for a in (p, q, rho))
+    lam, m, info = solve_reserve_fused(P, Q, R, gamma, init=torch.full((8,), 0.5 * gamma))
+    want = solve_reserve(P.double().numpy(), Q.double().numpy(), R.double().numpy(), gamma, method="sort")
+    np.testing.assert_allclose(lam.numpy(), want, atol=1e-12 if dtype == torch.float64 else 1e-4)
+    assert m.dtype == dtype and info.max_residual <= 64 * torch.finfo(dtype).eps * (1 + gamma) + 1e-15
+    mass = torch.minimum(Q.double(), (P.double() - lam.unsqueeze(1) * R.double()).clamp(min=0)).to(dtype)
+    torch.testing.assert_close(m, mass, rtol=0, atol=4 * torch.finfo(dtype).eps)
+
+
+def test_fused_solver_refuses_other_devices_and_auto_resolves():
+    import resispec
+    from resispec.torch_backend import solve_reserve_fused
+
+    P = torch.full((1, 4), 0.25, dtype=torch.float64, device="meta")
+    with pytest.raises(ValueError, match="solver='newton'"):
+        solve_reserve_fused(P, P, P, 1.0)
+    v = resispec.get_verifier("resispec", backend="torch")
+    assert v.options()["solver"] == "auto"
+    assert v._solver_for(torch.zeros(1, 2)) == "fused"
+    assert v._solver_for(P) == "newton"
+    assert resispec.get_verifier("resispec", backend="torch", gamma=1.5)._solver_for(torch.zeros(1, 2)) == "sort"
+
+
+def test_fused_and_tensor_newton_verifiers_decide_alike():
+    """Same uniforms: the CPU default (fused kernel) and the tensor-op Newton make the same decisions."""
+    import resispec
+
+    rng = np.random.default_rng(5)
+    p, q = get_family("softmax_noise").sample(rng, n=64, V=2000)
+    c = resispec.draw_candidates(q, 4, "iid", rng)
+    u = rng.random((64, 5))
+    a = resispec.get_verifier("resispec", backend="torch").verify(torch.from_numpy(p), torch.from_numpy(q),
+                                                                  torch.from_numpy(c), uniforms=u)
+    b = resispec.get_verifier("resispec", backend="torch", solver="newton").verify(
+        torch.from_numpy(p), torch.from_numpy(q), torch.from_numpy(c), uniforms=u)
+    n = resispec.get_verifier("resispec").verify(p, q, c, uniforms=u)
+    assert torch.equal(a.tokens, b.tokens) and np.array_equal(a.tokens.numpy(), n.tokens)
