@@ -40,10 +40,23 @@ torch solver (measured by ``resispec bench-verify``).
 
 from __future__ import annotations
 
-import numba
+import warnings
+
 import numpy as np
 
-__all__ = ["solve_reserve_rows", "ROOT_TOL"]
+try:
+    import numba
+    AVAILABLE = True
+    _njit, _prange = numba.njit, numba.prange
+except ImportError:  # pragma: no cover - numba is a declared dependency
+    AVAILABLE = False
+
+    def _njit(*args, **kwargs):
+        return lambda f: f
+
+    _prange = range
+
+__all__ = ["AVAILABLE", "solve_reserve_rows", "ROOT_TOL", "warmup", "warn_unavailable"]
 
 #: ``g >= -ROOT_TOL (1 + gamma)`` counts as reaching 0 (as the numpy sort solver).
 ROOT_TOL = 1e-13
@@ -53,7 +66,7 @@ MAX_PASSES = 200
 _FASTMATH = {"reassoc", "contract", "nsz"}   # vectorised sums; NaN / inf semantics kept
 
 
-@numba.njit(cache=True, fastmath=_FASTMATH, nogil=True)
+@_njit(cache=True, fastmath=_FASTMATH, nogil=True)
 def _pass(p, q, rho, x, x_prev, delta, m):
     """One pass at ``x``; writes ``m = min(q, (p - x rho)_+)`` and returns
 
@@ -83,7 +96,7 @@ def _pass(p, q, rho, x, x_prev, delta, m):
     return s, a_right, a_left, changed, not_all
 
 
-@numba.njit(cache=True, fastmath=_FASTMATH, nogil=True)
+@_njit(cache=True, fastmath=_FASTMATH, nogil=True)
 def _flat_left(p, q, rho):
     """Left end ``max (p - q)_+ / rho`` (``rho > 0``) of the all-active piece."""
     left = 0.0
@@ -96,7 +109,7 @@ def _flat_left(p, q, rho):
     return left
 
 
-@numba.njit(cache=True, fastmath=_FASTMATH, nogil=True)
+@_njit(cache=True, fastmath=_FASTMATH, nogil=True)
 def _solve_row(p, q, rho, gamma, init, tol, eps, m):
     """One row: returns ``(lambda, passes, g(lambda), exact)``; ``m`` holds the mass at ``lambda``."""
     delta = 64.0 * eps            # knots within delta of x count as at x (all-active test)
@@ -161,9 +174,9 @@ def _solve_row(p, q, rho, gamma, init, tol, eps, m):
         x = xn
 
 
-@numba.njit(parallel=True, cache=True, nogil=True)
+@_njit(parallel=True, cache=True, nogil=True)
 def _solve_rows(p, q, rho, gamma, init, tol, eps, lam, m, passes, resid, exact):
-    for b in numba.prange(p.shape[0]):
+    for b in _prange(p.shape[0]):
         lam[b], passes[b], resid[b], exact[b] = _solve_row(p[b], q[b], rho[b], gamma, init[b], tol, eps, m[b])
 
 
@@ -199,10 +212,15 @@ def solve_reserve_rows(p_i: np.ndarray, q_i: np.ndarray, rho: np.ndarray, gamma:
     ------
     ValueError
         ``gamma`` outside [0, 1], mismatched shapes / dtypes, non-contiguous arrays.
+    ImportError
+        numba is not installed.
 
     Source: the fixed point of ``docs/RESISPEC.md`` section 4; safeguarded
     Newton with an exact finish on piecewise-linear ``g``.
     """
+    if not AVAILABLE:
+        raise ImportError("the fused reserve solver needs numba (pip install numba); "
+                          "use the sort solver (method='sort' / solver='sort') or solver='newton' (torch)")
     if not 0.0 <= gamma <= 1.0:
         raise ValueError(f"the fused reserve solver needs 0 <= gamma <= 1, got {gamma}; use the sort solver")
     arrays = (p_i, q_i, rho)
@@ -239,6 +257,8 @@ def warmup() -> float:
     """
     import time
 
+    if not AVAILABLE:
+        return 0.0
     t0 = time.perf_counter()
     for dt in (np.float64, np.float32):
         p = np.array([[0.7, 0.2, 0.1]], dtype=dt)
@@ -246,3 +266,14 @@ def warmup() -> float:
         solve_reserve_rows(p, q, q, 1.0)
         solve_reserve_rows(p, q, q, 1.0, init=np.array([0.3]))
     return time.perf_counter() - t0
+
+
+_WARNED = []
+
+
+def warn_unavailable(fallback: str) -> None:
+    """Warn once per process that numba is missing and ``fallback`` is used instead."""
+    if not _WARNED:
+        _WARNED.append(True)
+        warnings.warn(f"numba is not installed: the ResiSpec reserve falls back to {fallback} (slower, same "
+                      "answer to round-off); pip install numba", RuntimeWarning, stacklevel=3)

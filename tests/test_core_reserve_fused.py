@@ -95,3 +95,21 @@ def test_gamma_zero_and_empty():
     np.testing.assert_array_equal(m, np.minimum(p, q))
     lam, m, *_ = solve_reserve_rows(np.empty((0, 3)), np.empty((0, 3)), np.empty((0, 3)), 1.0)
     assert lam.shape == (0,) and m.shape == (0, 3)
+
+
+def test_without_numba_falls_back_with_a_warning(monkeypatch):
+    import resispec
+    from resispec import _reserve_fused
+
+    monkeypatch.setattr(_reserve_fused, "AVAILABLE", False)
+    monkeypatch.setattr(_reserve_fused, "_WARNED", [])
+    p, q = get_family("softmax_noise").sample(np.random.default_rng(2), n=4, V=300)
+    with pytest.warns(RuntimeWarning, match="numba is not installed"):
+        lam = solve_reserve(p, q, q, 1.0)
+    np.testing.assert_array_equal(lam, solve_reserve(p, q, q, 1.0, method="sort"))
+    with pytest.raises(ImportError, match="numba"):
+        solve_reserve_rows(p, q, q, 1.0)
+    c = resispec.draw_candidates(q, 3, "iid", np.random.default_rng(0))
+    resispec.get_verifier("resispec").verify(p, q, c, np.random.default_rng(1))   # sort fallback, no error
+    torch = pytest.importorskip("torch")
+    assert resispec.get_verifier("resispec", backend="torch")._solver_for(torch.zeros(1, 2)) == "newton"

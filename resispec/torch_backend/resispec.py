@@ -437,7 +437,11 @@ class ResiSpecTorch(TorchMassVerifier):
         if self.solver == "sort" or self.gamma > 1.0:
             return "sort"
         if self.solver == "auto":
-            return "fused" if p_i.device.type == "cpu" else "newton"
+            from .. import _reserve_fused
+
+            if p_i.device.type == "cpu" and not _reserve_fused.AVAILABLE:
+                _reserve_fused.warn_unavailable("the tensor-op Newton solver")
+            return "fused" if p_i.device.type == "cpu" and _reserve_fused.AVAILABLE else "newton"
         return self.solver
 
     def _solve(self, i, k, p_i, q_i, out=None):

@@ -82,9 +82,17 @@ def solve_reserve(p_i: np.ndarray, q_i: np.ndarray, rho: np.ndarray, gamma: floa
     B, V = p_i.shape
     if gamma == 0:
         return np.zeros(B)
-    if method == "newton" and gamma <= 1.0:
+    if method == "newton" and gamma <= 1.0 and _fused_available():
         return _solve_fused(p_i, q_i, rho, gamma, init)[0]
     return _solve_reserve_sort(p_i, q_i, rho, gamma)
+
+
+def _fused_available() -> bool:
+    from .. import _reserve_fused
+
+    if not _reserve_fused.AVAILABLE:
+        _reserve_fused.warn_unavailable("the exact breakpoint sort")
+    return _reserve_fused.AVAILABLE
 
 
 def _solve_fused(p_i, q_i, rho, gamma, init=None):
@@ -241,7 +249,8 @@ class ResiSpec(MassVerifier):
     def _solve(self, i, k, p_i, q_i):
         """``(rho, lam, m)``: proxy, reserve and accepted mass of 0-based step ``i``."""
         rho, lam = self._proxy_and_lookahead(i, k, p_i, q_i)
-        if lam is None and getattr(self, "reserve_method", "newton") == "newton" and self.gamma <= 1.0:
+        if (lam is None and getattr(self, "reserve_method", "newton") == "newton" and self.gamma <= 1.0
+                and _fused_available()):
             # warm start from the previous candidate's reserve (speed only)
             warm = getattr(self, "_warm", None)
             warm = warm if (i > 0 and warm is not None and warm.shape[0] == p_i.shape[0]) else None
