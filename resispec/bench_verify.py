@@ -2,14 +2,16 @@
 
 For each backend, verifier and candidate count ``k`` the same batch of
 ``(p, q, candidates)`` (a ``softmax_noise`` pair family, V = 151,936 by
-default) is verified ``repeats`` times through the public
-``Verifier.verify``; the median wall time gives nodes per second, and the
-cost of every verifier is reported relative to ``rrs`` of the same backend
-and ``k`` (``resispec / rrs`` is the figure of merit: target <= 2).
+default) is verified through the public ``Verifier.verify``: one untimed
+warm-up call per cell, then ``repeats`` rounds that time every cell once,
+interleaved (a change of machine load hits all cells alike).  The best time
+gives nodes per second, and the cost of every verifier is reported relative
+to ``rrs`` of the same backend and ``k`` (``resispec / rrs`` is the figure of
+merit: target <= 2).
 
-The numpy reference sorts ``2V`` breakpoints per reserve and runs slowly at
-this size, so it may verify a sub-batch (``numpy_B``); nodes per second is a
-per-node rate either way.  Throughput claims are ratios measured in one run.
+The numpy reference may verify a sub-batch (``numpy_B``); nodes per second
+is a per-node rate either way.  Throughput claims are ratios measured in one
+run.
 """
 
 from __future__ import annotations
@@ -110,22 +112,6 @@ def _torch_dtype(dtype: str, device: str):
     return table[dtype]
 
 
-def _time(fn, repeats: int, sync=None, warmup: int = 1):
-    for _ in range(warmup):
-        fn()
-    if sync:
-        sync()
-    times = []
-    out = None
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        out = fn()
-        if sync:
-            sync()
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times), out
-
-
 def bench_verify(*, B: int = 256, V: int = 151_936, ks=DEFAULT_K, verifiers=DEFAULT_VERIFIERS,
                  backends=BACKENDS, device: str = "cpu", dtype: str = "auto", repeats: int = 3,
                  numpy_B: int | None = None, numpy_repeats: int | None = None, family: str = "softmax_noise",
@@ -148,7 +134,8 @@ def bench_verify(*, B: int = 256, V: int = 151_936, ks=DEFAULT_K, verifiers=DEFA
         Torch working dtype; ``auto`` = float64 on CPU, float32 elsewhere.
         The numpy backend is always float64.
     repeats : int
-        Timed calls per cell (median); on accelerators after one untimed warm-up call.
+        Timed calls per cell (best of; every cell gets one untimed warm-up
+        call first, and the timed calls of all cells are interleaved).
     numpy_B, numpy_repeats : int, optional
         Sub-batch and repeats for the (slow) numpy reference; default ``B``
         and ``repeats``.
@@ -243,41 +230,61 @@ def bench_verify(*, B: int = 256, V: int = 151_936, ks=DEFAULT_K, verifiers=DEFA
         # one-time JIT compile / cache load of the fused reserve kernel, kept out of the timings
         config["reserve_kernel_warmup_s"] = round(warmup(), 3)
     jobs = [(b, n, k) for b in backends for k in ks for n in verifiers + (extra if b == "torch" else [])]
-    bar = None
-    if progress:
-        from tqdm import tqdm
-
-        bar = tqdm(total=len(jobs), desc="bench-verify", unit="cell", leave=False)
-    raw = {}
+    calls = {}   # job -> (nodes, fn, sync, verifier, repeats)
     for backend, name, k in jobs:
-        if bar:
-            bar.set_postfix_str(f"{backend} {name} k={k}")
         if backend == "numpy":
             v = resispec.get_verifier(name)
             n = numpy_B
             args = (p[:n], q[:n], cands[k][:n])
             fn = lambda v=v, args=args, u=uniforms[k][:n]: v.verify(*args, uniforms=u)  # noqa: E731
-            sec, out = _time(fn, numpy_repeats, warmup=0)
-            acc = float(np.mean(out.accepted >= 0))
-            its = None
+            calls[(backend, name, k)] = (n, fn, None, v, numpy_repeats)
         else:
             torch, dev, tdt, sync, P, Q = torch_side
             base, _, opt = name.partition("[solver=")
             v = resispec.get_verifier(base, backend="torch", **({"solver": opt.rstrip("]")} if opt else {}))
             C = torch.from_numpy(cands[k]).to(dev)
             gen = torch.Generator(device=dev).manual_seed(seed)
-            n = B
             fn = lambda v=v, C=C, gen=gen: v.verify(P, Q, C, gen)  # noqa: E731
-            # warm-up call on accelerators only (kernel/compile caches); on CPU every call is alike
-            sec, out = _time(fn, repeats, sync=sync, warmup=0 if dev.type == "cpu" else 1)
+            calls[(backend, name, k)] = (B, fn, sync, v, repeats)
+    rounds = max(c[4] for c in calls.values())
+    bar = None
+    if progress:
+        from tqdm import tqdm
+
+        bar = tqdm(total=len(jobs) + sum(c[4] for c in calls.values()), desc="bench-verify", unit="call",
+                   leave=False)
+    times = {job: [] for job in jobs}
+    outs = {}
+    # one untimed warm-up call per cell (allocator, page faults, kernel caches), then `rounds`
+    # rounds that time every cell once each, interleaved so that a load change hits all cells alike
+    for r in range(-1, rounds):
+        for job in jobs:
+            n, fn, sync, v, reps = calls[job]
+            if r >= reps:
+                continue
+            if bar:
+                bar.set_postfix_str(f"{job[0]} {job[1]} k={job[2]}" + (" warm-up" if r < 0 else ""))
+            t0 = time.perf_counter()
+            outs[job] = fn()
+            if sync:
+                sync()
+            if r >= 0:
+                times[job].append(time.perf_counter() - t0)
+            if bar:
+                bar.update(1)
+    if bar:
+        bar.close()
+    raw = {}
+    for job in jobs:
+        n, fn, sync, v, reps = calls[job]
+        out = outs[job]
+        if job[0] == "numpy":
+            acc, its = float(np.mean(out.accepted >= 0)), None
+        else:
             acc = float((out.accepted >= 0).double().mean())
             info = getattr(v, "last_reserve", None)
             its = None if info is None else info.iterations
-        raw[(backend, name, k)] = (n, sec, acc, its)
-        if bar:
-            bar.update(1)
-    if bar:
-        bar.close()
+        raw[job] = (n, min(times[job]), acc, its)
     cells = []
     for (backend, name, k), (n, sec, acc, its) in raw.items():
         rn, rsec, _, _ = raw[(backend, "rrs", k)]
@@ -292,8 +299,11 @@ def write_reports(result: BenchResult, path: str, *, command: str | None = None)
     lines = ["# bench-verify: nodes verified per second", ""]
     if command:
         lines += ["Command:", "", f"    {command}", ""]
-    lines += [f"B = {c['B']} nodes (numpy: {c['numpy_B']}), V = {c['V']:,}, family `{c['family']}` "
-              f"T = {c['temperature']}, repeats = {c['repeats']} (numpy: {c['numpy_repeats']}), median wall time.",
+    has_numpy = "numpy" in c["backends"]
+    lines += [f"B = {c['B']} nodes" + (f" (numpy: {c['numpy_B']})" if has_numpy else "")
+              + f", V = {c['V']:,}, family `{c['family']}` T = {c['temperature']}; best of {c['repeats']}"
+              + (f" (numpy: {c['numpy_repeats']})" if has_numpy else "")
+              + " calls per cell, cells interleaved, after one untimed warm-up call each.",
               f"torch: {c.get('torch', '-')}, device {c.get('device', '-')}, dtype {c.get('dtype', '-')}, "
               f"threads {c.get('threads', '-')}" + (f", GPU {c['gpu']}" if c.get("gpu") else "")
               + (f"; {c['cpu_count']} CPUs, 1-min load average {c['load_average_1min']:.1f} at start"
@@ -301,8 +311,9 @@ def write_reports(result: BenchResult, path: str, *, command: str | None = None)
               result.table(), "",
               "`cost / rrs`: time per node relative to `rrs` in the same backend and k "
               "(ResiSpec target: at most 2).", "",
-              "ResiSpec reserve solver: numpy `newton` (the fused per-row kernel of `resispec._reserve_fused`); "
-              f"torch `{c.get('torch_resispec_solver', '-')}`. "
+              "ResiSpec reserve solver: numpy: the fused per-row kernel of `resispec._reserve_fused` "
+              "(`reserve_method=\"newton\"`); "
+              f"torch: `{c.get('torch_resispec_solver', '-')}` (`solver=\"auto\"`). "
               + (f"The kernel's one-time JIT compile / cache load ({c['reserve_kernel_warmup_s']} s) ran before "
                  "timing." if c.get("reserve_kernel_warmup_s") is not None else ""), ""]
     md = "\n".join(lines)

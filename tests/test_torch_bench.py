@@ -33,8 +33,20 @@ def test_bench_verify_cli(tmp_path, capsys):
     assert "torch: resispec / rrs cost k=2" in out and (tmp_path / "r.json").exists()
 
 
+def test_bench_verify_torch_solvers_side_by_side():
+    res = bench_verify(B=3, V=200, ks=(2,), repeats=2, backends=("torch",), progress=False,
+                       torch_solvers=("auto", "newton", "sort"))
+    for name in ("resispec", "resispec[solver=newton]", "resispec[solver=sort]"):
+        assert res.cell("torch", name, 2).cost_vs_rrs > 0
+    assert res.cell("numpy", "resispec", 2) is None
+    assert "| resispec[solver=newton] | 2 |" in res.table() and "numpy" not in res.table()
+    assert res.config["torch_resispec_solver"] == "fused"
+
+
 @pytest.mark.parametrize("kw, match", [({"backends": ("jax",)}, "backends"), ({"verifiers": ("nope",)}, "unknown"),
-                                       ({"B": 0}, "B"), ({"dtype": "float16"}, "dtype")])
+                                       ({"B": 0}, "B"), ({"dtype": "float16"}, "dtype"),
+                                       ({"torch_solvers": ("auto", "magic")}, "torch_solvers"),
+                                       ({"torch_solvers": ("newton",), "backends": ("numpy",)}, "torch backend")])
 def test_bench_verify_bad_options(kw, match):
     with pytest.raises(ValueError, match=match):
         bench_verify(**{"B": 2, "V": 50, "ks": (2,), "progress": False, **kw})

@@ -24,14 +24,16 @@ def add_arguments(parser):
     parser.add_argument("--B", type=int, default=256, help="nodes per verify call (default: %(default)s)")
     parser.add_argument("--V", type=int, default=151_936, help="vocabulary size (default: %(default)s)")
     parser.add_argument("--k", type=_ints, default=[2, 4, 8], help="comma-separated candidate counts (default: 2,4,8)")
-    parser.add_argument("--repeats", type=int, default=1,
-                        help="timed calls per cell (median; GPU: after one warm-up; default %(default)s)")
+    parser.add_argument("--repeats", type=int, default=3,
+                        help="timed calls per cell, best of; cells interleaved after one untimed warm-up call each "
+                             "(default %(default)s)")
     parser.add_argument("--verifiers", type=_strs, default=["rrs", "kseq", "resispec"],
                         help="comma-separated verifiers (default: rrs,kseq,resispec)")
     parser.add_argument("--backends", type=_strs, default=["numpy", "torch"], help="numpy,torch (default: both)")
     parser.add_argument("--numpy-B", type=int, default=32,
                         help="nodes per call for the slow numpy reference (rate is per node; default %(default)s)")
-    parser.add_argument("--numpy-repeats", type=int, default=1, help="timed numpy calls per cell (default %(default)s)")
+    parser.add_argument("--numpy-repeats", type=int, default=None,
+                        help="timed numpy calls per cell (default: --repeats)")
     parser.add_argument("--torch-solvers", type=_strs, default=["auto"],
                         help="torch ResiSpec reserve solvers to time side by side: auto,fused,newton,sort "
                              "(default: auto = fused on CPU, newton on GPU)")
@@ -49,7 +51,8 @@ def run(args) -> int:
                        numpy_repeats=args.numpy_repeats, seed=args.seed, progress=not args.no_progress,
                        torch_solvers=args.torch_solvers)
     c = res.config
-    print(f"B={c['B']} (numpy {c['numpy_B']})  V={c['V']:,}  device={c.get('device', '-')}  "
+    np_b = f" (numpy {c['numpy_B']})" if "numpy" in c["backends"] else ""
+    print(f"B={c['B']}{np_b}  V={c['V']:,}  device={c.get('device', '-')}  "
           f"dtype={c.get('dtype', '-')}  repeats={c['repeats']}")
     print(res.table())
     for b in c["backends"]:
