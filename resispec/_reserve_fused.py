@@ -1,45 +1,56 @@
 """Fused CPU solver of the ResiSpec reserve: one compiled pass over a row per Newton step.
 
-The reserve ``lambda`` (``docs/RESISPEC.md`` section 4) is the smallest root
-of the non-decreasing (``0 <= gamma <= 1``) piecewise-linear
+The reserve (``docs/RESISPEC.md`` section 4) solves ``lambda = gamma (1 -
+s(lambda))`` with ``s(lambda) = sum_x min(q, (p - lambda rho)_+)``, i.e. a
+root of the non-decreasing (``0 <= gamma <= 1``) piecewise-linear
 
-    g(lambda) = lambda - gamma (1 - s(lambda)),   s(lambda) = sum_x min(q, (p - lambda rho)_+),
+    g(lambda) = lambda - gamma (1 - s(lambda)),
 
-whose knots are ``(p - q)_+ / rho`` and ``p / rho`` (``rho > 0``).  With
-numpy or eager torch every Newton step is several passes over (B, V) arrays
-in main memory; here each row is solved by one thread (``numba.prange`` over
-rows), so after the first pass the row stays in cache, and one pass computes
-everything a step needs: ``s``, the right and left slopes of ``g``, the
-accepted mass ``m = min(q, (p - lambda rho)_+)`` (written in place, so the
-returned ``m`` is the one at the returned ``lambda``), and whether any token
-changed state (saturated / active / off) since the previous iterate.
+whose knots are ``(p - q)_+ / rho`` and ``p / rho`` (``rho > 0``).  Every
+solver of this package returns the same, uniquely defined point:
 
-Answer (the same as the sort solver of
-:func:`resispec.verifiers.resispec.solve_reserve`, to round-off): the sort
-solver returns, on the first knot ``t_j`` with ``g(t_j) >= -tol``
-(``tol = 1e-13 (1 + gamma)``), the root of ``g``'s line on
-``[t_{j-1}, t_j]``.  Newton steps from a point ``x`` with ``g(x) < -tol``
-land on the root of ``g``'s line through ``x``; when the pass at that root
-sees no token change state (no knot in between) it is that answer, exactly
-(the "exact finish").  Steps that leave the bracket ``(lo, hi]`` bisect.  For
-``gamma = 1`` ``g`` can vanish on a whole piece where every token with
-``rho > 0`` is active; when the iterate sits on such a piece (``|g| <= tol``
-and zero left slope) the piece's left end ``max (p - q)_+ / rho`` is
-evaluated and returned: the smallest root.  If the bracket shrinks below
-``4 eps gamma`` first (round-off in ``s``), its last iterate is returned:
-error at most ``4 eps gamma`` in ``lambda``.
+    lambda = min { l in [0, gamma] : g(l) >= -tau },   tau = reserve_tol(dtype, gamma),
 
-Sums are accumulated in float64 whatever the input dtype, in a vectorised
-(re-associated) order, so ``s`` differs from ``numpy.sum`` by round-off only.
+the smallest root up to ``tau = max(1e-13, 64 eps) (1 + gamma)`` (float64
+2e-13, float32 1.5e-5).  It is the smallest root when ``g`` is flat at 0
+(``gamma = 1``, every proxy token active) and 0 when ``g(0) = -gamma TV``
+is within ``tau`` of 0 (``p ~ q``), and it lies ``tau / g'`` left of the
+exact smallest root otherwise: ``|lambda - lambda*| <= tau / (1 - gamma)``
+for ``gamma < 1``.  A well-defined target is what makes the answer
+independent of the starting point and equal across solvers and backends.
 
-Cost: one pass per Newton step over a row that stays in cache; on the
-``simulators`` families at V = 151,936 about 6-8 passes cold and 4-5
-warm-started, against 3-5 passes over main memory per step in the eager
-torch solver (measured by ``resispec bench-verify``).
+The algorithm is Newton on ``h = g + tau`` (right slope from points with
+``h < 0``, left slope from points with ``h >= 0``).  Steps that leave the
+bracket bisect.  A Newton step from ``x`` lands on the zero of ``h``'s line
+through ``x``.  If the pass there sees no token change state (saturated /
+active / off) since ``x``, there is no knot in between: ``h`` is linear
+there and the point is the answer, exactly (the "exact finish").  When the
+bracket shrinks below ``4 eps gamma`` first, the last iterate is returned
+(``exact = False``).
+
+With numpy or eager torch every Newton step is several passes over (B, V)
+arrays in main memory.  Here a thread solves a row, which stays in cache
+after the first pass, and one pass computes everything a step needs: ``s``,
+the right and left slopes, whether any token changed state, and the accepted
+mass ``m = min(q, (p - lambda rho)_+)`` (written in place, so the ``m``
+returned is the one at the returned ``lambda``).  Sums are accumulated in
+float64 whatever the input dtype, in a vectorised (re-associated) order.
+
+Threads: the rows are split into chunks run by a ``ThreadPoolExecutor``
+(the kernel releases the GIL), so it is safe in forked workers and under
+concurrent calls; ``RESISPEC_THREADS`` sets the count (default: the CPUs
+this process may use).  numba's own parallel layer is not used because the
+OpenMP one kills forked children.
+
+Cost, measured with ``resispec bench-verify`` at V = 151,936: about 6 passes
+per row cold and 4 warm-started, against 3-5 passes over main memory per
+Newton step in the eager torch solver.
 """
 
 from __future__ import annotations
 
+import os
+import threading
 import warnings
 
 import numpy as np
@@ -47,39 +58,37 @@ import numpy as np
 try:
     import numba
     AVAILABLE = True
-    _njit, _prange = numba.njit, numba.prange
+    _njit = numba.njit
 except ImportError:  # pragma: no cover - numba is a declared dependency
     AVAILABLE = False
 
     def _njit(*args, **kwargs):
         return lambda f: f
 
-    _prange = range
+__all__ = ["AVAILABLE", "MAX_PASSES", "reserve_tol", "solve_reserve_rows", "warmup", "warn_unavailable"]
 
-__all__ = ["AVAILABLE", "solve_reserve_rows", "ROOT_TOL", "warmup", "warn_unavailable"]
-
-#: ``g >= -ROOT_TOL (1 + gamma)`` counts as reaching 0 (as the numpy sort solver).
-ROOT_TOL = 1e-13
-#: Largest number of passes per row (bisection alone needs about 60 in float64).
+#: Largest number of passes over one row (bisection alone needs about 60 in float64).
 MAX_PASSES = 200
 
 _FASTMATH = {"reassoc", "contract", "nsz"}   # vectorised sums; NaN / inf semantics kept
 
 
+def reserve_tol(dtype, gamma: float) -> float:
+    """``tau = max(1e-13, 64 eps(dtype)) (1 + gamma)``: the reserve is ``min {l : g(l) >= -tau}``."""
+    return max(1e-13, 64.0 * float(np.finfo(dtype).eps)) * (1.0 + float(gamma))
+
+
 @_njit(cache=True, fastmath=_FASTMATH, nogil=True)
-def _pass(p, q, rho, x, x_prev, delta, m):
+def _pass(p, q, rho, x, x_prev, m):
     """One pass at ``x``; writes ``m = min(q, (p - x rho)_+)`` and returns
 
-    ``s``, the rho-mass active just right / just left of ``x`` (slopes), the
-    number of tokens whose state changed between ``x_prev`` and ``x``, and
-    the number of tokens with ``rho > 0`` saturated beyond ``x + delta`` or
-    off before ``x - delta`` (0 = ``x`` is on the all-active piece).
+    ``s``, the rho-mass active just right / just left of ``x`` (slopes) and
+    the number of tokens whose state changed between ``x_prev`` and ``x``.
     """
     s = 0.0
     a_right = 0.0
     a_left = 0.0
     changed = 0.0
-    not_all = 0.0
     for j in range(p.shape[0]):
         pj = np.float64(p[j])
         qj = np.float64(q[j])
@@ -92,92 +101,88 @@ def _pass(p, q, rho, x, x_prev, delta, m):
         a_left += rj if (y >= 0.0 and y < qj) else 0.0      # active just left of x
         y0 = pj - x_prev * rj
         changed += 1.0 if ((y0 > qj) != (y > qj)) or ((y0 > 0.0) != (y > 0.0)) else 0.0
-        not_all += 1.0 if rj > 0.0 and (y > qj + delta * rj or y < -delta * rj) else 0.0
-    return s, a_right, a_left, changed, not_all
+    return s, a_right, a_left, changed
 
 
 @_njit(cache=True, fastmath=_FASTMATH, nogil=True)
-def _flat_left(p, q, rho):
-    """Left end ``max (p - q)_+ / rho`` (``rho > 0``) of the all-active piece."""
-    left = 0.0
-    for j in range(p.shape[0]):
-        rj = np.float64(rho[j])
-        if rj > 0.0:
-            d = np.float64(p[j]) - np.float64(q[j])
-            if d > 0.0:
-                left = max(left, d / rj)
-    return left
-
-
-@_njit(cache=True, fastmath=_FASTMATH, nogil=True)
-def _solve_row(p, q, rho, gamma, init, tol, eps, m):
-    """One row: returns ``(lambda, passes, g(lambda), exact)``; ``m`` holds the mass at ``lambda``."""
-    delta = 64.0 * eps            # knots within delta of x count as at x (all-active test)
-    hi = gamma                     # g(gamma) = gamma s(gamma) >= 0: the answer is <= gamma
-    passes = 0
-    if init < 0.0:                 # cold start: g(0) = -gamma TV, then the lower bound gamma TV
-        s, ar, al, c, na = _pass(p, q, rho, 0.0, 0.0, delta, m)
-        passes = 1
-        g = -gamma * (1.0 - s)
-        if g >= -tol:
-            return 0.0, passes, g, True          # no reserve needed (TV ~ 0)
-        lo = 0.0
-        x = gamma * (1.0 - s)
-        if not (x > lo and x < hi):
-            x = 0.5 * (lo + hi)
+def _solve_row(p, q, rho, gamma, init, tau, eps, m):
+    """One row: returns ``(lambda, passes, h(lambda), exact)``; ``m`` holds the mass at ``lambda``."""
+    hi = gamma                     # h(gamma) = gamma s(gamma) + tau > 0
+    lo = -1.0                      # largest x seen with h(x) < 0; -1: h(0) not known yet
+    if not (init >= 0.0):          # cold start (or NaN): h(0) first
+        x = 0.0
     else:
-        lo = -1.0                  # g(0) unknown: steps may reach 0
-        x = min(max(init, 0.0), gamma)
+        x = min(init, gamma)
     x_prev = x
-    newton = False                 # x is the root of g's line through x_prev, with g(x_prev) < -tol
+    newton = False                 # x came from a Newton step at x_prev
+    passes = 0
     while True:
-        s, ar, al, c, na = _pass(p, q, rho, x, x_prev, delta, m)
+        s, ar, al, c = _pass(p, q, rho, x, x_prev, m)
         passes += 1
-        g = x - gamma * (1.0 - s)
-        if newton and c == 0:
-            return x, passes, g, True            # exact finish: g is linear on [x_prev, x]
-        if abs(g) <= tol:
+        h = x - gamma * (1.0 - s) + tau
+        if newton and c == 0.0:
+            return x, passes, h, True            # exact finish: h is linear between x_prev and x
+        if h >= 0.0:
             if x <= 0.0:
-                return 0.0, passes, g, True
-            if gamma == 1.0 and na == 0.0:
-                # on the all-active piece, where g is flat (gamma = 1): its left end is the smallest root
-                left = _flat_left(p, q, rho)
-                if left < x:
-                    s2, ar2, al2, c2, na2 = _pass(p, q, rho, left, left, delta, m)
-                    passes += 1
-                    g2 = left - gamma * (1.0 - s2)
-                    if abs(g2) <= tol:
-                        return left, passes, g2, True
-                    _pass(p, q, rho, x, x, delta, m)       # m back to m(x)
-                    passes += 1
-            return x, passes, g, True
-        if g < 0.0:
-            lo = max(lo, x)
-        else:
+                return 0.0, passes, h, True      # h(0) >= 0: the answer is 0
             hi = min(hi, x)
+        else:
+            lo = max(lo, x)
         if hi - max(lo, 0.0) <= 4.0 * eps * gamma or passes >= MAX_PASSES:
-            return x, passes, g, False
-        # Newton: from the left with the right slope (lands on the root of the line), from the
-        # right with the left slope
-        dg = 1.0 - gamma * (ar if g < 0.0 else al)
-        xn = -1.0
-        newton = False
-        if dg > 0.0:
-            xn = x - g / dg
-            newton = g < 0.0
-        if not (xn > lo and xn <= hi and xn >= 0.0) or (passes > 24 and passes % 2 == 0):
-            xn = 0.5 * (max(lo, 0.0) + hi)
+            return x, passes, h, False
+        if passes == 1 and init < 0.0:
+            xn = gamma * (1.0 - s)               # cold: the lower bound gamma TV of g's root
             newton = False
+            if not (xn > lo and xn < hi):
+                xn = 0.5 * (max(lo, 0.0) + hi)
+        else:
+            dg = 1.0 - gamma * (ar if h < 0.0 else al)
+            newton = dg > 0.0
+            xn = x - h / dg if newton else -1.0
+            if lo < 0.0 and not (xn > 0.0):
+                xn = 0.0                         # h(0) unknown and the step points at it: try 0
+                newton = False
+            elif not (xn > max(lo, 0.0) and xn <= hi) or (passes > 24 and passes % 2 == 0):
+                xn = 0.5 * (max(lo, 0.0) + hi)   # outside the bracket, or too slow: bisect
+                newton = False
         if xn == x:
-            return x, passes, g, False
+            return x, passes, h, False
         x_prev = x
         x = xn
 
 
-@_njit(parallel=True, cache=True, nogil=True)
-def _solve_rows(p, q, rho, gamma, init, tol, eps, lam, m, passes, resid, exact):
-    for b in _prange(p.shape[0]):
-        lam[b], passes[b], resid[b], exact[b] = _solve_row(p[b], q[b], rho[b], gamma, init[b], tol, eps, m[b])
+@_njit(cache=True, nogil=True)
+def _solve_chunk(p, q, rho, gamma, init, tau, eps, lam, m, passes, resid, exact, start, stop):
+    for b in range(start, stop):
+        lam[b], passes[b], resid[b], exact[b] = _solve_row(p[b], q[b], rho[b], gamma, init[b], tau, eps, m[b])
+
+
+_POOL = {"pid": None, "pool": None}
+_POOL_LOCK = threading.Lock()
+
+
+def _threads() -> int:
+    env = os.environ.get("RESISPEC_THREADS")
+    if env:
+        try:
+            return max(1, int(env))
+        except ValueError:
+            raise ValueError(f"RESISPEC_THREADS must be a positive integer, got {env!r}") from None
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # pragma: no cover - not Linux
+        return os.cpu_count() or 1
+
+
+def _pool(n: int):
+    """A thread pool of ``n`` workers owned by this process (a forked child makes its own)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    with _POOL_LOCK:
+        if _POOL["pid"] != os.getpid() or _POOL["pool"]._max_workers != n:
+            _POOL["pool"] = ThreadPoolExecutor(max_workers=n, thread_name_prefix="resispec-reserve")
+            _POOL["pid"] = os.getpid()
+        return _POOL["pool"]
 
 
 def solve_reserve_rows(p_i: np.ndarray, q_i: np.ndarray, rho: np.ndarray, gamma: float,
@@ -187,65 +192,89 @@ def solve_reserve_rows(p_i: np.ndarray, q_i: np.ndarray, rho: np.ndarray, gamma:
     Parameters
     ----------
     p_i, q_i, rho : ndarray, shape (B, V), float64 or float32, C-contiguous
-        Residual target, current draft and proxy (rows sum to 1; one dtype).
+        Residual target, current draft and proxy (laws: rows sum to 1; not
+        re-checked here).
     gamma : float in [0, 1]
         Reserve scale.
-    init : ndarray, shape (B,), float64, optional
-        Warm start (e.g. the previous candidate's reserve); speed only.
+    init : array_like, shape (B,), optional
+        Warm start, e.g. the previous candidate's reserve.  Only the speed
+        depends on it; NaN or negative entries start cold.
     out : ndarray, shape (B, V), dtype of ``p_i``, optional
-        Buffer for ``m`` (must not alias the inputs).
+        Writable C-contiguous buffer for ``m``, sharing no memory with the inputs.
 
     Returns
     -------
     lam : ndarray, shape (B,), float64 in [0, gamma]
+        ``min {l : g(l) >= -tau}`` (module docstring).
     m : ndarray, shape (B, V)
         ``min(q_i, (p_i - lam rho)_+)`` at the returned ``lam``.
     passes : ndarray, shape (B,), int64
         Passes over each row.
     resid : ndarray, shape (B,), float64
-        ``g(lam)``.
+        ``h(lam) = g(lam) + tau``: 0 up to round-off where ``exact``.
     exact : ndarray, shape (B,), bool
-        ``True`` where the answer is the sort solver's to round-off; ``False``
-        where the bracket shrank below ``4 eps gamma`` first.
+        ``False`` where the bracket shrank below ``4 eps gamma`` first.
 
     Raises
     ------
     ValueError
-        ``gamma`` outside [0, 1], mismatched shapes / dtypes, non-contiguous arrays.
+        ``gamma`` outside [0, 1]; shapes, dtypes, contiguity, ``init`` or
+        ``out`` not as above.
     ImportError
         numba is not installed.
 
-    Source: the fixed point of ``docs/RESISPEC.md`` section 4; safeguarded
-    Newton with an exact finish on piecewise-linear ``g``.
+    Source: the fixed point of ``docs/RESISPEC.md`` section 4 (ResiSpec);
+    safeguarded Newton with an exact finish on a piecewise-linear function.
     """
     if not AVAILABLE:
         raise ImportError("the fused reserve solver needs numba (pip install numba); "
                           "use the sort solver (method='sort' / solver='sort') or solver='newton' (torch)")
-    if not 0.0 <= gamma <= 1.0:
-        raise ValueError(f"the fused reserve solver needs 0 <= gamma <= 1, got {gamma}; use the sort solver")
+    if isinstance(gamma, bool) or not isinstance(gamma, (int, float, np.integer, np.floating)) \
+            or not 0.0 <= gamma <= 1.0:
+        raise ValueError(f"the fused reserve solver needs 0 <= gamma <= 1, got {gamma!r}; use the sort solver")
     arrays = (p_i, q_i, rho)
+    if not all(isinstance(a, np.ndarray) for a in arrays):
+        raise TypeError("p_i, q_i and rho must be numpy arrays")
     if any(a.ndim != 2 or a.shape != p_i.shape for a in arrays):
-        raise ValueError(f"p_i, q_i and rho must share one (B, V) shape, got "
-                         f"{[a.shape for a in arrays]}")
+        raise ValueError(f"p_i, q_i and rho must share one (B, V) shape, got {[a.shape for a in arrays]}")
     if any(a.dtype != p_i.dtype for a in arrays) or p_i.dtype not in (np.float64, np.float32):
-        raise ValueError(f"p_i, q_i and rho must all be float64 or all float32, got {[a.dtype for a in arrays]}")
+        raise ValueError(f"p_i, q_i and rho must all be float64 or all float32, got {[str(a.dtype) for a in arrays]}")
     if not all(a.flags.c_contiguous for a in arrays):
         raise ValueError("p_i, q_i and rho must be C-contiguous (np.ascontiguousarray / tensor.contiguous())")
     B, V = p_i.shape
-    m = np.empty_like(p_i) if out is None else out
-    if m.shape != p_i.shape or m.dtype != p_i.dtype or not m.flags.c_contiguous:
-        raise ValueError("out must be a C-contiguous array with the shape and dtype of p_i")
+    if out is None:
+        m = np.empty_like(p_i, order="C")
+    else:
+        m = out
+        if not isinstance(m, np.ndarray) or m.shape != p_i.shape or m.dtype != p_i.dtype \
+                or not m.flags.c_contiguous or not m.flags.writeable:
+            raise ValueError("out must be a writable C-contiguous array with the shape and dtype of p_i")
+        if any(np.shares_memory(m, a) for a in arrays):
+            raise ValueError("out must not share memory with p_i, q_i or rho (it is written while they are read)")
+    if init is None:
+        init_ = np.full(B, -1.0)
+    else:
+        init_ = np.array(init, dtype=np.float64, copy=True).reshape(-1) if np.ndim(init) <= 1 else None
+        if init_ is None or init_.shape != (B,):
+            raise ValueError(f"init must have shape (B,) = ({B},), got {np.shape(init)}")
+        init_[~np.isfinite(init_)] = -1.0
     lam = np.zeros(B)
     passes = np.zeros(B, dtype=np.int64)
     resid = np.zeros(B)
     exact = np.ones(B, dtype=np.bool_)
-    if gamma == 0.0 or B == 0:
+    if gamma == 0.0 or B == 0 or V == 0:
         np.minimum(p_i, q_i, out=m)
         return lam, m, passes, resid, exact
-    init_ = np.full(B, -1.0) if init is None else np.ascontiguousarray(init, dtype=np.float64)
     eps = float(np.finfo(p_i.dtype).eps)
-    tol = 64.0 * eps * (1.0 + gamma)
-    _solve_rows(p_i, q_i, rho, float(gamma), init_, tol, eps, lam, m, passes, resid, exact)
+    args = (p_i, q_i, rho, float(gamma), init_, reserve_tol(p_i.dtype, gamma), eps, lam, m, passes, resid, exact)
+    n = min(_threads(), B)
+    if n <= 1 or B * V < 100_000:
+        _solve_chunk(*args, 0, B)
+    else:
+        bounds = np.linspace(0, B, min(B, 4 * n) + 1).astype(int)   # a few chunks per thread: balance
+        futures = [_pool(n).submit(_solve_chunk, *args, int(a), int(b)) for a, b in zip(bounds[:-1], bounds[1:])]
+        for f in futures:
+            f.result()
     return np.clip(lam, 0.0, gamma), m, passes, resid, exact
 
 

@@ -224,7 +224,7 @@ def bench_verify(*, B: int = 256, V: int = 151_936, ks=DEFAULT_K, verifiers=DEFA
                        "torch": torch.__version__, "threads": torch.get_num_threads(),
                        "gpu": torch.cuda.get_device_name(dev) if dev.type == "cuda" else None})
 
-    if any(n.startswith("resispec") for n in verifiers):
+    if any(n.startswith("resispec") for n in verifiers + extra):
         from ._reserve_fused import warmup
 
         # one-time JIT compile / cache load of the fused reserve kernel, kept out of the timings

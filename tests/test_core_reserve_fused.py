@@ -30,11 +30,10 @@ def test_kernel_root_mass_and_warm_start(case, start, warm):
     init = np.full(p.shape[0], start * gamma) if warm else None
     lam, m, passes, resid, exact = solve_reserve_rows(p, q, rho, gamma, init=init)
     want = solve_reserve(p, q, rho, gamma, method="sort")
-    g_sort = _g(p, q, rho, want, gamma)
-    g_kern = _g(p, q, rho, lam, gamma)
-    # a root as good as the sort solver's, and the smallest one: never right of the sort's beyond round-off
-    assert np.all(np.abs(g_kern) <= np.maximum(np.abs(g_sort), 0) + 1e-12), (lam, want)
-    assert np.all(lam <= want + 1e-12) or gamma < 1.0
+    # one well-defined point, min {l : g(l) >= -tau}, whatever the start: the sort solver's
+    np.testing.assert_allclose(lam, want, rtol=0, atol=1e-12)
+    gk = _g(p, q, rho, lam, gamma)
+    assert np.all(gk >= -3e-13 * (1 + gamma)) and np.all(gk <= 1e-12)      # a root, to tau
     assert np.all((lam >= 0) & (lam <= gamma))
     np.testing.assert_allclose(m, np.minimum(q, np.maximum(p - lam[:, None] * rho, 0.0)), rtol=0, atol=4 * EPS)
     assert np.all(passes <= 200)
@@ -58,7 +57,7 @@ def test_kernel_float32_error_bound():
     lam, m, _, resid, _ = solve_reserve_rows(p.astype(np.float32), q.astype(np.float32), q.astype(np.float32), 1.0)
     assert m.dtype == np.float32
     assert np.all(np.abs(resid) <= 64 * np.finfo(np.float32).eps * 2)
-    np.testing.assert_allclose(lam, want, atol=1e-4)
+    np.testing.assert_allclose(lam, want, atol=5e-4)
 
 
 def test_kernel_flat_piece_any_start():
@@ -68,7 +67,7 @@ def test_kernel_flat_piece_any_start():
     left = np.max((p - q) / q)
     for init in (None, 0.0, 0.3, 0.7, 0.9, 1.0):
         lam, m, _, _, _ = solve_reserve_rows(p, q, q, 1.0, init=None if init is None else np.array([init]))
-        np.testing.assert_allclose(lam, [left], atol=1e-12)
+        np.testing.assert_allclose(lam, [left], atol=1e-11)
         np.testing.assert_allclose(m, np.minimum(q, np.maximum(p - lam[:, None] * q, 0.0)), atol=1e-16)
 
 
@@ -113,3 +112,54 @@ def test_without_numba_falls_back_with_a_warning(monkeypatch):
     resispec.get_verifier("resispec").verify(p, q, c, np.random.default_rng(1))   # sort fallback, no error
     torch = pytest.importorskip("torch")
     assert resispec.get_verifier("resispec", backend="torch")._solver_for(torch.zeros(1, 2)) == "newton"
+
+
+# ---- regressions (found by a fuzzing pass) ---------------------------------------------------
+
+def _fork_worker(args):
+    p, q = args
+    return solve_reserve(p, q, q, 1.0)
+
+
+def test_kernel_survives_fork_after_use():
+    """Forked workers (e.g. exactness's process pools) may call the kernel after the parent did."""
+    import multiprocessing as mp
+
+    p, q = get_family("softmax_noise").sample(np.random.default_rng(0), n=64, V=3000)   # thread-pool path
+    want = solve_reserve(p, q, q, 1.0)
+    with mp.get_context("fork").Pool(2) as pool:
+        got = pool.map(_fork_worker, [(p, q)] * 2, chunksize=1)
+    for g in got:
+        np.testing.assert_array_equal(g, want)
+
+
+def test_init_never_changes_the_answer():
+    cases = [(np.array([[.4, .6, 0]]), np.array([[.4, .6 - 1e-15, 1e-15]]), [0.5]),          # g ~ -1e-15 flat
+             (np.array([[3.16787153e-5, 1 - 3.16787153e-5]]), np.array([[0.00215988, 1 - 0.00215988]]), [0.5012])]
+    for p, q, init in cases:
+        want = solve_reserve(p, q, q, 1.0, method="sort")
+        np.testing.assert_allclose(solve_reserve(p, q, q, 1.0, init=np.array(init)), want, atol=1e-12)
+        np.testing.assert_allclose(solve_reserve(p, q, q, 1.0), want, atol=1e-12)
+
+
+def test_init_and_out_checked():
+    p = np.full((3, 2), 0.5)
+    q = np.array([[0.9, 0.1]] * 3)
+    with pytest.raises(ValueError, match=r"init must have shape \(B,\)"):
+        solve_reserve_rows(p, q, q, 1.0, init=np.zeros(1))
+    with pytest.raises(ValueError, match=r"init must have shape \(B,\)"):
+        solve_reserve_rows(p, q, q, 1.0, init=np.zeros((3, 1)))
+    with pytest.raises(ValueError, match="share memory"):
+        solve_reserve_rows(p, q, q, 1.0, out=p)
+    ro = np.empty_like(p)
+    ro.flags.writeable = False
+    with pytest.raises(ValueError, match="writable"):
+        solve_reserve_rows(p, q, q, 1.0, out=ro)
+    lam, *_ = solve_reserve_rows(p, q, q, 1.0, init=np.array([np.nan, -3.0, 7.0]))   # NaN / negative: cold
+    np.testing.assert_allclose(lam, solve_reserve(p, q, q, 1.0, method="sort"), atol=1e-12)
+    with pytest.raises(ValueError, match="gamma"):
+        solve_reserve(p, q, q, float("nan"))
+    with pytest.raises(ValueError, match="gamma"):
+        solve_reserve(p, q, q, -0.5, method="sort")
+    with pytest.raises(ValueError, match="2-D"):
+        solve_reserve(p[0], q[0], q[0], 1.0)

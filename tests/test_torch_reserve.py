@@ -23,7 +23,7 @@ def test_solvers_agree_with_numpy(family, gamma):
     np.testing.assert_allclose(solve_reserve_sort(P, Q, Q, gamma).numpy(), want, atol=1e-13)
     lam32, info32 = solve_reserve_newton(P.float(), Q.float(), Q.float(), gamma)
     assert info32.max_residual <= 64 * np.finfo(np.float32).eps * (1 + gamma)
-    np.testing.assert_allclose(lam32.double().numpy(), want, atol=1e-4)
+    np.testing.assert_allclose(lam32.double().numpy(), want, atol=5e-4)
 
 
 def test_flat_piece_resolves_to_smallest_root():
@@ -33,13 +33,13 @@ def test_flat_piece_resolves_to_smallest_root():
     p = p / p.sum()
     left = np.max((p - q) / q)
     want = solve_reserve(p, q, q, 1.0)
-    np.testing.assert_allclose(want, [left], atol=1e-12)
+    np.testing.assert_allclose(want, [left], atol=1e-11)
     P, Q = torch.from_numpy(p), torch.from_numpy(q)
     for init in [None, 0.3, 0.7, 0.9]:
         x0 = None if init is None else torch.tensor([init], dtype=torch.float64)
         lam, _ = solve_reserve_newton(P, Q, Q, 1.0, init=x0)
-        np.testing.assert_allclose(lam.numpy(), [left], atol=1e-12)
-    np.testing.assert_allclose(solve_reserve_sort(P, Q, Q, 1.0).numpy(), [left], atol=1e-12)
+        np.testing.assert_allclose(lam.numpy(), [left], atol=1e-11)
+    np.testing.assert_allclose(solve_reserve_sort(P, Q, Q, 1.0).numpy(), [left], atol=1e-11)
 
 
 def test_newton_rejects_gamma_above_one():
@@ -77,7 +77,7 @@ def test_fused_solver_matches_sort_and_returns_its_mass(dtype, gamma):
     P, Q, R = (torch.from_numpy(a).to(dtype) for a in (p, q, rho))
     lam, m, info = solve_reserve_fused(P, Q, R, gamma, init=torch.full((8,), 0.5 * gamma))
     want = solve_reserve(P.double().numpy(), Q.double().numpy(), R.double().numpy(), gamma, method="sort")
-    np.testing.assert_allclose(lam.numpy(), want, atol=1e-12 if dtype == torch.float64 else 1e-4)
+    np.testing.assert_allclose(lam.numpy(), want, atol=1e-12 if dtype == torch.float64 else 5e-4)
     assert m.dtype == dtype and info.max_residual <= 64 * torch.finfo(dtype).eps * (1 + gamma) + 1e-15
     mass = torch.minimum(Q.double(), (P.double() - lam.unsqueeze(1) * R.double()).clamp(min=0)).to(dtype)
     torch.testing.assert_close(m, mass, rtol=0, atol=4 * torch.finfo(dtype).eps)
@@ -111,3 +111,60 @@ def test_fused_and_tensor_newton_verifiers_decide_alike():
         torch.from_numpy(p), torch.from_numpy(q), torch.from_numpy(c), uniforms=u)
     n = resispec.get_verifier("resispec").verify(p, q, c, uniforms=u)
     assert torch.equal(a.tokens, b.tokens) and np.array_equal(a.tokens.numpy(), n.tokens)
+
+
+def test_all_solvers_agree_where_g_is_nearly_flat():
+    """p ~ q (TV 3e-14): every solver and backend reserves 0 and accepts alike (was: newton 0, sort 1)."""
+    import resispec
+
+    p, q, c = np.array([1 - 3e-14, 3e-14]), np.array([1.0, 0.0]), np.array([0, 0, 0])
+    probs = [resispec.get_verifier("resispec", reserve_method=m).chain(p, q, c).accept_probs for m in ("newton", "sort")]
+    probs += [resispec.get_verifier("resispec", backend="torch", solver=s).chain(p, q, c).accept_probs.numpy()
+              for s in ("auto", "fused", "newton", "sort")]
+    for a in probs:
+        np.testing.assert_allclose(a, probs[0], atol=1e-12)
+
+
+def test_torch_solver_inputs_checked():
+    from resispec.torch_backend import solve_reserve_fused
+
+    P = torch.full((2, 4), 0.25, dtype=torch.float64)
+    for fn in (solve_reserve_newton, solve_reserve_sort, solve_reserve_fused):
+        with pytest.raises(ValueError, match="float32 or all float64"):
+            fn(P.half(), P.half(), P.half(), 1.0)
+        with pytest.raises(ValueError, match="shape"):
+            fn(P, P[:1], P, 1.0)
+    with pytest.raises(ValueError, match="init"):
+        solve_reserve_newton(P, P, P, 1.0, init=torch.zeros(1))
+    # a non-contiguous p_i and a numpy init are fine; lam comes back in the working dtype
+    wide = torch.full((2, 8), 0.125, dtype=torch.float32)
+    lam, m, _ = solve_reserve_fused((wide * 2)[:, ::2], P.float(), P.float(), 1.0, init=np.zeros(2))
+    assert lam.dtype == torch.float32 and m.is_contiguous()
+    with pytest.raises(ValueError, match="share memory"):
+        solve_reserve_fused(P, P.clone(), P.clone(), 1.0, out=P)
+
+
+def test_proxy_output_requiring_grad_works_with_every_solver():
+    import resispec
+
+    rng = np.random.default_rng(0)
+    p, q = get_family("softmax_noise").sample(rng, n=3, V=20)
+    c = resispec.draw_candidates(q, 3, "iid", rng)
+    w = torch.ones((), dtype=torch.float64, requires_grad=True)
+
+    def proxy(q_i, *, step, k, p_i):
+        return q_i * w
+
+    probs = [resispec.get_verifier("resispec", backend="torch", proxy=proxy, solver=s).chain(p, q, c)
+             .accept_probs.detach().numpy() for s in ("fused", "newton", "sort")]
+    for a in probs[1:]:
+        np.testing.assert_allclose(a, probs[0], atol=1e-10)
+
+
+def test_meta_tensors_rejected_clearly():
+    import resispec
+
+    P = torch.full((2, 4), 0.25, dtype=torch.float64, device="meta")
+    with pytest.raises(ValueError, match="meta tensors"):
+        resispec.get_verifier("resispec", backend="torch").verify(P, P, torch.zeros((2, 2), dtype=torch.long,
+                                                                                     device="meta"), torch.Generator())

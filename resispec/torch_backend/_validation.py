@@ -116,6 +116,8 @@ def as_laws_t(p, q, *, dtype=torch.float64, device="cpu") -> tuple[torch.Tensor,
     if isinstance(p, torch.Tensor) and isinstance(q, torch.Tensor):
         if p.device != q.device:
             raise ValueError(f"p is on {p.device} but q is on {q.device}; move both to one device (q.to(p.device))")
+        if p.device.type == "meta":
+            raise ValueError("p and q are meta tensors (shapes without data); verify needs real values on cpu or cuda")
         if p.dtype != q.dtype:
             raise TypeError(f"p has dtype {p.dtype} but q has dtype {q.dtype}; cast both to one dtype")
     elif isinstance(p, torch.Tensor) or isinstance(q, torch.Tensor):

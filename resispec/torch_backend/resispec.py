@@ -8,50 +8,46 @@ the last one greedy.  Builds on SpecInfer (Miao et al. 2024, arXiv
 2305.09781), SpecTr (arXiv 2310.15141) and Khisti et al. 2025 (arXiv
 2410.18234).
 
-The reserve ``lambda`` is the smallest root of the non-decreasing (for
-``gamma <= 1``) piecewise-linear ``g(l) = l - gamma R(l)``, where
-``R(l) = 1 - s(l) = sum_x max(p - q, min(p, l rho))`` is the residual mass.
+The reserve solves ``lambda = gamma (1 - s(lambda))``: a root of the
+non-decreasing (for ``gamma <= 1``) piecewise-linear
+``g(l) = l - gamma (1 - s(l))``.  Every solver targets the same point,
+``min {l in [0, gamma] : g(l) >= -tau}`` with
+``tau = max(1e-13, 64 eps) (1 + gamma)`` of the working dtype (float64
+2e-13, float32 1.5e-5; :mod:`resispec._reserve_fused`): the smallest root up
+to ``tau``, so starts, solvers and backends agree, flat pieces of roots
+(``gamma = 1``) resolve to their left end and ``p ~ q`` reserves 0.  Error
+bound against the exact smallest root ``lambda*``: ``tau / g'`` (at most
+``tau / (1 - gamma)`` for ``gamma < 1``).
+
 Solvers (``solver=``; the default ``"auto"`` is ``"fused"`` for CPU tensors
 and ``"newton"`` on other devices):
 
 ``"fused"`` (CPU)
     The compiled per-row kernel of :mod:`resispec._reserve_fused`, the one
-    the numpy backend uses: safeguarded Newton with an exact finish, one
-    pass over a cache-resident row per step, the accepted mass written at
-    the returned reserve.  Error bound: ``|g(lambda)| <= 64 eps (1 + gamma)``
-    of the working dtype (float64: 2.8e-14, float32: 1.5e-5; sums in
-    float64), or ``lambda`` is the exact root of a linear piece of ``g``;
-    the left end of a flat piece (``gamma = 1``), as the numpy solver.
-    Warm-started from the previous candidate's reserve.  Measured with
+    the numpy backend uses: safeguarded Newton on ``g + tau`` with an exact
+    finish (the answer above to round-off), one pass over a cache-resident
+    row per step, the accepted mass written at the returned reserve;
+    warm-started from the previous candidate's reserve.  Measured with
     ``resispec bench-verify`` (CPU, float64, B = 256, V = 151,936):
-    ResiSpec / rrs cost about 1.0-1.3 for k = 2-8 (``reports/bench_verify.md``).
+    ResiSpec / rrs about 1.1-1.4 for k = 2-8 (``reports/bench_verify.md``).
 ``"newton"`` (tensor ops, any device; the GPU path)
-    Safeguarded Newton on ``g`` with the bracket ``g(lo) < 0 <= g(hi)``
-    (bisection whenever a step leaves the bracket), at most
+    The same Newton iteration on ``h = g + tau`` in tensor ops: bracket
+    ``h(lo) < 0 <= h(hi)``, bisection whenever a step leaves it, at most
     :data:`MAX_ITER` evaluations into reused buffers.  An evaluation is
     three passes over the (B, V) tensors (``y = p - lambda rho`` by
     ``addcmul``, ``m = clamp(y, 0, q)``, ``sum``); the slope (two more
-    passes: a 0/1 activity indicator and a batched dot product with ``rho``)
-    only for rows that take another step.  The last evaluation is at the
-    returned ``lambda``, so the accepted mass ``m`` comes with it at no
-    extra cost.  Once at most a quarter of the rows are still open, only
-    those rows are evaluated (tail compaction).  The solver stops when every
-    row has ``|g(lambda)| <= tol`` with ``tol = 64 eps (1 + gamma)``
-    (float64: 2.8e-14, float32: 1.5e-5) or a bracket narrower than
-    ``4 eps gamma``.  For ``gamma = 1`` ``g`` may vanish on a whole piece
-    (all proxy mass active); when the iterate may sit on such a piece (zero
-    slope, or not reached by a Newton step from the left) one more
-    evaluation at the piece's left end (the last activation breakpoint)
-    returns it when it is a root -- the smallest root, as the numpy solver
-    returns.  Error bound: the returned ``lambda`` solves the fixed-point
-    equation to ``|g| <= tol``; with ``gamma < 1`` (``g' >= 1 - gamma``)
-    that is ``|lambda - lambda*| <= tol / (1 - gamma)`` (if ``MAX_ITER``
-    stops it first, the residual reached is reported in
-    :class:`ReserveInfo`).  It takes 5-6 evaluations cold and 4-5
-    warm-started, each several passes over (B, V) tensors in main memory:
-    on the CPU ResiSpec / rrs costs about 2.5-4.5 this way (k = 2-8), which
-    is why the CPU default is ``"fused"``.  For ``gamma > 1`` (``g`` may
-    decrease) the sort solver is used.
+    passes: a 0/1 activity indicator and a batched dot product with
+    ``rho``) only for rows that take another step.  The last evaluation is
+    at the returned ``lambda``, so ``m`` comes with it.  Once at most a
+    quarter of the rows are open, only those are evaluated (tail
+    compaction).  Every row stops at ``|h(lambda)| <= 64 eps (1 + gamma)``
+    (a further ``64 eps (1 + gamma) / g'`` from the point above) or a
+    bracket narrower than ``4 eps gamma``; if :data:`MAX_ITER` stops it
+    first, :class:`ReserveInfo` reports the residual reached.  About 5-6
+    evaluations per reserve, each several passes over (B, V) tensors in
+    main memory: on the CPU that makes ResiSpec / rrs about 2.5-4 (k =
+    2-8), which is why the CPU default is ``"fused"``.  ``gamma > 1``
+    (``g`` may decrease) uses the sort solver.
 ``"sort"``
     The numpy algorithm (:func:`resispec.verifiers.resispec.solve_reserve`)
     on tensors: sort the ``2V`` breakpoints, O(V log V) per row; exact to
@@ -69,7 +65,6 @@ from dataclasses import dataclass
 import torch
 
 from ..verifiers.registry import register
-from ..verifiers.resispec import _ROOT_TOL as _NP_ROOT_TOL
 from .base import TorchMassVerifier
 from .proxies import check_proxy_output, get_proxy
 
@@ -89,8 +84,8 @@ class ReserveInfo:
         Evaluations of ``g``: ``newton``, each a few passes over the (B, V)
         tensors; ``fused``, the most passes over any one row.
     max_residual : float
-        ``max_rows |lambda - gamma R(lambda)|`` at the returned ``lambda``
-        (the documented error of the fixed point, working dtype).
+        ``max_rows |g(lambda) + tau|`` at the returned ``lambda`` (0 at the
+        targeted point; module docstring).
     """
 
     iterations: int
@@ -128,41 +123,42 @@ def _slope(rho, ws: _Workspace, z):
 
 
 def _solve_newton(p_i, q_i, rho, gamma, *, init=None, max_iter=MAX_ITER, workspace=None, out=None):
-    """Safeguarded Newton; returns ``(lam, m, info)`` with ``m = min(q, (p - lam rho)_+)`` in ``out``.
+    """Safeguarded Newton on ``h = g + tau``; returns ``(lam, m, info)``, ``m = min(q, (p - lam rho)_+)`` in ``out``.
 
-    The last evaluation of ``s`` is at the returned ``lam``, so the accepted mass costs nothing
-    extra; the slope is computed only for rows that need another step (lazy).
+    ``lam`` approximates ``min {l : g(l) >= -tau}`` (:func:`resispec._reserve_fused.reserve_tol`):
+    every row stops at ``|h(lam)| <= 64 eps (1 + gamma)`` (or a bracket narrower than
+    ``4 eps gamma``).  The last evaluation of ``s`` is at the returned ``lam``, so the accepted
+    mass costs nothing extra; the slope is computed only for rows that need another step (lazy).
     """
+    from .._reserve_fused import reserve_tol
+
     if not 0.0 <= gamma <= 1.0:
         raise ValueError(f"the newton reserve solver needs 0 <= gamma <= 1, got {gamma}; use solver='sort'")
     B = p_i.shape[0]
     dt, dev = p_i.dtype, p_i.device
     eps = torch.finfo(dt).eps
     tol = 64.0 * eps * (1.0 + gamma)
+    tau = reserve_tol(torch.empty((), dtype=dt).numpy().dtype, gamma)
     ws = _Workspace(p_i) if workspace is None else workspace
     z = torch.empty_like(p_i) if out is None else out
-    if gamma == 0:
+    if gamma == 0 or B == 0:
         torch.minimum(p_i, q_i, out=z)
         return torch.zeros(B, dtype=dt, device=dev), z, ReserveInfo(0, 0.0)
-    lo = torch.zeros(B, dtype=dt, device=dev)            # g(0) = -gamma TV <= 0
-    hi = torch.full((B,), gamma, dtype=dt, device=dev)   # g(gamma) = gamma s(gamma) >= 0
-    its = 0
+    hi = torch.full((B,), gamma, dtype=dt, device=dev)   # h(gamma) = gamma s(gamma) + tau > 0
+    its = 1
+    # h(0) = tau - gamma TV: rows with h(0) >= 0 answer 0; the others start above gamma TV (cold)
+    torch.minimum(p_i, q_i, out=z)
+    h0 = tau - gamma * (1.0 - z.sum(dim=1))
+    at_zero = h0 >= 0
+    lo = torch.zeros(B, dtype=dt, device=dev)
     if init is None:
-        # lambda* = gamma R(lambda*) >= gamma R(0) = gamma TV(p_i, q_i): start at that lower bound
-        torch.minimum(p_i, q_i, out=z)
-        x = gamma * (1.0 - z.sum(dim=1))
-        lo = x.clone()
+        x = torch.where(at_zero, lo, (gamma * (1.0 - z.sum(dim=1))).clamp(0.0, gamma))
     else:
-        x = init.to(dt).clamp(0.0, gamma)
-    done = torch.zeros(B, dtype=torch.bool, device=dev)
-    g = torch.zeros(B, dtype=dt, device=dev)
-    slope = torch.ones(B, dtype=dt, device=dev)
-    have_slope = torch.zeros(B, dtype=torch.bool, device=dev)
-    # "unsure": x was not reached by a Newton step from the left, so it might sit exactly on the
-    # right end of a flat piece (where the slope test below cannot see the flatness)
-    unsure = torch.full((B,), init is not None, dtype=torch.bool, device=dev)
+        x = torch.where(at_zero, lo, init.to(device=dev, dtype=dt).nan_to_num(0.0).clamp(0.0, gamma))
+    done = at_zero.clone()
+    h = torch.where(at_zero, h0, torch.zeros_like(h0))
     sub = None   # (idx, p, q, rho, workspace, z) of the open rows once they are few (tail compaction)
-    while True:
+    while not bool(done.all()):
         its += 1
         if sub is None:
             s = _mass(x, p_i, q_i, rho, ws, z)            # every row at its own x: z = m(x)
@@ -171,11 +167,11 @@ def _solve_newton(p_i, q_i, rho, gamma, *, init=None, max_iter=MAX_ITER, workspa
             s = torch.zeros(B, dtype=dt, device=dev)
             s[idx] = _mass(x[idx], ps, qs, rs, wss, zs)
             z.index_copy_(0, idx, zs)                     # m(x) of these rows; the others keep theirs
-        g = torch.where(done, g, x - gamma * (1.0 - s))
-        below = g < 0
+        h = torch.where(done, h, x - gamma * (1.0 - s) + tau)
+        below = h < 0
         lo = torch.where(below & ~done, x, lo)
         hi = torch.where(~below & ~done, x, hi)
-        done = done | (g.abs() <= tol) | (hi - lo <= 4.0 * eps * gamma)
+        done = done | (h.abs() <= tol) | (hi - lo <= 4.0 * eps * gamma)
         if its >= max_iter or bool(done.all()):
             break
         # slope only now (rows not done need a step): two more passes over buffers already hot
@@ -184,75 +180,58 @@ def _solve_newton(p_i, q_i, rho, gamma, *, init=None, max_iter=MAX_ITER, workspa
         else:
             Rp = torch.zeros(B, dtype=dt, device=dev)
             Rp[idx] = _slope(rs, wss, zs)
-        slope = torch.where(done, slope, 1.0 - gamma * Rp)
-        have_slope = have_slope | ~done
-        # next point: Newton from x, bisection when the step leaves the bracket (lo, hi)
+        slope = 1.0 - gamma * Rp
+        # next point: Newton from x, bisection when the step leaves the bracket (lo, hi]
         step_ok = slope > 0
-        xn = x - g / torch.where(step_ok, slope, torch.ones_like(slope))
-        inside = step_ok & (xn > lo) & (xn < hi)
-        unsure = torch.where(done, unsure, ~(inside & (g < 0)))
+        xn = x - h / torch.where(step_ok, slope, torch.ones_like(slope))
+        inside = step_ok & (xn > lo) & (xn <= hi)
         x = torch.where(done, x, torch.where(inside, xn, 0.5 * (lo + hi)))
         if sub is None and B >= 4:
             idx = torch.nonzero(~done).squeeze(1)
             if 4 * idx.numel() <= B:
-                # few stragglers (round-off just above tol, or a breakpoint crossed late): evaluate
-                # only their rows from now on instead of all B
+                # few stragglers: evaluate only their rows from now on instead of all B
                 ps, qs, rs = p_i.index_select(0, idx), q_i.index_select(0, idx), rho.index_select(0, idx)
                 sub = (idx, ps, qs, rs, _Workspace(ps), torch.empty_like(ps))
-    # rows that converged at an x whose slope was measured before the last step are not at that
-    # x's slope: treat them like rows without a slope (unsure) for the flat-piece check
-    if gamma == 1.0:
-        check = unsure | (slope <= 1e3 * eps) | ~have_slope
-        if bool(check.any()):
-            # g can vanish on a whole piece where every token with rho > 0 is active.  That piece
-            # starts at the last activation breakpoint left = max (p - q) / rho; before it g is
-            # strictly increasing, so if g(left) == 0 then left is the smallest root.
-            # (p - q) / rho; where rho = 0 it is -inf or NaN (p <= q: ignored, NaN -> -inf) or +inf
-            # (p > q: then g < 0 on the all-active piece, so there is no flat piece of roots)
-            y = torch.sub(p_i, q_i, out=ws.y)
-            y.div_(rho).nan_to_num_(nan=float("-inf"), posinf=float("inf"), neginf=float("-inf"))
-            left = y.amax(dim=1).clamp(min=0.0)
-            check = check & (left < x)              # a flat piece ending at x starts at left <= x
-            if bool(check.any()):
-                xl = torch.where(check, left, x)
-                s_left = _mass(xl, p_i, q_i, rho, ws, z)
-                its += 1
-                take = check & ((xl - (1.0 - s_left)).abs() <= tol)
-                x = torch.where(take, xl, x)
-                if not bool(take.all()):
-                    _mass(x, p_i, q_i, rho, ws, z)   # z back to m(x) for the rows that keep x
-                    its += 1
     lam = x.clamp(0.0, gamma)
-    return lam, z, ReserveInfo(its, float(g.abs().max()))
+    return lam, z, ReserveInfo(its, float(h.abs().max()))
 
 
 def solve_reserve_newton(p_i: torch.Tensor, q_i: torch.Tensor, rho: torch.Tensor, gamma: float,
                          *, init: torch.Tensor | None = None, max_iter: int = MAX_ITER,
                          workspace: "_Workspace | None" = None) -> tuple[torch.Tensor, ReserveInfo]:
-    """Smallest root of ``lambda = gamma (1 - s(lambda))`` by safeguarded Newton.
+    """The reserve ``min {l : g(l) >= -tau}`` by safeguarded Newton in tensor ops (any device).
+
+    ``tau`` and the target point: :mod:`resispec._reserve_fused`.  Stops at
+    ``|g(lam) + tau| <= 64 eps (1 + gamma)`` of the working dtype.
 
     Parameters
     ----------
-    p_i, q_i, rho : Tensor, shape (B, V), float32 or float64
+    p_i, q_i, rho : Tensor, shape (B, V), float32 or float64, one device
         Residual target, current draft and proxy (rows sum to 1).
     gamma : float in [0, 1]
         Reserve scale (``g`` is non-decreasing only for ``gamma <= 1``).
     init : Tensor, shape (B,), optional
-        Starting point (e.g. the previous candidate's reserve; default 0).
-        Only the speed depends on it.
+        Starting point (e.g. the previous candidate's reserve).  Only the
+        speed depends on it.
     max_iter : int
         Largest number of evaluations of ``g``.
 
     Returns
     -------
-    lam : Tensor, shape (B,), in [0, gamma]
+    lam : Tensor, shape (B,), dtype of ``p_i``, in [0, gamma]
     info : ReserveInfo
 
     Raises
     ------
     ValueError
-        ``gamma`` outside [0, 1] (use :func:`solve_reserve_sort`).
+        ``gamma`` outside [0, 1] (use :func:`solve_reserve_sort`); dtype not
+        float32/float64; mismatched shapes, dtypes or devices.
     """
+    p_i, q_i, rho = _check_solver_inputs(p_i, q_i, rho)
+    if init is not None:
+        init = torch.as_tensor(init).detach()
+        if init.shape != (p_i.shape[0],):
+            raise ValueError(f"init must have shape (B,) = ({p_i.shape[0]},), got {tuple(init.shape)}")
     lam, _, info = _solve_newton(p_i, q_i, rho, gamma, init=init, max_iter=max_iter, workspace=workspace)
     return lam, info
 
@@ -284,31 +263,57 @@ def solve_reserve_fused(p_i: torch.Tensor, q_i: torch.Tensor, rho: torch.Tensor,
     ValueError
         Tensors not on the CPU, ``gamma`` outside [0, 1], mixed dtypes.
 
-    Error bound: ``|g(lam)| <= 64 eps (1 + gamma)`` of the working dtype, or
-    ``lam`` is the exact root of a linear piece of ``g`` (the module docstring
-    of :mod:`resispec._reserve_fused`); on a flat piece (``gamma = 1``) its
-    left end, the smallest root.
+    The point returned and its error bound: :mod:`resispec._reserve_fused`
+    (``min {l : g(l) >= -tau}``, exact finish on a linear piece of ``g``).
     """
     from .._reserve_fused import solve_reserve_rows
 
     if any(t.device.type != "cpu" for t in (p_i, q_i, rho)):
         raise ValueError("solver='fused' runs on CPU tensors; use solver='newton' (tensor ops) on "
                          f"{p_i.device}")
-    if any(t.dtype != p_i.dtype for t in (q_i, rho)):
-        raise ValueError(f"p_i, q_i and rho must share one dtype, got {p_i.dtype}, {q_i.dtype}, {rho.dtype}")
-    m = torch.empty_like(p_i) if out is None else out
-    arrays = [t.detach().contiguous().numpy() for t in (p_i, q_i, rho)]
-    init_np = None if init is None else init.detach().to(torch.float64).cpu().numpy()
+    p_i, q_i, rho = _check_solver_inputs(p_i, q_i, rho)
+    if out is None:
+        m = torch.empty(p_i.shape, dtype=p_i.dtype)
+    elif not isinstance(out, torch.Tensor):
+        raise TypeError(f"out must be a torch.Tensor, got {type(out).__name__}")
+    else:
+        m = out
+    arrays = [t.contiguous().numpy() for t in (p_i, q_i, rho)]
+    init_np = None if init is None else torch.as_tensor(init).detach().to(torch.float64).cpu().numpy()
     lam, _, passes, resid, _ = solve_reserve_rows(*arrays, float(gamma), init=init_np, out=m.detach().numpy())
     info = ReserveInfo(int(passes.max()) if passes.size else 0, float(abs(resid).max()) if resid.size else 0.0)
-    return torch.from_numpy(lam), m, info
+    return torch.from_numpy(lam).to(p_i.dtype), m, info
+
+
+def _check_solver_inputs(p_i, q_i, rho):
+    """Detached (B, V) float32/float64 tensors on one device, one dtype; else ValueError / TypeError."""
+    ts = (p_i, q_i, rho)
+    if not all(isinstance(t, torch.Tensor) for t in ts):
+        raise TypeError("p_i, q_i and rho must be torch tensors")
+    if any(t.dtype != p_i.dtype for t in ts) or p_i.dtype not in (torch.float32, torch.float64):
+        raise ValueError(f"p_i, q_i and rho must all be float32 or all float64, got {[t.dtype for t in ts]}")
+    if any(t.dim() != 2 or t.shape != p_i.shape for t in ts):
+        raise ValueError(f"p_i, q_i and rho must share one (B, V) shape, got {[tuple(t.shape) for t in ts]}")
+    if any(t.device != p_i.device for t in ts):
+        raise ValueError(f"p_i, q_i and rho must be on one device, got {[str(t.device) for t in ts]}")
+    return tuple(t.detach() for t in ts)
 
 
 def solve_reserve_sort(p_i: torch.Tensor, q_i: torch.Tensor, rho: torch.Tensor, gamma: float) -> torch.Tensor:
-    """Exact smallest root by sorting the ``2V`` breakpoints (torch port of the numpy solver).
+    """The reserve ``min {l : g(l) >= -tau}`` by sorting the ``2V`` breakpoints (port of the numpy solver).
 
-    Shapes (B, V) -> (B,), any ``gamma >= 0``.  O(V log V) per row.
+    Shapes (B, V) -> (B,) in the dtype of ``p_i``, any ``gamma >= 0``.
+    O(V log V) per row; exact to round-off.  ``tau``:
+    :func:`resispec._reserve_fused.reserve_tol` of the working dtype.
+
+    Raises
+    ------
+    ValueError, TypeError
+        As :func:`solve_reserve_newton`.
     """
+    from .._reserve_fused import reserve_tol
+
+    p_i, q_i, rho = _check_solver_inputs(p_i, q_i, rho)
     B, V = p_i.shape
     dt, dev = p_i.dtype, p_i.device
     if gamma == 0:
@@ -332,7 +337,8 @@ def solve_reserve_sort(p_i: torch.Tensor, q_i: torch.Tensor, rho: torch.Tensor, 
     s = s0.unsqueeze(1) + torch.cat([z1, torch.cumsum(ds, dim=1)], dim=1)
     g = t - gamma * (1.0 - s)
     n = t.shape[1]
-    above = g >= -_NP_ROOT_TOL * (1.0 + gamma)
+    tau = reserve_tol(torch.empty((), dtype=dt).numpy().dtype, gamma)
+    above = g >= -tau
     has = above.any(dim=1)
     j = torch.where(has, torch.argmax(above.to(torch.uint8), dim=1), torch.full((B,), n, device=dev))
     jm = (j - 1).clamp(0, n - 1).unsqueeze(1)
@@ -340,7 +346,7 @@ def solve_reserve_sort(p_i: torch.Tensor, q_i: torch.Tensor, rho: torch.Tensor, 
                      torch.full((B,), float("inf"), dtype=dt, device=dev))
     t0, g0, sl = (torch.gather(v, 1, jm).squeeze(1) for v in (t, g, slope))
     dg = 1.0 + gamma * sl
-    lam = torch.where(dg > 0, t0 - g0 / torch.where(dg > 0, dg, torch.ones_like(dg)), t1)
+    lam = torch.where(dg > 0, t0 - (g0 + tau) / torch.where(dg > 0, dg, torch.ones_like(dg)), t1)
     lam = torch.minimum(lam, t1)
     lam = torch.where(j == 0, torch.zeros_like(lam), lam)
     return lam.clamp(0.0, gamma)
@@ -430,7 +436,7 @@ class ResiSpecTorch(TorchMassVerifier):
         if versions is not None and _versions(q_i, p_i) != versions:
             raise ValueError(f"proxy {self.proxy_name!r} wrote into its input q_i or p_i (an in-place op); "
                              "a proxy must return a new tensor and leave its arguments unchanged")
-        return check_proxy_output(rho, p_i, self.proxy_name)
+        return check_proxy_output(rho, p_i, self.proxy_name).detach()   # a proxy's autograd graph is not ours
 
     def _solver_for(self, p_i):
         """The solver used for tensors on ``p_i``'s device (``auto`` resolved)."""

@@ -20,9 +20,11 @@ from .base import MassVerifier
 from .lookahead import lookahead_reserve
 from .registry import register
 
-#: ``g >= -_ROOT_TOL (1 + gamma)`` counts as a root: for ``gamma = 1`` ``g`` can
+#: The reserve is ``min {l : g(l) >= -_ROOT_TOL (1 + gamma)}`` (float64; see
+#: :func:`resispec._reserve_fused.reserve_tol`): for ``gamma = 1`` ``g`` can
 #: vanish on a whole interval, where round-off (a few 1e-15 at V = 151,936)
-#: must not move the answer away from its left end, the smallest root.
+#: must not move the answer away from its left end, the smallest root; and a
+#: well-defined point makes every solver and backend return the same one.
 _ROOT_TOL = 1e-13
 
 #: Reserve rules of the iid ResiSpec verifier.
@@ -35,28 +37,27 @@ RESERVE_METHODS = ("newton", "sort")
 
 def solve_reserve(p_i: np.ndarray, q_i: np.ndarray, rho: np.ndarray, gamma: float,
                   method: str = "newton", *, init: np.ndarray | None = None) -> np.ndarray:
-    """Exact fixed point ``lambda = gamma (1 - s(lambda))``.
-
-    ``method="newton"`` (default, ``0 <= gamma <= 1``): the fused per-row
-    Newton kernel of :mod:`resispec._reserve_fused` (one compiled pass over
-    a row per step, about 4-7 steps), shared with the torch backend on CPU.
-    It returns ``lambda`` with ``|g(lambda)| <= 64 eps (1 + gamma)``, or the
-    exact root of a linear piece of ``g``, and the left end of a flat piece
-    (the smallest root) for ``gamma = 1``: the same root as
-    ``method="sort"`` to round-off (tested to 1e-12 where ``g``'s slope at
-    the root is not tiny).  ``init`` (B,) warm-starts it (speed only).
-    ``gamma > 1`` (``g`` may decrease) always uses the sort.
-    ``method="sort"``: the algorithm below.
+    """Reserve of ResiSpec: the fixed point ``lambda = gamma (1 - s(lambda))``.
 
     ``s(lambda) = sum_x min(q, (p - lambda rho)_+)`` is piecewise linear with
     breakpoints ``(p - q)_+ / rho`` (slope drops by ``rho``) and ``p / rho``
     (slope rises by ``rho``); ``g(lambda) = lambda - gamma (1 - s(lambda))``
-    has ``g(0) <= 0 <= g(gamma)``.  The smallest root is found exactly (to
-    round-off) on the sorted breakpoints: O(V log V) per row.  For
-    ``gamma = 1``, ``g`` can vanish on a whole interval (every token with
-    ``rho > 0`` active); the first knot with ``g >= -1e-13 (1 + gamma)``
-    is taken as reaching 0, so such a flat piece resolves to its left end,
-    the smallest root, whatever the round-off inside it.
+    has ``g(0) <= 0 <= g(gamma)``.  Every method returns the same point,
+
+        ``lambda = min {l in [0, gamma] : g(l) >= -tau}``,  ``tau = 1e-13 (1 + gamma)``,
+
+    the smallest root up to ``tau``: the left end of a flat piece of roots
+    (``gamma = 1``, every token with ``rho > 0`` active), 0 when ``p ~ q``,
+    and otherwise ``tau / g'`` left of the exact root
+    (``|lambda - lambda*| <= tau / (1 - gamma)`` for ``gamma < 1``).
+
+    ``method="newton"`` (default, ``0 <= gamma <= 1``): the fused per-row
+    Newton kernel of :mod:`resispec._reserve_fused` (one compiled pass over
+    a cache-resident row per step, about 4-7 steps, exact finish), shared
+    with the torch backend on CPU; ``init`` (B,) warm-starts it (speed
+    only).  ``method="sort"``: sort the ``2V`` knots, O(V log V) per row.
+    ``gamma > 1`` (``g`` may decrease) always sorts.  Without numba,
+    ``"newton"`` falls back to the sort with a warning.
 
     Parameters
     ----------
@@ -64,9 +65,10 @@ def solve_reserve(p_i: np.ndarray, q_i: np.ndarray, rho: np.ndarray, gamma: floa
         Residual target, draft of the current candidate, proxy (rows sum to 1).
     gamma : float >= 0
         Reserve scale.
-
     method : {"newton", "sort"}
-        Solver (both exact to round-off).
+        Solver (the same answer to round-off).
+    init : ndarray, shape (B,), optional
+        Warm start of ``"newton"``.
 
     Returns
     -------
@@ -75,11 +77,21 @@ def solve_reserve(p_i: np.ndarray, q_i: np.ndarray, rho: np.ndarray, gamma: floa
     Raises
     ------
     ValueError
-        Unknown ``method``.
+        Unknown ``method``; negative or non-finite ``gamma``; arrays not
+        2-D of one shape; ``init`` not of shape (B,).
+
+    Source: ``docs/RESISPEC.md`` section 4 (ResiSpec's reserve).
     """
     if method not in RESERVE_METHODS:
         raise ValueError(f"method must be one of {RESERVE_METHODS}, got {method!r}")
-    B, V = p_i.shape
+    if isinstance(gamma, bool) or not isinstance(gamma, (int, float, np.integer, np.floating)) \
+            or not np.isfinite(gamma) or gamma < 0:
+        raise ValueError(f"gamma must be a finite number >= 0, got {gamma!r}")
+    shapes = [np.shape(a) for a in (p_i, q_i, rho)]
+    if len(shapes[0]) != 2 or len(set(shapes)) != 1:
+        raise ValueError(f"p_i, q_i and rho must be 2-D arrays of one shape (B, V), got {shapes}; "
+                         "use x[None] for a single row")
+    B, V = shapes[0]
     if gamma == 0:
         return np.zeros(B)
     if method == "newton" and gamma <= 1.0 and _fused_available():
@@ -129,15 +141,16 @@ def _solve_reserve_sort(p_i, q_i, rho, gamma):
     g = t - gamma * (1.0 - s)
     n = t.shape[1]
     rows = np.arange(B)
-    above = g >= -_ROOT_TOL * (1.0 + gamma)                       # g == 0 up to round-off counts
+    tau = _ROOT_TOL * (1.0 + gamma)
+    above = g >= -tau                                             # g == 0 up to round-off counts
     has = above.any(axis=1)
-    j = np.where(has, np.argmax(above, axis=1), n)                # first knot with g >= -tol
+    j = np.where(has, np.argmax(above, axis=1), n)                # first knot with g >= -tau
     jm = np.clip(j - 1, 0, n - 1)
     t1 = np.where(has, t[rows, np.clip(j, 0, n - 1)], np.inf)
     t0, g0, sl = t[rows, jm], g[rows, jm], slope[rows, jm]
     dg = 1.0 + gamma * sl
-    lam = np.where(dg > 0, t0 - g0 / np.where(dg > 0, dg, 1.0), t1)
-    lam = np.minimum(lam, t1)                                      # root lies in (t_{j-1}, t_j]
+    lam = np.where(dg > 0, t0 - (g0 + tau) / np.where(dg > 0, dg, 1.0), t1)   # g = -tau on this piece
+    lam = np.minimum(lam, t1)                                      # the crossing lies in (t_{j-1}, t_j]
     lam = np.where(j == 0, 0.0, lam)                               # g(0) >= 0: root at 0
     return np.clip(lam, 0.0, gamma)
 
