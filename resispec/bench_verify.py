@@ -2,9 +2,10 @@
 
 For each backend, verifier and candidate count ``k`` the same batch of
 ``(p, q, candidates)`` (a ``softmax_noise`` pair family, V = 151,936 by
-default) is verified through the public ``Verifier.verify``: one untimed
-warm-up call per cell, then ``repeats`` rounds that time every cell once,
-interleaved (a change of machine load hits all cells alike).  The best time
+default) is verified through the public ``Verifier.verify``.  Backend by
+backend: one untimed warm-up call per cell, then ``repeats`` rounds that
+time every cell once, interleaved (a change of machine load hits all cells
+of the backend alike).  The best time
 gives nodes per second, and the cost of every verifier is reported relative
 to ``rrs`` of the same backend and ``k`` (``resispec / rrs`` is the figure of
 merit: target <= 2).
@@ -135,7 +136,7 @@ def bench_verify(*, B: int = 256, V: int = 151_936, ks=DEFAULT_K, verifiers=DEFA
         The numpy backend is always float64.
     repeats : int
         Timed calls per cell (best of; every cell gets one untimed warm-up
-        call first, and the timed calls of all cells are interleaved).
+        call first, and the timed calls of a backend's cells are interleaved).
     numpy_B, numpy_repeats : int, optional
         Sub-batch and repeats for the (slow) numpy reference; default ``B``
         and ``repeats``.
@@ -255,23 +256,27 @@ def bench_verify(*, B: int = 256, V: int = 151_936, ks=DEFAULT_K, verifiers=DEFA
                    leave=False)
     times = {job: [] for job in jobs}
     outs = {}
-    # one untimed warm-up call per cell (allocator, page faults, kernel caches), then `rounds`
-    # rounds that time every cell once each, interleaved so that a load change hits all cells alike
-    for r in range(-1, rounds):
-        for job in jobs:
-            n, fn, sync, v, reps = calls[job]
-            if r >= reps:
-                continue
-            if bar:
-                bar.set_postfix_str(f"{job[0]} {job[1]} k={job[2]}" + (" warm-up" if r < 0 else ""))
-            t0 = time.perf_counter()
-            outs[job] = fn()
-            if sync:
-                sync()
-            if r >= 0:
-                times[job].append(time.perf_counter() - t0)
-            if bar:
-                bar.update(1)
+    # per backend (ratios are within a backend; switching backends leaves the other one's thread
+    # pool spinning for a while): one untimed warm-up call per cell (allocator, page faults, kernel
+    # caches), then `rounds` rounds that time every cell once each, interleaved so that a load
+    # change hits all cells alike
+    for backend in backends:
+        block = [job for job in jobs if job[0] == backend]
+        for r in range(-1, rounds):
+            for job in block:
+                n, fn, sync, v, reps = calls[job]
+                if r >= reps:
+                    continue
+                if bar:
+                    bar.set_postfix_str(f"{job[0]} {job[1]} k={job[2]}" + (" warm-up" if r < 0 else ""))
+                t0 = time.perf_counter()
+                outs[job] = fn()
+                if sync:
+                    sync()
+                if r >= 0:
+                    times[job].append(time.perf_counter() - t0)
+                if bar:
+                    bar.update(1)
     if bar:
         bar.close()
     raw = {}
@@ -303,7 +308,7 @@ def write_reports(result: BenchResult, path: str, *, command: str | None = None)
     lines += [f"B = {c['B']} nodes" + (f" (numpy: {c['numpy_B']})" if has_numpy else "")
               + f", V = {c['V']:,}, family `{c['family']}` T = {c['temperature']}; best of {c['repeats']}"
               + (f" (numpy: {c['numpy_repeats']})" if has_numpy else "")
-              + " calls per cell, cells interleaved, after one untimed warm-up call each.",
+              + " calls per cell, a backend's cells interleaved, after one untimed warm-up call each.",
               f"torch: {c.get('torch', '-')}, device {c.get('device', '-')}, dtype {c.get('dtype', '-')}, "
               f"threads {c.get('threads', '-')}" + (f", GPU {c['gpu']}" if c.get("gpu") else "")
               + (f"; {c['cpu_count']} CPUs, 1-min load average {c['load_average_1min']:.1f} at start"

@@ -29,7 +29,7 @@ and ``"newton"`` on other devices):
     row per step, the accepted mass written at the returned reserve;
     warm-started from the previous candidate's reserve.  Measured with
     ``resispec bench-verify`` (CPU, float64, B = 256, V = 151,936):
-    ResiSpec / rrs about 1.1-1.4 for k = 2-8 (``reports/bench_verify.md``).
+    ResiSpec / rrs about 1.1-1.5 for k = 2-8 (``reports/bench_verify.md``).
 ``"newton"`` (tensor ops, any device; the GPU path)
     The same Newton iteration on ``h = g + tau`` in tensor ops: bracket
     ``h(lo) < 0 <= h(hi)``, bisection whenever a step leaves it, at most
@@ -45,7 +45,7 @@ and ``"newton"`` on other devices):
     bracket narrower than ``4 eps gamma``; if :data:`MAX_ITER` stops it
     first, :class:`ReserveInfo` reports the residual reached.  About 5-6
     evaluations per reserve, each several passes over (B, V) tensors in
-    main memory: on the CPU that makes ResiSpec / rrs about 2.5-4 (k =
+    main memory: on the CPU that makes ResiSpec / rrs about 2.4-4.3 (k =
     2-8), which is why the CPU default is ``"fused"``.  ``gamma > 1``
     (``g`` may decrease) uses the sort solver.
 ``"sort"``
