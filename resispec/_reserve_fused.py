@@ -24,9 +24,14 @@ The algorithm is Newton on ``h = g + tau`` (right slope from points with
 bracket bisect.  A Newton step from ``x`` lands on the zero of ``h``'s line
 through ``x``.  If the pass there sees no token change state (saturated /
 active / off) since ``x``, there is no knot in between: ``h`` is linear
-there and the point is the answer, exactly (the "exact finish").  When the
+there and the point is the answer, exactly (the "exact finish"); tokens
+with ``q = 0`` never bend ``g`` and are not counted.  A point with
+``|h| <= 4 eps (1 + gamma)`` is also taken (round-off level).  When the
 bracket shrinks below ``4 eps gamma`` first, the last iterate is returned
-(``exact = False``).
+(``exact = False``).  Warm starts and solvers agree to round-off in ``g``
+divided by the slope ``g'`` at the answer: far below 1e-12 on ordinary rows,
+but the crossing is ill-conditioned when almost all proxy mass is active
+(``gamma = 1``, ``g' ~ 0``), where it may move by ``eps / g'``.
 
 With numpy or eager torch every Newton step is several passes over (B, V)
 arrays in main memory.  Here a thread solves a row, which stays in cache
@@ -100,7 +105,8 @@ def _pass(p, q, rho, x, x_prev, m):
         a_right += rj if (y > 0.0 and y <= qj) else 0.0     # active just right of x
         a_left += rj if (y >= 0.0 and y < qj) else 0.0      # active just left of x
         y0 = pj - x_prev * rj
-        changed += 1.0 if ((y0 > qj) != (y > qj)) or ((y0 > 0.0) != (y > 0.0)) else 0.0
+        # a token with q = 0 adds 0 and no slope in every state: its knots do not bend g
+        changed += 1.0 if qj > 0.0 and (((y0 > qj) != (y > qj)) or ((y0 > 0.0) != (y > 0.0))) else 0.0
     return s, a_right, a_left, changed
 
 
@@ -122,6 +128,8 @@ def _solve_row(p, q, rho, gamma, init, tau, eps, m):
         h = x - gamma * (1.0 - s) + tau
         if newton and c == 0.0:
             return x, passes, h, True            # exact finish: h is linear between x_prev and x
+        if abs(h) <= 4.0 * eps * (1.0 + gamma) and x > 0.0:
+            return x, passes, h, True            # at the crossing to round-off
         if h >= 0.0:
             if x <= 0.0:
                 return 0.0, passes, h, True      # h(0) >= 0: the answer is 0
@@ -165,9 +173,12 @@ def _threads() -> int:
     env = os.environ.get("RESISPEC_THREADS")
     if env:
         try:
-            return max(1, int(env))
+            n = int(env)
         except ValueError:
-            raise ValueError(f"RESISPEC_THREADS must be a positive integer, got {env!r}") from None
+            n = 0
+        if n < 1:
+            raise ValueError(f"RESISPEC_THREADS must be a positive integer, got {env!r}")
+        return n
     try:
         return len(os.sched_getaffinity(0))
     except AttributeError:  # pragma: no cover - not Linux
@@ -213,7 +224,9 @@ def solve_reserve_rows(p_i: np.ndarray, q_i: np.ndarray, rho: np.ndarray, gamma:
     resid : ndarray, shape (B,), float64
         ``h(lam) = g(lam) + tau``: 0 up to round-off where ``exact``.
     exact : ndarray, shape (B,), bool
-        ``False`` where the bracket shrank below ``4 eps gamma`` first.
+        ``False`` where the bracket shrank below ``4 eps gamma`` (or a step
+        no longer moved ``x``) before the crossing was pinned down; the
+        answer is then within ``4 eps gamma`` of it.
 
     Raises
     ------

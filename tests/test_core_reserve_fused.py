@@ -163,3 +163,27 @@ def test_init_and_out_checked():
         solve_reserve(p, q, q, -0.5, method="sort")
     with pytest.raises(ValueError, match="2-D"):
         solve_reserve(p[0], q[0], q[0], 1.0)
+
+
+def test_tokens_with_zero_draft_do_not_block_the_exact_finish():
+    p = np.array([[0.2774470937355905, 0.4671163880315757, 0.2554365182328339]])
+    q = np.array([[0.0, 0.0, 1.0]])
+    rho = np.array([[0.07245199572522489, 0.8648882234353381, 0.06265978083943713]])
+    lam, _, passes, _, exact = solve_reserve_rows(p, q, rho, 0.7)
+    np.testing.assert_allclose(lam, solve_reserve(p, q, rho, 0.7, method="sort"), atol=1e-12)
+    assert exact.all() and passes.max() <= 8
+
+
+def test_float32_arrays_are_solved_in_float64():
+    p = np.array([[0.900166, 0.09983402]], dtype=np.float32)
+    q = np.array([[0.900166, 0.09983405]], dtype=np.float32)
+    a, b = solve_reserve(p, q, q, 1.0, method="sort"), solve_reserve(p, q, q, 1.0)
+    assert a.dtype == np.float64 and np.allclose(a, b, atol=1e-12)
+
+
+@pytest.mark.parametrize("value", ["0", "-2", "abc"])
+def test_bad_thread_count(monkeypatch, value):
+    monkeypatch.setenv("RESISPEC_THREADS", value)
+    p, q = get_family("softmax_noise").sample(np.random.default_rng(0), n=64, V=3000)
+    with pytest.raises(ValueError, match="RESISPEC_THREADS"):
+        solve_reserve_rows(p, q, q, 1.0)

@@ -40,9 +40,10 @@ and ``"newton"`` on other devices):
     ``rho``) only for rows that take another step.  The last evaluation is
     at the returned ``lambda``, so ``m`` comes with it.  Once at most a
     quarter of the rows are open, only those are evaluated (tail
-    compaction).  Every row stops at ``|h(lambda)| <= 64 eps (1 + gamma)``
-    (a further ``64 eps (1 + gamma) / g'`` from the point above) or a
-    bracket narrower than ``4 eps gamma``; if :data:`MAX_ITER` stops it
+    compaction).  Every row stops at ``-4 eps (1 + gamma) <= h(lambda) <=
+    tau / 8`` (a further ``tau / (8 g')`` at most from the point above; never
+    on a flat piece of roots, where ``h = tau``) or a bracket narrower than
+    ``4 eps gamma``; if :data:`MAX_ITER` stops it
     first, :class:`ReserveInfo` reports the residual reached.  About 5-6
     evaluations per reserve, each several passes over (B, V) tensors in
     main memory: on the CPU that makes ResiSpec / rrs about 2.4-4.3 (k =
@@ -126,8 +127,8 @@ def _solve_newton(p_i, q_i, rho, gamma, *, init=None, max_iter=MAX_ITER, workspa
     """Safeguarded Newton on ``h = g + tau``; returns ``(lam, m, info)``, ``m = min(q, (p - lam rho)_+)`` in ``out``.
 
     ``lam`` approximates ``min {l : g(l) >= -tau}`` (:func:`resispec._reserve_fused.reserve_tol`):
-    every row stops at ``|h(lam)| <= 64 eps (1 + gamma)`` (or a bracket narrower than
-    ``4 eps gamma``).  The last evaluation of ``s`` is at the returned ``lam``, so the accepted
+    every row stops at ``-4 eps (1 + gamma) <= h(lam) <= tau / 8`` (or a bracket narrower than
+    ``4 eps gamma``, or a step that no longer moves ``lam``).  The last evaluation of ``s`` is at the returned ``lam``, so the accepted
     mass costs nothing extra; the slope is computed only for rows that need another step (lazy).
     """
     from .._reserve_fused import reserve_tol
@@ -137,8 +138,10 @@ def _solve_newton(p_i, q_i, rho, gamma, *, init=None, max_iter=MAX_ITER, workspa
     B = p_i.shape[0]
     dt, dev = p_i.dtype, p_i.device
     eps = torch.finfo(dt).eps
-    tol = 64.0 * eps * (1.0 + gamma)
     tau = reserve_tol(torch.empty((), dtype=dt).numpy().dtype, gamma)
+    # stop at -4 eps (1 + gamma) <= h <= tau / 8: never on a flat piece of g's roots (h = tau there),
+    # nor on a flat piece of h just below 0 (p ~ q with TV ~ tau)
+    tol_hi, tol_lo = tau / 8.0, 4.0 * eps * (1.0 + gamma)
     ws = _Workspace(p_i) if workspace is None else workspace
     z = torch.empty_like(p_i) if out is None else out
     if gamma == 0 or B == 0:
@@ -171,7 +174,7 @@ def _solve_newton(p_i, q_i, rho, gamma, *, init=None, max_iter=MAX_ITER, workspa
         below = h < 0
         lo = torch.where(below & ~done, x, lo)
         hi = torch.where(~below & ~done, x, hi)
-        done = done | (h.abs() <= tol) | (hi - lo <= 4.0 * eps * gamma)
+        done = done | ((h <= tol_hi) & (h >= -tol_lo)) | (hi - lo <= 4.0 * eps * gamma)
         if its >= max_iter or bool(done.all()):
             break
         # slope only now (rows not done need a step): two more passes over buffers already hot
@@ -185,7 +188,9 @@ def _solve_newton(p_i, q_i, rho, gamma, *, init=None, max_iter=MAX_ITER, workspa
         step_ok = slope > 0
         xn = x - h / torch.where(step_ok, slope, torch.ones_like(slope))
         inside = step_ok & (xn > lo) & (xn <= hi)
-        x = torch.where(done, x, torch.where(inside, xn, 0.5 * (lo + hi)))
+        x_next = torch.where(inside, xn, 0.5 * (lo + hi))
+        done = done | (x_next == x)                       # no step moves x any more: round-off floor
+        x = torch.where(done, x, x_next)
         if sub is None and B >= 4:
             idx = torch.nonzero(~done).squeeze(1)
             if 4 * idx.numel() <= B:
@@ -202,7 +207,7 @@ def solve_reserve_newton(p_i: torch.Tensor, q_i: torch.Tensor, rho: torch.Tensor
     """The reserve ``min {l : g(l) >= -tau}`` by safeguarded Newton in tensor ops (any device).
 
     ``tau`` and the target point: :mod:`resispec._reserve_fused`.  Stops at
-    ``|g(lam) + tau| <= 64 eps (1 + gamma)`` of the working dtype.
+    ``-4 eps (1 + gamma) <= g(lam) + tau <= tau / 8`` in the working dtype.
 
     Parameters
     ----------

@@ -61,8 +61,9 @@ def solve_reserve(p_i: np.ndarray, q_i: np.ndarray, rho: np.ndarray, gamma: floa
 
     Parameters
     ----------
-    p_i, q_i, rho : ndarray, shape (B, V), float64
-        Residual target, draft of the current candidate, proxy (rows sum to 1).
+    p_i, q_i, rho : array_like, shape (B, V)
+        Residual target, draft of the current candidate, proxy (rows sum to
+        1); computed in float64 whatever their dtype.
     gamma : float >= 0
         Reserve scale.
     method : {"newton", "sort"}
@@ -87,6 +88,7 @@ def solve_reserve(p_i: np.ndarray, q_i: np.ndarray, rho: np.ndarray, gamma: floa
     if isinstance(gamma, bool) or not isinstance(gamma, (int, float, np.integer, np.floating)) \
             or not np.isfinite(gamma) or gamma < 0:
         raise ValueError(f"gamma must be a finite number >= 0, got {gamma!r}")
+    p_i, q_i, rho = (np.asarray(a, dtype=np.float64) for a in (p_i, q_i, rho))   # float64 reference
     shapes = [np.shape(a) for a in (p_i, q_i, rho)]
     if len(shapes[0]) != 2 or len(set(shapes)) != 1:
         raise ValueError(f"p_i, q_i and rho must be 2-D arrays of one shape (B, V), got {shapes}; "
