@@ -138,8 +138,9 @@ def bench_verify(*, B: int = 256, V: int = 151_936, ks=DEFAULT_K, verifiers=DEFA
         Timed calls per cell (best of; every cell gets one untimed warm-up
         call first, and the timed calls of a backend's cells are interleaved).
     numpy_B, numpy_repeats : int, optional
-        Sub-batch and repeats for the (slow) numpy reference; default ``B``
-        and ``repeats``.
+        Sub-batch and timed calls for the numpy reference; default ``B`` and
+        ``max(repeats, 5)`` (its calls are short, so more of them are cheap
+        and steady the best-of).
     family, temperature, seed
         Pair family of :mod:`simulators.families` and its draw.
     progress : bool
@@ -189,7 +190,7 @@ def bench_verify(*, B: int = 256, V: int = 151_936, ks=DEFAULT_K, verifiers=DEFA
         if val is not None and (isinstance(val, bool) or not isinstance(val, (int, np.integer)) or val < 1):
             raise ValueError(f"{name} must be an integer >= 1, got {val!r}")
     numpy_B = B if numpy_B is None else min(int(numpy_B), B)
-    numpy_repeats = repeats if numpy_repeats is None else int(numpy_repeats)
+    numpy_repeats = max(repeats, 5) if numpy_repeats is None else int(numpy_repeats)
     if "torch" in backends:
         import torch
 

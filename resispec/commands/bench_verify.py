@@ -33,7 +33,7 @@ def add_arguments(parser):
     parser.add_argument("--numpy-B", type=int, default=32,
                         help="nodes per call for the slow numpy reference (rate is per node; default %(default)s)")
     parser.add_argument("--numpy-repeats", type=int, default=None,
-                        help="timed numpy calls per cell (default: --repeats)")
+                        help="timed numpy calls per cell (default: max(--repeats, 5))")
     parser.add_argument("--torch-solvers", type=_strs, default=["auto"],
                         help="torch ResiSpec reserve solvers to time side by side: auto,fused,newton,sort "
                              "(default: auto = fused on CPU, newton on GPU)")
