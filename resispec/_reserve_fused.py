@@ -9,7 +9,7 @@ root of the non-decreasing (``0 <= gamma <= 1``) piecewise-linear
 whose knots are ``(p - q)_+ / rho`` and ``p / rho`` (``rho > 0``).  Every
 solver of this package returns the same, uniquely defined point:
 
-    lambda = min { l in [0, gamma] : g(l) >= -tau },   tau = reserve_tol(dtype, gamma),
+    lambda = min { l in [0, gamma] : g(l) >= -tau },   tau = reserve_tol(eps, gamma),
 
 the smallest root up to ``tau = max(1e-13, 64 eps) (1 + gamma)`` (float64
 2e-13, float32 1.5e-5).  It is the smallest root when ``g`` is flat at 0
@@ -60,6 +60,8 @@ import warnings
 
 import numpy as np
 
+from .verifiers.resispec import reserve_tol
+
 try:
     import numba
     AVAILABLE = True
@@ -70,7 +72,7 @@ except ImportError:  # pragma: no cover - numba is a declared dependency
     def _njit(*args, **kwargs):
         return lambda f: f
 
-__all__ = ["AVAILABLE", "MAX_PASSES", "reserve_tol", "solve_reserve_rows", "warmup", "warn_unavailable"]
+__all__ = ["AVAILABLE", "MAX_PASSES", "solve_reserve_rows", "warmup", "warn_unavailable"]
 
 #: Largest number of passes over one row (bisection alone needs about 60 in float64).
 MAX_PASSES = 200
@@ -78,9 +80,7 @@ MAX_PASSES = 200
 _FASTMATH = {"reassoc", "contract", "nsz"}   # vectorised sums; NaN / inf semantics kept
 
 
-def reserve_tol(dtype, gamma: float) -> float:
-    """``tau = max(1e-13, 64 eps(dtype)) (1 + gamma)``: the reserve is ``min {l : g(l) >= -tau}``."""
-    return max(1e-13, 64.0 * float(np.finfo(dtype).eps)) * (1.0 + float(gamma))
+
 
 
 @_njit(cache=True, fastmath=_FASTMATH, nogil=True)
@@ -236,8 +236,10 @@ def solve_reserve_rows(p_i: np.ndarray, q_i: np.ndarray, rho: np.ndarray, gamma:
     ImportError
         numba is not installed.
 
-    Source: the fixed point of ``docs/RESISPEC.md`` section 4 (ResiSpec);
-    safeguarded Newton with an exact finish on a piecewise-linear function.
+    Source: the reserve of ResiSpec (``docs/RESISPEC.md`` section 4), which
+    reshapes the residual of recursive rejection sampling (SpecInfer, Miao
+    et al. 2024, arXiv 2305.09781); safeguarded Newton with an exact finish
+    on a piecewise-linear function.
     """
     if not AVAILABLE:
         raise ImportError("the fused reserve solver needs numba (pip install numba); "
@@ -279,7 +281,7 @@ def solve_reserve_rows(p_i: np.ndarray, q_i: np.ndarray, rho: np.ndarray, gamma:
         np.minimum(p_i, q_i, out=m)
         return lam, m, passes, resid, exact
     eps = float(np.finfo(p_i.dtype).eps)
-    args = (p_i, q_i, rho, float(gamma), init_, reserve_tol(p_i.dtype, gamma), eps, lam, m, passes, resid, exact)
+    args = (p_i, q_i, rho, float(gamma), init_, reserve_tol(eps, gamma), eps, lam, m, passes, resid, exact)
     n = min(_threads(), B)
     if n <= 1 or B * V < 100_000:
         _solve_chunk(*args, 0, B)

@@ -18,7 +18,6 @@ run.
 from __future__ import annotations
 
 import os
-import statistics
 import time
 from dataclasses import asdict, dataclass, field
 
@@ -221,7 +220,7 @@ def bench_verify(*, B: int = 256, V: int = 151_936, ks=DEFAULT_K, verifiers=DEFA
         P = torch.from_numpy(p).to(device=dev, dtype=tdt).contiguous()
         Q = torch.from_numpy(q).to(device=dev, dtype=tdt).contiguous()
         torch_side = (torch, dev, tdt, sync, P, Q)
-        config["torch_resispec_solver"] = "fused" if dev.type == "cpu" else "newton"   # solver="auto"
+        config["torch_resispec_solver"] = resispec.get_verifier("resispec", backend="torch")._solver_for(P)
         config.update({"device": str(dev), "dtype": str(tdt).replace("torch.", ""),
                        "torch": torch.__version__, "threads": torch.get_num_threads(),
                        "gpu": torch.cuda.get_device_name(dev) if dev.type == "cuda" else None})

@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from .._validation import as_candidates, as_laws, as_uniforms, check_rng
+from .._validation import as_candidates, as_laws
 from ..verifiers.base import Chain, Verifier, VerifyResult
 from .base import TorchVerifier
 
@@ -59,15 +59,7 @@ class NumpyFacade(Verifier):
 
     def verify(self, p, q, candidates, rng: np.random.Generator | None = None, *, uniforms=None) -> VerifyResult:
         """As :meth:`resispec.Verifier.verify`; decisions made by the torch verifier."""
-        p2, q2, _ = as_laws(p, q)
-        c = as_candidates(candidates, q2, drafting=self.drafting)
-        B, k = c.shape
-        if uniforms is None:
-            if rng is None:
-                raise ValueError("pass rng (a numpy.random.Generator) or explicit uniforms")
-            u = check_rng(rng).random((B, k + 1))
-        else:
-            u = as_uniforms(uniforms, B, k)
+        p2, q2, c, u = self._verify_inputs(p, q, candidates, rng, uniforms)
         P, Q, C = self._tensors(p2, q2, c)
         res = self.inner.verify(P, Q, C, uniforms=torch.as_tensor(u, device=self.inner.device))
         return res.numpy()

@@ -66,6 +66,7 @@ from dataclasses import dataclass
 import torch
 
 from ..verifiers.registry import register
+from ..verifiers.resispec import reserve_tol
 from .base import TorchMassVerifier
 from .proxies import check_proxy_output, get_proxy
 
@@ -126,19 +127,17 @@ def _slope(rho, ws: _Workspace, z):
 def _solve_newton(p_i, q_i, rho, gamma, *, init=None, max_iter=MAX_ITER, workspace=None, out=None):
     """Safeguarded Newton on ``h = g + tau``; returns ``(lam, m, info)``, ``m = min(q, (p - lam rho)_+)`` in ``out``.
 
-    ``lam`` approximates ``min {l : g(l) >= -tau}`` (:func:`resispec._reserve_fused.reserve_tol`):
+    ``lam`` approximates ``min {l : g(l) >= -tau}`` (:func:`resispec.verifiers.resispec.reserve_tol`):
     every row stops at ``-4 eps (1 + gamma) <= h(lam) <= tau / 8`` (or a bracket narrower than
     ``4 eps gamma``, or a step that no longer moves ``lam``).  The last evaluation of ``s`` is at the returned ``lam``, so the accepted
     mass costs nothing extra; the slope is computed only for rows that need another step (lazy).
     """
-    from .._reserve_fused import reserve_tol
-
     if not 0.0 <= gamma <= 1.0:
         raise ValueError(f"the newton reserve solver needs 0 <= gamma <= 1, got {gamma}; use solver='sort'")
     B = p_i.shape[0]
     dt, dev = p_i.dtype, p_i.device
     eps = torch.finfo(dt).eps
-    tau = reserve_tol(torch.empty((), dtype=dt).numpy().dtype, gamma)
+    tau = reserve_tol(eps, gamma)
     # stop at -4 eps (1 + gamma) <= h <= tau / 8: never on a flat piece of g's roots (h = tau there),
     # nor on a flat piece of h just below 0 (p ~ q with TV ~ tau)
     tol_hi, tol_lo = tau / 8.0, 4.0 * eps * (1.0 + gamma)
@@ -150,12 +149,12 @@ def _solve_newton(p_i, q_i, rho, gamma, *, init=None, max_iter=MAX_ITER, workspa
     hi = torch.full((B,), gamma, dtype=dt, device=dev)   # h(gamma) = gamma s(gamma) + tau > 0
     its = 1
     # h(0) = tau - gamma TV: rows with h(0) >= 0 answer 0; the others start above gamma TV (cold)
-    torch.minimum(p_i, q_i, out=z)
-    h0 = tau - gamma * (1.0 - z.sum(dim=1))
+    s0 = torch.minimum(p_i, q_i, out=z).sum(dim=1)
+    h0 = tau - gamma * (1.0 - s0)
     at_zero = h0 >= 0
     lo = torch.zeros(B, dtype=dt, device=dev)
     if init is None:
-        x = torch.where(at_zero, lo, (gamma * (1.0 - z.sum(dim=1))).clamp(0.0, gamma))
+        x = torch.where(at_zero, lo, (gamma * (1.0 - s0)).clamp(0.0, gamma))
     else:
         x = torch.where(at_zero, lo, init.to(device=dev, dtype=dt).nan_to_num(0.0).clamp(0.0, gamma))
     done = at_zero.clone()
@@ -257,16 +256,25 @@ def solve_reserve_fused(p_i: torch.Tensor, q_i: torch.Tensor, rho: torch.Tensor,
 
     Returns
     -------
-    lam : Tensor, shape (B,), float64 in [0, gamma]
+    lam : Tensor, shape (B,), dtype of ``p_i``, in [0, gamma]
     m : Tensor, shape (B, V), dtype of ``p_i``
         ``min(q_i, (p_i - lam rho)_+)`` at the returned ``lam``.
     info : ReserveInfo
-        Largest number of passes over a row and ``max |g(lam)|``.
+        Largest number of passes over a row and ``max |g(lam) + tau|``.
 
     Raises
     ------
     ValueError
-        Tensors not on the CPU, ``gamma`` outside [0, 1], mixed dtypes.
+        Tensors not on the CPU, ``gamma`` outside [0, 1], dtype not
+        float32/float64, mismatched shapes, ``init`` or ``out`` not as
+        :func:`resispec._reserve_fused.solve_reserve_rows` requires.
+    TypeError
+        Inputs or ``out`` not tensors.
+    ImportError
+        numba is not installed.
+
+    Source: ``docs/RESISPEC.md`` section 4 (ResiSpec's reserve; SpecInfer's
+    recursive rejection sampling, arXiv 2305.09781, is the ``gamma = 0`` case).
 
     The point returned and its error bound: :mod:`resispec._reserve_fused`
     (``min {l : g(l) >= -tau}``, exact finish on a linear piece of ``g``).
@@ -309,15 +317,13 @@ def solve_reserve_sort(p_i: torch.Tensor, q_i: torch.Tensor, rho: torch.Tensor, 
 
     Shapes (B, V) -> (B,) in the dtype of ``p_i``, any ``gamma >= 0``.
     O(V log V) per row; exact to round-off.  ``tau``:
-    :func:`resispec._reserve_fused.reserve_tol` of the working dtype.
+    :func:`resispec.verifiers.resispec.reserve_tol` of the working dtype.
 
     Raises
     ------
     ValueError, TypeError
         As :func:`solve_reserve_newton`.
     """
-    from .._reserve_fused import reserve_tol
-
     p_i, q_i, rho = _check_solver_inputs(p_i, q_i, rho)
     B, V = p_i.shape
     dt, dev = p_i.dtype, p_i.device
@@ -342,7 +348,7 @@ def solve_reserve_sort(p_i: torch.Tensor, q_i: torch.Tensor, rho: torch.Tensor, 
     s = s0.unsqueeze(1) + torch.cat([z1, torch.cumsum(ds, dim=1)], dim=1)
     g = t - gamma * (1.0 - s)
     n = t.shape[1]
-    tau = reserve_tol(torch.empty((), dtype=dt).numpy().dtype, gamma)
+    tau = reserve_tol(torch.finfo(dt).eps, gamma)
     above = g >= -tau
     has = above.any(dim=1)
     j = torch.where(has, torch.argmax(above.to(torch.uint8), dim=1), torch.full((B,), n, device=dev))

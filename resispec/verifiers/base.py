@@ -147,6 +147,12 @@ class Verifier(ABC):
         ValueError, TypeError
             Bad laws, shapes, candidate ids, uniforms or rng.
         """
+        p2, q2, c, u = self._verify_inputs(p, q, candidates, rng, uniforms)
+        a, r = self._chain(p2, q2, c)
+        return decide(a, r, c, u)
+
+    def _verify_inputs(self, p, q, candidates, rng, uniforms):
+        """Validated ``(p (B, V), q (B, V), candidates (B, k), uniforms (B, k + 1))`` for :meth:`verify`."""
         p2, q2, _ = as_laws(p, q)
         c = as_candidates(candidates, q2, drafting=self.drafting)
         B, k = c.shape
@@ -156,8 +162,7 @@ class Verifier(ABC):
             u = check_rng(rng).random((B, k + 1))
         else:
             u = as_uniforms(uniforms, B, k)
-        a, r = self._chain(p2, q2, c)
-        return decide(a, r, c, u)
+        return p2, q2, c, u
 
     def conditional_law(self, p, q, candidates) -> np.ndarray:
         """Exact law of the emitted token given the candidates (no sampling).

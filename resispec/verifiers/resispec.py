@@ -20,12 +20,23 @@ from .base import MassVerifier
 from .lookahead import lookahead_reserve
 from .registry import register
 
-#: The reserve is ``min {l : g(l) >= -_ROOT_TOL (1 + gamma)}`` (float64; see
-#: :func:`resispec._reserve_fused.reserve_tol`): for ``gamma = 1`` ``g`` can
-#: vanish on a whole interval, where round-off (a few 1e-15 at V = 151,936)
-#: must not move the answer away from its left end, the smallest root; and a
-#: well-defined point makes every solver and backend return the same one.
-_ROOT_TOL = 1e-13
+
+#: Floor of the reserve tolerance (float64).
+ROOT_TOL = 1e-13
+
+
+def reserve_tol(eps: float, gamma: float) -> float:
+    """``tau = max(ROOT_TOL, 64 eps) (1 + gamma)`` (dimensionless, like ``lambda``).
+
+    ``eps``: machine epsilon of the working dtype (``np.finfo(dt).eps`` or
+    ``torch.finfo(dt).eps``).  Every reserve solver, in both backends,
+    returns ``min {l : g(l) >= -tau}`` (:func:`solve_reserve`): for
+    ``gamma = 1`` ``g`` can vanish on a whole interval, where round-off must
+    not move the answer away from its left end, and a well-defined point
+    makes starts, solvers and backends agree.
+    """
+    return max(ROOT_TOL, 64.0 * float(eps)) * (1.0 + float(gamma))
+
 
 #: Reserve rules of the iid ResiSpec verifier.
 RESERVES = ("fixed_point", "lookahead")
@@ -81,7 +92,9 @@ def solve_reserve(p_i: np.ndarray, q_i: np.ndarray, rho: np.ndarray, gamma: floa
         Unknown ``method``; negative or non-finite ``gamma``; arrays not
         2-D of one shape; ``init`` not of shape (B,).
 
-    Source: ``docs/RESISPEC.md`` section 4 (ResiSpec's reserve).
+    Source: ``docs/RESISPEC.md`` section 4 (ResiSpec's reserve, reshaping
+    the residual of SpecInfer's recursive rejection sampling, arXiv
+    2305.09781).
     """
     if method not in RESERVE_METHODS:
         raise ValueError(f"method must be one of {RESERVE_METHODS}, got {method!r}")
@@ -143,7 +156,7 @@ def _solve_reserve_sort(p_i, q_i, rho, gamma):
     g = t - gamma * (1.0 - s)
     n = t.shape[1]
     rows = np.arange(B)
-    tau = _ROOT_TOL * (1.0 + gamma)
+    tau = reserve_tol(np.finfo(np.float64).eps, gamma)   # one definition for every solver
     above = g >= -tau                                             # g == 0 up to round-off counts
     has = above.any(axis=1)
     j = np.where(has, np.argmax(above, axis=1), n)                # first knot with g >= -tau
