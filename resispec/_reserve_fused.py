@@ -47,8 +47,8 @@ concurrent calls; ``RESISPEC_THREADS`` sets the count (default: the CPUs
 this process may use).  numba's own parallel layer is not used because the
 OpenMP one kills forked children.
 
-Cost, measured with ``resispec bench-verify`` at V = 151,936: about 6 passes
-per row cold and 4 warm-started, against 3-5 passes over main memory per
+Cost at V = 151,936 (``python benchmarks/reserve_agreement.py``): 3-7 passes
+per row cold and 2-5 warm-started (mean per family), against 3-5 passes over main memory per
 Newton step in the eager torch solver.
 """
 
