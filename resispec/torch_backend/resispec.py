@@ -230,6 +230,9 @@ def solve_reserve_newton(p_i: torch.Tensor, q_i: torch.Tensor, rho: torch.Tensor
     ValueError
         ``gamma`` outside [0, 1] (use :func:`solve_reserve_sort`); dtype not
         float32/float64; mismatched shapes, dtypes or devices.
+
+    Source: ``docs/RESISPEC.md`` section 4 (ResiSpec's reserve; SpecInfer's
+    recursive rejection sampling, arXiv 2305.09781, is the ``gamma = 0`` case).
     """
     p_i, q_i, rho = _check_solver_inputs(p_i, q_i, rho)
     if init is not None:
@@ -323,6 +326,8 @@ def solve_reserve_sort(p_i: torch.Tensor, q_i: torch.Tensor, rho: torch.Tensor, 
     ------
     ValueError, TypeError
         As :func:`solve_reserve_newton`.
+
+    Source: as :func:`solve_reserve_newton`.
     """
     p_i, q_i, rho = _check_solver_inputs(p_i, q_i, rho)
     B, V = p_i.shape
