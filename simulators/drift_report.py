@@ -23,10 +23,14 @@ def _main_lines(sweep: DriftSweep):
 
 
 def plot_steps(sweep: DriftSweep):
-    """Figure: the four drift statistics against the chain step (baselines and each proxy at gamma = 1)."""
+    """Figure: the four drift statistics against the chain step (baselines and each proxy at gamma = 1).
+
+    The legend sits below the panels (it never covers a line) and the title above them
+    (constrained layout keeps it clear of the panel titles).
+    """
     from matplotlib.figure import Figure
 
-    fig = Figure(figsize=(17, 3.8))
+    fig = Figure(figsize=(17, 4.8), layout="constrained")
     axes = fig.subplots(1, 4)
     for r in _main_lines(sweep):
         steps = np.arange(1, r.beta.size + 1)
@@ -36,22 +40,31 @@ def plot_steps(sweep: DriftSweep):
             ax.set_title(title)
             ax.set_xlabel("candidate step i")
     axes[3].axhline(sweep.alpha_star, color="k", lw=0.8, ls=":", label="alpha* (optimum)")
-    axes[3].legend(fontsize=7, loc="lower right")
+    handles, labels = axes[3].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="outside lower center", ncol=min(5, len(labels)), fontsize=8)
     fig.suptitle(f"Residual drift, k = {sweep.settings['k']}, {sweep.settings.get('family', '')} "
                  f"T = {sweep.settings.get('temperature', '')}, V = {sweep.settings['V']}")
     return fig
 
 
 def plot_gamma(sweep: DriftSweep):
-    """Figure: acceptance with all k candidates against the reserve scale gamma, one line per proxy."""
+    """Figure: acceptance with all k candidates against the reserve scale gamma, one line per proxy.
+
+    Proxies whose curves coincide (e.g. ``coverage`` and ``draft`` when every
+    token is covered) are drawn with distinct markers and line styles, hollow
+    markers on top, so no line hides another; the legend sits outside the axes.
+    """
     from matplotlib.figure import Figure
 
-    fig = Figure(figsize=(6, 4))
+    fig = Figure(figsize=(7.5, 4.2), layout="constrained")
     ax = fig.subplots()
-    for pr in sweep.settings["proxies"]:
+    looks = [("o", "-", 9), ("s", "--", 7), ("^", "-.", 6), ("D", ":", 5), ("v", (0, (5, 1)), 4), ("x", "-", 6)]
+    for j, pr in enumerate(sweep.settings["proxies"]):
         rs = [r for r in sweep.results if r.options.get("proxy", "").startswith(pr) and r.label.startswith("resispec")]
         rs.sort(key=lambda r: r.options["gamma"])
-        ax.plot([r.options["gamma"] for r in rs], [r.acceptance for r in rs], marker="o", label=f"resispec[{pr}]")
+        marker, ls, ms = looks[j % len(looks)]
+        ax.plot([r.options["gamma"] for r in rs], [r.acceptance for r in rs], marker=marker, ls=ls, ms=ms,
+                mfc="none", lw=1.4, label=f"resispec[{pr}]", zorder=3 + j)
     styles = [("gray", "--"), ("black", "--"), ("saddlebrown", "-."), ("olive", ":")]
     base = [r for r in sweep.results if not r.label.startswith("resispec")]
     for r, (color, ls) in zip(base, styles * (1 + len(base) // len(styles))):
@@ -59,7 +72,7 @@ def plot_gamma(sweep: DriftSweep):
     ax.axhline(sweep.alpha_star, color="k", ls=":", label="alpha*")
     ax.set_xlabel("reserve scale gamma")
     ax.set_ylabel(f"acceptance (k = {sweep.settings['k']})")
-    ax.legend(fontsize=7)
+    fig.legend(loc="outside right center", fontsize=8)
     return fig
 
 
