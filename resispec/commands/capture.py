@@ -13,8 +13,8 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from ._decoding_args import (add_model_args, add_prompt_args, add_sampling_args, check_models, encode_prompts,
-                             load_pair, positive, prompt_texts, validate)
+from ._decoding_args import (add_model_args, add_prompt_args, add_sampling_args, check_models, check_prompt_source,
+                             encode_prompts, load_pair, positive, prompt_texts, validate)
 
 NAME = "capture"
 HELP = "record (p, q) at real decoding nodes into an .npz read by the 'captured' family"
@@ -44,6 +44,9 @@ def run(args) -> int:
         raise ValueError(f"--tree: {exc}") from None
     check_output_path(args.out, "--out", suffix=".npz")
     verifier = get_verifier(args.verifier)
+    positive(args, "limit")
+    positive(args, "skip", 0)
+    check_prompt_source(args.prompts)
     check_models(args)
     texts = prompt_texts(args)
     pair = load_pair(args)

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import sys
 
-from ._decoding_args import add_model_args, add_sampling_args, check_models, load_pair, validate
+from ._decoding_args import add_model_args, add_sampling_args, check_models, check_prompt_source, load_pair, validate
 
 NAME = "decode"
 HELP = "decode with tree speculative sampling (streams text, prints tokens per target call)"
@@ -59,9 +59,11 @@ def run(args) -> int:
     text = args.prompt
     if text is not None and not text:
         raise ValueError("--prompt must be a non-empty string")
+    if text is None:
+        check_prompt_source(args.prompts)
     check_models(args)
     if text is None:
-        prompts = load_prompts(args.prompts)
+        prompts = load_prompts(args.prompts, wheels_from=args.wheels_from, download=args.fetch)
         if not 0 <= args.index < len(prompts):
             raise ValueError(f"--index {args.index} is out of range; the set has {len(prompts)} prompts")
         text = prompts[args.index]

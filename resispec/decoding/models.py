@@ -19,7 +19,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from .fetch import MODELS, fetch_model, get_model_spec, is_verified, model_dir, not_fetched_error
+from .fetch import MODELS, fetch_model, get_model_spec, model_dir, not_fetched_error
 
 _HF_STAMP = "resispec-source.sha256"
 
