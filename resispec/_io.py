@@ -51,3 +51,47 @@ def write_markdown_and_json(out: str, markdown: str, obj) -> tuple[str, str]:
     atomic_write(js, json.dumps(obj, indent=1))
     atomic_write(out, markdown)
     return out, js
+
+
+def check_output_path(path, flag: str, *, suffix: str | None = None) -> Path:
+    """Check, before any work, that ``path`` can be created or replaced as a file.
+
+    Nothing is created.  The folder need not exist yet (the atomic writers
+    create it), but its nearest existing ancestor must be a writable folder.
+
+    Parameters
+    ----------
+    path : str or os.PathLike
+        The output file.
+    flag : str
+        The option that named it (``"--out"``), used in the message.
+    suffix : str, optional
+        Required file-name ending, e.g. ``".npz"``.
+
+    Returns
+    -------
+    pathlib.Path
+
+    Raises
+    ------
+    ValueError
+        ``path`` is an existing directory, has the wrong suffix, an ancestor
+        is a file, an existing file or the folder is not writable.
+    """
+    if path is None or str(path) == "":
+        raise ValueError(f"{flag} needs a file path, got {path!r}")
+    p = Path(path).expanduser()
+    if suffix is not None and not p.name.endswith(suffix):
+        raise ValueError(f"{flag} must end in {suffix}, got {path}")
+    if p.is_dir():
+        raise ValueError(f"{flag} {path} is an existing directory; give a file path")
+    if p.exists() and not os.access(p, os.W_OK):
+        raise ValueError(f"{flag} {path} exists and is not writable")
+    parent = p.absolute().parent
+    while not parent.exists():
+        parent = parent.parent
+    if not parent.is_dir():
+        raise ValueError(f"{flag} {path}: {parent} is a file, not a folder")
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise ValueError(f"{flag} {path}: folder {parent} is not writable")
+    return p

@@ -28,6 +28,8 @@ from __future__ import annotations
 import json
 import os
 import tempfile
+import zipfile
+import zlib
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
@@ -124,14 +126,24 @@ def save_capture(path, index, p_vals, q_vals, depth, meta: dict) -> Path:
 
 
 def load_capture(path=None) -> Capture:
-    """Read and renormalise a capture file (default: ``$RESISPEC_CAPTURE`` or the built-in one).
+    """Read, check and renormalise a capture file (default: ``$RESISPEC_CAPTURE`` or the built-in one).
+
+    Returns
+    -------
+    Capture  (memoised per file path and modification time)
 
     Raises
     ------
     FileNotFoundError
         Missing file.
     ValueError
-        A file without the expected arrays, or a row with no target or draft mass.
+        The message names the file, the field and the first bad row: not an
+        ``.npz`` file (or truncated), missing or object (pickled) arrays,
+        ``index``/``p``/``q`` not all of shape ``(n, M)`` or ``depth`` not of
+        shape ``(n,)``, non-integer ``index``/``depth``, NaN, infinite or
+        negative probabilities, a row with no target or draft mass, positive
+        mass on a padding slot (``index == -1``), a row that does not sum to
+        1 after renormalisation, or ``meta`` that is not a JSON object.
     """
     path = Path(path or os.environ.get("RESISPEC_CAPTURE") or BUILTIN_CAPTURE)
     if not path.is_file():
@@ -139,18 +151,103 @@ def load_capture(path=None) -> Capture:
     return _load(str(path.resolve()), path.stat().st_mtime_ns)
 
 
+_FIELDS = ("index", "p", "q", "depth", "meta")
+
+
+def _read_arrays(path: str) -> dict:
+    try:
+        z = np.load(path, allow_pickle=False)
+    except (zipfile.BadZipFile, EOFError, OSError, ValueError) as exc:
+        raise ValueError(f"capture file {path} is not a readable .npz file (truncated or another format: "
+                         f"{exc}); record one with `resispec capture`") from None
+    if not isinstance(z, np.lib.npyio.NpzFile):
+        raise ValueError(f"capture file {path} holds a single array, not a resispec capture (.npz with "
+                         f"fields {list(_FIELDS)})")
+    with z:
+        missing = set(_FIELDS) - set(z.files)
+        if missing:
+            raise ValueError(f"capture file {path} is not a resispec capture (missing arrays {sorted(missing)})")
+        out = {}
+        for name in _FIELDS:
+            try:
+                out[name] = z[name]
+            except ValueError as exc:  # object arrays need pickle, which is never allowed
+                raise ValueError(f"capture file {path}: field {name!r} cannot be read without pickle ({exc}); "
+                                 "a capture holds only numeric arrays and a JSON string") from None
+            except (zipfile.BadZipFile, EOFError, OSError, zlib.error) as exc:
+                raise ValueError(f"capture file {path}: field {name!r} is corrupt or truncated ({exc})") from None
+    return out
+
+
+def _first_bad(mask: np.ndarray) -> int:
+    return int(np.flatnonzero(mask)[0])
+
+
+def _check(path: str, a: dict):
+    index, depth = a["index"], a["depth"]
+    if a["p"].ndim != 2:
+        raise ValueError(f"capture file {path}: field 'p' must have shape (n, M), got {a['p'].shape}")
+    n, M = a["p"].shape
+    for name in ("q", "index"):
+        if a[name].shape != (n, M):
+            raise ValueError(f"capture file {path}: field {name!r} has shape {a[name].shape}, but 'p' has "
+                             f"{(n, M)}; every row must pair the same node's p, q and token ids")
+    if depth.shape != (n,):
+        raise ValueError(f"capture file {path}: field 'depth' has shape {depth.shape}, expected ({n},) "
+                         "(one tree depth per row)")
+    if n == 0 or M == 0:
+        raise ValueError(f"capture file {path} holds no nodes (p has shape {(n, M)})")
+    for name in ("index", "depth"):
+        if a[name].dtype.kind not in "iu":
+            raise ValueError(f"capture file {path}: field {name!r} must be integers, got dtype {a[name].dtype}")
+    if depth.min() < 0:
+        raise ValueError(f"capture file {path}: field 'depth' row {_first_bad(depth < 0)} is negative")
+    if index.min() < -1:
+        raise ValueError(f"capture file {path}: field 'index' row {_first_bad((index < -1).any(axis=1))} holds "
+                         "a token id below -1 (-1 marks padding)")
+    laws = {}
+    for name in ("p", "q"):
+        if a[name].dtype.kind != "f":
+            raise ValueError(f"capture file {path}: field {name!r} must be floats, got dtype {a[name].dtype}")
+        x = a[name].astype(np.float64)
+        bad = ~np.isfinite(x).all(axis=1)
+        if bad.any():
+            raise ValueError(f"capture file {path}: field {name!r} row {_first_bad(bad)} holds NaN or infinity")
+        bad = (x < 0).any(axis=1)
+        if bad.any():
+            raise ValueError(f"capture file {path}: field {name!r} row {_first_bad(bad)} holds a negative "
+                             "probability")
+        bad = ((index < 0) & (x > 0)).any(axis=1)
+        if bad.any():
+            raise ValueError(f"capture file {path}: field {name!r} row {_first_bad(bad)} puts mass on a padding "
+                             "slot (index -1)")
+        with np.errstate(over="ignore", invalid="ignore"):
+            mass = x.sum(axis=1)
+        bad = ~(mass > 0)
+        if bad.any():
+            raise ValueError(f"capture file {path}: field {name!r} row {_first_bad(bad)} carries no mass; the "
+                             "file is corrupt")
+        with np.errstate(over="ignore", invalid="ignore"):
+            law = x / mass[:, None]
+            bad = ~(np.abs(law.sum(axis=1) - 1.0) <= 1e-9)
+        if bad.any():
+            raise ValueError(f"capture file {path}: field {name!r} row {_first_bad(bad)} does not sum to 1 "
+                             "after renormalisation (overflow)")
+        laws[name] = (law, mass)
+    try:
+        meta = json.loads(str(a["meta"]))
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"capture file {path}: field 'meta' is not JSON ({exc.msg})") from None
+    if not isinstance(meta, dict):
+        raise ValueError(f"capture file {path}: field 'meta' must be a JSON object, got {type(meta).__name__}")
+    return laws["p"], laws["q"], meta
+
+
 @lru_cache(maxsize=8)
 def _load(path: str, _mtime: int) -> Capture:
-    with np.load(path, allow_pickle=False) as z:
-        missing = {"index", "p", "q", "depth", "meta"} - set(z.files)
-        if missing:
-            raise ValueError(f"{path} is not a resispec capture (missing arrays {sorted(missing)})")
-        index, pr, qr, depth, meta = z["index"], z["p"].astype(np.float64), z["q"].astype(np.float64), z["depth"], \
-            json.loads(str(z["meta"]))
-    cp, cq = pr.sum(axis=1), qr.sum(axis=1)
-    if np.any(cp <= 0) or np.any(cq <= 0):
-        raise ValueError(f"{path}: some rows carry no target or draft mass; the file is corrupt")
-    return Capture(pr / cp[:, None], qr / cq[:, None], index, depth, cp, cq, meta)
+    a = _read_arrays(path)
+    (p, cp), (q, cq), meta = _check(path, a)
+    return Capture(p, q, a["index"].astype(np.int32), a["depth"].astype(np.int16), cp, cq, meta)
 
 
 def _captured(rng, n, V, T, path=None):

