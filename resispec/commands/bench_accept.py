@@ -18,7 +18,7 @@ HELP = "exact acceptance of every iid verifier and the fraction of the rrs-to-al
 
 
 def add_arguments(parser):
-    from ..bench_accept import DEFAULT_FAMILIES, DEFAULT_K, DEFAULT_T, DEFAULT_V
+    from ..bench.accept import DEFAULT_FAMILIES, DEFAULT_K, DEFAULT_T, DEFAULT_V
 
     parser.add_argument("--families", type=_strs, default=list(DEFAULT_FAMILIES),
                         help="comma-separated pair families (default: %(default)s)")
@@ -40,7 +40,7 @@ def add_arguments(parser):
 
 
 def run(args) -> int:
-    from ..bench_accept import bench_accept, write_reports
+    from ..bench.accept import bench_accept, write_reports
 
     table = bench_accept(families=args.families, Vs=args.V, ks=args.k, Ts=args.T, nodes=args.nodes,
                          seed=args.seed, verifiers=args.verifiers, lp_max_V=args.lp_max_V,

@@ -21,7 +21,7 @@ HELP = "benchmark real decoding: target-only vs every verifier (block efficiency
 
 
 def add_arguments(p) -> None:
-    from ..decoding.bench import DEFAULT_VERIFIERS
+    from ..bench.decode import DEFAULT_VERIFIERS
 
     add_model_args(p)
     add_sampling_args(p)
@@ -37,7 +37,7 @@ def add_arguments(p) -> None:
 
 
 def run(args) -> int:
-    from ..decoding.bench import format_table, run_bench, write_report
+    from ..bench.decode import format_table, run_bench, write_report
     from ..trees import TreeShape
 
     sampling = sampling_config(args)

@@ -19,7 +19,7 @@ HELP = "acceptance of resispec (look-ahead, without-replacement) against the seq
 
 
 def add_arguments(parser):
-    from ..bench_gap import DEFAULT_FAMILIES, DEFAULT_K, DEFAULT_T, DEFAULT_WOR_K
+    from ..bench.gap import DEFAULT_FAMILIES, DEFAULT_K, DEFAULT_T, DEFAULT_WOR_K
 
     parser.add_argument("--families", type=_strs, default=list(DEFAULT_FAMILIES), help="comma-separated families")
     parser.add_argument("--T", type=_floats, default=list(DEFAULT_T), help="comma-separated temperatures")
@@ -41,7 +41,7 @@ def add_arguments(parser):
 
 
 def run(args) -> int:
-    from ..bench_gap import bench_gap, to_markdown, write_reports
+    from ..bench.gap import bench_gap, to_markdown, write_reports
 
     table = bench_gap(families=args.families, Ts=args.T, ks=args.k, wor_ks=args.wor_k, V=args.V,
                       V_small=args.V_small, nodes=args.nodes, small_nodes=args.small_nodes, seed=args.seed,

@@ -44,7 +44,7 @@ def add_arguments(parser):
 
 
 def run(args) -> int:
-    from ..bench_verify import bench_verify, write_reports
+    from ..bench.throughput import bench_verify, write_reports
 
     res = bench_verify(B=args.B, V=args.V, ks=args.k, verifiers=args.verifiers, backends=args.backends,
                        device=args.device, dtype=args.dtype, repeats=args.repeats, numpy_B=args.numpy_B,

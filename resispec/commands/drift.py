@@ -43,7 +43,7 @@ def run(args) -> int:
 
     from resispec.proxies import PROXIES
     from simulators.drift import drift_sweep
-    from simulators.drift_report import write_drift_report
+    from ..bench.drift import write_drift_report
     from simulators.families import get_family
 
     fam = get_family(args.family)
