@@ -16,6 +16,8 @@ import shlex
 import sys
 import time
 
+from ._args import check_out
+
 NAME = "bench"
 HELP = "block efficiency of every verifier on tree shapes x temperatures x families"
 
@@ -40,6 +42,7 @@ def add_arguments(parser):
 
 
 def run(args) -> int:
+    check_out(args.out, "--out", folder=True, files=(f"{args.stem}.md", f"{args.stem}.json"))   # before any work
     from pathlib import Path
 
     from simulators._io import write_json, write_text

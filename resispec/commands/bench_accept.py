@@ -11,7 +11,7 @@ from __future__ import annotations
 import shlex
 import sys
 
-from ._args import floats as _floats, ints as _ints, strs as _strs  # noqa: E402,F401
+from ._args import check_out, floats as _floats, ints as _ints, strs as _strs  # noqa: E402,F401
 
 NAME = "bench-accept"
 HELP = "exact acceptance of every iid verifier and the fraction of the rrs-to-alpha* gap it closes"
@@ -40,6 +40,7 @@ def add_arguments(parser):
 
 
 def run(args) -> int:
+    check_out(args.out, "--out", json_beside=True)     # before any work
     from ..bench.accept import bench_accept, write_reports
 
     table = bench_accept(families=args.families, Vs=args.V, ks=args.k, Ts=args.T, nodes=args.nodes,

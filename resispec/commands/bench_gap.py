@@ -12,7 +12,7 @@ from __future__ import annotations
 import shlex
 import sys
 
-from ._args import floats as _floats, ints as _ints, strs as _strs  # noqa: E402,F401
+from ._args import check_out, floats as _floats, ints as _ints, strs as _strs  # noqa: E402,F401
 
 NAME = "bench-gap"
 HELP = "acceptance of resispec (look-ahead, without-replacement) against the sequential optimum and alpha*"
@@ -41,6 +41,7 @@ def add_arguments(parser):
 
 
 def run(args) -> int:
+    check_out(args.out, "--out", json_beside=True)     # before any work
     from ..bench.gap import bench_gap, to_markdown, write_reports
 
     table = bench_gap(families=args.families, Ts=args.T, ks=args.k, wor_ks=args.wor_k, V=args.V,
