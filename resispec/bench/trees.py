@@ -31,7 +31,7 @@ from simulators.families import get_family
 from ..analysis import optimal_acceptance
 from ..trees import TreeShape
 from ..verifiers import available_verifiers, get_verifier
-from ._report import command_lines, md_table
+from ._report import md_table
 
 
 @dataclass(frozen=True)
