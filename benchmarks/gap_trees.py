@@ -10,7 +10,7 @@ tree benchmark on the shapes of the issue-6 report:
 import sys
 
 from resispec.cli import main
-from simulators.bench import BenchVerifier, register_bench_verifier
+from resispec.bench.trees import BenchVerifier, register_bench_verifier
 
 register_bench_verifier(BenchVerifier("resispec_wor", "resispec", {"drafting": "without_replacement"},
                                       drafting="without_replacement", role="candidate", max_k=16, n_samples=32))

@@ -60,7 +60,7 @@ import warnings
 
 import numpy as np
 
-from .verifiers.resispec import reserve_tol
+from ._reserve_tol import reserve_tol
 
 try:
     import numba

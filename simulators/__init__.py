@@ -20,10 +20,12 @@ Modules (one idea each):
   ``block_efficiency_iid``), Monte Carlo tree decoding (``decode_tree``),
   exact two-token law and ``certify_tree``.
 - :mod:`simulators.drift`: residual drift per chain step (``residual_drift``,
-  ``drift_sweep``); :mod:`simulators.drift_report` writes plots and tables.
-- :mod:`simulators.bench`: block-efficiency benchmark (``run_bench``,
-  ``BENCH_VERIFIERS``); :mod:`simulators.bench_report` writes its markdown.
+  ``drift_sweep``); its plots and tables are :mod:`resispec.bench.drift`.
 - :mod:`simulators.ngram`: the real Kneser-Ney n-gram pair (family ``ngram``).
+
+The benchmarks built on these simulators (block efficiency on trees,
+acceptance tables, ...) live in the benchmark wing :mod:`resispec.bench`,
+which imports this package; nothing here imports the wing.
 """
 
 from .families import FAMILIES, PairFamily, get_family, register_family

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 import resispec
-from resispec.bench_accept import bench_accept, node_acceptance, write_reports
+from resispec.bench.accept import bench_accept, node_acceptance, write_reports
 from resispec.cli import main
 from resispec.verifiers.baselines import RecursiveRejection
 

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 import resispec
-from resispec.bench_accept import target_only_acceptance_iid
+from resispec.bench.accept import target_only_acceptance_iid
 from resispec.bounds import optimal_acceptance_lp, sequential_optimum_iid
 from resispec.verifiers.kseq import kseq_rho
 

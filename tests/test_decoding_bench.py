@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from resispec.decoding.bench import format_table, run_bench, write_report
+from resispec.bench.decode import format_table, run_bench, write_report
 from resispec.decoding.laws import SamplingConfig
 from resispec.decoding.pair import ModelPair
 from simulators.captured import load_capture, save_capture, sparsify

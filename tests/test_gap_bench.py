@@ -5,7 +5,7 @@ import json
 import numpy as np
 import pytest
 
-from resispec.bench_gap import bench_gap, wor_pair_acceptance
+from resispec.bench.gap import bench_gap, wor_pair_acceptance
 from resispec.cli import main
 import resispec
 

@@ -6,7 +6,7 @@ from hypothesis import given, settings, strategies as st
 
 import resispec
 from resispec.analysis import _alpha_star_wor
-from resispec.bench_gap import wor_acceptance_k2
+from resispec.bench.gap import wor_acceptance_k2
 from resispec.bounds import optimal_acceptance_lp, sequential_optimum
 from resispec.wor_bound import alpha_star_wor
 from test_gap_helpers import law_pairs

@@ -5,7 +5,7 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 import resispec
-from resispec.bench_gap import wor_acceptance_k2
+from resispec.bench.gap import wor_acceptance_k2
 from resispec.bounds import sequential_optimum
 from resispec.verifiers.resispec_wor import ResiSpecWOR, wor_reserve_fixed_point
 from resispec.verifiers.zero_diagonal import LeftoverPlan, rank_one_zero_diagonal, zero_diagonal_plan

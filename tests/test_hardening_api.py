@@ -170,7 +170,7 @@ def test_tree_shape_parse_non_iterable(spec):
 
 
 def test_bench_without_replacement_shape_wider_than_support():
-    from simulators.bench import run_bench
+    from resispec.bench.trees import run_bench
 
     with pytest.raises(ValueError, match="draft support"):
         run_bench(families=["softmax_noise"], temperatures=[1.0], shapes=["wor:8"], V=4, n=1, n_samples=4,

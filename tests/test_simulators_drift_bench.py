@@ -6,7 +6,7 @@ import pytest
 import resispec
 from resispec.cli import main
 from simulators import get_family
-from simulators.bench import BENCH_VERIFIERS, BenchVerifier, register_bench_verifier, run_bench
+from resispec.bench.trees import BENCH_VERIFIERS, BenchVerifier, register_bench_verifier, run_bench
 from simulators.drift import drift_sweep, residual_drift, top_mass_set_mass
 from simulators.trees import block_efficiency_iid
 

@@ -6,7 +6,7 @@ import pytest
 
 pytest.importorskip("torch")
 
-from resispec.bench_verify import bench_verify, write_reports  # noqa: E402
+from resispec.bench.throughput import bench_verify, write_reports  # noqa: E402
 from resispec.cli import main  # noqa: E402
 
 

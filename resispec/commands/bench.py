@@ -16,12 +16,14 @@ import shlex
 import sys
 import time
 
+from ._args import check_out
+
 NAME = "bench"
 HELP = "block efficiency of every verifier on tree shapes x temperatures x families"
 
 
 def add_arguments(parser):
-    from simulators.bench import DEFAULT_FAMILIES, DEFAULT_SHAPES, DEFAULT_TEMPERATURES
+    from ..bench.trees import DEFAULT_FAMILIES, DEFAULT_SHAPES, DEFAULT_TEMPERATURES
 
     parser.add_argument("--families", nargs="+", default=list(DEFAULT_FAMILIES), help="pair families")
     parser.add_argument("--temperatures", nargs="+", type=float, default=list(DEFAULT_TEMPERATURES))
@@ -40,11 +42,11 @@ def add_arguments(parser):
 
 
 def run(args) -> int:
+    check_out(args.out, "--out", folder=True, files=(f"{args.stem}.md", f"{args.stem}.json"))   # before any work
     from pathlib import Path
 
     from simulators._io import write_json, write_text
-    from simulators.bench import parse_shape, rows_from_json, rows_to_json, run_bench
-    from simulators.bench_report import markdown
+    from ..bench.trees import parse_shape, rows_from_json, rows_to_json, run_bench, to_markdown
 
     if args.from_json:
         import json
@@ -57,7 +59,7 @@ def run(args) -> int:
             raise ValueError(f"--from-json {str(args.from_json)!r} is not a bench JSON written by "
                              f"'resispec bench' ({type(exc).__name__}: {exc})") from exc
         md = write_text(Path(args.out) / f"{args.stem}.md",
-                        markdown(rows, settings, data.get("command", "resispec bench"), data.get("seconds")))
+                        to_markdown(rows, settings, data.get("command", "resispec bench"), data.get("seconds")))
         print(f"wrote {md}")
         return 0
 
@@ -74,7 +76,7 @@ def run(args) -> int:
                 "V": args.V, "n": args.n, "n_samples": args.n_samples, "seed": args.seed}
     cmd = ("resispec " + " ".join(shlex.quote(a) for a in sys.argv[1:])) if sys.argv[1:2] == ["bench"] else "resispec bench"
     out = Path(args.out)
-    md = write_text(out / f"{args.stem}.md", markdown(rows, settings, cmd, seconds))
+    md = write_text(out / f"{args.stem}.md", to_markdown(rows, settings, cmd, seconds))
     js = write_json(out / f"{args.stem}.json", {"settings": settings, "seconds": seconds, "command": cmd,
                                                 "rows": rows_to_json(rows)})
     lab = "resispec"

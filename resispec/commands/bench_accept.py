@@ -11,14 +11,14 @@ from __future__ import annotations
 import shlex
 import sys
 
-from ._args import floats as _floats, ints as _ints, strs as _strs  # noqa: E402,F401
+from ._args import check_out, floats as _floats, ints as _ints, strs as _strs  # noqa: E402,F401
 
 NAME = "bench-accept"
 HELP = "exact acceptance of every iid verifier and the fraction of the rrs-to-alpha* gap it closes"
 
 
 def add_arguments(parser):
-    from ..bench_accept import DEFAULT_FAMILIES, DEFAULT_K, DEFAULT_T, DEFAULT_V
+    from ..bench.accept import DEFAULT_FAMILIES, DEFAULT_K, DEFAULT_T, DEFAULT_V
 
     parser.add_argument("--families", type=_strs, default=list(DEFAULT_FAMILIES),
                         help="comma-separated pair families (default: %(default)s)")
@@ -40,7 +40,8 @@ def add_arguments(parser):
 
 
 def run(args) -> int:
-    from ..bench_accept import bench_accept, write_reports
+    check_out(args.out, "--out", json_beside=True)     # before any work
+    from ..bench.accept import bench_accept, write_reports
 
     table = bench_accept(families=args.families, Vs=args.V, ks=args.k, Ts=args.T, nodes=args.nodes,
                          seed=args.seed, verifiers=args.verifiers, lp_max_V=args.lp_max_V,

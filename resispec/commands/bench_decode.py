@@ -22,7 +22,7 @@ HELP = "benchmark real decoding: target-only vs every verifier (block efficiency
 
 
 def add_arguments(p) -> None:
-    from ..decoding.bench import DEFAULT_VERIFIERS
+    from ..bench.decode import DEFAULT_VERIFIERS
 
     add_model_args(p)
     add_sampling_args(p)
@@ -39,7 +39,7 @@ def add_arguments(p) -> None:
 
 def run(args) -> int:
     from .._io import check_output_path
-    from ..decoding.bench import format_table, run_bench, write_report
+    from ..bench.decode import format_table, run_bench, write_report
     from ..trees import TreeShape
     from ..verifiers.registry import get_verifier
 

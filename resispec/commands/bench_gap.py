@@ -12,14 +12,14 @@ from __future__ import annotations
 import shlex
 import sys
 
-from ._args import floats as _floats, ints as _ints, strs as _strs  # noqa: E402,F401
+from ._args import check_out, floats as _floats, ints as _ints, strs as _strs  # noqa: E402,F401
 
 NAME = "bench-gap"
 HELP = "acceptance of resispec (look-ahead, without-replacement) against the sequential optimum and alpha*"
 
 
 def add_arguments(parser):
-    from ..bench_gap import DEFAULT_FAMILIES, DEFAULT_K, DEFAULT_T, DEFAULT_WOR_K
+    from ..bench.gap import DEFAULT_FAMILIES, DEFAULT_K, DEFAULT_T, DEFAULT_WOR_K
 
     parser.add_argument("--families", type=_strs, default=list(DEFAULT_FAMILIES), help="comma-separated families")
     parser.add_argument("--T", type=_floats, default=list(DEFAULT_T), help="comma-separated temperatures")
@@ -41,7 +41,8 @@ def add_arguments(parser):
 
 
 def run(args) -> int:
-    from ..bench_gap import bench_gap, to_markdown, write_reports
+    check_out(args.out, "--out", json_beside=True)     # before any work
+    from ..bench.gap import bench_gap, to_markdown, write_reports
 
     table = bench_gap(families=args.families, Ts=args.T, ks=args.k, wor_ks=args.wor_k, V=args.V,
                       V_small=args.V_small, nodes=args.nodes, small_nodes=args.small_nodes, seed=args.seed,

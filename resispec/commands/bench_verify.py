@@ -11,7 +11,7 @@ from __future__ import annotations
 import shlex
 import sys
 
-from ._args import ints as _ints, strs as _strs  # noqa: E402
+from ._args import check_out, ints as _ints, strs as _strs  # noqa: E402
 
 NAME = "bench-verify"
 HELP = "nodes verified per second, numpy vs torch, with the ResiSpec-over-rrs cost ratio"
@@ -44,7 +44,8 @@ def add_arguments(parser):
 
 
 def run(args) -> int:
-    from ..bench_verify import bench_verify, write_reports
+    check_out(args.out, "--out", json_beside=True)     # before any work
+    from ..bench.throughput import bench_verify, write_reports
 
     res = bench_verify(B=args.B, V=args.V, ks=args.k, verifiers=args.verifiers, backends=args.backends,
                        device=args.device, dtype=args.dtype, repeats=args.repeats, numpy_B=args.numpy_B,

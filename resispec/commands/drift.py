@@ -10,6 +10,8 @@ from __future__ import annotations
 import shlex
 import sys
 
+from ._args import check_out
+
 NAME = "drift"
 HELP = "residual drift per chain step (beta_i, TV, top-mass residual, acceptance) with plots"
 
@@ -39,11 +41,13 @@ def add_arguments(parser):
 
 
 def run(args) -> int:
+    check_out(args.out, "--out", folder=True,                      # before any work
+              files=[f"{args.stem}{s}" for s in (".md", ".json", "_steps.png", "_gamma.png")])
     import numpy as np
 
     from resispec.proxies import PROXIES
     from simulators.drift import drift_sweep
-    from simulators.drift_report import write_drift_report
+    from ..bench.drift import write_drift_report
     from simulators.families import get_family
 
     fam = get_family(args.family)

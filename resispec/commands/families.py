@@ -8,6 +8,8 @@ Example:
 
 from __future__ import annotations
 
+from ._args import check_out
+
 NAME = "families"
 HELP = "pair families with measured TV / KL (and a divergence dial)"
 
@@ -24,6 +26,7 @@ def add_arguments(parser):
 
 
 def run(args) -> int:
+    check_out(args.out, "--out")                      # before any work
     import numpy as np
 
     from simulators import FAMILIES, divergence_table, family_divergence, get_family

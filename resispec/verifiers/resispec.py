@@ -19,23 +19,7 @@ from ..proxies import check_proxy_output, get_proxy
 from .base import MassVerifier
 from .lookahead import lookahead_reserve
 from .registry import register
-
-
-#: Floor of the reserve tolerance (float64).
-ROOT_TOL = 1e-13
-
-
-def reserve_tol(eps: float, gamma: float) -> float:
-    """``tau = max(ROOT_TOL, 64 eps) (1 + gamma)`` (dimensionless, like ``lambda``).
-
-    ``eps``: machine epsilon of the working dtype (``np.finfo(dt).eps`` or
-    ``torch.finfo(dt).eps``).  Every reserve solver, in both backends,
-    returns ``min {l : g(l) >= -tau}`` (:func:`solve_reserve`): for
-    ``gamma = 1`` ``g`` can vanish on a whole interval, where round-off must
-    not move the answer away from its left end, and a well-defined point
-    makes starts, solvers and backends agree.
-    """
-    return max(ROOT_TOL, 64.0 * float(eps)) * (1.0 + float(gamma))
+from .._reserve_tol import reserve_tol
 
 
 #: Reserve rules of the iid ResiSpec verifier.

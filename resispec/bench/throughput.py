@@ -23,7 +23,7 @@ from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
-from ._io import write_markdown_and_json
+from ._report import md_table, write_markdown_and_json
 
 DEFAULT_VERIFIERS = ("rrs", "kseq", "resispec")
 DEFAULT_K = (2, 4, 8)
@@ -85,8 +85,8 @@ class BenchResult:
         backends = [b for b in BACKENDS if any(c.backend == b for c in self.cells)]
         ks = sorted({c.k for c in self.cells})
         names = [v for v in self.config.get("verifiers", DEFAULT_VERIFIERS)]
-        head = "| verifier | k | " + " | ".join(f"{b} nodes/s | {b} cost / rrs" for b in backends) + " |"
-        lines = [head, "|" + "---|" * (2 + 2 * len(backends))]
+        head = ["verifier", "k"] + [h for b in backends for h in (f"{b} nodes/s", f"{b} cost / rrs")]
+        rows = []
         for name in names:
             for k in ks:
                 row = [name, str(k)]
@@ -94,8 +94,8 @@ class BenchResult:
                     c = self.cell(b, name, k)
                     row += (["-", "-"] if c is None else
                             [f"{c.nodes_per_s:,.1f}", "-" if c.cost_vs_rrs is None else f"{c.cost_vs_rrs:.2f}"])
-                lines.append("| " + " | ".join(row) + " |")
-        return "\n".join(lines)
+                rows.append(row)
+        return "\n".join(md_table(head, rows))
 
     def to_dict(self) -> dict:
         return {"config": self.config, "cells": [asdict(c) for c in self.cells]}
@@ -177,7 +177,7 @@ def bench_verify(*, B: int = 256, V: int = 151_936, ks=DEFAULT_K, verifiers=DEFA
     if extra:
         if "torch" not in backends:
             raise ValueError("torch_solvers other than 'auto' need the torch backend")
-        from .torch_backend.resispec import SOLVERS
+        from ..torch_backend.resispec import SOLVERS
 
         bad = [s for s in torch_solvers if s not in SOLVERS]
         if bad:
@@ -226,7 +226,7 @@ def bench_verify(*, B: int = 256, V: int = 151_936, ks=DEFAULT_K, verifiers=DEFA
                        "gpu": torch.cuda.get_device_name(dev) if dev.type == "cuda" else None})
 
     if any(n.startswith("resispec") for n in verifiers + extra):
-        from ._reserve_fused import warmup
+        from .._reserve_fused import warmup
 
         # one-time JIT compile / cache load of the fused reserve kernel, kept out of the timings
         config["reserve_kernel_warmup_s"] = round(warmup(), 3)

@@ -18,10 +18,12 @@ from pathlib import Path
 import numpy as np
 from tqdm.auto import tqdm
 
+from .._io import atomic_write as _atomic_write
 from ..trees import TreeShape
 from ..verifiers.registry import get_verifier
-from .engine import autoregressive_decode, speculative_decode
-from .laws import SamplingConfig
+from ..decoding.engine import autoregressive_decode, speculative_decode
+from ..decoding.laws import SamplingConfig
+from ._report import fmt, md_table
 
 #: Verifiers compared by default (``resispec`` is ours, the rest are baselines).
 DEFAULT_VERIFIERS = ("rrs", "rrs_wor", "kseq", "target_only", "resispec")
@@ -154,19 +156,17 @@ def run_bench(pair, prompts: list[list[int]], *, verifiers=DEFAULT_VERIFIERS, tr
 
 def format_table(result: BenchResult) -> str:
     """Markdown table of :meth:`BenchResult.table`."""
-    head = ("| method | tree | tokens | target calls | block eff. | tokens/s | speed-up vs AR | "
-            "block eff. / best baseline | tokens/s / best baseline |")
-    lines = [head, "|" + "---|" * 9]
-    for r in result.table():
-        lines.append(f"| {r['method']} | {r['tree']} | {r['tokens']} | {r['target_calls']} | "
-                     f"{r['block_efficiency']:.3f} | {r['tokens_per_second']:.3f} | "
-                     f"{r['speedup_vs_autoregressive']:.3f} | {_f(r['block_eff_vs_best_baseline'])} | "
-                     f"{_f(r['tps_vs_best_baseline'])} |")
-    return "\n".join(lines)
+    head = ["method", "tree", "tokens", "target calls", "block eff.", "tokens/s", "speed-up vs AR",
+            "block eff. / best baseline", "tokens/s / best baseline"]
+    rows = ([r["method"], r["tree"], str(r["tokens"]), str(r["target_calls"]), f"{r['block_efficiency']:.3f}",
+             f"{r['tokens_per_second']:.3f}", f"{r['speedup_vs_autoregressive']:.3f}",
+             _f(r["block_eff_vs_best_baseline"]), _f(r["tps_vs_best_baseline"])] for r in result.table())
+    return "\n".join(md_table(head, rows))
 
 
 def _f(x) -> str:
-    return "-" if x != x else f"{x:.3f}"
+    """NaN (no baseline on this tree) as ``-``."""
+    return fmt(None if x != x else x, 3)
 
 
 def write_report(result: BenchResult, md_path: Path, json_path: Path, command: str = "") -> None:
@@ -188,5 +188,3 @@ def write_report(result: BenchResult, md_path: Path, json_path: Path, command: s
     _atomic_write(Path(json_path), json.dumps({"config": cfg, "command": command, "rows": result.table(),
                                                "raw": [asdict(r) for r in result.rows]}, indent=2))
 
-
-from .._io import atomic_write as _atomic_write  # noqa: E402

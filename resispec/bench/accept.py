@@ -44,13 +44,13 @@ from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
-from ._validation import as_laws, check_k
-from .analysis import acceptance_probability, optimal_acceptance
-from .bounds import sequential_optimum_iid
-from .enumeration import MAX_TUPLES
-from .sampling import draw_candidates
-from .verifiers import available_verifiers, get_verifier
-from ._io import write_markdown_and_json
+from .._validation import as_laws, check_k
+from ..analysis import acceptance_probability, optimal_acceptance
+from ..bounds import sequential_optimum_iid
+from ..enumeration import MAX_TUPLES
+from ..sampling import draw_candidates
+from ..verifiers import available_verifiers, get_verifier
+from ._report import command_lines, fmt, md_table, stats_table, write_markdown_and_json
 
 #: Cells with ``alpha* - A(rrs)`` below this are saturated (ratio undefined).
 SATURATED = 1e-6
@@ -310,17 +310,11 @@ def bench_accept(*, families=DEFAULT_FAMILIES, Vs=DEFAULT_V, ks=DEFAULT_K, Ts=DE
     return AcceptTable(cells, names, settings, time.perf_counter() - t0)
 
 
-def _fmt(x, nd=4):
-    return "-" if x is None else f"{x:.{nd}f}"
-
-
 def to_markdown(table: AcceptTable, *, command: str | None = None) -> str:
     """Markdown report: summary, then one row per cell (acceptance and gap closed)."""
     s = table.summary()
     names = table.verifiers
-    lines = ["# Acceptance table (`resispec bench-accept`)", ""]
-    if command:
-        lines += [f"Command: `{command}`", ""]
+    lines = ["# Acceptance table (`resispec bench-accept`)", ""] + command_lines(command)
     st = table.settings
     lines += [f"Families {', '.join(st['families'])}; V in {st['V']} (real n-gram nodes: their own V); "
               f"k in {st['k']}; T in {st['T']}; {st['nodes']} nodes per cell (same nodes for every k); "
@@ -339,27 +333,27 @@ def to_markdown(table: AcceptTable, *, command: str | None = None) -> str:
                   f"cells; fails in {o['fails']}; {o['saturated']} saturated cells (every verifier at alpha* to 1e-6)."]
     if s["ordering_fails_in"]:
         lines += [f"- Ordering fails in: {', '.join(s['ordering_fails_in'])}"]
-    lines += ["", "| verifier | mean gap closed | median | min | max | cells |", "|---|---|---|---|---|---|"]
-    for n, g in s["gap_closed"].items():
-        lines.append(f"| {n} | {g['mean']:.3f} | {g['median']:.3f} | {g['min']:.3f} | {g['max']:.3f} | {g['cells']} |")
+    lines += [""] + stats_table("verifier", s["gap_closed"], ("mean", "median", "min", "max"),
+                                head=("mean gap closed", "median", "min", "max"))
     lines += ["", "Verifiers below `rrs` (`sps`, `target_only`) have negative fractions, unbounded when the "
               "cell's gap alpha* - A_rrs is tiny; compare them by the acceptances in the cells. `seq_opt` "
               "(the best sequential verifier, an LP) is averaged over the V <= lp_max_V cells only."]
     lines += ["", "## Cells", ""]
     head = ["family", "V", "k", "T"] + [f"A {n}" for n in names] + ["alpha*", "seq LP"] + \
            [f"gap {n}" for n in names if n != "rrs"] + ["gap seq LP"]
-    lines += ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    rows = []
     for c in table.cells:
-        row = [c.family, str(c.V), str(c.k), f"{c.T:g}"]
+        r = [c.family, str(c.V), str(c.k), f"{c.T:g}"]
         for n in names:
-            v = _fmt(c.acceptance[n])
+            v = fmt(c.acceptance[n])
             if c.method.get(n) == "monte carlo":
                 v += f" ± {c.stderr[n]:.4f} (MC)"
-            row.append(v)
-        row += [_fmt(c.alpha_star), _fmt(c.seq_opt)]
-        row += [_fmt(c.gap_closed[n], 3) for n in names if n != "rrs"]
-        row.append(_fmt(c.seq_gap_closed, 3))
-        lines.append("| " + " | ".join(row) + " |")
+            r.append(v)
+        r += [fmt(c.alpha_star), fmt(c.seq_opt)]
+        r += [fmt(c.gap_closed[n], 3) for n in names if n != "rrs"]
+        r.append(fmt(c.seq_gap_closed, 3))
+        rows.append(r)
+    lines += md_table(head, rows)
     lines += ["", "Standard errors of the cell means over nodes are in the JSON file (`stderr`).", ""]
     return "\n".join(lines)
 

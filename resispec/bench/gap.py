@@ -40,14 +40,14 @@ from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
-from .analysis import acceptance_probability, optimal_acceptance
-from .bounds import sequential_optimum, sequential_optimum_iid
-from .enumeration import count_tuples
-from .sampling import draw_candidates
-from .verifiers import get_verifier
-from .verifiers.resispec_wor import ResiSpecWOR, _plain_next_value
-from .wor_bound import alpha_star_wor
-from ._io import write_markdown_and_json
+from ..analysis import acceptance_probability, optimal_acceptance
+from ..bounds import sequential_optimum, sequential_optimum_iid
+from ..enumeration import count_tuples
+from ..sampling import draw_candidates
+from ..verifiers import get_verifier
+from ..verifiers.resispec_wor import ResiSpecWOR, _plain_next_value
+from ..wor_bound import alpha_star_wor
+from ._report import command_lines, fmt, md_table, stats_table, write_markdown_and_json
 
 #: Cells with ``bound - A(baseline)`` below this are saturated (ratio undefined):
 #: coarser than bench-accept's 1e-6 because the WOR bounds carry LP / quadrature
@@ -372,17 +372,11 @@ def bench_gap(*, families=DEFAULT_FAMILIES, Ts=DEFAULT_T, ks=DEFAULT_K, wor_ks=D
     return GapTable(cells, settings, time.perf_counter() - t0)
 
 
-def _f(x, nd=4):
-    return "-" if x is None else f"{x:.{nd}f}"
-
-
 def to_markdown(table: GapTable, *, command: str | None = None) -> str:
     """Markdown report: headline checks, then one table per section."""
     s = table.summary()
     st = table.settings
-    L = ["# Closing the gap (`resispec bench-gap`)", ""]
-    if command:
-        L += [f"Command: `{command}`", ""]
+    L = ["# Closing the gap (`resispec bench-gap`)", ""] + command_lines(command)
     L += [f"Families {', '.join(st['families'])}; T in {st['T']}; iid k in {st['k']}, WOR k in {st['wor_k']}; "
           f"V = {st['V']} ({st['nodes']} nodes per cell), small WOR cases V = {st['V_small']} "
           f"({st['small_nodes']} nodes); seed {st['seed']}. Run time {table.seconds:.0f} s.", "",
@@ -392,8 +386,8 @@ def to_markdown(table: GapTable, *, command: str | None = None) -> str:
     t = s.get("target_iid_k4_8")
     if t:
         L += [f"- iid, k in {{4, 8}}: mean fraction of the rrs-to-alpha* gap closed: look-ahead "
-              f"{_f(t['lookahead_mean_gap'], 3)}, myopic {_f(t['myopic_mean_gap'], 3)}, sequential LP optimum "
-              f"{_f(t['seq_opt_mean_gap'], 3)}; look-ahead >= myopic in {t['lookahead_ge_myopic_cells']} of "
+              f"{fmt(t['lookahead_mean_gap'], 3)}, myopic {fmt(t['myopic_mean_gap'], 3)}, sequential LP optimum "
+              f"{fmt(t['seq_opt_mean_gap'], 3)}; look-ahead >= myopic in {t['lookahead_ge_myopic_cells']} of "
               f"{t['cells']} cells."]
     t = s.get("target_wor_ge_rrs_wor")
     if t:
@@ -414,24 +408,21 @@ def to_markdown(table: GapTable, *, command: str | None = None) -> str:
         bnds = sorted({b for c in cs for b in c.bounds})
         gaps = sorted({g for c in cs for g in c.gap_closed})
         head = ["family", "T", "k", "V", "method"] + [f"A {a}" for a in accs] + bnds + [f"gap {g}" for g in gaps]
-        L += ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+        rows = []
         for c in cs:
             row = [c.family, f"{c.T:g}", str(c.k), str(c.V), c.method]
             for a in accs:
-                v = _f(c.acceptance.get(a))
+                v = fmt(c.acceptance.get(a))
                 if c.method == "monte carlo":
                     v += f" ± {c.stderr.get(a, 0):.4f}"
                 row.append(v)
-            row += [_f(c.bounds.get(b)) for b in bnds]
-            row += [_f(c.gap_closed.get(g), 3) for g in gaps]
-            L.append("| " + " | ".join(row) + " |")
-        L += [""]
+            row += [fmt(c.bounds.get(b)) for b in bnds]
+            row += [fmt(c.gap_closed.get(g), 3) for g in gaps]
+            rows.append(row)
+        L += md_table(head, rows) + [""]
         agg = s.get(sec, {})
         if agg:
-            L += ["| gap fraction | mean | min | max | cells |", "|---|---|---|---|---|"]
-            for key, g in agg.items():
-                L.append(f"| {key} | {g['mean']:.3f} | {g['min']:.3f} | {g['max']:.3f} | {g['cells']} |")
-            L += [""]
+            L += stats_table("gap fraction", agg) + [""]
     L += ["Monte Carlo WOR cells: both verifiers see the same candidate draws; the standard error of the paired "
           "difference is `stderr.diff_mc` in the JSON file.", ""]
     return "\n".join(L)

@@ -1,4 +1,7 @@
-"""PNG plots and a markdown table for a :class:`simulators.drift.DriftSweep`.
+"""Residual-drift report: PNG plots and markdown tables of a :class:`simulators.drift.DriftSweep`.
+
+The sweep itself (the measurement) is :func:`simulators.drift.drift_sweep`;
+this module is its report writer (``resispec drift``).
 
 Figures are built with :class:`matplotlib.figure.Figure` (no pyplot state, no
 backend switch): save them, or show them in a notebook with ``display(fig)``.
@@ -10,8 +13,10 @@ from pathlib import Path
 
 import numpy as np
 
-from ._io import save_figure, write_json, write_text
-from .drift import DriftSweep
+from simulators._io import save_figure, write_json, write_text
+from simulators.drift import DriftSweep
+
+from ._report import command_lines, md_table
 
 PANELS = (("beta", "viability beta_i"), ("tv", "TV(p_i, q_i)"),
           ("top_mass", "residual mass in draft top-mass set"), ("cumulative_acceptance", "cumulative acceptance"))
@@ -76,37 +81,35 @@ def plot_gamma(sweep: DriftSweep):
     return fig
 
 
-def markdown(sweep: DriftSweep, command: str = "") -> str:
+def to_markdown(sweep: DriftSweep, command: str = "") -> str:
     """Markdown report: summary per verifier configuration and the per-step table of the main lines."""
     s = sweep.settings
     k = s["k"]
-    out = ["# Residual drift", ""]
-    if command:
-        out += [f"Command: `{command}`", ""]
+    out = ["# Residual drift", ""] + command_lines(command)
     out += [f"Family `{s.get('family')}`, T = {s.get('temperature')}, V = {s['V']}, {s['B']} pairs, k = {k}, "
             f"top-mass set = smallest set holding {s['top_level']:.0%} of the draft q_i. "
             f"Mean alpha* (optimal acceptance, iid drafts) = {sweep.alpha_star:.4f}.", "",
             "Statistics are averaged over pairs weighted by the probability of reaching step i "
             "(`docs/RESISPEC.md` section 4). `rrs_wor` uses without-replacement drafts (Monte Carlo over "
             "candidate tuples); every other line is exact.", "",
-            "## Summary", "",
-            "| verifier | acceptance | beta_1 | beta_k | TV_1 | TV_k | top-mass_1 | top-mass_k | gap to alpha* closed vs rrs |",
-            "|---|---|---|---|---|---|---|---|---|"]
+            "## Summary", ""]
     rrs = next((r.acceptance for r in sweep.results if r.label == "rrs"), None)
     best = max(sweep.results, key=lambda r: r.acceptance)
+    rows = []
     for r in sweep.results:
         closed = ""
         if rrs is not None and sweep.alpha_star > rrs + 1e-12:
             closed = f"{(r.acceptance - rrs) / (sweep.alpha_star - rrs):+.2f}"
         mark = " **best**" if r is best else ""
-        out.append(f"| `{r.label}`{mark} | {r.acceptance:.4f} | {r.beta[0]:.3f} | {r.beta[-1]:.3f} | {r.tv[0]:.3f} | "
-                   f"{r.tv[-1]:.3f} | {r.top_mass[0]:.3f} | {r.top_mass[-1]:.3f} | {closed} |")
+        rows.append([f"`{r.label}`{mark}", f"{r.acceptance:.4f}"]
+                    + [f"{x:.3f}" for x in (r.beta[0], r.beta[-1], r.tv[0], r.tv[-1], r.top_mass[0], r.top_mass[-1])]
+                    + [closed])
+    out += md_table(["verifier", "acceptance", "beta_1", "beta_k", "TV_1", "TV_k", "top-mass_1", "top-mass_k",
+                     "gap to alpha* closed vs rrs"], rows)
     out += ["", "## Per step (baselines and each proxy at gamma = 1)", ""]
-    hdr = "| verifier | statistic | " + " | ".join(f"i={i}" for i in range(1, k + 1)) + " |"
-    out += [hdr, "|---|---|" + "---|" * k]
-    for r in _main_lines(sweep):
-        for key, title in PANELS:
-            out.append(f"| `{r.label}` | {title} | " + " | ".join(f"{x:.3f}" for x in getattr(r, key)) + " |")
+    out += md_table(["verifier", "statistic"] + [f"i={i}" for i in range(1, k + 1)],
+                    ([f"`{r.label}`", title] + [f"{x:.3f}" for x in getattr(r, key)]
+                     for r in _main_lines(sweep) for key, title in PANELS))
     out += ["", "![drift per step](drift_steps.png)", "", "![acceptance vs gamma](drift_gamma.png)", ""]
     return "\n".join(out)
 
@@ -122,7 +125,7 @@ def write_drift_report(sweep: DriftSweep, out_dir, *, command: str = "", stem: s
     paths["steps_png"] = save_figure(fig, out_dir / f"{stem}_steps.png")
     fig = plot_gamma(sweep)
     paths["gamma_png"] = save_figure(fig, out_dir / f"{stem}_gamma.png")
-    md = markdown(sweep, command).replace("drift_steps.png", f"{stem}_steps.png").replace("drift_gamma.png", f"{stem}_gamma.png")
+    md = to_markdown(sweep, command).replace("drift_steps.png", f"{stem}_steps.png").replace("drift_gamma.png", f"{stem}_gamma.png")
     paths["markdown"] = write_text(out_dir / f"{stem}.md", md)
     paths["json"] = write_json(out_dir / f"{stem}.json", {"settings": sweep.settings, "alpha_star": sweep.alpha_star,
                                                          "results": [r.to_dict() for r in sweep.results]})

@@ -1,0 +1,25 @@
+"""The reserve tolerance: the one constant every reserve solver shares.
+
+The floor under the compiled kernel (:mod:`resispec._reserve_fused`), the
+numpy verifier (:mod:`resispec.verifiers.resispec`) and the torch backend
+(:mod:`resispec.torch_backend.resispec`): it imports nothing of the project,
+so the kernel does not import the verifier that calls it.
+"""
+
+from __future__ import annotations
+
+#: Floor of the reserve tolerance (float64).
+ROOT_TOL = 1e-13
+
+
+def reserve_tol(eps: float, gamma: float) -> float:
+    """``tau = max(ROOT_TOL, 64 eps) (1 + gamma)`` (dimensionless, like ``lambda``).
+
+    ``eps``: machine epsilon of the working dtype (``np.finfo(dt).eps`` or
+    ``torch.finfo(dt).eps``).  Every reserve solver, in both backends,
+    returns ``min {l : g(l) >= -tau}`` (:func:`resispec.verifiers.resispec.solve_reserve`):
+    for ``gamma = 1`` ``g`` can vanish on a whole interval, where round-off
+    must not move the answer away from its left end, and a well-defined point
+    makes starts, solvers and backends agree.
+    """
+    return max(ROOT_TOL, 64.0 * float(eps)) * (1.0 + float(gamma))
