@@ -1,4 +1,16 @@
-"""Comma-separated option parsers shared by the bench commands."""
+"""Option parsers shared by the commands.
+
+* ``floats`` / ``ints`` / ``strs``: one comma-separated string -> list (``type=`` functions).
+* ``ListAction``: an argparse action for list options that accepts both forms,
+  ``--k 2,4``, ``--k 2 --k 4`` and mixes (``--k 2,4 --k 8`` -> ``[2, 4, 8]``).
+* ``count``: an integer count that may be written in scientific notation (``1e6``).
+"""
+
+from __future__ import annotations
+
+import argparse
+from decimal import Decimal, InvalidOperation
+from typing import Callable
 
 
 def floats(text: str) -> list[float]:
@@ -11,3 +23,76 @@ def ints(text: str) -> list[int]:
 
 def strs(text: str) -> list[str]:
     return [x.strip() for x in text.split(",") if x.strip()]
+
+
+class ListAction(argparse.Action):
+    """Collect a list option given comma-separated, repeated, or both.
+
+    Usage::
+
+        parser.add_argument("--k", action=ListAction, item_type=int, metavar="K[,K...]")
+
+    Each occurrence's value is split on commas, blank items are dropped, and
+    every item is converted by ``item_type`` (default ``str``, items stripped)
+    and appended, in order, to ``namespace.<dest>``.  The first occurrence
+    replaces the option's ``default`` (a default list is never mutated or
+    extended); later occurrences extend.  An item that ``item_type`` rejects
+    (``ValueError``/``TypeError``/``argparse.ArgumentTypeError``) or not in
+    ``choices`` (when given; checked per item), or an occurrence with no item
+    at all, is an argparse error (usage + exit status 2) naming the option
+    and the item.  Do not pass ``type=`` (it would convert the whole string):
+    pass ``item_type=``.  Not for values that contain commas themselves
+    (e.g. ``name[a=1,b=2]`` specs): use ``action="append"`` for those.
+    """
+
+    def __init__(self, option_strings, dest, item_type: Callable = str, choices=None, **kwargs):
+        if kwargs.get("type") is not None:
+            raise ValueError("ListAction: pass item_type= (applied per comma-separated item), not type=")
+        if kwargs.get("nargs") not in (None, 1):
+            raise ValueError("ListAction takes one string per occurrence; do not set nargs")
+        kwargs.pop("nargs", None)
+        super().__init__(option_strings, dest, **kwargs)
+        self.item_type = item_type
+        self.item_choices = None if choices is None else list(choices)
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        name = option_string or self.dest
+        items = []
+        for raw in str(values).split(","):
+            raw = raw.strip()
+            if not raw:
+                continue
+            try:
+                item = self.item_type(raw)
+            except (ValueError, TypeError, argparse.ArgumentTypeError) as exc:
+                kind = getattr(self.item_type, "__name__", "value")
+                detail = f": {exc}" if isinstance(exc, argparse.ArgumentTypeError) else ""
+                raise argparse.ArgumentError(self, f"invalid {kind} item {raw!r}{detail}") from exc
+            if self.item_choices is not None and item not in self.item_choices:
+                raise argparse.ArgumentError(self, f"invalid choice {raw!r} (choose from "
+                                                   f"{', '.join(map(str, self.item_choices))})")
+            items.append(item)
+        if not items:
+            raise argparse.ArgumentError(self, f"expected at least one value, e.g. {name} A,B or {name} A {name} B")
+        current = getattr(namespace, self.dest, None)
+        if current is None or current is self.default:
+            current = []
+        setattr(namespace, self.dest, list(current) + items)
+
+
+def count(text: str) -> int:
+    """An integer count, in plain or scientific notation: ``"200000"``, ``"200_000"``, ``"1e6"`` -> int.
+
+    For argparse ``type=``.  Exact (no float rounding: ``"1e18"`` ->
+    ``10**18``).  Raises ``argparse.ArgumentTypeError`` for a value that is
+    not a whole number (``"1.5"``, ``"1e-3"``, ``"nan"``, ``"inf"``, ``"x"``).
+    Range checks (>= 1, upper limits) are the command's.
+    """
+    s = str(text).strip().replace("_", "")
+    try:
+        d = Decimal(s)
+    except InvalidOperation:
+        d = None
+    if d is None or not d.is_finite() or d != d.to_integral_value():
+        raise argparse.ArgumentTypeError(f"expected a whole number such as 200000 or 1e6, got {text!r}")
+    return int(d)
