@@ -317,3 +317,26 @@ def test_bad_output_path_fails_fast_before_any_work(tmp_path, capsys, flag, case
     assert flag in err and match in err
     assert [p for p in tmp_path.rglob("*") if p.is_file()] == [blocker]
     assert not (tmp_path / "ok").exists()
+
+
+def test_timeout_off_where_sigalrm_is_unavailable_is_said(tmp_path, capsys, monkeypatch):
+    import exactness._timeout as T
+
+    monkeypatch.setattr(T, "limit_available", lambda: False)
+    with T.time_limit(0.01) as enforced:
+        time.sleep(0.05)  # no alarm: the limit is off
+    assert enforced is False
+    assert main(["certify", "--verifier", "rrs", *TINY, "--no-progress", "--timeout", "5",
+                 "--out", str(tmp_path / "c.md")]) == 0
+    assert "--timeout 5 is off here" in capsys.readouterr().err
+
+
+def test_samples_refused_when_estimate_exceeds_half_the_memory(tmp_path, capsys, monkeypatch):
+    import os
+
+    real = os.sysconf
+    monkeypatch.setattr(os, "sysconf", lambda name: {"SC_PAGE_SIZE": 4096, "SC_PHYS_PAGES": 2**18}.get(name)
+                        or real(name))  # a 1 GiB machine
+    assert main(["certify", "--verifier", "rrs", *TINY[:4], "--samples", "1e8", "--out", str(tmp_path / "c.md")]) == 2
+    err = capsys.readouterr().err
+    assert "--samples 100,000,000" in err and "half of this machine's 1.0 GiB" in err and "~1.5 GiB" in err

@@ -53,7 +53,8 @@ def add_arguments(parser) -> None:
                         help="candidates per node: --k 2,4 or --k 2 --k 4 (default 1,2,4,8)")
     parser.add_argument("--samples", type=count, default=None, metavar="N",
                         help="Monte Carlo draws per cell, e.g. 200000 or 2e5 (default: 200,000, capped for O(V) "
-                             "samplers; at most 1e9, and refused when the estimated memory exceeds this machine's)")
+                             "samplers; at most 1e9, and refused when the estimated memory exceeds half of this "
+                             "machine's)")
     parser.add_argument("--seed", type=int, default=0, help="base seed (default 0)")
     parser.add_argument("--alpha", type=float, default=1e-3, help="family-wise level over all cells (default 1e-3)")
     parser.add_argument("--family", action=ListAction, metavar="NAME[,NAME...]",
@@ -93,11 +94,18 @@ def _check_output(flag: str, path) -> None:
         with tempfile.TemporaryFile(dir=folder):
             pass
     except OSError as exc:
-        raise ValueError(f"{flag} {str(path)!r}: folder {str(folder)!r} is not writable ({exc.strerror or exc})") from exc
+        raise ValueError(f"{flag} {str(path)!r}: folder {str(folder)!r} is not writable "
+                         f"({exc.strerror or exc})") from exc
 
 
 def _check_samples(n: int, ks) -> None:
-    """Refuse an absurd ``--samples`` before running (``MAX_SAMPLES`` per cell, or more memory than this machine)."""
+    """Refuse an absurd ``--samples`` before running.
+
+    Refused: more than ``exactness.certify_run.MAX_SAMPLES`` (1e9) draws per
+    cell, or an estimated peak (``exactness.certify_run.sample_memory`` at the
+    largest k) above half of this machine's physical memory (headroom for the
+    checks' working copies).  The message states the estimate.
+    """
     from exactness.certify_run import MAX_SAMPLES, sample_memory
 
     kmax = max(ks)
@@ -106,10 +114,11 @@ def _check_samples(n: int, ks) -> None:
         ram = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
     except (AttributeError, ValueError, OSError):
         ram = None
-    why = (f"exceeds the limit of {MAX_SAMPLES:.0e} draws per cell" if n > MAX_SAMPLES
-           else f"needs more than this machine's {ram / 2**30:.1f} GiB of memory" if ram and mem > ram else None)
+    why = (f"exceeds the limit of {MAX_SAMPLES:,} draws per cell" if n > MAX_SAMPLES
+           else f"needs more than half of this machine's {ram / 2**30:.1f} GiB of memory" if ram and mem > ram / 2
+           else None)
     if why:
-        raise ValueError(f"--samples {n:.3g} {why}: one cell at k = {kmax} would hold ~{mem / 2**30:,.1f} GiB "
+        raise ValueError(f"--samples {n:,} {why}: one cell at k = {kmax} would hold ~{mem / 2**30:,.1f} GiB "
                          f"(16 bytes per draw for tokens and accepted indices, plus 8 x (2k+1) bytes per draw of "
                          f"uniforms per chunk); pass a smaller --samples (the default 200,000 detects TV ~ 0.01)")
 
@@ -135,8 +144,9 @@ def run(args) -> int:
     ks = tuple(args.k) if args.k else K_VALUES
     if any(k < 1 for k in ks):
         raise ValueError(f"--k must be >= 1, got {list(ks)}")
+    do_mutants = args.mutants if args.mutants is not None else not args.verifier
     if args.samples is not None:
-        _check_samples(args.samples, ks + (MUTANT_KS if args.mutants is not False else ()))
+        _check_samples(args.samples, ks + (MUTANT_KS if do_mutants else ()))
     families = FAMILIES
     if args.family:
         from simulators.families import get_family
@@ -146,6 +156,11 @@ def run(args) -> int:
             get_family(name)  # unknown name: ValueError listing the families (never an empty, passing run)
         families = tuple(known.get(name, (name, 8, {})) for name in args.family)
     progress = not args.no_progress
+    from exactness._timeout import limit_available
+
+    if args.timeout and not limit_available():
+        print(f"resispec certify: note: --timeout {args.timeout:g} is off here (no SIGALRM on this platform, or "
+              "not the main thread); a hanging verifier will not be stopped", file=sys.stderr)
     t0 = time.perf_counter()
     specs = list(args.verifier or [])
     if args.proxy:
@@ -162,7 +177,6 @@ def run(args) -> int:
         specs += [f"resispec[proxy={name}]" for name in names if name != "draft"]
     grid = run_certify(specs or None, ks=ks, n=args.samples, alpha=args.alpha, seed=args.seed,
                        families=families, progress=progress, timeout=args.timeout)
-    do_mutants = args.mutants if args.mutants is not None else not args.verifier
     mutants, t_mut = None, None
     if do_mutants:
         t1 = time.perf_counter()
