@@ -27,6 +27,10 @@ K_VALUES = (1, 2, 4, 8)
 MUTANT_KS = (1, 2, 4)
 #: Family and V of the mutant panel.
 MUTANT_FAMILY = ("softmax_noise", 8, {})
+#: Default wall-clock limit per cell, seconds (``resispec certify --timeout``; a default cell takes ~1-2 s).
+DEFAULT_TIMEOUT = 600.0
+#: Largest Monte Carlo budget per cell that ``resispec certify`` accepts (``--samples``).
+MAX_SAMPLES = 10**9
 
 
 def load_verifier(spec: str):
@@ -34,14 +38,27 @@ def load_verifier(spec: str):
 
     ``module:object`` may name a Verifier instance, a class or a factory
     (called with no arguments); dotted parts may index dicts
-    (``exactness.mutants:CATALOGUE.always_accept``).
+    (``exactness.mutants:CATALOGUE.always_accept``).  This IMPORTS AND RUNS
+    the named module (and the class or factory), like ``python -c "import
+    module"``; the current directory is put first on ``sys.path`` (if absent),
+    as pytest does, so a ``mine.py`` next to you is found.
+
+    Returns
+    -------
+    (spec, verifier) : (str, object with ``verify``)
 
     Raises
     ------
     ValueError
-        Unknown name, import failure, or an object without ``verify``.
+        Unknown name, or ANY failure to import the module or build the
+        object -- an exception of any type, a ``SyntaxError``, even
+        ``SystemExit`` (``sys.exit(0)`` at import) or ``KeyboardInterrupt`` --
+        with the spec and the original exception's type and message (chained
+        from it); or an object without ``verify``.
     """
+    import os
     import re
+    import sys
 
     import resispec
 
@@ -61,22 +78,65 @@ def load_verifier(spec: str):
     if ":" not in spec:
         return spec, resispec.get_verifier(spec)
     mod_name, _, attr = spec.partition(":")
+    if not mod_name or not attr:
+        raise ValueError(f"--verifier {spec!r}: write module:object, e.g. mymodule:MyVerifier")
+    cwd = os.getcwd()
+    if cwd not in sys.path:
+        sys.path.insert(0, cwd)
     try:
         obj = importlib.import_module(mod_name)
-    except ImportError as exc:
-        raise ValueError(f"--verifier {spec!r}: cannot import module {mod_name!r} ({exc})") from exc
+    except ModuleNotFoundError as exc:
+        if exc.name and (mod_name == exc.name or mod_name.startswith(exc.name + ".")):
+            raise ValueError(f"--verifier {spec!r}: cannot import module {mod_name!r} ({_describe(exc)}; searched "
+                             f"the current directory {cwd!r} and sys.path)") from exc
+        raise ValueError(f"--verifier {spec!r}: importing module {mod_name!r} failed: {_describe(exc)}") from exc
+    except BaseException as exc:  # SyntaxError, any error at import, sys.exit() at import: never a silent exit
+        raise ValueError(f"--verifier {spec!r}: importing module {mod_name!r} failed: {_describe(exc)}") from exc
     for part in attr.split("."):
-        if isinstance(obj, dict) and part in obj:
-            obj = obj[part]
-        elif hasattr(obj, part):
-            obj = getattr(obj, part)
-        else:
-            raise ValueError(f"--verifier {spec!r}: module {mod_name!r} has no attribute {attr!r}")
+        try:
+            if isinstance(obj, dict) and part in obj:
+                obj = obj[part]
+            elif hasattr(obj, part):
+                obj = getattr(obj, part)
+            else:
+                raise ValueError(f"--verifier {spec!r}: module {mod_name!r} has no attribute {attr!r}")
+        except ValueError:
+            raise
+        except BaseException as exc:  # a property or __getattr__ that raises
+            raise ValueError(f"--verifier {spec!r}: looking up {part!r} failed: {_describe(exc)}") from exc
     if isinstance(obj, type) or (callable(obj) and not hasattr(obj, "verify")):
-        obj = obj()
+        try:
+            obj = obj()
+        except BaseException as exc:
+            raise ValueError(f"--verifier {spec!r}: building the verifier ({attr}()) failed: {_describe(exc)}") from exc
     if not hasattr(obj, "verify"):
         raise ValueError(f"--verifier {spec!r} is not a verifier (needs verify(p, q, candidates, rng) and drafting)")
     return spec, obj
+
+
+def _describe(exc: BaseException) -> str:
+    """``"RuntimeError: boom"``; ``SystemExit`` as ``"SystemExit: called sys.exit(0)"``."""
+    if isinstance(exc, SystemExit):
+        return f"SystemExit: called sys.exit({exc.code!r})"
+    if isinstance(exc, SyntaxError):
+        return f"SyntaxError: {exc.msg} ({exc.filename}, line {exc.lineno})"
+    msg = str(exc)
+    return f"{type(exc).__name__}: {msg}" if msg else type(exc).__name__
+
+
+def sample_memory(n: int, k: int, chunk: int | None = None) -> int:
+    """Estimated peak memory in bytes of one Monte Carlo cell with ``n`` draws and ``k`` candidates.
+
+    The harness keeps the sampled tokens and accepted indices (int64 each:
+    ``16 n`` bytes) and draws the uniforms (float64, ``2k + 1`` per draw) in
+    chunks of ``chunk`` draws (default ``exactness.certificate.CHUNK``):
+    ``16 n + 8 min(n, chunk) (2k + 1)``.  An estimate for refusing absurd
+    budgets up front, not a measurement.
+    """
+    from .certificate import CHUNK
+
+    chunk = CHUNK if chunk is None else chunk
+    return 16 * n + 8 * min(n, chunk) * (2 * k + 1)
 
 
 def _option_value(text: str):
@@ -144,19 +204,18 @@ def run_mutants(*, seeds: int = 1, n: int | None = None, alpha: float = 1e-3, se
     Within one run the panel's cell p-values (k in ``MUTANT_KS``) are
     Holm-corrected at ``alpha``.  ``flagged_mc`` counts runs flagged by the
     Monte Carlo checks alone (exact, deterministic and tree checks removed).
+    ``progress``: as in ``exactness.grid.run_grid`` (a bar on a terminal,
+    plain lines on stderr otherwise).
     """
     from . import mutants as M
+    from ._progress import Progress, progress_mode
 
     fam = MUTANT_FAMILY[0]
     nodes, _ = family_nodes(seed, (MUTANT_FAMILY,))
     p, q = nodes[fam]
     names = list(M.CATALOGUE) if names is None else list(names)
     out = []
-    bar = None
-    if progress:
-        from tqdm.auto import tqdm
-
-        bar = tqdm(total=len(names) * seeds, desc="mutants", unit="run", leave=False)
+    bar = Progress(len(names) * seeds, "mutants", "run", mode=progress_mode(progress))
     for name in names:
         v = M.CATALOGUE[name]
         ks = [k for k in MUTANT_KS if k >= M.MIN_K.get(name, 1)]
@@ -175,18 +234,22 @@ def run_mutants(*, seeds: int = 1, n: int | None = None, alpha: float = 1e-3, se
                     failing[chk] = failing.get(chk, 0) + 1
             if mc and np.any(adjust(mc, "holm") < alpha):
                 flagged_mc += 1
-            if bar is not None:
-                bar.update(1)
+            bar.step(f"{name} seed {s}")
         out.append(MutantResult(name, M.describe(name), M.CAUGHT_BY.get(name, ""), seeds, flagged, flagged_mc,
                                 failing))
-    if bar is not None:
-        bar.close()
+    bar.close()
     return out
 
 
 def run_certify(verifier_specs: list[str] | None = None, *, ks=K_VALUES, n: int | None = None,
-                alpha: float = 1e-3, seed: int = 0, families=FAMILIES, progress: bool = False) -> GridResult:
-    """The full certify grid (built-in verifiers by default)."""
+                alpha: float = 1e-3, seed: int = 0, families=FAMILIES, progress: bool | str = False,
+                timeout: float | None = DEFAULT_TIMEOUT) -> GridResult:
+    """The full certify grid (built-in verifiers by default).
+
+    ``timeout``: wall-clock seconds per cell (None or 0 = none); a cell that
+    runs past it, or raises, is a failed cell (``exactness.grid.run_cell``).
+    Raises ValueError when a verifier cannot be loaded (``load_verifier``).
+    """
     import resispec
 
     specs = verifier_specs or resispec.available_verifiers()
@@ -196,7 +259,8 @@ def run_certify(verifier_specs: list[str] | None = None, *, ks=K_VALUES, n: int 
     if not nodes:
         raise ValueError(f"no pair family could be built ({'; '.join(notes) or 'none given'}); "
                          "pass --family with a registered family")
-    grid = run_grid(build_cells(verifiers, nodes, ks), n=n, alpha=alpha, seed=seed, progress=progress)
+    grid = run_grid(build_cells(verifiers, nodes, ks), n=n, alpha=alpha, seed=seed, progress=progress,
+                    timeout=timeout)
     grid.notes.extend(notes)
     grid.seconds = time.perf_counter() - t0
     return grid

@@ -185,23 +185,78 @@ def _acceptances(verifier, p, q, k, known=None):
     return out
 
 
-def run_cell(cell: Cell, *, n: int | None, alpha: float, seed) -> CellResult:
-    """Certify one cell; skip (with the reason) when ``k`` exceeds the draft support."""
+def _failure_reason(exc: BaseException) -> str:
+    """``"error: RuntimeError: boom (in verify, mine.py:12)"``: the exception and its innermost frame."""
+    import traceback
+
+    if isinstance(exc, SystemExit):
+        what = f"SystemExit: called sys.exit({exc.code!r})"
+    else:
+        msg = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+        what = f"{type(exc).__name__}: {msg}" if msg else type(exc).__name__
+    if len(what) > 160:
+        what = what[:157] + "..."
+    tb = traceback.extract_tb(exc.__traceback__)
+    where = f" (in {tb[-1].name}, {tb[-1].filename.rsplit('/', 1)[-1]}:{tb[-1].lineno})" if tb else ""
+    return f"error: {what}{where}"
+
+
+def _failed_cell(cell: Cell, reason: str, alpha: float, seconds: float) -> CellResult:
+    """A cell that could not be certified (it raised or timed out): a FAILED certificate, p = 0.
+
+    The certificate's only check is named by ``reason`` (so every report that
+    lists the failing checks shows it) and ``details["error"]`` holds it too.
+    """
+    nan = float("nan")
+    cert = Certificate(passed=False, statistic=nan, pvalue=0.0, tv_estimate=nan, tv_upper=nan, detectable_tv=nan,
+                       n=0, alpha=alpha, checks={reason: 0.0}, details={"error": reason})
+    return CellResult(cell.verifier_name, cell.family, cell.k, cell.p.size, cert, seconds=seconds)
+
+
+def run_cell(cell: Cell, *, n: int | None, alpha: float, seed, timeout: float | None = None) -> CellResult:
+    """Certify one cell; skip (with the reason) when ``k`` exceeds the draft support.
+
+    Parameters
+    ----------
+    cell : Cell
+    n : int or None, Monte Carlo draws (None = the harness budget)
+    alpha : float, level of the cell's certificate
+    seed : int or SeedSequence
+    timeout : float or None, wall-clock limit in seconds for the cell (None or 0 = none).  Enforced with
+        ``SIGALRM`` in the main thread on POSIX (``exactness._timeout``); elsewhere the limit is off.
+
+    A cell whose verifier (or anything in the cell) raises an ``Exception`` or
+    ``SystemExit``, or that runs past ``timeout``, is not an error of the run:
+    it is returned as a FAILED cell (``certificate.passed`` False, p-value 0)
+    whose only check is named by the reason, e.g. ``"timed out after 600 s"``
+    or ``"error: RuntimeError: boom (in verify, mine.py:12)"`` (also in
+    ``certificate.details["error"]``).  ``KeyboardInterrupt`` propagates.
+    """
+    from ._timeout import TimeLimitExceeded, check_timeout, time_limit
+
+    timeout = check_timeout(timeout)
     t0 = time.perf_counter()
     V = cell.p.size
-    d = getattr(cell.verifier, "drafting", "iid")
-    if d == "without_replacement" and cell.k > int(np.count_nonzero(cell.q > 0)):
-        return CellResult(cell.verifier_name, cell.family, cell.k, V, None,
-                          skipped=f"k = {cell.k} exceeds the draft support")
-    cert = certify_verifier(cell.verifier, cell.p, cell.q, cell.k, n=n, alpha=alpha, seed=seed)
-    known = cert.details["exact"]["acceptance"] if "exact" in cert.details else None
-    acc, astar, rrs = _acceptances(cell.verifier, cell.p, cell.q, cell.k, known)
+    try:
+        with time_limit(timeout):
+            d = getattr(cell.verifier, "drafting", "iid")
+            if d == "without_replacement" and cell.k > int(np.count_nonzero(cell.q > 0)):
+                return CellResult(cell.verifier_name, cell.family, cell.k, V, None,
+                                  skipped=f"k = {cell.k} exceeds the draft support")
+            cert = certify_verifier(cell.verifier, cell.p, cell.q, cell.k, n=n, alpha=alpha, seed=seed)
+            known = cert.details["exact"]["acceptance"] if "exact" in cert.details else None
+            acc, astar, rrs = _acceptances(cell.verifier, cell.p, cell.q, cell.k, known)
+    except TimeLimitExceeded as exc:
+        return _failed_cell(cell, str(exc), alpha, time.perf_counter() - t0)
+    except (Exception, SystemExit) as exc:  # a plug-in that fails is a failed cell, never a pass or a traceback
+        return _failed_cell(cell, _failure_reason(exc), alpha, time.perf_counter() - t0)
     return CellResult(cell.verifier_name, cell.family, cell.k, V, cert, acceptance=acc, alpha_star=astar,
                       rrs_acceptance=rrs, seconds=time.perf_counter() - t0)
 
 
 def run_grid(cells: list[Cell], *, n: int | None = None, alpha: float = 1e-3, seed: int = 0,
-             progress: bool = False, calibration_level: float = 0.05) -> GridResult:
+             progress: bool | str = False, calibration_level: float = 0.05,
+             timeout: float | None = None) -> GridResult:
     """Certify every cell, then correct across cells (Holm, BH) and test calibration.
 
     Parameters
@@ -210,28 +265,38 @@ def run_grid(cells: list[Cell], *, n: int | None = None, alpha: float = 1e-3, se
     n : int, optional, Monte Carlo draws per cell (None = default budget)
     alpha : float, family-wise level of the run
     seed : int, base seed (cell ``i`` uses ``SeedSequence([seed, i])``)
-    progress : bool, show a tqdm progress bar on stderr
+    progress : bool or str, progress on stderr: False = none; True = a tqdm bar when stderr is a terminal,
+        else one plain line at the first and last cell and every 10 s (for logs); or a mode of
+        ``exactness._progress.Progress`` ("auto", "bar", "lines", "off")
+    timeout : float, optional, wall-clock limit per cell in seconds (None or 0 = none; see ``run_cell``)
 
     Returns
     -------
     GridResult
-    """
-    t0 = time.perf_counter()
-    it = cells
-    bar = None
-    if progress:
-        from tqdm.auto import tqdm
+        A cell that raised or timed out is a failed cell (p = 0): the run does not pass.
 
-        bar = tqdm(total=len(cells), desc="certify", unit="cell", leave=False)
+    Raises
+    ------
+    ValueError, TypeError
+        Bad ``n``, ``alpha`` or ``timeout`` (checked before any cell runs).
+    """
+    from ._checks import check_alpha, check_n
+    from ._progress import Progress, progress_mode
+    from ._timeout import check_timeout
+
+    if n is not None:
+        check_n(n)
+    check_alpha(alpha)
+    timeout = check_timeout(timeout)
+    t0 = time.perf_counter()
+    bar = Progress(len(cells), "certify", "cell", mode=progress_mode(progress))
     results = []
-    for i, cell in enumerate(it):
-        if bar is not None:
-            bar.set_postfix_str(f"{cell.verifier_name} {cell.family} k={cell.k}")
-        results.append(run_cell(cell, n=n, alpha=alpha, seed=np.random.SeedSequence([seed, i])))
-        if bar is not None:
-            bar.update(1)
-    if bar is not None:
-        bar.close()
+    for i, cell in enumerate(cells):
+        label = f"{cell.verifier_name} {cell.family} k={cell.k}"
+        bar.start(label)
+        results.append(run_cell(cell, n=n, alpha=alpha, seed=np.random.SeedSequence([seed, i]), timeout=timeout))
+        bar.step(label)
+    bar.close()
     done = [r for r in results if r.certificate is not None]
     raw = [r.certificate.pvalue for r in done]
     for r, h, b in zip(done, adjust(raw, "holm"), adjust(raw, "fdr_bh")):

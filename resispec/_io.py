@@ -76,7 +76,9 @@ def check_output_path(path, flag: str, *, suffix: str | None = None) -> Path:
     ------
     ValueError
         ``path`` is an existing directory, has the wrong suffix, an ancestor
-        is a file, an existing file or the folder is not writable.
+        is a file, an existing file or the folder is not writable (probed with
+        a temporary file that is removed at once: ``os.access`` says yes to
+        root even on a read-only mount).
     """
     if path is None or str(path) == "":
         raise ValueError(f"{flag} needs a file path, got {path!r}")
@@ -94,4 +96,9 @@ def check_output_path(path, flag: str, *, suffix: str | None = None) -> Path:
         raise ValueError(f"{flag} {path}: {parent} is a file, not a folder")
     if not os.access(parent, os.W_OK | os.X_OK):
         raise ValueError(f"{flag} {path}: folder {parent} is not writable")
+    try:  # os.access says yes to root everywhere; a real probe does not (read-only mounts)
+        with tempfile.TemporaryFile(dir=parent):
+            pass
+    except OSError as exc:
+        raise ValueError(f"{flag} {path}: folder {parent} is not writable ({exc.strerror or exc})") from exc
     return p

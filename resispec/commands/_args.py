@@ -1,4 +1,17 @@
-"""Option parsers and the output-path check shared by the bench commands."""
+"""Option parsers shared by the commands.
+
+* ``floats`` / ``ints`` / ``strs``: one comma-separated string -> list (``type=`` functions).
+* ``ListAction``: an argparse action for list options that accepts both forms,
+  ``--k 2,4``, ``--k 2 --k 4`` and mixes (``--k 2,4 --k 8`` -> ``[2, 4, 8]``).
+* ``count``: an integer count that may be written in scientific notation (``1e6``).
+* ``check_out``: an output path (or folder and its files) checked before any work.
+"""
+
+from __future__ import annotations
+
+import argparse
+from decimal import Decimal, InvalidOperation
+from typing import Callable
 
 
 def floats(text: str) -> list[float]:
@@ -15,6 +28,9 @@ def strs(text: str) -> list[str]:
 
 def check_out(path, flag: str, *, folder: bool = False, files=(), json_beside: bool = False):
     """Check an output path before any work starts; create nothing.
+
+    A thin wrapper of :func:`resispec._io.check_output_path` for the commands
+    that write several files.
 
     Parameters
     ----------
@@ -45,30 +61,94 @@ def check_out(path, flag: str, *, folder: bool = False, files=(), json_beside: b
     import os
     from pathlib import Path
 
+    from .._io import check_output_path
+
     if path is None or str(path) == "":
         raise ValueError(f"{flag} must be a non-empty path")
     p = Path(path)
     if folder:
         if p.exists() and not p.is_dir():
             raise ValueError(f"{flag} {str(path)!r} is a file, not a folder; give an output folder")
-        base, targets = p, [p / f for f in files]
+        targets = [p / f for f in files] or [p / "report.md"]
     else:
         if p.is_dir():
             raise ValueError(f"{flag} {str(path)!r} is a directory; give a file path such as "
                              f"{str(p / 'report.md')!r}")
         stem, ext = os.path.splitext(str(p))
         targets = [p] + ([Path((stem if ext else str(p)) + ".json")] if json_beside else [])
-        base = p.parent
     for t in targets:
-        if t.is_dir():
-            raise ValueError(f"{flag} {str(path)!r}: {str(t)!r} is a directory and cannot be written as a file")
-        if t.exists() and not os.access(t, os.W_OK):
-            raise ValueError(f"{flag} {str(path)!r}: {str(t)!r} exists and is not writable")
-    anc = base
-    while not anc.exists() and anc != anc.parent:
-        anc = anc.parent
-    if not anc.is_dir():
-        raise ValueError(f"{flag} {str(path)!r}: {str(anc)!r} is a file, not a folder; give a path in a folder")
-    if not os.access(anc, os.W_OK | os.X_OK):
-        raise ValueError(f"{flag} {str(path)!r}: folder {str(anc)!r} is not writable; give a writable path")
+        check_output_path(t, f"{flag} {str(path)!r}:" if t != p else flag)
     return p
+
+
+class ListAction(argparse.Action):
+    """Collect a list option given comma-separated, repeated, or both.
+
+    Usage::
+
+        parser.add_argument("--k", action=ListAction, item_type=int, metavar="K[,K...]")
+
+    Each occurrence's value is split on commas, blank items are dropped, and
+    every item is converted by ``item_type`` (default ``str``, items stripped)
+    and appended, in order, to ``namespace.<dest>``.  The first occurrence
+    replaces the option's ``default`` (a default list is never mutated or
+    extended); later occurrences extend.  An item that ``item_type`` rejects
+    (``ValueError``/``TypeError``/``argparse.ArgumentTypeError``) or not in
+    ``choices`` (when given; checked per item), or an occurrence with no item
+    at all, is an argparse error (usage + exit status 2) naming the option
+    and the item.  Do not pass ``type=`` (it would convert the whole string):
+    pass ``item_type=``.  Not for values that contain commas themselves
+    (e.g. ``name[a=1,b=2]`` specs): use ``action="append"`` for those.
+    """
+
+    def __init__(self, option_strings, dest, item_type: Callable = str, choices=None, **kwargs):
+        if kwargs.get("type") is not None:
+            raise ValueError("ListAction: pass item_type= (applied per comma-separated item), not type=")
+        if kwargs.get("nargs") not in (None, 1):
+            raise ValueError("ListAction takes one string per occurrence; do not set nargs")
+        kwargs.pop("nargs", None)
+        super().__init__(option_strings, dest, **kwargs)
+        self.item_type = item_type
+        self.item_choices = None if choices is None else list(choices)
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        name = option_string or self.dest
+        items = []
+        for raw in str(values).split(","):
+            raw = raw.strip()
+            if not raw:
+                continue
+            try:
+                item = self.item_type(raw)
+            except (ValueError, TypeError, argparse.ArgumentTypeError) as exc:
+                kind = getattr(self.item_type, "__name__", "value")
+                detail = f": {exc}" if isinstance(exc, argparse.ArgumentTypeError) else ""
+                raise argparse.ArgumentError(self, f"invalid {kind} item {raw!r}{detail}") from exc
+            if self.item_choices is not None and item not in self.item_choices:
+                raise argparse.ArgumentError(self, f"invalid choice {raw!r} (choose from "
+                                                   f"{', '.join(map(str, self.item_choices))})")
+            items.append(item)
+        if not items:
+            raise argparse.ArgumentError(self, f"expected at least one value, e.g. {name} A,B or {name} A {name} B")
+        current = getattr(namespace, self.dest, None)
+        if current is None or current is self.default:
+            current = []
+        setattr(namespace, self.dest, list(current) + items)
+
+
+def count(text: str) -> int:
+    """An integer count, in plain or scientific notation: ``"200000"``, ``"200_000"``, ``"1e6"`` -> int.
+
+    For argparse ``type=``.  Exact (no float rounding: ``"1e18"`` ->
+    ``10**18``).  Raises ``argparse.ArgumentTypeError`` for a value that is
+    not a whole number (``"1.5"``, ``"1e-3"``, ``"nan"``, ``"inf"``, ``"x"``).
+    Range checks (>= 1, upper limits) are the command's.
+    """
+    s = str(text).strip().replace("_", "")
+    try:
+        d = Decimal(s)
+    except InvalidOperation:
+        d = None
+    if d is None or not d.is_finite() or d != d.to_integral_value():
+        raise argparse.ArgumentTypeError(f"expected a whole number such as 200000 or 1e6, got {text!r}")
+    return int(d)

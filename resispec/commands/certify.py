@@ -11,8 +11,15 @@ mutant catalogue (known-biased verifiers) shows the harness's power.
 Writes a Markdown report (default reports/certify.md) with a p-value QQ plot
 and the detectable-TV figure, and a JSON file next to it.
 
-Exit status: 0 all verifiers pass; 1 a verifier fails; 3 a mutant escaped
-detection (the harness lost power); 2 bad arguments.
+Each cell runs under a wall-clock limit (``--timeout``, default 600 s); a
+cell that runs past it, or whose verifier raises, is a FAILED cell with the
+reason shown.  ``--verifier module:object`` imports and runs that module
+(current directory first on the import path); a module or factory that
+fails to load -- any exception, even ``sys.exit()`` -- is an error (exit 2).
+
+Exit status: 0 all verifiers pass; 1 a verifier fails (a cell failed its
+checks, raised, or timed out); 3 a mutant escaped detection (the harness lost
+power); 2 bad arguments (including a verifier that cannot be loaded).
 """
 
 from __future__ import annotations
@@ -25,22 +32,39 @@ from pathlib import Path
 
 NAME = "certify"
 HELP = "certify verifiers zero-bias (exact enumeration + Monte Carlo, with mutant detection)"
+#: Default wall-clock limit per cell in seconds (``--timeout``); equals ``exactness.certify_run.DEFAULT_TIMEOUT``.
+DEFAULT_TIMEOUT = 600.0
 
 
 def add_arguments(parser) -> None:
+    from ._args import ListAction, count
+
     parser.add_argument("--verifier", action="append", metavar="NAME|MODULE:OBJECT",
-                        help="verifier to certify: a registry name or an import path module:object "
-                             "(repeatable; default: every built-in verifier)")
-    parser.add_argument("--proxy", action="append", metavar="NAME",
-                        help="also certify resispec with this built-in proxy (repeatable; 'all' = every proxy)")
-    parser.add_argument("--k", action="append", type=int, metavar="K",
-                        help="candidates per node (repeatable; default 1 2 4 8)")
-    parser.add_argument("--samples", type=int, default=None,
-                        help="Monte Carlo draws per cell (default: 200,000, capped for O(V) samplers)")
+                        help="verifier to certify: a registry name, name[option=value,...], or an import path "
+                             "module:object naming a Verifier instance, class or factory. module:object IMPORTS "
+                             "AND RUNS that module's code (and the class or factory); the current directory is "
+                             "searched first, as pytest does. Any failure to load it is an error (exit 2). "
+                             "Repeatable (not comma-separated: specs contain commas); default: every built-in "
+                             "verifier")
+    parser.add_argument("--proxy", action=ListAction, metavar="NAME[,NAME...]",
+                        help="also certify resispec with these built-in proxies (comma-separated and/or "
+                             "repeatable; 'all' = every proxy)")
+    parser.add_argument("--k", action=ListAction, item_type=int, metavar="K[,K...]",
+                        help="candidates per node: --k 2,4 or --k 2 --k 4 (default 1,2,4,8)")
+    parser.add_argument("--samples", type=count, default=None, metavar="N",
+                        help="Monte Carlo draws per cell, e.g. 200000 or 2e5 (default: 200,000, capped for O(V) "
+                             "samplers; at most 1e9, and refused when the estimated memory exceeds half of this "
+                             "machine's)")
     parser.add_argument("--seed", type=int, default=0, help="base seed (default 0)")
     parser.add_argument("--alpha", type=float, default=1e-3, help="family-wise level over all cells (default 1e-3)")
-    parser.add_argument("--family", action="append", metavar="NAME",
-                        help="pair family (repeatable; default softmax_noise zipf shifted at V=8, and ngram)")
+    parser.add_argument("--family", action=ListAction, metavar="NAME[,NAME...]",
+                        help="pair families, comma-separated and/or repeatable (default softmax_noise, zipf, "
+                             "shifted at V=8, and ngram)")
+    parser.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT, metavar="SECONDS",
+                        help=f"wall-clock limit per cell (default {DEFAULT_TIMEOUT:g}; 0 = none); a cell that runs "
+                             "past it, or whose verifier raises, is reported FAILED with the reason (exit 1). "
+                             "Uses SIGALRM: on platforms without it (Windows) the limit is off; code stuck in one "
+                             "long C call is stopped only when that call returns")
     parser.add_argument("--out", type=Path, default=Path("reports/certify.md"),
                         help="Markdown report path; JSON and PNGs are written next to it (default reports/certify.md)")
     parser.add_argument("--json", type=Path, default=None, help="JSON path (default: --out with .json)")
@@ -50,13 +74,48 @@ def add_arguments(parser) -> None:
     m.add_argument("--no-mutants", dest="mutants", action="store_false", help="skip the mutant catalogue")
     parser.add_argument("--mutant-seeds", type=int, default=1,
                         help="seeded runs per mutant (detection power = flagged / runs; default 1)")
-    parser.add_argument("--no-progress", action="store_true", help="no progress bar")
+    parser.add_argument("--no-progress", action="store_true",
+                        help="no progress on stderr (default: a bar on a terminal, else a line every ~10 s)")
+
+
+def _check_output(flag: str, path) -> None:
+    """Fail now, not after the whole run: ``path`` must be a creatable, writable file path (nothing is created)."""
+    from .._io import check_output_path
+
+    if Path(path).is_dir():
+        raise ValueError(f"{flag} {str(path)!r} is a directory; give a file path such as {Path(path) / 'certify.md'}")
+    check_output_path(path, flag)
+
+
+def _check_samples(n: int, ks) -> None:
+    """Refuse an absurd ``--samples`` before running.
+
+    Refused: more than ``exactness.certify_run.MAX_SAMPLES`` (1e9) draws per
+    cell, or an estimated peak (``exactness.certify_run.sample_memory`` at the
+    largest k) above half of this machine's physical memory (headroom for the
+    checks' working copies).  The message states the estimate.
+    """
+    from exactness.certify_run import MAX_SAMPLES, sample_memory
+
+    kmax = max(ks)
+    mem = sample_memory(n, kmax)
+    try:
+        ram = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (AttributeError, ValueError, OSError):
+        ram = None
+    why = (f"exceeds the limit of {MAX_SAMPLES:,} draws per cell" if n > MAX_SAMPLES
+           else f"needs more than half of this machine's {ram / 2**30:.1f} GiB of memory" if ram and mem > ram / 2
+           else None)
+    if why:
+        raise ValueError(f"--samples {n:,} {why}: one cell at k = {kmax} would hold ~{mem / 2**30:,.1f} GiB "
+                         f"(16 bytes per draw for tokens and accepted indices, plus 8 x (2k+1) bytes per draw of "
+                         f"uniforms per chunk); pass a smaller --samples (the default 200,000 detects TV ~ 0.01)")
 
 
 def run(args) -> int:
-    from exactness.certify_run import FAMILIES, K_VALUES, run_certify, run_mutants
-    from exactness.report import terminal_table, write_reports
-
+    for flag, path in (("--out", args.out), ("--json", args.json)):
+        if path is not None:
+            _check_output(flag, path)
     if not 0 < args.alpha < 1:
         raise ValueError(f"--alpha must lie in (0, 1), got {args.alpha}")
     if args.samples is not None and args.samples < 1:
@@ -65,20 +124,18 @@ def run(args) -> int:
         raise ValueError(f"--mutant-seeds must be >= 1, got {args.mutant_seeds}")
     if args.seed < 0:
         raise ValueError(f"--seed must be >= 0, got {args.seed}")
-    for flag, path in (("--out", args.out), ("--json", args.json)):
-        if path is not None and Path(path).is_dir():
-            raise ValueError(f"{flag} {str(path)!r} is a directory; give a file path such as {Path(path) / 'certify.md'}")
-        if path is not None:  # fail now, not after the whole run (nothing is written on failure)
-            parent = Path(path).parent
-            try:
-                parent.mkdir(parents=True, exist_ok=True)
-            except OSError as exc:
-                raise ValueError(f"{flag} {str(path)!r}: cannot create its folder ({exc})") from exc
-            if not os.access(parent, os.W_OK):
-                raise ValueError(f"{flag} {str(path)!r}: folder {str(parent)!r} is not writable")
+    if not (args.timeout >= 0 and args.timeout != float("inf")):
+        raise ValueError(f"--timeout must be a finite number of seconds >= 0 (0 = no limit), got {args.timeout}")
+
+    from exactness.certify_run import FAMILIES, K_VALUES, MUTANT_KS, run_certify, run_mutants
+    from exactness.report import terminal_table, write_reports
+
     ks = tuple(args.k) if args.k else K_VALUES
     if any(k < 1 for k in ks):
         raise ValueError(f"--k must be >= 1, got {list(ks)}")
+    do_mutants = args.mutants if args.mutants is not None else not args.verifier
+    if args.samples is not None:
+        _check_samples(args.samples, ks + (MUTANT_KS if do_mutants else ()))
     families = FAMILIES
     if args.family:
         from simulators.families import get_family
@@ -87,7 +144,12 @@ def run(args) -> int:
         for name in args.family:
             get_family(name)  # unknown name: ValueError listing the families (never an empty, passing run)
         families = tuple(known.get(name, (name, 8, {})) for name in args.family)
-    progress = not args.no_progress and sys.stderr.isatty()
+    progress = not args.no_progress
+    from exactness._timeout import limit_available
+
+    if args.timeout and not limit_available():
+        print(f"resispec certify: note: --timeout {args.timeout:g} is off here (no SIGALRM on this platform, or "
+              "not the main thread); a hanging verifier will not be stopped", file=sys.stderr)
     t0 = time.perf_counter()
     specs = list(args.verifier or [])
     if args.proxy:
@@ -103,8 +165,7 @@ def run(args) -> int:
             specs = resispec.available_verifiers()
         specs += [f"resispec[proxy={name}]" for name in names if name != "draft"]
     grid = run_certify(specs or None, ks=ks, n=args.samples, alpha=args.alpha, seed=args.seed,
-                       families=families, progress=progress)
-    do_mutants = args.mutants if args.mutants is not None else not args.verifier
+                       families=families, progress=progress, timeout=args.timeout)
     mutants, t_mut = None, None
     if do_mutants:
         t1 = time.perf_counter()
@@ -113,8 +174,12 @@ def run(args) -> int:
         t_mut = time.perf_counter() - t1
     meta = {"command": "resispec certify " + " ".join(shlex.quote(a) for a in sys.argv[2:]) if len(sys.argv) > 1
             and sys.argv[1] == NAME else "resispec certify", "seed": args.seed, "samples": args.samples,
-            "k": list(ks), "mutant_seconds": t_mut, "total_seconds": time.perf_counter() - t0}
+            "k": list(ks), "timeout": args.timeout or None, "mutant_seconds": t_mut,
+            "total_seconds": time.perf_counter() - t0}
     print(terminal_table(grid))
+    for c in grid.cells:
+        if c.certificate is not None and "error" in c.certificate.details:
+            print(f"FAILED cell {c.verifier} {c.family} k={c.k}: {c.certificate.details['error']}")
     for note in grid.notes:
         print(f"note: {note}")
     cal = grid.calibration
@@ -123,11 +188,9 @@ def run(args) -> int:
               f"= {cal.fpr:.3f} (95% CI [{cal.ci_low:.3f}, {cal.ci_high:.3f}])")
     escaped = []
     if mutants:
-        print("\nmutant             flagged  MC-only  bug")
-        for m in mutants:
-            print(f"{m.name:<28} {m.flagged}/{m.runs:<5} {m.flagged_mc}/{m.runs:<5} {m.bug}")
-            if m.flagged < m.runs:
-                escaped.append(m.name)
+        print()
+        print(mutant_table(mutants))
+        escaped = [m.name for m in mutants if m.flagged < m.runs]
     paths = write_reports(grid, args.out, mutants, meta, args.json)
     print(f"\nreport: {paths['markdown']}  json: {paths['json']}  ({time.perf_counter() - t0:.1f} s)")
     if not grid.passed:
@@ -138,3 +201,12 @@ def run(args) -> int:
         return 3
     print("PASS: every verifier certified")
     return 0
+
+
+def mutant_table(mutants) -> str:
+    """The mutant panel as an aligned text table (columns sized to their widest entry)."""
+    head = ("mutant", "flagged", "MC-only", "bug")
+    rows = [(m.name, f"{m.flagged}/{m.runs}", f"{m.flagged_mc}/{m.runs}", m.bug) for m in mutants]
+    widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(head)]
+    fmt = lambda r: "  ".join(x.ljust(w) for x, w in zip(r, widths)).rstrip()  # noqa: E731
+    return "\n".join([fmt(head)] + [fmt(r) for r in rows])

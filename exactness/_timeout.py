@@ -1,0 +1,71 @@
+"""A wall-clock limit on a block of Python code (``SIGALRM`` / ``setitimer``, POSIX main thread).
+
+Where ``signal.SIGALRM`` is unavailable (Windows) or the code does not run in
+the main thread, the limit is OFF: ``time_limit`` then yields ``False`` and
+the block runs to completion.  Python delivers the signal between bytecodes,
+so a block stuck inside one long C call (a compiled kernel, a blocking
+system call that retries) is interrupted only when that call returns.
+"""
+
+from __future__ import annotations
+
+import math
+import signal
+import threading
+import time
+from contextlib import contextmanager
+
+
+class TimeLimitExceeded(BaseException):
+    """Raised inside the block when its time limit passes.
+
+    A ``BaseException`` (like ``KeyboardInterrupt``) so that a plug-in's
+    ``except Exception`` does not swallow it.
+    """
+
+    def __init__(self, seconds: float):
+        super().__init__(f"timed out after {seconds:g} s")
+        self.seconds = seconds
+
+
+def check_timeout(timeout, *, name: str = "timeout") -> float | None:
+    """``None`` or ``0`` -> None (no limit); a finite number of seconds > 0 -> float; else ValueError/TypeError."""
+    if timeout is None:
+        return None
+    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)):
+        raise TypeError(f"{name} must be a number of seconds (0 or None = no limit), got {timeout!r}")
+    if not math.isfinite(timeout) or timeout < 0:
+        raise ValueError(f"{name} must be a finite number of seconds >= 0 (0 = no limit), got {timeout}")
+    return float(timeout) or None
+
+
+def limit_available() -> bool:
+    """Whether ``time_limit`` can enforce a limit here (SIGALRM exists and this is the main thread)."""
+    return hasattr(signal, "SIGALRM") and threading.current_thread() is threading.main_thread()
+
+
+@contextmanager
+def time_limit(seconds: float | None):
+    """Raise ``TimeLimitExceeded`` in the block after ``seconds`` (None/0: no limit).
+
+    Yields whether the limit is enforced.  The previous SIGALRM handler is
+    restored on exit, and a timer that was already running (an outer limit)
+    is re-armed with its remaining time.
+    """
+    if not seconds or not limit_available():
+        yield False
+        return
+
+    def _alarm(signum, frame):
+        raise TimeLimitExceeded(seconds)
+
+    old_handler = signal.signal(signal.SIGALRM, _alarm)
+    old_delay, old_interval = signal.setitimer(signal.ITIMER_REAL, seconds)
+    t0 = time.monotonic()
+    try:
+        yield True
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, signal.SIG_DFL if old_handler is None else old_handler)
+        if old_delay > 0:
+            signal.setitimer(signal.ITIMER_REAL, max(old_delay - (time.monotonic() - t0), 1e-3), old_interval)
