@@ -213,6 +213,18 @@ def _failed_cell(cell: Cell, reason: str, alpha: float, seconds: float) -> CellR
     return CellResult(cell.verifier_name, cell.family, cell.k, cell.p.size, cert, seconds=seconds)
 
 
+#: Modules the checks import lazily; imported before a time limit is armed (see ``run_cell``).
+_LAZY_IMPORTS = ("statsmodels.stats.multitest", "statsmodels.stats.proportion", "scipy.stats", "scipy.optimize",
+                 "resispec.analysis", "resispec.bounds")
+
+
+def _import_harness_modules() -> None:
+    import importlib
+
+    for name in _LAZY_IMPORTS:
+        importlib.import_module(name)
+
+
 def run_cell(cell: Cell, *, n: int | None, alpha: float, seed, timeout: float | None = None) -> CellResult:
     """Certify one cell; skip (with the reason) when ``k`` exceeds the draft support.
 
@@ -235,6 +247,8 @@ def run_cell(cell: Cell, *, n: int | None, alpha: float, seed, timeout: float | 
     from ._timeout import TimeLimitExceeded, check_timeout, time_limit
 
     timeout = check_timeout(timeout)
+    if timeout:
+        _import_harness_modules()  # a limit that fires mid-import would leave a half-initialised module behind
     t0 = time.perf_counter()
     V = cell.p.size
     try:

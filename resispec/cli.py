@@ -42,7 +42,10 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     """Run the CLI; returns the exit status (2 with a one-line error for bad input)."""
     parser = build_parser()
-    args = parser.parse_args(argv)
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exc:  # argparse: usage error (2) or --help / --version (0), already printed
+        return exc.code if isinstance(exc.code, int) else 2
     if not getattr(args, "_run", None):
         parser.print_help()
         return 2

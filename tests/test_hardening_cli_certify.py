@@ -81,8 +81,7 @@ def test_user_module_is_found_in_the_current_directory(user_dir, capsys):
 
 
 def test_help_says_module_object_imports_and_runs_code_from_cwd(capsys):
-    with pytest.raises(SystemExit):
-        main(["certify", "--help"])
+    assert main(["certify", "--help"]) == 0
     text = " ".join(capsys.readouterr().out.split())
     assert "IMPORTS AND RUNS" in text and "current directory" in text and "--timeout" in text
 
@@ -147,12 +146,12 @@ def test_run_grid_timeout_and_errors_are_failed_cells():
     q = np.array([0.2, 0.3, 0.5])
     cells = [Cell("rrs", resispec.get_verifier("rrs"), "toy", 1, p, q), Cell("slow", Slow(), "toy", 1, p, q),
              Cell("broken", Broken(), "toy", 1, p, q)]
-    grid = run_grid(cells, n=2000, timeout=0.5)
+    assert run_cell(cells[0], n=2000, alpha=1e-3, seed=0, timeout=0).certificate.passed  # 0 = no limit (warms up)
+    grid = run_grid(cells, n=2000, timeout=3)   # a correct cell takes well under 3 s, even on a loaded machine
     assert not grid.passed and grid.failed_verifiers() == ["broken", "slow"]
     reasons = {c.verifier: c.certificate.details.get("error") for c in grid.cells}
-    assert reasons["rrs"] is None and reasons["slow"] == "timed out after 0.5 s"
+    assert reasons["rrs"] is None and reasons["slow"] == "timed out after 3 s"
     assert reasons["broken"].startswith("error: ZeroDivisionError: bad arithmetic")
-    assert run_cell(cells[0], n=2000, alpha=1e-3, seed=0, timeout=0).certificate.passed  # 0 = no limit
     for bad in (-1, float("nan"), float("inf")):
         with pytest.raises(ValueError, match="timeout"):
             run_grid(cells, n=2000, timeout=bad)
@@ -184,9 +183,8 @@ def test_samples_accepts_scientific_notation_and_rejects_non_integers(capsys):
         with pytest.raises(argparse.ArgumentTypeError, match="whole number"):
             _args.count(bad)
     assert build_parser().parse_args(["certify", "--samples", "2e5"]).samples == 200_000
-    with pytest.raises(SystemExit) as e:
-        main(["certify", "--samples", "1.5"])
-    assert e.value.code == 2 and "--samples" in capsys.readouterr().err
+    assert main(["certify", "--samples", "1.5"]) == 2
+    assert "--samples" in capsys.readouterr().err
 
 
 def test_absurd_samples_refused_up_front(tmp_path, capsys):

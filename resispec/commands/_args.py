@@ -82,39 +82,47 @@ def check_out(path, flag: str, *, folder: bool = False, files=(), json_beside: b
 
 
 class ListAction(argparse.Action):
-    """Collect a list option given comma-separated, repeated, or both.
+    """Collect a list option given comma-separated, space-separated, repeated, or any mix.
 
     Usage::
 
-        parser.add_argument("--k", action=ListAction, item_type=int, metavar="K[,K...]")
+        parser.add_argument("--k", action=ListAction, item_type=int, metavar="K")
+        parser.add_argument("--shapes", action=ListAction, sep=None)   # items contain commas
 
-    Each occurrence's value is split on commas, blank items are dropped, and
-    every item is converted by ``item_type`` (default ``str``, items stripped)
-    and appended, in order, to ``namespace.<dest>``.  The first occurrence
-    replaces the option's ``default`` (a default list is never mutated or
-    extended); later occurrences extend.  An item that ``item_type`` rejects
+    ``--k 2,4``, ``--k 2 4``, ``--k 2 --k 4`` and ``--k 2,4 --k 8`` all give
+    ``[2, 4, ...]``.  Each value of an occurrence is split on ``sep`` (default
+    ``","``; ``None`` keeps each value whole, for items such as tree shapes
+    ``4,2,1`` that contain commas), blank items are dropped, and every item is
+    converted by ``item_type`` (default ``str``, items stripped) and appended,
+    in order, to ``namespace.<dest>``.  The first occurrence replaces the
+    option's ``default`` (a default list is never mutated or extended); later
+    occurrences extend.  An item that ``item_type`` rejects
     (``ValueError``/``TypeError``/``argparse.ArgumentTypeError``) or not in
     ``choices`` (when given; checked per item), or an occurrence with no item
     at all, is an argparse error (usage + exit status 2) naming the option
     and the item.  Do not pass ``type=`` (it would convert the whole string):
-    pass ``item_type=``.  Not for values that contain commas themselves
-    (e.g. ``name[a=1,b=2]`` specs): use ``action="append"`` for those.
+    pass ``item_type=``.  For values that contain commas AND spaces-as-items
+    are unwanted (e.g. ``name[a=1,b=2]`` specs), use ``action="append"``.
     """
 
-    def __init__(self, option_strings, dest, item_type: Callable = str, choices=None, **kwargs):
+    def __init__(self, option_strings, dest, item_type: Callable = str, choices=None, sep: str | None = ",",
+                 **kwargs):
         if kwargs.get("type") is not None:
             raise ValueError("ListAction: pass item_type= (applied per comma-separated item), not type=")
-        if kwargs.get("nargs") not in (None, 1):
-            raise ValueError("ListAction takes one string per occurrence; do not set nargs")
-        kwargs.pop("nargs", None)
+        if kwargs.get("nargs") not in (None, "+"):
+            raise ValueError("ListAction takes one or more values per occurrence (nargs='+'); do not set nargs")
+        kwargs["nargs"] = "+"
         super().__init__(option_strings, dest, **kwargs)
         self.item_type = item_type
         self.item_choices = None if choices is None else list(choices)
+        self.sep = sep
 
     def __call__(self, parser, namespace, values, option_string=None):
         name = option_string or self.dest
         items = []
-        for raw in str(values).split(","):
+        values = [values] if isinstance(values, str) else list(values)
+        pieces = [part for v in values for part in (str(v).split(self.sep) if self.sep else [str(v)])]
+        for raw in pieces:
             raw = raw.strip()
             if not raw:
                 continue
@@ -129,7 +137,7 @@ class ListAction(argparse.Action):
                                                    f"{', '.join(map(str, self.item_choices))})")
             items.append(item)
         if not items:
-            raise argparse.ArgumentError(self, f"expected at least one value, e.g. {name} A,B or {name} A {name} B")
+            raise argparse.ArgumentError(self, f"expected at least one value, e.g. {name} A,B or {name} A B or {name} A {name} B")
         current = getattr(namespace, self.dest, None)
         if current is None or current is self.default:
             current = []

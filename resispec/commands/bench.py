@@ -16,7 +16,7 @@ import shlex
 import sys
 import time
 
-from ._args import check_out
+from ._args import ListAction, check_out
 
 NAME = "bench"
 HELP = "block efficiency of every verifier on tree shapes x temperatures x families"
@@ -25,9 +25,9 @@ HELP = "block efficiency of every verifier on tree shapes x temperatures x famil
 def add_arguments(parser):
     from ..bench.trees import DEFAULT_FAMILIES, DEFAULT_SHAPES, DEFAULT_TEMPERATURES
 
-    parser.add_argument("--families", nargs="+", default=list(DEFAULT_FAMILIES), help="pair families")
-    parser.add_argument("--temperatures", nargs="+", type=float, default=list(DEFAULT_TEMPERATURES))
-    parser.add_argument("--shapes", nargs="+", default=list(DEFAULT_SHAPES),
+    parser.add_argument("--families", action=ListAction, default=list(DEFAULT_FAMILIES), help="pair families")
+    parser.add_argument("--temperatures", action=ListAction, item_type=float, default=list(DEFAULT_TEMPERATURES))
+    parser.add_argument("--shapes", action=ListAction, sep=None, default=list(DEFAULT_SHAPES),
                         help="tree shapes, e.g. 4,2,2,1 or wor:8,4 (without replacement)")
     parser.add_argument("--V", type=int, default=1000, help="vocabulary size of synthetic families (default 1000)")
     parser.add_argument("--n", type=int, default=32, help="(p, q) pairs per family and temperature (default 32)")

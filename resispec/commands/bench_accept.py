@@ -11,7 +11,7 @@ from __future__ import annotations
 import shlex
 import sys
 
-from ._args import check_out, floats as _floats, ints as _ints, strs as _strs  # noqa: E402,F401
+from ._args import ListAction, check_out  # noqa: E402
 
 NAME = "bench-accept"
 HELP = "exact acceptance of every iid verifier and the fraction of the rrs-to-alpha* gap it closes"
@@ -20,14 +20,14 @@ HELP = "exact acceptance of every iid verifier and the fraction of the rrs-to-al
 def add_arguments(parser):
     from ..bench.accept import DEFAULT_FAMILIES, DEFAULT_K, DEFAULT_T, DEFAULT_V
 
-    parser.add_argument("--families", type=_strs, default=list(DEFAULT_FAMILIES),
+    parser.add_argument("--families", action=ListAction, default=list(DEFAULT_FAMILIES),
                         help="comma-separated pair families (default: %(default)s)")
-    parser.add_argument("--V", type=_ints, default=list(DEFAULT_V),
+    parser.add_argument("--V", action=ListAction, item_type=int, default=list(DEFAULT_V),
                         help="comma-separated vocabulary sizes for synthetic families (default: %(default)s)")
-    parser.add_argument("--k", type=_ints, default=list(DEFAULT_K), help="comma-separated candidate counts")
-    parser.add_argument("--T", type=_floats, default=list(DEFAULT_T), help="comma-separated temperatures")
+    parser.add_argument("--k", action=ListAction, item_type=int, default=list(DEFAULT_K), help="comma-separated candidate counts")
+    parser.add_argument("--T", action=ListAction, item_type=float, default=list(DEFAULT_T), help="comma-separated temperatures")
     parser.add_argument("--nodes", type=int, default=8, help="nodes per cell (default: %(default)s)")
-    parser.add_argument("--verifiers", type=_strs, default=None,
+    parser.add_argument("--verifiers", action=ListAction, default=None,
                         help="comma-separated verifiers (default: every iid-capable one)")
     parser.add_argument("--lp-max-V", type=int, default=1000,
                         help="run the sequential-optimum LP only when V <= this (0: never; default %(default)s)")

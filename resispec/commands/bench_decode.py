@@ -14,6 +14,7 @@ import shlex
 import sys
 from pathlib import Path
 
+from ._args import ListAction
 from ._decoding_args import (add_model_args, add_prompt_args, add_sampling_args, check_models, check_prompt_source,
                              encode_prompts, load_pair, positive, prompt_texts, validate)
 
@@ -27,9 +28,9 @@ def add_arguments(p) -> None:
     add_model_args(p)
     add_sampling_args(p)
     add_prompt_args(p, default_limit=3)
-    p.add_argument("--verifiers", nargs="+", default=list(DEFAULT_VERIFIERS))
-    p.add_argument("--trees", nargs="+", default=["2,1", "4,1", "2,2,1"], help="tree shapes (default 2,1 4,1 2,2,1)")
-    p.add_argument("--seeds", type=int, nargs="+", default=None, help="seeds (default: --seed)")
+    p.add_argument("--verifiers", action=ListAction, default=list(DEFAULT_VERIFIERS))
+    p.add_argument("--trees", action=ListAction, sep=None, default=["2,1", "4,1", "2,2,1"], help="tree shapes (default 2,1 4,1 2,2,1)")
+    p.add_argument("--seeds", action=ListAction, item_type=int, default=None, help="seeds (default: --seed)")
     p.add_argument("--proxy", default=None, help="ResiSpec proxy")
     p.add_argument("--ignore-eos", action="store_true", help="always generate max-new-tokens")
     p.add_argument("--capture", type=Path, default=None,

@@ -12,7 +12,7 @@ from __future__ import annotations
 import shlex
 import sys
 
-from ._args import check_out, floats as _floats, ints as _ints, strs as _strs  # noqa: E402,F401
+from ._args import ListAction, check_out  # noqa: E402
 
 NAME = "bench-gap"
 HELP = "acceptance of resispec (look-ahead, without-replacement) against the sequential optimum and alpha*"
@@ -21,10 +21,10 @@ HELP = "acceptance of resispec (look-ahead, without-replacement) against the seq
 def add_arguments(parser):
     from ..bench.gap import DEFAULT_FAMILIES, DEFAULT_K, DEFAULT_T, DEFAULT_WOR_K
 
-    parser.add_argument("--families", type=_strs, default=list(DEFAULT_FAMILIES), help="comma-separated families")
-    parser.add_argument("--T", type=_floats, default=list(DEFAULT_T), help="comma-separated temperatures")
-    parser.add_argument("--k", type=_ints, default=list(DEFAULT_K), help="iid candidate counts (default %(default)s)")
-    parser.add_argument("--wor-k", type=_ints, default=list(DEFAULT_WOR_K),
+    parser.add_argument("--families", action=ListAction, default=list(DEFAULT_FAMILIES), help="comma-separated families")
+    parser.add_argument("--T", action=ListAction, item_type=float, default=list(DEFAULT_T), help="comma-separated temperatures")
+    parser.add_argument("--k", action=ListAction, item_type=int, default=list(DEFAULT_K), help="iid candidate counts (default %(default)s)")
+    parser.add_argument("--wor-k", action=ListAction, item_type=int, default=list(DEFAULT_WOR_K),
                         help="without-replacement candidate counts (default %(default)s)")
     parser.add_argument("--V", type=int, default=1000, help="vocabulary of the main tables (default %(default)s)")
     parser.add_argument("--V-small", type=int, default=8, help="vocabulary of the small WOR cases (default %(default)s)")
@@ -32,7 +32,7 @@ def add_arguments(parser):
     parser.add_argument("--small-nodes", type=int, default=6, help="nodes per small WOR cell (default %(default)s)")
     parser.add_argument("--samples", type=int, default=500,
                         help="Monte Carlo draws per node for WOR cells past exact computation (default %(default)s)")
-    parser.add_argument("--sections", type=_strs, default=["iid", "wor", "wor_small"],
+    parser.add_argument("--sections", action=ListAction, default=["iid", "wor", "wor_small"],
                         help="comma-separated subset of iid,wor,wor_small")
     parser.add_argument("--no-lp", action="store_true", help="skip the iid sequential LP")
     parser.add_argument("--seed", type=int, default=0)

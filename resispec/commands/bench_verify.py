@@ -11,7 +11,7 @@ from __future__ import annotations
 import shlex
 import sys
 
-from ._args import check_out, ints as _ints, strs as _strs  # noqa: E402
+from ._args import ListAction, check_out  # noqa: E402
 
 NAME = "bench-verify"
 HELP = "nodes verified per second, numpy vs torch, with the ResiSpec-over-rrs cost ratio"
@@ -23,18 +23,18 @@ def add_arguments(parser):
                         help="torch working dtype; auto = float64 on CPU, float32 on GPU (default: %(default)s)")
     parser.add_argument("--B", type=int, default=256, help="nodes per verify call (default: %(default)s)")
     parser.add_argument("--V", type=int, default=151_936, help="vocabulary size (default: %(default)s)")
-    parser.add_argument("--k", type=_ints, default=[2, 4, 8], help="comma-separated candidate counts (default: 2,4,8)")
+    parser.add_argument("--k", action=ListAction, item_type=int, default=[2, 4, 8], help="comma-separated candidate counts (default: 2,4,8)")
     parser.add_argument("--repeats", type=int, default=3,
                         help="timed calls per cell, best of; cells interleaved after one untimed warm-up call each "
                              "(default %(default)s)")
-    parser.add_argument("--verifiers", type=_strs, default=["rrs", "kseq", "resispec"],
+    parser.add_argument("--verifiers", action=ListAction, default=["rrs", "kseq", "resispec"],
                         help="comma-separated verifiers (default: rrs,kseq,resispec)")
-    parser.add_argument("--backends", type=_strs, default=["numpy", "torch"], help="numpy,torch (default: both)")
+    parser.add_argument("--backends", action=ListAction, default=["numpy", "torch"], help="numpy,torch (default: both)")
     parser.add_argument("--numpy-B", type=int, default=32,
                         help="nodes per call for the slow numpy reference (rate is per node; default %(default)s)")
     parser.add_argument("--numpy-repeats", type=int, default=None,
                         help="timed numpy calls per cell (default: max(--repeats, 5))")
-    parser.add_argument("--torch-solvers", type=_strs, default=["auto"],
+    parser.add_argument("--torch-solvers", action=ListAction, default=["auto"],
                         help="torch ResiSpec reserve solvers to time side by side: auto,fused,newton,sort "
                              "(default: auto = fused on CPU, newton on GPU)")
     parser.add_argument("--seed", type=int, default=0)

@@ -10,20 +10,10 @@ from __future__ import annotations
 import shlex
 import sys
 
-from ._args import check_out
+from ._args import ListAction, check_out
 
 NAME = "drift"
 HELP = "residual drift per chain step (beta_i, TV, top-mass residual, acceptance) with plots"
-
-
-def _floats(text: str) -> list[float]:
-    try:
-        vals = [float(x) for x in text.split(",") if x.strip()]
-    except ValueError:
-        raise ValueError(f"--gammas must be comma-separated numbers like '0,0.5,1', got {text!r}") from None
-    if not vals or any(v < 0 for v in vals):
-        raise ValueError(f"--gammas needs at least one number >= 0, got {text!r}")
-    return vals
 
 
 def add_arguments(parser):
@@ -32,8 +22,9 @@ def add_arguments(parser):
     parser.add_argument("--n", type=int, default=32, help="number of (p, q) pairs (default 32)")
     parser.add_argument("--k", type=int, default=8, help="candidates per node (default 8)")
     parser.add_argument("--temperature", type=float, default=1.0, help="temperature of p and q (default 1.0)")
-    parser.add_argument("--gammas", default="0,0.25,0.5,0.75,1,1.25,1.5,2", help="reserve scales to sweep")
-    parser.add_argument("--proxies", default="all", help="comma-separated proxy names, or 'all'")
+    parser.add_argument("--gammas", action=ListAction, item_type=float, default=[0, 0.25, 0.5, 0.75, 1, 1.25, 1.5, 2],
+                        help="reserve scales to sweep (default 0,0.25,0.5,0.75,1,1.25,1.5,2)")
+    parser.add_argument("--proxies", action=ListAction, default=["all"], help="proxy names, or 'all' (default)")
     parser.add_argument("--top-level", type=float, default=0.9, help="draft mass of the top-mass set (default 0.9)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", default="reports", help="output folder (default reports/)")
@@ -53,8 +44,10 @@ def run(args) -> int:
     fam = get_family(args.family)
     if args.k < 1:
         raise ValueError(f"--k must be >= 1, got {args.k}")
-    gammas = _floats(args.gammas)
-    proxies = sorted(PROXIES) if args.proxies == "all" else [s.strip() for s in args.proxies.split(",") if s.strip()]
+    gammas = [float(g) for g in args.gammas]
+    if any(not g >= 0 for g in gammas):
+        raise ValueError(f"--gammas must be numbers >= 0, got {gammas}")
+    proxies = sorted(PROXIES) if "all" in args.proxies else list(args.proxies)
     rng = np.random.default_rng(args.seed)
     p, q = fam.sample(rng, n=args.n, V=args.V if fam.fixed_vocab is None else None, temperature=args.temperature)
     sweep = drift_sweep(p, q, args.k, gammas=gammas, proxies=proxies, top_level=args.top_level, rng=rng)

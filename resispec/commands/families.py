@@ -8,15 +8,15 @@ Example:
 
 from __future__ import annotations
 
-from ._args import check_out
+from ._args import ListAction, check_out
 
 NAME = "families"
 HELP = "pair families with measured TV / KL (and a divergence dial)"
 
 
 def add_arguments(parser):
-    parser.add_argument("--families", nargs="+", default=None, help="families (default: all registered)")
-    parser.add_argument("--temperatures", nargs="+", type=float, default=[0.7, 1.0, 1.5])
+    parser.add_argument("--families", action=ListAction, default=None, help="families (default: all registered)")
+    parser.add_argument("--temperatures", action=ListAction, item_type=float, default=[0.7, 1.0, 1.5])
     parser.add_argument("--V", type=int, default=1000)
     parser.add_argument("--n", type=int, default=64, help="pairs per family and temperature")
     parser.add_argument("--seed", type=int, default=0)
