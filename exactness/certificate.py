@@ -19,8 +19,8 @@ CHUNK = 1 << 20
 PILOT_ABOVE = 1 << 24
 #: Draws in the timed pilot.
 PILOT = 2_000
-#: Longest estimated run (seconds) the harness starts: 24 hours.
-MAX_SECONDS = 24 * 3600.0
+#: Longest estimated run (seconds) the harness starts: 1 hour (raise it here for longer planned runs).
+MAX_SECONDS = 3600.0
 
 
 def _hours(sec: float) -> str:
@@ -302,7 +302,7 @@ def certify_sampler(sample, law, n: int, *, alpha: float = 1e-3, seed=0, power: 
         not finite and > 0; no degrees of freedom after pooling (law with
         two or more tokens); for ``n > PILOT_ABOVE`` (2**24), a run that a
         timed pilot of ``PILOT`` = 2,000 draws (on a private seed) estimates
-        at more than ``MAX_SECONDS`` (24 h).
+        at more than ``MAX_SECONDS`` (1 h).
 
     Memory is bounded: the sampler is asked for at most ``CHUNK`` (2**20)
     draws per call and only the counts are kept.
@@ -320,7 +320,7 @@ def certify_sampler(sample, law, n: int, *, alpha: float = 1e-3, seed=0, power: 
         est = pilot_seconds(sample, n) / int(workers)
         if est > MAX_SECONDS:
             raise ValueError(f"n = {n:.3g} would take ~{_hours(est)} (timed pilot of {PILOT:,} draws, "
-                             f"{int(workers)} worker(s); limit {_hours(MAX_SECONDS)}): pass a smaller n, or use "
-                             "tv= / exactness.samples_for_tv to plan the n you need")
+                             f"{int(workers)} worker(s); limit exactness.certificate.MAX_SECONDS = {_hours(MAX_SECONDS)}): "
+                             "pass a smaller n, or use tv= / exactness.samples_for_tv to plan the n you need")
     counts = count_samples(sample, law.size, n, rng, workers=int(workers))
     return certificate_from_counts(counts, law, alpha=alpha, power=power, tv=tv, min_expected=min_expected)

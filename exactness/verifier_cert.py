@@ -152,7 +152,7 @@ def certify_verifier(verifier, p, q, k: int, *, n: int | None = None, alpha: flo
         capped at ``GENERIC_BUDGET / (V k)`` (at least 2,000) when sampling
         costs O(V) per draw).  At most ``MAX_SAMPLES`` (2**27); above 2**24
         draws a timed pilot of 2,000 draws estimates the run time first and
-        runs estimated over 24 h are refused.
+        runs estimated over ``MAX_SECONDS`` (1 h) are refused.
     alpha : float, default 1e-3
         Family-wise level over the checks (Holm).
     seed : int, SeedSequence or Generator, default 0
