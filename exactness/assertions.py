@@ -90,5 +90,8 @@ def assert_exact(verifier, p=None, q=None, k=DEFAULT_KS, *, n: int | None = None
             lines.append(f"  {lab}: p_holm = {h:.3g}, failing checks {failing}, "
                          f"exact TV {ex if ex is None else format(ex, '.3g')}, TV estimate {c.tv_estimate:.3g}, "
                          f"detectable TV {c.detectable_tv:.3g}, n = {c.n:,}")
+            lines += [f"    {c.describe(name)}" for name in c.failed_checks()]
+            lines += [f"    skipped {name}: {why}" for name, why in c.skipped.items()]
+            lines += [f"    note: {note}" for note in c.notes]
         raise AssertionError("\n".join(lines))
     return certs

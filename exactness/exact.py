@@ -24,7 +24,7 @@ from resispec._validation import as_laws, check_k
 from resispec.analysis import optimal_acceptance
 from resispec.enumeration import candidate_tuples, count_tuples
 
-from .sampling import accept_table, candidate_law, drafting_of
+from .sampling import accept_table, candidate_law, drafting_of, has_chain
 
 #: Exact verdict threshold on TV(output law, p).
 EXACT_TOL = 1e-9
@@ -32,6 +32,31 @@ EXACT_TOL = 1e-9
 MAX_TUPLES = 300_000
 #: Tuples x V below which a verifier with an accept table is still enumerated.
 _ENUM_ELEMS = 4_000_000
+
+
+class ChainError(ValueError):
+    """``verifier.chain`` returned an invalid law: NaN/inf, or probabilities outside [0, 1]."""
+
+
+def _check_chain(verifier, a, r, tup, n: int, k: int, V: int) -> tuple[np.ndarray, np.ndarray]:
+    """Validate one enumeration block of ``chain``: accept_probs (n, k) and residual (n, V) in [0, 1], finite."""
+    name = type(verifier).__name__
+    a, r = np.asarray(a, dtype=np.float64), np.asarray(r, dtype=np.float64)
+    if a.shape != (n, k) or r.shape != (n, V):
+        raise ChainError(f"{name}.chain returned accept_probs of shape {a.shape} and residual of shape {r.shape}; "
+                         f"expected ({n}, {k}) and ({n}, {V})")
+    for what, arr in (("accept_probs", a), ("residual", r)):
+        bad = ~np.isfinite(arr)
+        kind = "NaN or inf"
+        if not bad.any():
+            bad = (arr < -1e-12) | (arr > 1 + 1e-12)
+            kind = "a probability outside [0, 1]"
+        if bad.any():
+            row = int(np.flatnonzero(bad.any(axis=1))[0])
+            col = int(np.flatnonzero(bad[row])[0])
+            raise ChainError(f"{name}.chain returned {kind} ({arr[row, col]!r}) in {what}[:, {col}] at candidates "
+                             f"{tup[row].tolist()}: the exact law cannot be computed")
+    return a, r
 
 
 @dataclass(frozen=True)
@@ -91,8 +116,11 @@ def joint_law(verifier, p, q, k: int, *, limit: int = MAX_TUPLES) -> np.ndarray:
     ------
     ValueError
         Bad laws, ``k``, or more than ``limit`` tuples to enumerate.
+    ChainError (a ValueError)
+        ``chain`` returned NaN/inf, probabilities outside [0, 1] or wrong shapes.
     TypeError
-        The verifier has no ``chain`` method.
+        The verifier has no ``chain(p, q, candidates)`` method
+        (:func:`exactness.sampling.has_chain`).
     """
     p2, q2, _ = as_laws(p, q)
     if p2.shape[0] != 1:
@@ -112,7 +140,7 @@ def joint_law(verifier, p, q, k: int, *, limit: int = MAX_TUPLES) -> np.ndarray:
             reach = reach - J[i].sum()
         J[k] = max(reach, 0.0) * r
         return J
-    if not hasattr(verifier, "chain"):
+    if not has_chain(verifier):
         raise TypeError("exact certification needs verifier.chain(p, q, candidates) (the Verifier interface)")
     d = drafting_of(verifier)
     d = "iid" if d == "any" else d
@@ -122,7 +150,10 @@ def joint_law(verifier, p, q, k: int, *, limit: int = MAX_TUPLES) -> np.ndarray:
     for tup, w in candidate_tuples(ql, k, d, chunk_rows=rows, limit=limit):
         n = tup.shape[0]
         ch = verifier.chain(np.broadcast_to(p1, (n, V)), np.broadcast_to(q1, (n, V)), tup)
-        a, r = np.asarray(ch.accept_probs), np.asarray(ch.residual)
+        if not (hasattr(ch, "accept_probs") and hasattr(ch, "residual")):
+            raise ChainError(f"{type(verifier).__name__}.chain returned {type(ch).__name__}; it must return a "
+                             "resispec.Chain (accept_probs (B, k), residual (B, V))")
+        a, r = _check_chain(verifier, ch.accept_probs, ch.residual, tup, n, k, V)
         reach = w.copy()
         for i in range(k):
             J[i] += np.bincount(tup[:, i], weights=reach * a[:, i], minlength=V)

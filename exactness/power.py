@@ -114,13 +114,25 @@ def samples_for_tv(tv: float, df: int, *, alpha: float = 1e-3, power: float = 0.
 
     Returns
     -------
-    int, ``ceil(lambda* / (4 tv^2))``
+    int, ``ceil(lambda* / (4 tv^2))``; beyond the float range it is
+    computed in exact rational arithmetic (``fractions.Fraction``), so a
+    tiny ``tv`` gives a huge Python int, never an overflow or a division by zero.
 
     Raises
     ------
+    TypeError
+        ``tv`` is not a real number (``bool`` is not a TV).
     ValueError
-        ``tv`` outside (0, 1], bad ``df``, ``alpha`` or ``power``.
+        ``tv`` outside (0, 1] (or NaN), bad ``df``, ``alpha`` or ``power``.
     """
+    if isinstance(tv, bool) or not isinstance(tv, (int, float, np.integer, np.floating)):
+        raise TypeError(f"tv must be a float in (0, 1], got {tv!r}")
     if not np.isfinite(tv) or not 0 < tv <= 1:
         raise ValueError(f"tv must lie in (0, 1], got {tv!r}")
-    return int(math.ceil(noncentrality(df, alpha, power) / (4.0 * float(tv) ** 2)))
+    lam = noncentrality(df, alpha, power)
+    need = lam / (4.0 * float(tv) ** 2) if float(tv) ** 2 > 0 else math.inf
+    if math.isfinite(need):
+        return int(math.ceil(need))
+    from fractions import Fraction  # beyond float range: exact rational arithmetic
+
+    return int(math.ceil(Fraction(lam) / (4 * Fraction(float(tv)) ** 2)))

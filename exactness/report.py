@@ -22,34 +22,83 @@ def _fmt(x, spec=".3g", none="n/a"):
 from resispec._io import atomic_write  # noqa: E402  (re-exported)
 
 COLUMNS = ("verifier", "family", "V", "k", "exact TV", "p (cell)", "p Holm", "p BH", "n", "detect. TV",
-           "accept", "alpha*", "rrs", "verdict")
+           "accept", "alpha*", "rrs", "verdict", "skipped")
+
+#: Column legend printed under the terminal table and in the Markdown report.
+LEGEND = (
+    "exact TV: TV(exact output law of the verifier's chain, p) by enumeration or the built-in accept table "
+    "(n/a: not computed, see skipped; 'invalid': the chain returned NaN/inf or a probability outside [0, 1]; "
+    "a trailing * means verify disagrees with its own chain, so the exact TV describes _chain, not verify)",
+    "p (cell): the cell's smallest Holm-adjusted p-value over its checks; p Holm / p BH: that p-value "
+    "adjusted over all cells (Holm decides the verdict, Benjamini-Hochberg is reported)",
+    "n: Monte Carlo draws; detect. TV: smallest TV bias the marginal test detects with power 0.99 at alpha",
+    "accept: exact acceptance rate; alpha*: optimum for the verifier's drafting; rrs: acceptance of rrs",
+    "verdict: pass, or FAIL with each failing check and THAT check's own TV / statistic / p",
+    "skipped: checks that did not run (or could not fail); reasons listed below the table",
+)
+
+
+def _exact_tv_cell(c) -> str:
+    cert = c.certificate
+    if "error" in cert.details.get("exact", {}):
+        return "invalid"
+    return _fmt(c.exact_tv, ".1e") + ("*" if cert.notes else "")
 
 
 def cell_rows(grid: GridResult) -> list[tuple]:
+    """One row per cell, in ``COLUMNS`` order (strings or numbers)."""
     rows = []
+    failed_cells = grid.failed_cells()
     for c in grid.cells:
         if c.certificate is None:
             rows.append((c.verifier, c.family, c.V, c.k, "-", "-", "-", "-", "-", "-", "-", "-", "-",
-                         f"skipped: {c.skipped}"))
+                         f"skipped: {c.skipped}", "all"))
             continue
         cert = c.certificate
-        failed = c in grid.failed_cells()
+        failed = c in failed_cells
         verdict = "FAIL" if failed else "pass"
         if failed:
-            bad = ", ".join(sorted(cert.failed_checks())) or ("acceptance > alpha*" if not c.acceptance_ok else "")
+            bad = "; ".join(cert.describe(name) for name in cert.failed_checks())
+            if not c.acceptance_ok:
+                bad = "; ".join(x for x in (bad, f"acceptance {c.acceptance:.6g} > alpha* {c.alpha_star:.6g}") if x)
             verdict += f" ({bad})" if bad else ""
-        rows.append((c.verifier, c.family, c.V, c.k, _fmt(c.exact_tv, ".1e"), _fmt(cert.pvalue, ".3f"),
+        rows.append((c.verifier, c.family, c.V, c.k, _exact_tv_cell(c), _fmt(cert.pvalue, ".3f"),
                      _fmt(c.p_holm, ".3f"), _fmt(c.p_bh, ".3f"), f"{cert.n:,}", _fmt(cert.detectable_tv, ".3f"),
-                     _fmt(c.acceptance, ".4f"), _fmt(c.alpha_star, ".4f"), _fmt(c.rrs_acceptance, ".4f"), verdict))
+                     _fmt(c.acceptance, ".4f"), _fmt(c.alpha_star, ".4f"), _fmt(c.rrs_acceptance, ".4f"), verdict,
+                     ", ".join(cert.skipped) or "-"))
     return rows
 
 
+def skip_reasons(grid: GridResult) -> list[str]:
+    """``"check: reason (m cells)"`` for every distinct skipped check and reason, and every skipped cell."""
+    seen: dict = {}
+    for c in grid.cells:
+        items = c.certificate.skipped.items() if c.certificate is not None else [("cell", c.skipped)]
+        for name, why in items:
+            seen[(name, why)] = seen.get((name, why), 0) + 1
+    return [f"{name}: {why} ({m} cell{'s' if m > 1 else ''})" for (name, why), m in seen.items()]
+
+
+def cell_notes(grid: GridResult) -> list[str]:
+    """Certificate notes (e.g. verify disagreeing with its chain), prefixed by the cell."""
+    return [f"{c.verifier} {c.family} k={c.k}: {note}" for c in grid.cells if c.certificate is not None
+            for note in c.certificate.notes]
+
+
 def terminal_table(grid: GridResult) -> str:
+    """The cells as an aligned text table, a column legend, the skipped checks with reasons, and notes."""
     rows = [tuple(str(x) for x in r) for r in cell_rows(grid)]
     widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(COLUMNS)]
     line = "  ".join(h.ljust(w) for h, w in zip(COLUMNS, widths))
     out = [line, "-" * len(line)]
-    out += ["  ".join(x.ljust(w) for x, w in zip(r, widths)) for r in rows]
+    out += ["  ".join(x.ljust(w) for x, w in zip(r, widths)).rstrip() for r in rows]
+    out += ["", "Legend:"] + [f"  {x}" for x in LEGEND]
+    reasons = skip_reasons(grid)
+    if reasons:
+        out += ["Skipped checks:"] + [f"  {x}" for x in reasons]
+    notes = cell_notes(grid)
+    if notes:
+        out += ["Notes:"] + [f"  {x}" for x in notes]
     return "\n".join(out)
 
 
@@ -74,7 +123,9 @@ def to_json(grid: GridResult, mutants=None, meta=None) -> dict:
              "seconds": c.seconds, "p_holm": c.p_holm, "p_bh": c.p_bh, "exact_tv": c.exact_tv}
         if c.certificate is not None:
             cert = c.certificate
-            d.update({"passed_cell": cert.passed, "statistic": cert.statistic, "pvalue": cert.pvalue,
+            d.update({"passed_cell": cert.passed, "skipped_checks": cert.skipped, "notes": list(cert.notes),
+                      "failed_checks": {name: cert.describe(name) for name in cert.failed_checks()},
+                      "statistic": cert.statistic, "pvalue": cert.pvalue,
                       "g_statistic": cert.g_statistic, "g_pvalue": cert.g_pvalue, "df": cert.df,
                       "tv_estimate": cert.tv_estimate, "tv_upper": cert.tv_upper,
                       "detectable_tv": cert.detectable_tv, "n": cert.n, "checks": cert.checks,
@@ -98,7 +149,14 @@ def to_json(grid: GridResult, mutants=None, meta=None) -> dict:
 
 
 def figures(grid: GridResult, qq_path: Path, tv_path: Path, power: float = 0.99) -> None:
-    """QQ plot of the Monte Carlo p-values and the detectable-TV figure (PNG, Agg)."""
+    """Write the QQ plot of the Monte Carlo p-values and the detectable-TV figure (PNG, Agg)."""
+    qq, tv = figure_bytes(grid, power)
+    atomic_write(qq_path, qq)
+    atomic_write(tv_path, tv)
+
+
+def figure_bytes(grid: GridResult, power: float = 0.99) -> tuple[bytes, bytes]:
+    """Render the QQ plot and the detectable-TV figure in memory: two PNG byte strings."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -125,7 +183,7 @@ def figures(grid: GridResult, qq_path: Path, tv_path: Path, power: float = 0.99)
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=110)
     plt.close(fig)
-    atomic_write(qq_path, buf.getvalue())
+    qq_png = buf.getvalue()
 
     fig, ax = plt.subplots(figsize=(5.5, 4.2))
     ns = np.logspace(3, 8, 60)
@@ -145,7 +203,7 @@ def figures(grid: GridResult, qq_path: Path, tv_path: Path, power: float = 0.99)
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=110)
     plt.close(fig)
-    atomic_write(tv_path, buf.getvalue())
+    return qq_png, buf.getvalue()
 
 
 def markdown(grid: GridResult, mutants=None, meta=None, qq_name="certify_qq.png",
@@ -171,7 +229,14 @@ def markdown(grid: GridResult, mutants=None, meta=None, qq_name="certify_qq.png"
           "alpha* and against rrs.", "",
           "| " + " | ".join(COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
     for r in cell_rows(grid):
-        L.append("| " + " | ".join(str(x) for x in r) + " |")
+        L.append("| " + " | ".join(str(x).replace("|", "\\|") for x in r) + " |")
+    L += ["", "Columns:", ""] + [f"- {x}" for x in LEGEND]
+    reasons = skip_reasons(grid)
+    if reasons:
+        L += ["", "Skipped checks (never counted as a pass):", ""] + [f"- {x}" for x in reasons]
+    notes = cell_notes(grid)
+    if notes:
+        L += ["", "Notes:", ""] + [f"- {x}" for x in notes]
     cal = grid.calibration
     if cal is not None:
         L += ["", "## Calibration", "",
@@ -198,13 +263,29 @@ def markdown(grid: GridResult, mutants=None, meta=None, qq_name="certify_qq.png"
 
 
 def write_reports(grid: GridResult, out: Path, mutants=None, meta=None, json_path: Path | None = None) -> dict:
-    """Write ``out`` (Markdown), its JSON twin and the two PNG figures next to it; return the paths."""
+    """Write ``out`` (Markdown), its JSON twin and the two PNG figures next to it; return the paths.
+
+    All four are rendered in memory first, then written one by one
+    atomically (:func:`resispec._io.atomic_write`); if a write fails (e.g.
+    disk full, ``OSError``), the files this call already wrote are removed
+    before the error propagates, so a failed call leaves none of its new
+    files behind.
+    """
     out = Path(out)
     stem = out.with_suffix("")
     qq = stem.parent / f"{stem.name}_qq.png"
     tv = stem.parent / f"{stem.name}_detectable_tv.png"
     js = Path(json_path) if json_path else out.with_suffix(".json")
-    figures(grid, qq, tv)
-    atomic_write(js, json.dumps(to_json(grid, mutants, meta), indent=1, default=float))
-    atomic_write(out, markdown(grid, mutants, meta, qq.name, tv.name))
+    qq_png, tv_png = figure_bytes(grid)
+    payloads = [(js, json.dumps(to_json(grid, mutants, meta), indent=1, default=float)),
+                (out, markdown(grid, mutants, meta, qq.name, tv.name)), (qq, qq_png), (tv, tv_png)]
+    written = []
+    try:
+        for path, data in payloads:
+            atomic_write(path, data)
+            written.append(path)
+    except BaseException:
+        for path in written:
+            path.unlink(missing_ok=True)
+        raise
     return {"markdown": out, "json": js, "qq": qq, "detectable_tv": tv}

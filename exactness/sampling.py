@@ -25,6 +25,8 @@ open to users whose pipeline drafts differently):
 
 from __future__ import annotations
 
+import inspect
+import sys
 from dataclasses import dataclass
 
 import numpy as np
@@ -38,6 +40,8 @@ from resispec.verifiers.registry import _REGISTRY
 GUARD = 64
 #: Upper bound on (rows x V) elements per generic verify call.
 _ELEMS = 1 << 21
+#: Largest number of draws :meth:`NodeSampler.draws` samples at once (uniforms of shape (CHUNK, 2k + 1)).
+CHUNK = 1 << 20
 
 
 @dataclass(frozen=True)
@@ -65,11 +69,74 @@ def candidate_law(verifier, q2: np.ndarray) -> np.ndarray:
     return ql / ql.sum(axis=1, keepdims=True)
 
 
+DRAFTINGS = ("iid", "without_replacement", "any")
+
+
 def drafting_of(verifier) -> str:
-    d = getattr(verifier, "drafting", "iid")
-    if d not in ("iid", "without_replacement", "any"):
+    """``verifier.drafting``: how the candidates are drawn ("iid", "without_replacement" or "any").
+
+    Raises
+    ------
+    TypeError
+        The verifier has no ``drafting`` attribute (it is never guessed: an
+        iid guess for a without-replacement verifier would certify the wrong law).
+    ValueError
+        ``drafting`` is not one of the three choices.
+    """
+    if not hasattr(verifier, "drafting"):
+        raise TypeError(f"{type(verifier).__name__} has no 'drafting' attribute: set verifier.drafting to 'iid', "
+                        "'without_replacement' or 'any' (how its candidates are drawn)")
+    d = verifier.drafting
+    if not isinstance(d, str) or d not in DRAFTINGS:
         raise ValueError(f"verifier.drafting must be 'iid', 'without_replacement' or 'any', got {d!r}")
     return d
+
+
+def has_chain(verifier) -> bool:
+    """True when ``verifier.chain(p, q, candidates)`` is the Chain contract of :class:`resispec.Verifier`.
+
+    A ``resispec.Verifier`` always qualifies; another object only when its
+    ``chain`` is callable with three positional arguments ``(p, q,
+    candidates)`` (an unrelated attribute named ``chain`` makes it a black
+    box: Monte Carlo checks only).
+    """
+    if isinstance(verifier, Verifier):
+        return True
+    ch = getattr(verifier, "chain", None)
+    if not callable(ch):
+        return False
+    try:
+        inspect.signature(ch).bind(None, None, None)
+    except (TypeError, ValueError):
+        return False
+    return True
+
+
+def takes_uniforms(verifier) -> bool:
+    """True when ``verifier.verify`` accepts the keyword ``uniforms`` (inspected signature)."""
+    try:
+        params = inspect.signature(verifier.verify).parameters.values()
+    except (TypeError, ValueError):
+        return False
+    return any(pr.name == "uniforms" and pr.kind in (pr.KEYWORD_ONLY, pr.POSITIONAL_OR_KEYWORD)
+               or pr.kind == pr.VAR_KEYWORD for pr in params)
+
+
+def as_numpy_verifier(verifier):
+    """A torch verifier wrapped in :class:`resispec.torch_backend.NumpyFacade`; anything else unchanged.
+
+    torch is imported only when it is already loaded (a torch verifier
+    cannot exist otherwise), so the harness never imports torch itself.
+    """
+    if "torch" not in sys.modules or isinstance(verifier, Verifier):
+        return verifier
+    from resispec.torch_backend import NumpyFacade, TorchVerifier
+
+    return NumpyFacade(verifier) if isinstance(verifier, TorchVerifier) else verifier
+
+
+def _builtin(verifier) -> bool:
+    return type(verifier).__module__.startswith("resispec.")
 
 
 def _searchsorted_rows(cdf: np.ndarray, u: np.ndarray, last: int) -> np.ndarray:
@@ -150,8 +217,15 @@ def accept_table(verifier, p: np.ndarray, q: np.ndarray, k: int):
     return a, p_steps[0, k]
 
 
-def _checked_result(res, B: int, k: int, V: int, verifier) -> tuple[np.ndarray, np.ndarray]:
-    """Validate what ``verifier.verify`` returned for ``B`` nodes: tokens (B,) ids in [0, V), accepted (B,) in [-1, k)."""
+def _checked_result(res, B: int, k: int, V: int, verifier, candidates=None) -> tuple[np.ndarray, np.ndarray]:
+    """Validate what ``verifier.verify`` returned for ``B`` nodes.
+
+    tokens (B,) integer ids in [0, V); accepted (B,) integers in [-1, k);
+    and, when ``candidates`` (B, k) is given, ``tokens[b] ==
+    candidates[b, accepted[b]]`` wherever ``accepted[b] >= 0`` (an index,
+    not an accept flag).  Returns int64 copies; raises TypeError / ValueError
+    naming the first bad row.
+    """
     name = type(verifier).__name__
     if not hasattr(res, "tokens"):
         raise TypeError(f"{name}.verify returned {type(res).__name__}; it must return an object with .tokens "
@@ -173,6 +247,14 @@ def _checked_result(res, B: int, k: int, V: int, verifier) -> tuple[np.ndarray, 
     if B and (a.min() < -1 or a.max() >= k):
         raise ValueError(f"{name}.verify returned accepted indices in [{a.min()}, {a.max()}]; "
                          f"they must lie in [-1, {k}) (-1 = residual token)")
+    if candidates is not None and B:
+        hit = np.flatnonzero(a >= 0)
+        bad = hit[t[hit] != candidates[hit, a[hit]]]
+        if bad.size:
+            b = int(bad[0])
+            raise ValueError(f"{name}.verify returned accepted[{b}] = {a[b]} but tokens[{b}] = {t[b]} != "
+                             f"candidates[{b}, {a[b]}] = {candidates[b, a[b]]} ({bad.size} such rows); accepted "
+                             "must be the index of the emitted candidate (or -1 for a residual token), not a flag")
     return t.astype(np.int64), a.astype(np.int64)
 
 
@@ -190,10 +272,21 @@ class NodeSampler:
     Calling ``sampler(rng, n)`` returns the (n,) int64 tokens (the
     :func:`exactness.certify_sampler` contract); :meth:`draws` also returns
     the accepted indices.
+
+    ``verify`` is called as ``verify(P, Q, c, rng, uniforms=U)`` when its
+    signature takes ``uniforms`` (shared stream, table path, batched check),
+    else as ``verify(P, Q, c, rng)`` (black box).  Built-in verifiers get
+    read-only broadcast views of ``p, q``; any other verifier gets writable
+    copies of ``P, Q`` (B, V) and ``c`` (B, k), so in-place normalisation is
+    allowed and cannot corrupt the harness's arrays.  ``ValueError``,
+    ``TypeError`` and ``IndexError`` raised inside a user's ``verify`` are
+    re-raised as ``TypeError`` stating the batch contract, chained from the
+    original.
     """
 
     def __init__(self, verifier, p, q, k: int, *, fast: bool = True):
-        if not hasattr(verifier, "verify"):
+        verifier = as_numpy_verifier(verifier)
+        if not callable(getattr(verifier, "verify", None)):
             raise TypeError(f"verifier must have a verify(p, q, candidates, rng) method, got {type(verifier).__name__}")
         p2, q2, _ = as_laws(p, q)
         if p2.shape[0] != 1:
@@ -205,7 +298,8 @@ class NodeSampler:
         self.drafting = drafting_of(verifier)
         self.cand_law = candidate_law(verifier, q2)[0]
         self.table = accept_table(verifier, self.p, self.q, self.k) if fast else None
-        self.uses_uniforms = isinstance(verifier, Verifier)
+        self.uses_uniforms = takes_uniforms(verifier)
+        self._copies = not _builtin(verifier)
         self._guarded = False
         if self.table is not None:
             a, r = self.table
@@ -220,7 +314,18 @@ class NodeSampler:
         return self.draws(rng, n).tokens
 
     def draws(self, rng: np.random.Generator, n: int) -> Draws:
-        """``n`` draws: tokens (n,) int64 and accepted indices (n,) int64."""
+        """``n`` draws: tokens (n,) int64 and accepted indices (n,) int64.
+
+        Sampled in chunks of at most ``CHUNK`` draws (memory O(CHUNK k) for
+        the uniforms, plus 16 bytes per draw for the result); for ``n <=
+        CHUNK`` the random stream is exactly that of one call.
+        """
+        if n <= CHUNK:
+            return self._draws(rng, n)
+        parts = [self._draws(rng, min(CHUNK, n - s)) for s in range(0, n, CHUNK)]
+        return Draws(np.concatenate([d.tokens for d in parts]), np.concatenate([d.accepted for d in parts]))
+
+    def _draws(self, rng: np.random.Generator, n: int) -> Draws:
         k = self.k
         uc = rng.random((n, k))
         uv = rng.random((n, k + 1))
@@ -257,11 +362,26 @@ class NodeSampler:
             c = cand[s:s + step]
             P = np.broadcast_to(self.p, (c.shape[0], self.V))
             Q = np.broadcast_to(self.q, (c.shape[0], self.V))
-            if self.uses_uniforms:
-                res = self.verifier.verify(P, Q, c, rng, uniforms=uv[s:s + step])
+            if self._copies:
+                P, Q, c_in = P.copy(), Q.copy(), c.copy()
             else:
-                res = self.verifier.verify(P, Q, c, rng)
-            t, a = _checked_result(res, c.shape[0], k, self.V, self.verifier)
+                c_in = c
+            try:
+                if self.uses_uniforms:
+                    res = self.verifier.verify(P, Q, c_in, rng, uniforms=uv[s:s + step])
+                else:
+                    res = self.verifier.verify(P, Q, c_in, rng)
+            except (ValueError, TypeError, IndexError) as e:
+                if not self._copies:
+                    raise
+                kw = ", uniforms=U (B, k + 1)" if self.uses_uniforms else ""
+                raise TypeError(
+                    f"{type(self.verifier).__name__}.verify failed on a batch of B = {c.shape[0]} nodes ({e}). "
+                    f"The harness calls verify(p, q, candidates, rng{kw}) on batches: p and q of shape (B, V) = "
+                    f"({c.shape[0]}, {self.V}) float64, candidates of shape (B, k) = ({c.shape[0]}, {k}) int64; "
+                    "it must return .tokens and .accepted of shape (B,) int64. A verify written for one node "
+                    "(p of shape (V,)) fails like this.") from e
+            t, a = _checked_result(res, c.shape[0], k, self.V, self.verifier, c)
             toks.append(t)
             accs.append(a)
         return Draws(np.concatenate(toks), np.concatenate(accs).astype(np.int64))

@@ -42,6 +42,8 @@ class TreeResult:
         Sampled pairs.
     df : int
         Degrees of freedom of the pooled test.
+    tv_mc : float or None
+        Plug-in TV between the sampled pairs and ``p0 x p1``.
     """
 
     exact_tv: float | None
@@ -49,6 +51,7 @@ class TreeResult:
     pvalue: float
     n: int
     df: int = 0
+    tv_mc: float | None = None
 
 
 def default_tree(p: np.ndarray, q: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -155,4 +158,6 @@ def tree_check(verifier, p0, q0, k: int, n: int, rng: np.random.Generator, *, de
         tv = 0.5 * float(np.abs(exact_pair_law(verifier, p0, q0, p1, q1, k, depth) - target).sum())
     counts = sample_pairs(verifier, p0, q0, p1, q1, k, n, rng, depth)
     res = gof_test(counts.ravel(), target.ravel())
-    return TreeResult(tv, res.statistic, res.pvalue, n, res.df)
+    m = counts.sum()
+    tv_mc = 0.5 * float(np.abs(counts / m - target).sum()) if m else None
+    return TreeResult(tv, res.statistic, res.pvalue, n, res.df, tv_mc)

@@ -25,20 +25,31 @@ combined with Holm's correction (``statsmodels`` ``multipletests``):
 ``batched``
     ``verify`` on a batch of distinct nodes equals one node at a time with
     the same uniforms.
+
+A check that cannot run is listed in ``Certificate.skipped`` (name ->
+reason) and never counted as a pass; a Monte Carlo check whose pooled
+chi-square has df 0 (too few samples in that sub-law) is skipped the same
+way.  ``details["chain_consistency"]`` gives the TV between what ``verify``
+sampled and the exact law of the verifier's own chain.
 """
 
 from __future__ import annotations
+
+from dataclasses import replace
 
 import numpy as np
 
 from resispec import Verifier
 from resispec._validation import as_laws, check_k
+from resispec.enumeration import count_tuples
 
 from ._checks import as_generator, check_alpha, check_n
-from .certificate import Certificate, certificate_from_counts
-from .exact import EXACT_TOL, MAX_TUPLES, certify_exact, enumerable
+from .certificate import (MAX_SECONDS, PILOT, PILOT_ABOVE, Certificate, _hours, certificate_from_counts,
+                          pilot_seconds)
+from .exact import EXACT_TOL, MAX_TUPLES, ChainError, certify_exact, enumerable
 from .gof import gof_test
-from .sampling import NodeSampler, candidate_law, draw_node_candidates, drafting_of
+from .sampling import (NodeSampler, as_numpy_verifier, candidate_law, draw_node_candidates, drafting_of, has_chain,
+                       takes_uniforms)
 from .tree import tree_check
 
 #: Default Monte Carlo draws per node.
@@ -51,6 +62,8 @@ TREE_MAX_V = 16
 TREE_N = 50_000
 #: Nodes in the batched == one-at-a-time check.
 BATCH_ROWS = 16
+#: Largest ``n`` for certify_verifier: the tokens and accepted indices are kept (16 bytes per draw, 2 GiB here).
+MAX_SAMPLES = 1 << 27
 
 
 def default_n(sampler: NodeSampler) -> int:
@@ -69,9 +82,7 @@ def _determinism(sampler: NodeSampler, seed_seq) -> float:
 
 
 def _batched(verifier, p, q, k, rng) -> float | None:
-    """1.0 when a batch of distinct nodes verifies like one node at a time."""
-    if not isinstance(verifier, Verifier):
-        return None
+    """1.0 when a batch of distinct nodes verifies like one node at a time, else the failing row in a dict."""
     V = p.size
     B = BATCH_ROWS
     perms = np.stack([rng.permutation(V) for _ in range(B)])
@@ -80,12 +91,30 @@ def _batched(verifier, p, q, k, rng) -> float | None:
     cl = candidate_law(verifier, Q)
     cand = np.stack([draw_node_candidates(cl[b], k, d, rng.random((1, k)))[0] for b in range(B)])
     u = rng.random((B, k + 1))
-    whole = verifier.verify(P, Q, cand, uniforms=u)
+    whole = verifier.verify(P.copy(), Q.copy(), cand.copy(), uniforms=u)
     for b in range(B):
-        one = verifier.verify(P[b:b + 1], Q[b:b + 1], cand[b:b + 1], uniforms=u[b:b + 1])
+        one = verifier.verify(P[b:b + 1].copy(), Q[b:b + 1].copy(), cand[b:b + 1].copy(), uniforms=u[b:b + 1])
         if one.tokens[0] != whole.tokens[b] or one.accepted[0] != whole.accepted[b]:
-            return 0.0
-    return 1.0
+            return 0.0, {"reason": f"verify on a batch of {B} distinct nodes differs from one node at a time at "
+                                   f"row {b} (token {whole.tokens[b]} vs {one.tokens[0]}, same uniforms)"}
+    return 1.0, {}
+
+
+def _support(law) -> int:
+    return int(np.count_nonzero(np.asarray(law) > 0))
+
+
+def _check_budget(sampler: NodeSampler, n: int) -> None:
+    """Refuse up front an ``n`` over ``MAX_SAMPLES`` or estimated (timed pilot) above ``MAX_SECONDS``."""
+    if n <= PILOT_ABOVE and n <= MAX_SAMPLES:
+        return
+    est = pilot_seconds(sampler.draws, n)
+    gib = n * 16 / 2**30
+    if n > MAX_SAMPLES or est > MAX_SECONDS:
+        raise ValueError(f"n = {n:.3g} would take ~{_hours(est)} (timed pilot of {PILOT:,} draws) and "
+                         f"{gib:.3g} GiB for the tokens and accepted indices (limits: MAX_SAMPLES = {MAX_SAMPLES:,} "
+                         f"draws, {_hours(MAX_SECONDS)}); pass a smaller n or use tv= / exactness.samples_for_tv "
+                         "to plan the n you need")
 
 
 def certify_verifier(verifier, p, q, k: int, *, n: int | None = None, alpha: float = 1e-3, seed=0,
@@ -98,7 +127,22 @@ def certify_verifier(verifier, p, q, k: int, *, n: int | None = None, alpha: flo
 
     Parameters
     ----------
-    verifier : Verifier or any object with ``verify(p, q, candidates, rng)`` and ``drafting``
+    verifier : resispec.Verifier, a torch verifier, or a black box
+        A ``resispec.Verifier`` (chain, uniforms: every check); a torch
+        verifier (``get_verifier(..., backend="torch")``), wrapped in
+        ``resispec.torch_backend.NumpyFacade``; or any object with
+        ``drafting`` ("iid", "without_replacement" or "any"; required) and
+        ``verify(p, q, candidates, rng)`` taking batches -- ``p, q`` (B, V)
+        float64, ``candidates`` (B, k) int64 -- and returning ``.tokens``
+        (B,) int64 and ``.accepted`` (B,) int64 (the index of the emitted
+        candidate, -1 for a residual token).  ``verify`` gets the keyword
+        ``uniforms`` (B, k + 1) only when its signature takes it; without
+        it the checks that need uniforms (``batched``) are skipped.  The
+        exact checks need ``chain(p, q, candidates)`` (a
+        ``resispec.Verifier``, or a callable ``chain`` with that signature);
+        without one they are skipped and the verifier is a black box.
+        Non-built-in verifiers receive writable copies of ``p, q`` and
+        ``candidates``.
     p, q : array_like, shape (V,), float64
         Target and draft laws of one node.
     k : int >= 1
@@ -106,7 +150,9 @@ def certify_verifier(verifier, p, q, k: int, *, n: int | None = None, alpha: flo
     n : int, optional
         Monte Carlo draws; ``None`` = default budget (``DEFAULT_N`` = 200,000,
         capped at ``GENERIC_BUDGET / (V k)`` (at least 2,000) when sampling
-        costs O(V) per draw).
+        costs O(V) per draw).  At most ``MAX_SAMPLES`` (2**27); above 2**24
+        draws a timed pilot of 2,000 draws estimates the run time first and
+        runs estimated over ``MAX_SECONDS`` (1 h) are refused.
     alpha : float, default 1e-3
         Family-wise level over the checks (Holm).
     seed : int, SeedSequence or Generator, default 0
@@ -121,17 +167,38 @@ def certify_verifier(verifier, p, q, k: int, *, n: int | None = None, alpha: flo
         Run the exact checks when the enumeration fits (<= 300,000 tuples)
         or a built-in accept table exists.
 
+    Optional hooks (honoured when the verifier defines them)
+    ---------------------------------------------------------
+    ``draft_law(q) -> (B, V)``
+        The law the candidates are really drawn from (e.g. a top-k
+        processed draft) while ``verify`` and ``chain`` receive ``q``;
+        used by the Monte Carlo, the exact enumeration and the tree checks.
+    ``bonus_law(p, q) -> (B, V)``
+        The law of the bonus token after a full accept on a tree (default
+        ``p``); the ``tree_bonus`` check tests it against ``p``.
+
     Returns
     -------
     Certificate
-        ``checks`` maps each check above to its raw p-value; ``details`` holds
-        the exact TV, acceptance, alpha*, sampling path and tree numbers.
+        ``checks`` maps each check that ran to its raw p-value; ``skipped``
+        each check that did not run (or could not fail) to the reason;
+        ``details`` holds each check's statistic / df / TV, the exact TV,
+        acceptance, alpha*, sampling path, tree numbers and
+        ``chain_consistency`` (TV between the sampled and the chain's exact
+        joint and marginal laws).  When ``verify`` disagrees with the
+        verifier's own chain, ``notes`` says so: the exact TV then describes
+        ``_chain``, not ``verify``.  A ``chain`` returning NaN/inf or
+        probabilities outside [0, 1] fails ``exact_law`` with the reason.
 
     Raises
     ------
     ValueError, TypeError
-        Bad laws, ``k``, ``n``, ``alpha`` or verifier.
+        Bad laws, ``k``, ``n``, ``alpha`` or verifier (no ``verify``, no
+        ``drafting``); a marginal test left with no degrees of freedom by a
+        tiny ``n``; ``n`` over the budget above; a user ``verify`` that
+        breaks the batch contract (TypeError chained from the original).
     """
+    verifier = as_numpy_verifier(verifier)
     p2, q2, _ = as_laws(p, q)
     if p2.shape[0] != 1:
         raise ValueError(f"certify_verifier takes one node: p and q of shape (V,); got {p2.shape[0]} rows")
@@ -148,53 +215,132 @@ def certify_verifier(verifier, p, q, k: int, *, n: int | None = None, alpha: flo
     s_mc, s_det, s_batch, s_tree = ss.spawn(4)
     sampler = NodeSampler(verifier, p1, q1, k)
     n = default_n(sampler) if n is None else check_n(n)
+    _check_budget(sampler, n)
     checks: dict[str, float] = {}
+    skipped: dict[str, str] = {}
     details: dict = {"path": sampler.path, "V": int(p1.size), "k": k}
+    chain_ok = has_chain(verifier)
+    V = p1.size
 
     J = None
-    if exact and hasattr(verifier, "chain") and (enumerable(verifier, q1, k) or sampler.table is not None):
-        ex = certify_exact(verifier, p1, q1, k, limit=MAX_TUPLES)
-        J = ex.joint
-        checks["exact_law"] = 1.0 if ex.passed else 0.0
-        details["exact"] = {"tv": ex.tv, "acceptance": ex.acceptance, "alpha_star": ex.alpha_star,
-                            "tol": EXACT_TOL}
+    if not exact:
+        skipped["exact_law"] = "exact=False"
+    elif not chain_ok:
+        skipped["exact_law"] = "black box: no chain(p, q, candidates) (not a resispec.Verifier)"
+    elif not (enumerable(verifier, q1, k) or sampler.table is not None):
+        d = drafting_of(verifier)
+        m = count_tuples(_support(candidate_law(verifier, q2)[0]), k, "iid" if d == "any" else d)
+        skipped["exact_law"] = (f"{m:,} candidate tuples (V = {V}, k = {k}) exceed MAX_TUPLES = {MAX_TUPLES:,} "
+                                "and no built-in accept table")
+    else:
+        try:
+            ex = certify_exact(verifier, p1, q1, k, limit=MAX_TUPLES)
+        except ChainError as e:
+            checks["exact_law"] = 0.0
+            details["exact"] = {"tv": None, "error": str(e)}
+        else:
+            J = ex.joint
+            checks["exact_law"] = 1.0 if ex.passed else 0.0
+            details["exact"] = {"tv": ex.tv, "acceptance": ex.acceptance, "alpha_star": ex.alpha_star,
+                                "tol": EXACT_TOL}
+    for name in ("joint", "accepted_count", "residual"):
+        if J is None:
+            skipped[name] = "needs the exact joint law (exact_law " + (
+                "failed: chain invalid)" if "error" in details.get("exact", {}) else "not run)")
 
     draws = sampler.draws(np.random.default_rng(s_mc), n)
-    counts = np.bincount(draws.tokens, minlength=p1.size)
-    V = p1.size
+    counts = np.bincount(draws.tokens, minlength=V)
     mc_df: dict[str, int] = {}
 
     def _mc(name, counts_, law_):
         res = gof_test(counts_, law_)
-        checks[name] = res.pvalue
+        m = int(counts_.sum())
+        details[name] = {"statistic": res.statistic, "df": res.df, "pvalue": res.pvalue, "n": m,
+                         "tv": 0.5 * float(np.abs(counts_ / m - law_).sum()) if m else None}
         mc_df[name] = res.df
+        if res.df == 0 and res.impossible == 0 and _support(law_) > 1:
+            skipped[name] = f"df 0 after pooling ({m:,} samples): the test cannot fail"
+        else:
+            checks[name] = res.pvalue
 
     if J is not None and np.all(draws.accepted >= -1):
         stop = np.where(draws.accepted < 0, k, draws.accepted)
-        _mc("joint", np.bincount(stop * V + draws.tokens, minlength=(k + 1) * V), J.ravel())
+        joint_counts = np.bincount(stop * V + draws.tokens, minlength=(k + 1) * V)
+        _mc("joint", joint_counts, J.ravel())
         _mc("accepted_count", np.bincount(stop, minlength=k + 1), J.sum(axis=1))
         rmass = J[k].sum()
         nres = int(np.count_nonzero(stop == k))
         if rmass > 0 and nres > 0:
             _mc("residual", np.bincount(draws.tokens[stop == k], minlength=V), J[k] / rmass)
+        else:
+            skipped["residual"] = ("the chain's residual has zero mass" if rmass <= 0
+                                   else "no draw ended at the residual")
         details["acceptance_mc"] = float(np.mean(draws.accepted >= 0))
+        details["chain_consistency"] = {
+            "tv_joint": 0.5 * float(np.abs(joint_counts / n - J.ravel()).sum()),
+            "tv_marginal": 0.5 * float(np.abs(counts / n - J.sum(axis=0)).sum())}
+    elif J is not None:
+        for name in ("joint", "accepted_count", "residual"):
+            skipped[name] = "verify returned no .accepted"
 
     checks["determinism"] = _determinism(sampler, s_det)
-    b = _batched(verifier, p1, q1, k, np.random.default_rng(s_batch))
-    if b is not None:
+    if checks["determinism"] == 0.0:
+        details["determinism"] = {"reason": "the same seed gave different draws"}
+    if not isinstance(verifier, Verifier):
+        skipped["batched"] = "not a resispec.Verifier (needs verify(..., uniforms=))"
+    elif not takes_uniforms(verifier):
+        skipped["batched"] = "verify takes no uniforms keyword (black-box path)"
+    else:
+        b, info = _batched(verifier, p1, q1, k, np.random.default_rng(s_batch))
         checks["batched"] = b
-    if tree and V <= TREE_MAX_V:
+        if info:
+            details["batched"] = info
+    tree_names = ("tree_bonus", "tree_two_level")
+    if not tree:
+        skipped.update({t: "tree=False" for t in tree_names})
+    elif V > TREE_MAX_V:
+        skipped.update({t: f"V = {V} > TREE_MAX_V = {TREE_MAX_V}" for t in tree_names})
+    else:
         rng_t = np.random.default_rng(s_tree)
         n_tree = max(1, min(n // 2, TREE_N))
-        can_exact = exact and hasattr(verifier, "chain") and enumerable(verifier, q1, k)
+        can_exact = exact and chain_ok and enumerable(verifier, q1, k) and "error" not in details.get("exact", {})
         for name, depth in (("tree_bonus", 1), ("tree_two_level", 2)):
-            tr = tree_check(verifier, p1, q1, k, n_tree, rng_t, depth=depth, exact=can_exact)
-            checks[name] = tr.pvalue
+            try:
+                tr = tree_check(verifier, p1, q1, k, n_tree, rng_t, depth=depth, exact=can_exact)
+            except ChainError as e:
+                checks[name] = 0.0
+                details[name] = {"exact_tv": None, "error": str(e)}
+                continue
+            details[name] = {"exact_tv": tr.exact_tv, "pvalue_mc": tr.pvalue, "n": tr.n, "statistic": tr.statistic,
+                             "df": tr.df, "tv_mc": tr.tv_mc}
+            mc_df[name] = tr.df
             if tr.exact_tv is not None:
                 checks[name] = tr.pvalue if tr.exact_tv < EXACT_TOL else 0.0
-            details[name] = {"exact_tv": tr.exact_tv, "pvalue_mc": tr.pvalue, "n": tr.n}
-            mc_df[name] = tr.df
-    cert = certificate_from_counts(counts, p1, alpha=alpha, power=power, tv=tv, checks=checks, details=details)
+                if tr.df == 0:
+                    details[name]["reason"] = "Monte Carlo part has df 0; exact part tested"
+            elif tr.df == 0:
+                skipped[name] = f"no exact law and df 0 after pooling ({tr.n:,} pairs): the test cannot fail"
+            else:
+                checks[name] = tr.pvalue
+        if not can_exact:
+            skipped["tree_exact"] = "tree checks ran by Monte Carlo only (no enumerable chain)"
+    cert = certificate_from_counts(counts, p1, alpha=alpha, power=power, tv=tv, checks=checks, details=details,
+                                   skipped=skipped)
     mc_df["marginal"] = cert.df
     cert.details["mc_df"] = mc_df
-    return cert
+    return replace(cert, notes=_notes(cert))
+
+
+def _notes(cert: Certificate) -> tuple:
+    """Say when ``verify`` disagrees with the verifier's own chain (the exact TV then describes ``_chain``)."""
+    ex = cert.details.get("exact", {})
+    cc = cert.details.get("chain_consistency")
+    if cc is None or ex.get("tv") is None:
+        return ()
+    failed = set(cert.failed_checks())
+    mc = failed & {"marginal", "joint", "accepted_count", "residual"}
+    if not mc or "exact_law" in failed:
+        return ()
+    return (f"verify disagrees with the verifier's own chain: the sampled (stop, token) law is TV "
+            f"{cc['tv_joint']:.3g} from the chain's exact joint law (output law: TV {cc['tv_marginal']:.3g}), "
+            f"failing {', '.join(sorted(mc))}; the exact TV {ex['tv']:.2g} describes _chain, not verify",)
