@@ -46,10 +46,10 @@ def add_arguments(parser) -> None:
                              "searched first, as pytest does. Any failure to load it is an error (exit 2). "
                              "Repeatable (not comma-separated: specs contain commas); default: every built-in "
                              "verifier")
-    parser.add_argument("--proxy", action=ListAction, metavar="NAME[,NAME...]",
+    parser.add_argument("--proxy", action=ListAction, metavar="NAME",
                         help="also certify resispec with these built-in proxies (comma-separated and/or "
                              "repeatable; 'all' = every proxy)")
-    parser.add_argument("--k", action=ListAction, item_type=int, metavar="K[,K...]",
+    parser.add_argument("--k", action=ListAction, item_type=int, metavar="K",
                         help="candidates per node: --k 2,4 or --k 2 --k 4 (default 1,2,4,8)")
     parser.add_argument("--samples", type=count, default=None, metavar="N",
                         help="Monte Carlo draws per cell, e.g. 200000 or 2e5 (default: 200,000, capped for O(V) "
@@ -57,7 +57,7 @@ def add_arguments(parser) -> None:
                              "machine's)")
     parser.add_argument("--seed", type=int, default=0, help="base seed (default 0)")
     parser.add_argument("--alpha", type=float, default=1e-3, help="family-wise level over all cells (default 1e-3)")
-    parser.add_argument("--family", action=ListAction, metavar="NAME[,NAME...]",
+    parser.add_argument("--family", action=ListAction, metavar="NAME",
                         help="pair families, comma-separated and/or repeatable (default softmax_noise, zipf, "
                              "shifted at V=8, and ngram)")
     parser.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT, metavar="SECONDS",
