@@ -282,6 +282,8 @@ class MassVerifier(Verifier):
         rows = np.arange(B)
         a = np.empty((B, k))
         p_i, q_i = p, q
+        if self.drafting == "without_replacement":
+            q_i = q / q.sum(axis=1, keepdims=True)  # the law the sampler draws (rows may be off 1 by SUM_TOL)
         for i in range(k):
             x = c[:, i]
             m = self.accepted_mass(i, k, p_i, q_i, q=q, rejected=c[:, :i])

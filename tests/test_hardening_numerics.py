@@ -1,0 +1,118 @@
+"""Hardening of the numerics: peaked without-replacement drafts, fast WOR alpha*, closed forms, option errors."""
+
+import time
+
+import numpy as np
+import pytest
+from hypothesis import given, settings, strategies as st
+
+import resispec
+from resispec.enumeration import candidate_tuples
+from resispec.sampling import draw_candidates
+
+WOR_VERIFIERS = {
+    "rrs_wor": resispec.get_verifier("rrs_wor"),
+    "resispec_wor": resispec.get_verifier("resispec", drafting="without_replacement"),
+    "target_only": resispec.get_verifier("target_only"),
+}
+
+
+def _tv(a, b):
+    return 0.5 * float(np.abs(np.asarray(a) - np.asarray(b)).sum())
+
+
+def _peaked(V, top_gap, rng):
+    """Draft with q_top = 1 - top_gap, the rest spread at random (rows sum to 1)."""
+    rest = rng.dirichlet(np.ones(V - 1)) * top_gap
+    q = np.concatenate([[1.0 - top_gap], rest])
+    return q / q.sum()
+
+
+# ---------------------------------------------------------------- item 1: peaked WOR drafts
+def test_issue_example_is_finite_and_exact():
+    p, q = np.array([0.4, 0.3, 0.3]), np.array([1.0, 1e-10, 1e-10])
+    v = WOR_VERIFIERS["rrs_wor"]
+    law = resispec.exact_output_law(v, p, q, 2)
+    assert _tv(law, p) < 1e-12
+    assert 0.0 <= resispec.acceptance_probability(v, p, q, 2) <= 1.0
+    assert resispec.optimal_acceptance(p, q, 2, "without_replacement") > 0.99
+    qn = q / q.sum()
+    for v in WOR_VERIFIERS.values():
+        assert _tv(resispec.exact_output_law(v, p, qn, 2), p) < 1e-12
+
+
+@pytest.mark.parametrize("gap_exp", range(9, 16))
+@pytest.mark.parametrize("name", sorted(WOR_VERIFIERS))
+@pytest.mark.parametrize("k", [2, 3])
+def test_peaked_exact_law(gap_exp, name, k):
+    rng = np.random.default_rng(gap_exp * 10 + k)
+    V = 5
+    q = _peaked(V, 10.0 ** -gap_exp, rng)
+    p = rng.dirichlet(np.ones(V))
+    law = resispec.exact_output_law(WOR_VERIFIERS[name], p, q, k, drafting="without_replacement")
+    assert _tv(law, p) < 1e-12
+    assert abs(law.sum() - 1.0) < 1e-12
+
+
+@settings(deadline=None, max_examples=40)
+@given(seed=st.integers(0, 2**32 - 1), V=st.integers(3, 6), k=st.integers(2, 3), scale=st.floats(8.0, 40.0))
+def test_float32_softmax_drafts_exact(seed, V, k, scale):
+    """A float32 softmax of sharp logits: the top probability rounds to (or next to) 1."""
+    rng = np.random.default_rng(seed)
+    logits = rng.normal(size=V).astype(np.float32) * np.float32(scale)
+    z = np.exp(logits - logits.max()).astype(np.float32)
+    q = (z / z.sum(dtype=np.float32)).astype(np.float64)
+    q = q / q.sum()
+    if np.count_nonzero(q) < k:
+        return
+    p = rng.dirichlet(np.ones(V))
+    for v in WOR_VERIFIERS.values():
+        law = resispec.exact_output_law(v, p, q, k, drafting="without_replacement")
+        assert _tv(law, p) < 1e-12
+
+
+def test_enumeration_weights_sum_to_one_on_peaked_drafts():
+    q = np.array([1.0 - 1e-13, 4e-14, 3e-14, 3e-14])
+    for k in (2, 3, 4):
+        total = sum(w.sum() for _, w in candidate_tuples(q, k, "without_replacement"))
+        assert abs(total - 1.0) < 1e-14
+        # the weight of the draw (0, 1) is q1 / (1 - q0) of the mass left
+        tup, w = next(candidate_tuples(q, k, "without_replacement"))
+        assert w[0] == pytest.approx(q[0] * q[1] / (q[1] + q[2] + q[3]) *
+                                     (1.0 if k == 2 else q[2] / (q[2] + q[3])), rel=1e-12)
+
+
+def test_draw_candidates_peaked_without_replacement():
+    q = np.array([1.0 - 1e-12, 5e-13, 5e-13])
+    c = draw_candidates(np.tile(q, (2000, 1)), 3, "without_replacement", np.random.default_rng(0))
+    assert np.all(c[:, 0] == 0)
+    assert np.all(np.sort(c, axis=1) == np.arange(3))
+    assert 0.4 < np.mean(c[:, 1] == 1) < 0.6
+
+
+def test_peaked_optimal_acceptance_matches_enumeration():
+    rng = np.random.default_rng(3)
+    for gap in (1e-9, 1e-12, 1e-15):
+        q = _peaked(5, gap, rng)
+        p = rng.dirichlet(np.ones(5))
+        a = resispec.optimal_acceptance(p, q, 2, "without_replacement")
+        A = resispec.acceptance_probability(WOR_VERIFIERS["resispec_wor"], p, q, 2)
+        assert 0.0 < A <= a + 1e-12 <= 1.0 + 1e-12
+
+
+@pytest.mark.parametrize("q", [(1.0, 1e-10, 1e-10), (1.0 - 1e-13, 5e-14, 5e-14)], ids=["unnormalised", "peaked"])
+def test_torch_rrs_wor_peaked_exact(q):
+    pytest.importorskip("torch")
+    v = resispec.get_verifier("rrs_wor", backend="torch")
+    p = np.array([0.4, 0.3, 0.3])
+    for k in (2, 3):
+        assert _tv(resispec.exact_output_law(v, p, np.array(q), k), p) < 1e-12
+
+
+def test_unnormalised_draft_is_drawn_as_its_normalised_law():
+    """q within SUM_TOL of 1 is drawn as q / sum(q): the WOR chains and the enumeration use that law."""
+    p, q = np.array([0.5, 0.3, 0.2]), np.array([0.6, 0.3, 0.1 + 5e-7])
+    for v in WOR_VERIFIERS.values():
+        assert _tv(resispec.exact_output_law(v, p, q, 2, drafting="without_replacement"), p) < 1e-12
+    tot = sum(w.sum() for _, w in candidate_tuples(q, 2, "iid"))
+    assert abs(tot - 1.0) < 1e-14
