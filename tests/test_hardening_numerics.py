@@ -116,3 +116,26 @@ def test_unnormalised_draft_is_drawn_as_its_normalised_law():
         assert _tv(resispec.exact_output_law(v, p, q, 2, drafting="without_replacement"), p) < 1e-12
     tot = sum(w.sum() for _, w in candidate_tuples(q, 2, "iid"))
     assert abs(tot - 1.0) < 1e-14
+
+
+# ---------------------------------------------------------------- item 11: options and MAX_K
+@pytest.mark.parametrize("opts", [{"reserve": "fixed_point"}, {"gamma": 0.5}, {"proxy": "draft", "reserve": "lookahead"}])
+def test_wor_resispec_rejects_iid_options_clearly(opts):
+    with pytest.raises(TypeError, match=r"drafting='without_replacement'.*only scales=.*drafting='iid' only"):
+        resispec.get_verifier("resispec", drafting="without_replacement", **opts)
+    assert resispec.get_verifier("resispec", drafting="without_replacement", scales=(0.5, 1.0)).scales == (0.5, 1.0)
+
+
+def test_verify_enforces_max_k():
+    from resispec._validation import MAX_K
+
+    V = MAX_K + 10
+    q = np.full(V, 1.0 / V)
+    c = np.arange(MAX_K + 1, dtype=np.int64)
+    v = resispec.get_verifier("target_only")
+    with pytest.raises(ValueError, match="MAX_K"):
+        v.verify(q, q, c, np.random.default_rng(0))
+    torch = pytest.importorskip("torch")
+    vt = resispec.get_verifier("target_only", backend="torch")
+    with pytest.raises(ValueError, match="MAX_K"):
+        vt.verify(torch.from_numpy(q), torch.from_numpy(q), torch.from_numpy(c), uniforms=np.zeros((1, MAX_K + 2)))
