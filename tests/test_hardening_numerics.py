@@ -139,3 +139,65 @@ def test_verify_enforces_max_k():
     vt = resispec.get_verifier("target_only", backend="torch")
     with pytest.raises(ValueError, match="MAX_K"):
         vt.verify(torch.from_numpy(q), torch.from_numpy(q), torch.from_numpy(c), uniforms=np.zeros((1, MAX_K + 2)))
+
+
+# ---------------------------------------------------------------- item 12: closed forms behind the public API
+from test_gap_helpers import law_pairs  # noqa: E402
+
+CLOSED = {
+    "target_only": resispec.get_verifier("target_only"),
+    "sps": resispec.get_verifier("sps"),
+    "rrs": resispec.get_verifier("rrs"),
+    "kseq": resispec.get_verifier("kseq"),
+    "resispec": resispec.get_verifier("resispec"),
+    "resispec_topk": resispec.get_verifier("resispec", proxy="topk"),
+    "resispec_lookahead": resispec.get_verifier("resispec", reserve="lookahead"),
+}
+
+
+@settings(deadline=None, max_examples=40)
+@given(pq=law_pairs(min_V=2, max_V=5), k=st.integers(1, 4), name=st.sampled_from(sorted(CLOSED)))
+def test_closed_form_equals_enumeration(pq, k, name):
+    p, q = pq
+    v = CLOSED[name]
+    law_e = resispec.exact_output_law(v, p, q, k, method="enumeration")
+    law_c = resispec.exact_output_law(v, p, q, k, method="closed_form")
+    np.testing.assert_allclose(law_c, law_e, atol=1e-12, rtol=0)
+    a_e = resispec.acceptance_probability(v, p, q, k, drafting="iid", method="enumeration")
+    a_c = resispec.acceptance_probability(v, p, q, k, method="closed_form")
+    assert abs(a_c - a_e) < 1e-12
+    # the per-token split adds up: accepted part is the acceptance, M + R the law
+    M, R = v.closed_form_split(p, q, k)
+    assert np.all(M >= -1e-15) and np.all(R >= -1e-15)
+    assert abs(float(v.acceptance_closed_form(p, q, k)[0]) - a_e) < 1e-12
+
+
+def test_target_only_past_enumeration_uses_closed_form():
+    rng = np.random.default_rng(0)
+    p, q = rng.dirichlet(np.ones(40)), rng.dirichlet(np.ones(40))
+    v = CLOSED["target_only"]
+    A = resispec.acceptance_probability(v, p, q, 4)
+    assert A == pytest.approx(float(np.sum(p * (1.0 - (1.0 - q) ** 4))), abs=1e-14)
+    assert _tv(resispec.exact_output_law(v, p, q, 4), p) < 1e-12
+    with pytest.raises(ValueError, match="candidate tuples"):
+        resispec.acceptance_probability(v, p, q, 4, method="enumeration")
+    # a peaked draft (q_top rounds near 1): 1 - q is summed, not subtracted
+    qp = _peaked(40, 1e-14, rng)
+    assert resispec.acceptance_probability(v, p, qp, 4) == pytest.approx(
+        float(np.sum(p * (1.0 - (1.0 - qp) ** 4))), abs=1e-13)
+
+
+def test_no_closed_form_for_without_replacement_rules():
+    p, q = np.array([0.5, 0.3, 0.2]), np.array([0.2, 0.3, 0.5])
+    for v in (WOR_VERIFIERS["rrs_wor"], WOR_VERIFIERS["resispec_wor"]):
+        assert v.closed_form_split(p, q, 2) is None
+        with pytest.raises(ValueError, match="no closed form"):
+            resispec.acceptance_probability(v, p, q, 2, method="closed_form")
+    # target_only under without-replacement drafts: no closed form, enumeration still works
+    assert CLOSED["target_only"].closed_form_split(p, q, 2, "without_replacement") is None
+    assert CLOSED["rrs"].closed_form_split(p, q, 2, "without_replacement") is None
+    with pytest.raises(ValueError, match="method"):
+        resispec.acceptance_probability(CLOSED["rrs"], p, q, 2, method="fast")
+    # past the limit and no closed form: the enumeration error, as before
+    with pytest.raises(ValueError, match="candidate tuples"):
+        resispec.acceptance_probability(WOR_VERIFIERS["rrs_wor"], np.full(60, 1 / 60), np.full(60, 1 / 60), 4)

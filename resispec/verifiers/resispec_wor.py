@@ -78,30 +78,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from .base import Verifier, reject_update
+from .base import Verifier, reject_update, sum_of_others
 from .zero_diagonal import LeftoverPlan
 
 _BISECT = 60
 _TINY = 1e-13
-
-
-def sum_of_others(v: np.ndarray) -> np.ndarray:
-    """``sum_{y != x} v(y)`` for every token ``x`` (B, V), ``v >= 0``, without cancellation.
-
-    ``1 - q(x)`` (or ``Omega - w(x)/(1 - q(x))``) loses every digit when the
-    entry ``x`` holds nearly all the row (a peaked or float32-softmax draft),
-    and it is the normaliser of ``q^(x)``.  Off the row maximum
-    ``sum(v) - v(x) >= max(v) >= v(x)`` loses at most one bit; at the maximum
-    the other entries are summed.
-    """
-    B = v.shape[0]
-    rows = np.arange(B)
-    out = v.sum(axis=1, keepdims=True) - v
-    top = np.argmax(v, axis=1)
-    rest = v.copy()
-    rest[rows, top] = 0.0
-    out[rows, top] = rest.sum(axis=1)
-    return np.maximum(out, 0.0)
 
 
 def _inverse_others(q: np.ndarray, one_q: np.ndarray) -> np.ndarray:
