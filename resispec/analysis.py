@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from ._validation import as_laws, check_drafting, check_k
-from .enumeration import MAX_TUPLES, candidate_tuples, count_tuples
+from .enumeration import MAX_TUPLES, candidate_tuples, check_limit, count_tuples
 from .verifiers.base import Verifier, law_from_chain
 
 # (rows x V) elements processed at once during enumeration.
@@ -118,6 +118,7 @@ def exact_output_law(verifier: Verifier, p, q, k: int, *, drafting: str | None =
     p1, q1 = _one_node(p, q)
     k = check_k(k)
     _check_method(method)
+    check_limit(limit)
     d = _drafting_of(verifier, drafting)
     if method == "closed_form" or (method == "auto" and not _fits(q1, k, d, limit)):
         split = _closed_split(verifier, p1, q1, k, d)
@@ -172,6 +173,7 @@ def acceptance_probability(verifier: Verifier, p, q, k: int, *, drafting: str | 
     p1, q1 = _one_node(p, q)
     k = check_k(k)
     _check_method(method)
+    check_limit(limit)
     if method == "auto" and drafting is None and hasattr(verifier, "step_acceptance"):
         beta = verifier.step_acceptance(p1, q1, k)
         if beta is not None:

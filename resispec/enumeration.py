@@ -12,6 +12,13 @@ import numpy as np
 MAX_TUPLES = 2_000_000
 
 
+def check_limit(limit) -> int:
+    """Validate ``limit`` (largest number of candidate tuples, an int >= 1); ValueError otherwise."""
+    if isinstance(limit, bool) or not isinstance(limit, (int, np.integer)) or limit < 1:
+        raise ValueError(f"limit must be an integer >= 1 (largest number of candidate tuples), got {limit!r}")
+    return int(limit)
+
+
 def count_tuples(n_support: int, k: int, drafting: str) -> int:
     """Number of candidate tuples with positive probability."""
     if drafting == "without_replacement":
@@ -87,8 +94,7 @@ def candidate_tuples(q: np.ndarray, k: int, drafting: str, *, chunk_rows: int = 
     n = support.size
     if drafting == "without_replacement" and k > n:
         raise ValueError(f"k = {k} exceeds the draft support ({n} tokens) for without-replacement drafting")
-    if isinstance(limit, bool) or not isinstance(limit, (int, np.integer)) or limit < 1:
-        raise ValueError(f"limit must be an integer >= 1 (largest number of candidate tuples), got {limit!r}")
+    check_limit(limit)
     total = count_tuples(n, k, drafting)
     if total > limit:
         shown = f"{total:,}" if total < 10**30 else f"about 10^{math.log10(n) * k:.0f}" if drafting != "without_replacement" \
