@@ -118,7 +118,9 @@ def _sweep(qs, k, t, evals, c):
     t_l)``, ``j < k``, is updated token by token up to ``evals[-1]``; at each
     evaluated prefix ``F = 1 - sum_j G`` (made non-decreasing) is integrated
     against ``c e^{-c t}`` by the lower and upper Riemann-Stieltjes sums with
-    exact weights and the tail ``[F(t_N), 1] e^{-c t_N}``.
+    exact weights and the tail ``[F(t_N), 1] e^{-c t_N}``.  Also returns, per
+    grid cell, the largest width ``(F(t_l) - F(t_{l-1})) w_l`` it adds to a
+    bracket (used to place a finer grid).
     """
     N = t.size
     G = np.zeros((N, k))
@@ -126,6 +128,7 @@ def _sweep(qs, k, t, evals, c):
         G[l, 0] = 1.0
     lo = np.zeros(evals.size)
     hi = np.zeros(evals.size)
+    cell = np.zeros(N)                     # max over prefixes of (F(t_l) - F(t_{l-1})) w_l
     e = 0
     last = evals[evals.size - 1] if evals.size else -1
     for m in range(last + 1):
@@ -157,12 +160,34 @@ def _sweep(qs, k, t, evals, c):
                     w = s_prev - s_l
                     a_lo += f_prev * w
                     a_hi += f * w
+                    cell[l] = max(cell[l], (f - f_prev) * w)
                     f_prev = f
                     s_prev = s_l
                 lo[e] = a_lo + f_prev * s_prev
                 hi[e] = a_hi + s_prev
             e += 1
-    return lo, hi
+    return lo, hi, cell
+
+
+def _refine(t: np.ndarray, cell: np.ndarray, eps: float, max_points: int) -> np.ndarray:
+    """A finer grid: cell l split geometrically into ``s_l ~ sqrt(cell_l)`` parts.
+
+    Splitting a cell in ``s`` parts divides both its ``F`` and weight steps by
+    about ``s``, so its width becomes ``cell / s``; ``s_l = sqrt(cell_l) / lam``
+    with ``lam = eps / sum sqrt(cell)`` makes the total about ``eps`` with the
+    fewest points, ``(sum sqrt(cell))^2 / eps`` (any grid keeps the bracket
+    certified; this only chooses where the points go).
+    """
+    root = np.sqrt(np.maximum(cell, 0.0))
+    total = float(root.sum())
+    if total <= 0:
+        return t
+    want = min(max(2 * t.size, int(total * total / eps) + t.size), max_points)
+    parts = np.maximum(1, np.ceil(root / total * (want - t.size)).astype(np.int64) + 1)
+    left = np.concatenate([[t[0] * 0.5], t[:-1]])      # cell 0 is (0, t_0]: split it from t_0 / 2
+    pieces = [np.geomspace(a, b, s + 1)[1:] for a, b, s in zip(left, t, parts)]
+    out = np.concatenate([t[:1] * 0.5, *pieces]) if parts[0] > 1 else np.concatenate(pieces)
+    return np.unique(out)
 
 
 def _two_draws(qs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -252,18 +277,22 @@ def alpha_star_wor(p, q, k: int, *, tol: float = 1e-4, max_points: int = 1 << 15
             c_live = c[live][c[live] > 0]
             c_min = max(float(c_live.min()), 1e-12) if c_live.size else 1.0
             t_max = max(40.0 / c_min, 10.0 * t_min)
-            cheap_lo, cheap_hi = lo[live], hi[live]
             lo, hi = lo.copy(), hi.copy()
-            n = 1024
+            t = np.geomspace(t_min, t_max, 512)
+            n = 0
             while True:
-                t = np.geomspace(t_min, t_max, n)
-                g_lo, g_hi = _sweep(qs, k, t, live.astype(np.int64), c)
-                lo[live] = np.maximum(cheap_lo, g_lo)
-                hi[live] = np.minimum(cheap_hi, g_hi)
-                half = 0.5 * (max(0.0, float(np.max(hi - P))) - max(0.0, float(np.max(lo - P))))
-                if half <= tol or 2 * n > max_points:
+                g_lo, g_hi, cell = _sweep(qs, k, t, live.astype(np.int64), c)
+                n = max(n, t.size)
+                lo[live] = np.maximum(lo[live], g_lo)
+                hi[live] = np.minimum(hi[live], g_hi)
+                best = max(0.0, float(np.max(lo - P)))
+                half = 0.5 * (max(0.0, float(np.max(hi - P))) - best)
+                if half <= tol or t.size >= max_points:
                     break
-                n *= 2
+                live = live[(hi[live] - P[live] >= best) & (hi[live] - lo[live] > tol)]
+                if not live.size:
+                    break
+                t = _refine(t, cell, tol, max_points)
     a_hi = 1.0 - max(0.0, float(np.max(lo - P)))          # smaller gap -> larger alpha*
     a_lo = 1.0 - max(0.0, float(np.max(hi - P)))
     mid = 0.5 * (lo + hi)
