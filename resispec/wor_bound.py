@@ -110,63 +110,95 @@ def _top_sums(qs, k):
     return out
 
 
-@_njit(cache=True, nogil=True)
-def _sweep(qs, k, t, evals, c):
-    """Certified ``(lo, hi)`` of ``Q(all k in H_m)`` at the prefixes ``evals`` (sorted, int64).
+@_njit(cache=True, nogil=True, fastmath={"contract", "nsz"})
+def _sweep(qs, k, t, evals, c, tail):
+    """Partial certified sums of ``Q(all k in H_m)`` at the prefixes ``evals`` (sorted, int64).
 
-    The Poisson-binomial table ``G[l, j] = P(exactly j clocks of H rang by
-    t_l)``, ``j < k``, is updated token by token up to ``evals[-1]``; at each
-    evaluated prefix ``F = 1 - sum_j G`` (made non-decreasing) is integrated
-    against ``c e^{-c t}`` by the lower and upper Riemann-Stieltjes sums with
-    exact weights and the tail ``[F(t_N), 1] e^{-c t_N}``.  Also returns, per
-    grid cell, the largest width ``(F(t_l) - F(t_{l-1})) w_l`` it adds to a
-    bracket (used to place a finer grid).
+    ``t`` (n + 1,) is a piece of the grid with the knot before it in front
+    (``t[0] = 0`` for the first piece).  The Poisson-binomial table
+    ``G[j, l] = P(exactly j clocks of H rang by t_l)``, ``j < k``, is updated
+    token by token up to ``evals[-1]``; at each evaluated prefix
+    ``F = 1 - sum_j G`` is integrated against ``c e^{-c t}`` over the cells
+    ``(t[l-1], t[l]]`` by the lower and upper Riemann-Stieltjes sums with exact
+    weights, plus (``tail``) the last piece's ``[F(t_N), 1] e^{-c t_N}``.
+    Returns ``(lo, hi, cell)``; ``cell[l - 1]`` is the largest width
+    ``(F(t_l) - F(t_{l-1})) w_l`` over the prefixes (to place a finer grid).
     """
     N = t.size
-    G = np.zeros((N, k))
-    for l in range(N):
-        G[l, 0] = 1.0
+    G = np.zeros((k, N))                   # row j contiguous: the l loops vectorise
+    G[0, :] = 1.0
+    st = np.empty(N)
+    rg = np.empty(N)
     lo = np.zeros(evals.size)
     hi = np.zeros(evals.size)
-    cell = np.zeros(N)                     # max over prefixes of (F(t_l) - F(t_{l-1})) w_l
+    cell = np.zeros(N - 1)
     e = 0
     last = evals[evals.size - 1] if evals.size else -1
     for m in range(last + 1):
         qx = qs[m]
         if qx > 0.0:
             for l in range(N):
-                st = math.exp(-qx * t[l])
-                rg = -math.expm1(-qx * t[l])
-                for j in range(k - 1, 0, -1):
-                    G[l, j] = G[l, j] * st + G[l, j - 1] * rg
-                G[l, 0] *= st
+                st[l] = math.exp(-qx * t[l])
+                rg[l] = 1.0 - st[l]            # absolute error <= eps per token: within the V eps allowance
+            for j in range(k - 1, 0, -1):
+                for l in range(N):
+                    G[j, l] = G[j, l] * st[l] + G[j - 1, l] * rg[l]
+            for l in range(N):
+                G[0, l] *= st[l]
         while e < evals.size and evals[e] == m:
             cm = c[m]
-            if cm <= 0.0:
-                lo[e] = 1.0
-                hi[e] = 1.0
+            if cm <= 0.0:                          # H holds all the mass: Q = 1
+                lo[e] = 1.0 if tail else 0.0
+                hi[e] = lo[e]
             else:
-                f_prev = 0.0                       # F(t_0 = 0) = 0
-                s_prev = 1.0                       # e^{-c t_0}
+                g = 0.0
+                for j in range(k):
+                    g += G[j, 0]
+                f_prev = min(max(1.0 - g, 0.0), 1.0)
+                s_prev = math.exp(-cm * t[0])
                 a_lo = 0.0
                 a_hi = 0.0
-                for l in range(N):
+                for l in range(1, N):
                     g = 0.0
                     for j in range(k):
-                        g += G[l, j]
+                        g += G[j, l]
                     f = min(max(1.0 - g, 0.0), 1.0)
-                    f = max(f, f_prev)
                     s_l = math.exp(-cm * t[l])
                     w = s_prev - s_l
                     a_lo += f_prev * w
                     a_hi += f * w
-                    cell[l] = max(cell[l], (f - f_prev) * w)
+                    cell[l - 1] = max(cell[l - 1], abs(f - f_prev) * w)
                     f_prev = f
                     s_prev = s_l
-                lo[e] = a_lo + f_prev * s_prev
-                hi[e] = a_hi + s_prev
+                if tail:
+                    a_lo += f_prev * s_prev
+                    a_hi += s_prev
+                lo[e] = a_lo
+                hi[e] = a_hi
             e += 1
     return lo, hi, cell
+
+
+def _sweep_threads(qs, k, t, evals, c):
+    """:func:`_sweep` over the whole grid ``t`` (N,), split in pieces run on threads.
+
+    Threads as in :mod:`resispec._reserve_fused` (``RESISPEC_THREADS``; the
+    kernel releases the GIL).  Returns ``(lo, hi, cell (N,))``.
+    """
+    from ._reserve_fused import _pool, _threads
+
+    knots = np.concatenate([[0.0], t])
+    n = max(1, min(_threads(), t.size // 256))
+    cuts = np.linspace(0, t.size, n + 1).astype(np.int64)
+    jobs = [(knots[a:b + 1], b == t.size) for a, b in zip(cuts[:-1], cuts[1:])]
+    if n == 1:
+        parts = [_sweep(qs, k, piece, evals, c, tail) for piece, tail in jobs]
+    else:
+        futs = [_pool(n).submit(_sweep, qs, k, piece, evals, c, tail) for piece, tail in jobs]
+        parts = [f.result() for f in futs]
+    lo = np.sum([part[0] for part in parts], axis=0)
+    hi = np.sum([part[1] for part in parts], axis=0)
+    return lo, hi, np.concatenate([part[2] for part in parts])
 
 
 def _refine(t: np.ndarray, cell: np.ndarray, eps: float, max_points: int) -> np.ndarray:
@@ -281,7 +313,7 @@ def alpha_star_wor(p, q, k: int, *, tol: float = 1e-4, max_points: int = 1 << 15
             t = np.geomspace(t_min, t_max, 512)
             n = 0
             while True:
-                g_lo, g_hi, cell = _sweep(qs, k, t, live.astype(np.int64), c)
+                g_lo, g_hi, cell = _sweep_threads(qs, k, t, live.astype(np.int64), c)
                 n = max(n, t.size)
                 lo[live] = np.maximum(lo[live], g_lo)
                 hi[live] = np.minimum(hi[live], g_hi)
@@ -292,7 +324,7 @@ def alpha_star_wor(p, q, k: int, *, tol: float = 1e-4, max_points: int = 1 << 15
                 live = live[(hi[live] - P[live] >= best) & (hi[live] - lo[live] > tol)]
                 if not live.size:
                     break
-                t = _refine(t, cell, tol, max_points)
+                t = _refine(t, cell, 1.6 * tol, max_points)
     a_hi = 1.0 - max(0.0, float(np.max(lo - P)))          # smaller gap -> larger alpha*
     a_lo = 1.0 - max(0.0, float(np.max(hi - P)))
     mid = 0.5 * (lo + hi)
