@@ -244,3 +244,12 @@ def test_wor_alpha_star_at_qwen_vocabulary_size():
     assert r.lower >= resispec.optimal_acceptance(p, q, 4) - 1e-12
     r2 = alpha_star_wor(p, q, 2)                                       # exact, O(V)
     assert r2.error < 1e-9 and r2.statistic <= r.upper + 1e-12       # per prefix Q4(H) <= Q2(H)
+
+
+def test_certify_passes_exact_rrs_wor_on_peaked_draft():
+    """The issue's end-to-end symptom: certify_verifier failed the exact rrs_wor on q = (1, 1e-10, 1e-10)."""
+    from exactness.verifier_cert import certify_verifier
+
+    cert = certify_verifier(WOR_VERIFIERS["rrs_wor"], np.array([0.4, 0.3, 0.3]), np.array([1.0, 1e-10, 1e-10]), 2,
+                            n=4000, tree=False)
+    assert cert.passed
