@@ -253,3 +253,17 @@ def test_certify_passes_exact_rrs_wor_on_peaked_draft():
     cert = certify_verifier(WOR_VERIFIERS["rrs_wor"], np.array([0.4, 0.3, 0.3]), np.array([1.0, 1e-10, 1e-10]), 2,
                             n=4000, tree=False)
     assert cert.passed
+
+
+def test_leftover_plan_margins_exact_where_bisection_is_loose():
+    """V = 7, seed 78 (found by test_gap_wor): the rank-one plan's columns were off by 1.7e-11."""
+    from resispec.verifiers.zero_diagonal import LeftoverPlan
+
+    V, rng = 7, np.random.default_rng(78)
+    u = rng.dirichlet(np.full(V, rng.choice([0.2, 1.0, 5.0]))) * (rng.random(V) < 0.8)
+    u /= u.sum()
+    e = rng.dirichlet(np.full(V, rng.choice([0.2, 1.0, 5.0])))
+    plan = LeftoverPlan(u[None], e[None])
+    assert plan.ok[0]
+    R = np.concatenate([plan.rows(np.array([x])) for x in range(V)])
+    assert np.max(np.abs(R.sum(axis=0) - e)) < 1e-13 and np.max(np.abs(R.sum(axis=1) - u)) < 1e-13
