@@ -133,7 +133,7 @@ def as_candidates(candidates, q2: np.ndarray, *, drafting: str | None = None) ->
     TypeError
         Non-integer ids.
     ValueError
-        Wrong shape, ids out of ``[0, V)``, a candidate whose draft
+        Wrong shape, more than ``MAX_K`` candidates per row, ids out of ``[0, V)``, a candidate whose draft
         probability is 0 (it cannot have been drafted), or repeats under
         without-replacement drafting.
     """
@@ -148,6 +148,9 @@ def as_candidates(candidates, q2: np.ndarray, *, drafting: str | None = None) ->
         c = c[None, :]
     if c.ndim != 2 or c.shape[1] < 1:
         raise ValueError(f"candidates must have shape (k,) or (B, k) with k >= 1, got {np.shape(candidates)}")
+    if c.shape[1] > MAX_K:
+        raise ValueError(f"candidates has k = {c.shape[1]} columns, more than MAX_K = {MAX_K} candidates per node; "
+                         "verify fewer candidates")
     if c.shape[0] != B:
         if B == 1:
             raise ValueError(f"candidates has {c.shape[0]} rows but p/q have 1; pass (B, V) laws for a batch")

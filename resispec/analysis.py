@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from ._validation import as_laws, check_drafting, check_k
-from .enumeration import MAX_TUPLES, candidate_tuples, count_tuples
+from .enumeration import MAX_TUPLES, candidate_tuples, check_limit, count_tuples
 from .verifiers.base import Verifier, law_from_chain
 
 # (rows x V) elements processed at once during enumeration.
@@ -48,13 +48,45 @@ def _enumerate(verifier, p, q, k, drafting, limit):
             yield tup, w, None, np.asarray(verifier.conditional_law(P, Q, tup), dtype=np.float64)
 
 
-def exact_output_law(verifier: Verifier, p, q, k: int, *, drafting: str | None = None,
-                     limit: int = MAX_TUPLES) -> np.ndarray:
-    """Exact law of the emitted token at one node, by enumerating every draw.
+#: Ways to compute the exact analysis of one node.
+METHODS = ("auto", "enumeration", "closed_form")
 
-    Sums ``verifier.conditional_law`` over every candidate tuple weighted by
-    its draft probability (``drafting`` defaults to the verifier's; ``"any"``
-    is enumerated as iid).
+
+def _check_method(method):
+    if method not in METHODS:
+        raise ValueError(f"method must be one of {METHODS}, got {method!r}")
+    return method
+
+
+def _closed_split(verifier, p, q, k, drafting):
+    """The verifier's closed-form ``(M, R)`` for one node ((V,), (V,)), or None."""
+    fn = getattr(verifier, "closed_form_split", None)
+    if fn is None:
+        return None
+    split = fn(p, q, k, drafting)
+    return None if split is None else (np.asarray(split[0])[0], np.asarray(split[1])[0])
+
+
+def _fits(q, k, d, limit):
+    return count_tuples(int(np.count_nonzero(q > 0)), k, d) <= limit
+
+
+def _no_closed_form(verifier, d):
+    return ValueError(f"{type(verifier).__name__} ({getattr(verifier, 'name', '?')}) has no closed form under "
+                      f"drafting={d!r}; use method='enumeration' (or 'auto')")
+
+
+def exact_output_law(verifier: Verifier, p, q, k: int, *, drafting: str | None = None,
+                     limit: int = MAX_TUPLES, method: str = "auto") -> np.ndarray:
+    """Exact law of the emitted token at one node.
+
+    By enumeration: ``verifier.conditional_law`` summed over every candidate
+    tuple weighted by its draft probability (``drafting`` defaults to the
+    verifier's; ``"any"`` is enumerated as iid).  By closed form: ``M + R``
+    from :meth:`Verifier.closed_form_split` (accepted and residual mass per
+    token, computed from the rule, never assumed equal to ``p``), for
+    ``target_only``, ``kseq`` and the candidate-independent sequential rules
+    (``sps``, ``rrs``, ``resispec``) under iid drafts: any V.
 
     Parameters
     ----------
@@ -66,6 +98,9 @@ def exact_output_law(verifier: Verifier, p, q, k: int, *, drafting: str | None =
         without-replacement drafts).
     limit : int
         Largest number of tuples (default 2e6).
+    method : {"auto", "enumeration", "closed_form"}
+        ``"auto"``: enumeration when the tuples fit in ``limit`` (it runs the
+        verifier's own chain), else the closed form when the verifier has one.
 
     Returns
     -------
@@ -75,13 +110,22 @@ def exact_output_law(verifier: Verifier, p, q, k: int, *, drafting: str | None =
     Raises
     ------
     ValueError
-        Bad laws, ``k < 1``, or more than ``limit`` tuples (``V**k > 2e6``
-        for iid over the draft support).
+        Bad laws, ``k < 1``, unknown ``method``, ``method="closed_form"``
+        without one, or more than ``limit`` tuples (``V**k > 2e6`` for iid
+        over the draft support) and no closed form.
     """
     _check_verifier(verifier)
     p1, q1 = _one_node(p, q)
     k = check_k(k)
+    _check_method(method)
+    check_limit(limit)
     d = _drafting_of(verifier, drafting)
+    if method == "closed_form" or (method == "auto" and not _fits(q1, k, d, limit)):
+        split = _closed_split(verifier, p1, q1, k, d)
+        if split is not None:
+            return split[0] + split[1]
+        if method == "closed_form":
+            raise _no_closed_form(verifier, d)
     law = np.zeros_like(p1)
     for tup, w, a, r in _enumerate(verifier, p1, q1, k, d, limit):
         cond = law_from_chain(a, r, tup) if a is not None else r
@@ -90,13 +134,17 @@ def exact_output_law(verifier: Verifier, p, q, k: int, *, drafting: str | None =
 
 
 def acceptance_probability(verifier: Verifier, p, q, k: int, *, drafting: str | None = None,
-                           limit: int = MAX_TUPLES) -> float:
+                           limit: int = MAX_TUPLES, method: str = "auto") -> float:
     """Exact probability that some candidate is accepted at one node.
 
-    Uses the verifier's candidate-independent per-step acceptance
-    (``A = 1 - prod_i (1 - beta_i)``, ``docs/RESISPEC.md`` section 2) when
-    it has one (``rrs``, ``sps``, ``kseq``, ``resispec`` with iid drafts:
-    any V), else enumerates every candidate tuple (``V**k <= 2e6``).
+    ``method="auto"``: the verifier's candidate-independent per-step
+    acceptance (``A = 1 - prod_i (1 - beta_i)``, ``docs/RESISPEC.md``
+    section 2) when it has one and ``drafting`` is not overridden (``rrs``,
+    ``sps``, ``kseq``, ``resispec`` with iid drafts: any V); else
+    enumeration of every candidate tuple when they fit in ``limit``
+    (``V**k <= 2e6``); else the closed form of
+    :meth:`Verifier.acceptance_closed_form` (``target_only`` with iid
+    drafts, ``sum_x p(x) (1 - (1 - q(x))^k)``, and the rules above: any V).
 
     Parameters
     ----------
@@ -104,7 +152,10 @@ def acceptance_probability(verifier: Verifier, p, q, k: int, *, drafting: str | 
     p, q : array_like, shape (V,), float64
     k : int >= 1
     drafting : str, optional
-        Override the candidate law (forces enumeration).
+        Override the candidate law (enumerates when the tuples fit).
+    limit : int
+        Largest number of tuples (default 2e6).
+    method : {"auto", "enumeration", "closed_form"}
 
     Returns
     -------
@@ -113,16 +164,27 @@ def acceptance_probability(verifier: Verifier, p, q, k: int, *, drafting: str | 
     Raises
     ------
     ValueError
-        Bad laws, ``k < 1``, or enumeration past ``limit``.
+        Bad laws, ``k < 1``, unknown ``method``, ``method="closed_form"``
+        without one, or enumeration past ``limit`` and no closed form.
+    TypeError
+        Enumeration of a verifier without an accept chain (``_chain``).
     """
     _check_verifier(verifier)
     p1, q1 = _one_node(p, q)
     k = check_k(k)
-    if drafting is None and hasattr(verifier, "step_acceptance"):
+    _check_method(method)
+    check_limit(limit)
+    if method == "auto" and drafting is None and hasattr(verifier, "step_acceptance"):
         beta = verifier.step_acceptance(p1, q1, k)
         if beta is not None:
             return float(1.0 - np.prod(1.0 - np.asarray(beta)[0]))
     d = _drafting_of(verifier, drafting)
+    if method == "closed_form" or (method == "auto" and not _fits(q1, k, d, limit)):
+        split = _closed_split(verifier, p1, q1, k, d)
+        if split is not None:
+            return float(np.clip(split[0].sum(), 0.0, 1.0))
+        if method == "closed_form":
+            raise _no_closed_form(verifier, d)
     total = 0.0
     for tup, w, a, r in _enumerate(verifier, p1, q1, k, d, limit):
         if a is None:
@@ -141,9 +203,10 @@ def optimal_acceptance(p, q, k: int, drafting: str = "iid") -> float | np.ndarra
     by ``p/q`` ascending: O(V log V).  For without-replacement drafts the
     maximum is taken over every subset of the draft support by exact
     enumeration (support <= 20 tokens and <= 2e6 ordered tuples); past that
-    over the ratio-sorted prefixes with a successive-sampling integral
-    (:func:`resispec.wor_bound.alpha_star_wor`, certified error <= 1e-4;
-    use that function for the bracket).
+    over the ratio-sorted prefixes (:func:`resispec.wor_bound.alpha_star_wor`:
+    exact for k = 2 in O(V log V); for k >= 3 a successive-sampling integral
+    with certified error <= 1e-4, a few seconds at V = 151,936; use that
+    function for the bracket).
 
     Parameters
     ----------

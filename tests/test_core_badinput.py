@@ -133,7 +133,9 @@ def test_without_replacement_k_past_support():
 def test_enumeration_limit():
     p = np.full(200, 1 / 200)
     with pytest.raises(ValueError, match=r"exact enumeration needs .* candidate tuples"):
-        resispec.exact_output_law(resispec.get_verifier("target_only"), p, p, 3)
+        resispec.exact_output_law(resispec.get_verifier("target_only"), p, p, 3, method="enumeration")
+    with pytest.raises(ValueError, match=r"exact enumeration needs .* candidate tuples"):
+        resispec.exact_output_law(resispec.get_verifier("rrs_wor"), p, p, 3)   # no closed form
 
 
 def test_non_numeric():

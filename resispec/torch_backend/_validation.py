@@ -25,7 +25,7 @@ import math
 import numpy as np
 import torch
 
-from .._validation import SUM_TOL, check_drafting, check_k  # noqa: F401  (re-exported)
+from .._validation import MAX_K, SUM_TOL, check_drafting, check_k  # noqa: F401  (re-exported)
 
 #: Dtypes computed natively; half precisions are up-cast to float32.
 NATIVE = (torch.float64, torch.float32)
@@ -166,6 +166,9 @@ def as_candidates_t(candidates, q2: torch.Tensor, *, drafting: str | None = None
         c = c.unsqueeze(0)
     if c.dim() != 2 or c.shape[1] < 1:
         raise ValueError(f"candidates must have shape (k,) or (B, k) with k >= 1, got {tuple(candidates.shape) if hasattr(candidates, 'shape') else np.shape(candidates)}")
+    if c.shape[1] > MAX_K:
+        raise ValueError(f"candidates has k = {c.shape[1]} columns, more than MAX_K = {MAX_K} candidates per node; "
+                         "verify fewer candidates")
     if c.shape[0] != B:
         raise ValueError(f"candidates has {c.shape[0]} rows but p/q have B = {B}; one row of candidates per node")
     if bool(((c < 0) | (c >= V)).any()):

@@ -263,6 +263,8 @@ class TorchMassVerifier(TorchVerifier):
         # holds p_i.
         bufs = (None, None) if keep else (torch.empty_like(p), torch.empty_like(p))
         p_i, q_i = p, q
+        if self.drafting == "without_replacement":
+            q_i = q / q.sum(dim=1, keepdim=True)  # the law the sampler draws (rows may be off 1 by the tolerance)
         for i in range(k):  # loop over the k candidates only
             x = c[:, i]
             buf = bufs[i % 2]

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .._validation import as_candidates, as_laws, as_uniforms, check_k, check_rng
+from .._validation import as_candidates, as_laws, as_uniforms, check_drafting, check_k, check_rng
 from ..sampling import _inverse_cdf
 
 #: Below this remaining mass a rejection is treated as impossible and the
@@ -192,6 +192,40 @@ class Verifier(ABC):
         """
         return None
 
+    def closed_form_split(self, p, q, k: int, drafting: str | None = None):
+        """Exact split of the emitted law in closed form (any V), or ``None``.
+
+        Parameters
+        ----------
+        p, q : array_like, shape (V,) or (B, V), float64
+        k : int >= 1
+        drafting : {"iid", "without_replacement", "any"}, optional
+            Candidate law (default: the verifier's; ``"any"`` means iid).
+
+        Returns
+        -------
+        (M, R) : two ndarrays of shape (B, V), float64, or None
+            ``M[b, x]``: probability that a candidate equal to ``x`` is
+            accepted; ``R[b, x]``: probability that every candidate is
+            rejected and the residual emits ``x``.  ``M.sum(1)`` is the
+            acceptance, ``M + R`` the emitted law.  ``None`` when no closed
+            form is known for this verifier and drafting (then exact
+            analysis enumerates the candidate tuples).  Subclasses override
+            it; each closed form is tested against enumeration
+            (``tests/test_hardening_numerics.py``).
+        """
+        return None
+
+    def acceptance_closed_form(self, p, q, k: int, drafting: str | None = None) -> np.ndarray | None:
+        """Exact acceptance per node (B,) from :meth:`closed_form_split`, or ``None``."""
+        split = self.closed_form_split(p, q, k, drafting)
+        return None if split is None else np.clip(split[0].sum(axis=1), 0.0, 1.0)
+
+    def _candidate_law(self, drafting: str | None) -> str:
+        """``drafting`` resolved against the verifier's (``"any"`` -> ``"iid"``)."""
+        d = self.drafting if drafting is None else check_drafting(drafting)
+        return "iid" if d == "any" else d
+
     # ------------------------------------------------------ implementation
     @abstractmethod
     def _chain(self, p: np.ndarray, q: np.ndarray, c: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -228,6 +262,25 @@ def law_from_chain(a: np.ndarray, r: np.ndarray, c: np.ndarray) -> np.ndarray:
         reach = reach * (1.0 - a[:, i])
     law += reach[:, None] * r
     return law
+
+
+def sum_of_others(v: np.ndarray) -> np.ndarray:
+    """``sum_{y != x} v(y)`` for every token ``x`` (B, V), ``v >= 0``, without cancellation.
+
+    ``1 - q(x)`` (or ``Omega - w(x)/(1 - q(x))``) loses every digit when the
+    entry ``x`` holds nearly all the row (a peaked or float32-softmax draft),
+    and it is the normaliser of ``q^(x)``.  Off the row maximum
+    ``sum(v) - v(x) >= max(v) >= v(x)`` loses at most one bit; at the maximum
+    the other entries are summed.
+    """
+    B = v.shape[0]
+    rows = np.arange(B)
+    out = v.sum(axis=1, keepdims=True) - v
+    top = np.argmax(v, axis=1)
+    rest = v.copy()
+    rest[rows, top] = 0.0
+    out[rows, top] = rest.sum(axis=1)
+    return np.maximum(out, 0.0)
 
 
 def reject_update(p_i: np.ndarray, m: np.ndarray) -> np.ndarray:
@@ -282,6 +335,8 @@ class MassVerifier(Verifier):
         rows = np.arange(B)
         a = np.empty((B, k))
         p_i, q_i = p, q
+        if self.drafting == "without_replacement":
+            q_i = q / q.sum(axis=1, keepdims=True)  # the law the sampler draws (rows may be off 1 by SUM_TOL)
         for i in range(k):
             x = c[:, i]
             m = self.accepted_mass(i, k, p_i, q_i, q=q, rejected=c[:, :i])
@@ -300,6 +355,32 @@ class MassVerifier(Verifier):
 
     def _chain(self, p, q, c):
         return self._walk(p, q, c)
+
+    def closed_form_split(self, p, q, k, drafting=None):
+        """``M = sum_i prod_{j<i}(1 - beta_j) m_i``, ``R = prod_i (1 - beta_i) p_{k+1}`` (iid drafts).
+
+        For a candidate-independent rule under iid drafting the accepted
+        masses ``m_i`` and residuals ``p_i`` do not depend on the candidates,
+        and candidate ``i`` is reached with probability
+        ``prod_{j<i} (1 - beta_j)``, ``beta_j = sum m_j`` (lemma of
+        ``docs/RESISPEC.md`` section 2; SpecInfer, arXiv 2305.09781).
+        ``None`` for without-replacement drafts or candidate-dependent rules.
+        """
+        if self._candidate_law(drafting) != "iid" or self.drafting != "iid" or not self.candidate_independent:
+            return None
+        p2, q2, _ = as_laws(p, q)
+        k = check_k(k)
+        B = p2.shape[0]
+        M = np.zeros_like(p2)
+        reach = np.ones(B)
+        p_i = p2
+        empty = np.zeros((B, 0), dtype=np.int64)
+        for i in range(k):
+            m = self.accepted_mass(i, k, p_i, q2, q=q2, rejected=empty)
+            M += reach[:, None] * m
+            reach = reach * np.clip(1.0 - m.sum(axis=1), 0.0, 1.0)
+            p_i = reject_update(p_i, m)
+        return M, reach[:, None] * p_i
 
     def step_acceptance(self, p, q, k):
         if self.drafting != "iid" or not self.candidate_independent:

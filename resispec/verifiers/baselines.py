@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from .base import MassVerifier, Verifier, reject_update
+from .._validation import as_laws, check_k
+from .base import MassVerifier, Verifier, reject_update, sum_of_others
 from .registry import register
 
 
@@ -79,3 +80,22 @@ class TargetOnly(Verifier):
             m[rows, x] = p_i[rows, x]
             p_i = reject_update(p_i, m)
         return np.clip(a, 0.0, 1.0), p_i
+
+    def closed_form_split(self, p, q, k, drafting=None):
+        """``M = p (1 - (1 - q)^k)``, ``R = p (1 - q)^k`` under iid drafts.
+
+        The chain rejects every candidate iff the emitted residual token is
+        none of the distinct candidates, and rejecting the set ``S`` leaves
+        ``norm(p`` without ``S)``, so token ``x`` is emitted by the residual
+        with probability ``p(x) P(x not drafted) = p(x) (1 - q(x))^k``.  The
+        draws are from ``q / sum(q)`` (rows may be off 1 by ``SUM_TOL``).
+        ``None`` for without-replacement drafts.
+        """
+        if self._candidate_law(drafting) != "iid":
+            return None
+        p2, q2, _ = as_laws(p, q)
+        k = check_k(k)
+        left = sum_of_others(q2) / q2.sum(axis=1, keepdims=True)   # 1 - q(x) without cancellation
+        with np.errstate(divide="ignore"):  # one-hot draft: log(0) = -inf, miss = 0 (correct)
+            log_miss = k * np.log(np.minimum(left, 1.0))
+        return p2 * -np.expm1(log_miss), p2 * np.exp(log_miss)

@@ -68,14 +68,30 @@ class KSeq(Verifier):
         rows = np.arange(B)[:, None]
         pc, qc = p[rows, c], q[rows, c]
         a = np.minimum(1.0, pc / (rho[:, None] * qc))
-        L = np.where(beta > 0, (1.0 - (1.0 - beta) ** k) / np.where(beta > 0, beta, 1.0), 0.0)
-        resid = np.maximum(p - np.minimum(q, p / rho[:, None]) * L[:, None], 0.0)
-        z = resid.sum(axis=1, keepdims=True)
-        r = np.where(z > 1e-13, resid / np.where(z > 0, z, 1.0), p)
-        return a, r
+        return a, _kseq_split(p, q, k, rho, beta)[1]
+
+    def closed_form_split(self, p, q, k, drafting=None):
+        """``M = min(q, p / rho) L``, ``R = (1 - beta)^k norm(p - M)`` (iid drafts; SpecTr, arXiv 2310.15141)."""
+        if self._candidate_law(drafting) != "iid":
+            return None
+        p2, q2, _ = as_laws(p, q)
+        k = check_k(k)
+        rho, beta = kseq_rho(p2, q2, k)
+        M, r = _kseq_split(p2, q2, k, rho, beta)
+        return M, ((1.0 - beta) ** k)[:, None] * r
 
     def step_acceptance(self, p, q, k):
         p2, q2, _ = as_laws(p, q)
         k = check_k(k)
         _, beta = kseq_rho(p2, q2, k)
         return np.repeat(np.clip(beta, 0, 1)[:, None], k, axis=1)
+
+
+def _kseq_split(p, q, k, rho, beta):
+    """Accepted mass ``min(q, p / rho) L`` (B, V) and the residual law ``norm(p - that)`` (B, V)."""
+    L = np.where(beta > 0, (1.0 - (1.0 - beta) ** k) / np.where(beta > 0, beta, 1.0), 0.0)
+    M = np.minimum(q, p / rho[:, None]) * L[:, None]
+    resid = np.maximum(p - M, 0.0)
+    z = resid.sum(axis=1, keepdims=True)
+    r = np.where(z > 1e-13, resid / np.where(z > 0, z, 1.0), p)
+    return M, r

@@ -78,11 +78,17 @@ from __future__ import annotations
 
 import numpy as np
 
-from .base import Verifier, reject_update
+from .base import Verifier, reject_update, sum_of_others
 from .zero_diagonal import LeftoverPlan
 
 _BISECT = 60
 _TINY = 1e-13
+
+
+def _inverse_others(q: np.ndarray, one_q: np.ndarray) -> np.ndarray:
+    """``1 / sum_of_others(q)`` on drafted tokens, 0 where nothing else is left."""
+    ok = (q > 0) & (one_q > 0)
+    return np.where(ok, 1.0 / np.where(ok, one_q, 1.0), 0.0)
 
 
 def wor_reserve_fixed_point(p: np.ndarray, q: np.ndarray, g: float) -> np.ndarray:
@@ -102,11 +108,12 @@ def wor_reserve_fixed_point(p: np.ndarray, q: np.ndarray, g: float) -> np.ndarra
     cap = np.minimum(p, q)
     if g == 0:
         return cap
-    one_q = np.maximum(1.0 - q, _TINY)
-    inv = np.where(q > 0, 1.0 / one_q, 0.0)
+    one_q = sum_of_others(q)
+    inv = _inverse_others(q, one_q)
 
     def m_of(om):
-        m0 = (one_q * (p - g * q * om[:, None]) + g * q * q) / (one_q + g * q)
+        den = one_q + g * q
+        m0 = (one_q * (p - g * q * om[:, None]) + g * q * q) / np.where(den > 0, den, 1.0)
         return np.clip(m0, 0.0, cap)
 
     lo = np.zeros(p.shape[0])
@@ -136,8 +143,8 @@ def _plain_next_value(d: np.ndarray, q: np.ndarray, w: np.ndarray) -> np.ndarray
     q_head = np.concatenate([np.zeros((B, 1)), np.cumsum(np.take_along_axis(q, order, axis=1), axis=1)], axis=1)
     rs = np.take_along_axis(r, order, axis=1)
     r_tail = np.concatenate([np.cumsum(rs[:, ::-1], axis=1)[:, ::-1], np.zeros((B, 1))], axis=1)
-    t = 1.0 - q
-    live = (w > 0) & (t > _TINY)
+    t = sum_of_others(q)
+    live = (w > 0) & (t > 0)
     tt = np.where(live, t, 0.0)
     # row-wise searchsorted in one call: arctan maps [0, inf] monotonically into
     # [0, pi/2], and row b is shifted by 4 b (knots with kappa <= t are "capped by q")
@@ -157,14 +164,17 @@ class _Option:
         self.m = m
         d = np.maximum(p - m, 0.0)
         w = np.maximum(q - m, 0.0)
-        one_q = np.maximum(1.0 - q, _TINY)
-        inv = np.where(q > 0, 1.0 / one_q, 0.0)
-        omega = np.sum(w * inv, axis=1, keepdims=True)
-        c = np.maximum(q * (omega - w * inv), 0.0)
-        theta = np.where(c > 0, np.minimum(1.0, d / np.where(c > 0, c, 1.0)), 0.0)
-        T = np.sum(q * theta, axis=1, keepdims=True)
-        u = np.maximum(w * (1.0 - (T - q * theta) * inv), 0.0)           # leftover supply per rejection
-        e = np.maximum(d - theta * c, 0.0)                               # leftover demand per token
+        one_q = sum_of_others(q)
+        inv = _inverse_others(q, one_q)
+        # c(y) = q(y) sum_{x != y} w(x) / (1 - q(x)) and the leftover supply
+        # u(x) = w(x) / (1 - q(x)) sum_{y != x} q(y) (1 - theta(y)), both summed
+        # without cancellation (exactness needs sum_x A(x, y) = theta c to round-off)
+        c = q * sum_of_others(w * inv)
+        pos = c > 0
+        theta = np.where(pos, np.minimum(1.0, d / np.where(pos, c, 1.0)), 0.0)
+        short = np.where(pos, np.maximum(c - d, 0.0) / np.where(pos, c, 1.0), 1.0)   # 1 - theta
+        u = w * inv * sum_of_others(q * short)                           # leftover supply per rejection
+        e = np.maximum(d - c, 0.0)                                       # leftover demand d - theta c
         # equalise the two totals (they agree up to round-off)
         su, se = u.sum(axis=1, keepdims=True), e.sum(axis=1, keepdims=True)
         u = np.where(su > 0, u * (np.where(se > 0, se, 0.0) / np.where(su > 0, su, 1.0)), u)
@@ -278,7 +288,7 @@ class ResiSpecWOR(Verifier):
         B, k = c.shape
         rows = np.arange(B)
         a = np.empty((B, k))
-        p_i, q_i = p, q
+        p_i, q_i = p, q / q.sum(axis=1, keepdims=True)  # the law the sampler draws
         for i in range(k):
             x = c[:, i]
             if i == k - 1:

@@ -30,6 +30,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .base import sum_of_others
+
 _TINY = 1e-13
 
 
@@ -120,6 +122,9 @@ def zero_diagonal_plan(u: np.ndarray, e: np.ndarray) -> ZeroDiagonalPlan:
 
 _BISECT = 64
 
+#: Largest column-sum error accepted from the rank-one plan (exactness is checked to 1e-12).
+_MARGIN_TOL = 1e-14
+
 
 def rank_one_zero_diagonal(u: np.ndarray, e: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Solve ``sum_x u(x) norm(b without x) = e`` for ``b`` (rank-one, zero diagonal).
@@ -178,6 +183,11 @@ class LeftoverPlan:
         self.u = u
         self.intervals = zero_diagonal_plan(u, e)
         self.b, self.rank_one = rank_one_zero_diagonal(u, e)
+        # the bisection leaves the column sums off by up to ~1e-11 on some rows: keep the
+        # rank-one plan only where the columns its rows() produce match e, else intervals (exact)
+        z = np.maximum(sum_of_others(self.b), _TINY)
+        cols = self.b * sum_of_others(np.where(u > 0, u / z, 0.0))
+        self.rank_one &= np.max(np.abs(cols - e), axis=1) <= _MARGIN_TOL
         self.ok = self.intervals.ok | self.rank_one
 
     def take(self, idx: np.ndarray) -> "LeftoverPlan":
