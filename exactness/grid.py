@@ -213,16 +213,15 @@ def _failed_cell(cell: Cell, reason: str, alpha: float, seconds: float) -> CellR
     return CellResult(cell.verifier_name, cell.family, cell.k, cell.p.size, cert, seconds=seconds)
 
 
-#: Modules the checks import lazily; imported before a time limit is armed (see ``run_cell``).
-_LAZY_IMPORTS = ("statsmodels.stats.multitest", "statsmodels.stats.proportion", "scipy.stats", "scipy.optimize",
-                 "resispec.analysis", "resispec.bounds")
-
-
 def _import_harness_modules() -> None:
-    import importlib
+    """Import what the checks import lazily, before a time limit is armed (see ``run_cell``)."""
+    import scipy.optimize  # noqa: F401
+    import scipy.stats  # noqa: F401
+    import statsmodels.stats.multitest  # noqa: F401
+    import statsmodels.stats.proportion  # noqa: F401
 
-    for name in _LAZY_IMPORTS:
-        importlib.import_module(name)
+    import resispec.analysis  # noqa: F401
+    import resispec.bounds  # noqa: F401
 
 
 def run_cell(cell: Cell, *, n: int | None, alpha: float, seed, timeout: float | None = None) -> CellResult:

@@ -5,8 +5,9 @@ accepted candidate is token ``x`` (so ``sum_x M(x)`` is the acceptance rate).
 Tree recursions need ``M`` because the accepted token decides the context of
 the next node (``docs/RESISPEC.md`` section 6).
 
-Closed forms (any V) live in a registry keyed by verifier class, so adding
-one touches one function:
+Closed forms (any V) are each verifier's own ``closed_form_split`` method
+(:meth:`resispec.Verifier.closed_form_split`, tested against enumeration),
+so adding one touches the verifier's class only:
 
 - sequential mass verifiers with candidate-independent ``m_i`` under iid
   drafting (``sps``, ``rrs``, ``resispec``): ``M = sum_i prod_{j<i}(1 - beta_j) m_i``
@@ -26,16 +27,12 @@ tuple is averaged, and a standard error is returned).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable
 
 import numpy as np
 
 from resispec._validation import as_laws, check_drafting, check_k, check_rng
 from resispec.enumeration import MAX_TUPLES, candidate_tuples, count_tuples
 from resispec.sampling import draw_candidates
-from resispec.verifiers.base import MassVerifier, reject_update
-from resispec.verifiers.baselines import TargetOnly
-from resispec.verifiers.kseq import KSeq, kseq_rho
 
 METHODS = ("auto", "closed_form", "enumeration", "monte_carlo")
 
@@ -64,62 +61,13 @@ class AcceptanceMass:
         return self.mass.sum(axis=1)
 
 
-_CLOSED: dict[type, Callable] = {}
-
-
-def register_acceptance_mass(cls: type):
-    """Decorator: register ``fn(verifier, p, q, k, drafting) -> (B, V) or None`` for ``cls``.
-
-    Return ``None`` when no closed form applies (e.g. another drafting);
-    the caller then enumerates.
-    """
-
-    def deco(fn):
-        _CLOSED[cls] = fn
-        return fn
-
-    return deco
-
-
-@register_acceptance_mass(MassVerifier)
-def _mass_verifier(v, p, q, k, drafting):
-    if drafting != "iid" or v.drafting != "iid" or not v.candidate_independent:
-        return None
-    B = p.shape[0]
-    M = np.zeros_like(p)
-    reach = np.ones(B)
-    p_i = p
-    empty = np.zeros((B, 0), dtype=np.int64)
-    for i in range(k):
-        m = v.accepted_mass(i, k, p_i, q, q=q, rejected=empty)
-        M += reach[:, None] * m
-        reach = reach * np.clip(1.0 - m.sum(axis=1), 0.0, 1.0)
-        p_i = reject_update(p_i, m)
-    return M
-
-
-@register_acceptance_mass(KSeq)
-def _kseq(v, p, q, k, drafting):
-    if drafting != "iid":
-        return None
-    rho, beta = kseq_rho(p, q, k)
-    L = np.where(beta > 0, (1.0 - (1.0 - beta) ** k) / np.where(beta > 0, beta, 1.0), 0.0)
-    return np.minimum(q, p / rho[:, None]) * L[:, None]
-
-
-@register_acceptance_mass(TargetOnly)
-def _target_only(v, p, q, k, drafting):
-    if drafting != "iid":
-        return None
-    with np.errstate(divide="ignore"):  # q = 1 (one-hot draft): log1p(-1) = -inf, coverage 1 (correct)
-        return p * -np.expm1(k * np.log1p(-np.minimum(q, 1.0)))
-
-
 def _closed_form(verifier, p, q, k, drafting):
-    for cls in type(verifier).__mro__:
-        if cls in _CLOSED:
-            return _CLOSED[cls](verifier, p, q, k, drafting)
-    return None
+    """``M`` (B, V) from the verifier's own closed form (``Verifier.closed_form_split``), or None."""
+    split = getattr(verifier, "closed_form_split", None)
+    if split is None:
+        return None
+    out = split(p, q, k, drafting)
+    return None if out is None else out[0]
 
 
 def resolve_drafting(verifier, drafting: str | None) -> str:

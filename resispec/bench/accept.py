@@ -76,10 +76,8 @@ def target_only_acceptance_iid(p, q, k: int) -> float | np.ndarray:
     -------
     float (ndarray (B,) for 2-D input)
     """
-    p2, q2, squeeze = as_laws(p, q)
-    k = check_k(k)
-    out = np.sum(p2 * -np.expm1(k * np.log1p(-np.minimum(q2, 1.0))), axis=1)
-    out = np.clip(out, 0.0, 1.0)
+    _, _, squeeze = as_laws(p, q)
+    out = get_verifier("target_only").acceptance_closed_form(p, q, k, "iid")   # sum_x p(x)(1 - (1 - q(x))^k)
     return float(out[0]) if squeeze else out
 
 
@@ -100,8 +98,11 @@ def node_acceptance(verifier, p, q, k: int, rng: np.random.Generator, *,
     ``stderr`` is 0 for the exact methods.  See the module docstring for the
     methods.
     """
-    if getattr(verifier, "name", None) == "target_only":
-        return target_only_acceptance_iid(p, q, k), 0.0, "closed form"
+    if getattr(verifier, "step_acceptance", None) is None or verifier.step_acceptance(p, q, k) is None:
+        closed = getattr(verifier, "acceptance_closed_form", None)
+        a = None if closed is None else closed(p, q, k, "iid")
+        if a is not None:
+            return float(a[0]), 0.0, "closed form"
     if hasattr(verifier, "step_acceptance") and verifier.step_acceptance(p, q, k) is not None:
         return acceptance_probability(verifier, p, q, k), 0.0, "exact"
     if int(np.count_nonzero(q)) ** k <= MAX_TUPLES:
