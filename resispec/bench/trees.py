@@ -368,8 +368,9 @@ def to_markdown(rows: list[BenchRow], settings: dict, command: str = "", seconds
             rows_.append([f"`{s}`", str(rr[0].nodes), f"{np.mean([r.efficiency[lab] for r in rr]):.3f}",
                           f"{np.mean([r.efficiency[r.best_baseline] for r in rr]):.3f}",
                           f"{np.mean([r.ratio[lab] for r in rr]):.3f}", f"{max(r.ratio[lab] for r in rr):.3f}",
-                          f"{np.mean(bounds) if bounds else float('nan'):.3f}"])
-        out += ["Mean over families and temperatures, per shape:", ""]
+                          f"{np.mean(bounds):.3f}" if bounds else "-"])
+        out += ["Mean over families and temperatures, per shape (`bound` is `-` on `wor:` shapes: the chained "
+                "alpha* is computed for iid drafts only):", ""]
         out += md_table(["shape", "nodes", f"mean `{lab}` tokens/call", "mean best baseline", "mean ratio",
                          "max ratio", "mean bound"], rows_)
         flat = [s for s, rr in by_shape.items() if max(r.ratio[lab] for r in rr) <= 1.001]
