@@ -300,6 +300,10 @@ def certify_coupled(kernel, reference, p, q, k: int, *, n: int = 100_000, alpha:
 
         fb = certify_verifier(_Adapter(kernel_obj, convention, drafting, copies), p2[0], q2[0], k, alpha=alpha,
                               seed=seed if not isinstance(seed, np.random.Generator) else 0, exact=False, tree=False)
+    if not ((law_p is not None and law_p < alpha / 3) or (cond_p is not None and cond_p < alpha / 3)):
+        m = min(LAW_DRAWS, (1 << 25) // V)
+        if m > done:  # too few coupled draws for the law check: a fresh marginal pass at node 0
+            law_p = _marginal_pvalue(kernel_obj, p2[0], q2[0], cand_law[0], k, drafting, convention, rng, copies, m)
     level = alpha / 3.0
     biased = (law_p is not None and law_p < level) or (cond_p is not None and cond_p < level) or \
         (fb is not None and not fb.passed)
@@ -344,6 +348,23 @@ def _conditional_pvalue(kernel, ref, p1, q1, c1, convention, rng, copies, m: int
     except (TypeError, ValueError):
         return None
     return gof_test(counts, law).pvalue
+
+
+def _marginal_pvalue(kernel, p1, q1, cl, k, drafting, convention, rng, copies, m):
+    """P-value of the kernel's token law at one node (fresh candidates and coins) against ``p``."""
+    V = p1.size
+    counts = np.zeros(V)
+    step = max(1, _ELEMS // V)
+    try:
+        for s in range(0, m, step):
+            B = min(step, m - s)
+            c = draw_node_candidates(cl, k, drafting, rng.random((B, k)))
+            t, _ = run_kernel(kernel, np.broadcast_to(p1, (B, V)), np.broadcast_to(q1, (B, V)), c,
+                              draw_coins(convention, rng, B, k), copies=copies)
+            counts += np.bincount(t, minlength=V)
+    except (TypeError, ValueError):
+        return None
+    return gof_test(counts, p1).pvalue
 
 
 class _Adapter:
