@@ -15,6 +15,9 @@ import numpy as np
 from .conventions import Coins, to_python
 from .run import run_kernel, run_reference
 
+#: Single-token drops are tried only on nodes of at most this many tokens (after merging).
+MAX_DROP_V = 64
+
 
 def _differs(kernel, reference, p, q, c, coins) -> bool:
     try:
@@ -89,7 +92,7 @@ def shrink(kernel, reference, p, q, c, coins: Coins, *, seeds: int = 2000):
     if _valid(P, Q, C) and _differs(kernel, reference, P, Q, C, coins):
         p, q, c = P, Q, C
     # 2. drop single tokens (renormalised)
-    j = p.size - 1
+    j = p.size - 1 if p.size <= MAX_DROP_V else -1   # single drops only once the node is small
     while j >= 0 and p.size > 1:
         if j not in c:
             P, Q = _norm(np.delete(p, j)), _norm(np.delete(q, j))
