@@ -51,3 +51,22 @@ def test_other_exact_convention_is_not_called_biased():
     Q = np.array([0.1, 0.2, 0.05, 0.25, 0.1, 0.05, 0.15, 0.1])
     cert = certify_coupled(Crossed(), "resispec", P, Q, 3, n=4000)
     assert not cert.passed and cert.classification == "not the same coupling", cert.verdict
+
+
+def test_docs_worked_example_passes_and_its_broken_variant_fails():
+    import re
+    from pathlib import Path
+
+    import pytest
+
+    pytest.importorskip("torch")
+    src = Path(__file__).resolve().parents[1].joinpath("docs", "coupled.md").read_text()
+    block = re.findall(r"```python\n(import numpy as np, torch.*?)```", src, re.S)[0].replace("n=200_000", "n=5_000")
+    ns = {}
+    exec(compile(block, "docs/coupled.md", "exec"), ns)
+    assert ns["cert"].passed
+    broken = block.replace("p_i = torch.where(z > 1e-13, r / torch.where(z > 1e-13, z, 1), p_i)", "p_i = r")
+    assert broken != block
+    ns = {}
+    exec(compile(broken, "docs/coupled.md (broken)", "exec"), ns)
+    assert not ns["cert"].passed and ns["cert"].first_mismatch is not None
