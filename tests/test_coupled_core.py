@@ -90,7 +90,13 @@ class GumbelResidual:
         return VerifyResult(tokens=tokens, accepted=out.accepted)
 
 
-def test_differently_coupled_exact_kernel_is_not_called_biased():
+@pytest.fixture
+def fewer_law_draws(monkeypatch):
+    """The Gumbel kernel loops in Python per row: smaller law checks keep the test short."""
+    monkeypatch.setattr("exactness.coupled.certify.LAW_DRAWS", 20_000)
+
+
+def test_differently_coupled_exact_kernel_is_not_called_biased(fewer_law_draws):
     cert = certify_coupled(GumbelResidual(), "rrs", P, Q, 2, n=4000)
     assert not cert.passed and cert.classification == "not the same coupling", cert.verdict
     assert "not the same coupling: fall back to certify_verifier" in cert.verdict
@@ -99,8 +105,9 @@ def test_differently_coupled_exact_kernel_is_not_called_biased():
     assert sg.passed
 
 
-def test_fallback_runs_certify_verifier():
-    cert = certify_coupled(GumbelResidual(), "rrs", P, Q, 2, n=2000, fallback=True)
+def test_fallback_runs_certify_verifier(fewer_law_draws):
+    cert = certify_coupled(GumbelResidual(), "rrs", P, Q, 2, n=2000, fallback=True, fallback_n=20_000)
+    assert cert.fallback.n == 20_000
     assert cert.fallback is not None and cert.fallback.passed and cert.classification == "not the same coupling"
 
 

@@ -13,7 +13,7 @@ tests, so a pass bounds the kernel's distance from the target law.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 from scipy import stats
@@ -84,6 +84,8 @@ class CoupledCertificate:
         ``certify_verifier`` of the kernel (``fallback=True``).
     reference, path : str
         Reference name; ``"table"`` (O(k log V) per draw) or ``"generic"`` reference path.
+    seconds_to_first : float or None
+        Seconds from the start to the first mismatching batch.
     """
 
     passed: bool
@@ -102,7 +104,7 @@ class CoupledCertificate:
     fallback: object | None = None
     reference: str = ""
     path: str = "generic"
-    seconds_to_first: float | None = field(default=None)
+    seconds_to_first: float | None = None
 
     def __str__(self) -> str:
         return self.verdict
@@ -136,7 +138,7 @@ def _load(obj, what: str):
 def certify_coupled(kernel, reference, p, q, k: int, *, n: int = 100_000, alpha: float = 1e-3, seed=0,
                     convention: str = "resispec", fallback: bool = False, stop_after: int | None = None,
                     counterexample: bool = True, kernel_spec: str | None = None,
-                    time_limit: float | None = None) -> CoupledCertificate:
+                    time_limit: float | None = None, fallback_n: int | None = None) -> CoupledCertificate:
     """Certify that ``kernel`` implements the rule ``reference`` draw by draw under shared coins.
 
     Candidates are drawn once per draw (per the reference's ``drafting``)
@@ -166,6 +168,8 @@ def certify_coupled(kernel, reference, p, q, k: int, *, n: int = 100_000, alpha:
     convention : {"resispec", "sglang", "generator"}
     fallback : bool
         On a mismatch also run ``exactness.certify_verifier`` on the kernel (node 0) and report it.
+    fallback_n : int, optional
+        Draws for that ``certify_verifier`` run (default: its own budget).
     stop_after : int, optional
         Stop once this many mismatches are seen (``n`` then counts the draws run).
     counterexample : bool
@@ -288,13 +292,11 @@ def certify_coupled(kernel, reference, p, q, k: int, *, n: int = 100_000, alpha:
         law_p = gof_test(counts, law).pvalue
     spec_k = kernel_spec or _spec_of(kernel_obj, kernel)
     spec_r = reference if isinstance(reference, str) else _spec_of(ref, None)
-    cex, cond_p, shrunk = None, None, None
+    cex = None
     fm = first
-    if True:  # the shrunk node is also tested in law below
-        shrunk = shrink(kernel_obj, ref, p2[fm["node"]], q2[fm["node"]], fm["candidates"],
-                        fm["coins"] if convention != "generator" else fm["coins"])
-        if shrunk is not None and counterexample:
-            cex = to_source(spec_k, spec_r, *shrunk)
+    shrunk = shrink(kernel_obj, ref, p2[fm["node"]], q2[fm["node"]], fm["candidates"], fm["coins"])
+    if shrunk is not None and counterexample:   # the shrunk node is also tested in law below
+        cex = to_source(spec_k, spec_r, *shrunk)
     sp, sq, sc = (shrunk[0], shrunk[1], shrunk[2]) if shrunk is not None else \
         (p2[fm["node"]], q2[fm["node"]], fm["candidates"])
     pvals = [_conditional_pvalue(kernel_obj, ref, sp, sq, sc, convention, rng, copies)]
@@ -307,8 +309,9 @@ def certify_coupled(kernel, reference, p, q, k: int, *, n: int = 100_000, alpha:
     if fallback:
         from ..verifier_cert import certify_verifier
 
+        fb_seed = seed if not isinstance(seed, np.random.Generator) else 0
         fb = certify_verifier(_Adapter(kernel_obj, convention, drafting, copies), p2[0], q2[0], k, alpha=alpha,
-                              seed=seed if not isinstance(seed, np.random.Generator) else 0, exact=False, tree=False)
+                              n=fallback_n, seed=fb_seed, exact=False, tree=False)
     if not ((law_p is not None and law_p < alpha / 3) or (cond_p is not None and cond_p < alpha / 3)):
         m = min(LAW_DRAWS, (1 << 25) // V)
         if m > done:  # too few coupled draws for the law check: a fresh marginal pass at node 0
@@ -339,10 +342,10 @@ def _fmt(x):
     return "n/a" if x is None else f"{x:.3g}"
 
 
-def _conditional_pvalue(kernel, ref, p1, q1, c1, convention, rng, copies, m: int = LAW_DRAWS):
+def _conditional_pvalue(kernel, ref, p1, q1, c1, convention, rng, copies, m: int | None = None):
     """P-value of the kernel's (stop, token) law given one node's candidates vs the reference's exact law."""
     V, k = p1.size, c1.size
-    m = max(1000, min(m, (1 << 24) // max(V, 1)))
+    m = max(1000, min(LAW_DRAWS if m is None else m, (1 << 24) // max(V, 1)))
     law = joint_law(ref, p1, q1, c1)
     counts = np.zeros(k + V)
     step = max(1, _ELEMS // V)

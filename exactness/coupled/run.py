@@ -90,7 +90,10 @@ def run_reference(reference, p, q, c, coins: Coins) -> tuple[np.ndarray, np.ndar
 
 
 def joint_law(reference, p1, q1, c1) -> np.ndarray:
-    """Exact law of (stop, token) given one node's candidates: cells ``0..k-1`` = accept i, then ``k + j`` = residual token j."""
+    """Exact law (k + V,) of (stop, token) given one node's candidates ``c1`` (k,).
+
+    Cells ``0..k-1``: candidate i accepted; cell ``k + j``: residual token j.
+    """
     ch = reference.chain(p1[None], q1[None], c1[None])
     a, r = ch.accept_probs[0], ch.residual[0]
     k = a.size
