@@ -1,4 +1,7 @@
-"""Coupled certification benchmark: python benchmarks/bench_coupled.py [--V 50 32000 151936] [--out reports/coupled.md]."""
+"""Coupled certification benchmark.
+
+Usage: python benchmarks/bench_coupled.py [--V 50 32000 151936] [--out reports/coupled.md]
+"""
 
 import argparse
 import json
