@@ -70,3 +70,28 @@ def test_docs_worked_example_passes_and_its_broken_variant_fails():
     ns = {}
     exec(compile(broken, "docs/coupled.md (broken)", "exec"), ns)
     assert not ns["cert"].passed and ns["cert"].first_mismatch is not None
+
+
+def test_counterexample_reproduces_under_every_convention():
+    import pytest
+
+    from exactness.coupled import CONVENTIONS
+
+    rng = np.random.default_rng(7)
+    p, q = rng.dirichlet(np.ones(30)), rng.dirichlet(np.ones(30))
+    for conv in CONVENTIONS:
+        kernel = reference_kernel(mutants.CATALOGUE["residual_is_p"], conv)
+        cert = certify_coupled(kernel, "rrs", p, q, 2, n=20_000, convention=conv, stop_after=1,
+                               kernel_spec="exactness.mutants:CATALOGUE.residual_is_p")
+        assert not cert.passed and cert.counterexample, (conv, cert.verdict)
+        if conv == "sglang":   # the snippet imports the bare mutant; rewrap it in the sglang layout
+            src = cert.counterexample.replace(
+                "kernel = load_verifier('exactness.mutants:CATALOGUE.residual_is_p')[1]",
+                "from exactness.coupled import reference_kernel\n"
+                "kernel = reference_kernel(load_verifier('exactness.mutants:CATALOGUE.residual_is_p')[1], 'sglang')")
+            assert src != cert.counterexample
+        else:
+            src = cert.counterexample
+        exec(compile(src, f"<cex {conv}>", "exec"), {})
+    with pytest.raises(ValueError, match="convention"):
+        reference_kernel(get_verifier("rrs"), "nope")

@@ -332,8 +332,9 @@ def certify_coupled(kernel, reference, p, q, k: int, *, n: int = 100_000, alpha:
         cls = "not the same coupling"
         verdict = (f"FAIL (not the same coupling: fall back to certify_verifier): {head}: {mism:,} mismatches in "
                    f"{done:,} coupled draws, {where}; but the law checks find no bias ({laws}), so the kernel may be "
-                   "exact under another coupling of the coins -- it is not called biased; certify its law with "
-                   "exactness.certify_verifier (fallback=True), or use the kernel's own convention.")
+                   "exact under another coupling of the coins, or biased below what these checks detect -- it is "
+                   "not called biased; certify its law with exactness.certify_verifier (fallback=True), or use the "
+                   "kernel's own convention.")
     return CoupledCertificate(False, mism, done, tv, alpha, seconds, first, convention, cls, verdict, cex, law_p,
                               cond_p, fb, ref_name, "table" if table is not None else "generic", t_first)
 
