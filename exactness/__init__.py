@@ -25,6 +25,7 @@ from ._checks import ExactnessWarning
 from .certificate import Certificate, certify_sampler
 from .power import chi2_power, detectable_tv, samples_for_tv
 from .verifier_cert import certify_verifier
+from .coupled import certify_coupled
 
 
 def __getattr__(name):  # lazy: keep ``import exactness`` light

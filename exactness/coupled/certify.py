@@ -1,0 +1,395 @@
+"""``certify_coupled``: same candidates, same coins, count the draws where kernel and reference differ.
+
+Coupling inequality: run kernel K and reference R on the same inputs and
+the same coins; for every event A, ``|P(K in A) - P(R in A)| <= P(K != R)``,
+so ``TV(law K, law R) <= P(mismatch)``.  With ``x`` mismatches in ``n``
+independent coupled draws, the exact one-sided Clopper-Pearson bound
+``beta.ppf(1 - alpha, x + 1, n - x)`` (``1 - alpha**(1/n)`` at x = 0)
+bounds ``P(mismatch)`` -- hence the TV -- at confidence ``1 - alpha``.
+The reference is exact by proof (``docs/RESISPEC.md``) and by the exact
+tests, so a pass bounds the kernel's distance from the target law.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+import numpy as np
+from scipy import stats
+
+from resispec._validation import as_laws, check_k
+
+from .._checks import as_generator, check_alpha, check_n
+from ..gof import gof_test
+from ..sampling import (GUARD, _ELEMS, _builtin, as_numpy_verifier, candidate_law, draw_node_candidates,
+                        drafting_of, has_chain)
+from .conventions import check_convention, draw_coins
+from .run import TableReference, joint_law, run_kernel, run_reference
+from .shrink import shrink, to_source
+
+#: First chunk of coupled draws (chunks double up to the memory cap), so an early mismatch is found early.
+FIRST_CHUNK = 256
+#: Fresh-coin draws at the counterexample node for the conditional law check.
+LAW_DRAWS = 200_000
+
+
+def tv_upper_bound(mismatches: int, n: int, alpha: float) -> float:
+    """Exact one-sided Clopper-Pearson upper bound on the mismatch probability at confidence ``1 - alpha``.
+
+    ``mismatches`` x in [0, n]; returns ``beta.ppf(1 - alpha, x + 1, n - x)``
+    (1.0 when x = n).  Same as ``scipy.stats.binomtest(x, n,
+    alternative="less").proportion_ci(1 - alpha).high``.
+    """
+    n = check_n(n)
+    alpha = check_alpha(alpha)
+    if isinstance(mismatches, bool) or not isinstance(mismatches, (int, np.integer)) or not 0 <= mismatches <= n:
+        raise ValueError(f"mismatches must be an integer in [0, n = {n}], got {mismatches!r}")
+    if mismatches >= n:
+        return 1.0
+    return float(stats.beta.ppf(1.0 - alpha, mismatches + 1, n - mismatches))
+
+
+@dataclass(frozen=True)
+class CoupledCertificate:
+    """Verdict of :func:`certify_coupled` (scipy-style result object).
+
+    Attributes
+    ----------
+    passed : bool
+        Zero mismatches in ``n`` coupled draws (and the kernel is deterministic under fixed coins).
+    mismatches, n : int
+        Draws where (token, accepted index) differ; coupled draws run.
+    tv_upper : float
+        ``1 - alpha`` exact binomial upper bound on P(mismatch) >= TV(kernel, reference).
+    alpha : float
+    seconds : float
+        Wall time of the coupled pass (shrinking and law checks excluded).
+    first_mismatch : dict or None
+        ``draw`` (index), ``node`` (row of p, q), ``candidates``, ``coins``, ``kernel`` and
+        ``reference`` (token, accepted) of the first mismatching draw.
+    convention : str
+    classification : str
+        ``"conforms"``, ``"biased"``, ``"not the same coupling"`` or
+        ``"kernel ignores the coins"``.
+    verdict : str
+        One paragraph for people.
+    counterexample : str or None
+        Python source reproducing the (shrunk) mismatch against both sides.
+    law_pvalue, conditional_pvalue : float or None
+        Law checks run on a mismatch: the kernel's coupled tokens against
+        ``p`` (chi-square), and its (stop, token) law given the shrunk
+        counterexample's candidates against the reference's exact law.
+    fallback : exactness.Certificate or None
+        ``certify_verifier`` of the kernel (``fallback=True``).
+    reference, path : str
+        Reference name; ``"table"`` (O(k log V) per draw) or ``"generic"`` reference path.
+    seconds_to_first : float or None
+        Seconds from the start to the first mismatching batch.
+    """
+
+    passed: bool
+    mismatches: int
+    n: int
+    tv_upper: float
+    alpha: float
+    seconds: float
+    first_mismatch: dict | None
+    convention: str
+    classification: str
+    verdict: str
+    counterexample: str | None = None
+    law_pvalue: float | None = None
+    conditional_pvalue: float | None = None
+    fallback: object | None = None
+    reference: str = ""
+    path: str = "generic"
+    seconds_to_first: float | None = None
+
+    def __str__(self) -> str:
+        return self.verdict
+
+
+def _spec_of(obj, given) -> str:
+    if isinstance(given, str):
+        return given
+    from .. import mutants
+
+    for name, m in mutants.CATALOGUE.items():
+        if m is obj:
+            return f"exactness.mutants:CATALOGUE.{name}"
+    name = getattr(obj, "name", None)
+    if _builtin(obj) and isinstance(name, str) and not getattr(obj, "options", dict)():
+        return name
+    return "KERNEL_MODULE:OBJECT  # how to import your kernel"
+
+
+def _load(obj, what: str):
+    if isinstance(obj, str):
+        from ..certify_run import load_verifier
+
+        try:
+            return load_verifier(obj)[1]
+        except ValueError as exc:
+            raise ValueError(f"{what}: {exc}") from exc
+    return as_numpy_verifier(obj)
+
+
+def certify_coupled(kernel, reference, p, q, k: int, *, n: int = 100_000, alpha: float = 1e-3, seed=0,
+                    convention: str = "resispec", fallback: bool = False, stop_after: int | None = None,
+                    counterexample: bool = True, kernel_spec: str | None = None,
+                    time_limit: float | None = None, fallback_n: int | None = None) -> CoupledCertificate:
+    """Certify that ``kernel`` implements the rule ``reference`` draw by draw under shared coins.
+
+    Candidates are drawn once per draw (per the reference's ``drafting``)
+    and the coins once per draw (per ``convention``); both sides see the
+    same ones.  Zero mismatches is a pass with ``tv_upper`` (exact binomial
+    bound, see :func:`tv_upper_bound`); any mismatch is a fail naming the
+    first mismatching draw, with a shrunk counterexample and a law check
+    that tells a biased kernel from one that is exact but coupled
+    differently ("not the same coupling: fall back to certify_verifier").
+
+    Parameters
+    ----------
+    kernel : object with ``verify(p, q, candidates, rng, **coins)``, or a ``module:object`` / registry spec
+        Called on batches: ``p, q`` (B, V) float64, ``candidates`` (B, k) int64,
+        coins as the convention says (:mod:`exactness.coupled.conventions`);
+        returns ``.tokens`` and ``.accepted`` (B,) int64.  Torch verifiers are wrapped in ``NumpyFacade``.
+    reference : str or resispec.Verifier
+        The rule the kernel claims (registry name, ``name[opt=v]``, ``module:object``, or a verifier with ``chain``).
+    p, q : array_like, shape (V,) or (R, V), float64
+        One node, or R distinct nodes: draw t uses node ``t % R`` (row-mixing bugs show at their row).
+    k : int >= 1
+    n : int
+        Coupled draws (chunked: memory O(chunk * V) for the kernel's batch, O(R V) counts).
+    alpha : float in (0, 1)
+        1 - confidence of ``tv_upper``; level of the law checks.
+    seed : int, SeedSequence or Generator
+    convention : {"resispec", "sglang", "generator"}
+    fallback : bool
+        On a mismatch also run ``exactness.certify_verifier`` on the kernel (node 0) and report it.
+    fallback_n : int, optional
+        Draws for that ``certify_verifier`` run (default: its own budget).
+    stop_after : int, optional
+        Stop once this many mismatches are seen (``n`` then counts the draws run).
+    counterexample : bool
+        Shrink the first mismatch and print it as Python (``cert.counterexample``).
+    time_limit : float, optional
+        Stop the coupled pass after this many seconds (``n`` then counts the draws run; the bound uses them).
+    kernel_spec : str, optional
+        How the counterexample imports the kernel (default: found for
+        registry rules and mutants, else a placeholder).
+
+    Returns
+    -------
+    CoupledCertificate
+
+    Raises
+    ------
+    TypeError, ValueError
+        Bad laws, k, n, alpha, seed or convention; a reference without ``chain``;
+        drafting of kernel and reference that disagree; a kernel that raises or
+        returns the wrong type, dtype or shape (message names the cause).
+    """
+    t_start = time.perf_counter()
+    convention = check_convention(convention)
+    kernel_obj, ref = _load(kernel, "kernel"), _load(reference, "reference")
+    if not has_chain(ref):
+        raise TypeError(f"reference must be a registry name or a resispec.Verifier with chain(p, q, candidates); "
+                        f"got {type(ref).__name__}")
+    ref_name = reference if isinstance(reference, str) else getattr(ref, "name", type(ref).__name__)
+    p2, q2, _ = as_laws(p, q)
+    p2, q2 = np.ascontiguousarray(p2), np.ascontiguousarray(q2)
+    R, V = p2.shape
+    k, n, alpha = check_k(k), check_n(n), check_alpha(alpha)
+    if stop_after is not None:
+        stop_after = check_n(stop_after, name="stop_after")
+    if time_limit is not None and (isinstance(time_limit, bool) or not isinstance(time_limit, (int, float))
+                                   or not time_limit > 0):
+        raise ValueError(f"time_limit must be a number of seconds > 0, got {time_limit!r}")
+    rng = as_generator(seed)
+    drafting = drafting_of(ref)
+    kd = getattr(kernel_obj, "drafting", drafting)
+    if kd != drafting and "any" not in (kd, drafting):
+        raise ValueError(f"kernel drafting {kd!r} differs from the reference's {drafting!r}: the same candidates "
+                         "cannot be valid for both; pick a reference with the kernel's drafting")
+    if drafting == "without_replacement" and np.any((q2 > 0).sum(axis=1) < k):
+        raise ValueError(f"k = {k} exceeds the draft support of some node (without-replacement drafting)")
+    cand_law = candidate_law(ref, q2)
+    table = TableReference.build(ref, p2, q2, k)
+    copies = not _builtin(kernel_obj)
+    cap = max(1, min(1 << 16, _ELEMS // V))
+    counts = np.zeros(R * V, dtype=np.int64) if R * V <= (1 << 25) else None
+    done = mism = 0
+    first = None
+    t_first = None
+    size = min(FIRST_CHUNK, cap)
+    ignores = False
+    rows_seen = []
+    while done < n:
+        B = min(size, n - done)
+        node = (done + np.arange(B)) % R
+        uc = rng.random((B, k))
+        c = np.empty((B, k), dtype=np.int64)
+        for r in range(R):
+            sel = node == r
+            if np.any(sel):
+                c[sel] = draw_node_candidates(cand_law[r], k, drafting, uc[sel])
+        coins = draw_coins(convention, rng, B, k)
+        P = np.broadcast_to(p2[0], (B, V)) if R == 1 else p2[node]
+        Q = np.broadcast_to(q2[0], (B, V)) if R == 1 else q2[node]
+        kt, ka = run_kernel(kernel_obj, P, Q, c, coins, copies=copies)
+        if done == 0:
+            kt2, ka2 = run_kernel(kernel_obj, P, Q, c, coins, copies=copies)
+            ignores = not (np.array_equal(kt, kt2) and np.array_equal(ka, ka2))
+        if table is not None:
+            rt, ra = table(node, c, coins)
+            if done == 0:
+                g = min(B, GUARD)
+                gt, ga = run_reference(ref, P[:g], Q[:g], c[:g], coins.rows(np.arange(g))) \
+                    if convention != "generator" else run_reference(ref, P, Q, c, coins)
+                if not (np.array_equal(gt[:g], rt[:g]) and np.array_equal(ga[:g], ra[:g])):
+                    raise RuntimeError("accept-table path disagrees with the reference's chain; report this bug")
+        else:
+            rt, ra = run_reference(ref, P, Q, c, coins)
+        bad = np.flatnonzero((kt != rt) | (ka != ra))
+        if counts is not None:
+            counts += np.bincount(node * V + kt, minlength=R * V)
+        for b in bad[:max(0, 3 - len(rows_seen))]:
+            rows_seen.append((int(node[b]), c[b].copy()))
+        if bad.size and first is None:
+            b = int(bad[0])
+            t_first = time.perf_counter() - t_start
+            first = {"draw": done + b, "node": int(node[b]), "candidates": c[b].copy(),
+                     "coins": coins.rows([b]) if convention != "generator" else coins, "row_in_batch": b,
+                     "kernel": (int(kt[b]), int(ka[b])), "reference": (int(rt[b]), int(ra[b]))}
+        mism += int(bad.size)
+        done += B
+        size = min(cap, size * 2)
+        if ignores or (stop_after is not None and mism >= stop_after) or \
+                (time_limit is not None and time.perf_counter() - t_start > time_limit):
+            break
+    seconds = time.perf_counter() - t_start
+    tv = tv_upper_bound(mism, done, alpha)
+    head = f"kernel vs {ref_name!r} under the {convention!r} coin convention"
+    if ignores:
+        return CoupledCertificate(False, mism, done, tv, alpha, seconds, first, convention, "kernel ignores the coins",
+                                  f"FAIL: {head}: the kernel returned different outputs for the same inputs and "
+                                  "coins (it ignores the coins it is given, or draws its own randomness); coupled "
+                                  "certification needs a kernel that is a function of its coins", None,
+                                  reference=ref_name, path="table" if table is not None else "generic")
+    if mism == 0:
+        verdict = (f"PASS: {head}: 0 mismatches in {done:,} coupled draws, so TV(kernel, {ref_name}) <= {tv:.3g} "
+                   f"at confidence {1 - alpha:g} (coupling inequality, exact binomial bound). The reference is "
+                   "exact, so the kernel's law is within that TV of p.")
+        return CoupledCertificate(True, 0, done, tv, alpha, seconds, None, convention, "conforms", verdict,
+                                  reference=ref_name, path="table" if table is not None else "generic")
+    # ---- a mismatch: law checks, counterexample, optional fallback
+    law_p = None
+    if counts is not None:
+        per_node = np.bincount(np.arange(done) % R, minlength=R).astype(float)
+        law = (p2 * (per_node / done)[:, None]).ravel()
+        law_p = gof_test(counts, law).pvalue
+    spec_k = kernel_spec or _spec_of(kernel_obj, kernel)
+    spec_r = reference if isinstance(reference, str) else _spec_of(ref, None)
+    cex = None
+    fm = first
+    shrunk = shrink(kernel_obj, ref, p2[fm["node"]], q2[fm["node"]], fm["candidates"], fm["coins"])
+    if shrunk is not None and counterexample:   # the shrunk node is also tested in law below
+        cex = to_source(spec_k, spec_r, *shrunk)
+    sp, sq, sc = (shrunk[0], shrunk[1], shrunk[2]) if shrunk is not None else \
+        (p2[fm["node"]], q2[fm["node"]], fm["candidates"])
+    pvals = [_conditional_pvalue(kernel_obj, ref, sp, sq, sc, convention, rng, copies)]
+    if V * k <= (1 << 16):  # the original mismatching nodes too, while their law check is cheap
+        pvals += [_conditional_pvalue(kernel_obj, ref, p2[r], q2[r], cr, convention, rng, copies)
+                  for r, cr in rows_seen]
+    pvals = [x for x in pvals if x is not None]
+    cond_p = min(1.0, min(pvals) * len(pvals)) if pvals else None  # Bonferroni over the nodes tested
+    fb = None
+    if fallback:
+        from ..verifier_cert import certify_verifier
+
+        fb_seed = seed if not isinstance(seed, np.random.Generator) else 0
+        fb = certify_verifier(_Adapter(kernel_obj, convention, drafting, copies), p2[0], q2[0], k, alpha=alpha,
+                              n=fallback_n, seed=fb_seed, exact=False, tree=False)
+    if not ((law_p is not None and law_p < alpha / 3) or (cond_p is not None and cond_p < alpha / 3)):
+        m = min(LAW_DRAWS, (1 << 25) // V)
+        if m > done:  # too few coupled draws for the law check: a fresh marginal pass at node 0
+            law_p = _marginal_pvalue(kernel_obj, p2[0], q2[0], cand_law[0], k, drafting, convention, rng, copies, m)
+    level = alpha / 3.0
+    biased = (law_p is not None and law_p < level) or (cond_p is not None and cond_p < level) or \
+        (fb is not None and not fb.passed)
+    where = (f"first at draw {fm['draw']:,} (node row {fm['node']}, candidates {fm['candidates'].tolist()}): kernel "
+             f"emitted token {fm['kernel'][0]} (accepted {fm['kernel'][1]}), reference token {fm['reference'][0]} "
+             f"(accepted {fm['reference'][1]})")
+    laws = (f"law checks: kernel tokens vs p p = {_fmt(law_p)}, (stop, token) law at the counterexample node "
+            f"p = {_fmt(cond_p)}" + (f", certify_verifier {'passed' if fb.passed else 'FAILED'}" if fb else ""))
+    if biased:
+        cls = "biased"
+        verdict = (f"FAIL (biased): {head}: {mism:,} mismatches in {done:,} coupled draws, {where}; the kernel's "
+                   f"law differs from the reference's ({laws}).")
+    else:
+        cls = "not the same coupling"
+        verdict = (f"FAIL (not the same coupling: fall back to certify_verifier): {head}: {mism:,} mismatches in "
+                   f"{done:,} coupled draws, {where}; but the law checks find no bias ({laws}), so the kernel may be "
+                   "exact under another coupling of the coins, or biased below what these checks detect -- it is "
+                   "not called biased; certify its law with exactness.certify_verifier (fallback=True), or use the "
+                   "kernel's own convention.")
+    return CoupledCertificate(False, mism, done, tv, alpha, seconds, first, convention, cls, verdict, cex, law_p,
+                              cond_p, fb, ref_name, "table" if table is not None else "generic", t_first)
+
+
+def _fmt(x):
+    return "n/a" if x is None else f"{x:.3g}"
+
+
+def _conditional_pvalue(kernel, ref, p1, q1, c1, convention, rng, copies, m: int | None = None):
+    """P-value of the kernel's (stop, token) law given one node's candidates vs the reference's exact law."""
+    V, k = p1.size, c1.size
+    m = max(1000, min(LAW_DRAWS if m is None else m, (1 << 24) // max(V, 1)))
+    law = joint_law(ref, p1, q1, c1)
+    counts = np.zeros(k + V)
+    step = max(1, _ELEMS // V)
+    try:
+        for s in range(0, m, step):
+            B = min(step, m - s)
+            coins = draw_coins(convention, rng, B, k)
+            t, a = run_kernel(kernel, np.broadcast_to(p1, (B, V)), np.broadcast_to(q1, (B, V)),
+                              np.broadcast_to(c1, (B, k)), coins, copies=copies)
+            cell = np.where(a >= 0, a, k + t)
+            counts += np.bincount(cell, minlength=k + V)
+    except (TypeError, ValueError):
+        return None
+    return gof_test(counts, law).pvalue
+
+
+def _marginal_pvalue(kernel, p1, q1, cl, k, drafting, convention, rng, copies, m):
+    """P-value of the kernel's token law at one node (fresh candidates and coins) against ``p``."""
+    V = p1.size
+    counts = np.zeros(V)
+    step = max(1, _ELEMS // V)
+    try:
+        for s in range(0, m, step):
+            B = min(step, m - s)
+            c = draw_node_candidates(cl, k, drafting, rng.random((B, k)))
+            t, _ = run_kernel(kernel, np.broadcast_to(p1, (B, V)), np.broadcast_to(q1, (B, V)), c,
+                              draw_coins(convention, rng, B, k), copies=copies)
+            counts += np.bincount(t, minlength=V)
+    except (TypeError, ValueError):
+        return None
+    return gof_test(counts, p1).pvalue
+
+
+class _Adapter:
+    """A kernel under a coin convention seen as a plain verifier ``verify(p, q, c, rng)`` (fresh coins from rng)."""
+
+    def __init__(self, kernel, convention, drafting, copies):
+        self.kernel, self.convention, self.drafting, self.copies = kernel, convention, drafting, copies
+
+    def verify(self, p, q, candidates, rng=None):
+        from resispec.verifiers.base import VerifyResult
+
+        c = np.asarray(candidates, dtype=np.int64)
+        coins = draw_coins(self.convention, rng, c.shape[0], c.shape[1])
+        t, a = run_kernel(self.kernel, np.asarray(p), np.asarray(q), c, coins, copies=self.copies)
+        return VerifyResult(tokens=t, accepted=a)
