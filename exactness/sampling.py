@@ -32,7 +32,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from resispec import Verifier
-from resispec._validation import as_laws, check_k
+from resispec._validation import Laws, as_node, check_k
 from resispec.verifiers.base import MassVerifier
 from resispec.verifiers.registry import _REGISTRY
 
@@ -139,6 +139,18 @@ def _builtin(verifier) -> bool:
     return type(verifier).__module__.startswith("resispec.")
 
 
+def takes_laws(verifier, method: str) -> bool:
+    """True when ``verifier.<method>`` is resispec's own, so it accepts a trusted :class:`Laws` as ``p``.
+
+    Built-in verifiers and user subclasses of :class:`resispec.Verifier` that
+    keep the base method; any other ``verify`` / ``chain`` (a black box, a
+    mutant, an override) gets plain arrays, exactly as a user would pass them.
+    """
+    if not isinstance(verifier, Verifier):
+        return False
+    return _builtin(verifier) or getattr(type(verifier), method, None) is getattr(Verifier, method, None)
+
+
 def _searchsorted_rows(cdf: np.ndarray, u: np.ndarray, last: int) -> np.ndarray:
     """Inverse CDF for one law (cdf (V,)) and many uniforms: same ids as ``resispec.inverse_cdf``."""
     return np.minimum(np.searchsorted(cdf, u * cdf[-1], side="right"), last)
@@ -212,7 +224,7 @@ def accept_table(verifier, p: np.ndarray, q: np.ndarray, k: int):
         a1 = np.where(q > 0, np.minimum(1.0, p / (rho[0] * safe_q)), 0.0)
         return np.repeat(a1[None], k, axis=0), r[0]
     x0 = np.full((1, k), int(np.argmax(q)))
-    m, p_steps, _ = verifier.masses(p[None], q[None], x0)
+    m, p_steps, _ = verifier.masses(Laws(p[None], q[None], True), None, x0)  # built-in: checked at the door
     a = np.clip(np.where(q > 0, m[0] / safe_q, 0.0), 0.0, 1.0)
     return a, p_steps[0, k]
 
@@ -265,6 +277,8 @@ class NodeSampler:
     ----------
     verifier : Verifier or any object with ``verify`` and ``drafting``
     p, q : array_like, shape (V,), float64
+        Or ``p`` a one-node :class:`resispec._validation.Laws` and ``q=None``
+        (checked once at the door, trusted here).
     k : int >= 1
     fast : bool, default True
         Use the table path when the verifier allows it.
@@ -288,7 +302,7 @@ class NodeSampler:
         verifier = as_numpy_verifier(verifier)
         if not callable(getattr(verifier, "verify", None)):
             raise TypeError(f"verifier must have a verify(p, q, candidates, rng) method, got {type(verifier).__name__}")
-        p2, q2, _ = as_laws(p, q)
+        p2, q2, _ = as_node(p, q)
         if p2.shape[0] != 1:
             raise ValueError(f"p and q must describe one node, shape (V,); got {p2.shape[0]} rows")
         self.verifier = verifier
@@ -300,6 +314,7 @@ class NodeSampler:
         self.table = accept_table(verifier, self.p, self.q, self.k) if fast else None
         self.uses_uniforms = takes_uniforms(verifier)
         self._copies = not _builtin(verifier)
+        self._laws = takes_laws(verifier, "verify")
         self._guarded = False
         if self.table is not None:
             a, r = self.table
@@ -366,6 +381,8 @@ class NodeSampler:
                 P, Q, c_in = P.copy(), Q.copy(), c.copy()
             else:
                 c_in = c
+            if self._laws:  # resispec's own verify: the laws were checked at the door
+                P, Q = Laws(P, Q), None
             try:
                 if self.uses_uniforms:
                     res = self.verifier.verify(P, Q, c_in, rng, uniforms=uv[s:s + step])

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ._validation import as_laws, check_drafting, check_k
+from ._validation import as_laws, as_node, check_drafting, check_k
 from .enumeration import MAX_TUPLES, candidate_tuples, check_limit, count_tuples
 from .verifiers.base import Verifier, law_from_chain
 
@@ -211,6 +211,7 @@ def optimal_acceptance(p, q, k: int, drafting: str = "iid") -> float | np.ndarra
     Parameters
     ----------
     p, q : array_like, shape (V,) or (B, V), float64
+        Or ``p`` a :class:`resispec._validation.Laws` and ``q=None`` (checked once already, trusted).
     k : int >= 1
     drafting : {"iid", "without_replacement"}
 
@@ -224,7 +225,7 @@ def optimal_acceptance(p, q, k: int, drafting: str = "iid") -> float | np.ndarra
         Bad laws or k, unknown drafting, or ``k`` above the draft support
         (without replacement).
     """
-    p2, q2, squeeze = as_laws(p, q)
+    p2, q2, squeeze = as_node(p, q)
     k = check_k(k)
     check_drafting(drafting)
     if drafting == "without_replacement" and k > 1:
