@@ -33,7 +33,7 @@ import numpy as np
 
 from resispec import Verifier
 from resispec._validation import Laws, as_node, check_k
-from resispec.verifiers.base import MassVerifier
+from resispec.verifiers.base import MassVerifier, takes_laws
 from resispec.verifiers.registry import _REGISTRY
 
 #: Draws re-checked through ``verify`` when the table path is used.
@@ -137,18 +137,6 @@ def as_numpy_verifier(verifier):
 
 def _builtin(verifier) -> bool:
     return type(verifier).__module__.startswith("resispec.")
-
-
-def takes_laws(verifier, method: str) -> bool:
-    """True when ``verifier.<method>`` is resispec's own, so it accepts a trusted :class:`Laws` as ``p``.
-
-    Built-in verifiers and user subclasses of :class:`resispec.Verifier` that
-    keep the base method; any other ``verify`` / ``chain`` (a black box, a
-    mutant, an override) gets plain arrays, exactly as a user would pass them.
-    """
-    if not isinstance(verifier, Verifier):
-        return False
-    return _builtin(verifier) or getattr(type(verifier), method, None) is getattr(Verifier, method, None)
 
 
 def _searchsorted_rows(cdf: np.ndarray, u: np.ndarray, last: int) -> np.ndarray:

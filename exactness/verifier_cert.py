@@ -150,7 +150,9 @@ def certify_verifier(verifier, p, q, k: int, *, n: int | None = None, alpha: flo
         Non-built-in verifiers receive writable copies of ``p, q`` and
         ``candidates``.
     p, q : array_like, shape (V,), float64
-        Target and draft laws of one node.
+        Target and draft laws of one node; or ``p`` a one-node
+        :class:`resispec._validation.Laws` (``as_node``) and ``q=None``,
+        trusted.  Checked once here; every inner call gets the ``Laws``.
     k : int >= 1
         Candidates per node.
     n : int, optional

@@ -237,6 +237,19 @@ class Verifier(ABC):
         """Return ``(accept_probs (B, k), residual (B, V))`` for validated input."""
 
 
+def takes_laws(verifier, method: str) -> bool:
+    """True when ``verifier.<method>`` is resispec's own, so it takes a trusted ``Laws`` as ``p`` (``q=None``).
+
+    The method must be defined in a ``resispec.`` module (a built-in, or a
+    user subclass of :class:`Verifier` that keeps the base method).  Any
+    other ``verify`` / ``chain`` / ``closed_form_split`` (a black box, a
+    mutant, a user override) is handed plain arrays, exactly as a user would
+    pass them, and checks them itself.
+    """
+    fn = getattr(type(verifier), method, None)
+    return isinstance(verifier, Verifier) and getattr(fn, "__module__", "").startswith("resispec.")
+
+
 def decide(a: np.ndarray, r: np.ndarray, c: np.ndarray, u: np.ndarray) -> VerifyResult:
     """Turn a chain and uniforms into tokens (shared by every numpy verifier).
 
