@@ -20,11 +20,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from resispec._validation import as_laws, check_k
+from resispec._validation import Laws, as_node, check_k
 from resispec.analysis import optimal_acceptance
 from resispec.enumeration import candidate_tuples, count_tuples
 
-from .sampling import accept_table, candidate_law, drafting_of, has_chain
+from .sampling import accept_table, candidate_law, drafting_of, has_chain, takes_laws
 
 #: Exact verdict threshold on TV(output law, p).
 EXACT_TOL = 1e-9
@@ -107,7 +107,9 @@ def enumerable(verifier, q, k: int, limit: int = MAX_TUPLES) -> bool:
 def joint_law(verifier, p, q, k: int, *, limit: int = MAX_TUPLES) -> np.ndarray:
     """Exact joint law (k + 1, V) of (stop position, token) at one node.
 
-    Enumerates candidate tuples through ``verifier.chain`` when they number
+    ``p, q``: (V,) float64 laws, or ``p`` a one-node
+    :class:`resispec._validation.Laws` and ``q=None`` (checked once at the
+    door, trusted).  Enumerates candidate tuples through ``verifier.chain`` when they number
     at most ``limit`` (and, for verifiers with a built-in accept table --
     ``sps``, ``rrs``, ``kseq``, ``resispec`` -- when tuples x V <= 4e6);
     otherwise uses that accept table (any V).
@@ -122,7 +124,7 @@ def joint_law(verifier, p, q, k: int, *, limit: int = MAX_TUPLES) -> np.ndarray:
         The verifier has no ``chain(p, q, candidates)`` method
         (:func:`exactness.sampling.has_chain`).
     """
-    p2, q2, _ = as_laws(p, q)
+    p2, q2, _ = as_node(p, q)
     if p2.shape[0] != 1:
         raise ValueError("joint_law takes one node: p and q of shape (V,)")
     p1, q1 = p2[0], q2[0]
@@ -147,9 +149,11 @@ def joint_law(verifier, p, q, k: int, *, limit: int = MAX_TUPLES) -> np.ndarray:
     ql = candidate_law(verifier, q2)[0]
     J = np.zeros((k + 1, V))
     rows = max(1, min(65536, (1 << 22) // V))
+    trusted = takes_laws(verifier, "chain")
     for tup, w in candidate_tuples(ql, k, d, chunk_rows=rows, limit=limit):
         n = tup.shape[0]
-        ch = verifier.chain(np.broadcast_to(p1, (n, V)), np.broadcast_to(q1, (n, V)), tup)
+        P, Q = np.broadcast_to(p1, (n, V)), np.broadcast_to(q1, (n, V))
+        ch = verifier.chain(Laws(P, Q), None, tup) if trusted else verifier.chain(P, Q, tup)
         if not (hasattr(ch, "accept_probs") and hasattr(ch, "residual")):
             raise ChainError(f"{type(verifier).__name__}.chain returned {type(ch).__name__}; it must return a "
                              "resispec.Chain (accept_probs (B, k), residual (B, V))")
@@ -169,6 +173,7 @@ def certify_exact(verifier, p, q, k: int, *, limit: int = MAX_TUPLES, tol: float
     ----------
     verifier : Verifier
     p, q : array_like, shape (V,), float64
+        Or ``p`` a one-node :class:`resispec._validation.Laws` and ``q=None`` (trusted).
     k : int >= 1
     limit : int, largest enumeration
     tol : float, TV threshold (default 1e-9)
@@ -182,15 +187,16 @@ def certify_exact(verifier, p, q, k: int, *, limit: int = MAX_TUPLES, tol: float
     ValueError, TypeError
         As :func:`joint_law`.
     """
-    p2, q2, _ = as_laws(p, q)
-    J = joint_law(verifier, p2[0], q2[0], k, limit=limit)
+    node = as_node(p, q)
+    p2, q2, _ = node
+    J = joint_law(verifier, node, None, k, limit=limit)
     tv = 0.5 * float(np.abs(J.sum(axis=0) - p2[0]).sum())
     acc = float(1.0 - J[k].sum())
     d = drafting_of(verifier)
     astar = None
     try:
         if not hasattr(verifier, "draft_law"):
-            astar = float(optimal_acceptance(p2[0], q2[0], k, drafting="iid" if d == "any" else d))
+            astar = float(optimal_acceptance(node.row(0), None, k, drafting="iid" if d == "any" else d))
     except ValueError:
         astar = None
     ok = tv < tol and (astar is None or acc <= astar + 1e-9)

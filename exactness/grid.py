@@ -19,6 +19,8 @@ from dataclasses import dataclass, field
 import numpy as np
 from scipy import stats
 
+from resispec._validation import as_node
+
 from .certificate import Certificate
 from .verifier_cert import certify_verifier
 
@@ -256,9 +258,10 @@ def run_cell(cell: Cell, *, n: int | None, alpha: float, seed, timeout: float | 
             if d == "without_replacement" and cell.k > int(np.count_nonzero(cell.q > 0)):
                 return CellResult(cell.verifier_name, cell.family, cell.k, V, None,
                                   skipped=f"k = {cell.k} exceeds the draft support")
-            cert = certify_verifier(cell.verifier, cell.p, cell.q, cell.k, n=n, alpha=alpha, seed=seed)
+            node = as_node(cell.p, cell.q)  # the cell's one check of p, q; the calls below trust it
+            cert = certify_verifier(cell.verifier, node, None, cell.k, n=n, alpha=alpha, seed=seed)
             known = cert.details["exact"]["acceptance"] if "exact" in cert.details else None
-            acc, astar, rrs = _acceptances(cell.verifier, cell.p, cell.q, cell.k, known)
+            acc, astar, rrs = _acceptances(cell.verifier, node, None, cell.k, known)
     except TimeLimitExceeded as exc:
         return _failed_cell(cell, str(exc), alpha, time.perf_counter() - t0)
     except (Exception, SystemExit) as exc:  # a plug-in that fails is a failed cell, never a pass or a traceback

@@ -32,8 +32,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from resispec import Verifier
-from resispec._validation import as_laws, check_k
-from resispec.verifiers.base import MassVerifier
+from resispec._validation import Laws, as_node, check_k
+from resispec.verifiers.base import MassVerifier, takes_laws
 from resispec.verifiers.registry import _REGISTRY
 
 #: Draws re-checked through ``verify`` when the table path is used.
@@ -212,7 +212,7 @@ def accept_table(verifier, p: np.ndarray, q: np.ndarray, k: int):
         a1 = np.where(q > 0, np.minimum(1.0, p / (rho[0] * safe_q)), 0.0)
         return np.repeat(a1[None], k, axis=0), r[0]
     x0 = np.full((1, k), int(np.argmax(q)))
-    m, p_steps, _ = verifier.masses(p[None], q[None], x0)
+    m, p_steps, _ = verifier.masses(Laws(p[None], q[None], True), None, x0)  # built-in: checked at the door
     a = np.clip(np.where(q > 0, m[0] / safe_q, 0.0), 0.0, 1.0)
     return a, p_steps[0, k]
 
@@ -265,6 +265,8 @@ class NodeSampler:
     ----------
     verifier : Verifier or any object with ``verify`` and ``drafting``
     p, q : array_like, shape (V,), float64
+        Or ``p`` a one-node :class:`resispec._validation.Laws` and ``q=None``
+        (checked once at the door, trusted here).
     k : int >= 1
     fast : bool, default True
         Use the table path when the verifier allows it.
@@ -288,7 +290,7 @@ class NodeSampler:
         verifier = as_numpy_verifier(verifier)
         if not callable(getattr(verifier, "verify", None)):
             raise TypeError(f"verifier must have a verify(p, q, candidates, rng) method, got {type(verifier).__name__}")
-        p2, q2, _ = as_laws(p, q)
+        p2, q2, _ = as_node(p, q)
         if p2.shape[0] != 1:
             raise ValueError(f"p and q must describe one node, shape (V,); got {p2.shape[0]} rows")
         self.verifier = verifier
@@ -300,6 +302,7 @@ class NodeSampler:
         self.table = accept_table(verifier, self.p, self.q, self.k) if fast else None
         self.uses_uniforms = takes_uniforms(verifier)
         self._copies = not _builtin(verifier)
+        self._laws = takes_laws(verifier, "verify")
         self._guarded = False
         if self.table is not None:
             a, r = self.table
@@ -366,6 +369,8 @@ class NodeSampler:
                 P, Q, c_in = P.copy(), Q.copy(), c.copy()
             else:
                 c_in = c
+            if self._laws:  # resispec's own verify: the laws were checked at the door
+                P, Q = Laws(P, Q), None
             try:
                 if self.uses_uniforms:
                     res = self.verifier.verify(P, Q, c_in, rng, uniforms=uv[s:s + step])

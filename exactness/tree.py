@@ -23,6 +23,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from resispec._validation import Laws, as_node
+
 from .exact import joint_law
 from .gof import gof_test
 from .sampling import NodeSampler, _last_positive, _searchsorted_rows
@@ -78,14 +80,33 @@ def _bonus(verifier, p1: np.ndarray, q1: np.ndarray) -> np.ndarray:
 _MEMO: dict = {}
 
 
-def _node_law(verifier, p, q, k):
-    """Exact output law at one node, memoised (the tree checks reuse every node)."""
-    key = (id(verifier), p.tobytes(), q.tobytes(), k)
+def _node_law(verifier, node: Laws, k):
+    """Exact joint law at one trusted node (1, V), memoised (the tree checks reuse every node)."""
+    key = (id(verifier), node.p.tobytes(), node.q.tobytes(), k)
     if key not in _MEMO:
         if len(_MEMO) > 256:
             _MEMO.clear()
-        _MEMO[key] = (verifier, joint_law(verifier, p, q, k))
+        _MEMO[key] = (verifier, joint_law(verifier, node, None, k))
     return _MEMO[key][1]
+
+
+def _tree_laws(p0, q0, p1, q1) -> tuple[Laws, Laws]:
+    """The root (1, V) and the second level (V, V) as trusted :class:`Laws`, each checked once here.
+
+    ``p0`` may be a one-node ``Laws`` (then ``q0=None``); ``p1, q1`` default
+    to :func:`default_tree` of the root, which are laws when the root is.
+    """
+    root = as_node(p0, q0)
+    if root.shape[0] != 1:
+        raise ValueError(f"the tree root takes one node: p and q of shape (V,); got {root.shape[0]} rows")
+    root = Laws(np.ascontiguousarray(root.p), np.ascontiguousarray(root.q), True)
+    if p1 is None or q1 is None:
+        return root, Laws(*default_tree(root.p[0], root.q[0]))
+    nxt = as_node(p1, q1, names=("p1", "q1"))
+    if nxt.shape != (root.shape[1], root.shape[1]):
+        raise ValueError(f"p1 and q1 must have shape (V, V) = ({root.shape[1]}, {root.shape[1]}), one law per "
+                         f"first token; got {nxt.shape}")
+    return root, nxt
 
 
 def exact_pair_law(verifier, p0, q0, p1, q1, k: int, depth: int = 1) -> np.ndarray:
@@ -94,7 +115,8 @@ def exact_pair_law(verifier, p0, q0, p1, q1, k: int, depth: int = 1) -> np.ndarr
     Parameters
     ----------
     verifier : Verifier
-    p0, q0 : ndarray, shape (V,), float64 -- root target / draft
+    p0, q0 : ndarray, shape (V,), float64 -- root target / draft (or ``p0`` a
+        one-node :class:`resispec._validation.Laws`, ``q0=None``: trusted)
     p1, q1 : ndarray, shape (V, V), float64 -- row ``y1``: laws after ``y1``
     k : int, candidates per node
     depth : {1, 2}
@@ -102,29 +124,47 @@ def exact_pair_law(verifier, p0, q0, p1, q1, k: int, depth: int = 1) -> np.ndarr
     Returns
     -------
     ndarray, shape (V, V): ``[y1, y2]`` probabilities.
+
+    Raises
+    ------
+    ValueError, TypeError
+        Bad laws (checked once, :func:`resispec._validation.as_node`) or depth.
     """
     if depth not in (1, 2):
         raise ValueError(f"depth must be 1 or 2, got {depth!r}")
-    J0 = _node_law(verifier, np.ascontiguousarray(p0), np.ascontiguousarray(q0), k)
+    root, nxt = _tree_laws(p0, q0, p1, q1)
+    return _pair_law(verifier, root, nxt, k, depth)
+
+
+def _pair_law(verifier, root: Laws, nxt: Laws, k: int, depth: int) -> np.ndarray:
+    """:func:`exact_pair_law` on trusted laws (root (1, V), second level (V, V))."""
+    J0 = _node_law(verifier, root, k)
     acc, rej = J0[:-1].sum(axis=0), J0[-1]
-    V = p0.size
+    V = root.shape[1]
     E = np.zeros((V, V))
     live = np.flatnonzero(acc + rej > 0)
     for y in live:
-        E[y] = _node_law(verifier, np.ascontiguousarray(p1[y]), np.ascontiguousarray(q1[y]), k).sum(axis=0)
-    L = _bonus(verifier, p1, q1) if depth == 1 else E
+        E[y] = _node_law(verifier, nxt.row(y), k).sum(axis=0)
+    L = _bonus(verifier, nxt.p, nxt.q) if depth == 1 else E
     return acc[:, None] * L + rej[:, None] * E
 
 
 def sample_pairs(verifier, p0, q0, p1, q1, k: int, n: int, rng: np.random.Generator,
                  depth: int = 1) -> np.ndarray:
-    """Monte Carlo of the tree walk: pair counts (V, V) int64 from ``n`` walks."""
+    """Monte Carlo of the tree walk: pair counts (V, V) int64 from ``n`` walks (laws as :func:`exact_pair_law`)."""
     if depth not in (1, 2):
         raise ValueError(f"depth must be 1 or 2, got {depth!r}")
-    V = p0.size
-    root = NodeSampler(verifier, p0, q0, k).draws(rng, n)
+    root, nxt = _tree_laws(p0, q0, p1, q1)
+    return _sample_pairs(verifier, root, nxt, k, n, rng, depth)
+
+
+def _sample_pairs(verifier, root_laws: Laws, nxt: Laws, k: int, n: int, rng: np.random.Generator,
+                  depth: int) -> np.ndarray:
+    """:func:`sample_pairs` on trusted laws."""
+    V = root_laws.shape[1]
+    root = NodeSampler(verifier, root_laws, None, k).draws(rng, n)
     counts = np.zeros((V, V), dtype=np.int64)
-    bonus = _bonus(verifier, p1, q1) if depth == 1 else None
+    bonus = _bonus(verifier, nxt.p, nxt.q) if depth == 1 else None
     for y in np.unique(root.tokens):
         sel = root.tokens == y
         n_acc = int(np.count_nonzero(sel & (root.accepted >= 0)))
@@ -135,7 +175,7 @@ def sample_pairs(verifier, p0, q0, p1, q1, k: int, n: int, rng: np.random.Genera
             counts[y] += np.bincount(y2, minlength=V)
         m = n_rej + (n_acc if depth == 2 else 0)
         if m:
-            node = NodeSampler(verifier, p1[y], q1[y], k)
+            node = NodeSampler(verifier, nxt.row(y), None, k)
             counts[y] += np.bincount(node(rng, m), minlength=V)
     return counts
 
@@ -144,19 +184,20 @@ def tree_check(verifier, p0, q0, k: int, n: int, rng: np.random.Generator, *, de
                p1=None, q1=None, exact: bool = True) -> TreeResult:
     """Exact and Monte Carlo check of the first two emitted tokens on a small tree.
 
-    ``p1, q1`` default to :func:`default_tree` of ``(p0, q0)``.  Returns
-    :class:`TreeResult`; the p-value tests the sampled pairs against
-    ``p0[y1] * p1[y1, y2]``.
+    ``p0, q0`` (V,) float64 (or ``p0`` a one-node
+    :class:`resispec._validation.Laws` and ``q0=None``, trusted) and ``p1,
+    q1`` (V, V), defaulting to :func:`default_tree` of ``(p0, q0)``, are
+    checked once here.  Returns :class:`TreeResult`; the p-value tests the
+    sampled pairs against ``p0[y1] * p1[y1, y2]``.
     """
-    p0 = np.asarray(p0, dtype=np.float64)
-    q0 = np.asarray(q0, dtype=np.float64)
-    if p1 is None or q1 is None:
-        p1, q1 = default_tree(p0, q0)
-    target = p0[:, None] * p1
+    if depth not in (1, 2):
+        raise ValueError(f"depth must be 1 or 2, got {depth!r}")
+    root, nxt = _tree_laws(p0, q0, p1, q1)
+    target = root.p[0][:, None] * nxt.p
     tv = None
     if exact:
-        tv = 0.5 * float(np.abs(exact_pair_law(verifier, p0, q0, p1, q1, k, depth) - target).sum())
-    counts = sample_pairs(verifier, p0, q0, p1, q1, k, n, rng, depth)
+        tv = 0.5 * float(np.abs(_pair_law(verifier, root, nxt, k, depth) - target).sum())
+    counts = _sample_pairs(verifier, root, nxt, k, n, rng, depth)
     res = gof_test(counts.ravel(), target.ravel())
     m = counts.sum()
     tv_mc = 0.5 * float(np.abs(counts / m - target).sum()) if m else None

@@ -40,7 +40,7 @@ from dataclasses import replace
 import numpy as np
 
 from resispec import Verifier
-from resispec._validation import as_laws, check_k
+from resispec._validation import Laws, as_node, check_k
 from resispec.enumeration import count_tuples
 
 from ._checks import as_generator, check_alpha, check_n
@@ -49,7 +49,7 @@ from .certificate import (MAX_SECONDS, PILOT, PILOT_ABOVE, Certificate, _hours, 
 from .exact import EXACT_TOL, MAX_TUPLES, ChainError, certify_exact, enumerable
 from .gof import gof_test
 from .sampling import (NodeSampler, as_numpy_verifier, candidate_law, draw_node_candidates, drafting_of, has_chain,
-                       takes_uniforms)
+                       takes_laws, takes_uniforms)
 from .tree import tree_check
 
 #: Default Monte Carlo draws per node.
@@ -91,9 +91,15 @@ def _batched(verifier, p, q, k, rng) -> float | None:
     cl = candidate_law(verifier, Q)
     cand = np.stack([draw_node_candidates(cl[b], k, d, rng.random((1, k)))[0] for b in range(B)])
     u = rng.random((B, k + 1))
-    whole = verifier.verify(P.copy(), Q.copy(), cand.copy(), uniforms=u)
+    # permuted rows of a checked node are laws: resispec's own verify gets them as a trusted Laws
+    laws = takes_laws(verifier, "verify")
+
+    def pq(rows):
+        return (Laws(P[rows].copy(), Q[rows].copy()), None) if laws else (P[rows].copy(), Q[rows].copy())
+
+    whole = verifier.verify(*pq(slice(None)), cand.copy(), uniforms=u)
     for b in range(B):
-        one = verifier.verify(P[b:b + 1].copy(), Q[b:b + 1].copy(), cand[b:b + 1].copy(), uniforms=u[b:b + 1])
+        one = verifier.verify(*pq(slice(b, b + 1)), cand[b:b + 1].copy(), uniforms=u[b:b + 1])
         if one.tokens[0] != whole.tokens[b] or one.accepted[0] != whole.accepted[b]:
             return 0.0, {"reason": f"verify on a batch of {B} distinct nodes differs from one node at a time at "
                                    f"row {b} (token {whole.tokens[b]} vs {one.tokens[0]}, same uniforms)"}
@@ -144,7 +150,9 @@ def certify_verifier(verifier, p, q, k: int, *, n: int | None = None, alpha: flo
         Non-built-in verifiers receive writable copies of ``p, q`` and
         ``candidates``.
     p, q : array_like, shape (V,), float64
-        Target and draft laws of one node.
+        Target and draft laws of one node; or ``p`` a one-node
+        :class:`resispec._validation.Laws` (``as_node``) and ``q=None``,
+        trusted.  Checked once here; every inner call gets the ``Laws``.
     k : int >= 1
         Candidates per node.
     n : int, optional
@@ -199,9 +207,11 @@ def certify_verifier(verifier, p, q, k: int, *, n: int | None = None, alpha: flo
         breaks the batch contract (TypeError chained from the original).
     """
     verifier = as_numpy_verifier(verifier)
-    p2, q2, _ = as_laws(p, q)
+    node = as_node(p, q)  # the one check of p, q: everything below gets the trusted Laws
+    p2, q2, _ = node
     if p2.shape[0] != 1:
         raise ValueError(f"certify_verifier takes one node: p and q of shape (V,); got {p2.shape[0]} rows")
+    node = node.row(0)
     p1, q1 = p2[0], q2[0]
     k = check_k(k)
     alpha = check_alpha(alpha)
@@ -213,7 +223,7 @@ def certify_verifier(verifier, p, q, k: int, *, n: int | None = None, alpha: flo
         as_generator(seed)  # validates the type (TypeError names the argument)
         ss = np.random.SeedSequence(seed)
     s_mc, s_det, s_batch, s_tree = ss.spawn(4)
-    sampler = NodeSampler(verifier, p1, q1, k)
+    sampler = NodeSampler(verifier, node, None, k)
     n = default_n(sampler) if n is None else check_n(n)
     _check_budget(sampler, n)
     checks: dict[str, float] = {}
@@ -234,7 +244,7 @@ def certify_verifier(verifier, p, q, k: int, *, n: int | None = None, alpha: flo
                                 "and no built-in accept table")
     else:
         try:
-            ex = certify_exact(verifier, p1, q1, k, limit=MAX_TUPLES)
+            ex = certify_exact(verifier, node, None, k, limit=MAX_TUPLES)
         except ChainError as e:
             checks["exact_law"] = 0.0
             details["exact"] = {"tv": None, "error": str(e)}
@@ -306,7 +316,7 @@ def certify_verifier(verifier, p, q, k: int, *, n: int | None = None, alpha: flo
         can_exact = exact and chain_ok and enumerable(verifier, q1, k) and "error" not in details.get("exact", {})
         for name, depth in (("tree_bonus", 1), ("tree_two_level", 2)):
             try:
-                tr = tree_check(verifier, p1, q1, k, n_tree, rng_t, depth=depth, exact=can_exact)
+                tr = tree_check(verifier, node, None, k, n_tree, rng_t, depth=depth, exact=can_exact)
             except ChainError as e:
                 checks[name] = 0.0
                 details[name] = {"exact_tv": None, "error": str(e)}

@@ -6,6 +6,8 @@ fix; nothing is silently repaired except documented up-casting to float64.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
 #: Rows of ``p`` and ``q`` must sum to 1 within this absolute tolerance.
@@ -54,6 +56,71 @@ def as_laws(p, q, *, names=("p", "q")) -> tuple[np.ndarray, np.ndarray, bool]:
                 "target and draft must both be (V,) or (B, V) over the same vocabulary"
             )
     return p2, q2, squeeze
+
+
+@dataclass(frozen=True, eq=False)
+class Laws:
+    """A target/draft pair already checked at the door: the one validated type inner code trusts.
+
+    Made by :func:`as_node` (which runs :func:`as_laws` once); never build one
+    from unchecked arrays.  Public functions that take ``p, q`` also take a
+    ``Laws`` as ``p`` with ``q=None`` and do not re-validate it.
+
+    Attributes
+    ----------
+    p, q : ndarray, shape (B, V), float64
+        Rows non-negative, finite, summing to 1 within ``SUM_TOL``.
+    squeeze : bool
+        True when the caller passed 1-D laws (one node): results come back 1-D.
+    """
+
+    p: np.ndarray
+    q: np.ndarray
+    squeeze: bool = False
+
+    def __iter__(self):
+        """``p2, q2, squeeze = laws`` (the tuple :func:`as_laws` returns)."""
+        return iter((self.p, self.q, self.squeeze))
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        """``(B, V)``."""
+        return self.p.shape
+
+    def row(self, b: int) -> "Laws":
+        """Node ``b`` alone: a one-row ``Laws`` (shape (1, V), ``squeeze=True``), still trusted."""
+        return Laws(self.p[b:b + 1], self.q[b:b + 1], True)
+
+
+def as_node(p, q=None, *, names=("p", "q")) -> Laws:
+    """Check ``p, q`` once at the door and return them as a trusted :class:`Laws`.
+
+    Parameters
+    ----------
+    p : array_like, shape (V,) or (B, V), or Laws
+        Target law(s); a ``Laws`` (from an earlier ``as_node``) is returned
+        unchanged, not re-validated, and then ``q`` must be None.
+    q : array_like, shape (V,) or (B, V)
+        Draft law(s).
+    names : (str, str)
+        Argument names used in error messages.
+
+    Returns
+    -------
+    Laws
+        ``p, q`` of shape (B, V), float64 (see :func:`as_laws`).
+
+    Raises
+    ------
+    TypeError, ValueError
+        As :func:`as_laws` (the only place the rules live); TypeError when a
+        ``Laws`` comes with a ``q``.
+    """
+    if isinstance(p, Laws):
+        if q is not None:
+            raise TypeError(f"{names[0]} is already a validated Laws (target and draft); pass {names[1]}=None")
+        return p
+    return Laws(*as_laws(p, q, names=names))
 
 
 def as_law(x, *, name: str) -> np.ndarray:

@@ -4,19 +4,25 @@ from __future__ import annotations
 
 import numpy as np
 
-from ._validation import as_laws, check_drafting, check_k
+from ._validation import Laws, as_node, check_drafting, check_k
 from .enumeration import MAX_TUPLES, candidate_tuples, check_limit, count_tuples
-from .verifiers.base import Verifier, law_from_chain
+from .verifiers.base import Verifier, law_from_chain, takes_laws
 
 # (rows x V) elements processed at once during enumeration.
 _ELEMS = 1 << 22
 
 
-def _one_node(p, q):
-    p2, q2, _ = as_laws(p, q)
-    if p2.shape[0] != 1:
-        raise ValueError(f"p and q must describe one node, shape (V,); got {p2.shape[0]} rows")
-    return p2[0], q2[0]
+def _one_node(p, q) -> Laws:
+    """The door of the one-node functions: ``p, q`` checked once (or a trusted ``Laws`` passed through)."""
+    node = as_node(p, q)
+    if node.shape[0] != 1:
+        raise ValueError(f"p and q must describe one node, shape (V,); got {node.shape[0]} rows")
+    return node.row(0)
+
+
+def _pq(verifier, method: str, node: Laws) -> tuple:
+    """What ``verifier.<method>`` gets as ``(p, q)``: the trusted ``Laws`` if it is resispec's own, else (V,) arrays."""
+    return (node, None) if takes_laws(verifier, method) else (node.p[0], node.q[0])
 
 
 def _drafting_of(verifier: Verifier, drafting: str | None) -> str:
@@ -58,12 +64,12 @@ def _check_method(method):
     return method
 
 
-def _closed_split(verifier, p, q, k, drafting):
-    """The verifier's closed-form ``(M, R)`` for one node ((V,), (V,)), or None."""
+def _closed_split(verifier, node: Laws, k, drafting):
+    """The verifier's closed-form ``(M, R)`` for one trusted node ((V,), (V,)), or None."""
     fn = getattr(verifier, "closed_form_split", None)
     if fn is None:
         return None
-    split = fn(p, q, k, drafting)
+    split = fn(*_pq(verifier, "closed_form_split", node), k, drafting)
     return None if split is None else (np.asarray(split[0])[0], np.asarray(split[1])[0])
 
 
@@ -92,6 +98,7 @@ def exact_output_law(verifier: Verifier, p, q, k: int, *, drafting: str | None =
     ----------
     verifier : Verifier
     p, q : array_like, shape (V,), float64
+        Or ``p`` a one-node :class:`resispec._validation.Laws` and ``q=None`` (checked once already, trusted).
     k : int >= 1
     drafting : {"iid", "without_replacement"}, optional
         Override the candidate law (e.g. to show ``rrs`` is biased on
@@ -115,13 +122,14 @@ def exact_output_law(verifier: Verifier, p, q, k: int, *, drafting: str | None =
         over the draft support) and no closed form.
     """
     _check_verifier(verifier)
-    p1, q1 = _one_node(p, q)
+    node = _one_node(p, q)
+    p1, q1 = node.p[0], node.q[0]
     k = check_k(k)
     _check_method(method)
     check_limit(limit)
     d = _drafting_of(verifier, drafting)
     if method == "closed_form" or (method == "auto" and not _fits(q1, k, d, limit)):
-        split = _closed_split(verifier, p1, q1, k, d)
+        split = _closed_split(verifier, node, k, d)
         if split is not None:
             return split[0] + split[1]
         if method == "closed_form":
@@ -150,6 +158,7 @@ def acceptance_probability(verifier: Verifier, p, q, k: int, *, drafting: str | 
     ----------
     verifier : Verifier
     p, q : array_like, shape (V,), float64
+        Or ``p`` a one-node :class:`resispec._validation.Laws` and ``q=None`` (checked once already, trusted).
     k : int >= 1
     drafting : str, optional
         Override the candidate law (enumerates when the tuples fit).
@@ -170,17 +179,18 @@ def acceptance_probability(verifier: Verifier, p, q, k: int, *, drafting: str | 
         Enumeration of a verifier without an accept chain (``_chain``).
     """
     _check_verifier(verifier)
-    p1, q1 = _one_node(p, q)
+    node = _one_node(p, q)
+    p1, q1 = node.p[0], node.q[0]
     k = check_k(k)
     _check_method(method)
     check_limit(limit)
     if method == "auto" and drafting is None and hasattr(verifier, "step_acceptance"):
-        beta = verifier.step_acceptance(p1, q1, k)
+        beta = verifier.step_acceptance(*_pq(verifier, "step_acceptance", node), k)
         if beta is not None:
             return float(1.0 - np.prod(1.0 - np.asarray(beta)[0]))
     d = _drafting_of(verifier, drafting)
     if method == "closed_form" or (method == "auto" and not _fits(q1, k, d, limit)):
-        split = _closed_split(verifier, p1, q1, k, d)
+        split = _closed_split(verifier, node, k, d)
         if split is not None:
             return float(np.clip(split[0].sum(), 0.0, 1.0))
         if method == "closed_form":
@@ -211,6 +221,7 @@ def optimal_acceptance(p, q, k: int, drafting: str = "iid") -> float | np.ndarra
     Parameters
     ----------
     p, q : array_like, shape (V,) or (B, V), float64
+        Or ``p`` a :class:`resispec._validation.Laws` and ``q=None`` (checked once already, trusted).
     k : int >= 1
     drafting : {"iid", "without_replacement"}
 
@@ -224,7 +235,7 @@ def optimal_acceptance(p, q, k: int, drafting: str = "iid") -> float | np.ndarra
         Bad laws or k, unknown drafting, or ``k`` above the draft support
         (without replacement).
     """
-    p2, q2, squeeze = as_laws(p, q)
+    p2, q2, squeeze = as_node(p, q)
     k = check_k(k)
     check_drafting(drafting)
     if drafting == "without_replacement" and k > 1:

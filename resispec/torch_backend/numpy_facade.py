@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from .._validation import as_candidates, as_laws
+from .._validation import as_candidates, as_node
 from ..verifiers.base import Chain, Verifier, VerifyResult
 from .base import TorchVerifier
 
@@ -53,7 +53,7 @@ class NumpyFacade(Verifier):
         return self.inner._chain(p, q, c)
 
     def chain(self, p, q, candidates) -> Chain:
-        p2, q2, _ = as_laws(p, q)
+        p2, q2, _ = as_node(p, q)
         c = as_candidates(candidates, q2, drafting=self.drafting)
         return Chain(*self.inner._chain(p2, q2, c))
 
@@ -65,7 +65,7 @@ class NumpyFacade(Verifier):
         return res.numpy()
 
     def conditional_law(self, p, q, candidates) -> np.ndarray:
-        p2, q2, squeeze = as_laws(p, q)
+        p2, q2, squeeze = as_node(p, q)
         c = as_candidates(candidates, q2, drafting=self.drafting)
         law = self.inner.conditional_law(*self._tensors(p2, q2, c)).cpu().numpy()
         return law[0] if squeeze and law.shape[0] == 1 else law

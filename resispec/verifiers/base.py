@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .._validation import as_candidates, as_laws, as_uniforms, check_drafting, check_k, check_rng
+from .._validation import as_candidates, as_node, as_uniforms, check_drafting, check_k, check_rng
 from ..sampling import _inverse_cdf
 
 #: Below this remaining mass a rejection is treated as impossible and the
@@ -107,13 +107,16 @@ class Verifier(ABC):
         Parameters
         ----------
         p, q : array_like, shape (V,) or (B, V), float64
+            Or ``p`` a :class:`resispec._validation.Laws` (from ``as_node``) and
+            ``q=None``: checked once at the door, not re-validated here (every
+            public method of a verifier takes this form).
         candidates : array_like, shape (k,) or (B, k), int64
 
         Returns
         -------
         Chain
         """
-        p2, q2, _ = as_laws(p, q)
+        p2, q2, _ = as_node(p, q)
         c = as_candidates(candidates, q2, drafting=self.drafting)
         return Chain(*self._chain(p2, q2, c))
 
@@ -126,7 +129,9 @@ class Verifier(ABC):
             Target law per node, rows sum to 1.
         q : array_like, shape (B, V) or (V,), float64
             Draft law the candidates were sampled from (same processing as
-            the drafts: temperature, top-k, top-p).
+            the drafts: temperature, top-k, top-p).  ``p`` may instead be a
+            validated :class:`resispec._validation.Laws` with ``q=None``
+            (trusted, see :meth:`chain`).
         candidates : array_like, shape (B, k) or (k,), int64
             Pre-sampled candidate ids, drawn per :attr:`drafting`.
         rng : numpy.random.Generator, optional
@@ -153,7 +158,7 @@ class Verifier(ABC):
 
     def _verify_inputs(self, p, q, candidates, rng, uniforms):
         """Validated ``(p (B, V), q (B, V), candidates (B, k), uniforms (B, k + 1))`` for :meth:`verify`."""
-        p2, q2, _ = as_laws(p, q)
+        p2, q2, _ = as_node(p, q)
         c = as_candidates(candidates, q2, drafting=self.drafting)
         B, k = c.shape
         if uniforms is None:
@@ -176,7 +181,7 @@ class Verifier(ABC):
         -------
         ndarray, shape (B, V), float64 (shape (V,) for 1-D input)
         """
-        p2, q2, squeeze = as_laws(p, q)
+        p2, q2, squeeze = as_node(p, q)
         c = as_candidates(candidates, q2, drafting=self.drafting)
         law = law_from_chain(*self._chain(p2, q2, c), c)
         return law[0] if squeeze and law.shape[0] == 1 else law
@@ -230,6 +235,19 @@ class Verifier(ABC):
     @abstractmethod
     def _chain(self, p: np.ndarray, q: np.ndarray, c: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Return ``(accept_probs (B, k), residual (B, V))`` for validated input."""
+
+
+def takes_laws(verifier, method: str) -> bool:
+    """True when ``verifier.<method>`` is resispec's own, so it takes a trusted ``Laws`` as ``p`` (``q=None``).
+
+    The method must be defined in a ``resispec.`` module (a built-in, or a
+    user subclass of :class:`Verifier` that keeps the base method).  Any
+    other ``verify`` / ``chain`` / ``closed_form_split`` (a black box, a
+    mutant, a user override) is handed plain arrays, exactly as a user would
+    pass them, and checks them itself.
+    """
+    fn = getattr(type(verifier), method, None)
+    return isinstance(verifier, Verifier) and getattr(fn, "__module__", "").startswith("resispec.")
 
 
 def decide(a: np.ndarray, r: np.ndarray, c: np.ndarray, u: np.ndarray) -> VerifyResult:
@@ -324,7 +342,7 @@ class MassVerifier(Verifier):
         p_steps : ndarray, shape (B, k + 1, V)   residual before each step and the final one
         q_steps : ndarray, shape (B, k, V)   draft law of each step
         """
-        p2, q2, _ = as_laws(p, q)
+        p2, q2, _ = as_node(p, q)
         c = as_candidates(candidates, q2, drafting=self.drafting)
         ms, ps, qs = [], [], []
         self._walk(p2, q2, c, ms, ps, qs)
@@ -368,7 +386,7 @@ class MassVerifier(Verifier):
         """
         if self._candidate_law(drafting) != "iid" or self.drafting != "iid" or not self.candidate_independent:
             return None
-        p2, q2, _ = as_laws(p, q)
+        p2, q2, _ = as_node(p, q)
         k = check_k(k)
         B = p2.shape[0]
         M = np.zeros_like(p2)
@@ -385,7 +403,7 @@ class MassVerifier(Verifier):
     def step_acceptance(self, p, q, k):
         if self.drafting != "iid" or not self.candidate_independent:
             return None
-        p2, q2, _ = as_laws(p, q)
+        p2, q2, _ = as_node(p, q)
         k = check_k(k)
         B = p2.shape[0]
         beta = np.empty((B, k))

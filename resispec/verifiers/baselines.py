@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .._validation import as_laws, check_k
+from .._validation import as_node, check_k
 from .base import MassVerifier, Verifier, reject_update, sum_of_others
 from .registry import register
 
@@ -93,7 +93,7 @@ class TargetOnly(Verifier):
         """
         if self._candidate_law(drafting) != "iid":
             return None
-        p2, q2, _ = as_laws(p, q)
+        p2, q2, _ = as_node(p, q)
         k = check_k(k)
         left = sum_of_others(q2) / q2.sum(axis=1, keepdims=True)   # 1 - q(x) without cancellation
         with np.errstate(divide="ignore"):  # one-hot draft: log(0) = -inf, miss = 0 (correct)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .._validation import as_laws, check_k
+from .._validation import as_node, check_k
 from .base import Verifier
 from .registry import register
 
@@ -74,14 +74,14 @@ class KSeq(Verifier):
         """``M = min(q, p / rho) L``, ``R = (1 - beta)^k norm(p - M)`` (iid drafts; SpecTr, arXiv 2310.15141)."""
         if self._candidate_law(drafting) != "iid":
             return None
-        p2, q2, _ = as_laws(p, q)
+        p2, q2, _ = as_node(p, q)
         k = check_k(k)
         rho, beta = kseq_rho(p2, q2, k)
         M, r = _kseq_split(p2, q2, k, rho, beta)
         return M, ((1.0 - beta) ** k)[:, None] * r
 
     def step_acceptance(self, p, q, k):
-        p2, q2, _ = as_laws(p, q)
+        p2, q2, _ = as_node(p, q)
         k = check_k(k)
         _, beta = kseq_rho(p2, q2, k)
         return np.repeat(np.clip(beta, 0, 1)[:, None], k, axis=1)
