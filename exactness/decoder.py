@@ -155,7 +155,12 @@ class _Target:
         out = []
         for s in range(0, contexts.shape[0], BATCH):
             c = np.ascontiguousarray(contexts[s:s + BATCH], dtype=np.int64)
-            r = _check_target_out(self.fn(c), c.shape[0], self.V)
+            try:
+                raw = self.fn(c)
+            except Exception as exc:
+                raise ValueError(f"target(contexts) raised {type(exc).__name__}: {exc} (contexts of shape {c.shape}; "
+                                 "do the prompts hold ids outside the target's vocabulary?)") from exc
+            r = _check_target_out(raw, c.shape[0], self.V)
             self.V = r.shape[1]
             out.append(r)
         return np.concatenate(out) if out else np.zeros((0, self.V or 0))
