@@ -134,9 +134,8 @@ def _check_tokens(out, B: int, m: int, V: int, what: str) -> np.ndarray:
     if t.dtype == bool or not np.issubdtype(t.dtype, np.integer):
         raise TypeError(f"{what} returned dtype {t.dtype}; it must return integer token ids (int64)")
     if t.shape != (B, m):
-        want = f"({m},)" if B == 1 and "sample" not in what else f"({B}, {m})"
-        got = t.shape if not (B == 1 and t.ndim == 1) else t.shape
-        raise ValueError(f"{what} returned shape {got}; expected {want}: exactly new_tokens = {m} ids per prompt")
+        raise ValueError(f"{what} returned shape {t.shape}; expected ({B}, {m}): exactly new_tokens = {m} ids per "
+                         "prompt row")
     if t.size and (t.min() < 0 or t.max() >= V):
         raise ValueError(f"{what} returned ids in [{t.min()}, {t.max()}], outside the target's vocabulary [0, {V})")
     return t.astype(np.int64, copy=False)
@@ -181,14 +180,10 @@ def _loop(decoder, pr, m, rng):
     rows = []
     for row in pr:
         r = np.asarray(decoder(row.copy(), m, rng))
-        if r.ndim != 1:
-            raise ValueError(f"decoder(prompt, new_tokens, rng) returned shape {r.shape}; expected ({m},), one "
-                             "continuation of new_tokens ids")
+        if r.shape != (m,):
+            raise ValueError(f"decoder(prompt, new_tokens, rng) returned shape {r.shape}; expected ({m},): exactly "
+                             f"new_tokens = {m} ids, one continuation")
         rows.append(r)
-    lens = {r.shape for r in rows}
-    if len(lens) > 1:
-        bad = next(r.shape for r in rows if r.shape != (m,))
-        raise ValueError(f"decoder(prompt, new_tokens, rng) returned shape {bad}; expected ({m},)")
     return np.stack(rows)
 
 
