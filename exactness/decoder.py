@@ -566,3 +566,82 @@ def _joint_lookup(laws, V, mj):
         return f
 
     return {j: make(j) for j in range(mj)}
+
+
+# --------------------------------------------------------------------------- reports
+def certificate_rows(cert: Certificate) -> list[dict]:
+    """One row per check: name, raw and Holm-adjusted p-value, statistic, df, TV, detectable TV, n, verdict."""
+    adj = holm(cert.checks)
+    rows = []
+    for name, pv in cert.checks.items():
+        d = cert.details.get(name, {}) or {}
+        rows.append({"check": name, "pvalue": float(pv), "holm": float(adj[name]),
+                     "statistic": d.get("statistic"), "df": d.get("df"), "tv": d.get("tv"),
+                     "detectable_tv": d.get("detectable_tv"), "n": d.get("n"),
+                     "verdict": "FAIL" if adj[name] < cert.alpha else "pass"})
+    return rows
+
+
+def _num(x, spec=".3g") -> str:
+    return "-" if x is None else format(float(x), spec) if isinstance(x, (float, np.floating)) else str(x)
+
+
+def terminal_table(cert: Certificate) -> str:
+    """Fixed-width table of every check (for the terminal)."""
+    head = f"{'check':<14} {'p':>9} {'Holm p':>9} {'chi2':>10} {'df':>6} {'TV':>8} {'det. TV':>8} {'n':>9}  verdict"
+    lines = [head, "-" * len(head)]
+    for r in certificate_rows(cert):
+        lines.append(f"{r['check']:<14} {r['pvalue']:>9.3g} {r['holm']:>9.3g} {_num(r['statistic'], '.4g'):>10} "
+                     f"{_num(r['df']):>6} {_num(r['tv']):>8} {_num(r['detectable_tv']):>8} {_num(r['n']):>9}  "
+                     f"{r['verdict']}")
+    for k, v in cert.skipped.items():
+        lines.append(f"{k:<14} skipped: {v}")
+    return "\n".join(lines)
+
+
+def to_markdown(cert: Certificate, *, title: str = "Decoder certificate", command: str | None = None) -> str:
+    """Markdown report: verdict, plan, every check, the per-position detectable TV, skips and notes."""
+    plan = cert.details.get("plan", {})
+    out = [f"# {title}", ""]
+    if command:
+        out += [f"Command: `{command}`", ""]
+    out += [f"**{'PASS' if cert.passed else 'FAIL'}** at family-wise alpha {cert.alpha:g} (Holm over "
+            f"{len(cert.checks)} checks); smallest Holm p = {cert.pvalue:.3g}.", "",
+            f"V = {plan.get('V')}, {plan.get('prompts')} prompts x {plan.get('n_per_prompt'):,} continuations of "
+            f"{plan.get('new_tokens')} tokens; exact joint law over the first {plan.get('joint_tokens')} tokens; "
+            f"PIT with {plan.get('pit_bins')} bins under the orders {', '.join(plan.get('orders', []))}; detectable "
+            f"TV (power {cert.power:g}) of the main test: {cert.detectable_tv:.3g}.", "",
+            "| check | p | Holm p | chi2 | df | TV | detectable TV | n | verdict |", "|---|---|---|---|---|---|---|---|---|"]
+    for r in certificate_rows(cert):
+        out.append(f"| {r['check']} | {r['pvalue']:.3g} | {r['holm']:.3g} | {_num(r['statistic'], '.4g')} | "
+                   f"{_num(r['df'])} | {_num(r['tv'])} | {_num(r['detectable_tv'])} | {_num(r['n'])} | {r['verdict']} |")
+    out += ["", "Per position (PIT, pooled over prompts and contexts; the detectable TV is that of the PIT-bin law):",
+            "", "| position | smallest PIT p | largest PIT-bin TV | detectable TV |", "|---|---|---|---|"]
+    for d in cert.details.get("positions", []):
+        out.append(f"| {d['position']} | {d['pvalue']:.3g} | {d['tv']:.3g} | {d['detectable_tv']:.3g} |")
+    if cert.skipped:
+        out += ["", "Skipped:", ""] + [f"- `{k}`: {v}" for k, v in cert.skipped.items()]
+    if cert.notes:
+        out += ["", "Notes:", ""] + [f"- {n}" for n in cert.notes]
+    return "\n".join(out) + "\n"
+
+
+def to_json(cert: Certificate) -> dict:
+    """JSON-ready dict of the certificate (floats; inf as the string "inf")."""
+    def clean(x):
+        if isinstance(x, dict):
+            return {str(k): clean(v) for k, v in x.items()}
+        if isinstance(x, (list, tuple)):
+            return [clean(v) for v in x]
+        if isinstance(x, (bool, np.bool_)):
+            return bool(x)
+        if isinstance(x, (int, np.integer)):
+            return int(x)
+        if isinstance(x, (float, np.floating)):
+            return float(x) if math.isfinite(x) else str(float(x))
+        return x
+
+    return clean({"passed": cert.passed, "pvalue": cert.pvalue, "alpha": cert.alpha, "power": cert.power,
+                  "n": cert.n, "detectable_tv": cert.detectable_tv, "tv_estimate": cert.tv_estimate,
+                  "statistic": cert.statistic, "df": cert.df, "checks": cert.checks, "holm": holm(cert.checks),
+                  "details": cert.details, "skipped": cert.skipped, "notes": list(cert.notes)})
