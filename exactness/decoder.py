@@ -59,7 +59,7 @@ from scipy import stats
 
 from ._checks import ExactnessWarning, as_generator, check_alpha, check_n
 from .certificate import Certificate, holm
-from .gof import gof_test, tv_bounds
+from .gof import gof_test, pool_cells, tv_bounds
 from .power import detectable_tv, samples_for_tv
 
 #: Largest number of enumerated sequences ``V^m`` for the exact joint test (per prompt).
@@ -361,12 +361,25 @@ def _draft_laws(decoder, ctx, V):
 
 
 # --------------------------------------------------------------------------- planning
-def _default_n(V: int, m: int, tv: float, alpha: float) -> int:
-    """Samples per prompt for the joint test on V^m cells to detect ``tv`` (df after pooling, iterated)."""
-    if m == 0:
+def _default_n(laws, tv: float, alpha: float) -> int:
+    """Continuations per prompt at which every prompt's joint test detects ``tv`` (power ``POWER``).
+
+    Starts from ``samples_for_tv(tv, V^m - 1)`` and lowers ``n`` while the df after pooling
+    (:func:`exactness.gof.pool_cells` on ``n * law``) still gives ``detectable_tv <= tv``;
+    with no joint law (``laws`` empty), the PIT test's ``samples_for_tv(tv, PIT_BINS - 1)``.
+    """
+    if not laws:
         return samples_for_tv(tv, PIT_BINS - 1, alpha=alpha, power=POWER)
-    df = V ** m - 1
-    n = samples_for_tv(tv, df, alpha=alpha, power=POWER)
+
+    def df(n):
+        return max(1, max(int(pool_cells(n * law).max()) for law in laws))
+
+    n = samples_for_tv(tv, laws[0].size - 1, alpha=alpha, power=POWER)
+    for _ in range(8):
+        m = samples_for_tv(tv, df(n), alpha=alpha, power=POWER)
+        if m >= n or detectable_tv(m, df(m), alpha=alpha, power=POWER) > tv:
+            break
+        n = m
     return int(n)
 
 
@@ -457,8 +470,9 @@ def certify_decoder(decoder, target, prompts, *, new_tokens: int = 2, n: int | N
     while mj < min(m, JOINT_TOKENS) and V ** (mj + 1) <= JOINT_MAX:
         mj += 1
     goal = DEFAULT_TV if tv is None else float(tv)
+    laws = [joint_law(tgt, prompts[i], mj) for i in range(P)] if mj else []
     if n is None:
-        n = _default_n(V, mj, goal, alpha)
+        n = _default_n(laws, goal, alpha)
     checks, details, skipped, notes = {}, {}, {}, []
 
     seqs = _draw_mixed(draw, batched, prompts, n, m, r_main, V)
@@ -467,7 +481,6 @@ def certify_decoder(decoder, target, prompts, *, new_tokens: int = 2, n: int | N
 
     lookup = None
     if mj:
-        laws = [joint_law(tgt, prompts[i], mj) for i in range(P)]
         c, d = _joint_check(seqs[:, :, :mj], laws, V, mj, alpha, "joint")
         checks.update(c)
         details.update(d)
