@@ -70,6 +70,8 @@ JOINT_TOKENS = 3
 PIT_BINS = 16
 #: Largest batch handed to ``decoder.sample`` (rows) and to ``target`` (contexts).
 BATCH = 4096
+#: Rows of conditional laws held at once by the PIT pass (memory O(PIT_CHUNK V)).
+PIT_CHUNK = 4096
 #: TV the default ``n`` is planned to detect (power 0.99 at ``alpha``) on the joint test.
 DEFAULT_TV = 0.02
 #: Continuations per prompt drawn one per call for the ``single`` check (at most ``n``).
@@ -308,42 +310,46 @@ def _pit_check(uvals: np.ndarray, alpha: float) -> dict:
                 detectable_tv=detectable_tv(n, PIT_BINS - 1, alpha=alpha, power=POWER))
 
 
-def _conditionals(tgt, prompts, seqs, m_joint_lookup):
-    """Target laws at every sampled prefix: (P, n, m, V)."""
-    P, n, m = seqs.shape
-    out = None
-    for j in range(m):
-        ctx = np.concatenate([np.repeat(prompts, n, axis=0), seqs[:, :, :j].reshape(P * n, j)], axis=1)
-        if m_joint_lookup is not None and j in m_joint_lookup:
-            law = m_joint_lookup[j](seqs[:, :, :j])
-        else:
-            law = tgt(ctx)
-        if out is None:
-            out = np.empty((P, n, m, law.shape[1]))
-        out[:, :, j] = law.reshape(P, n, -1)
-    return out
+def _pit_values(tgt, decoder, prompts, seqs, lookup, rng, orders, V):
+    """Randomised PIT of every emitted token under each order, streamed in chunks of ``PIT_CHUNK`` rows.
 
-
-def _pit_checks(tgt, decoder, prompts, seqs, conds, rng, alpha, orders):
-    """PIT checks per position and order, pooled over prompts and contexts."""
+    Returns ``({(j, order): (P n,) float64}, impossible count)``; memory O(P n m + PIT_CHUNK V).
+    The conditional law at position j < len(lookup) comes from the enumerated joint law,
+    beyond it from ``target`` at the sampled prefix.
+    """
     P, n, m = seqs.shape
-    V = conds.shape[-1]
-    checks, det = {}, {}
     y = seqs.reshape(P * n, m)
+    who = np.repeat(np.arange(P), n)
+    out, imp = {}, 0
     for j in range(m):
-        p = conds[:, :, j].reshape(P * n, V)
-        yj = y[:, j]
         u = rng.random(P * n)
-        keys = {"id": None, "argmax": -p}
-        if "ratio" in orders:
-            ctx = np.concatenate([np.repeat(prompts, n, axis=0), y[:, :j]], axis=1)
-            q = _draft_laws(decoder, ctx, V)
-            with np.errstate(divide="ignore", invalid="ignore"):
-                ratio = np.where(p > 0, q / np.where(p > 0, p, 1.0), -np.inf)
-            keys["ratio"] = -ratio
-        for name, key in keys.items():
-            d = _pit_check(_pit(p, yj, key, u), alpha)
-            label = f"pit[{j + 1},{name}]"
+        vals = {o: np.empty(P * n) for o in orders}
+        exact = lookup is not None and j in lookup
+        for s in range(0, P * n, PIT_CHUNK):
+            sl = slice(s, s + PIT_CHUNK)
+            ctx = np.concatenate([prompts[who[sl]], y[sl, :j]], axis=1)
+            p = lookup[j](who[sl], y[sl, :j]) if exact else tgt(ctx)
+            yj = y[sl, j]
+            imp += int(np.count_nonzero(p[np.arange(p.shape[0]), yj] <= 0))
+            keys = {"id": None, "argmax": -p}
+            if "ratio" in orders:
+                q = _draft_laws(decoder, ctx, V)
+                with np.errstate(divide="ignore", invalid="ignore"):
+                    keys["ratio"] = -np.where(p > 0, q / np.where(p > 0, p, 1.0), -np.inf)
+            for o in orders:
+                vals[o][sl] = _pit(p, yj, keys[o], u[sl])
+        for o in orders:
+            out[(j, o)] = vals[o]
+    return out, imp
+
+
+def _pit_checks(pits, m, orders, alpha):
+    """One PIT check per position and order, pooled over prompts and contexts."""
+    checks, det = {}, {}
+    for j in range(m):
+        for o in orders:
+            d = _pit_check(pits[(j, o)], alpha)
+            label = f"pit[{j + 1},{o}]"
             checks[label] = d["pvalue"]
             det[label] = d
     return checks, det
@@ -459,11 +465,13 @@ def certify_decoder(decoder, target, prompts, *, new_tokens: int = 2, n: int | N
     V = tgt(prompts[:1]).shape[1]
     if prompts.size and prompts.max() >= V:
         raise ValueError(f"prompts hold token id {int(prompts.max())}, outside the target's vocabulary [0, {V})")
-    ss = np.random.SeedSequence(seed) if not isinstance(seed, np.random.SeedSequence) else seed
-    if isinstance(seed, np.random.Generator):
+    if isinstance(seed, np.random.SeedSequence):
+        ss = seed
+    elif isinstance(seed, np.random.Generator):
         ss = np.random.SeedSequence(int(seed.integers(2**63)))
-    elif not isinstance(seed, np.random.SeedSequence):
-        as_generator(seed)  # type / sign checks
+    else:
+        as_generator(seed)  # TypeError / ValueError naming seed
+        ss = np.random.SeedSequence(seed)
     r_main, r_single, r_pit, r_seed = [np.random.default_rng(s) for s in ss.spawn(4)]
 
     mj = 0
@@ -491,19 +499,16 @@ def certify_decoder(decoder, target, prompts, *, new_tokens: int = 2, n: int | N
     else:
         skipped["joint"] = f"V = {V}: V^1 > JOINT_MAX = {JOINT_MAX:,} sequences do not enumerate; PIT checks only"
 
-    conds = _conditionals(tgt, prompts, seqs, lookup)
-    P_, n_, _, _ = conds.shape
-    py = np.take_along_axis(conds, seqs[..., None], axis=3)[..., 0]
-    imp = int(np.count_nonzero(py <= 0))
-    checks["impossible"] = 0.0 if imp else 1.0
-    details["impossible"] = {"count": imp, "reason": f"{imp} sampled tokens have target probability 0"
-                             if imp else "no sampled token has target probability 0"}
     orders = ["id", "argmax"]
     if hasattr(decoder, "draft_law") and callable(decoder.draft_law):
         orders.append("ratio")
     else:
         skipped["pit[*,ratio]"] = "the decoder reports no draft_law(contexts): the draft-to-target ratio order is not run"
-    c, d = _pit_checks(tgt, decoder, prompts, seqs, conds, r_pit, alpha, orders)
+    pits, imp = _pit_values(tgt, decoder, prompts, seqs, lookup, r_pit, orders, V)
+    checks["impossible"] = 0.0 if imp else 1.0
+    details["impossible"] = {"count": imp, "reason": f"{imp} sampled tokens have target probability 0"
+                             if imp else "no sampled token has target probability 0"}
+    c, d = _pit_checks(pits, m, orders, alpha)
     checks.update(c)
     details.update(d)
     details["positions"] = [
@@ -519,9 +524,8 @@ def certify_decoder(decoder, target, prompts, *, new_tokens: int = 2, n: int | N
             c, d = _joint_check(single[:, :, :mj], laws, V, mj, alpha, "single")
             checks["single"], details["single"] = c["single"], d["single"]
         else:
-            sc = _conditionals(tgt, prompts, single[:, :, :1], None)
-            u = r_pit.random(P * ns)
-            d = _pit_check(_pit(sc[:, :, 0].reshape(P * ns, V), single[:, :, 0].reshape(-1), None, u), alpha)
+            sp, _ = _pit_values(tgt, decoder, prompts, single[:, :, :1], None, r_pit, ["id"], V)
+            d = _pit_check(sp[(0, "id")], alpha)
             checks["single"], details["single"] = d["pvalue"], d
     else:
         skipped["single"] = "the decoder has no sample(prompts, ...): every draw is already one prompt per call"
@@ -572,10 +576,13 @@ def _joint_lookup(laws, V, mj):
         tables.append(tabs)
 
     def make(j):
-        def f(prefix):  # (P, n, j) -> (P * n, V)
-            P, n, _ = prefix.shape
-            idx = np.ravel_multi_index(tuple(prefix[:, :, i] for i in range(j)), (V,) * j) if j else np.zeros((P, n), int)
-            return np.concatenate([tables[i][j][idx[i]] for i in range(P)])
+        def f(who, prefix):  # prompt index (N,), sampled prefix (N, j) -> (N, V)
+            idx = np.ravel_multi_index(tuple(prefix[:, i] for i in range(j)), (V,) * j) if j else np.zeros(who.size, int)
+            out = np.empty((who.size, V))
+            for i in np.unique(who):
+                sel = who == i
+                out[sel] = tables[i][j][idx[sel]]
+            return out
         return f
 
     return {j: make(j) for j in range(mj)}

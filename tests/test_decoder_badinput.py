@@ -107,3 +107,26 @@ def test_same_seed_same_certificate_and_tv_warning():
     assert a.checks == b.checks
     with pytest.warns(exactness.ExactnessWarning, match="detectable TV"):
         exactness.certify_decoder(dec, target, prompts, n=400, tv=0.01)
+
+
+def test_bad_seed_and_seed_kinds():
+    dec, target, prompts = _good()
+    with pytest.raises(TypeError, match="seed must be"):
+        exactness.certify_decoder(dec, target, prompts, n=50, seed="x")
+    with pytest.raises(ValueError, match="seed must be >= 0"):
+        exactness.certify_decoder(dec, target, prompts, n=50, seed=-1)
+    a = exactness.certify_decoder(dec, target, prompts, n=100, seed=np.random.SeedSequence(3))
+    b = exactness.certify_decoder(dec, target, prompts, n=100, seed=np.random.default_rng(3))
+    assert a.passed and b.passed
+
+
+def test_pit_memory_is_streamed(monkeypatch):
+    # the PIT pass holds PIT_CHUNK rows of laws at a time, not (P, n, m, V): shrink it, same numbers
+    import exactness.decoder as dec_mod
+
+    dec, target, prompts = _good()
+    a = exactness.certify_decoder(dec, target, prompts, n=300, seed=2, new_tokens=3)
+    monkeypatch.setattr(dec_mod, "PIT_CHUNK", 7)
+    b = exactness.certify_decoder(dec, target, prompts, n=300, seed=2, new_tokens=3)
+    assert {k: v for k, v in a.checks.items() if k.startswith("pit")} == \
+        {k: v for k, v in b.checks.items() if k.startswith("pit")}
