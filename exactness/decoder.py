@@ -377,8 +377,12 @@ def _default_n(laws, tv: float, alpha: float) -> int:
     if not laws:
         return samples_for_tv(tv, PIT_BINS - 1, alpha=alpha, power=POWER)
 
-    def df(n):
-        return max(1, max(int(pool_cells(n * law).max()) for law in laws))
+    seen = {}
+
+    def df(n):  # largest df over the prompts after pooling at n (cached: pooling 1e6 cells costs seconds)
+        if n not in seen:
+            seen[n] = max(1, max(int(pool_cells(n * law).max()) for law in laws))
+        return seen[n]
 
     n = samples_for_tv(tv, laws[0].size - 1, alpha=alpha, power=POWER)
     for _ in range(8):
