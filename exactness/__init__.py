@@ -9,6 +9,7 @@ The contract::
 
     certify_sampler(sample, law, n, *, alpha=1e-3, seed=0) -> Certificate
     certify_verifier(verifier, p, q, k, *, n=None, alpha=1e-3, seed=0) -> Certificate
+    certify_decoder(decoder, target, prompts, *, new_tokens=2, n=None, tv=None, alpha=1e-3, seed=0)  # exactness.decoder
     mutants.CATALOGUE  # name -> biased Verifier
     assert_exact(verifier, ...)  # AssertionError listing failing cells + p-values
 
@@ -23,6 +24,7 @@ multiple testing, calibration), :mod:`~exactness.mutants`,
 
 from ._checks import ExactnessWarning
 from .certificate import Certificate, certify_sampler
+from .decoder import certify_decoder
 from .power import chi2_power, detectable_tv, samples_for_tv
 from .verifier_cert import certify_verifier
 from .coupled import certify_coupled
@@ -40,5 +42,5 @@ def __getattr__(name):  # lazy: keep ``import exactness`` light
     raise AttributeError(f"module 'exactness' has no attribute {name!r}")
 
 
-__all__ = ["Certificate", "ExactnessWarning", "assert_exact", "certify_sampler", "certify_verifier",
+__all__ = ["Certificate", "ExactnessWarning", "assert_exact", "certify_decoder", "certify_sampler", "certify_verifier",
            "chi2_power", "detectable_tv", "samples_for_tv"]

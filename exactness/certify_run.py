@@ -33,6 +33,46 @@ DEFAULT_TIMEOUT = 600.0
 MAX_SAMPLES = 10**9
 
 
+def import_object(spec: str, flag: str, example: str):
+    """The object named by ``module:attr.attr...`` (dotted parts may index dicts), for ``flag`` (e.g. ``--verifier``).
+
+    IMPORTS AND RUNS the module; the current directory is put first on ``sys.path``
+    (if absent).  Raises ``ValueError`` naming ``flag`` and ``spec`` for ANY failure
+    (an exception of any type, ``SyntaxError``, ``SystemExit``), chained from it.
+    """
+    import os
+    import sys
+
+    mod_name, _, attr = spec.partition(":")
+    if not mod_name or not attr:
+        raise ValueError(f"{flag} {spec!r}: write module:object, e.g. {example}")
+    cwd = os.getcwd()
+    if cwd not in sys.path:
+        sys.path.insert(0, cwd)
+    try:
+        obj = importlib.import_module(mod_name)
+    except ModuleNotFoundError as exc:
+        if exc.name and (mod_name == exc.name or mod_name.startswith(exc.name + ".")):
+            raise ValueError(f"{flag} {spec!r}: cannot import module {mod_name!r} ({_describe(exc)}; searched "
+                             f"the current directory {cwd!r} and sys.path)") from exc
+        raise ValueError(f"{flag} {spec!r}: importing module {mod_name!r} failed: {_describe(exc)}") from exc
+    except BaseException as exc:  # SyntaxError, any error at import, sys.exit() at import: never a silent exit
+        raise ValueError(f"{flag} {spec!r}: importing module {mod_name!r} failed: {_describe(exc)}") from exc
+    for part in attr.split("."):
+        try:
+            if isinstance(obj, dict) and part in obj:
+                obj = obj[part]
+            elif hasattr(obj, part):
+                obj = getattr(obj, part)
+            else:
+                raise ValueError(f"{flag} {spec!r}: module {mod_name!r} has no attribute {attr!r}")
+        except ValueError:
+            raise
+        except BaseException as exc:  # a property or __getattr__ that raises
+            raise ValueError(f"{flag} {spec!r}: looking up {part!r} failed: {_describe(exc)}") from exc
+    return obj
+
+
 def load_verifier(spec: str):
     """A verifier from a registry name, ``name[option=value,...]`` or a ``module:object`` import path.
 
@@ -56,9 +96,7 @@ def load_verifier(spec: str):
         with the spec and the original exception's type and message (chained
         from it); or an object without ``verify``.
     """
-    import os
     import re
-    import sys
 
     import resispec
 
@@ -77,33 +115,8 @@ def load_verifier(spec: str):
         raise ValueError(f"--verifier {spec!r}: malformed options; write name[option=value,...]")
     if ":" not in spec:
         return spec, resispec.get_verifier(spec)
-    mod_name, _, attr = spec.partition(":")
-    if not mod_name or not attr:
-        raise ValueError(f"--verifier {spec!r}: write module:object, e.g. mymodule:MyVerifier")
-    cwd = os.getcwd()
-    if cwd not in sys.path:
-        sys.path.insert(0, cwd)
-    try:
-        obj = importlib.import_module(mod_name)
-    except ModuleNotFoundError as exc:
-        if exc.name and (mod_name == exc.name or mod_name.startswith(exc.name + ".")):
-            raise ValueError(f"--verifier {spec!r}: cannot import module {mod_name!r} ({_describe(exc)}; searched "
-                             f"the current directory {cwd!r} and sys.path)") from exc
-        raise ValueError(f"--verifier {spec!r}: importing module {mod_name!r} failed: {_describe(exc)}") from exc
-    except BaseException as exc:  # SyntaxError, any error at import, sys.exit() at import: never a silent exit
-        raise ValueError(f"--verifier {spec!r}: importing module {mod_name!r} failed: {_describe(exc)}") from exc
-    for part in attr.split("."):
-        try:
-            if isinstance(obj, dict) and part in obj:
-                obj = obj[part]
-            elif hasattr(obj, part):
-                obj = getattr(obj, part)
-            else:
-                raise ValueError(f"--verifier {spec!r}: module {mod_name!r} has no attribute {attr!r}")
-        except ValueError:
-            raise
-        except BaseException as exc:  # a property or __getattr__ that raises
-            raise ValueError(f"--verifier {spec!r}: looking up {part!r} failed: {_describe(exc)}") from exc
+    obj = import_object(spec, "--verifier", "mymodule:MyVerifier")
+    attr = spec.partition(":")[2]
     if isinstance(obj, type) or (callable(obj) and not hasattr(obj, "verify")):
         try:
             obj = obj()

@@ -1,0 +1,671 @@
+"""Certify a whole speculative decoder end to end: ``certify_decoder``.
+
+The contract::
+
+    certify_decoder(decoder, target, prompts, *, new_tokens=2, n=None, tv=None, alpha=1e-3, seed=0)
+        decoder(prompt: ndarray (L,) int64, new_tokens: int, rng: numpy.random.Generator)
+            -> ndarray (new_tokens,) int64                 # one sampled continuation
+            (or an object with decoder.sample(prompts (B, L), new_tokens, rng) -> (B, new_tokens))
+            optional: decoder.draft_law(contexts (B, L)) -> (B, V)   # the q it hands its verifier
+        target(contexts: ndarray (B, L) int64) -> ndarray (B, V) float64
+            # the target's next-token law after its sampling processors
+        prompts: ndarray (P, L) int64                      # certified per prompt and pooled
+
+Checks (each a p-value; the verdict is Holm over all of them, ``statsmodels``):
+
+``joint`` / ``joint[i]``
+    The exact law of the first ``m`` new tokens, enumerated over ``V^m`` sequences
+    (``m = min(new_tokens, JOINT_TOKENS)`` while ``V^m <= JOINT_MAX``), against the sampled
+    sequence counts: Pearson chi-square and G-test after the pooling rule of
+    :mod:`exactness.gof`, per prompt (``joint[i]``) and pooled over prompts (``joint``:
+    the per-prompt statistics and degrees of freedom summed).
+``pit[j, order]``
+    At any V and length: for each emitted token ``y_j`` the target's conditional law
+    ``p_j = target(prompt + y_<j)`` at the SAMPLED prefix, and the randomised
+    probability-integral transform ``u = F(y_j-) + U p_j(y_j)`` (``F`` the CDF of ``p_j`` in a
+    token order, ``U ~ U(0, 1)``; Brockwell 2007, Czado et al. 2009).  Under exactness ``u`` is
+    exactly uniform for every order, whatever the context; binned into ``PIT_BINS`` equal bins
+    and tested with chi-square (df = bins - 1), pooled over prompts and contexts.  Orders:
+    ``id`` (token id: mass pushed toward token 0 or high ids), ``argmax`` (target probability
+    descending: mass pushed toward or away from the argmax), ``ratio`` (draft-to-target ratio
+    ``q / p`` descending, when the decoder reports ``draft_law``: mass pushed toward
+    draft-favoured tokens).  A wrong position's law shows in all three.
+``impossible``
+    A sampled token of target probability 0 (p-value 0).
+``single``
+    When the decoder has ``sample``: continuations drawn one prompt per call
+    (``sample(prompt[None], ...)``) tested like ``joint`` (or ``pit[1, id]`` when the joint does
+    not enumerate): batch of B and B batches of 1 must both follow the target.  The main sample
+    is drawn in heterogeneous batches (prompts interleaved in random order, up to
+    ``BATCH`` rows), so a decoder that mixes rows is tested against each row's own law.
+``seeded``
+    Two runs with the same seed give the same continuations.  A decoder that ignores its seed is
+    skipped with the reason (``seeded=None``) or is a ``ValueError`` (``seeded=True``).
+
+What a PIT-bin test detects: a bias in the law of ``u``, i.e. in the token law projected onto
+the chosen order.  Mass moved between tokens that lie in different bins of the order is seen at
+(nearly) its full TV; mass moved between tokens within one bin's probability span is not seen by
+that order (the joint test and the other orders cover it).  The detectable TV stated per
+position is that of the PIT-bin law: ``exactness.power.detectable_tv(n_j, df = bins - 1)``.
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+
+import numpy as np
+from scipy import stats
+
+from ._checks import ExactnessWarning, as_generator, check_alpha, check_n
+from .certificate import Certificate, holm
+from .gof import gof_test, pool_cells, tv_bounds
+from .power import detectable_tv, samples_for_tv
+
+#: Largest number of enumerated sequences ``V^m`` for the exact joint test (per prompt).
+JOINT_MAX = 1_000_000
+#: Most new tokens in the joint test (the default budget is planned for it).
+JOINT_TOKENS = 3
+#: Equal-width bins of the randomised PIT.
+PIT_BINS = 16
+#: Largest batch handed to ``decoder.sample`` (rows) and to ``target`` (contexts).
+BATCH = 4096
+#: Rows of conditional laws held at once by the PIT pass (memory O(PIT_CHUNK V)).
+PIT_CHUNK = 4096
+#: TV the default ``n`` is planned to detect (power 0.99 at ``alpha``) on the joint test.
+DEFAULT_TV = 0.02
+#: Continuations per prompt drawn one per call for the ``single`` check (at most ``n``).
+SINGLE_N = 200
+#: Power at which detectable TVs are stated.
+POWER = 0.99
+#: A target row must sum to 1 within this tolerance.
+SUM_TOL = 1e-6
+
+
+# --------------------------------------------------------------------------- input checks
+def _check_prompts(prompts) -> np.ndarray:
+    if isinstance(prompts, (str, bytes)) or prompts is None:
+        raise TypeError(f"prompts must be a (P, L) int64 array of token ids, got {type(prompts).__name__}")
+    if isinstance(prompts, (list, tuple)) and prompts and all(isinstance(r, (list, tuple, np.ndarray)) for r in prompts):
+        lens = sorted({len(r) for r in prompts})
+        if len(lens) > 1:
+            raise ValueError(f"prompts have unequal lengths {lens}; certify_decoder needs a (P, L) array: pad them "
+                             "to one length or certify each length separately")
+    try:
+        arr = np.asarray(prompts)
+    except ValueError as exc:
+        raise ValueError(f"prompts must be a (P, L) array of equal-length token-id rows ({exc})") from None
+    if arr.dtype == object:
+        raise ValueError("prompts have unequal lengths or mixed types; pass a (P, L) int64 array "
+                         "(pad prompts to one length or certify each length separately)")
+    if arr.ndim == 1:
+        raise ValueError(f"prompts must have shape (P, L); got shape {arr.shape}: wrap one prompt as prompts[None, :]")
+    if arr.ndim != 2 or arr.shape[0] < 1:
+        raise ValueError(f"prompts must have shape (P, L) with P >= 1, got shape {arr.shape}")
+    if arr.size and (arr.dtype == bool or not np.issubdtype(arr.dtype, np.integer)):
+        raise TypeError(f"prompts must hold integer token ids (int64), got dtype {arr.dtype}")
+    if arr.size and arr.min() < 0:
+        raise ValueError(f"prompts hold negative token id {int(arr.min())}; token ids lie in [0, V)")
+    return arr.astype(np.int64)
+
+
+def _check_target_out(out, B: int, V: int | None) -> np.ndarray:
+    arr = np.asarray(out)
+    if arr.dtype == object or not (np.issubdtype(arr.dtype, np.floating) or np.issubdtype(arr.dtype, np.integer)):
+        raise TypeError(f"target(contexts) returned dtype {arr.dtype}; it must return (B, V) float64 probabilities")
+    if arr.ndim != 2 or arr.shape[0] != B:
+        raise ValueError(f"target(contexts) returned shape {arr.shape} for {B} contexts; it must return (B, V), "
+                         "one next-token law per context row")
+    if V is not None and arr.shape[1] != V:
+        raise ValueError(f"target(contexts) returned V = {arr.shape[1]} but V = {V} before; the vocabulary "
+                         "size must be the same at every context")
+    arr = arr.astype(np.float64)
+    if not np.all(np.isfinite(arr)) or np.any(arr < 0):
+        raise ValueError("target(contexts) returned NaN, inf or negative probabilities; return a law per row "
+                         "(softmax of the processed logits)")
+    s = arr.sum(axis=1)
+    bad = np.flatnonzero(np.abs(s - 1.0) > SUM_TOL)
+    if bad.size:
+        raise ValueError(f"target(contexts) row {int(bad[0])} sums to {s[bad[0]]!r}, not 1 (tolerance {SUM_TOL}); "
+                         "return normalised probabilities (softmax after temperature / top-k / top-p)")
+    return arr
+
+
+def _check_tokens(out, B: int, m: int, V: int, what: str) -> np.ndarray:
+    t = np.asarray(out)
+    if t.dtype == bool or not np.issubdtype(t.dtype, np.integer):
+        raise TypeError(f"{what} returned dtype {t.dtype}; it must return integer token ids (int64)")
+    if t.shape != (B, m):
+        raise ValueError(f"{what} returned shape {t.shape}; expected ({B}, {m}): exactly new_tokens = {m} ids per "
+                         "prompt row")
+    if t.size and (t.min() < 0 or t.max() >= V):
+        raise ValueError(f"{what} returned ids in [{t.min()}, {t.max()}], outside the target's vocabulary [0, {V})")
+    return t.astype(np.int64, copy=False)
+
+
+class _Target:
+    """Validated, chunked calls to the user's target; remembers V."""
+
+    def __init__(self, fn):
+        if not callable(fn):
+            raise TypeError(f"target must be a callable contexts (B, L) int64 -> (B, V) float64, got "
+                            f"{type(fn).__name__}")
+        self.fn, self.V = fn, None
+
+    def __call__(self, contexts: np.ndarray) -> np.ndarray:
+        out = []
+        for s in range(0, contexts.shape[0], BATCH):
+            c = np.ascontiguousarray(contexts[s:s + BATCH], dtype=np.int64)
+            try:
+                raw = self.fn(c)
+            except Exception as exc:
+                raise ValueError(f"target(contexts) raised {type(exc).__name__}: {exc} (contexts of shape {c.shape}; "
+                                 "do the prompts hold ids outside the target's vocabulary?)") from exc
+            r = _check_target_out(raw, c.shape[0], self.V)
+            self.V = r.shape[1]
+            out.append(r)
+        return np.concatenate(out) if out else np.zeros((0, self.V or 0))
+
+
+# --------------------------------------------------------------------------- drawing
+def _sampler(decoder):
+    """``draw(prompts (B, L), m, rng) -> (B, m)`` and whether the decoder is batched."""
+    if hasattr(decoder, "sample") and callable(decoder.sample):
+        return (lambda pr, m, rng: decoder.sample(pr, m, rng)), True
+    if callable(decoder):
+        return (lambda pr, m, rng: _loop(decoder, pr, m, rng)), False
+    raise TypeError(f"decoder must be a callable decoder(prompt (L,), new_tokens, rng) -> (new_tokens,) or an "
+                    f"object with sample(prompts (B, L), new_tokens, rng), got {type(decoder).__name__}")
+
+
+def _loop(decoder, pr, m, rng):
+    rows = []
+    for row in pr:
+        r = np.asarray(decoder(row.copy(), m, rng))
+        if r.shape != (m,):
+            raise ValueError(f"decoder(prompt, new_tokens, rng) returned shape {r.shape}; expected ({m},): exactly "
+                             f"new_tokens = {m} ids, one continuation")
+        rows.append(r)
+    return np.stack(rows)
+
+
+def _call(draw, batched, pr, m, rng, V):
+    what = "decoder.sample(prompts, new_tokens, rng)" if batched else "decoder(prompt, new_tokens, rng)"
+    return _check_tokens(draw(pr, m, rng), pr.shape[0], m, V, what)
+
+
+def _draw_mixed(draw, batched, prompts, n, m, rng, V):
+    """n continuations per prompt, drawn in heterogeneous batches: returns (P, n, m) int64."""
+    P = prompts.shape[0]
+    rows = np.repeat(np.arange(P), n)
+    rng.shuffle(rows)
+    out = np.empty((P * n, m), dtype=np.int64)
+    step = BATCH if batched else max(1, P * n)
+    for s in range(0, rows.size, step):
+        idx = rows[s:s + step]
+        out[s:s + step] = _call(draw, batched, prompts[idx], m, rng, V)
+    res = np.empty((P, n, m), dtype=np.int64)
+    for i in range(P):
+        res[i] = out[rows == i]
+    return res
+
+
+# --------------------------------------------------------------------------- exact joint law
+def joint_law(target, prompt: np.ndarray, m: int) -> np.ndarray:
+    """Exact law of the first ``m`` new tokens after ``prompt``, by enumeration: (V^m,) float64.
+
+    Sequence ``(y_1..y_m)`` has index ``sum y_j V^(m-j)`` (``numpy.ravel_multi_index`` order).
+    Costs ``sum_{j<m} V^j`` target rows.
+    """
+    tgt = target if isinstance(target, _Target) else _Target(target)
+    prompt = np.asarray(prompt, dtype=np.int64)
+    ctx = prompt[None, :]
+    law = np.ones(1)
+    for _ in range(m):
+        p = tgt(ctx)                                       # (V^j, V)
+        V = p.shape[1]
+        law = (law[:, None] * p).reshape(-1)
+        ctx = np.concatenate([np.repeat(ctx, V, axis=0), np.tile(np.arange(V), ctx.shape[0])[:, None]], axis=1)
+    return law
+
+
+def markov_joint_law(pair, prompt, m: int) -> np.ndarray:
+    """Exact law of the next ``m`` tokens of a first-order Markov target (``pair.P``, ``pair.p0``), (V^m,).
+
+    Closed form ``p(y_1 | last) prod_j P[y_{j-1}, y_j]`` (``simulators.autoregressive.MarkovPair``);
+    an independent cross-check of :func:`joint_law`.
+    """
+    prompt = np.asarray(prompt, dtype=np.int64).reshape(-1)
+    law = pair.P[prompt[-1]] if prompt.size else pair.p0
+    for _ in range(m - 1):
+        law = (law[:, None] * pair.P[np.arange(law.size) % pair.P.shape[0]]).reshape(-1)
+    return law
+
+
+def _pooled_gof(counts_list, laws):
+    """Per-prompt gof_test, and the pooled chi-square / G (statistics and df summed)."""
+    per = [gof_test(c, law) for c, law in zip(counts_list, laws)]
+    if any(r.impossible for r in per):
+        return per, dict(statistic=math.inf, df=sum(r.df for r in per), pvalue=0.0, g_statistic=math.inf, g_pvalue=0.0)
+    df = sum(r.df for r in per)
+    chi = sum(r.statistic for r in per)
+    g = sum(r.g_statistic for r in per)
+    pv = float(stats.chi2.sf(chi, df)) if df else 1.0
+    gp = float(stats.chi2.sf(g, df)) if df else 1.0
+    return per, dict(statistic=chi, df=df, pvalue=pv, g_statistic=g, g_pvalue=gp)
+
+
+def _joint_check(seqs, laws, V, m, alpha, label):
+    """Joint test on (P, n, m') sequences: checks, details."""
+    P, n, _ = seqs.shape
+    idx = np.ravel_multi_index(tuple(seqs[:, :, j] for j in range(m)), (V,) * m) if m else np.zeros((P, n), int)
+    counts = [np.bincount(idx[i], minlength=V ** m) for i in range(P)]
+    per, pooled = _pooled_gof(counts, laws)
+    checks, det = {}, {}
+    tvs = [tv_bounds(c, law, alpha) for c, law in zip(counts, laws)]
+    for i, r in enumerate(per):
+        d = dict(statistic=r.statistic, df=r.df, pvalue=r.pvalue, g_statistic=r.g_statistic, g_pvalue=r.g_pvalue,
+                 tv=tvs[i][0], tv_upper=tvs[i][1], n=n, tokens=m,
+                 detectable_tv=detectable_tv(n, max(1, r.df), alpha=alpha, power=POWER))
+        if P > 1:
+            checks[f"{label}[{i}]"] = r.pvalue
+            det[f"{label}[{i}]"] = d
+        else:
+            pooled.update(tv=d["tv"], tv_upper=d["tv_upper"])
+    pooled.update(n=n * P, tokens=m, cells_df=pooled["df"],
+                  detectable_tv=detectable_tv(n, max(1, max(r.df for r in per)), alpha=alpha, power=POWER))
+    if P > 1:
+        pooled.update(tv=float(np.mean([t[0] for t in tvs])), tv_upper=max(t[1] for t in tvs))
+    checks[label] = pooled["pvalue"]
+    det[label] = pooled
+    return checks, det
+
+
+# --------------------------------------------------------------------------- PIT
+def _pit(p: np.ndarray, y: np.ndarray, key: np.ndarray | None, u: np.ndarray) -> np.ndarray:
+    """Randomised PIT of tokens ``y`` (N,) under laws ``p`` (N, V) in the order of ascending ``key``
+    (None: token id).  Returns (N,) in [0, 1]."""
+    N, V = p.shape
+    if key is None:
+        order = np.broadcast_to(np.arange(V), (N, V))
+    else:
+        order = np.argsort(key, axis=1, kind="stable")
+    rank = np.empty_like(order)
+    np.put_along_axis(rank, order, np.broadcast_to(np.arange(V), (N, V)).copy(), axis=1)
+    ps = np.take_along_axis(p, order, axis=1)
+    cdf = np.cumsum(ps, axis=1)
+    r = rank[np.arange(N), y]
+    py = p[np.arange(N), y]
+    below = cdf[np.arange(N), r] - ps[np.arange(N), r]
+    return np.clip(below + u * py, 0.0, 1.0)
+
+
+def _pit_check(uvals: np.ndarray, alpha: float) -> dict:
+    n = uvals.size
+    bins = np.minimum((uvals * PIT_BINS).astype(np.int64), PIT_BINS - 1)
+    counts = np.bincount(bins, minlength=PIT_BINS)
+    r = gof_test(counts, np.full(PIT_BINS, 1.0 / PIT_BINS))
+    return dict(statistic=r.statistic, df=r.df, pvalue=r.pvalue, g_statistic=r.g_statistic, g_pvalue=r.g_pvalue,
+                tv=float(0.5 * np.abs(counts / n - 1.0 / PIT_BINS).sum()), n=n,
+                detectable_tv=detectable_tv(n, PIT_BINS - 1, alpha=alpha, power=POWER))
+
+
+def _pit_values(tgt, decoder, prompts, seqs, lookup, rng, orders, V):
+    """Randomised PIT of every emitted token under each order, streamed in chunks of ``PIT_CHUNK`` rows.
+
+    Returns ``({(j, order): (P n,) float64}, impossible count)``; memory O(P n m + PIT_CHUNK V).
+    The conditional law at position j < len(lookup) comes from the enumerated joint law,
+    beyond it from ``target`` at the sampled prefix.
+    """
+    P, n, m = seqs.shape
+    y = seqs.reshape(P * n, m)
+    who = np.repeat(np.arange(P), n)
+    out, imp = {}, 0
+    for j in range(m):
+        u = rng.random(P * n)
+        vals = {o: np.empty(P * n) for o in orders}
+        exact = lookup is not None and j in lookup
+        for s in range(0, P * n, PIT_CHUNK):
+            sl = slice(s, s + PIT_CHUNK)
+            ctx = np.concatenate([prompts[who[sl]], y[sl, :j]], axis=1)
+            p = lookup[j](who[sl], y[sl, :j]) if exact else tgt(ctx)
+            yj = y[sl, j]
+            imp += int(np.count_nonzero(p[np.arange(p.shape[0]), yj] <= 0))
+            keys = {"id": None, "argmax": -p}
+            if "ratio" in orders:
+                q = _draft_laws(decoder, ctx, V)
+                with np.errstate(divide="ignore", invalid="ignore"):
+                    keys["ratio"] = -np.where(p > 0, q / np.where(p > 0, p, 1.0), -np.inf)
+            for o in orders:
+                vals[o][sl] = _pit(p, yj, keys[o], u[sl])
+        for o in orders:
+            out[(j, o)] = vals[o]
+    return out, imp
+
+
+def _pit_checks(pits, m, orders, alpha):
+    """One PIT check per position and order, pooled over prompts and contexts."""
+    checks, det = {}, {}
+    for j in range(m):
+        for o in orders:
+            d = _pit_check(pits[(j, o)], alpha)
+            label = f"pit[{j + 1},{o}]"
+            checks[label] = d["pvalue"]
+            det[label] = d
+    return checks, det
+
+
+def _draft_laws(decoder, ctx, V):
+    out = []
+    for s in range(0, ctx.shape[0], BATCH):
+        q = np.asarray(decoder.draft_law(ctx[s:s + BATCH]), dtype=np.float64)
+        if q.shape != (min(BATCH, ctx.shape[0] - s), V) or not np.all(np.isfinite(q)) or np.any(q < 0):
+            raise ValueError(f"decoder.draft_law(contexts) returned shape {q.shape} or non-finite / negative values; "
+                             f"it must return the (B, V) = (.., {V}) draft law handed to the verifier")
+        out.append(q)
+    return np.concatenate(out)
+
+
+# --------------------------------------------------------------------------- planning
+def _default_n(laws, tv: float, alpha: float) -> int:
+    """Continuations per prompt at which every prompt's joint test detects ``tv`` (power ``POWER``).
+
+    Starts from ``samples_for_tv(tv, V^m - 1)`` and lowers ``n`` while the df after pooling
+    (:func:`exactness.gof.pool_cells` on ``n * law``) still gives ``detectable_tv <= tv``;
+    with no joint law (``laws`` empty), the PIT test's ``samples_for_tv(tv, PIT_BINS - 1)``.
+    """
+    if not laws:
+        return samples_for_tv(tv, PIT_BINS - 1, alpha=alpha, power=POWER)
+
+    seen = {}
+
+    def df(n):  # largest df over the prompts after pooling at n (cached: pooling 1e6 cells costs seconds)
+        if n not in seen:
+            seen[n] = max(1, max(int(pool_cells(n * law).max()) for law in laws))
+        return seen[n]
+
+    n = samples_for_tv(tv, laws[0].size - 1, alpha=alpha, power=POWER)
+    for _ in range(8):
+        m = samples_for_tv(tv, df(n), alpha=alpha, power=POWER)
+        if m >= n or detectable_tv(m, df(m), alpha=alpha, power=POWER) > tv:
+            break
+        n = m
+    return int(n)
+
+
+def _seeded_probe(draw, batched, prompts, m, seed, V):
+    """True if two runs with the same seed give the same continuations."""
+    reps = max(8, 2 * prompts.shape[0])
+    pr = prompts[np.arange(reps) % prompts.shape[0]]
+    a = _call(draw, batched, pr, m, np.random.default_rng([seed, 7]), V)
+    b = _call(draw, batched, pr, m, np.random.default_rng([seed, 7]), V)
+    return bool(np.array_equal(a, b))
+
+
+# --------------------------------------------------------------------------- the certifier
+def certify_decoder(decoder, target, prompts, *, new_tokens: int = 2, n: int | None = None, tv: float | None = None,
+                    alpha: float = 1e-3, seed=0, seeded: bool | None = None) -> Certificate:
+    """Certify that a speculative decoder emits exactly the target's law, token after token.
+
+    Parameters
+    ----------
+    decoder : callable or object with ``sample``
+        ``decoder(prompt (L,) int64, new_tokens, rng) -> (new_tokens,) int64``, or
+        ``decoder.sample(prompts (B, L) int64, new_tokens, rng) -> (B, new_tokens) int64``
+        (preferred: the harness then draws heterogeneous batches).  Optional
+        ``decoder.draft_law(contexts (B, L)) -> (B, V)``: the draft law it reports to its verifier
+        (enables the ``ratio`` order).  Every random number must come from ``rng``.
+    target : callable
+        ``target(contexts (B, L') int64) -> (B, V) float64``: the target's next-token law after its
+        sampling processors (temperature, top-k, top-p); rows sum to 1.
+    prompts : array_like, shape (P, L), int64
+        Prompts of equal length; certified per prompt and pooled.
+    new_tokens : int >= 1, default 2
+        Tokens per continuation; the PIT checks cover every position, the joint check the first
+        ``min(new_tokens, JOINT_TOKENS)`` while ``V^m <= JOINT_MAX``.
+    n : int, optional
+        Continuations per prompt.  Default: the ``n`` at which the joint test (or, when nothing
+        enumerates, each PIT check) detects TV ``tv`` (default ``DEFAULT_TV`` = 0.02) with power 0.99
+        at ``alpha`` (``exactness.samples_for_tv`` with df = V^m - 1).
+    tv : float, optional
+        TV to detect; warns (:class:`ExactnessWarning`) when ``n`` is too small for it.
+    alpha : float, default 1e-3
+        Family-wise level over all checks (Holm).
+    seed : int or SeedSequence, default 0
+    seeded : bool or None, default None
+        ``True``: the decoder must reproduce its output under a fixed seed (``ValueError`` if
+        it does not); ``None``: probe it, and skip the ``seeded`` check with the reason if it
+        does not; ``False``: do not probe.
+
+    Returns
+    -------
+    Certificate
+        ``passed``, ``pvalue`` (smallest Holm-adjusted), ``checks`` (name -> raw p-value),
+        ``details`` (per check: statistic, df, TV, detectable TV, n; ``details["positions"]``:
+        per position the smallest PIT p-value and the detectable TV), ``n`` (continuations in
+        the main test), ``alpha``, ``detectable_tv`` (of the main test: the pooled joint test,
+        else PIT at position 1), ``skipped`` (check -> reason).
+
+    Raises
+    ------
+    TypeError, ValueError
+        Bad prompts (not (P, L) integers, unequal lengths, ids outside [0, V)), a target returning
+        rows of the wrong shape, V or not normalised, a decoder returning the wrong length, floats
+        or ids outside [0, V), bad ``new_tokens`` / ``n`` / ``alpha``; ``seeded=True`` and a
+        decoder that ignores its seed.
+    """
+    prompts = _check_prompts(prompts)
+    if isinstance(new_tokens, bool) or not isinstance(new_tokens, (int, np.integer)) or new_tokens < 1:
+        raise ValueError(f"new_tokens must be an integer >= 1, got {new_tokens!r}")
+    m = int(new_tokens)
+    alpha = check_alpha(alpha)
+    if n is not None:
+        n = check_n(n)
+    if seeded not in (None, True, False):
+        raise ValueError(f"seeded must be None, True or False, got {seeded!r}")
+    draw, batched = _sampler(decoder)
+    tgt = _Target(target)
+    P = prompts.shape[0]
+    V = tgt(prompts[:1]).shape[1]
+    if prompts.size and prompts.max() >= V:
+        raise ValueError(f"prompts hold token id {int(prompts.max())}, outside the target's vocabulary [0, {V})")
+    if isinstance(seed, np.random.SeedSequence):
+        ss = seed
+    elif isinstance(seed, np.random.Generator):
+        ss = np.random.SeedSequence(int(seed.integers(2**63)))
+    else:
+        as_generator(seed)  # TypeError / ValueError naming seed
+        ss = np.random.SeedSequence(seed)
+    r_main, r_single, r_pit, r_seed = [np.random.default_rng(s) for s in ss.spawn(4)]
+
+    mj = 0
+    while mj < min(m, JOINT_TOKENS) and V ** (mj + 1) <= JOINT_MAX:
+        mj += 1
+    goal = DEFAULT_TV if tv is None else float(tv)
+    laws = [joint_law(tgt, prompts[i], mj) for i in range(P)] if mj else []
+    if n is None:
+        n = _default_n(laws, goal, alpha)
+    checks, details, skipped, notes = {}, {}, {}, []
+
+    seqs = _draw_mixed(draw, batched, prompts, n, m, r_main, V)
+    if P == 1:
+        notes.append("one prompt: batches are homogeneous, so row-mixing bugs cannot show; pass several prompts")
+
+    lookup = None
+    if mj:
+        c, d = _joint_check(seqs[:, :, :mj], laws, V, mj, alpha, "joint")
+        checks.update(c)
+        details.update(d)
+        lookup = _joint_lookup(laws, V, mj)
+        if mj < m:
+            notes.append(f"the joint check covers the first {mj} of {m} new tokens (V^m <= {JOINT_MAX:,}, "
+                         f"m <= {JOINT_TOKENS}); the PIT checks cover all {m}")
+    else:
+        skipped["joint"] = f"V = {V}: V^1 > JOINT_MAX = {JOINT_MAX:,} sequences do not enumerate; PIT checks only"
+
+    orders = ["id", "argmax"]
+    if hasattr(decoder, "draft_law") and callable(decoder.draft_law):
+        orders.append("ratio")
+    else:
+        skipped["pit[*,ratio]"] = "the decoder reports no draft_law(contexts): the draft-to-target ratio order is not run"
+    pits, imp = _pit_values(tgt, decoder, prompts, seqs, lookup, r_pit, orders, V)
+    checks["impossible"] = 0.0 if imp else 1.0
+    details["impossible"] = {"count": imp, "reason": f"{imp} sampled tokens have target probability 0"
+                             if imp else "no sampled token has target probability 0"}
+    c, d = _pit_checks(pits, m, orders, alpha)
+    checks.update(c)
+    details.update(d)
+    details["positions"] = [
+        {"position": j + 1, "pvalue": min(checks[f"pit[{j + 1},{o}]"] for o in orders),
+         "detectable_tv": details[f"pit[{j + 1},id]"]["detectable_tv"],
+         "tv": max(details[f"pit[{j + 1},{o}]"]["tv"] for o in orders)} for j in range(m)]
+
+    if batched:
+        ns = min(n, SINGLE_N)
+        single = np.stack([np.concatenate([_call(draw, True, prompts[i:i + 1], m, r_single, V) for _ in range(ns)])
+                           for i in range(P)])
+        if mj:
+            c, d = _joint_check(single[:, :, :mj], laws, V, mj, alpha, "single")
+            checks["single"], details["single"] = c["single"], d["single"]
+        else:
+            sp, _ = _pit_values(tgt, decoder, prompts, single[:, :, :1], None, r_pit, ["id"], V)
+            d = _pit_check(sp[(0, "id")], alpha)
+            checks["single"], details["single"] = d["pvalue"], d
+    else:
+        skipped["single"] = "the decoder has no sample(prompts, ...): every draw is already one prompt per call"
+    skipped["conditional"] = ("acceptance counts, the token after a rejection and the bonus token are not reported "
+                              "through this contract; their bias shows in the joint and PIT checks")
+
+    if seeded is not False:
+        ok = _seeded_probe(draw, batched, prompts, m, int(ss.generate_state(1)[0]), V)
+        if ok:
+            checks["seeded"] = 1.0
+            details["seeded"] = {"reason": "two runs with the same seed gave the same continuations"}
+        elif seeded:
+            raise ValueError("the decoder ignores its seed: two runs with the same rng seed gave different "
+                             "continuations; draw every random number from the rng argument (seed torch / global "
+                             "RNGs from it), or pass seeded=None to skip the seeded check")
+        else:
+            skipped["seeded"] = ("the decoder ignores its seed (two runs with the same seed differ): the run cannot "
+                                 "be reproduced; draw every random number from the rng argument")
+
+    main = "joint" if mj else "pit[1,id]"
+    md = details[main]
+    det = md["detectable_tv"]
+    if tv is not None and det > tv:
+        warnings.warn(f"too few samples for the requested power: with n = {n:,} continuations per prompt the "
+                      f"detectable TV of {main} at alpha = {alpha:g} and power {POWER:g} is {det:.3g} > requested "
+                      f"{tv:.3g}", ExactnessWarning, stacklevel=2)
+    adj = holm(checks)
+    pmin = float(min(adj.values()))
+    details["plan"] = {"new_tokens": m, "joint_tokens": mj, "V": V, "prompts": P, "n_per_prompt": n,
+                       "pit_bins": PIT_BINS, "orders": orders, "batched": batched}
+    return Certificate(passed=bool(pmin >= alpha), statistic=float(md["statistic"]), pvalue=pmin,
+                       tv_estimate=float(md.get("tv", 0.0)), tv_upper=float(md.get("tv_upper", 1.0)),
+                       detectable_tv=float(det), n=int(n * P), alpha=alpha, power=POWER, df=int(md["df"]),
+                       g_statistic=float(md["g_statistic"]), g_pvalue=float(md["g_pvalue"]), checks=checks,
+                       details=details, skipped=skipped, notes=tuple(notes))
+
+
+def _joint_lookup(laws, V, mj):
+    """Position j < mj: the conditional law at a sampled prefix from the enumerated joint law."""
+    tables = []
+    for law in laws:
+        t = law.reshape((V,) * mj)
+        tabs = []
+        for j in range(mj):
+            marg = t.reshape(V ** j, V, -1).sum(axis=2)  # P(y_<j, y_j)
+            tot = marg.sum(axis=1, keepdims=True)
+            tabs.append(np.where(tot > 0, marg / np.where(tot > 0, tot, 1.0), 1.0 / V))
+        tables.append(tabs)
+
+    def make(j):
+        def f(who, prefix):  # prompt index (N,), sampled prefix (N, j) -> (N, V)
+            idx = np.ravel_multi_index(tuple(prefix[:, i] for i in range(j)), (V,) * j) if j else np.zeros(who.size, int)
+            out = np.empty((who.size, V))
+            for i in np.unique(who):
+                sel = who == i
+                out[sel] = tables[i][j][idx[sel]]
+            return out
+        return f
+
+    return {j: make(j) for j in range(mj)}
+
+
+# --------------------------------------------------------------------------- reports
+def certificate_rows(cert: Certificate) -> list[dict]:
+    """One row per check: name, raw and Holm-adjusted p-value, statistic, df, TV, detectable TV, n, verdict."""
+    adj = holm(cert.checks)
+    rows = []
+    for name, pv in cert.checks.items():
+        d = cert.details.get(name, {}) or {}
+        rows.append({"check": name, "pvalue": float(pv), "holm": float(adj[name]),
+                     "statistic": d.get("statistic"), "df": d.get("df"), "tv": d.get("tv"),
+                     "detectable_tv": d.get("detectable_tv"), "n": d.get("n"),
+                     "verdict": "FAIL" if adj[name] < cert.alpha else "pass"})
+    return rows
+
+
+def _num(x, spec=".3g") -> str:
+    return "-" if x is None else format(float(x), spec) if isinstance(x, (float, np.floating)) else str(x)
+
+
+def terminal_table(cert: Certificate) -> str:
+    """Fixed-width table of every check (for the terminal)."""
+    head = f"{'check':<14} {'p':>9} {'Holm p':>9} {'chi2':>10} {'df':>6} {'TV':>8} {'det. TV':>8} {'n':>9}  verdict"
+    lines = [head, "-" * len(head)]
+    for r in certificate_rows(cert):
+        lines.append(f"{r['check']:<14} {r['pvalue']:>9.3g} {r['holm']:>9.3g} {_num(r['statistic'], '.4g'):>10} "
+                     f"{_num(r['df']):>6} {_num(r['tv']):>8} {_num(r['detectable_tv']):>8} {_num(r['n']):>9}  "
+                     f"{r['verdict']}")
+    for k, v in cert.skipped.items():
+        lines.append(f"{k:<14} skipped: {v}")
+    return "\n".join(lines)
+
+
+def to_markdown(cert: Certificate, *, title: str = "Decoder certificate", command: str | None = None) -> str:
+    """Markdown report: verdict, plan, every check, the per-position detectable TV, skips and notes."""
+    plan = cert.details.get("plan", {})
+    out = [f"# {title}", ""]
+    if command:
+        out += [f"Command: `{command}`", ""]
+    out += [f"**{'PASS' if cert.passed else 'FAIL'}** at family-wise alpha {cert.alpha:g} (Holm over "
+            f"{len(cert.checks)} checks); smallest Holm p = {cert.pvalue:.3g}.", "",
+            f"V = {plan.get('V')}, {plan.get('prompts')} prompts x {plan.get('n_per_prompt'):,} continuations of "
+            f"{plan.get('new_tokens')} tokens; exact joint law over the first {plan.get('joint_tokens')} tokens; "
+            f"PIT with {plan.get('pit_bins')} bins under the orders {', '.join(plan.get('orders', []))}; detectable "
+            f"TV (power {cert.power:g}) of the main test: {cert.detectable_tv:.3g}.", "",
+            "| check | p | Holm p | chi2 | df | TV | detectable TV | n | verdict |", "|---|---|---|---|---|---|---|---|---|"]
+    for r in certificate_rows(cert):
+        out.append(f"| {r['check']} | {r['pvalue']:.3g} | {r['holm']:.3g} | {_num(r['statistic'], '.4g')} | "
+                   f"{_num(r['df'])} | {_num(r['tv'])} | {_num(r['detectable_tv'])} | {_num(r['n'])} | {r['verdict']} |")
+    out += ["", "Per position (PIT, pooled over prompts and contexts; the detectable TV is that of the PIT-bin law):",
+            "", "| position | smallest PIT p | largest PIT-bin TV | detectable TV |", "|---|---|---|---|"]
+    for d in cert.details.get("positions", []):
+        out.append(f"| {d['position']} | {d['pvalue']:.3g} | {d['tv']:.3g} | {d['detectable_tv']:.3g} |")
+    if cert.skipped:
+        out += ["", "Skipped:", ""] + [f"- `{k}`: {v}" for k, v in cert.skipped.items()]
+    if cert.notes:
+        out += ["", "Notes:", ""] + [f"- {n}" for n in cert.notes]
+    return "\n".join(out) + "\n"
+
+
+def to_json(cert: Certificate) -> dict:
+    """JSON-ready dict of the certificate (floats; inf as the string "inf")."""
+    def clean(x):
+        if isinstance(x, dict):
+            return {str(k): clean(v) for k, v in x.items()}
+        if isinstance(x, (list, tuple)):
+            return [clean(v) for v in x]
+        if isinstance(x, (bool, np.bool_)):
+            return bool(x)
+        if isinstance(x, (int, np.integer)):
+            return int(x)
+        if isinstance(x, (float, np.floating)):
+            return float(x) if math.isfinite(x) else str(float(x))
+        return x
+
+    return clean({"passed": cert.passed, "pvalue": cert.pvalue, "alpha": cert.alpha, "power": cert.power,
+                  "n": cert.n, "detectable_tv": cert.detectable_tv, "tv_estimate": cert.tv_estimate,
+                  "statistic": cert.statistic, "df": cert.df, "checks": cert.checks, "holm": holm(cert.checks),
+                  "details": cert.details, "skipped": cert.skipped, "notes": list(cert.notes)})
