@@ -88,7 +88,8 @@ class HFDecoder:
         ``prompt_lookup_num_tokens=2``, ``assistant_early_exit=1``, ...);
         ``num_assistant_tokens``, ``num_assistant_tokens_schedule`` and
         ``assistant_confidence_threshold`` are set on the assistant's own
-        generation config (where HF reads them).
+        generation config (where HF reads them; with ``assistant_early_exit``
+        the model drafts for itself, so on ``model.generation_config``).
 
     Calling it returns ``new_tokens`` new token ids, ndarray (new_tokens,)
     int64; torch's global generator is seeded from ``rng`` first.
@@ -105,17 +106,21 @@ class HFDecoder:
     def __init__(self, model, assistant_model=None, generation_config=None, **options):
         self.model, self.assistant_model = model, assistant_model
         self.vocab = _vocab(model)
-        if assistant_model is not None:
-            va = _vocab(assistant_model)
+        head = getattr(assistant_model, "get_output_embeddings", lambda: None)()
+        if head is not None:  # a DFlash assistant has no head of its own (it uses the target's)
+            va = int(head.weight.shape[0])
             if va != self.vocab:
                 raise ValueError(f"assistant_model has a {va}-token vocabulary but model has {self.vocab}; "
                                  "assisted generation needs one shared vocabulary (use a draft with the target's "
                                  "tokenizer)")
         assistant_opts = {k: options.pop(k) for k in ASSISTANT_OPTIONS if k in options}
         if assistant_opts:
-            if assistant_model is None:
-                raise ValueError(f"{sorted(assistant_opts)} configure the assistant; pass assistant_model=")
-            assistant_model.generation_config.update(**assistant_opts)
+            drafter = assistant_model if assistant_model is not None else (
+                model if options.get("assistant_early_exit") is not None else None)
+            if drafter is None:
+                raise ValueError(f"{sorted(assistant_opts)} configure the assistant; pass assistant_model= "
+                                 "(or assistant_early_exit=)")
+            drafter.generation_config.update(**assistant_opts)
         self.generation_config = generation_config_for(model, generation_config, **options)
         self.device = next(model.parameters()).device
 
