@@ -11,7 +11,7 @@ import torch
 
 import exactness
 from exactness.adapters import certify_joint, joint_law, sequence_index
-from exactness.adapters.engine import EngineDecoder, engine_target, parse_tree
+from exactness.adapters.engine import EngineDecoder, engine_target, every_engine_decoder, parse_tree
 from resispec.decoding.laws import SamplingConfig, process_logits
 from resispec.verifiers.base import Verifier
 
@@ -104,6 +104,14 @@ def test_through_certify_decoder(pair):
     bad = exactness.certify_decoder(EngineDecoder(target, draft, _AlwaysAcceptFirst(), "2,1"), engine_target(target),
                                     PROMPT[None], new_tokens=2, n=N, seed=1)
     assert not bad.passed, bad.summary()
+
+
+def test_every_engine_decoder_pairs_verifiers_with_their_trees(pair):
+    decs = every_engine_decoder(*pair, trees=("2,1", "wor:2,1"))
+    assert {"rrs@2,1", "resispec@2,1", "kseq@2,1", "rrs_wor@wor:2,1", "target_only@2,1",
+            "target_only@wor:2,1"} <= set(decs)
+    assert "rrs@wor:2,1" not in decs and "rrs_wor@2,1" not in decs  # biased pairings are never built
+    assert decs["rrs_wor@wor:2,1"](PROMPT, 2, np.random.default_rng(0)).shape == (2,)
 
 
 def test_parse_tree():

@@ -68,12 +68,13 @@ class EngineDecoder:
 
     def __init__(self, target, draft, verifier, tree, *, sampling=None):
         from resispec import get_verifier
+        from resispec.trees import TreeShape
         from resispec.decoding.engine import check_pair, resolve_drafting
         from resispec.decoding.laws import SamplingConfig
 
         self.target, self.draft = target, draft
         self.verifier = get_verifier(verifier) if isinstance(verifier, str) else verifier
-        self.tree = parse_tree(tree)
+        self.tree = tree if isinstance(tree, TreeShape) else parse_tree(tree)
         self.sampling = SamplingConfig() if sampling is None else sampling
         if not isinstance(self.sampling, SamplingConfig):
             raise TypeError(f"sampling must be a resispec.decoding.SamplingConfig, got {type(sampling).__name__}")
@@ -143,3 +144,32 @@ def _check_contexts(contexts, vocab: int) -> np.ndarray:
     if contexts.size and (contexts.min() < 0 or contexts.max() >= vocab):
         raise ValueError(f"contexts ids must lie in [0, {vocab})")
     return contexts
+
+
+def every_engine_decoder(target, draft, trees=("2,1", "wor:2,1"), sampling=None) -> dict:
+    """An :class:`EngineDecoder` for every registry verifier on every tree it is exact for.
+
+    Parameters
+    ----------
+    target, draft : transformers causal LMs sharing one vocabulary
+    trees : sequence of str
+        Tree shapes (``"wor:"`` prefix = without replacement).  A verifier
+        exact only for i.i.d. drafts (``rrs``, ``kseq``, ``resispec``, ...)
+        runs on the i.i.d. shapes, one exact only for without-replacement
+        drafts (``rrs_wor``) on the ``wor:`` shapes, ``target_only`` on all.
+    sampling : SamplingConfig, optional
+
+    Returns
+    -------
+    dict ``"<verifier>@<tree>" -> EngineDecoder``, sorted by verifier name.
+    """
+    from resispec import available_verifiers, get_verifier
+
+    out = {}
+    for name in available_verifiers():
+        v = get_verifier(name)
+        for tree in trees:
+            shape = parse_tree(tree)
+            if v.drafting in ("any", shape.drafting):
+                out[f"{name}@{tree}"] = EngineDecoder(target, draft, v, shape, sampling=sampling)
+    return out
