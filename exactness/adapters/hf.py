@@ -120,8 +120,9 @@ class HFDecoder:
             if drafter is None:
                 raise ValueError(f"{sorted(assistant_opts)} configure the assistant; pass assistant_model= "
                                  "(or assistant_early_exit=)")
+        self.generation_config = generation_config_for(model, generation_config, **options)  # checked first
+        if assistant_opts:
             drafter.generation_config.update(**assistant_opts)
-        self.generation_config = generation_config_for(model, generation_config, **options)
         self.device = next(model.parameters()).device
 
     def __call__(self, prompt, new_tokens, rng) -> np.ndarray:
