@@ -39,6 +39,8 @@ from resispec._io import check_output_path, write_markdown_and_json  # noqa: E40
 
 V = 8
 PROMPT = np.array([1, 2, 3, 1, 2], dtype=np.int64)  # repeats, so prompt lookup has an n-gram to match
+#: Output-head multiplier: random init gives near-uniform laws (little to find); 3 sharpens them (``--scale``).
+SCALE = [3.0]
 COMMON = dict(vocab_size=V, hidden_size=32, intermediate_size=64, num_attention_heads=4, num_key_value_heads=2,
               max_position_embeddings=128, tie_word_embeddings=False)
 
@@ -51,7 +53,7 @@ def _seeded(seed, build):
     with torch.no_grad():  # sharper logits than the default init: the draft differs visibly from the target
         head = model.get_output_embeddings()
         if head is not None:
-            head.weight.mul_(3.0)
+            head.weight.mul_(SCALE[0])
     return model.eval()
 
 
@@ -186,8 +188,8 @@ def run(n: int, seed: int, only=None) -> dict:
             print(f"{name:17s} {label:16s} " + (("PASS" if row["passed"] else "FAIL") + f" TV {row['tv']:.3f}"
                                                 if "passed" in row else "ERROR " + row["error"]), flush=True)
     return {"transformers": transformers.__version__, "torch": torch.__version__, "python": platform.python_version(),
-            "n": n, "seed": seed, "vocab": V, "prompt": PROMPT.tolist(), "rows": rows, "not_run": skipped,
-            "seconds": time.perf_counter() - t_all}
+            "n": n, "seed": seed, "vocab": V, "scale": SCALE[0], "prompt": PROMPT.tolist(), "rows": rows,
+            "not_run": skipped, "seconds": time.perf_counter() - t_all}
 
 
 def to_markdown(res: dict, argv) -> str:
@@ -198,8 +200,8 @@ def to_markdown(res: dict, argv) -> str:
         f"transformers {res['transformers']}, torch {res['torch']}, Python {res['python']}; CPU, 1 thread. "
         f"Run time {res['seconds']:.0f} s. Command: `python benchmarks/audit_transformers.py {' '.join(argv)}`",
         "",
-        f"Tiny randomly initialised models (vocabulary {res['vocab']}, hidden 32, 1-2 layers, fixed torch seeds, no "
-        f"downloads), prompt `{res['prompt']}`, `generate(do_sample=True)` through `exactness.adapters.hf.HFDecoder` "
+        f"Tiny randomly initialised models (vocabulary {res['vocab']}, hidden 32, 1-2 layers, fixed torch seeds, output "
+        f"head x {res['scale']:g}, no downloads), prompt `{res['prompt']}`, `generate(do_sample=True)` through `exactness.adapters.hf.HFDecoder` "
         "(batch 1, torch seeded from the harness per call), target law from `hf_target` (the target's logits after the "
         "same logits processors). "
         f"Check used: {', '.join(methods) or 'none'}; {res['n']:,} sampled continuations per row, alpha 1e-3, "
@@ -229,11 +231,13 @@ def main(argv=None) -> int:
     ap.add_argument("--n", type=int, default=3000, help="sampled continuations per row (default 3000)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--only", nargs="*", help="run only these paths (names in the first column)")
+    ap.add_argument("--scale", type=float, default=3.0, help="output-head multiplier of the random models (default 3)")
     ap.add_argument("--out", default="reports/audit_transformers.md")
     args = ap.parse_args(argv)
     if args.n < 1:
         ap.error("--n must be >= 1")
     check_output_path(args.out, "--out")
+    SCALE[0] = args.scale
     res = run(args.n, args.seed, args.only)
     write_markdown_and_json(args.out, to_markdown(res, argv), res)
     print(f"wrote {args.out} and its .json ({res['seconds']:.0f} s)")
