@@ -200,8 +200,9 @@ def to_markdown(res: dict, argv) -> str:
         f"transformers {res['transformers']}, torch {res['torch']}, Python {res['python']}; CPU, 1 thread. "
         f"Run time {res['seconds']:.0f} s. Command: `python benchmarks/audit_transformers.py {' '.join(argv)}`",
         "",
-        f"Tiny randomly initialised models (vocabulary {res['vocab']}, hidden 32, 1-2 layers, fixed torch seeds, output "
-        f"head x {res['scale']:g}, no downloads), prompt `{res['prompt']}`, `generate(do_sample=True)` through `exactness.adapters.hf.HFDecoder` "
+        f"Tiny randomly initialised models (vocabulary {res['vocab']}, hidden 32, 1-2 layers, fixed torch seeds, "
+        f"output head x {res.get('scale', 3.0):g}, no downloads), prompt `{res['prompt']}`, `generate(do_sample=True)` "
+        "through `exactness.adapters.hf.HFDecoder` "
         "(batch 1, torch seeded from the harness per call), target law from `hf_target` (the target's logits after the "
         "same logits processors). "
         f"Check used: {', '.join(methods) or 'none'}; {res['n']:,} sampled continuations per row, alpha 1e-3, "
