@@ -8,7 +8,8 @@ torch seeds, nothing downloaded).  Each path is wrapped as a ``decoder`` by
 
 - with ``exactness.certify_decoder`` when this checkout has it;
 - else the exact joint law of the first two new tokens (V**2 = 64 sequences,
-  enumerated from the target) against ``n`` sampled pairs with
+  enumerated from the target; three, V**3 = 512, for the generators that
+  first need the target's outputs) against ``n`` sampled continuations with
   ``exactness.certify_sampler`` (``exactness.adapters.certify_joint``).
 
 The report states which was used, the verdict, p-value, TV estimate (with
@@ -16,7 +17,12 @@ its upper bound) and detectable TV per path, the paths that could not run and
 why, and the run time.  It reports whatever it finds: a failing path is a
 finding about the installed library, not an error of this script.
 
-    python benchmarks/audit_transformers.py [--n 3000] [--seed 0] [--out reports/audit_transformers.md]
+    python benchmarks/audit_transformers.py [--n 3000] [--seed 0] [--only PATH ...] [--out OUT.md]
+    python benchmarks/audit_transformers.py --combine OLD.json NEW.json --out reports/audit_transformers.md
+
+``--combine`` runs nothing: it writes one report from two earlier runs' JSON,
+taking every path NEW ran from NEW and the other paths from OLD (both
+commands are stated in the report).
 """
 
 from __future__ import annotations
@@ -127,15 +133,18 @@ def path_mtp():
     return model, dict(use_mtp=True)
 
 
-#: (path, candidate generator, builder, settings): settings are extra generation options per row.
+#: (path, candidate generator, builder, settings, new tokens): settings are extra generation options per row.
+#: Generators that skip the first iteration (they need the target's outputs first) draft nothing for the last
+#: token (generate caps a draft at ``max_length - len - 1``), so a 2-token check would never see them verify:
+#: those rows certify the joint law of 3 new tokens.
 PATHS = [
     ("assisted", "AssistedCandidateGenerator", path_assisted,
-     [dict(), dict(temperature=0.7), dict(top_k=3), dict(top_p=0.8)]),
-    ("prompt_lookup", "PromptLookupCandidateGenerator", path_prompt_lookup, [dict(), dict(top_k=3)]),
-    ("early_exit", "EarlyExitCandidateGenerator", path_early_exit, [dict(), dict(temperature=0.7)]),
-    ("gemma4_assistant", "SinglePositionMultiTokenCandidateGenerator", path_gemma4_assistant, [dict()]),
-    ("dflash", "DFlashTokenCandidateGenerator", path_dflash, [dict()]),
-    ("mtp", "MTPCandidateGenerator", path_mtp, [dict()]),
+     [dict(), dict(temperature=0.7), dict(top_k=3), dict(top_p=0.8)], 2),
+    ("prompt_lookup", "PromptLookupCandidateGenerator", path_prompt_lookup, [dict(), dict(top_k=3)], 2),
+    ("early_exit", "EarlyExitCandidateGenerator", path_early_exit, [dict(), dict(temperature=0.7)], 2),
+    ("gemma4_assistant", "SinglePositionMultiTokenCandidateGenerator", path_gemma4_assistant, [dict()], 3),
+    ("dflash", "DFlashTokenCandidateGenerator", path_dflash, [dict()], 3),
+    ("mtp", "MTPCandidateGenerator", path_mtp, [dict()], 3),
 ]
 
 #: Candidate generators the installed version has that this audit does not run, and why.
@@ -146,12 +155,12 @@ NOT_APPLICABLE = {
 }
 
 
-def _certify(decoder, target, n, seed):
+def _certify(decoder, target, n, seed, m):
     if hasattr(exactness, "certify_decoder"):
-        cert = exactness.certify_decoder(decoder, target, PROMPT[None], new_tokens=2, n=n, seed=seed)
+        cert = exactness.certify_decoder(decoder, target, PROMPT[None], new_tokens=m, n=n, seed=seed)
         return cert, "exactness.certify_decoder"
-    return certify_joint(decoder, target, PROMPT, n, new_tokens=2, seed=seed), \
-        "exact 2-token joint law + exactness.certify_sampler"
+    return certify_joint(decoder, target, PROMPT, n, new_tokens=m, seed=seed), \
+        "exact joint law of the first new tokens + exactness.certify_sampler"
 
 
 def run(n: int, seed: int, only=None) -> dict:
@@ -163,7 +172,7 @@ def run(n: int, seed: int, only=None) -> dict:
     torch.set_num_threads(1)
     rows, skipped = [], dict(NOT_APPLICABLE)
     t_all = time.perf_counter()
-    for name, gen, build, settings in PATHS:
+    for name, gen, build, settings, m in PATHS:
         if only and name not in only:
             continue
         try:
@@ -174,10 +183,10 @@ def run(n: int, seed: int, only=None) -> dict:
         for extra in settings:
             t0 = time.perf_counter()
             label = ", ".join(f"{k}={v}" for k, v in extra.items()) or "T=1"
-            row = {"path": name, "generator": gen, "setting": label}
+            row = {"path": name, "generator": gen, "setting": label, "new_tokens": m}
             try:
                 dec = HFDecoder(model, **opts, **extra)
-                cert, method = _certify(dec, hf_target(model, **extra), n, seed)
+                cert, method = _certify(dec, hf_target(model, **extra), n, seed, m)
                 row.update(method=method, passed=cert.passed, pvalue=cert.pvalue, tv=cert.tv_estimate,
                            tv_upper=cert.tv_upper, detectable_tv=cert.detectable_tv, n=cert.n,
                            summary=cert.summary())
@@ -192,13 +201,29 @@ def run(n: int, seed: int, only=None) -> dict:
             "not_run": skipped, "seconds": time.perf_counter() - t_all}
 
 
+def combine(old: dict, new: dict) -> dict:
+    """One result from two runs: NEW's rows for the paths it ran, OLD's rows for the others."""
+    ran = {r["path"] for r in new["rows"]} | {p for p, *_ in PATHS if p in new.get("only", [])}
+    rows = [r for r in old["rows"] if r["path"] not in ran] + new["rows"]
+    order = [p for p, *_ in PATHS]
+    rows.sort(key=lambda r: order.index(r["path"]) if r["path"] in order else len(order))
+    not_run = {k: v for k, v in old["not_run"].items() if k not in {g for p, g, *_ in PATHS if p in ran}}
+    not_run.update(new["not_run"])
+    return {**new, "rows": rows, "not_run": not_run, "seconds": old["seconds"] + new["seconds"],
+            "runs": [{"command": old.get("command", "?"), "paths": sorted({r["path"] for r in old["rows"]} - ran),
+                      "seconds": old["seconds"]},
+                     {"command": new.get("command", "?"), "paths": sorted(ran), "seconds": new["seconds"]}]}
+
+
 def to_markdown(res: dict, argv) -> str:
     methods = sorted({r["method"] for r in res["rows"] if "method" in r})
     out = [
         "# Audit: the installed transformers' speculative decoding paths",
         "",
         f"transformers {res['transformers']}, torch {res['torch']}, Python {res['python']}; CPU, 1 thread. "
-        f"Run time {res['seconds']:.0f} s. Command: `python benchmarks/audit_transformers.py {' '.join(argv)}`",
+        f"Run time {res['seconds']:.0f} s. Command: `python benchmarks/audit_transformers.py {' '.join(argv)}`"
+        + "".join(f"; rows of {', '.join(r['paths'])} from `python benchmarks/audit_transformers.py {r['command']}` "
+                  f"({r['seconds']:.0f} s)" for r in res.get("runs", [])),
         "",
         f"Tiny randomly initialised models (vocabulary {res['vocab']}, hidden 32, 1-2 layers, fixed torch seeds, "
         f"output head x {res.get('scale', 3.0):g}, no downloads), prompt `{res['prompt']}`, `generate(do_sample=True)` "
@@ -208,18 +233,25 @@ def to_markdown(res: dict, argv) -> str:
         f"Check used: {', '.join(methods) or 'none'}; {res['n']:,} sampled continuations per row, alpha 1e-3, "
         "power 0.99. A FAIL is a finding about the installed library.",
         "",
-        "| path | candidate generator | setting | verdict | p-value | TV estimate (upper) | detectable TV | s |",
-        "|---|---|---|---|---|---|---|---|",
+        "| path | candidate generator | setting | tokens | verdict | p-value | TV estimate (upper) | detectable TV "
+        "| s |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     for r in res["rows"]:
         if "passed" in r:
-            out.append(f"| {r['path']} | `{r['generator']}` | {r['setting']} | {'PASS' if r['passed'] else '**FAIL**'} "
+            out.append(f"| {r['path']} | `{r['generator']}` | {r['setting']} | {r.get('new_tokens', 2)} "
+                       f"| {'PASS' if r['passed'] else '**FAIL**'} "
                        f"| {r['pvalue']:.3g} | {r['tv']:.3f} ({r['tv_upper']:.3f}) | {r['detectable_tv']:.3f} "
                        f"| {r['seconds']:.0f} |")
         else:
-            out.append(f"| {r['path']} | `{r['generator']}` | {r['setting']} | ERROR | | {r['error']} | | "
+            out.append(f"| {r['path']} | `{r['generator']}` | {r['setting']} | {r.get('new_tokens', 2)} | ERROR | "
+                       f"| {r['error']} | | "
                        f"{r['seconds']:.0f} |")
-    out += ["", "The TV estimate is the plug-in TV of the sampled two-token law; it is biased upward by sampling "
+    out += ["", "Tokens: the joint law of the first 2 or 3 new tokens is certified (V**2 = 64 or V**3 = 512 "
+            "sequences, pooled). Generators that need the target's outputs first (Gemma 4 assistant, DFlash, MTP) "
+            "draft nothing in generate's first iteration and nothing for the last token (the draft is capped at "
+            "`max_length - len - 1`), so only 3 tokens exercise their verification.",
+            "", "The TV estimate is the plug-in TV of the sampled joint law; it is biased upward by sampling "
             "noise (about the detectable TV for an exact sampler), so read it with the verdict and the upper bound.",
             "", "## Not run", ""]
     out += [f"- `{k}`: {v}" for k, v in res["not_run"].items()]
@@ -233,13 +265,23 @@ def main(argv=None) -> int:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--only", nargs="*", help="run only these paths (names in the first column)")
     ap.add_argument("--scale", type=float, default=3.0, help="output-head multiplier of the random models (default 3)")
+    ap.add_argument("--combine", nargs=2, metavar=("OLD.json", "NEW.json"), help="write one report from two runs")
     ap.add_argument("--out", default="reports/audit_transformers.md")
     args = ap.parse_args(argv)
     if args.n < 1:
         ap.error("--n must be >= 1")
     check_output_path(args.out, "--out")
+    if args.combine:
+        import json
+
+        with open(args.combine[0]) as a, open(args.combine[1]) as b:
+            res = combine(json.load(a), json.load(b))
+        write_markdown_and_json(args.out, to_markdown(res, argv), res)
+        print(f"wrote {args.out} and its .json")
+        return 0
     SCALE[0] = args.scale
     res = run(args.n, args.seed, args.only)
+    res.update(command=" ".join(argv), only=list(args.only or []))
     write_markdown_and_json(args.out, to_markdown(res, argv), res)
     print(f"wrote {args.out} and its .json ({res['seconds']:.0f} s)")
     return 0
