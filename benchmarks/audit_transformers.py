@@ -155,6 +155,15 @@ NOT_APPLICABLE = {
 }
 
 
+#: Where to look when a path fails (read from the installed source; printed only for failing rows).
+CAUSES = {
+    "gemma4_assistant": "`SinglePositionMultiTokenCandidateGenerator.get_candidates` drafts each token by "
+                        "`outputs.logits.argmax(dim=-1)` but returns the raw draft logits as `candidate_logits`, "
+                        "which `_speculative_sampling` uses as the draft law q; an argmax draft has a one-hot q, so "
+                        "the acceptance min(1, p/q) and the residual max(0, p - q) are computed for the wrong q",
+}
+
+
 def _certify(decoder, target, n, seed, m):
     if hasattr(exactness, "certify_decoder"):
         cert = exactness.certify_decoder(decoder, target, PROMPT[None], new_tokens=m, n=n, seed=seed)
@@ -247,6 +256,11 @@ def to_markdown(res: dict, argv) -> str:
             out.append(f"| {r['path']} | `{r['generator']}` | {r['setting']} | {r.get('new_tokens', 2)} | ERROR | "
                        f"| {r['error']} | | "
                        f"{r['seconds']:.0f} |")
+    failed = [r for r in res["rows"] if r.get("passed") is False]
+    if failed:
+        out += ["", "## Failing paths", ""]
+        out += [f"- {r['path']} ({r['setting']}): {r['summary']}"
+                + (f". Likely cause: {CAUSES[r['path']]}." if r["path"] in CAUSES else "") for r in failed]
     out += ["", "Tokens: the joint law of the first 2 or 3 new tokens is certified (V**2 = 64 or V**3 = 512 "
             "sequences, pooled). Generators that need the target's outputs first (Gemma 4 assistant, DFlash, MTP) "
             "draft nothing in generate's first iteration and nothing for the last token (the draft is capped at "
