@@ -151,3 +151,20 @@ def test_bad_input(pair):
         tgt(PROMPT)
     with pytest.raises(TypeError, match="dtype int64"):
         certify_joint(dec, tgt, PROMPT.astype(np.int32), 10)
+
+
+def test_joint_law_and_certify_joint_reject_bad_plugins():
+    flat = lambda ctx: np.full((len(ctx), V), 1.0 / V)  # noqa: E731
+    with pytest.raises(ValueError, match="do not sum to 1"):
+        joint_law(lambda ctx: np.full((len(ctx), V), 0.3), PROMPT)
+    with pytest.raises(ValueError, match="must return shape"):
+        joint_law(lambda ctx: np.full((1, V), 1.0 / V), PROMPT)  # ignores the batch of contexts
+    with pytest.raises(ValueError, match="MAX_JOINT"):
+        joint_law(lambda ctx: np.full((len(ctx), 1 << 11), 1.0 / (1 << 11)), PROMPT, 2)
+    with pytest.raises(ValueError, match="returned 1 new tokens, expected 2"):
+        certify_joint(lambda p, m, rng: np.array([0]), flat, PROMPT, 50)
+    with pytest.raises(TypeError, match="integer token ids"):
+        certify_joint(lambda p, m, rng: np.array([0.0, 1.0]), flat, PROMPT, 50)
+    with pytest.raises(ValueError, match=r"outside \[0, 4\)"):
+        certify_joint(lambda p, m, rng: np.array([0, 7]), flat, PROMPT, 50)
+    assert certify_joint(lambda p, m, rng: rng.integers(0, V, m), flat, PROMPT, 400, seed=0).passed
