@@ -1,0 +1,175 @@
+"""This project's tree speculative decoder as a ``decoder`` / ``target`` pair for ``exactness.certify_decoder``.
+
+:class:`EngineDecoder` wraps ``resispec.decoding.engine.speculative_decode``
+for any registry verifier and tree shape (``"4,2"`` i.i.d. drafting,
+``"wor:4,2"`` without replacement); :func:`engine_target` is the target's
+next-token law after the same ``SamplingConfig`` (``resispec.decoding.laws``).
+Needs torch and transformers (the ``models`` extra).
+
+Example::
+
+    dec = EngineDecoder(target_model, draft_model, "rrs_wor", "wor:2,1", sampling=SamplingConfig(0.7))
+    cert = exactness.certify_decoder(dec, engine_target(target_model, SamplingConfig(0.7)), prompts)
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from . import check_new_tokens, check_output, check_prompt, check_rng
+
+
+def parse_tree(tree):
+    """``"4,2"`` -> i.i.d. ``TreeShape``; ``"wor:4,2"`` -> without replacement; a ``TreeShape`` as is.
+
+    Raises ValueError for a malformed shape (``resispec.trees.TreeShape.parse``).
+    """
+    from resispec.trees import TreeShape
+
+    if isinstance(tree, str) and tree.strip().startswith("wor:"):
+        return TreeShape.parse(tree.strip()[4:], "without_replacement")
+    return TreeShape.parse(tree, "iid")
+
+
+def _vocab(model) -> int:
+    emb = getattr(model, "get_output_embeddings", lambda: None)()
+    if emb is None:
+        raise TypeError(f"model must be a transformers causal LM with an output embedding, got {type(model).__name__}")
+    return int(emb.weight.shape[0])
+
+
+class EngineDecoder:
+    """``decoder(prompt, new_tokens, rng)`` running ``speculative_decode`` on one prompt.
+
+    Parameters
+    ----------
+    target, draft : transformers causal LMs sharing one vocabulary
+    verifier : str or resispec Verifier
+        A registry name (``rrs``, ``rrs_wor``, ``kseq``, ``resispec``,
+        ``target_only``, ...) or a built verifier.
+    tree : str or TreeShape
+        ``"2,1"`` (i.i.d. drafting) or ``"wor:2,1"`` (without replacement;
+        the verifier must be exact for it, e.g. ``rrs_wor``, ``target_only``).
+    sampling : resispec.decoding.SamplingConfig, default T = 1
+        Applied to target and draft logits alike.
+
+    Calling it returns the first ``new_tokens`` tokens (ndarray int64),
+    drawn with ``rng`` only (all drafting and verification randomness).
+
+    Raises
+    ------
+    ValueError
+        Different vocabularies, a ``wor:`` tree for a verifier exact only for
+        i.i.d. drafts (or the reverse), a malformed tree; per call: a bad
+        prompt (see :func:`exactness.adapters.check_prompt`).
+    TypeError
+        Prompt not an int64 ndarray, ``rng`` not a numpy Generator.
+    """
+
+    def __init__(self, target, draft, verifier, tree, *, sampling=None):
+        from resispec import get_verifier
+        from resispec.trees import TreeShape
+        from resispec.decoding.engine import check_pair, resolve_drafting
+        from resispec.decoding.laws import SamplingConfig
+
+        self.target, self.draft = target, draft
+        self.verifier = get_verifier(verifier) if isinstance(verifier, str) else verifier
+        self.tree = tree if isinstance(tree, TreeShape) else parse_tree(tree)
+        self.sampling = SamplingConfig() if sampling is None else sampling
+        if not isinstance(self.sampling, SamplingConfig):
+            raise TypeError(f"sampling must be a resispec.decoding.SamplingConfig, got {type(sampling).__name__}")
+        check_pair(target, draft)
+        # a wor: tree is an explicit request: a verifier exact only for iid drafts is refused here
+        self.drafting = self.tree.drafting if self.tree.drafting == "without_replacement" else None
+        resolve_drafting(self.verifier, self.tree, explicit=self.drafting is not None)
+        self.vocab = _vocab(target)
+
+    def __call__(self, prompt, new_tokens, rng) -> np.ndarray:
+        from resispec.decoding.engine import speculative_decode
+
+        prompt = check_prompt(prompt, self.vocab)
+        new_tokens = check_new_tokens(new_tokens)
+        rng = check_rng(rng)
+        res = speculative_decode(self.target, self.draft, prompt, self.verifier, self.tree, sampling=self.sampling,
+                                 max_new_tokens=new_tokens, rng=rng, drafting=self.drafting)
+        return check_output(res.tokens, new_tokens, self.vocab, f"speculative_decode ({self.verifier.name})")
+
+    def __repr__(self) -> str:
+        wor = "wor:" if self.tree.drafting == "without_replacement" else ""
+        return f"EngineDecoder({self.verifier.name}, {wor}{','.join(map(str, self.tree.branching))}, {self.sampling})"
+
+
+def engine_target(model, sampling=None):
+    """The ``target(contexts)`` callable: ``model``'s next-token law after ``sampling``.
+
+    Parameters
+    ----------
+    model : transformers causal LM (the target)
+    sampling : SamplingConfig, default T = 1 (the decoder's)
+
+    Returns
+    -------
+    callable ``(contexts (B, L) int64) -> (B, V) float64``
+        Cache-free forward, last position's logits, ``process_logits``
+        (float64 softmax, renormalised) -- the law ``speculative_decode``
+        must emit at every position.
+
+    Raises (when called)
+    ------
+    TypeError / ValueError
+        Contexts not a 2-D int64 array, or ids out of range.
+    """
+    import torch
+
+    from resispec.decoding.laws import SamplingConfig, process_logits
+
+    sampling = SamplingConfig() if sampling is None else sampling
+    vocab = _vocab(model)
+    device = next(model.parameters()).device
+
+    def target(contexts):
+        ctx = _check_contexts(contexts, vocab)
+        with torch.inference_mode():
+            logits = model(input_ids=torch.as_tensor(ctx, device=device), use_cache=False).logits[:, -1]
+        return process_logits(logits.float(), sampling)
+
+    return target
+
+
+def _check_contexts(contexts, vocab: int) -> np.ndarray:
+    if not isinstance(contexts, np.ndarray) or contexts.dtype != np.int64:
+        raise TypeError("contexts must be a (B, L) numpy int64 array; pass np.asarray(ids, dtype=np.int64)")
+    if contexts.ndim != 2 or contexts.shape[1] < 1:
+        raise ValueError(f"contexts must have shape (B, L) with L >= 1, got {contexts.shape}")
+    if contexts.size and (contexts.min() < 0 or contexts.max() >= vocab):
+        raise ValueError(f"contexts ids must lie in [0, {vocab})")
+    return contexts
+
+
+def every_engine_decoder(target, draft, trees=("2,1", "wor:2,1"), sampling=None) -> dict:
+    """An :class:`EngineDecoder` for every registry verifier on every tree it is exact for.
+
+    Parameters
+    ----------
+    target, draft : transformers causal LMs sharing one vocabulary
+    trees : sequence of str
+        Tree shapes (``"wor:"`` prefix = without replacement).  A verifier
+        exact only for i.i.d. drafts (``rrs``, ``kseq``, ``resispec``, ...)
+        runs on the i.i.d. shapes, one exact only for without-replacement
+        drafts (``rrs_wor``) on the ``wor:`` shapes, ``target_only`` on all.
+    sampling : SamplingConfig, optional
+
+    Returns
+    -------
+    dict ``"<verifier>@<tree>" -> EngineDecoder``, sorted by verifier name.
+    """
+    from resispec import available_verifiers, get_verifier
+
+    out = {}
+    for name in available_verifiers():
+        v = get_verifier(name)
+        for tree in trees:
+            shape = parse_tree(tree)
+            if v.drafting in ("any", shape.drafting):
+                out[f"{name}@{tree}"] = EngineDecoder(target, draft, v, shape, sampling=sampling)
+    return out
