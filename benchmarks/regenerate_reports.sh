@@ -3,7 +3,7 @@
 # its header names.  Two lanes run side by side (this machine has 2 cores); each report's own
 # header states its wall and CPU time where the benchmark measures them.
 #   bash benchmarks/regenerate_reports.sh            # all (about an hour of CPU)
-#   bash benchmarks/regenerate_reports.sh --quick    # skip the two longest (mutant power, bench-gap)
+#   bash benchmarks/regenerate_reports.sh --quick    # skip the longest (bench-gap, mutant power, coupled, audit)
 # Not regenerated here: reports/decode*.md (they need the real model pair: `resispec models fetch`,
 # then the `resispec bench-decode` command in their header).
 set -euo pipefail
@@ -45,6 +45,8 @@ lane2() {
   if [ "$QUICK" != --quick ]; then
     "${RS[@]}" bench-gap --nodes 4 --samples 300 --out reports/bench_gap.md --no-progress
     "$PY" benchmarks/bench_mutants.py --seeds 20
+    "$PY" benchmarks/bench_coupled.py
+    "$PY" benchmarks/audit_transformers.py --n 3000        # ~45 min on 2 cores
   fi
 }
 
