@@ -10,6 +10,7 @@ The contract::
     certify_sampler(sample, law, n, *, alpha=1e-3, seed=0) -> Certificate
     certify_verifier(verifier, p, q, k, *, n=None, alpha=1e-3, seed=0) -> Certificate
     certify_decoder(decoder, target, prompts, *, new_tokens=2, n=None, tv=None, alpha=1e-3, seed=0)  # exactness.decoder
+    certify_coupled(kernel, reference, p, q, k, *, n, alpha, seed, convention="resispec")  # exactness.coupled
     mutants.CATALOGUE  # name -> biased Verifier
     assert_exact(verifier, ...)  # AssertionError listing failing cells + p-values
 
@@ -19,7 +20,10 @@ Modules: :mod:`~exactness.gof` (pooled chi-square / G-test, TV bounds),
 (two-token tree law), :mod:`~exactness.sampling` (vectorised Monte Carlo),
 :mod:`~exactness.verifier_cert`, :mod:`~exactness.grid` (many cells,
 multiple testing, calibration), :mod:`~exactness.mutants`,
-:mod:`~exactness.strategies` (hypothesis), :mod:`~exactness.pytest_plugin`.
+:mod:`~exactness.strategies` (hypothesis), :mod:`~exactness.pytest_plugin`,
+:mod:`~exactness.decoder` (whole decoders: multi-token laws), :mod:`~exactness.chain`
+(serving-engine chain kernels), :mod:`~exactness.adapters` (Hugging Face ``generate``,
+this project's engine), :mod:`~exactness.coupled` (kernel vs reference under the same coins).
 """
 
 from ._checks import ExactnessWarning
@@ -42,5 +46,5 @@ def __getattr__(name):  # lazy: keep ``import exactness`` light
     raise AttributeError(f"module 'exactness' has no attribute {name!r}")
 
 
-__all__ = ["Certificate", "ExactnessWarning", "assert_exact", "certify_decoder", "certify_sampler", "certify_verifier",
-           "chi2_power", "detectable_tv", "samples_for_tv"]
+__all__ = ["Certificate", "ExactnessWarning", "assert_exact", "certify_coupled", "certify_decoder", "certify_sampler",
+           "certify_verifier", "chi2_power", "detectable_tv", "samples_for_tv"]
