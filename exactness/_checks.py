@@ -97,6 +97,17 @@ def as_generator(seed) -> np.random.Generator:
     return np.random.default_rng(seed)
 
 
+def check_tv(tv, *, name: str = "tv"):
+    """``None`` or a TV in (0, 1] (the smallest bias to detect); TypeError / ValueError otherwise."""
+    if tv is None:
+        return None
+    if isinstance(tv, bool) or not isinstance(tv, (int, float, np.integer, np.floating)):
+        raise TypeError(f"{name} must be a float in (0, 1] (the smallest TV bias to detect), got {tv!r}")
+    if not 0 < float(tv) <= 1:  # also rejects NaN
+        raise ValueError(f"{name} must lie in (0, 1] (the smallest TV bias to detect), got {tv!r}")
+    return float(tv)
+
+
 def warn_power(detectable: float, tv: float | None, n: int, needed: int | None, alpha: float, power: float) -> None:
     """Warn when ``n`` samples cannot detect the requested TV at the requested power."""
     if tv is not None and detectable > tv:

@@ -16,6 +16,10 @@ import time
 from contextlib import contextmanager
 
 
+#: Largest limit accepted (about 116 days; far larger values overflow the platform's timer).
+MAX_TIMEOUT = 1e7
+
+
 class TimeLimitExceeded(BaseException):
     """Raised inside the block when its time limit passes.
 
@@ -34,8 +38,8 @@ def check_timeout(timeout, *, name: str = "timeout") -> float | None:
         return None
     if isinstance(timeout, bool) or not isinstance(timeout, (int, float)):
         raise TypeError(f"{name} must be a number of seconds (0 or None = no limit), got {timeout!r}")
-    if not math.isfinite(timeout) or timeout < 0:
-        raise ValueError(f"{name} must be a finite number of seconds >= 0 (0 = no limit), got {timeout}")
+    if not math.isfinite(timeout) or timeout < 0 or timeout > MAX_TIMEOUT:
+        raise ValueError(f"{name} must be a number of seconds in [0, {MAX_TIMEOUT:g}] (0 = no limit), got {timeout}")
     return float(timeout) or None
 
 

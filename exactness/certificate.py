@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ._checks import as_generator, check_alpha, check_law, check_n, check_tokens, warn_power
+from ._checks import as_generator, check_alpha, check_law, check_n, check_tokens, warn_power, check_tv
 from .gof import MIN_EXPECTED, gof_test, tv_bounds
 from .power import detectable_tv as _detectable_tv
 from .power import samples_for_tv
@@ -242,6 +242,7 @@ def certificate_from_counts(counts, law, *, alpha: float, power: float, tv: floa
         raise ValueError(no_df_message(np.asarray(law, dtype=np.float64), n, min_expected))
     tv_hat, tv_up = tv_bounds(counts, law, alpha)
     det = _detectable_tv(n, max(1, res.df), alpha=alpha, power=power)
+    tv = check_tv(tv)
     needed = samples_for_tv(tv, max(1, res.df), alpha=alpha, power=power) if tv else None
     warn_power(det, tv, n, needed, alpha, power)
     allchecks = {"marginal": res.pvalue, **(checks or {})}
@@ -310,6 +311,7 @@ def certify_sampler(sample, law, n: int, *, alpha: float = 1e-3, seed=0, power: 
     law = check_law(law)
     n = check_n(n)
     alpha = check_alpha(alpha)
+    check_tv(tv)
     if not callable(sample):
         raise TypeError(f"sample must be a callable (rng, n) -> (n,) int64, got {type(sample).__name__}")
     rng = as_generator(seed)

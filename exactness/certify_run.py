@@ -124,6 +124,16 @@ def load_verifier(spec: str):
             raise ValueError(f"--verifier {spec!r}: building the verifier ({attr}()) failed: {_describe(exc)}") from exc
     if not hasattr(obj, "verify"):
         raise ValueError(f"--verifier {spec!r} is not a verifier (needs verify(p, q, candidates, rng) and drafting)")
+    try:
+        drafting = getattr(obj, "drafting")
+    except AttributeError:
+        raise ValueError(f"--verifier {spec!r} has no 'drafting' attribute: set it to 'iid', 'without_replacement' "
+                         "or 'any' (the candidate law under which the verifier claims exactness)") from None
+    except BaseException as exc:
+        raise ValueError(f"--verifier {spec!r}: reading its 'drafting' failed: {_describe(exc)}") from exc
+    if drafting not in ("iid", "without_replacement", "any"):
+        raise ValueError(f"--verifier {spec!r} has drafting = {drafting!r}; it must be 'iid', 'without_replacement' "
+                         "or 'any'")
     return spec, obj
 
 

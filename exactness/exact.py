@@ -26,8 +26,21 @@ from resispec.enumeration import candidate_tuples, count_tuples
 
 from .sampling import accept_table, candidate_law, drafting_of, has_chain, takes_laws
 
-#: Exact verdict threshold on TV(output law, p).
+#: Exact verdict threshold on TV(output law, p) for laws normalised to round-off.
 EXACT_TOL = 1e-9
+
+
+def exact_tol(*laws) -> float:
+    """Threshold for the exact checks: ``EXACT_TOL + 2 sum_i |sum(law_i) - 1|`` (largest row).
+
+    Laws are accepted when their rows sum to 1 within ``SUM_TOL`` (1e-6; a
+    float32 softmax is off by ~1e-8), and an exact verifier fed such laws
+    emits ``p / sum(p)`` up to that error, so the threshold grows by the
+    input's own normalisation error and stays ``EXACT_TOL`` for laws that
+    sum to 1 to round-off.
+    """
+    slack = sum(float(np.max(np.abs(np.asarray(x, dtype=np.float64).sum(axis=-1) - 1.0))) for x in laws)
+    return EXACT_TOL + 2.0 * slack
 #: Largest enumeration the harness performs by default.
 MAX_TUPLES = 300_000
 #: Tuples x V below which a verifier with an accept table is still enumerated.
@@ -166,7 +179,7 @@ def joint_law(verifier, p, q, k: int, *, limit: int = MAX_TUPLES) -> np.ndarray:
     return J
 
 
-def certify_exact(verifier, p, q, k: int, *, limit: int = MAX_TUPLES, tol: float = EXACT_TOL) -> ExactResult:
+def certify_exact(verifier, p, q, k: int, *, limit: int = MAX_TUPLES, tol: float | None = None) -> ExactResult:
     """Exact verdict at one node: TV(output law, p) < ``tol`` and acceptance <= alpha*.
 
     Parameters
@@ -176,7 +189,7 @@ def certify_exact(verifier, p, q, k: int, *, limit: int = MAX_TUPLES, tol: float
         Or ``p`` a one-node :class:`resispec._validation.Laws` and ``q=None`` (trusted).
     k : int >= 1
     limit : int, largest enumeration
-    tol : float, TV threshold (default 1e-9)
+    tol : float, TV threshold (default :func:`exact_tol` of p and q: 1e-9 for laws normalised to round-off)
 
     Returns
     -------
@@ -191,6 +204,7 @@ def certify_exact(verifier, p, q, k: int, *, limit: int = MAX_TUPLES, tol: float
     p2, q2, _ = node
     J = joint_law(verifier, node, None, k, limit=limit)
     tv = 0.5 * float(np.abs(J.sum(axis=0) - p2[0]).sum())
+    tol = exact_tol(p2[0], q2[0]) if tol is None else tol
     acc = float(1.0 - J[k].sum())
     d = drafting_of(verifier)
     astar = None

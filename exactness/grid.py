@@ -158,12 +158,19 @@ class GridResult:
         return [c for c in self.cells if c.certificate is not None
                 and ((c.p_holm is not None and c.p_holm < self.alpha) or not c.acceptance_ok)]
 
+    def untested_verifiers(self) -> list[str]:
+        """Verifiers none of whose cells was certified (every cell skipped): never a pass."""
+        tested = {c.verifier for c in self.cells if c.certificate is not None}
+        return sorted({c.verifier for c in self.cells} - tested)
+
     def failed_verifiers(self) -> list[str]:
-        return sorted({c.verifier for c in self.failed_cells()})
+        """Verifiers with a failed cell, and those with no certified cell at all (nothing was tested)."""
+        return sorted({c.verifier for c in self.failed_cells()} | set(self.untested_verifiers()))
 
     @property
     def passed(self) -> bool:
-        return not self.failed_cells()
+        """True when some cell was certified, no cell failed and every verifier had a certified cell."""
+        return bool(self.cells) and not self.failed_cells() and not self.untested_verifiers()
 
 
 def _acceptances(verifier, p, q, k, known=None):
@@ -260,7 +267,7 @@ def run_cell(cell: Cell, *, n: int | None, alpha: float, seed, timeout: float | 
                                   skipped=f"k = {cell.k} exceeds the draft support")
             node = as_node(cell.p, cell.q)  # the cell's one check of p, q; the calls below trust it
             cert = certify_verifier(cell.verifier, node, None, cell.k, n=n, alpha=alpha, seed=seed)
-            known = cert.details["exact"]["acceptance"] if "exact" in cert.details else None
+            known = cert.details.get("exact", {}).get("acceptance")   # absent when the chain was invalid
             acc, astar, rrs = _acceptances(cell.verifier, node, None, cell.k, known)
     except TimeLimitExceeded as exc:
         return _failed_cell(cell, str(exc), alpha, time.perf_counter() - t0)

@@ -137,6 +137,7 @@ def to_json(grid: GridResult, mutants=None, meta=None) -> dict:
         "alpha": grid.alpha,
         "passed": grid.passed,
         "failed_verifiers": grid.failed_verifiers(),
+        "untested_verifiers": grid.untested_verifiers(),
         "verdicts": verdicts(grid),
         "calibration": None if cal is None else {**cal.__dict__, "consistent": cal.consistent},
         "notes": grid.notes,
@@ -175,10 +176,13 @@ def figure_bytes(grid: GridResult, power: float = 0.99) -> tuple[bytes, bytes]:
         ax.plot(-np.log10(expected), -np.log10(np.maximum(pv, 1e-300)), ".", ms=3, label=f"{m} MC p-values")
         top = max(-np.log10(expected).max(), 1.0)
         ax.plot([0, top], [0, top], "k--", lw=0.8)
+        ax.legend(loc="upper left", fontsize=8)
+    else:
+        ax.text(0.5, 0.5, "no Monte Carlo p-values (no cell certified)", ha="center", va="center",
+                transform=ax.transAxes)
     ax.set_xlabel("expected -log10 p (uniform)")
     ax.set_ylabel("observed -log10 p")
     ax.set_title("Calibration of the Monte Carlo checks")
-    ax.legend(loc="upper left", fontsize=8)
     fig.tight_layout()
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=110)
@@ -219,6 +223,8 @@ def markdown(grid: GridResult, mutants=None, meta=None, qq_name="certify_qq.png"
     for v, d in verdicts(grid).items():
         L.append(f"| `{v}` | {d['cells']} | {d['failed']} | {d['min_p_holm']:.3g} |")
     L += ["", "**ALL PASS**" if grid.passed else f"**FAILED: {', '.join(grid.failed_verifiers())}**", ""]
+    if grid.untested_verifiers():
+        L += [f"Not tested (every cell skipped, which is never a pass): {', '.join(grid.untested_verifiers())}", ""]
     for note in grid.notes:
         L.append(f"- note: {note}")
     L += ["", "## Cells", "",
@@ -262,6 +268,29 @@ def markdown(grid: GridResult, mutants=None, meta=None, qq_name="certify_qq.png"
     return "\n".join(L)
 
 
+def report_paths(out, json_path=None) -> dict:
+    """The four paths a certify run writes: ``markdown``, ``json``, ``qq`` and ``detectable_tv`` PNGs.
+
+    Raises ValueError when two of them are the same file (e.g. ``--json`` equal to ``--out``
+    or to one of the PNGs beside it): one would silently overwrite the other.
+    """
+    import os
+
+    out = Path(out)
+    stem = out.with_suffix("")
+    paths = {"markdown": out, "json": Path(json_path) if json_path else out.with_suffix(".json"),
+             "qq": stem.parent / f"{stem.name}_qq.png", "detectable_tv": stem.parent / f"{stem.name}_detectable_tv.png"}
+    seen = {}
+    for name, p in paths.items():
+        key = os.path.realpath(p)
+        if key in seen:
+            raise ValueError(f"the {name} report and the {seen[key]} report would both be written to {str(p)!r}; "
+                             "give --out and --json distinct paths (the PNGs go beside --out as STEM_qq.png and "
+                             "STEM_detectable_tv.png)")
+        seen[key] = name
+    return paths
+
+
 def write_reports(grid: GridResult, out: Path, mutants=None, meta=None, json_path: Path | None = None) -> dict:
     """Write ``out`` (Markdown), its JSON twin and the two PNG figures next to it; return the paths.
 
@@ -271,11 +300,8 @@ def write_reports(grid: GridResult, out: Path, mutants=None, meta=None, json_pat
     before the error propagates, so a failed call leaves none of its new
     files behind.
     """
-    out = Path(out)
-    stem = out.with_suffix("")
-    qq = stem.parent / f"{stem.name}_qq.png"
-    tv = stem.parent / f"{stem.name}_detectable_tv.png"
-    js = Path(json_path) if json_path else out.with_suffix(".json")
+    paths = report_paths(out, json_path)
+    out, js, qq, tv = paths["markdown"], paths["json"], paths["qq"], paths["detectable_tv"]
     qq_png, tv_png = figure_bytes(grid)
     payloads = [(js, json.dumps(to_json(grid, mutants, meta), indent=1, default=float)),
                 (out, markdown(grid, mutants, meta, qq.name, tv.name)), (qq, qq_png), (tv, tv_png)]

@@ -46,7 +46,7 @@ from resispec.enumeration import count_tuples
 from ._checks import as_generator, check_alpha, check_n
 from .certificate import (MAX_SECONDS, PILOT, PILOT_ABOVE, Certificate, _hours, certificate_from_counts,
                           pilot_seconds)
-from .exact import EXACT_TOL, MAX_TUPLES, ChainError, certify_exact, enumerable
+from .exact import MAX_TUPLES, ChainError, certify_exact, enumerable, exact_tol
 from .gof import gof_test
 from .sampling import (NodeSampler, as_numpy_verifier, candidate_law, draw_node_candidates, drafting_of, has_chain,
                        takes_laws, takes_uniforms)
@@ -208,6 +208,9 @@ def certify_verifier(verifier, p, q, k: int, *, n: int | None = None, alpha: flo
     """
     verifier = as_numpy_verifier(verifier)
     node = as_node(p, q)  # the one check of p, q: everything below gets the trusted Laws
+    from ._checks import check_tv
+
+    check_tv(tv)
     p2, q2, _ = node
     if p2.shape[0] != 1:
         raise ValueError(f"certify_verifier takes one node: p and q of shape (V,); got {p2.shape[0]} rows")
@@ -252,7 +255,7 @@ def certify_verifier(verifier, p, q, k: int, *, n: int | None = None, alpha: flo
             J = ex.joint
             checks["exact_law"] = 1.0 if ex.passed else 0.0
             details["exact"] = {"tv": ex.tv, "acceptance": ex.acceptance, "alpha_star": ex.alpha_star,
-                                "tol": EXACT_TOL}
+                                "tol": exact_tol(node.p[0], node.q[0])}
     for name in ("joint", "accepted_count", "residual"):
         if J is None:
             skipped[name] = "needs the exact joint law (exact_law " + (
@@ -325,7 +328,7 @@ def certify_verifier(verifier, p, q, k: int, *, n: int | None = None, alpha: flo
                              "df": tr.df, "tv_mc": tr.tv_mc}
             mc_df[name] = tr.df
             if tr.exact_tv is not None:
-                checks[name] = tr.pvalue if tr.exact_tv < EXACT_TOL else 0.0
+                checks[name] = tr.pvalue if tr.exact_tv < 2 * exact_tol(node.p[0], node.q[0]) else 0.0
                 if tr.df == 0:
                     details[name]["reason"] = "Monte Carlo part has df 0; exact part tested"
             elif tr.df == 0:

@@ -17,6 +17,10 @@ def atomic_write_with(path, write: Callable[[IO[bytes]], object]) -> Path:
     after removing the temporary file.
     """
     path = Path(path)
+    if path.is_symlink():  # write through the link (replace its target), never replace the link itself
+        path = Path(os.path.realpath(path))
+    if path.exists() and not path.is_file():
+        raise OSError(f"{path} is not a regular file (a device, FIFO or socket); refusing to replace it")
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
@@ -85,6 +89,9 @@ def check_output_path(path, flag: str, *, suffix: str | None = None) -> Path:
     p = Path(path).expanduser()
     if suffix is not None and not p.name.endswith(suffix):
         raise ValueError(f"{flag} must end in {suffix}, got {path}")
+    if p.exists() and not p.is_dir() and not p.is_file():
+        raise ValueError(f"{flag} {path} is not a regular file (a device, FIFO or socket would be replaced); "
+                         "give a file path")
     if p.is_dir():
         raise ValueError(f"{flag} {path} is an existing directory; give a file path")
     if p.exists() and not os.access(p, os.W_OK):
