@@ -130,17 +130,35 @@ def get_proxy(proxy, **options) -> Proxy:
     ValueError
         Unknown proxy name.
     TypeError
-        Neither a name nor a callable, or options given with a callable.
+        Neither a name nor a callable, options given with a callable, or a
+        callable whose signature cannot take ``(q_i, *, step, k, p_i)``.
     """
     if callable(proxy):
         if options:
             raise TypeError(f"proxy options {sorted(options)} only apply to built-in proxy names")
+        _check_proxy_signature(proxy)
         return proxy
     if not isinstance(proxy, str):
         raise TypeError(f"proxy must be a name in {sorted(PROXIES)} or a callable, got {type(proxy).__name__}")
     if proxy not in PROXIES:
         raise ValueError(f"unknown proxy {proxy!r}; choose one of {sorted(PROXIES)} or pass a callable")
     return PROXIES[proxy](**options)
+
+
+def _check_proxy_signature(proxy) -> None:
+    """TypeError now, not at the first verify, when ``proxy`` cannot be called as ``proxy(q_i, step=, k=, p_i=)``."""
+    import inspect
+
+    try:
+        sig = inspect.signature(proxy)
+    except (TypeError, ValueError):  # builtins without a signature: checked at the first call
+        return
+    try:
+        sig.bind(None, step=0, k=1, p_i=None)
+    except TypeError as exc:
+        raise TypeError(f"proxy {getattr(proxy, '__name__', proxy)!r} has signature {sig}, but a proxy is called as "
+                        f"proxy(q_i, *, step, k, p_i) -> (B, V) law ({exc}); add the keyword arguments "
+                        "(or **kwargs)") from None
 
 
 def check_proxy_output(rho, shape, name: str) -> np.ndarray:

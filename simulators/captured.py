@@ -205,6 +205,18 @@ def _check(path: str, a: dict):
     if index.min() < -1:
         raise ValueError(f"capture file {path}: field 'index' row {_first_bad((index < -1).any(axis=1))} holds "
                          "a token id below -1 (-1 marks padding)")
+    if depth.max() > np.iinfo(np.int16).max:
+        raise ValueError(f"capture file {path}: field 'depth' row {_first_bad(depth > np.iinfo(np.int16).max)} is "
+                         f"larger than {np.iinfo(np.int16).max} (tree depths are int16)")
+    if index.max() > np.iinfo(np.int32).max:
+        raise ValueError(f"capture file {path}: field 'index' row {_first_bad((index > np.iinfo(np.int32).max).any(axis=1))}"
+                         f" holds a token id larger than {np.iinfo(np.int32).max} (token ids are int32)")
+    ids = np.where(index >= 0, index, -1 - np.arange(M)[None, :])   # padding slots never collide
+    srt = np.sort(ids, axis=1)
+    dup = (srt[:, 1:] == srt[:, :-1]).any(axis=1)
+    if dup.any():
+        raise ValueError(f"capture file {path}: field 'index' row {_first_bad(dup)} lists a token id twice "
+                         "(each slot must be a distinct token)")
     laws = {}
     for name in ("p", "q"):
         if a[name].dtype.kind != "f":

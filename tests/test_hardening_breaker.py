@@ -123,3 +123,12 @@ def test_verifier_without_drafting_is_a_bad_argument_before_any_cell(tmp_path, m
     err = capsys.readouterr().err
     assert "no 'drafting' attribute" in err and "iid" in err
     assert not (tmp_path / "r").exists()
+
+
+@pytest.mark.parametrize("backend", ["numpy", "torch"])
+def test_callable_proxy_with_the_wrong_signature_fails_at_get_verifier(backend):
+    if backend == "torch":
+        pytest.importorskip("torch")
+    with pytest.raises(TypeError, match=r"proxy\(q_i, \*, step, k, p_i\)"):
+        resispec.get_verifier("resispec", backend=backend, proxy=lambda q: q)
+    resispec.get_verifier("resispec", backend=backend, proxy=lambda q_i, **kw: q_i)   # **kwargs is fine

@@ -408,3 +408,14 @@ def test_ngram_cache_dir_that_cannot_be_created(tmp_path, monkeypatch):
     pair, warned = _fresh_pair()
     assert len(warned) == 1 and pair.info["cache_path"] is None
     assert blocker.read_text() == "x" and not list(tmp_path.glob("**/*.tmp"))
+
+
+@pytest.mark.parametrize("field, value, match", [
+    ("depth", np.array([0, 70000, 0, 0], dtype=np.int64), "depth' row 1 is larger"),
+    ("index", np.tile(np.arange(6, dtype=np.int64), (4, 1)) + np.array([[0], [0], [2**32], [0]]), "index' row 2"),
+    ("index", np.array([[0, 1, 2, 3, 4, 4]] * 4, dtype=np.int32), "index' row 0 lists a token id twice"),
+])
+def test_capture_values_that_would_wrap_or_repeat_are_refused(tmp_path, field, value, match):
+    path = _write(tmp_path / "bad.npz", **{field: value})
+    with pytest.raises(ValueError, match=match):
+        load_capture(path)

@@ -88,9 +88,7 @@ assert set(PROXIES) == set(_np_proxies.PROXIES), "torch proxies must mirror resi
 def get_proxy(proxy, **options):
     """Resolve a built-in name (with options) or pass a callable through (same errors as numpy)."""
     if callable(proxy):
-        if options:
-            raise TypeError(f"proxy options {sorted(options)} only apply to built-in proxy names")
-        return proxy
+        return _np_proxies.get_proxy(proxy, **options)  # same option and signature checks as numpy
     _np_proxies.get_proxy(proxy, **options)  # validates name and options with the numpy messages
     return PROXIES[proxy](**options)
 
