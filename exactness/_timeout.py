@@ -52,7 +52,11 @@ def limit_available() -> bool:
 def time_limit(seconds: float | None):
     """Raise ``TimeLimitExceeded`` in the block after ``seconds`` (None/0: no limit).
 
-    Yields whether the limit is enforced.  The previous SIGALRM handler is
+    Yields whether the limit is enforced.  After the limit the alarm repeats
+    every ``min(1 s, seconds)`` until the block is left, so code that swallows
+    the exception (``except BaseException: pass``) is interrupted again as
+    soon as it runs on; code that swallows it forever in a loop cannot be
+    stopped from inside the process.  The previous SIGALRM handler is
     restored on exit, and a timer that was already running (an outer limit)
     is re-armed with its remaining time.
     """
@@ -64,7 +68,9 @@ def time_limit(seconds: float | None):
         raise TimeLimitExceeded(seconds)
 
     old_handler = signal.signal(signal.SIGALRM, _alarm)
-    old_delay, old_interval = signal.setitimer(signal.ITIMER_REAL, seconds)
+    # the alarm repeats (every min(1 s, seconds)) until the block is left, so a plug-in that swallows
+    # the first TimeLimitExceeded (``except BaseException``) is interrupted again
+    old_delay, old_interval = signal.setitimer(signal.ITIMER_REAL, seconds, min(1.0, seconds))
     t0 = time.monotonic()
     try:
         yield True

@@ -132,3 +132,22 @@ def test_callable_proxy_with_the_wrong_signature_fails_at_get_verifier(backend):
     with pytest.raises(TypeError, match=r"proxy\(q_i, \*, step, k, p_i\)"):
         resispec.get_verifier("resispec", backend=backend, proxy=lambda q: q)
     resispec.get_verifier("resispec", backend=backend, proxy=lambda q_i, **kw: q_i)   # **kwargs is fine
+
+
+def test_time_limit_survives_a_plugin_that_swallows_the_first_alarm():
+    import time
+
+    class Swallower:
+        drafting = "iid"
+
+        def verify(self, p, q, candidates, rng):
+            try:
+                time.sleep(30)
+            except BaseException:   # a plug-in that swallows everything, once
+                pass
+            time.sleep(30)
+
+    t0 = time.perf_counter()
+    grid = run_grid([Cell("swallow", Swallower(), "toy", 1, P, Q)], n=2000, timeout=1)
+    assert time.perf_counter() - t0 < 10
+    assert not grid.passed and grid.cells[0].certificate.details["error"] == "timed out after 1 s"
