@@ -30,8 +30,11 @@ def test_kernel_root_mass_and_warm_start(case, start, warm):
     init = np.full(p.shape[0], start * gamma) if warm else None
     lam, m, passes, resid, exact = solve_reserve_rows(p, q, rho, gamma, init=init)
     want = solve_reserve(p, q, rho, gamma, method="sort")
-    # one well-defined point, min {l : g(l) >= -tau}, whatever the start: the sort solver's
-    np.testing.assert_allclose(lam, want, rtol=0, atol=1e-12)
+    # one well-defined point, min {l : g(l) >= -tau}, whatever the start: the sort solver's, to 1e-9.
+    # 1e-9, not 1e-12: where the crossing is ill-conditioned (g' ~ 0, gamma = 1, almost all proxy mass
+    # active; docs/torch.md) round-off in g moves the point by eps / g' (hypothesis found 1e-10 on
+    # p = rho = (1e-10, 1 - 1e-10), q one-hot); the root property below is still checked to tau.
+    np.testing.assert_allclose(lam, want, rtol=0, atol=1e-9)
     gk = _g(p, q, rho, lam, gamma)
     assert np.all(gk >= -3e-13 * (1 + gamma)) and np.all(gk <= 1e-12)      # a root, to tau
     assert np.all((lam >= 0) & (lam <= gamma))

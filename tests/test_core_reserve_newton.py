@@ -43,7 +43,9 @@ def test_newton_matches_sort(case):
     p, q, rho, gamma = case
     a = solve_reserve(p, q, rho, gamma, method="sort")
     b = solve_reserve(p, q, rho, gamma, method="newton")
-    np.testing.assert_allclose(b, a, rtol=0, atol=1e-12)
+    # 1e-9: the documented ill-conditioned crossing (g' ~ 0) moves the point by eps / g'; hypothesis found a
+    # 1e-10 gap on p = rho = (1e-10, 1 - 1e-10) with a one-hot q (test_core_reserve_fused has the root check)
+    np.testing.assert_allclose(b, a, rtol=0, atol=1e-9)
 
 
 def test_flat_piece_smallest_root():
