@@ -24,6 +24,18 @@ MAX_LP_VARIABLES = 400_000
 _HIGHS_OPTIONS = {"primal_feasibility_tolerance": 1e-10, "dual_feasibility_tolerance": 1e-10}
 
 
+def _linprog(c, **kw):
+    """``scipy.optimize.linprog`` with HiGHS; on a numerical solve error (status 4) it retries with the
+    dual simplex, then the interior-point method (HiGHS's default choice occasionally stops with
+    "Solve error" at the tight tolerances above); any other status is returned as is."""
+    res = None
+    for method in ("highs", "highs-ds", "highs-ipm"):
+        res = linprog(c, method=method, options=_HIGHS_OPTIONS, **kw)
+        if res.status != 4:
+            return res
+    return res
+
+
 def _one(p, q):
     p2, q2, _ = as_laws(p, q)
     if p2.shape[0] != 1:
@@ -80,7 +92,7 @@ def optimal_acceptance_lp(p, q, k: int, drafting: str = "iid") -> float:
     # Margins as "<=": any sub-coupling extends to a full coupling without
     # losing hits, so the optimum is the same, and round-off in sum(W) vs
     # sum(p) (tuple probabilities down to 1e-10) cannot make it infeasible.
-    res = linprog(c, A_ub=A, b_ub=b, bounds=(0, None), method="highs", options=_HIGHS_OPTIONS)
+    res = _linprog(c, A_ub=A, b_ub=b, bounds=(0, None))
     if res.status != 0:
         raise ValueError(f"coupling LP failed: {res.message}")
     return float(-res.fun)
@@ -143,8 +155,7 @@ def sequential_optimum_iid(p, q, k: int, *, return_masses: bool = False):
     ecols = np.concatenate([np.arange(nM), nM + np.arange(k)])
     evals = np.concatenate([-np.ones(nM), np.ones(k)])
     A_eq = coo_matrix((evals, (erows, ecols)), shape=(k, nvar)).tocsr()
-    res = linprog(c, A_ub=A_ub, b_ub=b_ub, A_eq=A_eq, b_eq=np.zeros(k), bounds=(0, None), method="highs",
-                  options=_HIGHS_OPTIONS)
+    res = _linprog(c, A_ub=A_ub, b_ub=b_ub, A_eq=A_eq, b_eq=np.zeros(k), bounds=(0, None))
     if res.status != 0:
         raise ValueError(f"sequential LP failed: {res.message}")
     val = float(-res.fun)
@@ -289,8 +300,8 @@ def sequential_optimum(p, q, k: int, drafting: str = "iid", *, return_details: b
     c = np.zeros(nvar)
     for idx in range(H):
         c[Mv(idx)] = -1.0
-    res = linprog(c, A_ub=A_ub, b_ub=np.zeros(nub), A_eq=A_eq, b_eq=np.asarray(b_eq) if b_eq else None,
-                  bounds=bounds, method="highs", options=_HIGHS_OPTIONS)
+    res = _linprog(c, A_ub=A_ub, b_ub=np.zeros(nub), A_eq=A_eq, b_eq=np.asarray(b_eq) if b_eq else None,
+                   bounds=bounds)
     if res.status != 0:
         raise ValueError(f"sequential LP failed: {res.message}")
     val = float(-res.fun)
