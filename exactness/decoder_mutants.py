@@ -105,8 +105,12 @@ class RowsMixed(ChainDecoder):
         return p, q, d
 
 
-def residual_off_by_one_kernel(target_probs, draft_probs, draft_ids, rng):
-    """Token-level chain whose residual after a rejection at i uses target row i + 1 (biased)."""
+def _token_accepts(target_probs, draft_probs, draft_ids, rng):
+    """The correct token-level accept stage: ``(p (B, g+1, V), q (B, g, V), ids (B, g), g, n_acc (B,))``.
+
+    Candidate ``i`` is accepted w.p. ``min(1, p_i(x_i) / q_i(x_i))`` until the first rejection
+    (Leviathan et al. 2023, arXiv 2211.17192); the mutants below reuse it and change one later step.
+    """
     p = np.asarray(target_probs, dtype=np.float64)
     d = np.asarray(draft_ids, dtype=np.int64)
     B, g1, V = p.shape
@@ -115,6 +119,13 @@ def residual_off_by_one_kernel(target_probs, draft_probs, draft_ids, rng):
     rows, pos = np.arange(B)[:, None], np.arange(g)[None, :]
     ratio = p[rows, pos, d] / np.maximum(q[rows, pos, d], 1e-300)
     n_acc = np.cumprod(rng.random((B, g)) < np.minimum(1.0, ratio), axis=1).sum(axis=1)
+    return p, q, d, g, n_acc
+
+
+def residual_off_by_one_kernel(target_probs, draft_probs, draft_ids, rng):
+    """Token-level chain whose residual after a rejection at i uses target row i + 1 (biased)."""
+    p, q, d, g, n_acc = _token_accepts(target_probs, draft_probs, draft_ids, rng)
+    B = p.shape[0]
     at = np.minimum(n_acc, g - 1)
     p_wrong = p[np.arange(B), at + 1]                       # BUG: should be at
     residual = _normalise_or(np.maximum(p_wrong - q[np.arange(B), at], 0.0), p_wrong)
@@ -130,14 +141,8 @@ def target_off_by_one_kernel(target_probs, draft_probs, draft_ids, rng):
 
 def bonus_from_residual_kernel(target_probs, draft_probs, draft_ids, rng):
     """Token-level chain whose bonus token (full acceptance) comes from a residual (biased)."""
-    p = np.asarray(target_probs, dtype=np.float64)
-    d = np.asarray(draft_ids, dtype=np.int64)
-    B, g1, V = p.shape
-    g = g1 - 1
-    q = _draft_q(draft_probs, d, V)
-    rows, pos = np.arange(B)[:, None], np.arange(g)[None, :]
-    ratio = p[rows, pos, d] / np.maximum(q[rows, pos, d], 1e-300)
-    n_acc = np.cumprod(rng.random((B, g)) < np.minimum(1.0, ratio), axis=1).sum(axis=1)
+    p, q, d, g, n_acc = _token_accepts(target_probs, draft_probs, draft_ids, rng)
+    B = p.shape[0]
     at = np.minimum(n_acc, g - 1)
     p_at, q_at = p[np.arange(B), at], q[np.arange(B), at]
     residual = _normalise_or(np.maximum(p_at - q_at, 0.0), p_at)
