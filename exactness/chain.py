@@ -134,16 +134,25 @@ def block_kernel(target_probs, draft_probs, draft_ids, rng: np.random.Generator)
     Parameters and return value: see the module docstring.  Uniforms:
     ``rng.random((B, gamma))`` for ``eta``, then ``rng.random(B)`` for the extra token.
     """
+    p, q, d, w, tau = block_stop(target_probs, draft_probs, draft_ids, rng)
+    return _emit(d, tau, _sample_rows(_block_residual(p, q, w, tau), rng.random(p.shape[0])))
+
+
+def block_stop(target_probs, draft_probs, draft_ids, rng: np.random.Generator):
+    """Block verification's stop stage: ``(p (B, g+1, V), q (B, g, V), ids (B, g), w, tau (B,))``.
+
+    ``tau`` is the largest ``i`` with ``eta_i <= h_i`` (0 if none), ``eta = rng.random((B, g))``
+    (Sun et al. 2024, arXiv 2403.10444); shared by :func:`block_kernel` and its mutants.
+    """
     p = np.asarray(target_probs, dtype=np.float64)
     d = np.asarray(draft_ids, dtype=np.int64)
     B, g1, V = p.shape
     g = g1 - 1
     q = _draft_q(draft_probs, d, V)
     w, h = block_weights(p, q, d)
-    eta = rng.random((B, g))
-    hit = eta <= h[:, 1:]
+    hit = rng.random((B, g)) <= h[:, 1:]
     tau = np.where(hit.any(axis=1), g - np.argmax(hit[:, ::-1], axis=1), 0)
-    return _emit(d, tau, _sample_rows(_block_residual(p, q, w, tau), rng.random(B)))
+    return p, q, d, w, tau
 
 
 def _block_residual(p, q, w, tau):

@@ -29,7 +29,7 @@ from __future__ import annotations
 import numpy as np
 
 from .chain import (ChainDecoder, _block_residual, _draft_q, _emit, _normalise_or, _sample_rows,
-                    block_kernel, block_weights, chain_target, model_laws, token_chain_kernel)
+                    block_kernel, block_stop, chain_target, model_laws, token_chain_kernel)
 
 
 def token_chain(model, gamma: int = 2, **kw) -> ChainDecoder:
@@ -153,16 +153,9 @@ def bonus_from_residual_kernel(target_probs, draft_probs, draft_ids, rng):
 
 def block_same_position_residual_kernel(target_probs, draft_probs, draft_ids, rng):
     """Block verification with the token-level residual of the stop row (no weight ``w_tau``; biased)."""
-    p = np.asarray(target_probs, dtype=np.float64)
-    d = np.asarray(draft_ids, dtype=np.int64)
-    B, g1, V = p.shape
-    g = g1 - 1
-    q = _draft_q(draft_probs, d, V)
-    w, h = block_weights(p, q, d)
-    hit = rng.random((B, g)) <= h[:, 1:]
-    tau = np.where(hit.any(axis=1), g - np.argmax(hit[:, ::-1], axis=1), 0)
+    p, q, d, w, tau = block_stop(target_probs, draft_probs, draft_ids, rng)
     law = _block_residual(p, q, np.ones_like(w), tau)          # BUG: weights dropped
-    return _emit(d, tau, _sample_rows(law, rng.random(B)))
+    return _emit(d, tau, _sample_rows(law, rng.random(p.shape[0])))
 
 
 MUTANTS = {
