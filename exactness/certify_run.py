@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from ._checks import base_seed, sub_seed
 from .grid import Cell, GridResult, adjust, run_grid
 from .verifier_cert import certify_verifier
 
@@ -178,7 +179,7 @@ def family_nodes(seed: int, families=FAMILIES, temperature: float = 1.0) -> tupl
 
     nodes, notes = {}, []
     for i, (name, V, params) in enumerate(families):
-        rng = np.random.default_rng([seed, 1000 + i])
+        rng = np.random.default_rng(sub_seed(seed, 1000 + i))
         try:
             fam = get_family(name)
         except ValueError as exc:
@@ -233,6 +234,7 @@ def run_mutants(*, seeds: int = 1, n: int | None = None, alpha: float = 1e-3, se
     from . import mutants as M
     from ._progress import Progress, progress_mode
 
+    seed = base_seed(seed)
     fam = MUTANT_FAMILY[0]
     nodes, _ = family_nodes(seed, (MUTANT_FAMILY,))
     p, q = nodes[fam]
@@ -245,7 +247,7 @@ def run_mutants(*, seeds: int = 1, n: int | None = None, alpha: float = 1e-3, se
         flagged = flagged_mc = 0
         failing: dict[str, int] = {}
         for s in range(seeds):
-            certs = [certify_verifier(v, p, q, k, n=n, alpha=alpha, seed=np.random.SeedSequence([seed, s, k]))
+            certs = [certify_verifier(v, p, q, k, n=n, alpha=alpha, seed=sub_seed(seed, s, k))
                      for k in ks]
             holm = adjust([c.pvalue for c in certs], "holm")
             if np.any(holm < alpha):
@@ -275,6 +277,7 @@ def run_certify(verifier_specs: list[str] | None = None, *, ks=K_VALUES, n: int 
     """
     import resispec
 
+    seed = base_seed(seed)
     specs = verifier_specs or resispec.available_verifiers()
     verifiers = [load_verifier(s) for s in specs]
     t0 = time.perf_counter()

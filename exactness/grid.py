@@ -25,7 +25,7 @@ from .certificate import Certificate
 from .verifier_cert import certify_verifier
 
 #: Checks whose p-values are continuous Monte Carlo p-values (used for calibration).
-MC_CHECKS = ("marginal", "joint", "accepted_count", "residual")
+MC_CHECKS = ("marginal", "joint", "accepted_count", "residual", "batched_rows")
 
 
 @dataclass(frozen=True)
@@ -287,7 +287,8 @@ def run_grid(cells: list[Cell], *, n: int | None = None, alpha: float = 1e-3, se
     cells : list of Cell
     n : int, optional, Monte Carlo draws per cell (None = default budget)
     alpha : float, family-wise level of the run
-    seed : int, base seed (cell ``i`` uses ``SeedSequence([seed, i])``)
+    seed : int or sequence of ints or SeedSequence, base seed (cell ``i`` uses
+        ``exactness._checks.sub_seed(seed, i)`` = ``SeedSequence([seed, i])`` for an int)
     progress : bool or str, progress on stderr: False = none; True = a tqdm bar when stderr is a terminal,
         else one plain line at the first and last cell and every 10 s (for logs); or a mode of
         ``exactness._progress.Progress`` ("auto", "bar", "lines", "off")
@@ -303,7 +304,9 @@ def run_grid(cells: list[Cell], *, n: int | None = None, alpha: float = 1e-3, se
     ValueError, TypeError
         Bad ``n``, ``alpha`` or ``timeout`` (checked before any cell runs).
     """
-    from ._checks import check_alpha, check_n
+    from ._checks import base_seed, check_alpha, check_n, sub_seed
+
+    seed = base_seed(seed)  # TypeError / ValueError naming seed, before any cell runs
     from ._progress import Progress, progress_mode
     from ._timeout import check_timeout
 
@@ -317,7 +320,7 @@ def run_grid(cells: list[Cell], *, n: int | None = None, alpha: float = 1e-3, se
     for i, cell in enumerate(cells):
         label = f"{cell.verifier_name} {cell.family} k={cell.k}"
         bar.start(label)
-        results.append(run_cell(cell, n=n, alpha=alpha, seed=np.random.SeedSequence([seed, i]), timeout=timeout))
+        results.append(run_cell(cell, n=n, alpha=alpha, seed=sub_seed(seed, i), timeout=timeout))
         bar.step(label)
     bar.close()
     done = [r for r in results if r.certificate is not None]

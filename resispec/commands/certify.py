@@ -37,7 +37,7 @@ DEFAULT_TIMEOUT = 600.0
 
 
 def add_arguments(parser) -> None:
-    from ._args import ListAction, count
+    from ._args import ListAction, count, seed
 
     parser.add_argument("--verifier", action="append", metavar="NAME|MODULE:OBJECT",
                         help="verifier to certify: a registry name, name[option=value,...], or an import path "
@@ -55,7 +55,9 @@ def add_arguments(parser) -> None:
                         help="Monte Carlo draws per cell, e.g. 200000 or 2e5 (default: 200,000, capped for O(V) "
                              "samplers; at most 1e9, and refused when the estimated memory exceeds half of this "
                              "machine's)")
-    parser.add_argument("--seed", type=int, default=0, help="base seed (default 0)")
+    parser.add_argument("--seed", type=seed, default=0, metavar="S",
+                        help="base seed: an integer >= 0 or a sequence such as 0,3 (= SeedSequence([0, 3])); "
+                             "default 0")
     parser.add_argument("--alpha", type=float, default=1e-3, help="family-wise level over all cells (default 1e-3)")
     parser.add_argument("--family", action=ListAction, metavar="NAME",
                         help="pair families, comma-separated and/or repeatable (default softmax_noise, zipf, "
@@ -127,7 +129,7 @@ def run(args) -> int:
         raise ValueError(f"--samples must be >= 1, got {args.samples}")
     if args.mutant_seeds < 1:
         raise ValueError(f"--mutant-seeds must be >= 1, got {args.mutant_seeds}")
-    if args.seed < 0:
+    if isinstance(args.seed, int) and args.seed < 0:  # the parser refuses these; a caller's namespace may not
         raise ValueError(f"--seed must be >= 0, got {args.seed}")
     if not (0 <= args.timeout <= 1e7):
         raise ValueError(f"--timeout must be a number of seconds in [0, 1e7] (0 = no limit), got {args.timeout}")
