@@ -75,6 +75,15 @@ def test_black_box_rows_mixed_in_a_batch_fail_batched_rows():
     assert "marginal" not in bad.failed_checks()
 
 
+def test_batched_rows_is_calibrated_for_a_correct_black_box():
+    from scipy import stats
+
+    from exactness.verifier_cert import _batched_rows
+
+    pv = [_batched_rows(Box(), P, Q, 2, 2000, np.random.default_rng(s))[0] for s in range(60)]
+    assert stats.kstest(pv, "uniform").pvalue > 1e-3
+
+
 def test_batched_rows_runs_only_where_batched_cannot():
     cert = exactness.certify_verifier(RRS, P, Q, 2, n=N, seed=0)
     assert "batched" in cert.checks and "batched_rows" not in cert.checks and "batched_rows" not in cert.skipped
@@ -324,7 +333,7 @@ def test_cli_with_no_supported_cell_is_never_a_pass(user_dir, capsys):
     assert rc == 1 and "NOT TESTED" in capsys.readouterr().out
 
 
-@pytest.mark.parametrize("flag, value, match", [("--seed", "0,-3", "--seed entries must be >= 0"),
+@pytest.mark.parametrize("flag, value, match", [("--seed", "0,-3", "--seed must be >= 0"),
                                                 ("--seed", "x", "comma-separated sequence"),
                                                 ("--workers", "0", "--workers must be >= 1")])
 def test_cli_bad_seed_and_workers_exit_2(user_dir, capsys, flag, value, match):

@@ -36,7 +36,7 @@ def seed(text: str):
         raise argparse.ArgumentTypeError(f"--seed takes an integer >= 0 or a comma-separated sequence of them "
                                          f"such as 0,3; got {text!r}") from None
     if any(v < 0 for v in vals):
-        raise argparse.ArgumentTypeError(f"--seed entries must be >= 0, got {text!r}")
+        raise argparse.ArgumentTypeError(f"--seed must be >= 0 (every entry of a sequence), got {text!r}")
     return vals[0] if len(vals) == 1 else vals
 
 
