@@ -255,6 +255,26 @@ def test_a_failing_worker_is_an_error_never_a_pass(box, err, match):
         exactness.certify_verifier(box(), P, Q, 2, n=N, seed=0, workers=2)
 
 
+class HangsInWorker(Box):
+    def verify(self, p, q, candidates, rng):
+        if os.getpid() != PARENT:
+            import time
+
+            time.sleep(600)
+        return super().verify(p, q, candidates, rng)
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="fork start method and SIGALRM")
+def test_a_hanging_worker_times_out_the_cell_and_is_stopped():
+    import multiprocessing as mp
+
+    from exactness.grid import Cell, run_cell
+
+    r = run_cell(Cell("hangs", HangsInWorker(), "node", 2, P, Q), n=N, alpha=1e-3, seed=0, timeout=2, workers=2)
+    assert not r.certificate.passed and "timed out" in r.certificate.details["error"]
+    assert not mp.active_children()  # the workers were terminated, not left sleeping
+
+
 @pytest.mark.parametrize("workers, err", [(0, ValueError), (1.5, TypeError), (True, TypeError)])
 def test_bad_workers(workers, err):
     with pytest.raises(err, match="workers must be"):
