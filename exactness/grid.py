@@ -316,10 +316,10 @@ def run_grid(cells: list[Cell], *, n: int | None = None, alpha: float = 1e-3, se
         Bad ``n``, ``alpha``, ``seed``, ``timeout`` or ``workers`` (checked before any cell runs).
     """
     from ._checks import base_seed, check_alpha, check_n, sub_seed
-
-    seed = base_seed(seed)  # TypeError / ValueError naming seed, before any cell runs
     from ._progress import Progress, progress_mode
     from ._timeout import check_timeout
+
+    seed = base_seed(seed)  # TypeError / ValueError naming seed, before any cell runs
 
     if n is not None:
         check_n(n)

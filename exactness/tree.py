@@ -170,9 +170,8 @@ def _sample_pairs(verifier, root_laws: Laws, nxt: Laws, k: int, n: int, rng: np.
     counts = np.zeros((V, V), dtype=np.int64)
     own = depth == 1 and getattr(verifier, "sample_bonus", None) is not None
     bonus = _bonus(verifier, nxt.p, nxt.q) if depth == 1 and not own else None
-    if own:  # the verifier's own bonus draws, all full accepts at once (heterogeneous rows)
-        full = root.tokens[root.accepted >= 0]
-        counts += _own_bonus_counts(verifier, nxt, np.sort(full), rng)
+    if own:  # the verifier's own bonus draws, all full accepts at once, in draw order (rows of mixed nodes)
+        counts += _own_bonus_counts(verifier, nxt, root.tokens[root.accepted >= 0], rng)
     for y in np.unique(root.tokens):
         sel = root.tokens == y
         n_acc = int(np.count_nonzero(sel & (root.accepted >= 0)))
