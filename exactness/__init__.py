@@ -8,7 +8,9 @@ power), cell (one (p, q, k, verifier) configuration).
 The contract::
 
     certify_sampler(sample, law, n, *, alpha=1e-3, seed=0) -> Certificate
-    certify_verifier(verifier, p, q, k, *, n=None, alpha=1e-3, seed=0) -> Certificate
+    certify_verifier(verifier, p, q, k, *, n=None, alpha=1e-3, seed=0, workers=1) -> Certificate
+    certify_counts(counts, p, q=None, k=None, *, alpha=1e-3) -> Certificate   # outputs collected elsewhere
+    certify_samples(tokens, p, *, accepted=None, candidates=None, q=None, k=None, alpha=1e-3) -> Certificate
     certify_decoder(decoder, target, prompts, *, new_tokens=2, n=None, tv=None, alpha=1e-3, seed=0)  # exactness.decoder
     certify_coupled(kernel, reference, p, q, k, *, n, alpha, seed, convention="resispec")  # exactness.coupled
     mutants.CATALOGUE  # name -> biased Verifier
@@ -18,7 +20,8 @@ Modules: :mod:`~exactness.gof` (pooled chi-square / G-test, TV bounds),
 :mod:`~exactness.power` (detectable TV, sample-size planner),
 :mod:`~exactness.exact` (exact joint law), :mod:`~exactness.tree`
 (two-token tree law), :mod:`~exactness.sampling` (vectorised Monte Carlo),
-:mod:`~exactness.verifier_cert`, :mod:`~exactness.grid` (many cells,
+:mod:`~exactness.verifier_cert`, :mod:`~exactness.collected` (outputs already collected),
+:mod:`~exactness.grid` (many cells,
 multiple testing, calibration), :mod:`~exactness.mutants`,
 :mod:`~exactness.strategies` (hypothesis), :mod:`~exactness.pytest_plugin`,
 :mod:`~exactness.decoder` (whole decoders: multi-token laws), :mod:`~exactness.chain`
@@ -28,6 +31,7 @@ this project's engine), :mod:`~exactness.coupled` (kernel vs reference under the
 
 from ._checks import ExactnessWarning
 from .certificate import Certificate, certify_sampler
+from .collected import certify_counts, certify_samples
 from .decoder import certify_decoder
 from .power import chi2_power, detectable_tv, samples_for_tv
 from .verifier_cert import certify_verifier
@@ -46,5 +50,5 @@ def __getattr__(name):  # lazy: keep ``import exactness`` light
     raise AttributeError(f"module 'exactness' has no attribute {name!r}")
 
 
-__all__ = ["Certificate", "ExactnessWarning", "assert_exact", "certify_coupled", "certify_decoder", "certify_sampler",
-           "certify_verifier", "chi2_power", "detectable_tv", "samples_for_tv"]
+__all__ = ["Certificate", "ExactnessWarning", "assert_exact", "certify_counts", "certify_coupled", "certify_decoder",
+           "certify_samples", "certify_sampler", "certify_verifier", "chi2_power", "detectable_tv", "samples_for_tv"]

@@ -86,15 +86,83 @@ def check_tokens(tokens, V: int, expected: int, *, name: str = "sample(rng, n)")
     return t.astype(np.int64, copy=False)
 
 
-def as_generator(seed) -> np.random.Generator:
-    """``numpy.random.Generator`` from a seed (int / SeedSequence) or pass one through."""
+def as_seed_sequence(seed, *, name: str = "seed") -> np.random.SeedSequence:
+    """``numpy.random.SeedSequence`` from any seed the harness takes.
+
+    Accepted: ``None`` (fresh OS entropy), an int >= 0, a sequence of ints >= 0
+    (``[0, i]``, a tuple or a 1-D integer array: the usual way to give run ``i``
+    its own stream), a ``SeedSequence`` (returned as is) or a numpy
+    ``Generator`` (one 63-bit integer is drawn from it, so the generator
+    advances).  ``as_seed_sequence(s)`` and ``numpy.random.default_rng(s)`` give
+    the same stream for an int or a sequence (numpy's own rule,
+    ``numpy.random.SeedSequence``).
+
+    Raises
+    ------
+    TypeError
+        Any other type (a float, a string, a bool, a nested or float sequence).
+    ValueError
+        A negative int, an empty sequence or a sequence with a negative entry.
+    """
+    if isinstance(seed, np.random.SeedSequence):
+        return seed
+    if isinstance(seed, np.random.Generator):
+        return np.random.SeedSequence(int(seed.integers(2**63)))
+    what = (f"{name} must be an int >= 0, a sequence of ints >= 0 such as [0, i], a numpy SeedSequence or a "
+            "numpy Generator")
+    if seed is None:
+        return np.random.SeedSequence()
+    if isinstance(seed, bool):
+        raise TypeError(f"{what}, got {seed!r}")
+    if isinstance(seed, (int, np.integer)):
+        if seed < 0:
+            raise ValueError(f"{name} must be >= 0, got {seed}")
+        return np.random.SeedSequence(int(seed))
+    if isinstance(seed, (list, tuple, np.ndarray)):
+        arr = np.asarray(seed, dtype=object) if not isinstance(seed, np.ndarray) else seed
+        items = list(arr.ravel()) if arr.ndim == 1 else None
+        if items is None or not all(isinstance(x, (int, np.integer)) and not isinstance(x, (bool, np.bool_))
+                                    for x in items):
+            raise TypeError(f"{what}; got the sequence {seed!r} (every entry must be an int, one level deep)")
+        if not items:
+            raise ValueError(f"{name} is an empty sequence; give at least one int, e.g. [0, i]")
+        if min(items) < 0:
+            raise ValueError(f"{name} entries must be >= 0, got {seed!r}")
+        return np.random.SeedSequence([int(x) for x in items])
+    raise TypeError(f"{what}, got {seed!r}")
+
+
+def as_generator(seed, *, name: str = "seed") -> np.random.Generator:
+    """``numpy.random.Generator`` from a seed (see :func:`as_seed_sequence`) or pass a Generator through.
+
+    ``as_generator(0)``, ``as_generator([0, 3])`` and ``as_generator(SeedSequence([0, 3]))``
+    equal ``numpy.random.default_rng`` of the same seed.  Raises as :func:`as_seed_sequence`.
+    """
     if isinstance(seed, np.random.Generator):
         return seed
-    if isinstance(seed, bool) or not (seed is None or isinstance(seed, (int, np.integer, np.random.SeedSequence))):
-        raise TypeError(f"seed must be an int, a SeedSequence or a numpy Generator, got {seed!r}")
-    if isinstance(seed, (int, np.integer)) and seed < 0:
-        raise ValueError(f"seed must be >= 0, got {seed}")
-    return np.random.default_rng(seed)
+    return np.random.default_rng(as_seed_sequence(seed, name=name))
+
+
+def base_seed(seed):
+    """Validate a base seed once: ints, sequences and SeedSequences come back as given (so
+    :func:`sub_seed` reproduces the old streams); a Generator or ``None`` becomes one fixed SeedSequence."""
+    ss = as_seed_sequence(seed)
+    return ss if seed is None or isinstance(seed, np.random.Generator) else seed
+
+
+def sub_seed(seed, *keys: int) -> np.random.SeedSequence:
+    """A child seed for run ``keys`` of a base ``seed``: ``SeedSequence([seed, *keys])`` for an int.
+
+    A sequence seed ``[a, b]`` gives ``SeedSequence([a, b, *keys])``; a ``SeedSequence``
+    the child with ``spawn_key`` extended by ``keys``; a Generator a fresh int drawn from it.
+    For an int seed this is exactly the stream the harness used before sequences were accepted.
+    """
+    if isinstance(seed, np.random.SeedSequence):
+        return np.random.SeedSequence(seed.entropy, spawn_key=tuple(seed.spawn_key) + tuple(int(k) for k in keys),
+                                      pool_size=seed.pool_size)
+    ss = as_seed_sequence(seed)
+    ent = ss.entropy if isinstance(ss.entropy, (list, tuple)) else [ss.entropy]
+    return np.random.SeedSequence([int(x) for x in ent] + [int(k) for k in keys])
 
 
 def check_tv(tv, *, name: str = "tv"):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ._checks import base_seed, sub_seed
 from .certificate import Certificate, certify_sampler
 from .grid import adjust
 from .verifier_cert import certify_verifier
@@ -42,7 +43,7 @@ def assert_exact(verifier, p=None, q=None, k=DEFAULT_KS, *, n: int | None = None
     n : int, optional, Monte Carlo draws per cell (default budget if None;
         required for a sampler)
     alpha : float, family-wise level
-    seed : int
+    seed : int, sequence of ints (``[0, i]``) or SeedSequence
     tv : float, optional, smallest TV to detect (warns if ``n`` is too small)
 
     Returns
@@ -69,8 +70,7 @@ def assert_exact(verifier, p=None, q=None, k=DEFAULT_KS, *, n: int | None = None
     ks = (k,) if isinstance(k, (int, np.integer)) else tuple(k)
     if not ks:
         raise ValueError("k is empty: give at least one candidate count, e.g. k=(1, 2, 4) (an empty k would pass vacuously)")
-    if isinstance(seed, (int, np.integer)) and not isinstance(seed, bool) and seed < 0:
-        raise ValueError(f"seed must be >= 0, got {seed}")
+    seed = base_seed(seed)  # TypeError / ValueError naming seed
     if (p is None) != (q is None):
         raise ValueError("give both p and q (one node), or neither (built-in panel)")
     nodes = [("given", (p, q))] if p is not None else _panel(seed)
@@ -79,7 +79,7 @@ def assert_exact(verifier, p=None, q=None, k=DEFAULT_KS, *, n: int | None = None
         for kk in ks:
             labels.append(f"{name} node, k = {kk}")
             certs.append(certify_verifier(verifier, pp, qq, kk, n=n, alpha=alpha,
-                                          seed=np.random.SeedSequence([seed, i, kk]), tv=tv))
+                                          seed=sub_seed(seed, i, kk), tv=tv))
     holm = adjust([c.pvalue for c in certs], "holm")
     bad = [(lab, c, h) for lab, c, h in zip(labels, certs, holm) if h < alpha]
     if bad:

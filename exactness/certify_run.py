@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from ._checks import base_seed, sub_seed
 from .grid import Cell, GridResult, adjust, run_grid
 from .verifier_cert import certify_verifier
 
@@ -178,7 +179,7 @@ def family_nodes(seed: int, families=FAMILIES, temperature: float = 1.0) -> tupl
 
     nodes, notes = {}, []
     for i, (name, V, params) in enumerate(families):
-        rng = np.random.default_rng([seed, 1000 + i])
+        rng = np.random.default_rng(sub_seed(seed, 1000 + i))
         try:
             fam = get_family(name)
         except ValueError as exc:
@@ -233,6 +234,7 @@ def run_mutants(*, seeds: int = 1, n: int | None = None, alpha: float = 1e-3, se
     from . import mutants as M
     from ._progress import Progress, progress_mode
 
+    seed = base_seed(seed)
     fam = MUTANT_FAMILY[0]
     nodes, _ = family_nodes(seed, (MUTANT_FAMILY,))
     p, q = nodes[fam]
@@ -245,7 +247,7 @@ def run_mutants(*, seeds: int = 1, n: int | None = None, alpha: float = 1e-3, se
         flagged = flagged_mc = 0
         failing: dict[str, int] = {}
         for s in range(seeds):
-            certs = [certify_verifier(v, p, q, k, n=n, alpha=alpha, seed=np.random.SeedSequence([seed, s, k]))
+            certs = [certify_verifier(v, p, q, k, n=n, alpha=alpha, seed=sub_seed(seed, s, k))
                      for k in ks]
             holm = adjust([c.pvalue for c in certs], "holm")
             if np.any(holm < alpha):
@@ -266,15 +268,18 @@ def run_mutants(*, seeds: int = 1, n: int | None = None, alpha: float = 1e-3, se
 
 def run_certify(verifier_specs: list[str] | None = None, *, ks=K_VALUES, n: int | None = None,
                 alpha: float = 1e-3, seed: int = 0, families=FAMILIES, progress: bool | str = False,
-                timeout: float | None = DEFAULT_TIMEOUT) -> GridResult:
+                timeout: float | None = DEFAULT_TIMEOUT, workers: int = 1) -> GridResult:
     """The full certify grid (built-in verifiers by default).
 
     ``timeout``: wall-clock seconds per cell (None or 0 = none); a cell that
     runs past it, or raises, is a failed cell (``exactness.grid.run_cell``).
+    ``workers``: processes for each cell's Monte Carlo draws (``certify_verifier(..., workers=)``).
+    ``seed``: an int, a sequence of ints or a SeedSequence.
     Raises ValueError when a verifier cannot be loaded (``load_verifier``).
     """
     import resispec
 
+    seed = base_seed(seed)
     specs = verifier_specs or resispec.available_verifiers()
     verifiers = [load_verifier(s) for s in specs]
     t0 = time.perf_counter()
@@ -283,7 +288,7 @@ def run_certify(verifier_specs: list[str] | None = None, *, ks=K_VALUES, n: int 
         raise ValueError(f"no pair family could be built ({'; '.join(notes) or 'none given'}); "
                          "pass --family with a registered family")
     grid = run_grid(build_cells(verifiers, nodes, ks), n=n, alpha=alpha, seed=seed, progress=progress,
-                    timeout=timeout)
+                    timeout=timeout, workers=workers)
     grid.notes.extend(notes)
     grid.seconds = time.perf_counter() - t0
     return grid

@@ -22,10 +22,11 @@ from scipy import stats
 from resispec._validation import as_node
 
 from .certificate import Certificate
-from .verifier_cert import certify_verifier
+from .sampling import k_support
+from .verifier_cert import certify_verifier, check_workers
 
 #: Checks whose p-values are continuous Monte Carlo p-values (used for calibration).
-MC_CHECKS = ("marginal", "joint", "accepted_count", "residual")
+MC_CHECKS = ("marginal", "joint", "accepted_count", "residual", "batched_rows")
 
 
 @dataclass(frozen=True)
@@ -233,8 +234,9 @@ def _import_harness_modules() -> None:
     import resispec.bounds  # noqa: F401
 
 
-def run_cell(cell: Cell, *, n: int | None, alpha: float, seed, timeout: float | None = None) -> CellResult:
-    """Certify one cell; skip (with the reason) when ``k`` exceeds the draft support.
+def run_cell(cell: Cell, *, n: int | None, alpha: float, seed, timeout: float | None = None,
+             workers: int = 1) -> CellResult:
+    """Certify one cell; skip (with the reason) when ``k`` exceeds the draft support or the verifier's ``supported_k``.
 
     Parameters
     ----------
@@ -244,6 +246,11 @@ def run_cell(cell: Cell, *, n: int | None, alpha: float, seed, timeout: float | 
     seed : int or SeedSequence
     timeout : float or None, wall-clock limit in seconds for the cell (None or 0 = none).  Enforced with
         ``SIGALRM`` in the main thread on POSIX (``exactness._timeout``); elsewhere the limit is off.
+    workers : int, processes for the cell's Monte Carlo draws (``certify_verifier(..., workers=)``)
+
+    A verifier whose ``supported_k`` excludes the cell's ``k`` gives a skipped cell (``certificate`` None,
+    ``skipped`` = ``"not supported: k = 4 is not supported (Mine.supported_k = (1, 2))"``): neither a pass nor a
+    failure (a verifier with no supported cell at all is untested, which fails the run).
 
     A cell whose verifier (or anything in the cell) raises an ``Exception`` or
     ``SystemExit``, or that runs past ``timeout``, is not an error of the run:
@@ -265,8 +272,11 @@ def run_cell(cell: Cell, *, n: int | None, alpha: float, seed, timeout: float | 
             if d == "without_replacement" and cell.k > int(np.count_nonzero(cell.q > 0)):
                 return CellResult(cell.verifier_name, cell.family, cell.k, V, None,
                                   skipped=f"k = {cell.k} exceeds the draft support")
+            why = k_support(cell.verifier, cell.k)  # a supported_k that raises is a failed cell, below
+            if why:
+                return CellResult(cell.verifier_name, cell.family, cell.k, V, None, skipped=f"not supported: {why}")
             node = as_node(cell.p, cell.q)  # the cell's one check of p, q; the calls below trust it
-            cert = certify_verifier(cell.verifier, node, None, cell.k, n=n, alpha=alpha, seed=seed)
+            cert = certify_verifier(cell.verifier, node, None, cell.k, n=n, alpha=alpha, seed=seed, workers=workers)
             known = cert.details.get("exact", {}).get("acceptance")   # absent when the chain was invalid
             acc, astar, rrs = _acceptances(cell.verifier, node, None, cell.k, known)
     except TimeLimitExceeded as exc:
@@ -279,7 +289,7 @@ def run_cell(cell: Cell, *, n: int | None, alpha: float, seed, timeout: float | 
 
 def run_grid(cells: list[Cell], *, n: int | None = None, alpha: float = 1e-3, seed: int = 0,
              progress: bool | str = False, calibration_level: float = 0.05,
-             timeout: float | None = None) -> GridResult:
+             timeout: float | None = None, workers: int = 1) -> GridResult:
     """Certify every cell, then correct across cells (Holm, BH) and test calibration.
 
     Parameters
@@ -287,11 +297,13 @@ def run_grid(cells: list[Cell], *, n: int | None = None, alpha: float = 1e-3, se
     cells : list of Cell
     n : int, optional, Monte Carlo draws per cell (None = default budget)
     alpha : float, family-wise level of the run
-    seed : int, base seed (cell ``i`` uses ``SeedSequence([seed, i])``)
+    seed : int or sequence of ints or SeedSequence, base seed (cell ``i`` uses
+        ``exactness._checks.sub_seed(seed, i)`` = ``SeedSequence([seed, i])`` for an int)
     progress : bool or str, progress on stderr: False = none; True = a tqdm bar when stderr is a terminal,
         else one plain line at the first and last cell and every 10 s (for logs); or a mode of
         ``exactness._progress.Progress`` ("auto", "bar", "lines", "off")
     timeout : float, optional, wall-clock limit per cell in seconds (None or 0 = none; see ``run_cell``)
+    workers : int, default 1, processes for each cell's Monte Carlo draws (see ``run_cell``)
 
     Returns
     -------
@@ -301,23 +313,27 @@ def run_grid(cells: list[Cell], *, n: int | None = None, alpha: float = 1e-3, se
     Raises
     ------
     ValueError, TypeError
-        Bad ``n``, ``alpha`` or ``timeout`` (checked before any cell runs).
+        Bad ``n``, ``alpha``, ``seed``, ``timeout`` or ``workers`` (checked before any cell runs).
     """
-    from ._checks import check_alpha, check_n
+    from ._checks import base_seed, check_alpha, check_n, sub_seed
     from ._progress import Progress, progress_mode
     from ._timeout import check_timeout
+
+    seed = base_seed(seed)  # TypeError / ValueError naming seed, before any cell runs
 
     if n is not None:
         check_n(n)
     check_alpha(alpha)
     timeout = check_timeout(timeout)
+    workers = check_workers(workers)
     t0 = time.perf_counter()
     bar = Progress(len(cells), "certify", "cell", mode=progress_mode(progress))
     results = []
     for i, cell in enumerate(cells):
         label = f"{cell.verifier_name} {cell.family} k={cell.k}"
         bar.start(label)
-        results.append(run_cell(cell, n=n, alpha=alpha, seed=np.random.SeedSequence([seed, i]), timeout=timeout))
+        results.append(run_cell(cell, n=n, alpha=alpha, seed=sub_seed(seed, i), timeout=timeout,
+                                workers=workers))
         bar.step(label)
     bar.close()
     done = [r for r in results if r.certificate is not None]

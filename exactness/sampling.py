@@ -20,7 +20,12 @@ open to users whose pipeline drafts differently):
 - ``draft_law(q) -> (B, V)``: the law the candidates are really drawn from
   (e.g. a top-k processed draft) while ``verify`` receives ``q``;
 - ``bonus_law(p, q) -> (B, V)``: law of the bonus token after a full accept
-  on a tree (default ``p``), see :mod:`exactness.tree`.
+  on a tree (default ``p``), see :mod:`exactness.tree`;
+- ``sample_bonus(p, q, rng) -> (B,) int64``: the verifier's OWN draw of the
+  bonus token from the next node's laws ``p, q`` (B, V); when present the tree
+  checks use these draws instead of drawing the bonus themselves;
+- ``supported_k``: the candidate counts the verifier handles, a collection of
+  ints (``(1, 2)``) or a method ``supported_k(k) -> bool`` (:func:`k_support`).
 """
 
 from __future__ import annotations
@@ -90,6 +95,49 @@ def drafting_of(verifier) -> str:
     if not isinstance(d, str) or d not in DRAFTINGS:
         raise ValueError(f"verifier.drafting must be 'iid', 'without_replacement' or 'any', got {d!r}")
     return d
+
+
+class UnsupportedK(ValueError):
+    """The verifier declares (``supported_k``) that it does not handle this ``k``."""
+
+
+def k_support(verifier, k: int) -> str | None:
+    """``None`` when ``verifier`` handles ``k`` candidates, else the reason (from its ``supported_k``).
+
+    ``supported_k`` is optional: absent (or ``None``) means every ``k``.  It is
+    either a collection of ints >= 1 (``supported_k = (1, 2)``) or a callable
+    ``supported_k(k) -> bool`` (a method).
+
+    Raises
+    ------
+    TypeError
+        ``supported_k`` is neither (a string, floats, an empty collection), or
+        the method returns something other than a bool.  Anything the method
+        itself raises propagates: a plug-in that fails is an error.
+    """
+    decl = getattr(verifier, "supported_k", None)
+    if decl is None:
+        return None
+    name = type(verifier).__name__
+    if callable(decl):
+        ok = decl(k)
+        if not isinstance(ok, (bool, np.bool_)):
+            raise TypeError(f"{name}.supported_k({k}) returned {ok!r}; it must return True or False")
+        return None if ok else f"k = {k} is not supported ({name}.supported_k({k}) is False)"
+    bad = TypeError(f"{name}.supported_k must be a collection of ints >= 1 such as (1, 2), or a method "
+                    f"supported_k(k) -> bool; got {decl!r}")
+    if isinstance(decl, (str, bytes)):
+        raise bad
+    try:
+        ks = tuple(decl)
+    except TypeError:
+        raise bad from None
+    if not ks or not all(isinstance(x, (int, np.integer)) and not isinstance(x, (bool, np.bool_)) and x >= 1
+                         for x in ks):
+        raise bad
+    if int(k) in {int(x) for x in ks}:
+        return None
+    return f"k = {k} is not supported ({name}.supported_k = {tuple(int(x) for x in ks)})"
 
 
 def has_chain(verifier) -> bool:

@@ -8,6 +8,10 @@ candidates; after the first emitted token ``y1`` the target and draft are
   accept) the second token is the **bonus** token, drawn from
   ``bonus_law(p1[y1], q1[y1])`` -- ``p1[y1]`` for a correct engine (the
   verifier may define ``bonus_law`` to customise it; the harness checks it).
+  A verifier that draws the bonus itself offers ``sample_bonus(p, q, rng) ->
+  (B,) int64`` (``p, q`` the next node's laws, (B, V) float64, one row per
+  full accept, rows of different nodes in one call); the Monte Carlo then
+  uses the verifier's own draws (a black box's bonus is tested, not assumed).
 - ``depth = 2``: each root candidate has ``k`` children drawn from
   ``q1[x]``; after accepting ``y1`` the verifier runs again on the children.
 
@@ -164,19 +168,44 @@ def _sample_pairs(verifier, root_laws: Laws, nxt: Laws, k: int, n: int, rng: np.
     V = root_laws.shape[1]
     root = NodeSampler(verifier, root_laws, None, k).draws(rng, n)
     counts = np.zeros((V, V), dtype=np.int64)
-    bonus = _bonus(verifier, nxt.p, nxt.q) if depth == 1 else None
+    own = depth == 1 and getattr(verifier, "sample_bonus", None) is not None
+    bonus = _bonus(verifier, nxt.p, nxt.q) if depth == 1 and not own else None
+    if own:  # the verifier's own bonus draws, all full accepts at once, in draw order (rows of mixed nodes)
+        counts += _own_bonus_counts(verifier, nxt, root.tokens[root.accepted >= 0], rng)
     for y in np.unique(root.tokens):
         sel = root.tokens == y
         n_acc = int(np.count_nonzero(sel & (root.accepted >= 0)))
         n_rej = int(np.count_nonzero(sel)) - n_acc
         node = None
-        if n_acc and depth == 1:
+        if n_acc and depth == 1 and not own:
             y2 = _searchsorted_rows(np.cumsum(bonus[y]), rng.random(n_acc), _last_positive(bonus[y]))
             counts[y] += np.bincount(y2, minlength=V)
         m = n_rej + (n_acc if depth == 2 else 0)
         if m:
             node = NodeSampler(verifier, nxt.row(y), None, k)
             counts[y] += np.bincount(node(rng, m), minlength=V)
+    return counts
+
+
+def _own_bonus_counts(verifier, nxt: Laws, ys: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+    """Counts (V, V) of ``(y1, verifier.sample_bonus(p1[y1], q1[y1], rng))`` for the full accepts ``ys``."""
+    from ._checks import check_tokens
+    from .sampling import _ELEMS
+
+    V = nxt.shape[1]
+    counts = np.zeros((V, V), dtype=np.int64)
+    step = max(1, _ELEMS // V)
+    name = f"{type(verifier).__name__}.sample_bonus(p, q, rng)"
+    for s in range(0, ys.size, step):
+        y = ys[s:s + step]
+        try:
+            y2 = verifier.sample_bonus(nxt.p[y].copy(), nxt.q[y].copy(), rng)
+        except (ValueError, TypeError, IndexError) as e:
+            raise TypeError(f"{name} failed on a batch of B = {y.size} next-node laws ({e}); it is called with p "
+                            f"and q of shape (B, V) = ({y.size}, {V}) float64 and must return (B,) int64 bonus "
+                            "tokens") from e
+        y2 = check_tokens(y2, V, y.size, name=name)
+        np.add.at(counts, (y, y2), 1)
     return counts
 
 

@@ -25,6 +25,12 @@ combined with Holm's correction (``statsmodels`` ``multipletests``):
 ``batched``
     ``verify`` on a batch of distinct nodes equals one node at a time with
     the same uniforms.
+``batched_rows``
+    For black boxes (where ``batched`` cannot run: no ``uniforms``, or not a
+    ``resispec.Verifier``): ``verify`` on batches of ``BATCH_ROWS``
+    heterogeneous nodes (permuted copies of ``(p, q)``, interleaved), each
+    row's tokens tested against its own row's target law (per-row pooled
+    chi-square, statistics and df summed).  Catches rows mixed in batches.
 
 A check that cannot run is listed in ``Certificate.skipped`` (name ->
 reason) and never counted as a pass; a Monte Carlo check whose pooled
@@ -43,13 +49,13 @@ from resispec import Verifier
 from resispec._validation import Laws, as_node, check_k
 from resispec.enumeration import count_tuples
 
-from ._checks import as_generator, check_alpha, check_n
+from ._checks import as_seed_sequence, check_alpha, check_n
 from .certificate import (MAX_SECONDS, PILOT, PILOT_ABOVE, Certificate, _hours, certificate_from_counts,
                           pilot_seconds)
 from .exact import MAX_TUPLES, ChainError, certify_exact, enumerable, exact_tol
 from .gof import gof_test
-from .sampling import (NodeSampler, as_numpy_verifier, candidate_law, draw_node_candidates, drafting_of, has_chain,
-                       takes_laws, takes_uniforms)
+from .sampling import (_ELEMS, Draws, NodeSampler, UnsupportedK, _checked_result, as_numpy_verifier, candidate_law,
+                       draw_node_candidates, drafting_of, has_chain, k_support, takes_laws, takes_uniforms)
 from .tree import tree_check
 
 #: Default Monte Carlo draws per node.
@@ -62,6 +68,8 @@ TREE_MAX_V = 16
 TREE_N = 50_000
 #: Nodes in the batched == one-at-a-time check.
 BATCH_ROWS = 16
+#: Largest number of draws in the black-box ``batched_rows`` check.
+BATCH_N = 50_000
 #: Largest ``n`` for certify_verifier: the tokens and accepted indices are kept (16 bytes per draw, 2 GiB here).
 MAX_SAMPLES = 1 << 27
 
@@ -106,15 +114,130 @@ def _batched(verifier, p, q, k, rng) -> float | None:
     return 1.0, {}
 
 
+def _batched_rows(verifier, p, q, k, n, rng) -> tuple[float, dict]:
+    """Black-box batch check: ``verify`` on batches of ``BATCH_ROWS`` distinct nodes, each row against its own law.
+
+    Node ``b`` is ``(p, q)`` permuted by ``perms[b]``; batch row ``r`` holds node
+    ``r % B``, so every call mixes all ``B`` nodes (at least ``B`` rows a call).
+    Under exactness, ``perms[b][token]`` of a row of node ``b`` follows ``p``;
+    the per-node pooled chi-squares (``gof_test``) are summed (statistic and df)
+    and referred to ``scipy.stats.chi2``.  Returns ``(p-value, details)``; df 0
+    gives ``(None, details)`` (the caller lists it as skipped).
+    """
+    from scipy import stats
+
+    V, B = p.size, BATCH_ROWS
+    perms = np.stack([rng.permutation(V) for _ in range(B)])
+    P, Q = p[perms], q[perms]
+    d = drafting_of(verifier)
+    cl = candidate_law(verifier, Q)
+    m = max(1, n // B)
+    cand = np.empty((m, B, k), dtype=np.int64)
+    for b in range(B):
+        cand[:, b] = draw_node_candidates(cl[b], k, d, rng.random((m, k)))
+    cand = cand.reshape(m * B, k)
+    node = np.tile(np.arange(B), m)
+    uses_u, laws = takes_uniforms(verifier), takes_laws(verifier, "verify")
+    rows_per_call = max(B, (_ELEMS // V) // B * B)
+    toks = []
+    for s in range(0, m * B, rows_per_call):
+        idx = node[s:s + rows_per_call]
+        c = cand[s:s + rows_per_call]
+        Pr, Qr = P[idx], Q[idx]
+        args = (Laws(Pr, Qr), None) if laws else (Pr, Qr)
+        kw = {"uniforms": rng.random((idx.size, k + 1))} if uses_u else {}
+        try:
+            res = verifier.verify(*args, c.copy(), rng, **kw)
+        except (ValueError, TypeError, IndexError) as e:
+            raise TypeError(f"{type(verifier).__name__}.verify failed on a batch of {idx.size} rows of {B} distinct "
+                            f"nodes ({e}); p and q are (B, V) float64 with a different law in each row") from e
+        t, _ = _checked_result(res, idx.size, k, V, verifier, c)
+        toks.append(t)
+    t = np.concatenate(toks)
+    x = perms[node, t]  # back to the labels of p
+    stat, df, tv = 0.0, 0, 0.0
+    for b in range(B):
+        cb = np.bincount(x[node == b], minlength=V)
+        r = gof_test(cb, p)
+        if r.impossible:
+            return 0.0, {"statistic": float("inf"), "df": df, "n": int(t.size), "rows": B,
+                         "reason": f"row {b} of the batch emitted a token its own target gives probability 0"}
+        stat += r.statistic
+        df += r.df
+        tv = max(tv, 0.5 * float(np.abs(cb / cb.sum() - p).sum()))
+    info = {"statistic": stat, "df": df, "n": int(t.size), "rows": B, "tv": tv}
+    if df == 0:
+        return None, info
+    pv = float(stats.chi2.sf(stat, df))
+    info["pvalue"] = pv
+    return pv, info
+
+
 def _support(law) -> int:
     return int(np.count_nonzero(np.asarray(law) > 0))
 
 
-def _check_budget(sampler: NodeSampler, n: int) -> None:
+_FORKED: NodeSampler | None = None  # the sampler seen by forked workers (a verifier need not be picklable)
+
+
+def _worker_draws(seed_seq, m: int) -> Draws:
+    return _FORKED.draws(np.random.default_rng(seed_seq), m)
+
+
+def check_workers(workers) -> int:
+    """``workers``: an int >= 1 (processes for the Monte Carlo draws); TypeError / ValueError otherwise."""
+    if isinstance(workers, bool) or not isinstance(workers, (int, np.integer)):
+        raise TypeError(f"workers must be an integer >= 1 (processes for the Monte Carlo draws), got {workers!r}")
+    if workers < 1:
+        raise ValueError(f"workers must be >= 1 (1 = draw in this process), got {workers}")
+    return int(workers)
+
+
+def parallel_draws(sampler: NodeSampler, seed_seq: np.random.SeedSequence, n: int, workers: int) -> Draws:
+    """``n`` draws of ``sampler``: in this process for ``workers == 1``, else split over ``workers`` processes.
+
+    ``workers == 1``: ``sampler.draws(default_rng(seed_seq), n)``.  ``workers = N > 1``: part ``i`` (``n // N``
+    draws, the first ``n % N`` parts one more) is drawn with ``default_rng(seed_seq.spawn(N)[i])`` in its own
+    process (``concurrent.futures.ProcessPoolExecutor``, forked on POSIX so the verifier need not be picklable;
+    where fork is missing the parts are drawn here, in order, giving the same draws).  The result depends only
+    on ``seed_seq``, ``n`` and ``workers``.  A part that raises re-raises here (the original exception); a worker
+    process that dies is a ``RuntimeError``: never a pass.
+    """
+    if workers == 1:
+        return sampler.draws(np.random.default_rng(seed_seq), n)
+    import multiprocessing as mp
+    from concurrent.futures import ProcessPoolExecutor
+    from concurrent.futures.process import BrokenProcessPool
+
+    global _FORKED
+    sizes = [n // workers + (i < n % workers) for i in range(workers)]
+    kids = seed_seq.spawn(workers)
+    jobs = [(s, m) for s, m in zip(kids, sizes) if m]
+    if "fork" not in mp.get_all_start_methods():
+        parts = [sampler.draws(np.random.default_rng(s), m) for s, m in jobs]
+    else:
+        _FORKED = sampler
+        ex = ProcessPoolExecutor(len(jobs), mp_context=mp.get_context("fork"))
+        try:
+            parts = list(ex.map(_worker_draws, *zip(*jobs)))
+        except BrokenProcessPool as e:
+            raise RuntimeError(f"a worker process drawing for {type(sampler.verifier).__name__} died "
+                               f"(workers = {workers}): {e}; no certificate is given") from e
+        except BaseException:  # a time limit or Ctrl-C: stop the workers now rather than wait for them
+            for proc in list(getattr(ex, "_processes", {}).values()):
+                proc.terminate()
+            raise
+        finally:
+            ex.shutdown(wait=True, cancel_futures=True)
+            _FORKED = None
+    return Draws(np.concatenate([d.tokens for d in parts]), np.concatenate([d.accepted for d in parts]))
+
+
+def _check_budget(sampler: NodeSampler, n: int, workers: int = 1) -> None:
     """Refuse up front an ``n`` over ``MAX_SAMPLES`` or estimated (timed pilot) above ``MAX_SECONDS``."""
     if n <= PILOT_ABOVE and n <= MAX_SAMPLES:
         return
-    est = pilot_seconds(sampler.draws, n)
+    est = pilot_seconds(sampler.draws, n) / workers
     gib = n * 16 / 2**30
     if n > MAX_SAMPLES or est > MAX_SECONDS:
         raise ValueError(f"n = {n:.3g} would take ~{_hours(est)} (timed pilot of {PILOT:,} draws) and "
@@ -125,7 +248,7 @@ def _check_budget(sampler: NodeSampler, n: int) -> None:
 
 def certify_verifier(verifier, p, q, k: int, *, n: int | None = None, alpha: float = 1e-3, seed=0,
                      power: float = 0.99, tv: float | None = None, tree: bool = True,
-                     exact: bool = True) -> Certificate:
+                     exact: bool = True, workers: int = 1) -> Certificate:
     """Certify a verifier at one node by Monte Carlo through ``verify`` plus conditional checks.
 
     Candidates are drawn per ``verifier.drafting`` (``"any"`` -> iid; a
@@ -163,7 +286,9 @@ def certify_verifier(verifier, p, q, k: int, *, n: int | None = None, alpha: flo
         runs estimated over ``MAX_SECONDS`` (1 h) are refused.
     alpha : float, default 1e-3
         Family-wise level over the checks (Holm).
-    seed : int, SeedSequence or Generator, default 0
+    seed : int, sequence of ints, SeedSequence or Generator, default 0
+        Any seed :func:`exactness._checks.as_seed_sequence` takes: ``3``,
+        ``[0, i]`` (run ``i`` of a study), ``numpy.random.SeedSequence(...)``.
     power : float, default 0.99
         Power used for ``detectable_tv``.
     tv : float, optional
@@ -174,6 +299,14 @@ def certify_verifier(verifier, p, q, k: int, *, n: int | None = None, alpha: flo
     exact : bool, default True
         Run the exact checks when the enumeration fits (<= 300,000 tuples)
         or a built-in accept table exists.
+    workers : int >= 1, default 1
+        Processes for the main Monte Carlo draws (:func:`parallel_draws`:
+        forked ``ProcessPoolExecutor``, worker ``i`` seeded with the ``i``-th
+        ``SeedSequence`` child): the same certificate for the same seed and
+        ``workers``, though not the same as another ``workers``.  The
+        conditional, tree and batch checks run in this process.  A worker
+        that raises makes this call raise.  Forking a process that holds a
+        CUDA context is unsafe: keep ``workers=1`` for GPU verifiers.
 
     Optional hooks (honoured when the verifier defines them)
     ---------------------------------------------------------
@@ -184,6 +317,15 @@ def certify_verifier(verifier, p, q, k: int, *, n: int | None = None, alpha: flo
     ``bonus_law(p, q) -> (B, V)``
         The law of the bonus token after a full accept on a tree (default
         ``p``); the ``tree_bonus`` check tests it against ``p``.
+    ``sample_bonus(p, q, rng) -> (B,) int64``
+        The verifier's own draw of the bonus token from the next node's laws
+        ``p, q`` (B, V) float64; when present, ``tree_bonus`` tests these
+        draws (a black box's bonus is sampled by the black box).
+    ``supported_k``
+        The ``k`` values the verifier handles: ints ``(1, 2)`` or a method
+        ``supported_k(k) -> bool``.  Another ``k`` raises
+        :class:`exactness.sampling.UnsupportedK` (a ``ValueError``);
+        ``resispec certify`` lists such a cell as skipped ("not supported").
 
     Returns
     -------
@@ -204,7 +346,9 @@ def certify_verifier(verifier, p, q, k: int, *, n: int | None = None, alpha: flo
         Bad laws, ``k``, ``n``, ``alpha`` or verifier (no ``verify``, no
         ``drafting``); a marginal test left with no degrees of freedom by a
         tiny ``n``; ``n`` over the budget above; a user ``verify`` that
-        breaks the batch contract (TypeError chained from the original).
+        breaks the batch contract (TypeError chained from the original);
+        ``k`` outside the verifier's ``supported_k`` (``UnsupportedK``, a
+        ValueError); bad ``workers``.  RuntimeError: a worker process died.
     """
     verifier = as_numpy_verifier(verifier)
     node = as_node(p, q)  # the one check of p, q: everything below gets the trusted Laws
@@ -217,18 +361,16 @@ def certify_verifier(verifier, p, q, k: int, *, n: int | None = None, alpha: flo
     node = node.row(0)
     p1, q1 = p2[0], q2[0]
     k = check_k(k)
+    why = k_support(verifier, k)
+    if why:
+        raise UnsupportedK(f"{why}: certify it at a k it supports")
     alpha = check_alpha(alpha)
-    if isinstance(seed, np.random.Generator):
-        ss = np.random.SeedSequence(int(seed.integers(2**63)))
-    elif isinstance(seed, np.random.SeedSequence):
-        ss = seed
-    else:
-        as_generator(seed)  # validates the type (TypeError names the argument)
-        ss = np.random.SeedSequence(seed)
+    workers = check_workers(workers)
+    ss = as_seed_sequence(seed)  # TypeError / ValueError naming seed
     s_mc, s_det, s_batch, s_tree = ss.spawn(4)
     sampler = NodeSampler(verifier, node, None, k)
     n = default_n(sampler) if n is None else check_n(n)
-    _check_budget(sampler, n)
+    _check_budget(sampler, n, workers)
     checks: dict[str, float] = {}
     skipped: dict[str, str] = {}
     details: dict = {"path": sampler.path, "V": int(p1.size), "k": k}
@@ -261,7 +403,7 @@ def certify_verifier(verifier, p, q, k: int, *, n: int | None = None, alpha: flo
             skipped[name] = "needs the exact joint law (exact_law " + (
                 "failed: chain invalid)" if "error" in details.get("exact", {}) else "not run)")
 
-    draws = sampler.draws(np.random.default_rng(s_mc), n)
+    draws = parallel_draws(sampler, s_mc, n, workers)
     counts = np.bincount(draws.tokens, minlength=V)
     mc_df: dict[str, int] = {}
 
@@ -300,14 +442,23 @@ def certify_verifier(verifier, p, q, k: int, *, n: int | None = None, alpha: flo
     if checks["determinism"] == 0.0:
         details["determinism"] = {"reason": "the same seed gave different draws"}
     if not isinstance(verifier, Verifier):
-        skipped["batched"] = "not a resispec.Verifier (needs verify(..., uniforms=))"
+        skipped["batched"] = "not a resispec.Verifier (needs verify(..., uniforms=)); batched_rows ran instead"
     elif not takes_uniforms(verifier):
-        skipped["batched"] = "verify takes no uniforms keyword (black-box path)"
+        skipped["batched"] = "verify takes no uniforms keyword (black-box path); batched_rows ran instead"
     else:
         b, info = _batched(verifier, p1, q1, k, np.random.default_rng(s_batch))
         checks["batched"] = b
         if info:
             details["batched"] = info
+    if "batched" in skipped:  # black box: rows of distinct nodes in one batch, each tested against its own law
+        b, info = _batched_rows(verifier, p1, q1, k, min(n, BATCH_N),
+                                np.random.default_rng(s_batch.spawn(1)[0]))
+        details["batched_rows"] = info
+        mc_df["batched_rows"] = info["df"]
+        if b is None:
+            skipped["batched_rows"] = f"df 0 after pooling ({info['n']:,} draws over {BATCH_ROWS} rows)"
+        else:
+            checks["batched_rows"] = b
     tree_names = ("tree_bonus", "tree_two_level")
     if not tree:
         skipped.update({t: "tree=False" for t in tree_names})

@@ -26,6 +26,20 @@ def strs(text: str) -> list[str]:
     return [x.strip() for x in text.split(",") if x.strip()]
 
 
+def seed(text: str):
+    """``--seed``: ``3`` -> 3, or a sequence ``0,3`` -> [0, 3] (``numpy.random.SeedSequence([0, 3])``, the way
+    to give run 3 of a study its own stream); every entry an integer >= 0."""
+    parts = [x.strip() for x in text.split(",")]
+    try:
+        vals = [int(x) for x in parts]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"--seed takes an integer >= 0 or a comma-separated sequence of them "
+                                         f"such as 0,3; got {text!r}") from None
+    if any(v < 0 for v in vals):
+        raise argparse.ArgumentTypeError(f"--seed must be >= 0 (every entry of a sequence), got {text!r}")
+    return vals[0] if len(vals) == 1 else vals
+
+
 def check_out(path, flag: str, *, folder: bool = False, files=(), json_beside: bool = False):
     """Check an output path before any work starts; create nothing.
 

@@ -1,0 +1,265 @@
+"""Certify outputs already collected (e.g. from a GPU kernel run elsewhere): ``certify_counts``, ``certify_samples``.
+
+No verifier is called here: the tests use only what was recorded.
+
+``marginal``
+    Chi-square / G-test of the emitted tokens against the target ``p``
+    (:mod:`exactness.gof` pooling), with the detectable TV stated, as
+    :func:`exactness.certify_sampler`.
+``acceptance_bound``
+    Needs the accepted indices (or counts by stop position) and ``q``, the law
+    the candidates were drawn from.  No exact verifier accepts a candidate
+    more often than alpha* (``resispec.optimal_acceptance``; the maximal
+    coupling bound, ``docs/RESISPEC.md`` section 5, Sun et al. 2023, arXiv
+    2310.15141): one-sided exact binomial test (``scipy.stats.binomtest``,
+    ``alternative="greater"``) of the number accepted against alpha*.
+``candidate_support``
+    Deterministic: a token emitted as an accepted candidate must lie in the
+    support of ``q`` (p = 0 when one does not).
+``candidates``
+    Needs the candidates and ``q``: the drafts follow ``q`` (iid drafting: all
+    ``n k`` candidates; without replacement: the first candidate of each
+    draw), pooled chi-square.  Catches drafts made another way than the ``q``
+    handed to the verifier (e.g. argmax drafts with raw draft logits as q).
+
+What needs the verifier's own rule (the law of the stop position, of the
+residual token, the exact law) cannot be tested from outputs alone; it is
+listed in ``Certificate.skipped`` with the reason, never passed in silence.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from resispec._validation import check_k
+
+from ._checks import check_alpha, check_law, check_tokens, check_tv
+from .certificate import Certificate, certificate_from_counts
+from .gof import MIN_EXPECTED, gof_test
+
+_NEEDS_CHAIN = "outputs only: needs the verifier's own rule (use exactness.certify_verifier)"
+
+
+def _int_array(x, name: str) -> np.ndarray:
+    if isinstance(x, (str, bytes)) or x is None:
+        raise TypeError(f"{name} must be an integer array, got {type(x).__name__}")
+    a = np.asarray(x)
+    if a.dtype == bool or not np.issubdtype(a.dtype, np.integer):
+        raise TypeError(f"{name} must hold integers (int64), got dtype {a.dtype}; "
+                        + ("use numpy.bincount(tokens, minlength=V) for counts" if name == "counts"
+                           else "pass token ids / indices, not probabilities or flags"))
+    return a.astype(np.int64, copy=False)
+
+
+def _check_drafting(drafting) -> str:
+    if drafting not in ("iid", "without_replacement"):
+        raise ValueError(f"drafting must be 'iid' or 'without_replacement' (how the candidates were drawn), "
+                         f"got {drafting!r}")
+    return drafting
+
+
+def _certify(joint: np.ndarray | None, marg: np.ndarray, p, q, k, drafting, alpha, power, tv, min_expected,
+             candidates=None) -> Certificate:
+    """Marginal test plus the chain-free checks; ``joint`` (k + 1, V) counts by stop position or None."""
+    from scipy import stats
+
+    checks: dict[str, float] = {}
+    details: dict = {}
+    skipped: dict[str, str] = {name: _NEEDS_CHAIN for name in ("exact_law", "joint", "accepted_count", "residual")}
+    if joint is not None and q is not None:
+        import resispec
+
+        n = int(joint.sum())
+        n_acc = int(joint[:k].sum())
+        a_star = float(resispec.optimal_acceptance(p, q, k, drafting=drafting))
+        res = stats.binomtest(n_acc, n, min(a_star, 1.0), alternative="greater")
+        checks["acceptance_bound"] = float(res.pvalue)
+        details["acceptance_bound"] = {"acceptance": n_acc / n, "alpha_star": a_star, "n": n,
+                                       "pvalue": float(res.pvalue),
+                                       "reason": f"acceptance {n_acc / n:.4g} over {n:,} draws vs alpha* {a_star:.4g}"}
+        off = np.flatnonzero((joint[:k].sum(axis=0) > 0) & (q <= 0))
+        checks["candidate_support"] = 0.0 if off.size else 1.0
+        if off.size:
+            details["candidate_support"] = {"reason": f"tokens {off[:5].tolist()} were emitted as accepted "
+                                                      "candidates but have q = 0 (cannot be drafted)"}
+    elif joint is None:
+        skipped["acceptance_bound"] = ("needs the accepted indices (certify_samples(..., accepted=)) or counts by "
+                                       "stop position, shape (k + 1, V), and q")
+    else:
+        skipped["acceptance_bound"] = "needs q, the law the candidates were drawn from"
+    if candidates is not None and q is not None:
+        drawn = candidates.ravel() if drafting == "iid" else candidates[:, 0]
+        cc = np.bincount(drawn, minlength=p.size)
+        r = gof_test(cc, q, min_expected=min_expected)
+        m = int(cc.sum())
+        details["candidates"] = {"statistic": r.statistic, "df": r.df, "pvalue": r.pvalue, "n": m,
+                                 "tv": 0.5 * float(np.abs(cc / m - q).sum())}
+        if r.df == 0 and r.impossible == 0 and np.count_nonzero(q > 0) > 1:
+            skipped["candidates"] = f"df 0 after pooling ({m:,} candidates): the test cannot fail"
+        else:
+            checks["candidates"] = r.pvalue
+    else:
+        skipped["candidates"] = ("needs the candidates (n, k) and q" if candidates is None
+                                 else "needs q, the law the candidates were drawn from")
+    return certificate_from_counts(marg, p, alpha=alpha, power=power, tv=tv, checks=checks, details=details,
+                                   min_expected=min_expected, skipped=skipped)
+
+
+def _laws(p, q):
+    p = check_law(p, name="p")
+    if q is not None:
+        q = check_law(q, name="q")
+        if q.shape != p.shape:
+            raise ValueError(f"p and q must have the same vocabulary: p has V = {p.size}, q has V = {q.size}")
+    return p, q
+
+
+def certify_counts(counts, p, q=None, k=None, *, alpha: float = 1e-3, power: float = 0.99, tv: float | None = None,
+                   drafting: str = "iid", min_expected: float = MIN_EXPECTED) -> Certificate:
+    """Certify token counts collected elsewhere against the target law ``p``.
+
+    Parameters
+    ----------
+    counts : array_like of int, shape (V,) or (k + 1, V)
+        ``(V,)``: how often each token was emitted (``numpy.bincount(tokens,
+        minlength=V)``).  ``(k + 1, V)``: counts by stop position, row ``i < k``
+        the tokens emitted as accepted candidate ``i``, row ``k`` the residual
+        tokens; with ``q`` this adds ``acceptance_bound`` and
+        ``candidate_support``.
+    p : array_like, shape (V,), float64
+        Target law (non-negative, finite, sums to 1).
+    q : array_like, shape (V,), float64, optional
+        The law the candidates were drawn from.
+    k : int, optional
+        Candidates per draw; inferred from ``(k + 1, V)`` counts, and must match them.
+    alpha, power, tv, min_expected
+        As :func:`exactness.certify_sampler`.
+    drafting : {"iid", "without_replacement"}, default "iid"
+        How the candidates were drawn (for alpha*).
+
+    Returns
+    -------
+    Certificate
+        ``checks``: ``marginal`` and, where the inputs allow, the checks of
+        :mod:`exactness.collected`; ``skipped``: what could not be tested, with
+        the reason; ``detectable_tv``: the smallest TV the marginal test finds
+        with probability ``power``.
+
+    Raises
+    ------
+    TypeError
+        Non-integer counts; bad argument types.
+    ValueError
+        Negative counts, no samples, a shape that is neither (V,) nor (k + 1, V)
+        for p's V, a ``k`` that disagrees with the counts, bad laws, a
+        marginal test with no degrees of freedom (too few samples).
+    """
+    p, q = _laws(p, q)
+    alpha = check_alpha(alpha)
+    check_tv(tv)
+    drafting = _check_drafting(drafting)
+    c = _int_array(counts, "counts")
+    V = p.size
+    if c.ndim not in (1, 2) or c.shape[-1] != V or (c.ndim == 2 and c.shape[0] < 2):
+        raise ValueError(f"counts must have shape (V,) = ({V},) or (k + 1, V) = (k + 1, {V}) (by stop position, "
+                         f"last row the residual) for p's V = {V}; got {c.shape}")
+    if np.any(c < 0):
+        raise ValueError(f"counts has negative entries (min {c.min()}); counts are numbers of samples")
+    if c.sum() == 0:
+        raise ValueError("counts sums to 0: there are no samples to certify")
+    joint = None
+    if c.ndim == 2:
+        kk = c.shape[0] - 1
+        if k is not None and check_k(k) != kk:
+            raise ValueError(f"k = {k} but counts has {c.shape[0]} rows; (k + 1, V) counts have k + 1 = "
+                             f"{check_k(k) + 1} rows")
+        k, joint = kk, c
+    elif k is not None:
+        k = check_k(k)
+    return _certify(joint, c.sum(axis=0) if c.ndim == 2 else c, p, q, k, drafting, alpha, power, tv, min_expected)
+
+
+def certify_samples(tokens, p, *, accepted=None, candidates=None, q=None, k=None, drafting: str = "iid",
+                    alpha: float = 1e-3, power: float = 0.99, tv: float | None = None,
+                    min_expected: float = MIN_EXPECTED) -> Certificate:
+    """Certify emitted tokens collected elsewhere (one per draw), plus what the recorded indices allow.
+
+    Parameters
+    ----------
+    tokens : array_like of int, shape (n,)
+        Emitted token ids in ``[0, V)``.
+    p : array_like, shape (V,), float64
+        Target law.
+    accepted : array_like of int, shape (n,), optional
+        Index of the emitted candidate, ``-1`` for a residual token (the
+        ``certify_verifier`` convention).  With ``q``: ``acceptance_bound`` and
+        ``candidate_support``.  Needs ``k`` or ``candidates``.
+    candidates : array_like of int, shape (n, k), optional
+        The drafts of each draw.  Checked: ``tokens == candidates[accepted]``
+        wherever ``accepted >= 0``; with ``q``, the ``candidates`` check.
+    q : array_like, shape (V,), float64, optional
+        The law the candidates were drawn from.
+    k : int, optional
+        Candidates per draw (taken from ``candidates`` when given; must match).
+    drafting, alpha, power, tv, min_expected
+        As :func:`certify_counts`.
+
+    Returns
+    -------
+    Certificate (as :func:`certify_counts`).
+
+    Raises
+    ------
+    TypeError
+        Non-integer ``tokens``, ``accepted`` or ``candidates`` (floats, bools).
+    ValueError
+        Wrong shapes, ids outside ``[0, V)``, accepted indices outside
+        ``[-1, k)``, ``accepted`` without ``k`` or ``candidates``, a ``k`` that
+        disagrees with ``candidates``, ``tokens[i] != candidates[i,
+        accepted[i]]`` (the first such row named: ``accepted`` must be an index,
+        not a flag), bad laws, no degrees of freedom.
+    """
+    p, q = _laws(p, q)
+    alpha = check_alpha(alpha)
+    check_tv(tv)
+    drafting = _check_drafting(drafting)
+    V = p.size
+    t = _int_array(tokens, "tokens")
+    if t.ndim != 1 or t.size == 0:
+        raise ValueError(f"tokens must have shape (n,) with n >= 1, one emitted token per draw; got {t.shape}")
+    n = t.size
+    t = check_tokens(t, V, n, name="tokens")
+    cand = None
+    if candidates is not None:
+        cand = _int_array(candidates, "candidates")
+        if cand.ndim != 2 or cand.shape[0] != n or cand.shape[1] < 1:
+            raise ValueError(f"candidates must have shape (n, k) = ({n}, k), one row per token; got {cand.shape}")
+        if cand.min() < 0 or cand.max() >= V:
+            raise ValueError(f"candidates has ids in [{cand.min()}, {cand.max()}], outside [0, {V}) of p's vocabulary")
+        if k is not None and check_k(k) != cand.shape[1]:
+            raise ValueError(f"k = {k} but candidates has shape {cand.shape} (k = {cand.shape[1]})")
+        k = cand.shape[1]
+    elif k is not None:
+        k = check_k(k)
+    joint = None
+    if accepted is not None:
+        if k is None:
+            raise ValueError("accepted needs k: pass k=... (candidates per draw) or candidates=(n, k)")
+        a = _int_array(accepted, "accepted")
+        if a.shape != (n,):
+            raise ValueError(f"accepted must have shape (n,) = ({n},), like tokens; got {a.shape}")
+        if a.min() < -1 or a.max() >= k:
+            raise ValueError(f"accepted has indices in [{a.min()}, {a.max()}]; they must lie in [-1, {k}) "
+                             "(-1 = residual token)")
+        if cand is not None:
+            hit = np.flatnonzero(a >= 0)
+            bad = hit[t[hit] != cand[hit, a[hit]]]
+            if bad.size:
+                i = int(bad[0])
+                raise ValueError(f"accepted[{i}] = {a[i]} but tokens[{i}] = {t[i]} != candidates[{i}, {a[i]}] = "
+                                 f"{cand[i, a[i]]} ({bad.size} such rows); accepted must be the index of the emitted "
+                                 "candidate (or -1 for a residual token), not a flag")
+        stop = np.where(a < 0, k, a)
+        joint = np.bincount(stop * V + t, minlength=(k + 1) * V).reshape(k + 1, V)
+    marg = np.bincount(t, minlength=V)
+    return _certify(joint, marg, p, q, k, drafting, alpha, power, tv, min_expected, candidates=cand)
