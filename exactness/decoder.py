@@ -194,20 +194,41 @@ def _call(draw, batched, pr, m, rng, V):
     return _check_tokens(draw(pr, m, rng), pr.shape[0], m, V, what)
 
 
-def _draw_mixed(draw, batched, prompts, n, m, rng, V):
-    """n continuations per prompt, drawn in heterogeneous batches: returns (P, n, m) int64."""
+def _draw_mixed(draw, batched, prompts, n, m, rng, V, events=None):
+    """n continuations per prompt, drawn in heterogeneous batches.
+
+    Returns ``(seqs (P, n, m) int64, flat)``; with ``events`` (``decoder.sample_events``) the
+    tokens come from it and ``flat = (prompt index (P n,), tokens (P n, m), DecoderEvents)`` in
+    drawing order (events validated per batch, rows and calls renumbered), else ``flat = None``.
+    """
+    from .decoder_events import DecoderEvents, check_events
+
     P = prompts.shape[0]
     rows = np.repeat(np.arange(P), n)
     rng.shuffle(rows)
     out = np.empty((P * n, m), dtype=np.int64)
     step = BATCH if batched else max(1, P * n)
+    parts, calls = [], 0
     for s in range(0, rows.size, step):
         idx = rows[s:s + step]
-        out[s:s + step] = _call(draw, batched, prompts[idx], m, rng, V)
+        if events is None:
+            out[s:s + step] = _call(draw, batched, prompts[idx], m, rng, V)
+            continue
+        res = events(prompts[idx], m, rng)
+        if not isinstance(res, tuple) or len(res) != 2:
+            raise TypeError("decoder.sample_events(prompts, new_tokens, rng) must return (tokens (B, m) int64, "
+                            f"events), got {type(res).__name__}")
+        tok = _check_tokens(res[0], idx.size, m, V, "decoder.sample_events(prompts, new_tokens, rng)")
+        ev = check_events(res[1], tok, V)
+        _, cid = np.unique(ev.call, return_inverse=True)
+        parts.append(DecoderEvents(ev.row + s, ev.position, ev.candidates, ev.accepted, ev.token,
+                                   cid.reshape(-1).astype(np.int64) + calls))
+        calls += int(cid.max()) + 1 if cid.size else 0
+        out[s:s + step] = tok
     res = np.empty((P, n, m), dtype=np.int64)
     for i in range(P):
         res[i] = out[rows == i]
-    return res
+    return res, (None if events is None else (rows, out, DecoderEvents.concat(parts)))
 
 
 # --------------------------------------------------------------------------- exact joint law
@@ -476,7 +497,8 @@ def certify_decoder(decoder, target, prompts, *, new_tokens: int = 2, n: int | N
     else:
         as_generator(seed)  # TypeError / ValueError naming seed
         ss = np.random.SeedSequence(seed)
-    r_main, r_single, r_pit, r_seed = [np.random.default_rng(s) for s in ss.spawn(4)]
+    r_main, r_single, r_pit, r_seed, r_cond = [np.random.default_rng(s) for s in ss.spawn(5)]
+    ev_fn, ev_skip = _events_mode(decoder)
 
     mj = 0
     while mj < min(m, JOINT_TOKENS) and V ** (mj + 1) <= JOINT_MAX:
@@ -487,7 +509,7 @@ def certify_decoder(decoder, target, prompts, *, new_tokens: int = 2, n: int | N
         n = _default_n(laws, goal, alpha)
     checks, details, skipped, notes = {}, {}, {}, []
 
-    seqs = _draw_mixed(draw, batched, prompts, n, m, r_main, V)
+    seqs, flat = _draw_mixed(draw, batched, prompts, n, m, r_main, V, events=ev_fn)
     if P == 1:
         notes.append("one prompt: batches are homogeneous, so row-mixing bugs cannot show; pass several prompts")
 
@@ -533,14 +555,25 @@ def certify_decoder(decoder, target, prompts, *, new_tokens: int = 2, n: int | N
             checks["single"], details["single"] = d["pvalue"], d
     else:
         skipped["single"] = "the decoder has no sample(prompts, ...): every draw is already one prompt per call"
-    skipped["conditional"] = ("acceptance counts, the token after a rejection and the bonus token are not reported "
-                              "through this contract; their bias shows in the joint and PIT checks")
+    if ev_fn is None:
+        skipped["conditional"] = ev_skip
+    else:
+        from .decoder_events import conditional_checks, conditional_values
+
+        rows, toks, ev = flat
+        vals, imp_c = conditional_values(ev, prompts[rows], toks, tgt, decoder, decoder.rule, r_cond)
+        c, d, sk = conditional_checks(vals, imp_c, alpha)
+        checks.update(c)
+        details.update(d)
+        skipped.update(sk)
 
     if seeded is not False:
         ok = _seeded_probe(draw, batched, prompts, m, int(ss.generate_state(1)[0]), V)
         if ok:
             checks["seeded"] = 1.0
             details["seeded"] = {"reason": "two runs with the same seed gave the same continuations"}
+            if ev_fn is not None:
+                _events_probe(draw, ev_fn, prompts, m, int(ss.generate_state(1)[0]), V)
         elif seeded:
             raise ValueError("the decoder ignores its seed: two runs with the same rng seed gave different "
                              "continuations; draw every random number from the rng argument (seed torch / global "
@@ -548,6 +581,14 @@ def certify_decoder(decoder, target, prompts, *, new_tokens: int = 2, n: int | N
         else:
             skipped["seeded"] = ("the decoder ignores its seed (two runs with the same seed differ): the run cannot "
                                  "be reproduced; draw every random number from the rng argument")
+
+    if getattr(decoder, "per_row_rng", False) and batched:
+        c, d = _per_row_check(decoder, prompts, m, int(ss.generate_state(1)[0]), V)
+        checks["batch_rows"], details["batch_rows"] = c, d
+    else:
+        skipped["batch_rows"] = ("the decoder does not declare per_row_rng = True (sample(prompts (B, L), new_tokens, "
+                                 "rng) taking a list of B numpy Generators, one per row): batch of B against B "
+                                 "batches of 1 under fixed per-row seeds is not run")
 
     main = "joint" if mj else "pit[1,id]"
     md = details[main]
@@ -565,6 +606,83 @@ def certify_decoder(decoder, target, prompts, *, new_tokens: int = 2, n: int | N
                        detectable_tv=float(det), n=int(n * P), alpha=alpha, power=POWER, df=int(md["df"]),
                        g_statistic=float(md["g_statistic"]), g_pvalue=float(md["g_pvalue"]), checks=checks,
                        details=details, skipped=skipped, notes=tuple(notes))
+
+
+def _events_mode(decoder):
+    """``(sample_events or None, skip reason)``: whether the conditional checks run, and why not.
+
+    Raises ValueError when ``decoder.rule`` names no registry verifier and no known non-per-node rule.
+    """
+    fn = getattr(decoder, "sample_events", None)
+    if not callable(fn):
+        return None, getattr(decoder, "no_events_reason", None) or (
+            "the decoder reports no events (no sample_events(prompts, new_tokens, rng) -> (tokens, DecoderEvents), "
+            "see exactness.decoder_events): accepted_count, after_rejection and bonus are not run; their bias shows "
+            "in the joint and PIT checks")
+    rule = getattr(decoder, "rule", None)
+    if rule is None:
+        return None, ("decoder.rule is None: the decoder names no per-node rule (a resispec registry verifier name, "
+                      "e.g. 'rrs' for token-level chain verification), so its events cannot be checked")
+    from .decoder_events import NOT_PER_NODE
+
+    if rule in NOT_PER_NODE:
+        return None, f"decoder.rule = {rule!r}: {NOT_PER_NODE[rule]}"
+    import resispec
+
+    names = resispec.available_verifiers()
+    if rule not in names:
+        raise ValueError(f"decoder.rule = {rule!r} is not a resispec registry verifier ({', '.join(names)}) nor a "
+                         f"known non-per-node rule ({', '.join(NOT_PER_NODE)}); name the rule each node decision "
+                         "follows (e.g. 'rrs' for token-level chain verification), or set rule = None")
+    from .decoder_events import events_q
+
+    if events_q(decoder) == "draft_law" and not (hasattr(decoder, "draft_law") and callable(decoder.draft_law)):
+        raise ValueError("the decoder offers sample_events but no draft_law(contexts) -> (B, V): the harness needs "
+                         "the q each decision was verified with; add draft_law or drop sample_events")
+    return fn, None
+
+
+def _events_probe(draw, ev_fn, prompts, m, seed, V):
+    """ValueError unless ``sample_events`` returns the tokens ``sample`` returns under the same seed."""
+    pr = prompts[np.arange(max(8, 2 * prompts.shape[0])) % prompts.shape[0]]
+    a = _call(draw, True, pr, m, np.random.default_rng([seed, 9]), V)
+    res = ev_fn(pr, m, np.random.default_rng([seed, 9]))
+    b = res[0] if isinstance(res, tuple) and len(res) == 2 else None
+    if b is None or not np.array_equal(np.asarray(b), a):
+        raise ValueError("decoder.sample_events and decoder.sample return different tokens under the same rng: "
+                         "sample_events must run the same decoder (same random draws) and only add the events")
+
+
+def _per_row_check(decoder, prompts, m, seed, V):
+    """Batch of B equals B batches of 1 under fixed per-row seeds: ``(p-value 1 or 0, details)``.
+
+    ``B = max(8, 2 P)`` rows cycle through the prompts (a heterogeneous batch); row ``i`` gets
+    ``numpy.random.default_rng([seed, 11, i])`` in the batch and again alone.
+    """
+    B = max(8, 2 * prompts.shape[0])
+    pr = prompts[np.arange(B) % prompts.shape[0]]
+    gens = lambda rows: [np.random.default_rng([seed, 11, i]) for i in rows]  # noqa: E731
+    what = "decoder.sample(prompts, new_tokens, [Generator] * B) (per_row_rng = True)"
+    def run(rows):
+        try:
+            return decoder.sample(pr[rows], m, gens(rows))
+        except Exception as exc:
+            raise ValueError(f"the decoder declares per_row_rng = True but {what} raised {type(exc).__name__}: "
+                             f"{exc}; accept a list of B numpy Generators as rng (one per row), or drop "
+                             "per_row_rng") from exc
+
+    batch = _check_tokens(run(np.arange(B)), B, m, V, what)
+    alone = np.concatenate([_check_tokens(run(np.array([i])), 1, m, V, what) for i in range(B)])
+    diff = np.flatnonzero((batch != alone).any(axis=1))
+    if diff.size:
+        i = int(diff[0])
+        return 0.0, {"rows": B, "first_row": i, "prompt": pr[i].tolist(), "batch": batch[i].tolist(),
+                     "alone": alone[i].tolist(),
+                     "reason": f"row {i} of a heterogeneous batch of {B} (prompt {pr[i].tolist()}) gave "
+                               f"{batch[i].tolist()} but {alone[i].tolist()} alone under the same per-row seed "
+                               f"({diff.size} rows differ)"}
+    return 1.0, {"rows": B, "reason": f"each of {B} rows of a heterogeneous batch equals that row alone under the "
+                                      "same per-row seed"}
 
 
 def _joint_lookup(laws, V, mj):
