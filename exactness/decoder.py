@@ -605,7 +605,7 @@ def certify_decoder(decoder, target, prompts, *, new_tokens: int = 2, n: int | N
                        tv_estimate=float(md.get("tv", 0.0)), tv_upper=float(md.get("tv_upper", 1.0)),
                        detectable_tv=float(det), n=int(n * P), alpha=alpha, power=POWER, df=int(md["df"]),
                        g_statistic=float(md["g_statistic"]), g_pvalue=float(md["g_pvalue"]), checks=checks,
-                       details=details, skipped=skipped, notes=tuple(notes))
+                       details=details, skipped=skipped, notes=tuple(notes), main=main)
 
 
 def _events_mode(decoder):

@@ -137,3 +137,12 @@ def test_check_events_accepts_the_reference_and_drops_tokens_past_new_tokens():
     assert out.row.size == 8 and set(out.position.tolist()) == {0, 1, 2, 3}
     cut = check_events(ev, tokens[:, :2], 4)
     assert cut.row.size == 4 and cut.position.max() == 1
+
+
+def test_summary_labels_the_main_check_by_its_name(monkeypatch):
+    model, target, prompts = setup()
+    cert = exactness.certify_decoder(CORRECT["token_chain"](model), target, prompts, n=300)
+    assert cert.main == "joint" and "joint chi2 = " in cert.summary() and "marginal" not in cert.summary()
+    monkeypatch.setattr(exactness.decoder, "JOINT_MAX", 3)      # V = 4: nothing enumerates, PIT is the main test
+    cert = exactness.certify_decoder(CORRECT["token_chain"](model), target, prompts, n=300)
+    assert "pit[1,id] chi2 = " in cert.summary() and "marginal" not in cert.summary()
