@@ -768,6 +768,30 @@ def to_markdown(cert: Certificate, *, title: str = "Decoder certificate", comman
     return "\n".join(out) + "\n"
 
 
+def figure(cert: Certificate, *, title: str = "Decoder certificate"):
+    """Per-position figure (a ``matplotlib.figure.Figure``, no pyplot state): left, the smallest PIT
+    p-value per position (log scale) with the level ``alpha``; right, the largest PIT-bin TV and the
+    detectable TV (power ``cert.power``) per position."""
+    from matplotlib.figure import Figure
+
+    pos = cert.details.get("positions", [])
+    x = [d["position"] for d in pos]
+    fig = Figure(figsize=(9, 3.4), layout="constrained")
+    a, b = fig.subplots(1, 2)
+    a.semilogy(x, [max(d["pvalue"], 1e-300) for d in pos], "o-", label="smallest PIT p (raw)")
+    a.axhline(cert.alpha, color="r", ls="--", label=f"alpha {cert.alpha:g}")
+    a.set(xlabel="position", ylabel="p-value", title="PIT p-value per position")
+    a.legend(fontsize=8)
+    b.plot(x, [d["tv"] for d in pos], "o-", label="largest PIT-bin TV (sampled)")
+    b.plot(x, [d["detectable_tv"] for d in pos], "s--", label=f"detectable TV (power {cert.power:g})")
+    b.set(xlabel="position", ylabel="TV", title="TV per position")
+    b.legend(fontsize=8)
+    for ax in (a, b):
+        ax.set_xticks(x)
+    fig.suptitle(f"{title}: {'PASS' if cert.passed else 'FAIL'} (smallest Holm p {cert.pvalue:.3g})", fontsize=10)
+    return fig
+
+
 def to_json(cert: Certificate) -> dict:
     """JSON-ready dict of the certificate (floats; inf as the string "inf")."""
     def clean(x):
