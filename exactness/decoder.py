@@ -7,6 +7,8 @@ The contract::
             -> ndarray (new_tokens,) int64                 # one sampled continuation
             (or an object with decoder.sample(prompts (B, L), new_tokens, rng) -> (B, new_tokens))
             optional: decoder.draft_law(contexts (B, L)) -> (B, V)   # the q it hands its verifier
+            optional: decoder.sample_events(prompts, new_tokens, rng) -> (tokens, DecoderEvents), decoder.rule
+            optional: decoder.per_row_rng = True                     # rng may be a list of B Generators
         target(contexts: ndarray (B, L) int64) -> ndarray (B, V) float64
             # the target's next-token law after its sampling processors
         prompts: ndarray (P, L) int64                      # certified per prompt and pooled
@@ -41,6 +43,17 @@ Checks (each a p-value; the verdict is Holm over all of them, ``statsmodels``):
 ``seeded``
     Two runs with the same seed give the same continuations.  A decoder that ignores its seed is
     skipped with the reason (``seeded=None``) or is a ``ValueError`` (``seeded=True``).
+``accepted_count``, ``after_rejection``, ``bonus``
+    When the decoder reports its decisions (``decoder.sample_events`` and ``decoder.rule``, a
+    registry verifier name): the number accepted per target call, the token after a rejection and
+    the bonus token after a full path, each against its exact conditional law from the rule's
+    ``chain`` at the harness's own ``p`` and ``q`` (:mod:`exactness.decoder_events`).  The main
+    sample is then drawn through ``sample_events``.  Skipped with the reason when the decoder
+    reports no events or its rule is not per node (block verification).
+``batch_rows``
+    When the decoder declares ``per_row_rng = True`` (``sample`` takes a list of B Generators):
+    a heterogeneous batch equals each row decoded alone under the same per-row seed; the first
+    differing row is reported.
 
 What a PIT-bin test detects: a bias in the law of ``u``, i.e. in the token law projected onto
 the chosen order.  Mass moved between tokens that lie in different bins of the order is seen at
@@ -436,6 +449,10 @@ def certify_decoder(decoder, target, prompts, *, new_tokens: int = 2, n: int | N
         (preferred: the harness then draws heterogeneous batches).  Optional
         ``decoder.draft_law(contexts (B, L)) -> (B, V)``: the draft law it reports to its verifier
         (enables the ``ratio`` order).  Every random number must come from ``rng``.
+        Optional ``decoder.sample_events(prompts, new_tokens, rng) -> (tokens (B, m) int64,
+        DecoderEvents)`` with ``decoder.rule`` (a registry verifier name): the conditional checks
+        (:mod:`exactness.decoder_events`).  Optional ``decoder.per_row_rng = True``: ``sample``
+        accepts a list of B Generators (one per row): the ``batch_rows`` check.
     target : callable
         ``target(contexts (B, L') int64) -> (B, V) float64``: the target's next-token law after its
         sampling processors (temperature, top-k, top-p); rows sum to 1.
@@ -473,7 +490,9 @@ def certify_decoder(decoder, target, prompts, *, new_tokens: int = 2, n: int | N
         Bad prompts (not (P, L) integers, unequal lengths, ids outside [0, V)), a target returning
         rows of the wrong shape, V or not normalised, a decoder returning the wrong length, floats
         or ids outside [0, V), bad ``new_tokens`` / ``n`` / ``alpha``; ``seeded=True`` and a
-        decoder that ignores its seed.
+        decoder that ignores its seed; reported events inconsistent with the tokens, a
+        ``decoder.rule`` that names no registry verifier, ``sample_events`` returning other tokens
+        than ``sample`` under the same seed, a ``per_row_rng`` decoder failing on a list of rngs.
     """
     prompts = _check_prompts(prompts)
     if isinstance(new_tokens, bool) or not isinstance(new_tokens, (int, np.integer)) or new_tokens < 1:

@@ -38,6 +38,7 @@ def test_assisted_generation_passes_with_a_png_report(saved, tmp_path, capsys):
     assert "joint" in text and "PASS" in text
     data = json.loads(out.with_suffix(".json").read_text())
     assert data["passed"] and data["details"]["plan"]["prompts"] == 2 and data["figure"] == "hf.png"
+    assert "generate does not expose" in data["skipped"]["conditional"]
     png = out.with_suffix(".png").read_bytes()
     assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 5000
     assert "![per-position" in out.read_text()
