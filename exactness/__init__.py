@@ -24,7 +24,8 @@ Modules: :mod:`~exactness.gof` (pooled chi-square / G-test, TV bounds),
 :mod:`~exactness.grid` (many cells,
 multiple testing, calibration), :mod:`~exactness.mutants`,
 :mod:`~exactness.strategies` (hypothesis), :mod:`~exactness.pytest_plugin`,
-:mod:`~exactness.decoder` (whole decoders: multi-token laws), :mod:`~exactness.chain`
+:mod:`~exactness.decoder` (whole decoders: multi-token laws),
+:mod:`~exactness.decoder_events` (a decoder's reported node decisions: conditional checks), :mod:`~exactness.chain`
 (serving-engine chain kernels), :mod:`~exactness.adapters` (Hugging Face ``generate``,
 this project's engine), :mod:`~exactness.coupled` (kernel vs reference under the same coins).
 """

@@ -96,6 +96,10 @@ class Certificate:
     notes : tuple of str
         Warnings that change how to read the numbers (e.g. "the exact TV
         describes ``_chain``, not ``verify``").
+    main : str
+        Name of the main test whose numbers ``statistic`` .. ``g_pvalue`` are
+        (``"marginal"``; ``certify_decoder``: ``"joint"`` or ``"pit[1,id]"``);
+        :meth:`summary` labels them with it.
 
     A law with a single token in its support has df 0 by nature; then the
     marginal check is the impossible-token check (any sample off the
@@ -118,6 +122,7 @@ class Certificate:
     details: dict = field(default_factory=dict)
     skipped: dict = field(default_factory=dict)
     notes: tuple = ()
+    main: str = "marginal"
 
     def failed_checks(self, adjusted: bool = True) -> dict:
         """Checks whose (Holm-adjusted) p-value is below ``alpha``."""
@@ -148,8 +153,8 @@ class Certificate:
         return f"{name}: " + ", ".join(parts)
 
     def summary(self) -> str:
-        """One line: the verdict, the failing checks with THEIR numbers, the marginal test, skips and notes."""
-        marg = (f"marginal chi2 = {self.statistic:.4g} (df {self.df}), TV ~ {self.tv_estimate:.3g} "
+        """One line: the verdict, the failing checks with THEIR numbers, the main test (labelled by ``main``), skips and notes."""
+        marg = (f"{self.main} chi2 = {self.statistic:.4g} (df {self.df}), TV ~ {self.tv_estimate:.3g} "
                 f"(<= {self.tv_upper:.3g}), detectable TV {self.detectable_tv:.3g} at alpha {self.alpha:g}, "
                 f"power {self.power:g}, n = {self.n:,}")
         if self.passed:

@@ -79,6 +79,14 @@ def _emit(draft_ids: np.ndarray, n_acc: np.ndarray, token: np.ndarray) -> np.nda
     return out
 
 
+def _rule(name):
+    def deco(f):
+        f.rule = name
+        return f
+    return deco
+
+
+@_rule("rrs")
 def token_chain_kernel(target_probs, draft_probs, draft_ids, rng: np.random.Generator) -> np.ndarray:
     """Token-level chain verification (Leviathan et al. 2023, arXiv 2211.17192).
 
@@ -128,6 +136,7 @@ def block_weights(p: np.ndarray, q: np.ndarray, d: np.ndarray):
     return w, h
 
 
+@_rule("block")
 def block_kernel(target_probs, draft_probs, draft_ids, rng: np.random.Generator) -> np.ndarray:
     """Block verification (Sun et al. 2024, arXiv 2403.10444), exact for every gamma.
 
@@ -177,7 +186,7 @@ def per_request(kernel):
         out = np.full((B, g + 1), -1, dtype=np.int64)
         for b in range(B):
             r = np.asarray(kernel(target_probs[b], None if draft_probs is None else draft_probs[b],
-                                  draft_ids[b], rng))
+                                  draft_ids[b], rng.gens[b] if isinstance(rng, _RowStreams) else rng))
             if r.ndim != 1 or not 1 <= r.size <= g + 1:
                 raise ValueError(f"chain kernel returned shape {r.shape}; it must return the accepted prefix "
                                  f"plus one token, a (a + 1,) int64 array with 0 <= a <= gamma = {g}")
@@ -188,6 +197,7 @@ def per_request(kernel):
         return out
 
     batched.__name__ = getattr(kernel, "__name__", "per_request_kernel")
+    batched.rule = getattr(kernel, "rule", None)
     return batched
 
 
@@ -239,6 +249,33 @@ class _Contexts:
         self.length = self.length + 1
 
 
+class _RowStreams:
+    """One generator per batch row behind the ``rng.random(shape)`` a chain kernel calls.
+
+    ``random((B, ...))`` draws row b's values from generator b alone, so a row's draws do not
+    depend on the other rows of its batch; :meth:`rows` selects the still-active rows.
+    Kernels handed this must draw through ``random`` only (as the built-in ones do).
+    """
+
+    def __init__(self, gens):
+        self.gens = list(gens)
+
+    def rows(self, idx) -> "_RowStreams":
+        return _RowStreams([self.gens[i] for i in idx])
+
+    def random(self, size=None):
+        size = (size,) if isinstance(size, (int, np.integer)) else tuple(size)
+        if not size or size[0] != len(self.gens):
+            raise ValueError(f"per-row random streams: the first axis of random({size}) must be the batch "
+                             f"({len(self.gens)} rows)")
+        return np.stack([g.random(size[1:]) for g in self.gens]) if self.gens else np.zeros(size)
+
+    def __getattr__(self, name):
+        raise AttributeError(f"the chain kernel called rng.{name}: with one generator per row (per_row_rng) a "
+                             "kernel may draw through rng.random((B, ...)) only; draw uniforms with rng.random, or "
+                             "set per_row_rng = False on the decoder")
+
+
 class ChainDecoder:
     """A speculative decoder: draft ``gamma`` tokens from ``q``, verify them with a chain ``kernel``.
 
@@ -252,7 +289,10 @@ class ChainDecoder:
     :meth:`streams`, :meth:`draft`, :meth:`verify_inputs` to plant bugs.
     """
 
-    def __init__(self, kernel, model, *, gamma: int = 2, one_hot: bool = False):
+    #: ``sample`` takes a list of B Generators as ``rng``, one per row (checked by ``certify_decoder``).
+    per_row_rng = True
+
+    def __init__(self, kernel, model, *, gamma: int = 2, one_hot: bool = False, rule="kernel"):
         if not callable(kernel):
             raise TypeError(f"kernel must be a callable chain verifier, got {type(kernel).__name__}")
         if isinstance(gamma, bool) or not isinstance(gamma, (int, np.integer)) or gamma < 1:
@@ -261,6 +301,10 @@ class ChainDecoder:
             raise TypeError("model must have laws(contexts) -> (p, q), e.g. simulators.autoregressive.MarkovPair")
         self.kernel, self.model, self.gamma, self.one_hot = kernel, model, int(gamma), bool(one_hot)
         self.name = f"chain[{getattr(kernel, '__name__', 'kernel')}, gamma={self.gamma}]"
+        #: the node rule (``sample_events``): "rrs" (token-level chain), "block", or None (unknown)
+        self.rule = getattr(kernel, "rule", None) if rule == "kernel" else rule
+        #: the q its decisions were verified with: the draft law, or a point mass (one_hot)
+        self.events_q = "one_hot" if self.one_hot else "draft_law"
 
     # -- hooks -------------------------------------------------------------
     def streams(self, rng: np.random.Generator):
@@ -281,18 +325,47 @@ class ChainDecoder:
         """The draft law ``q`` (B, V) float64 reported to the verifier at each context (B, L)."""
         return model_laws(self.model, [row for row in np.asarray(contexts)])[1]
 
-    def sample(self, prompts, new_tokens: int, rng: np.random.Generator) -> np.ndarray:
-        """``new_tokens`` tokens per prompt row: (B, L) int64 -> (B, new_tokens) int64."""
+    def sample(self, prompts, new_tokens: int, rng) -> np.ndarray:
+        """``new_tokens`` tokens per prompt row: (B, L) int64 -> (B, new_tokens) int64.
+
+        ``rng``: one ``numpy.random.Generator`` for the batch, or a list of B of them, one per row
+        (``per_row_rng``: row b then draws only from ``rng[b]``, so it comes out the same in any batch).
+        """
+        return self._run(prompts, new_tokens, rng, False)[0]
+
+    def sample_events(self, prompts, new_tokens: int, rng):
+        """As :meth:`sample`, plus the decisions: ``(tokens (B, new_tokens) int64, DecoderEvents)``.
+
+        Read off the kernel's output per target call: each accepted draft an entry with candidate
+        ``[d_i]`` and ``accepted = 0``; the token after the accepted prefix an entry with candidate
+        ``[d_a]`` and ``accepted = -1`` (a rejection) or, after a full path, no candidates (the bonus
+        draw).  Entries past ``new_tokens`` are left out.
+        """
+        return self._run(prompts, new_tokens, rng, True)
+
+    def _run(self, prompts, new_tokens, rng, events):
+        from .decoder_events import DecoderEvents
+
         prompts = np.asarray(prompts, dtype=np.int64)
         B, L = prompts.shape
         g = self.gamma
-        drng, krng = self.streams(rng)
+        if isinstance(rng, np.random.Generator):
+            drng, krng = self.streams(rng)
+        else:
+            rng = list(rng)
+            if len(rng) != B or not all(isinstance(r, np.random.Generator) for r in rng):
+                raise TypeError(f"rng must be a numpy Generator or a list of B = {B} of them (one per row), got "
+                                f"{type(rng).__name__} of length {len(rng)}")
+            pairs = [self.streams(r) for r in rng]
+            drng, krng = _RowStreams([a for a, _ in pairs]), _RowStreams([b for _, b in pairs])
         seq = np.concatenate([prompts, np.full((B, new_tokens + g + 1), -1, dtype=np.int64)], axis=1)
         length = np.full(B, L, dtype=np.int64)
         active = np.arange(B)
+        log, calls = [], 0
         while active.size:
             A = active.size
-            u = drng.random((A, g))
+            dr, kr = (drng, krng) if isinstance(drng, np.random.Generator) else (drng.rows(active), krng.rows(active))
+            u = dr.random((A, g))
             d = np.empty((A, g), dtype=np.int64)
             ps, qs = [], []
             ctx = _Contexts(self.model, seq[active], length[active])
@@ -304,19 +377,34 @@ class ChainDecoder:
                 ctx.push(d[:, i])
             ps.append(ctx.laws()[0])
             tp, dp, di = self.verify_inputs(np.stack(ps, axis=1), np.stack(qs, axis=1), d)
-            out = np.asarray(self.kernel(tp, dp, di, krng))
+            out = np.asarray(self.kernel(tp, dp, di, kr))
             if out.shape != (A, g + 1):
                 raise ValueError(f"chain kernel returned shape {out.shape}, expected ({A}, {g + 1})")
             k = (out >= 0).sum(axis=1)
             if np.any(k < 1) or np.any(np.cumprod(out >= 0, axis=1).sum(axis=1) != k):
                 raise ValueError("chain kernel output rows must hold the accepted prefix plus one token, then -1 "
                                  "padding (at least one token per row)")
+            if events:
+                log.append((active, length[active] - L, d, k - 1, out, calls + np.arange(A)))
+                calls += A
             cols = length[active, None] + np.arange(g + 1)[None, :]
             keep = out >= 0
             seq[np.repeat(active, g + 1)[keep.ravel()], cols[keep]] = out[keep]
             length[active] += k
             active = active[length[active] - L < new_tokens]
-        return seq[:, L:L + new_tokens].copy()
+        tokens = seq[:, L:L + new_tokens].copy()
+        if not events:
+            return tokens, None
+        parts = []
+        for rows, start, d, n_acc, out, cid in log:
+            i = np.arange(g + 1)[None, :]
+            keep = i <= n_acc[:, None]                            # accepted prefix + the one extra token
+            r, j = np.nonzero(keep)
+            cand = np.where(j < g, d[r, np.minimum(j, g - 1)], -1)[:, None]
+            parts.append(DecoderEvents(rows[r], start[r] + j, cand, np.where(j < n_acc[r], 0, -1), out[r, j],
+                                       cid[r]))
+        ev = DecoderEvents.concat(parts)
+        return tokens, ev.take(ev.position < new_tokens)
 
     def __call__(self, prompt, new_tokens: int, rng: np.random.Generator) -> np.ndarray:
         return self.sample(np.asarray(prompt, dtype=np.int64)[None, :], new_tokens, rng)[0]

@@ -7,6 +7,8 @@ The contract::
             -> ndarray (new_tokens,) int64                 # one sampled continuation
             (or an object with decoder.sample(prompts (B, L), new_tokens, rng) -> (B, new_tokens))
             optional: decoder.draft_law(contexts (B, L)) -> (B, V)   # the q it hands its verifier
+            optional: decoder.sample_events(prompts, new_tokens, rng) -> (tokens, DecoderEvents), decoder.rule
+            optional: decoder.per_row_rng = True                     # rng may be a list of B Generators
         target(contexts: ndarray (B, L) int64) -> ndarray (B, V) float64
             # the target's next-token law after its sampling processors
         prompts: ndarray (P, L) int64                      # certified per prompt and pooled
@@ -41,6 +43,17 @@ Checks (each a p-value; the verdict is Holm over all of them, ``statsmodels``):
 ``seeded``
     Two runs with the same seed give the same continuations.  A decoder that ignores its seed is
     skipped with the reason (``seeded=None``) or is a ``ValueError`` (``seeded=True``).
+``accepted_count``, ``after_rejection``, ``bonus``
+    When the decoder reports its decisions (``decoder.sample_events`` and ``decoder.rule``, a
+    registry verifier name): the number accepted per target call, the token after a rejection and
+    the bonus token after a full path, each against its exact conditional law from the rule's
+    ``chain`` at the harness's own ``p`` and ``q`` (:mod:`exactness.decoder_events`).  The main
+    sample is then drawn through ``sample_events``.  Skipped with the reason when the decoder
+    reports no events or its rule is not per node (block verification).
+``batch_rows``
+    When the decoder declares ``per_row_rng = True`` (``sample`` takes a list of B Generators):
+    a heterogeneous batch equals each row decoded alone under the same per-row seed; the first
+    differing row is reported.
 
 What a PIT-bin test detects: a bias in the law of ``u``, i.e. in the token law projected onto
 the chosen order.  Mass moved between tokens that lie in different bins of the order is seen at
@@ -194,20 +207,41 @@ def _call(draw, batched, pr, m, rng, V):
     return _check_tokens(draw(pr, m, rng), pr.shape[0], m, V, what)
 
 
-def _draw_mixed(draw, batched, prompts, n, m, rng, V):
-    """n continuations per prompt, drawn in heterogeneous batches: returns (P, n, m) int64."""
+def _draw_mixed(draw, batched, prompts, n, m, rng, V, events=None):
+    """n continuations per prompt, drawn in heterogeneous batches.
+
+    Returns ``(seqs (P, n, m) int64, flat)``; with ``events`` (``decoder.sample_events``) the
+    tokens come from it and ``flat = (prompt index (P n,), tokens (P n, m), DecoderEvents)`` in
+    drawing order (events validated per batch, rows and calls renumbered), else ``flat = None``.
+    """
+    from .decoder_events import DecoderEvents, check_events
+
     P = prompts.shape[0]
     rows = np.repeat(np.arange(P), n)
     rng.shuffle(rows)
     out = np.empty((P * n, m), dtype=np.int64)
     step = BATCH if batched else max(1, P * n)
+    parts, calls = [], 0
     for s in range(0, rows.size, step):
         idx = rows[s:s + step]
-        out[s:s + step] = _call(draw, batched, prompts[idx], m, rng, V)
+        if events is None:
+            out[s:s + step] = _call(draw, batched, prompts[idx], m, rng, V)
+            continue
+        res = events(prompts[idx], m, rng)
+        if not isinstance(res, tuple) or len(res) != 2:
+            raise TypeError("decoder.sample_events(prompts, new_tokens, rng) must return (tokens (B, m) int64, "
+                            f"events), got {type(res).__name__}")
+        tok = _check_tokens(res[0], idx.size, m, V, "decoder.sample_events(prompts, new_tokens, rng)")
+        ev = check_events(res[1], tok, V)
+        _, cid = np.unique(ev.call, return_inverse=True)
+        parts.append(DecoderEvents(ev.row + s, ev.position, ev.candidates, ev.accepted, ev.token,
+                                   cid.reshape(-1).astype(np.int64) + calls))
+        calls += int(cid.max()) + 1 if cid.size else 0
+        out[s:s + step] = tok
     res = np.empty((P, n, m), dtype=np.int64)
     for i in range(P):
         res[i] = out[rows == i]
-    return res
+    return res, (None if events is None else (rows, out, DecoderEvents.concat(parts)))
 
 
 # --------------------------------------------------------------------------- exact joint law
@@ -415,6 +449,10 @@ def certify_decoder(decoder, target, prompts, *, new_tokens: int = 2, n: int | N
         (preferred: the harness then draws heterogeneous batches).  Optional
         ``decoder.draft_law(contexts (B, L)) -> (B, V)``: the draft law it reports to its verifier
         (enables the ``ratio`` order).  Every random number must come from ``rng``.
+        Optional ``decoder.sample_events(prompts, new_tokens, rng) -> (tokens (B, m) int64,
+        DecoderEvents)`` with ``decoder.rule`` (a registry verifier name): the conditional checks
+        (:mod:`exactness.decoder_events`).  Optional ``decoder.per_row_rng = True``: ``sample``
+        accepts a list of B Generators (one per row): the ``batch_rows`` check.
     target : callable
         ``target(contexts (B, L') int64) -> (B, V) float64``: the target's next-token law after its
         sampling processors (temperature, top-k, top-p); rows sum to 1.
@@ -452,7 +490,9 @@ def certify_decoder(decoder, target, prompts, *, new_tokens: int = 2, n: int | N
         Bad prompts (not (P, L) integers, unequal lengths, ids outside [0, V)), a target returning
         rows of the wrong shape, V or not normalised, a decoder returning the wrong length, floats
         or ids outside [0, V), bad ``new_tokens`` / ``n`` / ``alpha``; ``seeded=True`` and a
-        decoder that ignores its seed.
+        decoder that ignores its seed; reported events inconsistent with the tokens, a
+        ``decoder.rule`` that names no registry verifier, ``sample_events`` returning other tokens
+        than ``sample`` under the same seed, a ``per_row_rng`` decoder failing on a list of rngs.
     """
     prompts = _check_prompts(prompts)
     if isinstance(new_tokens, bool) or not isinstance(new_tokens, (int, np.integer)) or new_tokens < 1:
@@ -476,7 +516,8 @@ def certify_decoder(decoder, target, prompts, *, new_tokens: int = 2, n: int | N
     else:
         as_generator(seed)  # TypeError / ValueError naming seed
         ss = np.random.SeedSequence(seed)
-    r_main, r_single, r_pit, r_seed = [np.random.default_rng(s) for s in ss.spawn(4)]
+    r_main, r_single, r_pit, r_seed, r_cond = [np.random.default_rng(s) for s in ss.spawn(5)]
+    ev_fn, ev_skip = _events_mode(decoder)
 
     mj = 0
     while mj < min(m, JOINT_TOKENS) and V ** (mj + 1) <= JOINT_MAX:
@@ -487,7 +528,7 @@ def certify_decoder(decoder, target, prompts, *, new_tokens: int = 2, n: int | N
         n = _default_n(laws, goal, alpha)
     checks, details, skipped, notes = {}, {}, {}, []
 
-    seqs = _draw_mixed(draw, batched, prompts, n, m, r_main, V)
+    seqs, flat = _draw_mixed(draw, batched, prompts, n, m, r_main, V, events=ev_fn)
     if P == 1:
         notes.append("one prompt: batches are homogeneous, so row-mixing bugs cannot show; pass several prompts")
 
@@ -533,14 +574,25 @@ def certify_decoder(decoder, target, prompts, *, new_tokens: int = 2, n: int | N
             checks["single"], details["single"] = d["pvalue"], d
     else:
         skipped["single"] = "the decoder has no sample(prompts, ...): every draw is already one prompt per call"
-    skipped["conditional"] = ("acceptance counts, the token after a rejection and the bonus token are not reported "
-                              "through this contract; their bias shows in the joint and PIT checks")
+    if ev_fn is None:
+        skipped["conditional"] = ev_skip
+    else:
+        from .decoder_events import conditional_checks, conditional_values
+
+        rows, toks, ev = flat
+        vals, imp_c = conditional_values(ev, prompts[rows], toks, tgt, decoder, decoder.rule, r_cond)
+        c, d, sk = conditional_checks(vals, imp_c, alpha)
+        checks.update(c)
+        details.update(d)
+        skipped.update(sk)
 
     if seeded is not False:
         ok = _seeded_probe(draw, batched, prompts, m, int(ss.generate_state(1)[0]), V)
         if ok:
             checks["seeded"] = 1.0
             details["seeded"] = {"reason": "two runs with the same seed gave the same continuations"}
+            if ev_fn is not None:
+                _events_probe(draw, ev_fn, prompts, m, int(ss.generate_state(1)[0]), V)
         elif seeded:
             raise ValueError("the decoder ignores its seed: two runs with the same rng seed gave different "
                              "continuations; draw every random number from the rng argument (seed torch / global "
@@ -548,6 +600,14 @@ def certify_decoder(decoder, target, prompts, *, new_tokens: int = 2, n: int | N
         else:
             skipped["seeded"] = ("the decoder ignores its seed (two runs with the same seed differ): the run cannot "
                                  "be reproduced; draw every random number from the rng argument")
+
+    if getattr(decoder, "per_row_rng", False) and batched:
+        c, d = _per_row_check(decoder, prompts, m, int(ss.generate_state(1)[0]), V)
+        checks["batch_rows"], details["batch_rows"] = c, d
+    else:
+        skipped["batch_rows"] = ("the decoder does not declare per_row_rng = True (sample(prompts (B, L), new_tokens, "
+                                 "rng) taking a list of B numpy Generators, one per row): batch of B against B "
+                                 "batches of 1 under fixed per-row seeds is not run")
 
     main = "joint" if mj else "pit[1,id]"
     md = details[main]
@@ -564,7 +624,84 @@ def certify_decoder(decoder, target, prompts, *, new_tokens: int = 2, n: int | N
                        tv_estimate=float(md.get("tv", 0.0)), tv_upper=float(md.get("tv_upper", 1.0)),
                        detectable_tv=float(det), n=int(n * P), alpha=alpha, power=POWER, df=int(md["df"]),
                        g_statistic=float(md["g_statistic"]), g_pvalue=float(md["g_pvalue"]), checks=checks,
-                       details=details, skipped=skipped, notes=tuple(notes))
+                       details=details, skipped=skipped, notes=tuple(notes), main=main)
+
+
+def _events_mode(decoder):
+    """``(sample_events or None, skip reason)``: whether the conditional checks run, and why not.
+
+    Raises ValueError when ``decoder.rule`` names no registry verifier and no known non-per-node rule.
+    """
+    fn = getattr(decoder, "sample_events", None)
+    if not callable(fn):
+        return None, getattr(decoder, "no_events_reason", None) or (
+            "the decoder reports no events (no sample_events(prompts, new_tokens, rng) -> (tokens, DecoderEvents), "
+            "see exactness.decoder_events): accepted_count, after_rejection and bonus are not run; their bias shows "
+            "in the joint and PIT checks")
+    rule = getattr(decoder, "rule", None)
+    if rule is None:
+        return None, ("decoder.rule is None: the decoder names no per-node rule (a resispec registry verifier name, "
+                      "e.g. 'rrs' for token-level chain verification), so its events cannot be checked")
+    from .decoder_events import NOT_PER_NODE
+
+    if rule in NOT_PER_NODE:
+        return None, f"decoder.rule = {rule!r}: {NOT_PER_NODE[rule]}"
+    import resispec
+
+    names = resispec.available_verifiers()
+    if rule not in names:
+        raise ValueError(f"decoder.rule = {rule!r} is not a resispec registry verifier ({', '.join(names)}) nor a "
+                         f"known non-per-node rule ({', '.join(NOT_PER_NODE)}); name the rule each node decision "
+                         "follows (e.g. 'rrs' for token-level chain verification), or set rule = None")
+    from .decoder_events import events_q
+
+    if events_q(decoder) == "draft_law" and not (hasattr(decoder, "draft_law") and callable(decoder.draft_law)):
+        raise ValueError("the decoder offers sample_events but no draft_law(contexts) -> (B, V): the harness needs "
+                         "the q each decision was verified with; add draft_law or drop sample_events")
+    return fn, None
+
+
+def _events_probe(draw, ev_fn, prompts, m, seed, V):
+    """ValueError unless ``sample_events`` returns the tokens ``sample`` returns under the same seed."""
+    pr = prompts[np.arange(max(8, 2 * prompts.shape[0])) % prompts.shape[0]]
+    a = _call(draw, True, pr, m, np.random.default_rng([seed, 9]), V)
+    res = ev_fn(pr, m, np.random.default_rng([seed, 9]))
+    b = res[0] if isinstance(res, tuple) and len(res) == 2 else None
+    if b is None or not np.array_equal(np.asarray(b), a):
+        raise ValueError("decoder.sample_events and decoder.sample return different tokens under the same rng: "
+                         "sample_events must run the same decoder (same random draws) and only add the events")
+
+
+def _per_row_check(decoder, prompts, m, seed, V):
+    """Batch of B equals B batches of 1 under fixed per-row seeds: ``(p-value 1 or 0, details)``.
+
+    ``B = max(8, 2 P)`` rows cycle through the prompts (a heterogeneous batch); row ``i`` gets
+    ``numpy.random.default_rng([seed, 11, i])`` in the batch and again alone.
+    """
+    B = max(8, 2 * prompts.shape[0])
+    pr = prompts[np.arange(B) % prompts.shape[0]]
+    gens = lambda rows: [np.random.default_rng([seed, 11, i]) for i in rows]  # noqa: E731
+    what = "decoder.sample(prompts, new_tokens, [Generator] * B) (per_row_rng = True)"
+    def run(rows):
+        try:
+            return decoder.sample(pr[rows], m, gens(rows))
+        except Exception as exc:
+            raise ValueError(f"the decoder declares per_row_rng = True but {what} raised {type(exc).__name__}: "
+                             f"{exc}; accept a list of B numpy Generators as rng (one per row), or drop "
+                             "per_row_rng") from exc
+
+    batch = _check_tokens(run(np.arange(B)), B, m, V, what)
+    alone = np.concatenate([_check_tokens(run(np.array([i])), 1, m, V, what) for i in range(B)])
+    diff = np.flatnonzero((batch != alone).any(axis=1))
+    if diff.size:
+        i = int(diff[0])
+        return 0.0, {"rows": B, "first_row": i, "prompt": pr[i].tolist(), "batch": batch[i].tolist(),
+                     "alone": alone[i].tolist(),
+                     "reason": f"row {i} of a heterogeneous batch of {B} (prompt {pr[i].tolist()}) gave "
+                               f"{batch[i].tolist()} but {alone[i].tolist()} alone under the same per-row seed "
+                               f"({diff.size} rows differ)"}
+    return 1.0, {"rows": B, "reason": f"each of {B} rows of a heterogeneous batch equals that row alone under the "
+                                      "same per-row seed"}
 
 
 def _joint_lookup(laws, V, mj):
@@ -648,6 +785,30 @@ def to_markdown(cert: Certificate, *, title: str = "Decoder certificate", comman
     if cert.notes:
         out += ["", "Notes:", ""] + [f"- {n}" for n in cert.notes]
     return "\n".join(out) + "\n"
+
+
+def figure(cert: Certificate, *, title: str = "Decoder certificate"):
+    """Per-position figure (a ``matplotlib.figure.Figure``, no pyplot state): left, the smallest PIT
+    p-value per position (log scale) with the level ``alpha``; right, the largest PIT-bin TV and the
+    detectable TV (power ``cert.power``) per position."""
+    from matplotlib.figure import Figure
+
+    pos = cert.details.get("positions", [])
+    x = [d["position"] for d in pos]
+    fig = Figure(figsize=(9, 3.4), layout="constrained")
+    a, b = fig.subplots(1, 2)
+    a.semilogy(x, [max(d["pvalue"], 1e-300) for d in pos], "o-", label="smallest PIT p (raw)")
+    a.axhline(cert.alpha, color="r", ls="--", label=f"alpha {cert.alpha:g}")
+    a.set(xlabel="position", ylabel="p-value", title="PIT p-value per position")
+    a.legend(fontsize=8)
+    b.plot(x, [d["tv"] for d in pos], "o-", label="largest PIT-bin TV (sampled)")
+    b.plot(x, [d["detectable_tv"] for d in pos], "s--", label=f"detectable TV (power {cert.power:g})")
+    b.set(xlabel="position", ylabel="TV", title="TV per position")
+    b.legend(fontsize=8)
+    for ax in (a, b):
+        ax.set_xticks(x)
+    fig.suptitle(f"{title}: {'PASS' if cert.passed else 'FAIL'} (smallest Holm p {cert.pvalue:.3g})", fontsize=10)
+    return fig
 
 
 def to_json(cert: Certificate) -> dict:

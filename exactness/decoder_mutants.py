@@ -158,6 +158,11 @@ def block_same_position_residual_kernel(target_probs, draft_probs, draft_ids, rn
     return _emit(d, tau, _sample_rows(law, rng.random(p.shape[0])))
 
 
+# The biased kernels claim the rule they mean to implement: the conditional checks hold them to it.
+for _k in (residual_off_by_one_kernel, target_off_by_one_kernel, bonus_from_residual_kernel):
+    _k.rule = "rrs"
+block_same_position_residual_kernel.rule = "block"
+
 MUTANTS = {
     "argmax_draft_raw_q": lambda model, gamma=2: ArgmaxDraftRawQ(token_chain_kernel, model, gamma=gamma),
     "shared_rng": lambda model, gamma=2: SharedRNG(token_chain_kernel, model, gamma=gamma),

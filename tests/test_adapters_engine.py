@@ -168,3 +168,31 @@ def test_joint_law_and_certify_joint_reject_bad_plugins():
     with pytest.raises(ValueError, match=r"outside \[0, 4\)"):
         certify_joint(lambda p, m, rng: np.array([0, 7]), flat, PROMPT, 50)
     assert certify_joint(lambda p, m, rng: rng.integers(0, V, m), flat, PROMPT, 400, seed=0).passed
+
+
+def test_engine_reports_its_node_decisions(pair):
+    target, draft = pair
+    dec = EngineDecoder(target, draft, "rrs", "2,1")
+    pr = np.array([[1, 2, 3], [3, 0, 2]], dtype=np.int64)
+    tokens, ev = dec.sample_events(pr, 4, np.random.default_rng(7))
+    np.testing.assert_array_equal(tokens[0], dec(pr[0], 4, np.random.default_rng(7)))  # the same draws
+    from exactness.decoder_events import check_events
+
+    out = check_events(ev, tokens, V)
+    assert out.row.size == 8 and out.candidates.shape[1] == 2  # one entry per token; root node: 2 candidates
+    assert dec.rule == "rrs" and dec.draft_law(pr).shape == (2, V)
+
+
+def test_conditional_checks_through_the_engine(pair):
+    target, draft = pair
+    good = exactness.certify_decoder(EngineDecoder(target, draft, "rrs", "2,1"), engine_target(target),
+                                     PROMPT[None], new_tokens=2, n=N, seed=2)
+    assert good.passed, good.summary()
+    assert {"accepted_count", "after_rejection"} <= set(good.checks)
+
+    class Liar(_AlwaysAcceptFirst):  # claims to be rrs: its decisions are checked against rrs's node law
+        name = "rrs"
+
+    bad = exactness.certify_decoder(EngineDecoder(target, draft, Liar(), "2,1"), engine_target(target),
+                                    PROMPT[None], new_tokens=2, n=N, seed=2)
+    assert "accepted_count" in bad.failed_checks(), bad.summary()

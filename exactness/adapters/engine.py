@@ -85,14 +85,75 @@ class EngineDecoder:
         self.vocab = _vocab(target)
 
     def __call__(self, prompt, new_tokens, rng) -> np.ndarray:
+        return self._decode(prompt, new_tokens, rng, False)[0]
+
+    def _decode(self, prompt, new_tokens, rng, record):
         from resispec.decoding.engine import speculative_decode
 
         prompt = check_prompt(prompt, self.vocab)
         new_tokens = check_new_tokens(new_tokens)
         rng = check_rng(rng)
         res = speculative_decode(self.target, self.draft, prompt, self.verifier, self.tree, sampling=self.sampling,
-                                 max_new_tokens=new_tokens, rng=rng, drafting=self.drafting)
-        return check_output(res.tokens, new_tokens, self.vocab, f"speculative_decode ({self.verifier.name})")
+                                 max_new_tokens=new_tokens, rng=rng, drafting=self.drafting, record=record)
+        return check_output(res.tokens, new_tokens, self.vocab, f"speculative_decode ({self.verifier.name})"), res
+
+    @property
+    def rule(self):
+        """The node rule for the conditional checks: the verifier's registry name (None if not registered)."""
+        from resispec import available_verifiers
+
+        name = getattr(self.verifier, "name", None)
+        return name if name in available_verifiers() else None
+
+    def draft_law(self, contexts) -> np.ndarray:
+        """The draft's law after ``sampling`` at each context (B, L) int64 -> (B, V) float64 (the q verified with)."""
+        if getattr(self, "_draft_target", None) is None:
+            self._draft_target = engine_target(self.draft, self.sampling)
+        return self._draft_target(np.asarray(contexts, dtype=np.int64))
+
+    def sample_events(self, prompts, new_tokens, rng):
+        """Decode each row of ``prompts`` (B, L) and report its node decisions.
+
+        Returns ``(tokens (B, new_tokens) int64, exactness.decoder_events.DecoderEvents)``, read off
+        ``speculative_decode(..., record=True)``: per target call the recorded nodes (``depth`` 0
+        starts a call) give the candidates; the first ``accepted`` of them accepted the emitted token
+        (the first candidate holding it: duplicates of i.i.d. drafts decide alike for the checks), the
+        next one rejected, and after a full path the bonus draw has no candidates.  The same random
+        draws as ``__call__`` (the same tokens under the same ``rng``).
+        """
+        from exactness.decoder_events import DecoderEvents
+
+        prompts = np.asarray(prompts, dtype=np.int64)
+        rows, cols = [], {f: [] for f in ("position", "candidates", "accepted", "token", "call")}
+        out, calls = [], 0
+        for b, prompt in enumerate(prompts):
+            tokens, res = self._decode(prompt.copy(), new_tokens, rng, True)
+            out.append(tokens)
+            starts = [i for i, nd in enumerate(res.nodes) if nd["depth"] == 0] + [len(res.nodes)]
+            pos = 0
+            for c, a in enumerate(res.accepted):
+                nodes = res.nodes[starts[c]:starts[c + 1]]
+                for i in range(a + 1):
+                    if pos >= new_tokens:
+                        break
+                    tok = int(tokens[pos])
+                    cand = np.asarray(nodes[i]["candidates"], dtype=np.int64) if i < len(nodes) else np.zeros(0, int)
+                    hit = np.flatnonzero(cand == tok)
+                    rows.append(b)
+                    cols["position"].append(pos)
+                    cols["candidates"].append(cand)
+                    cols["accepted"].append(int(hit[0]) if i < a and hit.size else -1)
+                    cols["token"].append(tok)
+                    cols["call"].append(calls + c)
+                    pos += 1
+            calls += len(res.accepted)
+        k = max([c.size for c in cols["candidates"]] + [1])
+        cand = np.full((len(rows), k), -1, dtype=np.int64)
+        for i, c in enumerate(cols["candidates"]):
+            cand[i, :c.size] = c
+        ev = DecoderEvents(np.array(rows, dtype=np.int64), np.array(cols["position"], dtype=np.int64), cand,
+                           *(np.array(cols[f], dtype=np.int64) for f in ("accepted", "token", "call")))
+        return np.stack(out) if out else np.zeros((0, new_tokens), dtype=np.int64), ev
 
     def __repr__(self) -> str:
         wor = "wor:" if self.tree.drafting == "without_replacement" else ""

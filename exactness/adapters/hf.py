@@ -103,6 +103,11 @@ class HFDecoder:
         Prompt not an int64 ndarray, ``rng`` not a numpy Generator.
     """
 
+    #: Why the conditional checks of ``certify_decoder`` are skipped for it.
+    no_events_reason = ("transformers generate does not expose its verification decisions (candidates, accepted "
+                        "index per node), so accepted_count, after_rejection and bonus are not run; their bias "
+                        "shows in the joint and PIT checks")
+
     def __init__(self, model, assistant_model=None, generation_config=None, **options):
         self.model, self.assistant_model = model, assistant_model
         self.vocab = _vocab(model)

@@ -8,17 +8,25 @@ path).  The object is either
   ``decoder(prompt, new_tokens, rng)``): then ``--target module:object`` names the target
   ``target(contexts (B, L)) -> (B, V)`` and ``--prompts`` the prompts.
 
-Writes a terminal table, a Markdown report (default reports/certify_decoder.md) and a JSON file
-next to it.  Exit status (as ``resispec certify``): 0 pass; 1 fail; 2 bad input (a module that
+``--hf-target PATH [--hf-draft PATH]`` instead certifies transformers ``generate(do_sample=True)``
+on saved models (folders, loaded offline) through ``exactness.adapters.hf``: ``HFDecoder`` against
+``hf_target`` with the same generation options (``--temperature``, ``--top-k``, ``--top-p``,
+``--num-assistant-tokens``, the latter with a constant schedule); prompts from ``--prompts`` (ids)
+or ``--prompt-text`` (tokenised with the target's tokenizer; repeat for several).
+
+Writes a terminal table, a Markdown report (default reports/certify_decoder.md), a JSON file and a
+PNG figure (per-position PIT p-values and detectable TV) next to it.  Exit status (as ``resispec certify``): 0 pass; 1 fail; 2 bad input (a module that
 cannot be loaded, bad options, a decoder or target breaking the contract).
 
 Example:
   resispec certify-decoder --decoder exactness.decoder_mutants:demo --new-tokens 3
+  resispec certify-decoder --hf-target ./target --hf-draft ./draft --top-k 3 --prompt-text "hello" --samples 2000
 """
 
 from __future__ import annotations
 
 import inspect
+import io
 import shlex
 import sys
 import time
@@ -31,13 +39,25 @@ HELP = "certify a whole speculative decoder: exact joint law of the first tokens
 def add_arguments(parser) -> None:
     from ._args import count
 
-    parser.add_argument("--decoder", required=True, metavar="MODULE:OBJECT",
+    parser.add_argument("--decoder", metavar="MODULE:OBJECT",
                         help="a factory returning (decoder, target, prompts), or a decoder (then give --target and "
                              "--prompts). IMPORTS AND RUNS that module; any failure to load it is an error (exit 2)")
     parser.add_argument("--target", metavar="MODULE:OBJECT", help="target(contexts (B, L)) -> (B, V) law, when "
                         "--decoder names a decoder")
     parser.add_argument("--prompts", metavar="IDS;IDS...", help="prompts as token ids, rows separated by ';', ids "
                         "by ',' or spaces, e.g. '0,1;2,3' (equal lengths), when --decoder names a decoder")
+    hf = parser.add_argument_group("Hugging Face generate (instead of --decoder)")
+    hf.add_argument("--hf-target", metavar="PATH", help="a saved transformers causal LM (folder, loaded offline): "
+                    "certify its generate(do_sample=True) against its own processed next-token law")
+    hf.add_argument("--hf-draft", metavar="PATH", help="the assistant model for --hf-target (assisted generation); "
+                    "omit for plain sampling")
+    hf.add_argument("--temperature", type=float, help="sampling temperature (> 0), for decoder and target alike")
+    hf.add_argument("--top-k", type=int, help="top-k (>= 1), for decoder and target alike")
+    hf.add_argument("--top-p", type=float, help="top-p in (0, 1], for decoder and target alike")
+    hf.add_argument("--num-assistant-tokens", type=int, help="draft tokens per round (>= 1, constant schedule; "
+                    "needs --hf-draft)")
+    hf.add_argument("--prompt-text", action="append", metavar="TEXT", help="a prompt as text, tokenised with "
+                    "--hf-target's tokenizer; repeat for several (they must tokenise to equal lengths)")
     parser.add_argument("--new-tokens", type=int, default=2, help="tokens per continuation (default 2)")
     parser.add_argument("--samples", type=count, default=None, metavar="N",
                         help="continuations per prompt (default: the n at which the joint test detects TV 0.02)")
@@ -45,7 +65,8 @@ def add_arguments(parser) -> None:
     parser.add_argument("--alpha", type=float, default=1e-3, help="family-wise level over the checks (default 1e-3)")
     parser.add_argument("--seed", type=int, default=0, help="seed (default 0)")
     parser.add_argument("--out", type=Path, default=Path("reports/certify_decoder.md"),
-                        help="Markdown report path; the JSON goes next to it (default reports/certify_decoder.md)")
+                        help="Markdown report path; the JSON and the PNG figure go next to it (default "
+                             "reports/certify_decoder.md)")
 
 
 def parse_prompts(text: str):
@@ -74,10 +95,95 @@ def _is_factory(obj) -> bool:
         return False
 
 
+HF_OPTIONS = ("temperature", "top_k", "top_p", "num_assistant_tokens")
+
+
+def _flag(name: str) -> str:
+    return "--" + name.replace("_", "-")
+
+
+def hf_options(args) -> dict:
+    """The generation options of the ``--hf-*`` flags (validated; ValueError naming the flag)."""
+    opts = {k: getattr(args, k) for k in HF_OPTIONS if getattr(args, k) is not None}
+    if "temperature" in opts and not opts["temperature"] > 0:
+        raise ValueError(f"--temperature must be > 0 (greedy decoding is not a law to certify), got "
+                         f"{opts['temperature']}")
+    if "top_k" in opts and opts["top_k"] < 1:
+        raise ValueError(f"--top-k must be >= 1, got {opts['top_k']}")
+    if "top_p" in opts and not 0 < opts["top_p"] <= 1:
+        raise ValueError(f"--top-p must lie in (0, 1], got {opts['top_p']}")
+    if "num_assistant_tokens" in opts:
+        if opts["num_assistant_tokens"] < 1:
+            raise ValueError(f"--num-assistant-tokens must be >= 1, got {opts['num_assistant_tokens']}")
+        if not args.hf_draft:
+            raise ValueError("--num-assistant-tokens configures the assistant: also give --hf-draft PATH")
+        opts["num_assistant_tokens_schedule"] = "constant"   # reproducible: the heuristic schedule keeps state
+    return opts
+
+
+def _load_model(path: str, flag: str):
+    from transformers import AutoModelForCausalLM
+
+    try:
+        return AutoModelForCausalLM.from_pretrained(path, local_files_only=True).eval()
+    except Exception as exc:
+        raise ValueError(f"{flag} {path!r}: cannot load a transformers causal LM from it ({type(exc).__name__}: "
+                         f"{exc}); give a folder written by model.save_pretrained") from exc
+
+
+def load_hf(args):
+    """(decoder, target, prompts) for ``--hf-target``: ``HFDecoder`` / ``hf_target`` with the same options."""
+    if args.decoder or args.target:
+        raise ValueError("--hf-target certifies transformers generate: drop --decoder / --target")
+    if bool(args.prompts) == bool(args.prompt_text):
+        raise ValueError("--hf-target needs prompts: give --prompts ids ('0,1;2,3') or --prompt-text TEXT "
+                         "(one of the two)")
+    opts = hf_options(args)
+    from exactness.adapters.hf import HFDecoder, hf_target
+
+    target = _load_model(args.hf_target, "--hf-target")
+    draft = _load_model(args.hf_draft, "--hf-draft") if args.hf_draft else None
+    if args.prompt_text:
+        from transformers import AutoTokenizer
+
+        files = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json")
+        why = None if any((Path(args.hf_target) / f).is_file() for f in files) else f"none of {', '.join(files)}"
+        if why is None:
+            try:
+                tok = AutoTokenizer.from_pretrained(args.hf_target, local_files_only=True)
+            except Exception as exc:
+                why = f"{type(exc).__name__}: {exc}"
+        if why is not None:
+            raise ValueError(f"--prompt-text needs the tokenizer saved with --hf-target {args.hf_target!r} ({why}); "
+                             "save it there (tokenizer.save_pretrained) or pass --prompts ids")
+        prompts = [list(tok(t)["input_ids"]) for t in args.prompt_text]
+        if any(not p for p in prompts):
+            raise ValueError("--prompt-text: a prompt tokenised to no tokens; give a non-empty text")
+        lens = sorted({len(p) for p in prompts})
+        if len(lens) > 1:
+            raise ValueError(f"--prompt-text: the prompts tokenise to unequal lengths {lens}; certify-decoder "
+                             "needs equal lengths (certify each length in its own run)")
+    else:
+        prompts = parse_prompts(args.prompts)
+    decoder = HFDecoder(target, draft, **opts)
+    return decoder, hf_target(target, **opts), prompts
+
+
 def load(args):
     """(decoder, target, prompts) from the options; ValueError naming the flag."""
     from exactness.certify_run import _describe, import_object
 
+    if args.hf_target:
+        return load_hf(args)
+    if args.hf_draft:
+        raise ValueError("--hf-draft is the assistant of --hf-target: give --hf-target PATH too")
+    extra = [_flag(k) for k in HF_OPTIONS if getattr(args, k) is not None] + (["--prompt-text"]
+                                                                            if args.prompt_text else [])
+    if extra:
+        raise ValueError(f"{', '.join(extra)} apply to --hf-target only; with --decoder configure the decoder "
+                         "in its module")
+    if not args.decoder:
+        raise ValueError("give --decoder module:object (a factory or a decoder) or --hf-target PATH")
     obj = import_object(args.decoder, "--decoder", "mymodule:make_decoder")
     if _is_factory(obj):
         if args.target or args.prompts:
@@ -99,9 +205,14 @@ def load(args):
 
 
 def run(args) -> int:
-    from .._io import check_output_path, write_markdown_and_json
+    from .._io import atomic_write, check_output_path, write_markdown_and_json
 
     check_output_path(args.out, "--out")
+    if args.out.suffix.lower() in (".png", ".json"):
+        raise ValueError(f"--out {str(args.out)!r} names the Markdown report; the JSON and PNG go next to it: "
+                         "give a .md path")
+    for p in (args.out.with_suffix(".json"), args.out.with_suffix(".png")):
+        check_output_path(p, "--out")
     if not 0 < args.alpha < 1:
         raise ValueError(f"--alpha must lie in (0, 1), got {args.alpha}")
     if args.new_tokens < 1:
@@ -109,7 +220,7 @@ def run(args) -> int:
     if args.samples is not None and args.samples < 1:
         raise ValueError(f"--samples must be >= 1, got {args.samples}")
     import exactness
-    from exactness.decoder import terminal_table, to_json, to_markdown
+    from exactness.decoder import figure, terminal_table, to_json, to_markdown
 
     decoder, target, prompts = load(args)
     t0 = time.perf_counter()
@@ -119,10 +230,16 @@ def run(args) -> int:
     command = "resispec " + " ".join(shlex.quote(a) for a in sys.argv[1:]) if sys.argv[1:] else None
     print(terminal_table(cert))
     print(cert.summary())
-    md = to_markdown(cert, title=f"Decoder certificate: {args.decoder}", command=command)
-    obj = {"decoder": args.decoder, "seconds": sec, **to_json(cert)}
+    name = args.decoder or f"hf:{args.hf_target}" + (f" + {args.hf_draft}" if args.hf_draft else "")
+    md = to_markdown(cert, title=f"Decoder certificate: {name}", command=command)
+    png = io.BytesIO()
+    figure(cert, title=name).savefig(png, format="png", dpi=110)       # rendered before anything is written
+    png_path = args.out.with_suffix(".png")
+    md += f"\n![per-position PIT p-values and detectable TV]({png_path.name})\n"
+    obj = {"decoder": name, "seconds": sec, "figure": png_path.name, **to_json(cert)}
     paths = write_markdown_and_json(str(args.out), md + f"\nRun time: {sec:.1f} s.\n", obj)
-    print(f"\nreport: {paths[0]}  json: {paths[1]}  ({sec:.1f} s)")
+    atomic_write(png_path, png.getvalue())
+    print(f"\nreport: {paths[0]}  json: {paths[1]}  figure: {png_path}  ({sec:.1f} s)")
     if not cert.passed:
         print(f"FAIL: {', '.join(cert.failed_checks())} (family-wise alpha {args.alpha:g}, Holm)")
         return 1
