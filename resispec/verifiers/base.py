@@ -151,6 +151,15 @@ class Verifier(ABC):
         ------
         ValueError, TypeError
             Bad laws, shapes, candidate ids, uniforms or rng.
+
+        Notes
+        -----
+        Rows that share one node -- ``p`` and ``q`` of row stride 0
+        (``np.broadcast_to(p1, (B, V))``) or a list holding the same row
+        object B times -- are checked once, and when
+        :attr:`handles_shared_nodes` the chain is computed once per call
+        (O(k V)), then O(k log V) per row (:func:`decide_shared`), with the
+        same tokens as the per-row path under the same uniforms.
         """
         p2, q2, c, u = self._verify_inputs(p, q, candidates, rng, uniforms)
         if self.handles_shared_nodes and shares_one_row(p2) and shares_one_row(q2):
