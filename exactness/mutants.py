@@ -27,26 +27,46 @@ from resispec.verifiers.baselines import RecursiveRejection
 from resispec.verifiers.resispec import ResiSpec, solve_reserve
 
 
+def _rrs_steps(p, q, k, ratio_q=None, renormalise=True, subtract=True):
+    """The rrs walk with optional bugs, candidates aside: ``([ratio (B, V)] * k, residual (B, V))``.
+
+    ``ratio[i][b, x]`` is the accept probability of candidate ``i`` if it is
+    token ``x`` (the walk never looks at the candidates), so the chain at any
+    candidates and the one-node table are read from the same numbers.
+    """
+    p_i = p
+    qd = q if ratio_q is None else ratio_q
+    ratios = []
+    for _ in range(k):
+        m = np.minimum(p_i, q)
+        with np.errstate(divide="ignore", invalid="ignore"):  # tokens with q = 0 are never candidates
+            ratios.append(np.clip(m / qd, 0.0, 1.0))
+        if subtract:
+            p_i = reject_update(p_i, m) if renormalise else np.maximum(p_i - m, 0.0)
+    z = p_i.sum(axis=1, keepdims=True)
+    return ratios, np.where(z > 0, p_i / np.where(z > 0, z, 1.0), p)
+
+
 def _rrs_chain(p, q, c, ratio_q=None, renormalise=True, subtract=True):
     """The rrs chain with optional bugs; returns (a (B, k), residual (B, V))."""
     B, k = c.shape
+    ratios, r = _rrs_steps(p, q, k, ratio_q, renormalise, subtract)
     rows = np.arange(B)
-    a = np.empty((B, k))
-    p_i = p
-    qd = q if ratio_q is None else ratio_q
-    for i in range(k):
-        x = c[:, i]
-        m = np.minimum(p_i, q)
-        a[:, i] = np.clip(m[rows, x] / qd[rows, x], 0.0, 1.0)
-        if not subtract:
-            continue
-        if renormalise:
-            p_i = reject_update(p_i, m)
-        else:
-            p_i = np.maximum(p_i - m, 0.0)
-    z = p_i.sum(axis=1, keepdims=True)
-    r = np.where(z > 0, p_i / np.where(z > 0, z, 1.0), p)
-    return a, r
+    return np.stack([ratios[i][rows, c[:, i]] for i in range(k)], axis=1), r
+
+
+class _SharedRRS:
+    """Mix-in: an ``_rrs_chain`` mutant verifies a batch of one shared node in O(k V) + O(k log V) per row."""
+
+    handles_shared_nodes = True
+    _bugs: dict = {}
+
+    def _node_table(self, p1, q1, k):
+        opts = dict(self._bugs)
+        if opts.pop("bf16", False):
+            opts["ratio_q"] = bfloat16(q1)
+        ratios, r = _rrs_steps(p1, q1, k, **opts)
+        return np.stack([x[0] for x in ratios]), r[0]
 
 
 class _Mutant(Verifier):
@@ -70,10 +90,11 @@ class RRSOnWOR(_Mutant):
         return RecursiveRejection()._chain(p, q, c)
 
 
-class ResidualNotRenormalised(_Mutant):
+class ResidualNotRenormalised(_SharedRRS, _Mutant):
     """rrs whose residual ``p_i - m_i`` is never divided by ``1 - sum m_i``."""
 
     bug = "residual (p - q)_+ not renormalised before the next candidate"
+    _bugs = {"renormalise": False}
 
     def _chain(self, p, q, c):
         return _rrs_chain(p, q, c, renormalise=False)
@@ -138,17 +159,24 @@ class AlwaysAccept(_Mutant):
     """Accepts the first candidate unconditionally (output law ``q``)."""
 
     bug = "always accept the first candidate"
+    handles_shared_nodes = True
 
     def _chain(self, p, q, c):
         a = np.zeros(c.shape, dtype=np.float64)
         a[:, 0] = 1.0
         return a, p.copy()
 
+    def _node_table(self, p1, q1, k):
+        a = np.zeros((k, p1.shape[1]))
+        a[0] = 1.0
+        return a, p1[0].copy()
 
-class ResidualIsP(_Mutant):
+
+class ResidualIsP(_SharedRRS, _Mutant):
     """rrs that resamples from ``p`` instead of the residual ``norm((p - q)_+)``."""
 
     bug = "residual equal to p instead of norm((p - q)_+)"
+    _bugs = {"subtract": False}
 
     def _chain(self, p, q, c):
         return _rrs_chain(p, q, c, subtract=False)
@@ -209,10 +237,11 @@ def bfloat16(x: np.ndarray) -> np.ndarray:
     return b.astype(np.uint32).view(np.float32).astype(np.float64)
 
 
-class BF16Ratio(_Mutant):
+class BF16Ratio(_SharedRRS, _Mutant):
     """rrs whose accept ratio divides by ``q`` rounded to bfloat16 (the rest in float64)."""
 
     bug = "q rounded to bfloat16 in the accept ratio only"
+    _bugs = {"bf16": True}
 
     def _chain(self, p, q, c):
         return _rrs_chain(p, q, c, ratio_q=bfloat16(q))

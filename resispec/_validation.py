@@ -123,10 +123,26 @@ def as_node(p, q=None, *, names=("p", "q")) -> Laws:
     return Laws(*as_laws(p, q, names=names))
 
 
+def shares_one_row(x) -> bool:
+    """True when the (B, V) array ``x`` (B > 1) repeats one row without copies (row stride 0, ``np.broadcast_to``)."""
+    return isinstance(x, np.ndarray) and x.ndim == 2 and x.shape[0] > 1 and x.strides[0] == 0
+
+
 def as_law(x, *, name: str) -> np.ndarray:
-    """Validate one law (or a batch of laws); return (B, V) float64."""
+    """Validate one law (or a batch of laws); return (B, V) float64.
+
+    A batch that repeats one node -- a (B, V) array with row stride 0
+    (``np.broadcast_to``), or a list / tuple holding the same 1-D array
+    object B times -- is checked once and returned as a read-only (B, V)
+    broadcast view of that row (O(V) work and memory, not O(B V)).
+    """
     if isinstance(x, (str, bytes)) or x is None:
         raise TypeError(f"{name} must be an array of probabilities, got {type(x).__name__}")
+    if isinstance(x, (list, tuple)) and len(x) > 1 and isinstance(x[0], np.ndarray) and x[0].ndim == 1 \
+            and all(row is x[0] for row in x):
+        x = np.broadcast_to(x[0], (len(x), x[0].size))
+    if shares_one_row(x):
+        return np.broadcast_to(as_law(x[0], name=name)[0], x.shape)
     try:
         arr = np.asarray(x)
     except Exception as exc:  # pragma: no cover - exotic objects

@@ -95,3 +95,19 @@ def test_counterexample_reproduces_under_every_convention():
         exec(compile(src, f"<cex {conv}>", "exec"), {})
     with pytest.raises(ValueError, match="convention"):
         reference_kernel(get_verifier("rrs"), "nope")
+
+
+def test_cli_copies_for_a_kernel_that_normalises_in_place(capsys, tmp_path, monkeypatch):
+    mod = tmp_path / "inplace_kernel.py"
+    mod.write_text("from resispec import get_verifier\n"
+                   "class InPlace:\n"
+                   "    drafting = 'iid'\n"
+                   "    def verify(self, p, q, c, rng=None, *, uniforms):\n"
+                   "        p /= p.sum(axis=1, keepdims=True)\n"
+                   "        return get_verifier('rrs').verify(p, q, c, rng, uniforms=uniforms)\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    args = ["certify-coupled", "--kernel", "inplace_kernel:InPlace", "--reference", "rrs", "--n", "2000", "--V", "20"]
+    assert main(args) == 2
+    assert "--copies" in capsys.readouterr().err
+    assert main(args + ["--copies"]) == 0
+    assert "PASS" in capsys.readouterr().out

@@ -3,7 +3,7 @@
 ``certify_coupled(kernel, reference, p, q, k, *, n, alpha, seed, convention)``
 -> :class:`CoupledCertificate`.  Modules: :mod:`.conventions` (coin layouts),
 :mod:`.run` (both sides on shared coins), :mod:`.shrink` (minimal
-counterexample), :mod:`.certify`, :mod:`.tree` (depth-2 trees, one set of coins per node).  See ``docs/coupled.md``.
+counterexample), :mod:`.certify`, :mod:`.tree` (depth-2 trees, one set of coins per node, in the ``resispec`` or ``sglang`` layout).  See ``docs/coupled.md``.
 """
 
 from .certify import CoupledCertificate, certify_coupled, tv_upper_bound

@@ -25,11 +25,13 @@ from ..gof import gof_test
 from ..sampling import (GUARD, _ELEMS, _builtin, as_numpy_verifier, candidate_law, draw_node_candidates,
                         drafting_of, has_chain)
 from .conventions import check_convention, draw_coins
-from .run import TableReference, joint_law, run_kernel, run_reference
+from .run import WRITES_INPUTS, TableReference, joint_law, run_kernel, run_reference
 from .shrink import shrink, to_source
 
 #: First chunk of coupled draws (chunks double up to the memory cap), so an early mismatch is found early.
 FIRST_CHUNK = 256
+#: Most rows per kernel call when the kernel takes one shared node as broadcast views (``handles_shared_nodes``).
+SHARED_ROWS = 1 << 16
 #: Fresh-coin draws at the counterexample node for the conditional law check.
 LAW_DRAWS = 200_000
 
@@ -138,7 +140,8 @@ def _load(obj, what: str):
 def certify_coupled(kernel, reference, p, q, k: int, *, n: int = 100_000, alpha: float = 1e-3, seed=0,
                     convention: str = "resispec", fallback: bool = False, stop_after: int | None = None,
                     counterexample: bool = True, kernel_spec: str | None = None,
-                    time_limit: float | None = None, fallback_n: int | None = None) -> CoupledCertificate:
+                    time_limit: float | None = None, fallback_n: int | None = None,
+                    copies: bool = False) -> CoupledCertificate:
     """Certify that ``kernel`` implements the rule ``reference`` draw by draw under shared coins.
 
     Candidates are drawn once per draw (per the reference's ``drafting``)
@@ -179,6 +182,16 @@ def certify_coupled(kernel, reference, p, q, k: int, *, n: int = 100_000, alpha:
     kernel_spec : str, optional
         How the counterexample imports the kernel (default: found for
         registry rules and mutants, else a placeholder).
+    copies : bool, default False
+        False: the kernel gets read-only views and nothing is copied per
+        row -- with one node, ``p, q`` are that node broadcast to the
+        batch, shape (B, V) with row stride 0 (``np.broadcast_to``); a kernel
+        that writes into its inputs is a TypeError naming this option.
+        True: writable (B, V) copies (for kernels that normalise in place).
+        Batch size: up to 65,536 rows of views when the kernel sets
+        ``handles_shared_nodes = True`` (the built-in verifiers do: their
+        ``verify`` does the O(k V) work once per call on such views) and
+        the reference has an accept table; else ``2**21 // V`` rows.
 
     Returns
     -------
@@ -217,8 +230,11 @@ def certify_coupled(kernel, reference, p, q, k: int, *, n: int = 100_000, alpha:
         raise ValueError(f"k = {k} exceeds the draft support of some node (without-replacement drafting)")
     cand_law = candidate_law(ref, q2)
     table = TableReference.build(ref, p2, q2, k)
-    copies = not _builtin(kernel_obj)
-    cap = max(1, min(1 << 16, _ELEMS // V))
+    if not isinstance(copies, bool):
+        raise TypeError(f"copies must be True or False, got {copies!r}")
+    shared = R == 1 and not copies and table is not None and getattr(kernel_obj, "handles_shared_nodes", False) is True
+    cap = SHARED_ROWS if shared else max(1, min(SHARED_ROWS, _ELEMS // V))
+    p_k, q_k = p2.copy(), q2.copy()          # what the kernel sees (views of these): checked unchanged after each call
     counts = np.zeros(R * V, dtype=np.int64) if R * V <= (1 << 25) else None
     done = mism = 0
     first = None
@@ -236,12 +252,18 @@ def certify_coupled(kernel, reference, p, q, k: int, *, n: int = 100_000, alpha:
             if np.any(sel):
                 c[sel] = draw_node_candidates(cand_law[r], k, drafting, uc[sel])
         coins = draw_coins(convention, rng, B, k)
-        P = np.broadcast_to(p2[0], (B, V)) if R == 1 else p2[node]
-        Q = np.broadcast_to(q2[0], (B, V)) if R == 1 else q2[node]
-        kt, ka = run_kernel(kernel_obj, P, Q, c, coins, copies=copies)
-        if done == 0:
-            kt2, ka2 = run_kernel(kernel_obj, P, Q, c, coins, copies=copies)
-            ignores = not (np.array_equal(kt, kt2) and np.array_equal(ka, ka2))
+        P = np.broadcast_to(p_k[0], (B, V)) if R == 1 else p_k[node]
+        Q = np.broadcast_to(q_k[0], (B, V)) if R == 1 else q_k[node]
+        for rep in range(2 if done == 0 else 1):      # the first batch twice: a kernel must be a function of its coins
+            out = run_kernel(kernel_obj, P, Q, c, coins, copies=copies)
+            if not (np.array_equal(p_k, p2) and np.array_equal(q_k, q2)):
+                raise TypeError(WRITES_INPUTS.format(name=type(kernel_obj).__name__,
+                                                     exc="p or q changed during the call"))
+            if rep == 0:
+                kt, ka = out
+            else:
+                ignores = not (np.array_equal(kt, out[0]) and np.array_equal(ka, out[1]))
+        P, Q = (np.broadcast_to(p2[0], (B, V)), np.broadcast_to(q2[0], (B, V))) if R == 1 else (p2[node], q2[node])
         if table is not None:
             rt, ra = table(node, c, coins)
             if done == 0:

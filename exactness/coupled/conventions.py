@@ -37,7 +37,9 @@ can be checked against the rule it claims, in the kernel's own layout.
     node being expanded, a separate ``(batch,)`` coin for the final
     sample); their kernels compare ``coin <= threshold`` in float32, a
     measure-zero difference at float64 coins that this reference does not
-    model.
+    model.  Trees in this layout (``candidates``, ``retrive_next_token``,
+    ``retrive_next_sibling``, ``target_probs`` per slot, ``uniform_samples``
+    (B, num_draft_tokens)): :mod:`exactness.coupled.tree`.
 
 ``generator`` (engines that take a ``numpy.random.Generator`` / ``torch.Generator``)
     coins: one integer seed per batch; the kernel is called ``verify(p, q,

@@ -21,6 +21,18 @@ def _verify_fn(kernel):
                     f"got {type(kernel).__name__}")
 
 
+#: The error for a kernel that writes into the read-only views the harness passes (``copies=False``).
+WRITES_INPUTS = ("kernel {name} wrote into its inputs ({exc}): certify_coupled passes p, q, candidates and the "
+                 "coins as read-only views, without copying (one node's p, q broadcast to all B rows, row stride "
+                 "0); pass copies=True (CLI: --copies) to give the kernel writable (B, V) copies")
+
+
+def _read_only(x):
+    v = np.asarray(x).view()
+    v.flags.writeable = False
+    return v
+
+
 def run_kernel(kernel, p, q, c, coins: Coins, *, copies: bool = True) -> tuple[np.ndarray, np.ndarray]:
     """Call ``kernel.verify(p, q, c, rng, **coins)`` as the convention says; validated ``(tokens, accepted)``.
 
@@ -34,7 +46,10 @@ def run_kernel(kernel, p, q, c, coins: Coins, *, copies: bool = True) -> tuple[n
         ``uniform_samples_for_final_sampling=``; ``generator``: a seeded
         ``numpy.random.Generator`` as ``rng``.
     copies : bool
-        Pass writable copies (a kernel may normalise in place).
+        True: pass writable copies (a kernel may normalise in place).
+        False: pass read-only views, no copy (``p, q`` may be one node
+        broadcast to B rows, row stride 0); a kernel that writes into them
+        gets a TypeError saying to pass ``copies=True``.
 
     Returns
     -------
@@ -56,10 +71,15 @@ def run_kernel(kernel, p, q, c, coins: Coins, *, copies: bool = True) -> tuple[n
     if copies:
         p, q, c = np.array(p), np.array(q), np.array(c)
         kw = {n: np.array(a) for n, a in kw.items()}
+    else:
+        p, q, c = _read_only(p), _read_only(q), _read_only(c)
+        kw = {n: _read_only(a) for n, a in kw.items()}
     try:
         res = fn(p, q, c, rng, **kw)
     except Exception as exc:
         call = ", ".join(["p", "q", "candidates", "rng"] + [f"{n}=..." for n in kw])
+        if not copies and isinstance(exc, ValueError) and "read-only" in str(exc):
+            raise TypeError(WRITES_INPUTS.format(name=type(kernel).__name__, exc=exc)) from exc
         raise TypeError(f"kernel {type(kernel).__name__} raised {type(exc).__name__}: {exc} -- called as "
                         f"verify({call}) with p, q of shape ({B}, {p.shape[1]}) float64 and candidates "
                         f"({B}, {k}) int64 under the {coins.convention!r} coin convention "

@@ -1,18 +1,55 @@
-"""Coupled certification of a depth-2 tree verifier: one set of coins per tree node.
+"""Coupled certification of a depth-2 tree verifier: one set of coins per tree node, in the kernel's layout.
 
 The tree: a root node with ``k`` candidates; candidate ``j`` has its own
 child node (laws ``p_child[j], q_child[j]``) with ``k`` candidates of its
-own.  Coins, in the ``resispec`` layout per node: ``uniforms`` (B, 1 + k,
-k + 1): slot 0 is the root's, slot ``1 + j`` is child ``j``'s.  The
-reference verifies the root with slot 0; when it accepts candidate ``j`` it
-verifies child ``j`` with slot ``1 + j``; after a residual token the path
-ends (second token -1, second accepted -2).
+own.  Pass ``R`` distinct trees as ``p_root`` (R, V) and ``p_child`` (R, k, V):
+draw ``t`` uses tree ``t % R``, so a kernel that mixes rows of a batch
+mismatches at its own row.  A path is two tokens: ``tokens`` and
+``accepted`` of shape (B, 2) int64; ``accepted[:, d]`` is the index of the
+accepted candidate among that node's ``k`` children in sibling order, -1
+when the token at depth ``d + 1`` is a residual token; after a residual
+token the path ends (second token -1, second accepted -2).
 
-A tree kernel is any object with ``verify_tree(p_root (B, V), q_root (B, V),
-p_child (B, k, V), q_child (B, k, V), c_root (B, k), c_child (B, k, k), *,
-uniforms (B, 1 + k, k + 1))`` returning ``.tokens`` and ``.accepted`` of
-shape (B, 2) int64.  A mismatch names its tree depth, so a kernel that
-reads the wrong node's coins or laws shows at depth 2.
+Tree slots (both layouts): slot 0 is the root, slot ``1 + j`` is root
+child ``j``, slot ``1 + k + j k + l`` is child ``l`` of child ``j`` (breadth
+first, siblings in candidate order); ``N = 1 + k + k^2`` slots.  The coins
+of the node at slot ``s`` decide among that node's children.
+
+``convention="resispec"``
+    ``kernel.verify_tree(p_root (B, V), q_root (B, V), p_child (B, k, V),
+    q_child (B, k, V), c_root (B, k), c_child (B, k, k), *, uniforms (B, 1 + k,
+    k + 1))``: ``uniforms[:, s]`` (slot ``s`` = 0 or 1 + j) are that node's
+    coins in the ``resispec`` layout (column ``i`` decides child ``i``, column
+    ``k`` draws that node's residual token).
+
+``convention="sglang"`` (the SGLang / FlashInfer tree kernel's layout, see
+:mod:`exactness.coupled.conventions`)
+    ``kernel.verify_tree(candidates (B, N), retrive_index (B, N),
+    retrive_next_token (B, N), retrive_next_sibling (B, N), target_probs (B,
+    N, V), draft_probs (B, N, V), *, uniform_samples (B, N),
+    uniform_samples_for_final_sampling (B,))``, all int64 / float64:
+
+    - ``candidates[:, s]``: the draft token at slot ``s`` (``c_root[:, j]`` at
+      slot ``1 + j``, ``c_child[:, j, l]`` at slot ``1 + k + j k + l``); slot 0
+      holds -1 (the root is the last verified token, not a draft);
+    - ``retrive_index[b, s] = b N + s`` (the slot's row in the flattened batch);
+    - ``retrive_next_token[:, s]``: first child's slot, -1 for a leaf;
+    - ``retrive_next_sibling[:, s]``: next sibling's slot, -1 for the last one;
+    - ``target_probs[:, s]`` / ``draft_probs[:, s]``: the target / draft law
+      over slot ``s``'s children (root: ``p_root``, ``q_root``; slot ``1 + j``:
+      ``p_child[j]``, ``q_child[j]``; leaves: the uniform law 1/V, never read
+      by a depth-2 walk);
+    - ``uniform_samples[:, s]``: ONE coin for the node at slot ``s``; child
+      ``j`` (in sibling order) is accepted when ``W_{j-1} <= coin < W_j``,
+      ``W_j = 1 - prod_{l <= j} (1 - a_l)`` from the rule's accept
+      probabilities ``a`` at that node (the running sum of the siblings'
+      target probabilities for SGLang's target-only rule);
+    - ``uniform_samples_for_final_sampling`` (B,): the coin of the one
+      residual token of the path, drawn by inverse CDF in token-id order at
+      the node where the walk stops (root or child).
+
+A mismatch names its tree row, depth and slot, so a kernel that reads the
+wrong node's coins or laws shows at depth 2, one that mixes rows at its row.
 """
 
 from __future__ import annotations
@@ -27,8 +64,10 @@ from resispec._validation import as_laws, check_k
 from .._checks import as_generator, check_alpha, check_n
 from ..sampling import draw_node_candidates
 from .certify import tv_upper_bound
-from .conventions import Coins
+from .conventions import Coins, check_convention
 from .run import run_reference
+
+TREE_CONVENTIONS = ("resispec", "sglang")
 
 
 @dataclass(frozen=True)
@@ -36,8 +75,10 @@ class TreeCertificate:
     """Result of :func:`certify_coupled_tree`.
 
     ``passed``, ``mismatches``, ``n``, ``tv_upper`` (bound on the TV of the
-    two-token path law), ``seconds``, ``first_mismatch`` (draw, depth,
-    kernel and reference outputs), ``verdict``.
+    two-token path law), ``seconds``, ``first_mismatch`` (``draw``, ``row``
+    (tree row), ``depth`` (1 or 2), ``slot`` (tree slot of the node whose
+    decision differs, by the reference's path), ``candidates_root``,
+    ``kernel`` and ``reference`` paths), ``verdict``, ``convention``.
     """
 
     passed: bool
@@ -47,53 +88,151 @@ class TreeCertificate:
     seconds: float
     first_mismatch: dict | None
     verdict: str
+    convention: str = "resispec"
 
     def __str__(self):
         return self.verdict
 
 
-def reference_tree(reference, p0, q0, p1, q1, c0, c1, uniforms):
+def _node_coins(convention: str, coins: dict, sel, slot, k: int) -> Coins:
+    """Coins of the node at tree slot ``slot`` (int or (n,) array) for batch rows ``sel``."""
+    if convention == "resispec":
+        return Coins("resispec", len(sel), k, {"uniforms": coins["uniforms"][sel, slot]})
+    return Coins("sglang", len(sel), k, {"uniform_samples": coins["uniform_samples"][sel, slot][:, None],
+                                         "uniform_samples_for_final_sampling":
+                                             coins["uniform_samples_for_final_sampling"][sel]})
+
+
+def reference_tree(reference, p0, q0, p1, q1, c0, c1, uniforms=None, *, convention="resispec", coins=None):
     """The reference's path ``(tokens (B, 2), accepted (B, 2))`` int64.
 
-    Tree coins ``uniforms`` (B, 1 + k, k + 1); ``p0, q0`` (B, V), ``p1, q1`` (B, k, V),
-    ``c0`` (B, k), ``c1`` (B, k, k).
+    ``p0, q0`` (B, V), ``p1, q1`` (B, k, V), ``c0`` (B, k), ``c1`` (B, k, k);
+    coins: ``uniforms`` (B, 1 + k, k + 1) for ``resispec``, or ``coins`` a dict
+    of the convention's arrays (``sglang``: ``uniform_samples`` (B, N),
+    ``uniform_samples_for_final_sampling`` (B,)).
     """
     B, k = c0.shape
-    t0, a0 = run_reference(reference, p0, q0, c0, Coins("resispec", B, k, {"uniforms": uniforms[:, 0]}))
+    coins = {"uniforms": uniforms} if coins is None else coins
+    rows = np.arange(B)
+    t0, a0 = run_reference(reference, p0, q0, c0, _node_coins(convention, coins, rows, 0, k))
     tokens = np.stack([t0, np.full(B, -1)], 1)
     acc = np.stack([a0, np.full(B, -2)], 1)
     for j in range(k):
         sel = np.flatnonzero(a0 == j)
         if sel.size:
             t1, a1 = run_reference(reference, p1[sel, j], q1[sel, j], c1[sel, j],
-                                   Coins("resispec", sel.size, k, {"uniforms": uniforms[sel, 1 + j]}))
+                                   _node_coins(convention, coins, sel, 1 + j, k))
             tokens[sel, 1], acc[sel, 1] = t1, a1
     return tokens.astype(np.int64), acc.astype(np.int64)
 
 
+def sglang_tree(p0, q0, p1, q1, c0, c1):
+    """The tree in the ``sglang`` layout (module docstring): a dict of the kernel's array arguments (no coins).
+
+    ``p0, q0`` (B, V), ``p1, q1`` (B, k, V), ``c0`` (B, k), ``c1`` (B, k, k).
+    """
+    B, k = c0.shape
+    V = p0.shape[1]
+    N = 1 + k + k * k
+    nxt = np.full(N, -1, dtype=np.int64)
+    sib = np.full(N, -1, dtype=np.int64)
+    nxt[0] = 1
+    for j in range(k):
+        nxt[1 + j] = 1 + k + j * k
+        sib[1 + j] = 2 + j if j + 1 < k else -1
+        for l in range(k - 1):
+            sib[1 + k + j * k + l] = 2 + k + j * k + l
+    leaf = np.full((B, k * k, V), 1.0 / V)
+    return {"candidates": np.concatenate([np.full((B, 1), -1), c0, c1.reshape(B, k * k)], 1).astype(np.int64),
+            "retrive_index": np.arange(B * N, dtype=np.int64).reshape(B, N),
+            "retrive_next_token": np.tile(nxt, (B, 1)), "retrive_next_sibling": np.tile(sib, (B, 1)),
+            "target_probs": np.concatenate([p0[:, None], p1, leaf], 1),
+            "draft_probs": np.concatenate([q0[:, None], q1, leaf], 1)}
+
+
+def walk_sglang(reference, candidates, retrive_next_token, retrive_next_sibling, target_probs, draft_probs,
+                uniform_samples, uniform_samples_for_final_sampling, depth: int = 2):
+    """Any rule walked over a tree given in the ``sglang`` layout: ``(tokens, accepted)`` (B, depth) int64.
+
+    From slot 0, each step collects the current node's children by
+    ``retrive_next_token`` then ``retrive_next_sibling`` (a full k-ary tree),
+    runs the rule's chain on ``target_probs`` / ``draft_probs`` at the
+    node's slot, decides with ``uniform_samples`` at that slot (and the
+    final coin for a residual token) as :func:`exactness.coupled.conventions.decisions`
+    says, and moves to the accepted child's slot.
+    """
+    B = candidates.shape[0]
+    k, slot = 1, retrive_next_token[0, 0]                                 # children of row 0's root
+    while retrive_next_sibling[0, slot] != -1 and k < candidates.shape[1]:
+        slot, k = retrive_next_sibling[0, slot], k + 1
+    tokens = np.full((B, depth), -1, dtype=np.int64)
+    acc = np.full((B, depth), -2, dtype=np.int64)
+    cur = np.zeros(B, dtype=np.int64)
+    alive = np.arange(B)
+    coins = {"uniform_samples": uniform_samples, "uniform_samples_for_final_sampling": uniform_samples_for_final_sampling}
+    for d in range(depth):
+        if not alive.size:
+            break
+        slots = [retrive_next_token[alive, cur[alive]]]
+        for _ in range(k - 1):
+            slots.append(retrive_next_sibling[alive, slots[-1]])
+        slots = np.stack(slots, 1)                                          # (n, k) child slots
+        c = candidates[alive[:, None], slots]
+        t, a = run_reference(reference, target_probs[alive, cur[alive]], draft_probs[alive, cur[alive]], c,
+                             _node_coins("sglang", coins, alive, cur[alive], k))
+        tokens[alive, d], acc[alive, d] = t, a
+        hit = a >= 0
+        cur[alive[hit]] = slots[hit, a[hit]]
+        alive = alive[hit]
+    return tokens, acc
+
+
 class ReferenceTreeKernel:
-    """Any registry rule walked over the depth-2 tree (the reference implementation of the tree layout)."""
+    """Any registry rule as a tree kernel in ``convention``'s layout (the reference implementation there)."""
 
-    def __init__(self, verifier):
-        self.verifier = verifier
+    def __init__(self, verifier, convention: str = "resispec"):
+        if convention not in TREE_CONVENTIONS:
+            raise ValueError(f"tree convention must be one of {list(TREE_CONVENTIONS)}, got {convention!r}")
+        self.verifier, self.convention = verifier, convention
 
-    def verify_tree(self, p0, q0, p1, q1, c0, c1, *, uniforms):
+    def verify_tree(self, *args, **coins):
         from resispec.verifiers.base import VerifyResult
 
-        t, a = reference_tree(self.verifier, p0, q0, p1, q1, c0, c1, uniforms)
+        if self.convention == "resispec":
+            t, a = reference_tree(self.verifier, *args, coins["uniforms"])
+        else:
+            cand, _index, nxt, sib, tp, dp = args
+            t, a = walk_sglang(self.verifier, cand, nxt, sib, tp, dp, coins["uniform_samples"],
+                               coins["uniform_samples_for_final_sampling"])
         return VerifyResult(tokens=t, accepted=a)
 
 
+def _tree_laws(p_root, q_root, p_child, q_child, k):
+    p0, q0, _ = as_laws(p_root, q_root, names=("p_root", "q_root"))
+    R, V = p0.shape
+    p1, q1 = np.asarray(p_child), np.asarray(q_child)
+    p1, q1 = (p1[None] if p1.ndim == 2 else p1), (q1[None] if q1.ndim == 2 else q1)
+    if p1.shape != (R, k, V) or np.shape(q1) != (R, k, V):
+        raise ValueError(f"p_child, q_child must have shape (k, V) = ({k}, {V}) for one tree, or (R, k, V) = "
+                         f"({R}, {k}, {V}) for R trees like p_root {np.shape(p_root)}; got {np.shape(p_child)} and "
+                         f"{np.shape(q_child)}")
+    a, b, _ = as_laws(p1.reshape(R * k, V), np.reshape(q1, (R * k, V)), names=("p_child", "q_child"))
+    return p0, q0, a.reshape(R, k, V), b.reshape(R, k, V)
+
+
 def certify_coupled_tree(kernel, reference, p_root, q_root, p_child, q_child, k: int, *, n: int = 20_000,
-                         alpha: float = 1e-3, seed=0) -> TreeCertificate:
+                         alpha: float = 1e-3, seed=0, convention: str = "resispec") -> TreeCertificate:
     """Coupled certification of a depth-2 tree kernel against a registry rule (see the module docstring).
 
     Parameters
     ----------
-    kernel : object with ``verify_tree``
+    kernel : object with ``verify_tree`` taking ``convention``'s arguments (module docstring)
     reference : str or resispec.Verifier (iid drafting)
-    p_root, q_root : array_like (V,) ; p_child, q_child : array_like (k, V)
+    p_root, q_root : array_like (V,) or (R, V), float64
+    p_child, q_child : array_like (k, V) or (R, k, V), float64
+        Laws at the root's children; R distinct trees: draw t uses tree t % R.
     k, n, alpha, seed : as :func:`exactness.certify_coupled`
+    convention : {"resispec", "sglang"}
 
     Raises
     ------
@@ -106,53 +245,66 @@ def certify_coupled_tree(kernel, reference, p_root, q_root, p_child, q_child, k:
     t_start = time.perf_counter()
     ref = load_verifier(reference)[1] if isinstance(reference, str) else reference
     if not callable(getattr(kernel, "verify_tree", None)):
-        raise TypeError(f"kernel must have verify_tree(p_root, q_root, p_child, q_child, c_root, c_child, *, "
-                        f"uniforms), got {type(kernel).__name__}")
+        raise TypeError("kernel must have verify_tree(...) taking the tree in the convention's layout "
+                        f"(exactness.coupled.tree), got {type(kernel).__name__}")
+    if check_convention(convention) not in TREE_CONVENTIONS:
+        raise ValueError(f"tree convention must be one of {list(TREE_CONVENTIONS)}, got {convention!r}")
     k, n, alpha = check_k(k), check_n(n), check_alpha(alpha)
-    p0, q0, _ = as_laws(p_root, q_root, names=("p_root", "q_root"))
-    p1, q1, _ = as_laws(p_child, q_child, names=("p_child", "q_child"))
-    if p0.shape[0] != 1 or p1.shape != (k, p0.shape[1]):
-        raise ValueError(f"p_root, q_root must be (V,) and p_child, q_child (k, V) = ({k}, {p0.shape[1]}); got "
-                         f"{p0.shape} and {p1.shape}")
-    V = p0.shape[1]
+    p0, q0, p1, q1 = _tree_laws(p_root, q_root, p_child, q_child, k)
+    R, V = p0.shape
+    N = 1 + k + k * k
     rng = as_generator(seed)
     done = mism = 0
     first = None
-    step = max(1, (1 << 20) // (V * (k + 1)))
+    step = max(1, (1 << 20) // (V * N))
     while done < n:
         B = min(step, n - done)
-        c0 = draw_node_candidates(q0[0], k, "iid", rng.random((B, k)))
-        c1 = np.stack([draw_node_candidates(q1[j], k, "iid", rng.random((B, k))) for j in range(k)], 1)
-        u = rng.random((B, 1 + k, k + 1))
-        P0, Q0 = np.broadcast_to(p0[0], (B, V)), np.broadcast_to(q0[0], (B, V))
-        P1, Q1 = np.broadcast_to(p1, (B, k, V)), np.broadcast_to(q1, (B, k, V))
+        node = (done + np.arange(B)) % R
+        c0 = np.empty((B, k), dtype=np.int64)
+        c1 = np.empty((B, k, k), dtype=np.int64)
+        uc0, uc1 = rng.random((B, k)), rng.random((B, k, k))
+        for r in range(R):
+            sel = node == r
+            c0[sel] = draw_node_candidates(q0[r], k, "iid", uc0[sel])
+            for j in range(k):
+                c1[sel, j] = draw_node_candidates(q1[r, j], k, "iid", uc1[sel, j])
+        P0, Q0, P1, Q1 = p0[node], q0[node], p1[node], q1[node]
+        if convention == "resispec":
+            coins = {"uniforms": rng.random((B, 1 + k, k + 1))}
+            args = (P0, Q0, P1, Q1, c0, c1)
+        else:
+            coins = {"uniform_samples": rng.random((B, N)), "uniform_samples_for_final_sampling": rng.random(B)}
+            args = tuple(sglang_tree(P0, Q0, P1, Q1, c0, c1).values())
         try:
-            res = kernel.verify_tree(P0.copy(), Q0.copy(), P1.copy(), Q1.copy(), c0.copy(), c1.copy(),
-                                     uniforms=u.copy())
+            res = kernel.verify_tree(*(np.array(a) for a in args), **{m: np.array(a) for m, a in coins.items()})
         except Exception as exc:
-            raise TypeError(f"tree kernel {type(kernel).__name__} raised {type(exc).__name__}: {exc}") from exc
+            raise TypeError(f"tree kernel {type(kernel).__name__} raised {type(exc).__name__}: {exc} (called in the "
+                            f"{convention!r} tree layout, see exactness.coupled.tree)") from exc
         kt, ka = np.asarray(getattr(res, "tokens", None)), np.asarray(getattr(res, "accepted", None))
         for name, x in (("tokens", kt), ("accepted", ka)):
             if x.dtype == object or x.dtype == bool or not np.issubdtype(x.dtype, np.integer):
                 raise TypeError(f"tree kernel returned {name} of dtype {x.dtype}; expected int64 of shape ({B}, 2)")
             if x.shape != (B, 2):
                 raise ValueError(f"tree kernel returned {name} of shape {x.shape}; expected ({B}, 2)")
-        rt, ra = reference_tree(ref, P0, Q0, P1, Q1, c0, c1, u)
+        rt, ra = reference_tree(ref, P0, Q0, P1, Q1, c0, c1, convention=convention, coins=coins)
         bad = (kt != rt) | (ka != ra)
         rows = np.flatnonzero(bad.any(axis=1))
         if rows.size and first is None:
             b = int(rows[0])
-            first = {"draw": done + b, "depth": int(np.argmax(bad[b])) + 1, "candidates_root": c0[b].tolist(),
+            depth = int(np.argmax(bad[b])) + 1
+            first = {"draw": done + b, "row": int(node[b]), "depth": depth,
+                     "slot": 0 if depth == 1 else 1 + int(ra[b, 0]), "candidates_root": c0[b].tolist(),
                      "kernel": (kt[b].tolist(), ka[b].tolist()), "reference": (rt[b].tolist(), ra[b].tolist())}
         mism += int(rows.size)
         done += B
     tv = tv_upper_bound(mism, done, alpha)
     sec = time.perf_counter() - t_start
+    name = getattr(ref, "name", ref)
     if mism == 0:
-        verdict = (f"PASS: tree kernel vs {getattr(ref, 'name', ref)!r}: 0 mismatches in {done:,} coupled paths; "
-                   f"TV of the two-token path law <= {tv:.3g} at confidence {1 - alpha:g}")
+        verdict = (f"PASS: tree kernel vs {name!r} ({convention!r} tree layout, {R} tree(s)): 0 mismatches in "
+                   f"{done:,} coupled paths; TV of the two-token path law <= {tv:.3g} at confidence {1 - alpha:g}")
     else:
-        verdict = (f"FAIL: tree kernel vs {getattr(ref, 'name', ref)!r}: {mism:,} mismatching paths in {done:,}; "
-                   f"first at draw {first['draw']:,}, depth {first['depth']}: kernel {first['kernel']}, reference "
-                   f"{first['reference']}")
-    return TreeCertificate(mism == 0, mism, done, tv, sec, first, verdict)
+        verdict = (f"FAIL: tree kernel vs {name!r} ({convention!r} tree layout): {mism:,} mismatching paths in "
+                   f"{done:,}; first at draw {first['draw']:,}, tree row {first['row']}, depth {first['depth']}, "
+                   f"slot {first['slot']}: kernel {first['kernel']}, reference {first['reference']}")
+    return TreeCertificate(mism == 0, mism, done, tv, sec, first, verdict, convention)

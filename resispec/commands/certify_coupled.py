@@ -44,6 +44,8 @@ def add_arguments(parser) -> None:
     parser.add_argument("--stop-after", type=count, default=None, help="stop after this many mismatches")
     parser.add_argument("--fallback", action="store_true",
                         help="on a mismatch also run certify_verifier on the kernel (tells a bias from a coupling)")
+    parser.add_argument("--copies", action="store_true",
+                        help="give the kernel writable (B, V) copies of p, q (default: read-only broadcast views)")
     parser.add_argument("--counterexample", default=None, metavar="PATH",
                         help="write the counterexample's Python here (default: print it)")
 
@@ -70,7 +72,7 @@ def run(args) -> int:
         p, q = rng.dirichlet(np.full(args.V, args.concentration)), rng.dirichlet(np.full(args.V, args.concentration))
     cert = exactness.certify_coupled(args.kernel, args.reference, p, q, args.k, n=args.n, alpha=args.alpha,
                                      seed=args.seed, convention=args.convention, fallback=args.fallback,
-                                     stop_after=args.stop_after, kernel_spec=args.kernel)
+                                     stop_after=args.stop_after, kernel_spec=args.kernel, copies=args.copies)
     print(cert.verdict)
     print(f"({cert.n:,} coupled draws in {cert.seconds:.2f} s, reference path: {cert.path})")
     if cert.counterexample:

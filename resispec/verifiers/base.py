@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .._validation import as_candidates, as_node, as_uniforms, check_drafting, check_k, check_rng
+from .._validation import as_candidates, as_node, as_uniforms, check_drafting, check_k, check_rng, shares_one_row
 from ..sampling import _inverse_cdf
 
 #: Below this remaining mass a rejection is treated as impossible and the
@@ -151,10 +151,33 @@ class Verifier(ABC):
         ------
         ValueError, TypeError
             Bad laws, shapes, candidate ids, uniforms or rng.
+
+        Notes
+        -----
+        Rows that share one node -- ``p`` and ``q`` of row stride 0
+        (``np.broadcast_to(p1, (B, V))``) or a list holding the same row
+        object B times -- are checked once, and when
+        :attr:`handles_shared_nodes` the chain is computed once per call
+        (O(k V)), then O(k log V) per row (:func:`decide_shared`), with the
+        same tokens as the per-row path under the same uniforms.
         """
         p2, q2, c, u = self._verify_inputs(p, q, candidates, rng, uniforms)
+        if self.handles_shared_nodes and shares_one_row(p2) and shares_one_row(q2):
+            table, r = self._node_table(p2[:1], q2[:1], c.shape[1])
+            return decide_shared(table, r, c, u)
         a, r = self._chain(p2, q2, c)
         return decide(a, r, c, u)
+
+    #: True when :meth:`_node_table` is valid for this verifier: its chain depends on the candidates only
+    #: through ``a_i(x_i)`` (per-step accept probabilities), so a batch whose rows all hold one node (row
+    #: stride 0, ``np.broadcast_to``) is verified with O(k V) work per call and O(k log V) per row, with the
+    #: same tokens as the per-row path (``decide_shared``).  Harnesses read it to size batches of such views.
+    handles_shared_nodes: bool = False
+
+    def _node_table(self, p1: np.ndarray, q1: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+        """``(A (k, V), r (V,))`` at one validated node ``p1, q1`` (1, V): ``_chain(p, q, c)`` is
+        ``(A[i, c[:, i]], r)`` for every candidate tuple ``c``.  Only called when :attr:`handles_shared_nodes`."""
+        raise NotImplementedError
 
     def _verify_inputs(self, p, q, candidates, rng, uniforms):
         """Validated ``(p (B, V), q (B, V), candidates (B, k), uniforms (B, k + 1))`` for :meth:`verify`."""
@@ -269,6 +292,29 @@ def decide(a: np.ndarray, r: np.ndarray, c: np.ndarray, u: np.ndarray) -> Verify
     return VerifyResult(tokens=tokens.astype(np.int64), accepted=accepted)
 
 
+def decide_shared(table: np.ndarray, r: np.ndarray, c: np.ndarray, u: np.ndarray) -> VerifyResult:
+    """:func:`decide` for B rows that share one node: O(k log V) per row after an O(V) CDF.
+
+    ``table`` (k, V): ``a_i(x)`` for every step ``i`` and token ``x``; ``r``
+    (V,): the residual; ``c`` (B, k); ``u`` (B, k + 1).  Same tokens as
+    ``decide(table[i, c[:, i]], r broadcast, c, u)`` bit for bit: the same
+    float64 comparisons, and ``searchsorted(cumsum(r), u * sum, "right")``
+    counts the CDF entries ``<= u * sum`` exactly as :func:`resispec.sampling.inverse_cdf`.
+    """
+    B, k = c.shape
+    a = table[np.arange(k)[None, :], c]
+    acc = u[:, :k] < a
+    hit = acc.any(axis=1)
+    first = np.argmax(acc, axis=1)
+    tokens = c[np.arange(B), first].astype(np.int64)
+    miss = ~hit
+    if np.any(miss):
+        cdf = np.cumsum(r)
+        last = r.size - 1 - int(np.argmax(r[::-1] > 0))
+        tokens[miss] = np.minimum(np.searchsorted(cdf, u[miss, k] * cdf[-1], side="right"), last)
+    return VerifyResult(tokens=tokens, accepted=np.where(hit, first, -1).astype(np.int64))
+
+
 def law_from_chain(a: np.ndarray, r: np.ndarray, c: np.ndarray) -> np.ndarray:
     """Exact emitted-token law (B, V) from a chain and its candidates."""
     B, k = c.shape
@@ -373,6 +419,25 @@ class MassVerifier(Verifier):
 
     def _chain(self, p, q, c):
         return self._walk(p, q, c)
+
+    @property
+    def handles_shared_nodes(self) -> bool:
+        """Candidate-independent built-in rules under iid drafts (a user's ``accepted_mass`` is never trusted
+        to ignore ``rejected``: it keeps the per-row path)."""
+        own = getattr(type(self).accepted_mass, "__module__", "").startswith("resispec.verifiers.")
+        return own and self.drafting == "iid" and self.candidate_independent
+
+    def _node_table(self, p1, q1, k):
+        """The steps of :meth:`_walk` at one node with no rejected candidates, every token's ratio kept."""
+        a = np.empty((k, p1.shape[1]))
+        p_i = p1
+        safe = np.where(q1 > 0, q1, 1.0)
+        empty = np.zeros((1, 0), dtype=np.int64)
+        for i in range(k):
+            m = self.accepted_mass(i, k, p_i, q1, q=q1, rejected=empty)
+            a[i] = np.clip(np.where(q1 > 0, m / safe, 0.0), 0.0, 1.0)[0]
+            p_i = reject_update(p_i, m)
+        return a, p_i[0]
 
     def closed_form_split(self, p, q, k, drafting=None):
         """``M = sum_i prod_{j<i}(1 - beta_j) m_i``, ``R = prod_i (1 - beta_i) p_{k+1}`` (iid drafts).
