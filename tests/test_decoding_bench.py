@@ -73,3 +73,30 @@ def test_builtin_captured_family_is_a_real_capture():
     cap = load_capture()
     assert cap.meta["target"] == "qwen2.5-coder-1.5b" and cap.meta["draft"] == "qwen2.5-coder-0.5b"
     assert len(cap) >= 50 and np.median(cap.covered_p) > 0.5
+
+
+def test_device_script_runs_without_a_bare_python(tmp_path):
+    """From a clean environment (no venv active, no `python` on PATH) the device scripts use python3."""
+    import os
+    import shutil
+    import subprocess
+    from pathlib import Path
+
+    repo = Path(__file__).resolve().parents[1]
+    if (repo / ".venv").exists():
+        pytest.skip("this checkout has its own .venv, which the script prefers")
+    fake = tmp_path / "bin"
+    fake.mkdir()
+    for tool in ("bash", "dirname", "timeout"):
+        os.symlink(shutil.which(tool), fake / tool)
+    log = tmp_path / "calls.log"
+    (fake / "python3").write_text(f'#!/bin/sh\necho "$@" >> {log}\ncase "$1" in -c) echo cpu;; esac\n')
+    (fake / "python3").chmod(0o755)
+    out = subprocess.run(["bash", str(repo / "benchmarks/device_decode.sh"), "--nodes", "1"], capture_output=True,
+                         text=True, env={"PATH": str(fake)}, timeout=60)
+    assert out.returncode == 0, out.stderr
+    calls = log.read_text()
+    assert "benchmarks/device_decode.py --device cpu" in calls
+    assert "failed" not in out.stdout
+    if (repo / "benchmarks/device_verify.sh").exists():
+        assert "benchmarks/device_verify.py" in calls
