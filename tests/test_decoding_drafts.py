@@ -51,6 +51,7 @@ def corpus(tmp_path, texts=("abcabcabd\n", "bacd ddab cab\n", "")):
 
 
 def ngram_draft(tmp_path, V=4, **cfg):
+    cfg.setdefault("power", 1.0)
     tok = CharTok(V)
     counts = load_counts(tok, V, corpus=corpus(tmp_path), order=3, cache=tmp_path / "cache", progress=False)
     return NgramDraft(counts, NgramConfig(order=3, **cfg), tok.get_vocab())
@@ -77,18 +78,19 @@ def _brute_law(streams, ctx, V, order, delta, w):
         T, n = np.count_nonzero(c), c.sum()
         if n:
             L = (c + T * L) / (n + T)
-    return L
+    return L / L.sum()
 
 
-@pytest.mark.parametrize("w", [0.0, 3.0])
-def test_ngram_law_matches_a_brute_force_witten_bell(tmp_path, w):
-    d = ngram_draft(tmp_path, prompt_weight=w, delta=0.5)
+@pytest.mark.parametrize("w,power", [(0.0, 1.0), (3.0, 1.0), (3.0, 2.5)])
+def test_ngram_law_matches_a_brute_force_witten_bell(tmp_path, w, power):
+    d = ngram_draft(tmp_path, prompt_weight=w, delta=0.5, power=power)
     streams = [[0, 1, 2, 0, 1, 2, 0, 1, 3], [1, 0, 2, 3, 3, 3, 0, 1, 2, 0, 1]]  # the corpus; test/ is left out
     np.testing.assert_array_equal(d.counts.unigram, [6, 6, 4, 4])
     nxt, cnt = d.counts.lookup(np.array([0]), 1)
     assert dict(zip(nxt.tolist(), cnt.tolist())) == {1: 5.0, 2: 1.0}
     for ctx in ([], [1], [1, 0], [3, 0], [2, 3, 3], [0, 1, 2, 0, 1]):
-        np.testing.assert_allclose(d.law(ctx), _brute_law(streams, ctx, 4, 3, 0.5, w), rtol=1e-12)
+        want = _brute_law(streams, ctx, 4, 3, 0.5, w) ** power
+        np.testing.assert_allclose(d.law(ctx), want / want.sum(), rtol=1e-12)
 
 
 def test_ngram_laws_are_normalised_cover_v_and_deterministic(tmp_path):
@@ -308,6 +310,8 @@ def test_bad_ngram_options(tmp_path):
         check_draft_spec("ngram:order=0")
     with pytest.raises(ValueError, match="delta"):
         check_draft_spec("ngram:delta=-1")
+    with pytest.raises(ValueError, match="power"):
+        check_draft_spec("ngram:power=0")
     with pytest.raises(ValueError, match="key=value"):
         check_draft_spec("ngram:3")
     with pytest.raises(ValueError, match="does not exist"):

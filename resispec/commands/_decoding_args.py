@@ -19,7 +19,7 @@ def add_model_args(p) -> None:
                    f"(default {DEFAULT_TARGET})")
     g.add_argument("--draft", default=DEFAULT_DRAFT, help=f"draft q: built-in model name or local path (default "
                    f"{DEFAULT_DRAFT}), or 'ngram' (a cheap smoothed n-gram over the target's tokenizer, built once "
-                   "from the Python standard library; options as ngram:order=3,delta=0.5,prompt_weight=4)")
+                   "from the Python standard library; options as ngram:order=4,delta=0.5,prompt_weight=4,power=2)")
     g.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"],
                    help="weight dtype (default float32)")
     g.add_argument("--device", default="auto", help="auto (CUDA when present), cpu, cuda, cuda:N")

@@ -18,7 +18,9 @@ number of distinct next tokens after ``h_j`` (a context never seen keeps
 ``L_{j-1}``).  With ``prompt_weight > 0`` the n-grams of the current context
 itself (prompt + emitted tokens + drafted path) are added to the corpus
 counts with that weight (prompt lookup decoding; REST, arXiv 2311.08252, and
-the cache LM of Kuhn & De Mori 1990).  Every law is normalised and covers V;
+the cache LM of Kuhn & De Mori 1990).  The law is then raised to ``power``
+(default 2: sharper; the verifier is exact for ANY q, so this only moves the
+acceptance rate) and renormalised.  Every law is normalised and covers V;
 it depends only on the corpus, the tokenizer and the parameters (no seed).
 
 The counts are built once and cached (``<cache>/ngram/<key>.npz``, the key
@@ -52,20 +54,23 @@ class NgramConfig:
 
     Attributes
     ----------
-    order : int in [1, 62 // bits(V) + 1] -- n (contexts of up to n - 1 tokens); default 3
+    order : int in [1, 62 // bits(V) + 1] -- n (contexts of up to n - 1 tokens); default 4 (the most 18-bit ids fit)
     delta : float > 0 -- add-delta floor of the unigram law (counts); default 0.5
     prompt_weight : float >= 0 -- weight of the context's own n-grams (0 = off); default 4
+    power : float > 0 -- the law is raised to this power and renormalised (> 1 sharpens it; the
+        verifier is exact for any q, so this only moves acceptance); default 2
     """
 
-    order: int = 3
+    order: int = 4
     delta: float = 0.5
     prompt_weight: float = 4.0
+    power: float = 2.0
 
     def __post_init__(self):
         o = self.order
         if isinstance(o, bool) or not isinstance(o, (int, np.integer)) or o < 1:
             raise ValueError(f"ngram order must be an integer >= 1, got {o!r}")
-        for name, lo_open in (("delta", True), ("prompt_weight", False)):
+        for name, lo_open in (("delta", True), ("prompt_weight", False), ("power", True)):
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, (int, float, np.number)) or not np.isfinite(v) \
                     or v < 0 or (lo_open and v == 0):
@@ -258,6 +263,8 @@ class NgramDraft(Draft):
                 if n2.size:
                     nxt, cnt = np.concatenate([nxt, n2]), np.concatenate([cnt, w * c2])
             L = self._mix(L, nxt, cnt, 1.0)
+        if cfg.power != 1:
+            L = L ** cfg.power  # L >= delta-floor > 0, so every power keeps q > 0 on all V
         return L / L.sum()
 
     @staticmethod
@@ -382,7 +389,7 @@ def _check_options(opts) -> tuple[NgramConfig, object]:
 
 @register_draft("ngram", check=_check_options)
 def _ngram_factory(opts, *, target=None, tokenizer=None, progress: bool = True, **_load):
-    """``ngram[:order=3,delta=0.5,prompt_weight=4,corpus=PATH]`` over the target's tokenizer."""
+    """``ngram[:order=4,delta=0.5,prompt_weight=4,power=2,corpus=PATH]`` over the target's tokenizer."""
     if tokenizer is None or target is None:
         raise ValueError("the ngram draft is built over the target's tokenizer: pass target= and tokenizer=")
     cfg, corpus = _check_options(opts)
