@@ -23,7 +23,7 @@ the cache LM of Kuhn & De Mori 1990).  The law is then raised to ``power``
 acceptance rate) and renormalised.  Every law is normalised and covers V;
 it depends only on the corpus, the tokenizer and the parameters (no seed).
 
-The counts are built once and cached (``<cache>/ngram/<key>.npz``, the key
+The counts are built once and cached (``<model cache>/ngram-draft/<key>.npz``, the key
 being the sha256 of the corpus file list with sizes, the tokenizer's vocab and
 the parameters; a sidecar ``.sha256`` of the file is checked on every load,
 a mismatch rebuilds), with a tqdm progress bar while tokenising.
@@ -346,7 +346,12 @@ def load_counts(tokenizer, vocab_size: int, *, corpus=None, order: int = 3, cach
     vocab_size : int -- the target's V (>= every id the tokenizer emits)
     corpus : folder or file, optional
     order : int
-    cache : folder, optional -- default ``<resispec cache>/ngram``; ``False``-y Path("") not allowed
+    cache : folder, optional -- default ``<model cache>/ngram-draft`` (:func:`resispec.decoding.fetch.cache_dir`)
+    progress : bool -- tqdm bar while tokenising (stderr)
+
+    Returns
+    -------
+    NgramCounts
 
     Raises
     ------
@@ -359,7 +364,7 @@ def load_counts(tokenizer, vocab_size: int, *, corpus=None, order: int = 3, cach
     root = Path(corpus).expanduser() if corpus is not None else default_corpus()
     files = corpus_files(root)
     key = cache_key(files, root, vocab_fingerprint(tokenizer), vocab_size, order)
-    folder = Path(cache) if cache is not None else cache_dir().parent / "ngram"
+    folder = Path(cache) if cache is not None else cache_dir() / "ngram-draft"
     path, stamp = folder / f"{key}.npz", folder / f"{key}.sha256"
     if path.is_file() and stamp.is_file() and stamp.read_text().strip() == _sha256_file(path):
         with np.load(path) as z:

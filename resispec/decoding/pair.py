@@ -69,7 +69,7 @@ def load_pair(target: str = DEFAULT_TARGET, draft: str = DEFAULT_DRAFT, *, dtype
     resispec.decoding.fetch.ModelNotFetchedError
         A built-in model not in the cache (run ``resispec models fetch NAME``).
     """
-    from .drafts import DRAFT_KINDS, make_draft, parse_draft_spec
+    from .drafts import make_draft, parse_draft_spec
 
     resolve_device(device)
     kind, _ = parse_draft_spec(draft)
@@ -82,6 +82,5 @@ def load_pair(target: str = DEFAULT_TARGET, draft: str = DEFAULT_DRAFT, *, dtype
         check_pair(t_model, d_model, t_tok, d_tok)
         return ModelPair(t_model, d_model, t_tok, str(target), str(draft))
     d = make_draft(draft, target=t_model, tokenizer=t_tok, progress=progress)
-    assert kind in DRAFT_KINDS
     check_pair(t_model, d, t_tok)
     return ModelPair(t_model, d, t_tok, str(target), str(draft))
