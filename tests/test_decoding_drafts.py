@@ -260,8 +260,8 @@ class _BadDraft(Draft):
 ])
 def test_bad_draft_mass_is_a_clear_error(target, rows, match):
     with pytest.raises(ValueError, match=match):
-        speculative_decode(target, _BadDraft(np.array(rows)), PROMPT, get_verifier("rrs"), "2", sampling=SamplingConfig(1.0),
-                           max_new_tokens=2, rng=np.random.default_rng(0))
+        speculative_decode(target, _BadDraft(np.array(rows)), PROMPT, get_verifier("rrs"), "2",
+                           sampling=SamplingConfig(1.0), max_new_tokens=2, rng=np.random.default_rng(0))
 
 
 def test_draft_with_another_vocabulary_or_tokenizer_is_refused(tmp_path, target):

@@ -66,7 +66,10 @@ class BenchRow:
 
 @dataclass
 class BenchResult:
-    """Totals per (method, tree) in ``rows``, one dict per finished run in ``runs``; ``complete`` False while running."""
+    """Totals per (method, tree) in ``rows``, one dict per finished run in ``runs``.
+
+    ``complete`` is False while the benchmark is still running (a partial result).
+    """
 
     rows: list
     config: dict = field(default_factory=dict)
