@@ -4,4 +4,4 @@
 # Usage (repository root, CUDA machine):  bash benchmarks/device_verify.sh [--out DIR]
 set -euo pipefail
 cd "$(dirname "$0")/.."
-exec python benchmarks/device_verify.py "$@"
+exec "${PYTHON:-python3}" benchmarks/device_verify.py "$@"  # no bare `python`: absent unless a venv is active

@@ -73,3 +73,94 @@ def test_builtin_captured_family_is_a_real_capture():
     cap = load_capture()
     assert cap.meta["target"] == "qwen2.5-coder-1.5b" and cap.meta["draft"] == "qwen2.5-coder-0.5b"
     assert len(cap) >= 50 and np.median(cap.covered_p) > 0.5
+
+
+def test_device_script_runs_without_a_bare_python(tmp_path):
+    """From a clean environment (no venv active, no `python` on PATH) the device scripts use python3."""
+    import os
+    import shutil
+    import subprocess
+    from pathlib import Path
+
+    repo = Path(__file__).resolve().parents[1]
+    if (repo / ".venv").exists():
+        pytest.skip("this checkout has its own .venv, which the script prefers")
+    fake = tmp_path / "bin"
+    fake.mkdir()
+    for tool in ("bash", "dirname", "timeout"):
+        os.symlink(shutil.which(tool), fake / tool)
+    log = tmp_path / "calls.log"
+    (fake / "python3").write_text(f'#!/bin/sh\necho "$@" >> {log}\ncase "$1" in -c) echo cpu;; esac\n')
+    (fake / "python3").chmod(0o755)
+    out = subprocess.run(["bash", str(repo / "benchmarks/device_decode.sh"), "--nodes", "1"], capture_output=True,
+                         text=True, env={"PATH": str(fake)}, timeout=60)
+    assert out.returncode == 0, out.stderr
+    calls = log.read_text()
+    assert "benchmarks/device_decode.py --device cpu" in calls
+    assert "failed" not in out.stdout
+    if (repo / "benchmarks/device_verify.sh").exists():
+        assert "benchmarks/device_verify.py" in calls
+
+
+def _strict_load(path):
+    def no_nan(x):
+        raise AssertionError(f"bare {x} in JSON")
+    return json.loads(path.read_text(), parse_constant=no_nan)
+
+
+def test_a_killed_benchmark_leaves_a_readable_partial_strict_json(tmp_path, capsys):
+    pair = ModelPair(tiny_model("qwen2", seed=1, scale=3.0), tiny_model("qwen2", seed=2, scale=3.0), _Tok(), "t", "d")
+    md, js = tmp_path / "b.md", tmp_path / "b.json"
+    seen = []
+
+    def write_then_die(partial):
+        write_report(partial, md, js)
+        seen.append(len(partial.runs))
+        if len(partial.runs) == 3:
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        run_bench(pair, [[1, 2, 3], [4, 5]], trees=["2,1"], verifiers=["rrs", "resispec"], max_new_tokens=4,
+                  progress=False, on_run=write_then_die)
+    assert "estimate" in capsys.readouterr().err  # printed before the first run
+    got = _strict_load(js)  # NaN ratios of the runs not yet done are null, not bare NaN
+    assert got["complete"] is False and len(got["runs"]) == 3 == seen[-1]
+    assert "PARTIAL" in md.read_text()
+    res = run_bench(pair, [[1, 2, 3], [4, 5]], trees=["2,1"], verifiers=["rrs", "resispec"], max_new_tokens=4,
+                    progress=False, repeats=2, estimate=False)
+    write_report(res, md, js)
+    got = _strict_load(js)
+    assert got["complete"] is True and len(got["runs"]) == 3 * 2 * 2
+    first = [r["method"] for r in got["runs"][:6]]
+    assert first[:3] == ["autoregressive", "rrs", "resispec"] and first[3:] == ["rrs", "resispec", "autoregressive"]
+    ar, rrs = got["rows"][0], got["rows"][1]
+    assert ar["speedup_paired"] == pytest.approx(1.0) and ar["speedup_paired_se"] == pytest.approx(0.0, abs=1e-12)
+    assert rrs["paired_units"] == 4 and rrs["speedup_paired_se"] is not None and rrs["tps_median"] > 0
+
+
+def test_bench_decode_default_output_is_not_the_shipped_report():
+    from resispec.cli import build_parser
+
+    args = build_parser().parse_args(["bench-decode"])
+    assert not str(args.out).startswith("reports")
+
+
+def test_decode_histogram_counts_only_the_tokens_kept(monkeypatch, capsys):
+    """A target call whose tokens run past --max-new-tokens is counted with the tokens it kept."""
+    from resispec.cli import main
+    from resispec.commands import decode as cmd
+
+    m = tiny_model("qwen2", seed=1, scale=3.0)
+
+    class Tok(_Tok):
+        def decode(self, ids, skip_special_tokens=True):
+            return " ".join(map(str, ids))
+
+    pair = ModelPair(m, m, Tok(), "t", "t")  # draft == target: every candidate is accepted
+    pair.encode = lambda text, chat=False: [1, 2, 3]
+    monkeypatch.setattr(cmd, "check_models", lambda args: None)
+    monkeypatch.setattr(cmd, "load_pair", lambda args: pair)
+    assert main(["decode", "--prompt", "x", "--tree", "2,2", "--temperature", "0", "--max-new-tokens", "4"]) == 0
+    err = capsys.readouterr().err
+    assert "4 tokens / 2 target calls" in err
+    assert "histogram (1..): [1, 0, 1]" in err  # 3 tokens, then 1 of 3 kept; was [0, 0, 2] (6 tokens for 4)

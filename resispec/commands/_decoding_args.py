@@ -17,7 +17,9 @@ def add_model_args(p) -> None:
     g = p.add_argument_group("models")
     g.add_argument("--target", default=DEFAULT_TARGET, help="target model p: built-in name or local path "
                    f"(default {DEFAULT_TARGET})")
-    g.add_argument("--draft", default=DEFAULT_DRAFT, help=f"draft model q: built-in name or local path (default {DEFAULT_DRAFT})")
+    g.add_argument("--draft", default=DEFAULT_DRAFT, help=f"draft q: built-in model name or local path (default "
+                   f"{DEFAULT_DRAFT}), or 'ngram' (a cheap smoothed n-gram over the target's tokenizer, built once "
+                   "from the Python standard library; options as ngram:order=4,delta=0.5,prompt_weight=4,power=2)")
     g.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"],
                    help="weight dtype (default float32)")
     g.add_argument("--device", default="auto", help="auto (CUDA when present), cpu, cuda, cuda:N")
@@ -88,14 +90,22 @@ def validate(args):
 def check_models(args) -> None:
     """Check that ``--target`` and ``--draft`` can be loaded without downloading (unless ``--fetch``).
 
+    A ``--draft`` naming a draft kind (``ngram...``) has its options and corpus checked instead.
+
     Raises ModelNotFetchedError (a ValueError naming ``resispec models
     fetch NAME``) or FileNotFoundError / ValueError for a bad path.
     """
     from ..decoding.fetch import ModelNotFetchedError
     from ..decoding.models import check_model_source
 
+    from ..decoding.drafts import check_draft_spec
+
     missing = []
-    for flag, name in (("--target", args.target), ("--draft", args.draft)):
+    try:
+        draft_is_model = check_draft_spec(args.draft) == "model"
+    except ValueError as exc:
+        raise ValueError(f"--draft: {exc}") from None
+    for flag, name in (("--target", args.target), ("--draft", args.draft))[:2 if draft_is_model else 1]:
         try:
             check_model_source(name, download=args.fetch)
         except ModelNotFetchedError as exc:

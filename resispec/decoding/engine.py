@@ -2,11 +2,11 @@
 
 One step (``docs/RESISPEC.md`` section 6)::
 
-    1. draft: feed the draft's pending tokens, then the tree depth by depth --
-       ONE batched draft forward per depth over all nodes of that depth, with
-       a tree attention mask, reusing the draft's KV cache; each node's
-       children are drawn from its processed law q (iid or without
-       replacement, ``resispec.draw_candidates``).
+    1. draft: the tree depth by depth -- ONE draft level call per depth over
+       all nodes of that depth (:mod:`.drafts`; for a model draft one batched
+       forward with a tree attention mask, reusing its KV cache); each node's
+       children are drawn from its law q (iid or without replacement,
+       ``resispec.draw_candidates``).
     2. target: ONE forward over [pending tokens | all tree nodes] with a 4-D
        tree attention mask and per-node position ids (prefix + depth - 1),
        giving the target law p at the root and at every node.
@@ -38,6 +38,7 @@ import numpy as np
 from ..sampling import draw_candidates, inverse_cdf
 from ..trees import TreeShape
 from ..verifiers.base import Verifier
+from .drafts import Draft, DraftSession, as_draft
 from .kv import CachedModel
 from .laws import SamplingConfig, process_logits
 from .tree import ROOT, DraftTree
@@ -55,8 +56,14 @@ class DecodeResult:
         Target forward passes (the prompt prefill is the first one; every
         call emits >= 1 token).
     draft_calls : int
+        Draft forward passes (one per drafted level for a model-free draft).
+    draft_levels : int
+        Drafted tree levels (:meth:`DraftSession.level` calls).
     accepted : list of int
-        Accepted candidates per target call (tokens per call = accepted + 1).
+        Accepted candidates per target call (the call produced accepted + 1 tokens).
+    tokens_per_call : list of int
+        Tokens each target call added to ``tokens`` (accepted + 1, less what
+        ``max_new_tokens`` or an EOS cut off; sums to ``len(tokens)``).
     seconds : float
         Wall-clock time of the whole decode (prefill included).
     target_seconds, draft_seconds : float
@@ -69,7 +76,9 @@ class DecodeResult:
     tokens: list = field(default_factory=list)
     target_calls: int = 0
     draft_calls: int = 0
+    draft_levels: int = 0
     accepted: list = field(default_factory=list)
+    tokens_per_call: list = field(default_factory=list)
     seconds: float = 0.0
     target_seconds: float = 0.0
     draft_seconds: float = 0.0
@@ -86,7 +95,9 @@ class DecodeResult:
 
 
 def context_length(model) -> int | None:
-    """The model's maximum context (``max_position_embeddings``), or None."""
+    """The model's maximum context (``max_position_embeddings``; a Draft's ``context_length``), or None."""
+    if isinstance(model, Draft):
+        return model.context_length
     return getattr(model.config, "max_position_embeddings", None)
 
 
@@ -130,25 +141,33 @@ def _check_max_new(n) -> int:
 
 
 def _vocab(model) -> int:
+    if isinstance(model, Draft):
+        return int(model.vocab_size)
     return int(model.get_output_embeddings().weight.shape[0])
 
 
 def check_pair(target, draft, target_tokenizer=None, draft_tokenizer=None) -> None:
     """Raise ValueError when target and draft cannot be paired.
 
-    They must have the same output vocabulary size and, when tokenizers are
-    given, identical token -> id maps.
+    ``draft``: a transformers model or a :class:`~resispec.decoding.drafts.Draft`.
+    They must have the same output vocabulary size and, when both token ->
+    id maps are known (tokenizers given, or the Draft's ``tokenizer_vocab()``),
+    identical maps.
     """
     vt, vd = _vocab(target), _vocab(draft)
     if vt != vd:
         raise ValueError(f"target has a {vt}-token vocabulary but the draft has {vd}; speculative decoding needs "
-                         "models that share one tokenizer and vocabulary")
-    if target_tokenizer is not None and draft_tokenizer is not None:
-        a, b = target_tokenizer.get_vocab(), draft_tokenizer.get_vocab()
+                         "a draft over the target's tokenizer and vocabulary")
+    if draft_tokenizer is None and isinstance(draft, Draft):
+        b = draft.tokenizer_vocab()
+    else:
+        b = None if draft_tokenizer is None else draft_tokenizer.get_vocab()
+    if target_tokenizer is not None and b is not None:
+        a = target_tokenizer.get_vocab()
         if a != b:
             diff = len(set(a.items()) ^ set(b.items()))
             raise ValueError(f"target and draft tokenizers differ ({len(a)} vs {len(b)} tokens, {diff} entries "
-                             "differ); use a draft trained with the target's tokenizer")
+                             "differ); use a draft trained with (or built over) the target's tokenizer")
 
 
 def resolve_drafting(verifier: Verifier, tree: TreeShape, explicit: bool) -> str:
@@ -179,7 +198,9 @@ def speculative_decode(target, draft, prompt_ids, verifier: Verifier, tree, *, s
 
     Parameters
     ----------
-    target, draft : transformers causal LMs sharing one vocabulary (p = target, q = draft)
+    target : transformers causal LM (p)
+    draft : :class:`~resispec.decoding.drafts.Draft` (q), or a transformers causal LM sharing
+        the target's vocabulary (wrapped in ``ModelDraft``); exactness holds for any draft
     prompt_ids : sequence of int, length L
     verifier : resispec.Verifier (numpy backend), e.g. ``get_verifier("resispec")``
     tree : TreeShape or str like ``"4,2,2,1"``
@@ -210,22 +231,22 @@ def speculative_decode(target, draft, prompt_ids, verifier: Verifier, tree, *, s
     """
     tree = TreeShape.parse(tree, drafting or "iid")
     mode = resolve_drafting(verifier, tree, explicit=drafting is not None)
+    draft = as_draft(draft)
     check_pair(target, draft)
     max_new_tokens = _check_max_new(max_new_tokens)
     ids = _check_prompt(prompt_ids, _vocab(target))
     check_fits(target, len(ids), max_new_tokens, tree, what="target")
     check_fits(draft, len(ids), max_new_tokens, tree, what="draft")
     eos = _eos_set(eos_token_id)
-    P, Q = CachedModel(target), CachedModel(draft)
+    P, S = CachedModel(target), draft.session(sampling)
     res = DecodeResult()
     t0 = time.perf_counter()
     while len(res.tokens) < max_new_tokens:
-        dtree, q_rows, n_fed = _draft_tree(Q, ids, tree, mode, sampling, rng)
+        dtree, q_rows = _draft_tree(S, ids, tree, mode, rng)
         p_logits = _target_pass(P, ids, dtree)
         emitted, path = _verify_walk(dtree, p_logits, q_rows, verifier, sampling, rng, res.nodes if record else None)
         P.commit(list(range(len(ids) - P.length)) + [len(ids) - P.length + i for i in path])
-        Q.commit(list(range(len(ids) - Q.length)) + [len(ids) - Q.length + n_fed.index(i) for i in path
-                                                      if i in n_fed])
+        S.commit(ids, dtree, path)
         res.accepted.append(len(path))
         room = max_new_tokens - len(res.tokens)
         emitted = emitted[:room]
@@ -234,13 +255,14 @@ def speculative_decode(target, draft, prompt_ids, verifier: Verifier, tree, *, s
             emitted = emitted[:stop + 1]
         ids.extend(emitted)
         res.tokens.extend(emitted)
+        res.tokens_per_call.append(len(emitted))
         if on_tokens is not None:
             on_tokens(emitted)
         if stop is not None:
             break
     res.seconds = time.perf_counter() - t0
-    res.target_calls, res.draft_calls = P.calls, Q.calls
-    res.target_seconds, res.draft_seconds = P.seconds, Q.seconds
+    res.target_calls, res.draft_calls, res.draft_levels = P.calls, S.calls, S.levels
+    res.target_seconds, res.draft_seconds = P.seconds, S.seconds
     return res
 
 
@@ -259,21 +281,15 @@ def _pending(model: CachedModel, ids: list) -> tuple[list, np.ndarray, np.ndarra
     return pend, np.arange(model.length, len(ids)), np.tril(np.ones((n, n), dtype=bool))
 
 
-def _draft_tree(Q: CachedModel, ids: list, shape: TreeShape, drafting: str, sampling: SamplingConfig, rng):
-    """Draft the token tree: one batched draft forward per depth.
+def _draft_tree(S: DraftSession, ids: list, shape: TreeShape, drafting: str, rng):
+    """Draft the token tree: one :meth:`DraftSession.level` call per depth.
 
-    Returns ``(tree, q_rows, fed)``: ``q_rows[node]`` (V,) float64 is the
-    processed draft law the children of ``node`` were drawn from (``ROOT``
-    for the root); ``fed`` lists the node ids whose keys/values the draft
-    cache now holds after the pending tokens, in cache order.
+    Returns ``(tree, q_rows)``: ``q_rows[node]`` (V,) float64 is the draft
+    law the children of ``node`` were drawn from (``ROOT`` for the root).
     """
-    pend, pos, vis = _pending(Q, ids)
-    logits = Q.forward(pend, pos, vis)
-    q_rows = {ROOT: process_logits(logits[-1:], sampling)[0]}
-    n_pend = len(pend)
     t = DraftTree()
+    q_rows = {ROOT: S.level(ids, t, [ROOT])[0]}
     frontier = [ROOT]
-    fed: list[int] = []
     for d, k in enumerate(shape.branching):
         new = []
         for node in frontier:
@@ -282,14 +298,10 @@ def _draft_tree(Q: CachedModel, ids: list, shape: TreeShape, drafting: str, samp
         frontier = new
         if d + 1 == shape.depth:
             break
-        # visibility of [fed tree nodes | new nodes] for the new nodes; the pending tokens are all visible
-        vis = np.concatenate([np.ones((len(new), n_pend), dtype=bool), t.visibility(new, fed + new)], axis=1)
-        logits = Q.forward([t.tokens[i] for i in new], [len(ids) - 1 + t.depth[i] for i in new], vis)
-        rows = process_logits(logits, sampling)
+        rows = S.level(ids, t, new)
         for j, i in enumerate(new):
             q_rows[i] = rows[j]
-        fed.extend(new)
-    return t, q_rows, fed
+    return t, q_rows
 
 
 def _target_pass(P: CachedModel, ids: list, t: DraftTree):
@@ -354,6 +366,7 @@ def autoregressive_decode(target, prompt_ids, *, sampling: SamplingConfig, max_n
         ids.append(tok)
         res.tokens.append(tok)
         res.accepted.append(0)
+        res.tokens_per_call.append(1)
         if on_tokens is not None:
             on_tokens([tok])
         if tok in eos:

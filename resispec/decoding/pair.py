@@ -15,7 +15,8 @@ class ModelPair:
 
     Attributes
     ----------
-    target, draft : transformers causal LMs (eval mode)
+    target : transformers causal LM (eval mode)
+    draft : transformers causal LM or :class:`~resispec.decoding.drafts.Draft` (e.g. the n-gram draft)
     tokenizer : the target's tokenizer (identical to the draft's; checked)
     target_name, draft_name : str
     """
@@ -53,23 +54,33 @@ def load_pair(target: str = DEFAULT_TARGET, draft: str = DEFAULT_DRAFT, *, dtype
               progress: bool = True, wheels_from=None, download: bool = False) -> ModelPair:
     """Load and check a draft/target pair (built-in names or local paths).
 
+    ``draft``: a model name/path, or a draft kind of :mod:`.drafts` such as
+    ``"ngram"`` / ``"ngram:order=4"`` (built over the target's tokenizer).
+
     Both models are checked to be present (and the device valid) before
     either is loaded; nothing is downloaded unless ``download=True``.
 
     Raises
     ------
     ValueError
-        Different vocabulary sizes or tokenizers; a bad device.
+        Different vocabulary sizes or tokenizers; a bad device; a bad draft option or corpus.
     FileNotFoundError, resispec.decoding.fetch.ChecksumError
         Missing or corrupt model files.
     resispec.decoding.fetch.ModelNotFetchedError
         A built-in model not in the cache (run ``resispec models fetch NAME``).
     """
+    from .drafts import make_draft, parse_draft_spec
+
     resolve_device(device)
-    for name in (target, draft):
+    kind, _ = parse_draft_spec(draft)
+    for name in (target, draft) if kind == "model" else (target,):
         check_model_source(name, download=download)
     kw = dict(dtype=dtype, device=device, progress=progress, wheels_from=wheels_from, download=download)
     t_model, t_tok = load_model(target, **kw)
-    d_model, d_tok = load_model(draft, **kw)
-    check_pair(t_model, d_model, t_tok, d_tok)
-    return ModelPair(t_model, d_model, t_tok, str(target), str(draft))
+    if kind == "model":
+        d_model, d_tok = load_model(draft, **kw)
+        check_pair(t_model, d_model, t_tok, d_tok)
+        return ModelPair(t_model, d_model, t_tok, str(target), str(draft))
+    d = make_draft(draft, target=t_model, tokenizer=t_tok, progress=progress)
+    check_pair(t_model, d, t_tok)
+    return ModelPair(t_model, d, t_tok, str(target), str(draft))
