@@ -73,24 +73,22 @@ from scipy import stats
 from ._checks import ExactnessWarning, as_generator, check_alpha, check_n
 from .certificate import Certificate, holm
 from .gof import gof_test, pool_cells, tv_bounds
+from .pit import BATCH, PIT_BINS, POWER
+from .pit import draft_laws as _draft_laws
+from .pit import pit as _pit
+from .pit import pit_check as _pit_check
 from .power import detectable_tv, samples_for_tv
 
 #: Largest number of enumerated sequences ``V^m`` for the exact joint test (per prompt).
 JOINT_MAX = 1_000_000
 #: Most new tokens in the joint test (the default budget is planned for it).
 JOINT_TOKENS = 3
-#: Equal-width bins of the randomised PIT.
-PIT_BINS = 16
-#: Largest batch handed to ``decoder.sample`` (rows) and to ``target`` (contexts).
-BATCH = 4096
 #: Rows of conditional laws held at once by the PIT pass (memory O(PIT_CHUNK V)).
 PIT_CHUNK = 4096
 #: TV the default ``n`` is planned to detect (power 0.99 at ``alpha``) on the joint test.
 DEFAULT_TV = 0.02
 #: Continuations per prompt drawn one per call for the ``single`` check (at most ``n``).
 SINGLE_N = 200
-#: Power at which detectable TVs are stated.
-POWER = 0.99
 #: A target row must sum to 1 within this tolerance.
 SUM_TOL = 1e-6
 
@@ -316,34 +314,6 @@ def _joint_check(seqs, laws, V, m, alpha, label):
 
 
 # --------------------------------------------------------------------------- PIT
-def _pit(p: np.ndarray, y: np.ndarray, key: np.ndarray | None, u: np.ndarray) -> np.ndarray:
-    """Randomised PIT of tokens ``y`` (N,) under laws ``p`` (N, V) in the order of ascending ``key``
-    (None: token id).  Returns (N,) in [0, 1]."""
-    N, V = p.shape
-    if key is None:
-        order = np.broadcast_to(np.arange(V), (N, V))
-    else:
-        order = np.argsort(key, axis=1, kind="stable")
-    rank = np.empty_like(order)
-    np.put_along_axis(rank, order, np.broadcast_to(np.arange(V), (N, V)).copy(), axis=1)
-    ps = np.take_along_axis(p, order, axis=1)
-    cdf = np.cumsum(ps, axis=1)
-    r = rank[np.arange(N), y]
-    py = p[np.arange(N), y]
-    below = cdf[np.arange(N), r] - ps[np.arange(N), r]
-    return np.clip(below + u * py, 0.0, 1.0)
-
-
-def _pit_check(uvals: np.ndarray, alpha: float) -> dict:
-    n = uvals.size
-    bins = np.minimum((uvals * PIT_BINS).astype(np.int64), PIT_BINS - 1)
-    counts = np.bincount(bins, minlength=PIT_BINS)
-    r = gof_test(counts, np.full(PIT_BINS, 1.0 / PIT_BINS))
-    return dict(statistic=r.statistic, df=r.df, pvalue=r.pvalue, g_statistic=r.g_statistic, g_pvalue=r.g_pvalue,
-                tv=float(0.5 * np.abs(counts / n - 1.0 / PIT_BINS).sum()), n=n,
-                detectable_tv=detectable_tv(n, PIT_BINS - 1, alpha=alpha, power=POWER))
-
-
 def _pit_values(tgt, decoder, prompts, seqs, lookup, rng, orders, V):
     """Randomised PIT of every emitted token under each order, streamed in chunks of ``PIT_CHUNK`` rows.
 
@@ -387,17 +357,6 @@ def _pit_checks(pits, m, orders, alpha):
             checks[label] = d["pvalue"]
             det[label] = d
     return checks, det
-
-
-def _draft_laws(decoder, ctx, V):
-    out = []
-    for s in range(0, ctx.shape[0], BATCH):
-        q = np.asarray(decoder.draft_law(ctx[s:s + BATCH]), dtype=np.float64)
-        if q.shape != (min(BATCH, ctx.shape[0] - s), V) or not np.all(np.isfinite(q)) or np.any(q < 0):
-            raise ValueError(f"decoder.draft_law(contexts) returned shape {q.shape} or non-finite / negative values; "
-                             f"it must return the (B, V) = (.., {V}) draft law handed to the verifier")
-        out.append(q)
-    return np.concatenate(out)
 
 
 # --------------------------------------------------------------------------- planning

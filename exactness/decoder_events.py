@@ -48,6 +48,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .pit import draft_laws, pit, pit_check
+
 #: Rule names that are not per-node decisions (the conditional checks are skipped, with the reason).
 NOT_PER_NODE = {"block": ("block verification (Sun et al. 2024, arXiv 2403.10444) decides the accepted length "
                           "jointly over the whole block and draws its extra token from a residual weighted by the "
@@ -196,9 +198,7 @@ def check_events(events, tokens: np.ndarray, V: int) -> DecoderEvents:
 
 
 def _token_pit(law: np.ndarray, y: np.ndarray, u: np.ndarray, order: str) -> np.ndarray:
-    from .decoder import _pit
-
-    return _pit(law, y, None if order == "id" else -law, u)
+    return pit(law, y, None if order == "id" else -law, u)
 
 
 def _contexts(prompts_rows: np.ndarray, tokens: np.ndarray, row: np.ndarray, j: int) -> np.ndarray:
@@ -216,9 +216,7 @@ def events_q(decoder) -> str:
 
 def _event_q(decoder, ctx, cand, k, V):
     if events_q(decoder) == "draft_law":
-        from .decoder import _draft_laws
-
-        return _draft_laws(decoder, ctx, V)
+        return draft_laws(decoder, ctx, V)
     if np.any(k != 1):
         raise ValueError("decoder.events_q = 'one_hot' needs one candidate per decision (k = 1); report "
                          "draft_law instead for several candidates")
@@ -293,7 +291,6 @@ def conditional_values(ev: DecoderEvents, prompts_rows, tokens, tgt, decoder, ru
 
 def conditional_checks(values, impossible, alpha: float):
     """``(checks, details, skipped)`` of the conditional checks from :func:`conditional_values`."""
-    from .decoder import _pit_check
 
     checks, details, skipped = {}, {}, {}
     for name in ("accepted_count", "after_rejection", "bonus"):
@@ -305,9 +302,9 @@ def conditional_checks(values, impossible, alpha: float):
             skipped[name] = f"no {what} in the sample: nothing to check"
             continue
         if isinstance(v, np.ndarray):
-            d = _pit_check(v, alpha)
+            d = pit_check(v, alpha)
         else:
-            per = {o: _pit_check(v[o], alpha) for o in TOKEN_ORDERS}
+            per = {o: pit_check(v[o], alpha) for o in TOKEN_ORDERS}
             best = min(per, key=lambda o: per[o]["pvalue"])
             d = dict(per[best])
             d.update(pvalue=min(1.0, len(per) * per[best]["pvalue"]), order=best,

@@ -28,7 +28,8 @@ it loads (``test_dynamic_imports_are_declared``).  Two of them are
 registration hooks that, by design, point back up: a registry loads its
 plug-ins by name on first use, and each plug-in imports the registry to
 register itself (``resispec.verifiers.registry`` -> ``resispec.torch_backend``;
-``simulators.families`` -> ``simulators.ngram`` / ``simulators.captured``).
+``simulators.families`` -> ``simulators.ngram`` / ``simulators.captured``;
+``resispec.decoding.drafts`` -> ``resispec.decoding.ngram``).
 They run only after the registry module has finished importing, so they
 cannot meet a half-built module; they are the only sanctioned back-edges.
 """
@@ -151,6 +152,7 @@ DYNAMIC_IMPORTS = {
     "resispec.cli": "resispec.commands.<name>, one per subcommand (discovery)",
     "resispec.verifiers.registry": "resispec.torch_backend on get_verifier(..., backend='torch') (plug-in hook)",
     "simulators.families": "simulators.ngram, simulators.captured on get_family (plug-in hook)",
+    "resispec.decoding.drafts": "resispec.decoding.ngram on parse_draft_spec (plug-in hook: the ngram draft kind)",
     "exactness": "exactness.<submodule> as a lazy attribute of the package",
     "exactness.certify_run": "a user's module named by --verifier module:attr",
 }

@@ -24,6 +24,7 @@ are needed here only (``pip install torch==2.13.0 -e ".[models]"``).
 """
 
 from .drafts import DRAFT_KINDS, Draft, DraftSession, ModelDraft, make_draft, register_draft
+from . import ngram as _ngram  # noqa: F401  (registers the "ngram" draft kind)
 from .engine import DecodeResult, autoregressive_decode, check_fits, check_pair, speculative_decode
 from .fetch import MODELS, ChecksumError, ModelSpec, cache_dir, fetch_model, register_model
 from .laws import SamplingConfig, process_logits

@@ -200,6 +200,17 @@ DRAFT_KINDS: dict[str, Callable] = {}
 DRAFT_CHECKS: dict[str, Callable] = {}
 
 
+#: Modules that register built-in draft kinds on import (loaded on first lookup: no import cycle).
+BUILTIN_KIND_MODULES = ("resispec.decoding.ngram",)
+
+
+def _load_builtin_kinds() -> None:
+    import importlib
+
+    for mod in BUILTIN_KIND_MODULES:
+        importlib.import_module(mod)
+
+
 def register_draft(kind: str, check: Callable | None = None):
     """Decorator registering a draft factory under ``kind`` (a ValueError if taken).
 
@@ -238,6 +249,7 @@ def parse_draft_spec(spec: str) -> tuple[str, dict]:
     """
     if not isinstance(spec, str) or not spec:
         raise ValueError("draft must be a non-empty string: a model name/path or a draft kind like 'ngram'")
+    _load_builtin_kinds()
     kind, _, rest = spec.partition(":")
     if kind == "model" or kind not in DRAFT_KINDS:
         return "model", {"name": spec[len("model:"):] if kind == "model" else spec}
@@ -289,5 +301,3 @@ def as_draft(draft) -> Draft:
     """A Draft as is; a transformers model wrapped in :class:`ModelDraft`."""
     return draft if isinstance(draft, Draft) else ModelDraft(draft)
 
-
-from . import ngram as _ngram  # noqa: E402,F401  (registers the "ngram" kind)
