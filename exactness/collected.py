@@ -36,6 +36,7 @@ from resispec._validation import check_k
 from ._checks import check_alpha, check_law, check_tokens, check_tv
 from .certificate import Certificate, certificate_from_counts
 from .gof import MIN_EXPECTED, gof_test
+from .sampling import check_accepted
 
 _NEEDS_CHAIN = "outputs only: needs the verifier's own rule (use exactness.certify_verifier)"
 
@@ -248,17 +249,7 @@ def certify_samples(tokens, p, *, accepted=None, candidates=None, q=None, k=None
         a = _int_array(accepted, "accepted")
         if a.shape != (n,):
             raise ValueError(f"accepted must have shape (n,) = ({n},), like tokens; got {a.shape}")
-        if a.min() < -1 or a.max() >= k:
-            raise ValueError(f"accepted has indices in [{a.min()}, {a.max()}]; they must lie in [-1, {k}) "
-                             "(-1 = residual token)")
-        if cand is not None:
-            hit = np.flatnonzero(a >= 0)
-            bad = hit[t[hit] != cand[hit, a[hit]]]
-            if bad.size:
-                i = int(bad[0])
-                raise ValueError(f"accepted[{i}] = {a[i]} but tokens[{i}] = {t[i]} != candidates[{i}, {a[i]}] = "
-                                 f"{cand[i, a[i]]} ({bad.size} such rows); accepted must be the index of the emitted "
-                                 "candidate (or -1 for a residual token), not a flag")
+        check_accepted(t, a, k, cand, "certify_samples: ")
         stop = np.where(a < 0, k, a)
         joint = np.bincount(stop * V + t, minlength=(k + 1) * V).reshape(k + 1, V)
     marg = np.bincount(t, minlength=V)

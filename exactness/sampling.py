@@ -292,18 +292,28 @@ def _checked_result(res, B: int, k: int, V: int, verifier, candidates=None) -> t
         raise TypeError(f"{name}.verify returned accepted of dtype {a.dtype}; it must be integer indices (int64)")
     if a.shape != (B,):
         raise ValueError(f"{name}.verify returned accepted of shape {a.shape} for {B} nodes; expected ({B},)")
-    if B and (a.min() < -1 or a.max() >= k):
-        raise ValueError(f"{name}.verify returned accepted indices in [{a.min()}, {a.max()}]; "
-                         f"they must lie in [-1, {k}) (-1 = residual token)")
-    if candidates is not None and B:
+    if B:
+        check_accepted(t, a, k, candidates, f"{name}.verify returned ")
+    return t.astype(np.int64), a.astype(np.int64)
+
+
+def check_accepted(t: np.ndarray, a: np.ndarray, k: int, candidates, what: str = "") -> None:
+    """ValueError unless every accepted index ``a`` (n,) lies in ``[-1, k)`` and names the emitted token.
+
+    ``t`` (n,) emitted tokens; ``candidates`` (n, k) or None (then only the range is checked);
+    ``what`` prefixes the message (e.g. ``"rrs.verify returned "``).
+    """
+    if a.size and (a.min() < -1 or a.max() >= k):
+        raise ValueError(f"{what}accepted indices in [{a.min()}, {a.max()}]; they must lie in [-1, {k}) "
+                         "(-1 = residual token)")
+    if candidates is not None and a.size:
         hit = np.flatnonzero(a >= 0)
         bad = hit[t[hit] != candidates[hit, a[hit]]]
         if bad.size:
             b = int(bad[0])
-            raise ValueError(f"{name}.verify returned accepted[{b}] = {a[b]} but tokens[{b}] = {t[b]} != "
-                             f"candidates[{b}, {a[b]}] = {candidates[b, a[b]]} ({bad.size} such rows); accepted "
-                             "must be the index of the emitted candidate (or -1 for a residual token), not a flag")
-    return t.astype(np.int64), a.astype(np.int64)
+            raise ValueError(f"{what}accepted[{b}] = {a[b]} but tokens[{b}] = {t[b]} != candidates[{b}, {a[b]}] = "
+                             f"{candidates[b, a[b]]} ({bad.size} such rows); accepted must be the index of the "
+                             "emitted candidate (or -1 for a residual token), not a flag")
 
 
 class NodeSampler:
