@@ -44,12 +44,12 @@ def __getattr__(name):  # lazy: keep ``import exactness`` light
 
     if name in ("mutants", "strategies", "grid", "exact", "tree", "gof", "power", "sampling"):
         return importlib.import_module(f"{__name__}.{name}")
-    if name == "assert_exact":
-        from .assertions import assert_exact
+    if name in ("assert_exact", "assert_coupled"):
+        from . import assertions
 
-        return assert_exact
+        return getattr(assertions, name)
     raise AttributeError(f"module 'exactness' has no attribute {name!r}")
 
 
-__all__ = ["Certificate", "ExactnessWarning", "assert_exact", "certify_counts", "certify_coupled", "certify_decoder",
+__all__ = ["Certificate", "ExactnessWarning", "assert_coupled", "assert_exact", "certify_counts", "certify_coupled", "certify_decoder",
            "certify_samples", "certify_sampler", "certify_verifier", "chi2_power", "detectable_tv", "samples_for_tv"]

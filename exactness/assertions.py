@@ -95,3 +95,50 @@ def assert_exact(verifier, p=None, q=None, k=DEFAULT_KS, *, n: int | None = None
             lines += [f"    note: {note}" for note in c.notes]
         raise AssertionError("\n".join(lines))
     return certs
+
+
+def assert_coupled(kernel, reference, p, q, k: int, *, tv: float = 1e-4, alpha: float = 1e-3, seed=0,
+                   convention: str = "resispec", **kw):
+    """Assert that ``kernel`` implements ``reference`` draw by draw under shared coins (a pytest form).
+
+    Runs :func:`exactness.certify_coupled` with enough coupled draws for the requested bound:
+    ``n = ceil(ln(1 / alpha) / tv)`` (zero mismatches in ``n`` draws bounds TV(kernel, reference)
+    by ``tv`` at confidence ``1 - alpha``, the exact binomial bound :func:`exactness.coupled.certify.
+    tv_upper_bound`).  ``kw`` go to ``certify_coupled`` (e.g. ``copies=True``, ``time_limit=``).
+
+    Parameters
+    ----------
+    kernel : object with ``verify`` or a callable (see ``certify_coupled``)
+    reference : str or resispec Verifier
+        A registry name (``"rrs"``) or a verifier: the rule the kernel must implement.
+    p, q : array_like, shape (V,) or (R, V), float64
+    k : int
+    tv : float in (0, 1), default 1e-4
+        TV bound a pass must establish.
+    alpha, seed, convention : as ``certify_coupled``
+
+    Returns
+    -------
+    CoupledCertificate
+        When it passed (zero mismatches).
+
+    Raises
+    ------
+    AssertionError
+        Any mismatch: the message is the certificate's verdict followed by the shrunk
+        counterexample (a few lines of Python reproducing it against both sides).
+    ValueError
+        ``tv`` outside (0, 1); bad arguments as ``certify_coupled`` raises them.
+    """
+    import math
+
+    from .coupled import certify_coupled
+
+    if isinstance(tv, bool) or not isinstance(tv, (int, float)) or not 0 < tv < 1:
+        raise ValueError(f"tv must be a number in (0, 1), the TV bound a pass must establish; got {tv!r}")
+    n = math.ceil(math.log(1.0 / alpha) / tv)  # zero mismatches in n draws: P(mismatch) <= ln(1/alpha) / n
+    cert = certify_coupled(kernel, reference, p, q, k, n=n, alpha=alpha, seed=seed, convention=convention, **kw)
+    if not cert.passed:
+        msg = cert.verdict + ("\n\ncounterexample:\n" + cert.counterexample if cert.counterexample else "")
+        raise AssertionError(msg)
+    return cert
