@@ -23,8 +23,8 @@ from .engine import _vocab
 
 #: Rows per forward pass.
 BATCH = 2048
-#: Most (context -> laws) entries memoised per model (tiny vocabularies revisit the same contexts).
-CACHE_ROWS = 200_000
+#: Memory for memoised (context -> law) rows per model, bytes (tiny vocabularies revisit the same contexts).
+CACHE_BYTES = 256 << 20
 
 
 class ModelLaws:
@@ -37,7 +37,7 @@ class ModelLaws:
         Applied to both models' logits (``resispec.decoding.laws.process_logits``: float64,
         renormalised).
     cache : bool, default True
-        Memoise the law of every context seen (up to ``CACHE_ROWS`` per model): a certification
+        Memoise the law of every context seen (up to ``CACHE_BYTES`` per model): a certification
         at a tiny vocabulary revisits the same few thousand contexts millions of times.  The
         models must not change while the object is used.
 
@@ -62,6 +62,7 @@ class ModelLaws:
                              "target's vocabulary; use a draft with the target's tokenizer")
         self.models, self.vocab = (target, draft), vt
         self._memo = ({}, {}) if cache else None
+        self._cache_rows = CACHE_BYTES // (8 * vt)
 
     def _laws(self, which: int, contexts: list) -> np.ndarray:
         if self._memo is None:
@@ -80,7 +81,7 @@ class ModelLaws:
             fresh = self._forward(self.models[which], keys)
             for c, row in zip(keys, fresh):
                 out[todo[c]] = row
-                if len(memo) < CACHE_ROWS:
+                if len(memo) < self._cache_rows:
                     memo[c] = row
         return out
 
@@ -119,4 +120,4 @@ class ModelLaws:
         return self._laws(0, [tuple(int(t) for t in c) for c in ctx])
 
 
-__all__ = ["ModelLaws", "BATCH", "CACHE_ROWS"]
+__all__ = ["ModelLaws", "BATCH", "CACHE_BYTES"]
