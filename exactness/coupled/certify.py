@@ -72,8 +72,10 @@ class CoupledCertificate:
         ``reference`` (token, accepted) of the first mismatching draw.
     convention : str
     classification : str
-        ``"conforms"``, ``"biased"``, ``"not the same coupling"`` or
-        ``"kernel ignores the coins"``.
+        ``"conforms"``; ``"biased"`` (its token law differs from ``p``, or ``certify_verifier``
+        fails it); ``"a different rule"`` (its (stop, token) law given the candidates differs from
+        the reference's, no bias against ``p`` found); ``"not the same coupling"`` (no law differs);
+        or ``"kernel ignores the coins"``.
     verdict : str
         One paragraph for people.
     counterexample : str or None
@@ -339,8 +341,10 @@ def certify_coupled(kernel, reference, p, q, k: int, *, n: int = 100_000, alpha:
         if m > done:  # too few coupled draws for the law check: a fresh marginal pass at node 0
             law_p = _marginal_pvalue(kernel_obj, p2[0], q2[0], cand_law[0], k, drafting, convention, rng, copies, m)
     level = alpha / 3.0
-    biased = (law_p is not None and law_p < level) or (cond_p is not None and cond_p < level) or \
-        (fb is not None and not fb.passed)
+    # "biased" needs evidence against the TARGET law p (the token law, or certify_verifier); a (stop, token)
+    # law that differs from the reference's only shows the kernel is another rule, which may be exact
+    biased = (law_p is not None and law_p < level) or (fb is not None and not fb.passed)
+    other_rule = not biased and cond_p is not None and cond_p < level
     where = (f"first at draw {fm['draw']:,} (node row {fm['node']}, candidates {fm['candidates'].tolist()}): kernel "
              f"emitted token {fm['kernel'][0]} (accepted {fm['kernel'][1]}), reference token {fm['reference'][0]} "
              f"(accepted {fm['reference'][1]})")
@@ -349,7 +353,14 @@ def certify_coupled(kernel, reference, p, q, k: int, *, n: int = 100_000, alpha:
     if biased:
         cls = "biased"
         verdict = (f"FAIL (biased): {head}: {mism:,} mismatches in {done:,} coupled draws, {where}; the kernel's "
-                   f"law differs from the reference's ({laws}).")
+                   f"token law differs from the target's ({laws}).")
+    elif other_rule:
+        cls = "a different rule"
+        verdict = (f"FAIL (not rule {ref_name!r}): {head}: {mism:,} mismatches in {done:,} coupled draws, {where}; "
+                   f"its (stop, token) law given the candidates differs from {ref_name!r}'s, so the kernel does not "
+                   f"implement {ref_name!r} ({laws}). No bias against the target law p was found at this budget: it "
+                   "may be another exact rule, or biased below what these checks detect -- certify its own law with "
+                   "exactness.certify_verifier (fallback=True).")
     else:
         cls = "not the same coupling"
         verdict = (f"FAIL (not the same coupling: fall back to certify_verifier): {head}: {mism:,} mismatches in "

@@ -68,14 +68,18 @@ def run_kernel(kernel, p, q, c, coins: Coins, *, copies: bool = True) -> tuple[n
     fn = _verify_fn(kernel)
     B, k = c.shape
     rng, kw = kernel_kwargs(coins)
+    # candidates and coins are (B, k)-sized: the kernel always gets its own copies, so a kernel that
+    # writes into them (through torch.as_tensor, or by flipping the writeable flag) cannot change what
+    # the reference decides from; p, q (B, V) are read-only views when copies=False, checked by the caller
+    c_k = np.array(c)
     if copies:
-        p, q, c = np.array(p), np.array(q), np.array(c)
+        p, q = np.array(p), np.array(q)
         kw = {n: np.array(a) for n, a in kw.items()}
     else:
-        p, q, c = _read_only(p), _read_only(q), _read_only(c)
-        kw = {n: _read_only(a) for n, a in kw.items()}
+        p, q, c_k = _read_only(p), _read_only(q), _read_only(c_k)
+        kw = {n: _read_only(np.array(a)) for n, a in kw.items()}
     try:
-        res = fn(p, q, c, rng, **kw)
+        res = fn(p, q, c_k, rng, **kw)
     except Exception as exc:
         call = ", ".join(["p", "q", "candidates", "rng"] + [f"{n}=..." for n in kw])
         if not copies and isinstance(exc, ValueError) and "read-only" in str(exc):
