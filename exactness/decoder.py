@@ -70,7 +70,7 @@ import warnings
 import numpy as np
 from scipy import stats
 
-from ._checks import ExactnessWarning, as_generator, check_alpha, check_n
+from ._checks import ExactnessWarning, as_generator, check_alpha, check_n, check_tv
 from .certificate import Certificate, holm
 from .gof import gof_test, pool_cells, tv_bounds
 from .pit import BATCH, PIT_BINS, POWER
@@ -151,7 +151,7 @@ def _check_tokens(out, B: int, m: int, V: int, what: str) -> np.ndarray:
                          "prompt row")
     if t.size and (t.min() < 0 or t.max() >= V):
         raise ValueError(f"{what} returned ids in [{t.min()}, {t.max()}], outside the target's vocabulary [0, {V})")
-    return t.astype(np.int64, copy=False)
+    return np.array(t, dtype=np.int64)  # always a copy: a decoder may hand back (and reuse) one buffer
 
 
 class _Target:
@@ -192,7 +192,7 @@ def _sampler(decoder):
 def _loop(decoder, pr, m, rng):
     rows = []
     for row in pr:
-        r = np.asarray(decoder(row.copy(), m, rng))
+        r = np.array(decoder(row.copy(), m, rng))   # a copy: a decoder may reuse one output buffer
         if r.shape != (m,):
             raise ValueError(f"decoder(prompt, new_tokens, rng) returned shape {r.shape}; expected ({m},): exactly "
                              f"new_tokens = {m} ids, one continuation")
@@ -458,6 +458,7 @@ def certify_decoder(decoder, target, prompts, *, new_tokens: int = 2, n: int | N
         raise ValueError(f"new_tokens must be an integer >= 1, got {new_tokens!r}")
     m = int(new_tokens)
     alpha = check_alpha(alpha)
+    tv = check_tv(tv)
     if n is not None:
         n = check_n(n)
     if seeded not in (None, True, False):
@@ -571,7 +572,16 @@ def certify_decoder(decoder, target, prompts, *, new_tokens: int = 2, n: int | N
     main = "joint" if mj else "pit[1,id]"
     md = details[main]
     det = md["detectable_tv"]
-    if tv is not None and det > tv:
+    if md["df"] == 0:
+        raise ValueError(f"n = {n:,} continuations per prompt are too few: the main check {main} has no degree of "
+                         "freedom after pooling, so the certificate would pass without testing anything; raise n "
+                         f"(n=None plans it for a detectable TV of {DEFAULT_TV:g})")
+    if det >= 1:
+        notes.append(f"no power: the detectable TV of {main} at n = {n:,} is {det:.3g} >= 1 (power {POWER:g}); "
+                     "a pass here is no evidence of exactness")
+        warnings.warn(f"certify_decoder has no power at n = {n:,} continuations per prompt (detectable TV of {main} "
+                      f"{det:.3g} >= 1): a pass is no evidence; raise n", ExactnessWarning, stacklevel=2)
+    elif tv is not None and det > tv:
         warnings.warn(f"too few samples for the requested power: with n = {n:,} continuations per prompt the "
                       f"detectable TV of {main} at alpha = {alpha:g} and power {POWER:g} is {det:.3g} > requested "
                       f"{tv:.3g}", ExactnessWarning, stacklevel=2)
