@@ -420,6 +420,15 @@ class ChainDecoder:
 
         ``rng``: one ``numpy.random.Generator`` for the batch, or a list of B of them, one per row
         (``per_row_rng``: row b then draws only from ``rng[b]``, so it comes out the same in any batch).
+
+        Raises
+        ------
+        TypeError
+            ``rng`` not a Generator (or list of B); non-integer prompts; a kernel returning a
+            non-integer dtype, or raising (chained, naming the kernel and its call signature).
+        ValueError
+            Prompts not 2-D or with ids outside [0, V); ``new_tokens`` < 1; a kernel output of
+            the wrong shape, with ids outside [-1, V), or whose accepted prefix is not ``draft_ids``.
         """
         return self._run(prompts, new_tokens, rng, False)[0]
 
