@@ -226,6 +226,96 @@ def chain_target(model):
     return target
 
 
+def _vocab(model, prompts: np.ndarray) -> int:
+    """V of a draft/target model: ``vocab_size``, ``P.shape[1]`` (Markov) or the width of its laws."""
+    V = getattr(model, "vocab_size", None)
+    if V is None and _is_markov(model):
+        V = model.P.shape[1]
+    if V is None:
+        V = model_laws(model, [prompts[0] if len(prompts) else []])[0].shape[1]
+    return int(V)
+
+
+def check_sample_args(model, prompts, new_tokens) -> np.ndarray:
+    """Check ``sample``'s ``prompts`` (B, L) integer ids in [0, V) and ``new_tokens`` (int >= 1).
+
+    Shared by :class:`ChainDecoder` and :class:`exactness.tree_decoder.TreeDecoder`.
+    Returns the prompts as (B, L) int64.  Raises TypeError for a non-integer prompt dtype,
+    ValueError for prompts not 2-D, ids outside [0, V) or ``new_tokens`` not an integer >= 1.
+    """
+    if isinstance(new_tokens, bool) or not isinstance(new_tokens, (int, np.integer)) or new_tokens < 1:
+        raise ValueError(f"new_tokens must be an integer >= 1 (tokens to generate per prompt), got {new_tokens!r}")
+    arr = np.asarray(prompts)
+    if arr.ndim != 2:
+        raise ValueError(f"prompts must be a 2-D (B, L) array of token ids (one row per prompt), got shape "
+                         f"{arr.shape}; wrap a single prompt as [prompt]")
+    if arr.size and (arr.dtype == bool or not np.issubdtype(arr.dtype, np.integer)):
+        raise TypeError(f"prompts must hold integer token ids, got dtype {arr.dtype}; pass an int64 array")
+    arr = arr.astype(np.int64, copy=False)
+    if arr.size:
+        V = _vocab(model, arr)
+        bad = (arr < 0) | (arr >= V)
+        if bad.any():
+            b, j = map(int, np.argwhere(bad)[0])
+            raise ValueError(f"prompts[{b}, {j}] = {int(arr[b, j])} lies outside the vocabulary [0, {V}); "
+                             "give token ids the model knows")
+    return arr
+
+
+def check_rng(rng, B: int, per_row: bool):
+    """``rng`` must be a numpy Generator (or, with ``per_row``, a list of B of them); TypeError otherwise."""
+    if isinstance(rng, np.random.Generator):
+        return rng
+    if per_row and isinstance(rng, (list, tuple)):
+        if len(rng) == B and all(isinstance(r, np.random.Generator) for r in rng):
+            return list(rng)
+    what = f"a numpy Generator or a list of B = {B} of them (one per row)" if per_row else "a numpy Generator"
+    n = f" of length {len(rng)}" if isinstance(rng, (list, tuple)) else ""
+    raise TypeError(f"rng must be {what}, e.g. numpy.random.default_rng(0); got {type(rng).__name__}{n}")
+
+
+def _kernel_name(kernel) -> str:
+    return getattr(kernel, "__name__", type(kernel).__name__)
+
+
+def _call_kernel(kernel, tp, dp, di, rng) -> np.ndarray:
+    """Run a chain kernel and check its output: (A, g + 1) integer ids in [-1, V), prefix = ``di``.
+
+    Raises ValueError/TypeError (chained from the kernel's own exception) naming the kernel and its
+    signature; TypeError for a non-integer output; ValueError for a bad shape, ids, or prefix.
+    """
+    name = _kernel_name(kernel)
+    A, g = di.shape
+    V = tp.shape[-1]
+    try:
+        out = np.asarray(kernel(tp, dp, di, rng))
+    except Exception as exc:
+        cls = ValueError if isinstance(exc, ValueError) else TypeError
+        raise cls(f"chain kernel {name} raised {type(exc).__name__}: {exc} (called as kernel(target_probs "
+                  f"({A}, {g + 1}, {V}) float64, draft_probs ({A}, {g}, {V}) float64 or None, draft_ids "
+                  f"({A}, {g}) int64, rng), see exactness.chain)") from exc
+    if out.shape != (A, g + 1):
+        raise ValueError(f"chain kernel {name} returned shape {out.shape}, expected ({A}, {g + 1})")
+    if out.dtype == bool or not np.issubdtype(out.dtype, np.integer):
+        raise TypeError(f"chain kernel {name} returned dtype {out.dtype}; it must return integer token ids "
+                        "(int64), -1 as padding")
+    out = out.astype(np.int64, copy=False)
+    if np.any(out >= V) or np.any(out < -1):
+        bad = out[(out >= V) | (out < -1)][0]
+        raise ValueError(f"chain kernel {name} returned token id {int(bad)}, outside [0, {V}) (and -1 padding)")
+    k = (out >= 0).sum(axis=1)
+    if np.any(k < 1) or np.any(np.cumprod(out >= 0, axis=1).sum(axis=1) != k):
+        raise ValueError(f"chain kernel {name}: output rows must hold the accepted prefix plus one token, then -1 "
+                         "padding (at least one token per row)")
+    cols = np.arange(g)[None, :]
+    wrong = (cols < (k - 1)[:, None]) & (out[:, :g] != di)
+    if wrong.any():
+        b = int(np.flatnonzero(wrong.any(axis=1))[0])
+        raise ValueError(f"chain kernel {name}: row {b} returned {out[b].tolist()}, whose accepted prefix is not "
+                         f"draft_ids[{b}] = {di[b].tolist()}; return draft_ids[:a] followed by one token")
+    return out
+
+
 class _Contexts:
     """Growing contexts of a batch: ``seq`` (A, W) int64 padded with -1 beyond ``length`` (A,)."""
 
@@ -330,6 +420,15 @@ class ChainDecoder:
 
         ``rng``: one ``numpy.random.Generator`` for the batch, or a list of B of them, one per row
         (``per_row_rng``: row b then draws only from ``rng[b]``, so it comes out the same in any batch).
+
+        Raises
+        ------
+        TypeError
+            ``rng`` not a Generator (or list of B); non-integer prompts; a kernel returning a
+            non-integer dtype, or raising (chained, naming the kernel and its call signature).
+        ValueError
+            Prompts not 2-D or with ids outside [0, V); ``new_tokens`` < 1; a kernel output of
+            the wrong shape, with ids outside [-1, V), or whose accepted prefix is not ``draft_ids``.
         """
         return self._run(prompts, new_tokens, rng, False)[0]
 
@@ -346,16 +445,13 @@ class ChainDecoder:
     def _run(self, prompts, new_tokens, rng, events):
         from .decoder_events import DecoderEvents
 
-        prompts = np.asarray(prompts, dtype=np.int64)
+        prompts = check_sample_args(self.model, prompts, new_tokens)
         B, L = prompts.shape
         g = self.gamma
+        rng = check_rng(rng, B, self.per_row_rng)
         if isinstance(rng, np.random.Generator):
             drng, krng = self.streams(rng)
         else:
-            rng = list(rng)
-            if len(rng) != B or not all(isinstance(r, np.random.Generator) for r in rng):
-                raise TypeError(f"rng must be a numpy Generator or a list of B = {B} of them (one per row), got "
-                                f"{type(rng).__name__} of length {len(rng)}")
             pairs = [self.streams(r) for r in rng]
             drng, krng = _RowStreams([a for a, _ in pairs]), _RowStreams([b for _, b in pairs])
         seq = np.concatenate([prompts, np.full((B, new_tokens + g + 1), -1, dtype=np.int64)], axis=1)
@@ -377,13 +473,8 @@ class ChainDecoder:
                 ctx.push(d[:, i])
             ps.append(ctx.laws()[0])
             tp, dp, di = self.verify_inputs(np.stack(ps, axis=1), np.stack(qs, axis=1), d)
-            out = np.asarray(self.kernel(tp, dp, di, kr))
-            if out.shape != (A, g + 1):
-                raise ValueError(f"chain kernel returned shape {out.shape}, expected ({A}, {g + 1})")
+            out = _call_kernel(self.kernel, tp, dp, np.asarray(di, dtype=np.int64), kr)
             k = (out >= 0).sum(axis=1)
-            if np.any(k < 1) or np.any(np.cumprod(out >= 0, axis=1).sum(axis=1) != k):
-                raise ValueError("chain kernel output rows must hold the accepted prefix plus one token, then -1 "
-                                 "padding (at least one token per row)")
             if events:
                 log.append((active, length[active] - L, d, k - 1, out, calls + np.arange(A)))
                 calls += A

@@ -24,23 +24,29 @@ from __future__ import annotations
 
 import numpy as np
 
-from .chain import _Contexts, _sample_rows, model_laws
+from .chain import _Contexts, _sample_rows, check_rng, check_sample_args, model_laws
+
+
+#: The most candidates one tree node may have (engines use a handful; more is a typo, not a tree).
+MAX_BRANCHING = 64
 
 
 def _check_branching(branching) -> tuple[int, ...]:
+    """``(k_1, .., k_D)`` from a sequence of ints or a string like ``"2,2"``; each ``1 <= k <= 64``."""
     if isinstance(branching, str):
         try:
             branching = tuple(int(s) for s in branching.split(","))
         except ValueError:
             raise ValueError(f"branching must be like '2,2' (candidates per level), got {branching!r}") from None
     try:
-        out = tuple(int(k) for k in branching)
+        items = list(branching)
     except TypeError:
         raise TypeError(f"branching must be a sequence of ints (candidates per level), got {branching!r}") from None
-    if not out or any(k < 1 for k in out) or any(isinstance(k, bool) for k in branching):
-        raise ValueError(f"branching must be a non-empty sequence of integers >= 1, got {branching!r}")
-    return out
-
+    if not items or any(isinstance(k, bool) or not isinstance(k, (int, np.integer)) or not 1 <= k <= MAX_BRANCHING
+                        for k in items):
+        raise ValueError(f"branching must be a non-empty sequence of integers in [1, {MAX_BRANCHING}] (candidates "
+                         f"per level, e.g. (2, 2) or '2,2'), got {branching!r}")
+    return tuple(int(k) for k in items)
 
 class TreeDecoder:
     """A tree speculative decoder: draft a ``branching`` tree from ``q``, verify it level by level.
@@ -61,8 +67,11 @@ class TreeDecoder:
     Raises
     ------
     TypeError, ValueError
-        A model without ``laws``, a bad ``branching``, an unknown verifier, or a verifier that is
-        not exact for i.i.d. drafts (e.g. ``rrs_wor``).
+        A model without ``laws``; a ``branching`` entry that is not an integer in [1, 64]; an
+        unknown verifier name, an object that is not a Verifier (``verify``, ``chain``, ``name``),
+        or a verifier that is not exact for i.i.d. drafts (e.g. ``rrs_wor``).  ``sample``: an
+        ``rng`` that is not a numpy Generator (TypeError), prompts not 2-D integer ids in [0, V),
+        ``new_tokens`` < 1.
     """
 
     def __init__(self, model, branching=(2, 2), verifier="rrs"):
@@ -73,6 +82,10 @@ class TreeDecoder:
         self.model = model
         self.branching = _check_branching(branching)
         self.verifier = get_verifier(verifier) if isinstance(verifier, str) else verifier
+        if not (callable(getattr(self.verifier, "verify", None)) and callable(getattr(self.verifier, "chain", None))
+                and isinstance(getattr(self.verifier, "name", None), str)):
+            raise TypeError(f"verifier must be a registry name (e.g. 'rrs') or a resispec Verifier (an object with "
+                            f"verify, chain and name), got {type(verifier).__name__}")
         if getattr(self.verifier, "drafting", "iid") not in ("iid", "any"):
             raise ValueError(f"verifier {self.verifier.name!r} is exact for {self.verifier.drafting} drafts; "
                              "TreeDecoder drafts i.i.d. candidates: pick an i.i.d. rule (rrs, kseq, resispec, ...)")
@@ -114,10 +127,10 @@ class TreeDecoder:
 
     def sample(self, prompts, new_tokens: int, rng: np.random.Generator) -> np.ndarray:
         """``new_tokens`` tokens per prompt row: (B, L) int64 -> (B, new_tokens) int64."""
-        prompts = np.asarray(prompts, dtype=np.int64)
+        prompts = check_sample_args(self.model, prompts, new_tokens)
         B, L = prompts.shape
         D = len(self.branching)
-        drng, vrng = rng.spawn(2)
+        drng, vrng = check_rng(rng, B, False).spawn(2)
         seq = np.concatenate([prompts, np.full((B, new_tokens + D + 1), -1, dtype=np.int64)], axis=1)
         length = np.full(B, L, dtype=np.int64)
         active = np.arange(B)

@@ -237,13 +237,21 @@ def certify_coupled_tree(kernel, reference, p_root, q_root, p_child, q_child, k:
     Raises
     ------
     TypeError, ValueError
-        Bad laws or arguments; a kernel without ``verify_tree``, that raises,
-        or returns the wrong shape or dtype.
+        Bad laws or arguments; a ``reference`` that is not a registry name or a Verifier
+        (TypeError) or that drafts without replacement (ValueError: these trees draw i.i.d.
+        candidates); a kernel without ``verify_tree``, that raises, or returns the wrong shape or dtype.
     """
     from ..certify_run import load_verifier
 
     t_start = time.perf_counter()
     ref = load_verifier(reference)[1] if isinstance(reference, str) else reference
+    if not (callable(getattr(ref, "verify", None)) and callable(getattr(ref, "chain", None))):
+        raise TypeError(f"reference must be a registry name (e.g. 'rrs') or a resispec Verifier (an object with "
+                        f"verify and chain), got {type(reference).__name__}")
+    if getattr(ref, "drafting", "iid") not in ("iid", "any"):
+        raise ValueError(f"reference {getattr(ref, 'name', reference)!r} is exact for {ref.drafting} drafts, but "
+                         "trees here draw i.i.d. candidates at every node: pick an i.i.d. rule (rrs, kseq, "
+                         "resispec, ...)")
     if not callable(getattr(kernel, "verify_tree", None)):
         raise TypeError("kernel must have verify_tree(...) taking the tree in the convention's layout "
                         f"(exactness.coupled.tree), got {type(kernel).__name__}")

@@ -24,7 +24,7 @@ HELP = "coupled certification of a kernel against a reference rule (same coins; 
 
 
 def add_arguments(parser) -> None:
-    from ._args import count
+    from ._args import count, seed
 
     parser.add_argument("--kernel", required=True, metavar="NAME|MODULE:OBJECT",
                         help="the kernel: module:object (IMPORTS AND RUNS that module) or a registry name")
@@ -35,8 +35,10 @@ def add_arguments(parser) -> None:
     parser.add_argument("--k", type=int, default=2, help="candidates per node (default 2)")
     parser.add_argument("--n", type=count, default=100_000, help="coupled draws, e.g. 1e5 (default 100,000)")
     parser.add_argument("--alpha", type=float, default=1e-3, help="1 - confidence of the TV bound (default 1e-3)")
-    parser.add_argument("--seed", type=int, default=0, help="seed (default 0)")
-    parser.add_argument("--V", type=int, default=50, help="vocabulary of the random node (default 50)")
+    parser.add_argument("--seed", type=seed, default=0, metavar="S",
+                        help="seed: an integer >= 0 or a sequence such as 0,3 (= SeedSequence([0, 3])); default 0")
+    parser.add_argument("--V", type=int, default=None,
+                        help="vocabulary of the random node (default 50; not with --pq)")
     parser.add_argument("--concentration", type=float, default=1.0,
                         help="Dirichlet concentration of the random p, q (default 1.0)")
     parser.add_argument("--pq", default=None, metavar="FILE.npz",
@@ -59,6 +61,15 @@ def run(args) -> int:
         raise ValueError(f"--k must be >= 1, got {args.k}")
     if not 0 < args.alpha < 1:
         raise ValueError(f"--alpha must lie in (0, 1), got {args.alpha}")
+    from exactness._checks import as_seed_sequence
+
+    as_seed_sequence(args.seed, name="--seed")      # a caller's namespace may hold what the parser refuses
+    if args.counterexample:
+        from .._io import check_output_path
+
+        check_output_path(args.counterexample, "--counterexample")
+    if args.pq and args.V is not None:
+        raise ValueError("--V conflicts with --pq: the vocabulary is that of the arrays in --pq; drop --V")
     if args.pq:
         try:
             with np.load(args.pq) as z:
@@ -66,10 +77,11 @@ def run(args) -> int:
         except (OSError, KeyError, ValueError) as exc:
             raise ValueError(f"--pq {args.pq!r}: need an .npz with arrays 'p' and 'q' ({exc})") from exc
     else:
-        if args.V < 2 or not args.concentration > 0:
+        V = 50 if args.V is None else args.V
+        if V < 2 or not args.concentration > 0:
             raise ValueError("--V must be >= 2 and --concentration > 0")
         rng = np.random.default_rng(args.seed)
-        p, q = rng.dirichlet(np.full(args.V, args.concentration)), rng.dirichlet(np.full(args.V, args.concentration))
+        p, q = rng.dirichlet(np.full(V, args.concentration)), rng.dirichlet(np.full(V, args.concentration))
     cert = exactness.certify_coupled(args.kernel, args.reference, p, q, args.k, n=args.n, alpha=args.alpha,
                                      seed=args.seed, convention=args.convention, fallback=args.fallback,
                                      stop_after=args.stop_after, kernel_spec=args.kernel, copies=args.copies)
@@ -77,9 +89,9 @@ def run(args) -> int:
     print(f"({cert.n:,} coupled draws in {cert.seconds:.2f} s, reference path: {cert.path})")
     if cert.counterexample:
         if args.counterexample:
-            from pathlib import Path
+            from .._io import atomic_write
 
-            Path(args.counterexample).write_text(cert.counterexample + "\n")
+            atomic_write(args.counterexample, cert.counterexample + "\n")
             print(f"counterexample written to {args.counterexample}")
         else:
             print("\n# counterexample (python):\n" + cert.counterexample)

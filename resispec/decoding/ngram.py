@@ -377,8 +377,17 @@ def load_counts(tokenizer, vocab_size: int, *, corpus=None, order: int = 3, cach
     return counts
 
 
+#: The largest order any vocabulary allows (V = 2: 1-bit ids, 62 of them packed in an int64 key);
+#: a real tokenizer allows far less (:func:`_max_order`, checked against V when the counts are built).
+MAX_ORDER = _max_order(2)
+
+
 def _check_options(opts) -> tuple[NgramConfig, object]:
-    """(config, corpus) of ngram draft options; ValueError for an unknown option, bad value or missing corpus."""
+    """(config, corpus) of ngram draft options, checked before any model loads.
+
+    Raises ValueError for an unknown option, a bad value, an ``order`` outside
+    ``[1, MAX_ORDER]`` (no vocabulary fits more), an empty ``corpus=`` or a missing corpus.
+    """
     opts = dict(opts)
     corpus = opts.pop("corpus", None)
     fields = set(NgramConfig.__dataclass_fields__)
@@ -386,6 +395,12 @@ def _check_options(opts) -> tuple[NgramConfig, object]:
     if unknown:
         raise ValueError(f"ngram draft: unknown option(s) {sorted(unknown)}; known: {sorted(fields | {'corpus'})}")
     cfg = NgramConfig(**opts)
+    if cfg.order > MAX_ORDER:
+        raise ValueError(f"ngram order must be at most {MAX_ORDER} (contexts are packed in 62 bits; a real "
+                         f"tokenizer allows about 4-5), got {cfg.order}")
+    if corpus is not None and not str(corpus).strip():
+        raise ValueError("ngram draft: corpus= is empty; give corpus=PATH (a folder of .py sources) or leave it "
+                         "out for the Python standard library")
     root = Path(str(corpus)).expanduser() if corpus is not None else default_corpus()
     if not root.exists():
         raise ValueError(f"corpus {str(root)!r} does not exist; give a folder of .py sources")
