@@ -46,7 +46,7 @@ def test_joint_law_is_the_chain_rule(pair):
     p1 = tgt(PROMPT[None])[0]
     p2 = tgt(np.array([[1, 2, 3, 2]], dtype=np.int64))[0]
     assert law.shape == (V * V,)
-    np.testing.assert_allclose(law[sequence_index([2, 3], V)], p1[2] * p2[3], rtol=1e-10)
+    np.testing.assert_allclose(law[sequence_index([2, 3], V)], p1[2] * p2[3], rtol=1e-6)  # float32 forwards of a batch and of one row differ by ~1e-7
     assert abs(law.sum() - 1) < 1e-12
 
 

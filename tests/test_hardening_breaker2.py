@@ -196,3 +196,11 @@ def test_ngram_option_check(spec, match):
 def test_ngram_valid_orders_still_pass():
     assert check_draft_spec("ngram:order=5") == "ngram"
     assert check_draft_spec("ngram:order=63") == "ngram"
+
+
+@pytest.mark.parametrize("spec", ["ngram:,,", "ngram:order=2,order=3", "ngram:order=2,", "ngram: =3"])
+def test_draft_spec_duplicates_and_empty_items(spec):
+    from resispec.decoding.drafts import parse_draft_spec
+
+    with pytest.raises(ValueError, match="twice|key=value"):
+        parse_draft_spec(spec)

@@ -19,6 +19,10 @@ import numpy as np
 from . import check_new_tokens, check_output, check_prompt, check_rng
 
 
+#: Contexts per forward pass of :func:`engine_target` (at V = 151,936: 64 rows of float32 logits ~ 39 MB).
+TARGET_ROWS = 64
+
+
 def parse_tree(tree):
     """``"4,2"`` -> i.i.d. ``TreeShape``; ``"wor:4,2"`` -> without replacement; a ``TreeShape`` as is.
 
@@ -171,7 +175,8 @@ def engine_target(model, sampling=None):
     Returns
     -------
     callable ``(contexts (B, L) int64) -> (B, V) float64``
-        Cache-free forward, last position's logits, ``process_logits``
+        Cache-free forward in chunks of ``TARGET_ROWS`` contexts, the last position's logits only
+        (``logits_to_keep=1``), ``process_logits``
         (float64 softmax, renormalised) -- the law ``speculative_decode``
         must emit at every position.
 
@@ -190,9 +195,13 @@ def engine_target(model, sampling=None):
 
     def target(contexts):
         ctx = _check_contexts(contexts, vocab)
-        with torch.inference_mode():
-            logits = model(input_ids=torch.as_tensor(ctx, device=device), use_cache=False).logits[:, -1]
-        return process_logits(logits.float(), sampling)
+        out = []
+        for s in range(0, ctx.shape[0], TARGET_ROWS):   # memory O(TARGET_ROWS V), not O(B L V)
+            with torch.inference_mode():
+                logits = model(input_ids=torch.as_tensor(ctx[s:s + TARGET_ROWS], device=device), use_cache=False,
+                               logits_to_keep=1).logits[:, -1]      # only the last position's logits
+            out.append(process_logits(logits.float(), sampling))
+        return np.concatenate(out) if out else np.zeros((0, vocab))
 
     return target
 

@@ -103,7 +103,7 @@ class ModelLaws:
             for s in range(0, idx.size, BATCH):
                 with torch.inference_mode():
                     logits = model(input_ids=torch.as_tensor(ids[s:s + BATCH], device=device),
-                                   use_cache=False).logits[:, -1]
+                                   use_cache=False, logits_to_keep=1).logits[:, -1]
                 out[idx[s:s + BATCH]] = process_logits(logits.float(), self.sampling)
         return out
 

@@ -254,10 +254,12 @@ def parse_draft_spec(spec: str) -> tuple[str, dict]:
     if kind == "model" or kind not in DRAFT_KINDS:
         return "model", {"name": spec[len("model:"):] if kind == "model" else spec}
     opts = {}
-    for item in filter(None, rest.split(",")):
+    for item in rest.split(",") if rest else []:
         key, eq, val = item.partition("=")
-        if not eq or not key:
+        if not eq or not key.strip():
             raise ValueError(f"draft {spec!r}: option {item!r} must be key=value (e.g. {kind}:order=3)")
+        if key.strip() in opts:
+            raise ValueError(f"draft {spec!r}: option {key.strip()!r} is given twice; give each option once")
         opts[key.strip()] = _value(val.strip())
     return kind, opts
 
