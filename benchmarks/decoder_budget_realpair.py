@@ -82,8 +82,12 @@ def main(argv=None) -> int:
     prompts = _prompts(pair, a.prompts, a.prompt_len)
 
     start = time.perf_counter()
-    exactness.certify_decoder(dec, tgt, prompts, new_tokens=a.new_tokens, n=a.pilot, alpha=1e-3,
-                              seed=2 * a.seed + 1, seeded=False)
+    try:  # the pilot times the whole certification; at its tiny n it may have no degree of freedom
+        exactness.certify_decoder(dec, tgt, prompts, new_tokens=a.new_tokens, n=a.pilot, alpha=1e-3,
+                                  seed=2 * a.seed + 1, seeded=False)
+    except ValueError as exc:
+        if "no degree of freedom" not in str(exc):
+            raise
     pilot_s = time.perf_counter() - start
     per = pilot_s / (a.pilot * a.prompts)                        # seconds per continuation, checks included
     left = a.budget - pilot_s
@@ -91,8 +95,15 @@ def main(argv=None) -> int:
     print(f"pilot: {a.pilot * a.prompts} continuations in {pilot_s:.1f} s ({per:.2f} s each, load {load0:.1f}); "
           f"main run: n = {n} per prompt, about {n * a.prompts * per:.0f} s", flush=True)
     t1 = time.perf_counter()
-    cert = exactness.certify_decoder(dec, tgt, prompts, new_tokens=a.new_tokens, n=n, alpha=1e-3,
-                                     seed=2 * a.seed + 2, seeded=False)
+    try:
+        cert = exactness.certify_decoder(dec, tgt, prompts, new_tokens=a.new_tokens, n=n, alpha=1e-3,
+                                         seed=2 * a.seed + 2, seeded=False)
+    except ValueError as exc:
+        if "no degree of freedom" not in str(exc):
+            raise
+        print(f"the budget of {a.budget:g} s buys n = {n} continuations per prompt ({per:.1f} s each): no test has "
+              f"a degree of freedom at that n, so nothing is certified; give a larger --budget (nothing written)")
+        return 1
     main_s = time.perf_counter() - t1
     load1 = os.getloadavg()[0]
     pos = cert.details["positions"]
