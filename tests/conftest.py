@@ -6,9 +6,24 @@ examples each run (and saves failures in ``.hypothesis/``).
 """
 
 import os
+import sys
 
+import pytest
 from hypothesis import settings
 
 settings.register_profile("ci", derandomize=True, print_blob=True)
 if os.environ.get("CI", "").lower() in ("1", "true", "yes"):
     settings.load_profile("ci")
+
+
+@pytest.fixture
+def user_dir(tmp_path, monkeypatch):
+    """A clean folder as cwd; sys.path and the user modules imported from it are restored afterwards."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "path", list(sys.path))
+    before = set(sys.modules)
+    yield tmp_path
+    for name in set(sys.modules) - before:
+        mod = sys.modules.get(name)
+        if str(getattr(mod, "__file__", "") or "").startswith(str(tmp_path)):
+            del sys.modules[name]

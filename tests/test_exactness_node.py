@@ -329,33 +329,31 @@ class Mine:
 
 
 @pytest.fixture
-def user_dir(tmp_path, monkeypatch):
-    monkeypatch.chdir(tmp_path)
-    monkeypatch.setattr(sys, "path", list(sys.path))
-    (tmp_path / "mine_k.py").write_text(textwrap.dedent(MINE))
-    yield tmp_path
-    sys.modules.pop("mine_k", None)
+def mine_dir(user_dir):
+    """``user_dir`` (tests/conftest.py) holding the user module ``mine_k``."""
+    (user_dir / "mine_k.py").write_text(textwrap.dedent(MINE))
+    return user_dir
 
 
-def test_cli_reports_unsupported_k_as_skipped_not_failed(user_dir, capsys):
-    rc = main(["certify", "--verifier", "mine_k:Mine", "--k", "1,2", *TINY, "--out", str(user_dir / "c.md"),
+def test_cli_reports_unsupported_k_as_skipped_not_failed(mine_dir, capsys):
+    rc = main(["certify", "--verifier", "mine_k:Mine", "--k", "1,2", *TINY, "--out", str(mine_dir / "c.md"),
                "--seed", "0,3", "--workers", "2"])
     out = capsys.readouterr().out
     assert rc == 0 and "PASS" in out and "not supported: k = 2" in out
-    data = json.loads((user_dir / "c.json").read_text())
+    data = json.loads((mine_dir / "c.json").read_text())
     cells = {c["k"]: c for c in data["cells"]}
     assert cells[2]["skipped"].startswith("not supported") and cells[1]["skipped"] is None
     assert data["meta"]["seed"] == [0, 3] and data["meta"]["workers"] == 2
 
 
-def test_cli_with_no_supported_cell_is_never_a_pass(user_dir, capsys):
-    rc = main(["certify", "--verifier", "mine_k:Mine", "--k", "2", *TINY, "--out", str(user_dir / "c.md")])
+def test_cli_with_no_supported_cell_is_never_a_pass(mine_dir, capsys):
+    rc = main(["certify", "--verifier", "mine_k:Mine", "--k", "2", *TINY, "--out", str(mine_dir / "c.md")])
     assert rc == 1 and "NOT TESTED" in capsys.readouterr().out
 
 
 @pytest.mark.parametrize("flag, value, match", [("--seed", "0,-3", "--seed must be >= 0"),
                                                 ("--seed", "x", "comma-separated sequence"),
                                                 ("--workers", "0", "--workers must be >= 1")])
-def test_cli_bad_seed_and_workers_exit_2(user_dir, capsys, flag, value, match):
-    rc = main(["certify", "--verifier", "rrs", "--k", "1", *TINY, "--out", str(user_dir / "c.md"), flag, value])
+def test_cli_bad_seed_and_workers_exit_2(mine_dir, capsys, flag, value, match):
+    rc = main(["certify", "--verifier", "rrs", "--k", "1", *TINY, "--out", str(mine_dir / "c.md"), flag, value])
     assert rc == 2 and match in capsys.readouterr().err

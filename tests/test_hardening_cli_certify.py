@@ -29,19 +29,6 @@ class Mine:
 """
 
 
-@pytest.fixture
-def user_dir(tmp_path, monkeypatch):
-    """A clean folder as cwd; sys.path and the user modules imported from it are restored afterwards."""
-    monkeypatch.chdir(tmp_path)
-    monkeypatch.setattr(sys, "path", list(sys.path))
-    before = set(sys.modules)
-    yield tmp_path
-    for name in set(sys.modules) - before:
-        mod = sys.modules.get(name)
-        if str(getattr(mod, "__file__", "") or "").startswith(str(tmp_path)):
-            del sys.modules[name]
-
-
 def _write(folder, name, body):
     (folder / f"{name}.py").write_text(textwrap.dedent(body))
 
