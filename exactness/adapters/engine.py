@@ -185,25 +185,36 @@ def engine_target(model, sampling=None):
     TypeError / ValueError
         Contexts not a 2-D int64 array, or ids out of range.
     """
-    import torch
-
-    from resispec.decoding.laws import SamplingConfig, process_logits
+    from resispec.decoding.laws import SamplingConfig
 
     sampling = SamplingConfig() if sampling is None else sampling
     vocab = _vocab(model)
-    device = next(model.parameters()).device
 
     def target(contexts):
-        ctx = _check_contexts(contexts, vocab)
-        out = []
-        for s in range(0, ctx.shape[0], TARGET_ROWS):   # memory O(TARGET_ROWS V), not O(B L V)
-            with torch.inference_mode():
-                logits = model(input_ids=torch.as_tensor(ctx[s:s + TARGET_ROWS], device=device), use_cache=False,
-                               logits_to_keep=1).logits[:, -1]      # only the last position's logits
-            out.append(process_logits(logits.float(), sampling))
-        return np.concatenate(out) if out else np.zeros((0, vocab))
+        return last_position_laws(model, _check_contexts(contexts, vocab), sampling)
 
     return target
+
+
+def last_position_laws(model, ids: np.ndarray, sampling, rows: int = TARGET_ROWS) -> np.ndarray:
+    """Next-token laws (B, V) float64 of ``model`` after ``ids`` (B, L) int64 (checked), under ``sampling``.
+
+    Cache-free forwards of ``rows`` contexts at a time keeping only the last position's logits
+    (``logits_to_keep=1``: memory O(rows V), not O(B L V)), then ``process_logits`` (float64,
+    renormalised).  Shared by :func:`engine_target` and :class:`exactness.adapters.laws.ModelLaws`.
+    """
+    import torch
+
+    from resispec.decoding.laws import process_logits
+
+    device = next(model.parameters()).device
+    out = []
+    for s in range(0, ids.shape[0], rows):
+        with torch.inference_mode():
+            logits = model(input_ids=torch.as_tensor(ids[s:s + rows], device=device), use_cache=False,
+                           logits_to_keep=1).logits[:, -1]
+        out.append(process_logits(logits.float(), sampling))
+    return np.concatenate(out) if out else np.zeros((0, _vocab(model)))
 
 
 def _check_contexts(contexts, vocab: int) -> np.ndarray:

@@ -2,7 +2,7 @@
 
 :class:`ModelLaws` gives ``laws(contexts) -> (p, q)``: the target's and the draft's next-token laws
 after one :class:`resispec.decoding.SamplingConfig`, computed by cache-free batched forwards
-(contexts grouped by length, ``BATCH`` rows a forward).  With it
+(contexts grouped by length, up to ``BATCH`` rows a forward).  With it
 ``exactness.chain.chain_decoder(kernel, ModelLaws(target, draft))`` or
 ``exactness.tree_decoder.TreeDecoder(ModelLaws(target, draft), ...)`` runs a chain or tree verifier
 over real (or tiny random) transformers models in batches of thousands of rows, and
@@ -19,10 +19,12 @@ from __future__ import annotations
 
 import numpy as np
 
-from .engine import _vocab
+from .engine import _vocab, last_position_laws
 
-#: Rows per forward pass.
+#: Most rows per forward pass (fewer at large V: at most ``LOGIT_ELEMS`` logits at once).
 BATCH = 2048
+#: Logit elements held per forward (2**24: 64 MiB of float32).
+LOGIT_ELEMS = 1 << 24
 #: Memory for memoised (context -> law) rows per model, bytes (tiny vocabularies revisit the same contexts).
 CACHE_BYTES = 256 << 20
 
@@ -63,6 +65,7 @@ class ModelLaws:
         self.models, self.vocab = (target, draft), vt
         self._memo = ({}, {}) if cache else None
         self._cache_rows = CACHE_BYTES // (8 * vt)
+        self._rows = max(1, min(BATCH, LOGIT_ELEMS // vt))
 
     def _laws(self, which: int, contexts: list) -> np.ndarray:
         if self._memo is None:
@@ -86,25 +89,16 @@ class ModelLaws:
         return out
 
     def _forward(self, model, contexts: list) -> np.ndarray:
-        import torch
-
-        from resispec.decoding.laws import process_logits
-
         out = np.empty((len(contexts), self.vocab))
         lengths = np.array([len(c) for c in contexts])
         if lengths.size and lengths.min() < 1:
             raise ValueError("every context must hold at least one token (start from a non-empty prompt)")
-        device = next(model.parameters()).device
         for L in np.unique(lengths):
             idx = np.flatnonzero(lengths == L)
             ids = np.array([contexts[i] for i in idx], dtype=np.int64).reshape(idx.size, int(L))
             if ids.min() < 0 or ids.max() >= self.vocab:
                 raise ValueError(f"contexts hold ids outside [0, {self.vocab})")
-            for s in range(0, idx.size, BATCH):
-                with torch.inference_mode():
-                    logits = model(input_ids=torch.as_tensor(ids[s:s + BATCH], device=device),
-                                   use_cache=False, logits_to_keep=1).logits[:, -1]
-                out[idx[s:s + BATCH]] = process_logits(logits.float(), self.sampling)
+            out[idx] = last_position_laws(model, ids, self.sampling, self._rows)
         return out
 
     def laws(self, contexts) -> tuple[np.ndarray, np.ndarray]:
@@ -120,4 +114,4 @@ class ModelLaws:
         return self._laws(0, [tuple(int(t) for t in c) for c in ctx])
 
 
-__all__ = ["ModelLaws", "BATCH", "CACHE_BYTES"]
+__all__ = ["ModelLaws", "BATCH", "CACHE_BYTES", "LOGIT_ELEMS"]
