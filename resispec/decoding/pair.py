@@ -51,8 +51,10 @@ class ModelPair:
 
 
 def load_pair(target: str = DEFAULT_TARGET, draft: str = DEFAULT_DRAFT, *, dtype="float32", device="auto",
-              progress: bool = True, wheels_from=None, download: bool = False) -> ModelPair:
+              progress: bool = True, wheels_from=None, download: bool = False, linear: str = "auto") -> ModelPair:
     """Load and check a draft/target pair (built-in names or local paths).
+
+    ``linear``: the linear-layer kernel of both models (:func:`~resispec.decoding.models.load_model`).
 
     ``draft``: a model name/path, or a draft kind of :mod:`.drafts` such as
     ``"ngram"`` / ``"ngram:order=4"`` (built over the target's tokenizer).
@@ -75,7 +77,8 @@ def load_pair(target: str = DEFAULT_TARGET, draft: str = DEFAULT_DRAFT, *, dtype
     kind, _ = parse_draft_spec(draft)
     for name in (target, draft) if kind == "model" else (target,):
         check_model_source(name, download=download)
-    kw = dict(dtype=dtype, device=device, progress=progress, wheels_from=wheels_from, download=download)
+    kw = dict(dtype=dtype, device=device, progress=progress, wheels_from=wheels_from, download=download,
+              linear=linear)
     t_model, t_tok = load_model(target, **kw)
     if kind == "model":
         d_model, d_tok = load_model(draft, **kw)
