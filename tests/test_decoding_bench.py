@@ -136,6 +136,9 @@ def test_a_killed_benchmark_leaves_a_readable_partial_strict_json(tmp_path, caps
     ar, rrs = got["rows"][0], got["rows"][1]
     assert ar["speedup_paired"] == pytest.approx(1.0) and ar["speedup_paired_se"] == pytest.approx(0.0, abs=1e-12)
     assert rrs["paired_units"] == 4 and rrs["speedup_paired_se"] is not None and rrs["tps_median"] > 0
+    assert ar["speedup_paired_cpu"] == pytest.approx(1.0) and rrs["speedup_paired_cpu"] > 0
+    assert all(r["cpu_seconds"] > 0 for r in got["runs"])  # CPU time measured per run, beside wall-clock
+    assert "CPU time" in md.read_text()
 
 
 def test_bench_decode_default_output_is_not_the_shipped_report():

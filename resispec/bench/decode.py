@@ -42,6 +42,7 @@ class BenchRow:
     target_calls: int = 0
     draft_calls: int = 0
     seconds: float = 0.0
+    cpu_seconds: float = 0.0
     target_seconds: float = 0.0
     draft_seconds: float = 0.0
     runs: int = 0
@@ -59,6 +60,7 @@ class BenchRow:
         self.target_calls += res.target_calls
         self.draft_calls += res.draft_calls
         self.seconds += res.seconds
+        self.cpu_seconds += res.cpu_seconds
         self.target_seconds += res.target_seconds
         self.draft_seconds += res.draft_seconds
         self.runs += 1
@@ -82,12 +84,15 @@ class BenchResult:
         Beside the totals: ``tps_median`` / ``tps_q25`` / ``tps_q75`` (tokens/s
         over runs), ``speedup_paired`` (mean over units of this method's
         tokens/s divided by target-only decoding's on the SAME unit, run next to
-        it) with its standard error ``speedup_paired_se`` (sd / sqrt(n)), and
+        it) with its standard error ``speedup_paired_se`` (sd / sqrt(n)), the same
+        ratio of CPU time (``speedup_paired_cpu`` / ``_se``: tokens per CPU-second,
+        blind to other processes holding the cores), and
         ``block_efficiency_se`` (s.e. of the per-unit block efficiency).
         None where undefined (no target-only run, a single unit).
         """
         ar = next((r for r in self.rows if r.method == AUTOREGRESSIVE), None)
         ar_tps = {x["unit"]: _tps(x) for x in self.runs if x["method"] == AUTOREGRESSIVE}
+        ar_cps = {x["unit"]: _tps(x, "cpu_seconds") for x in self.runs if x["method"] == AUTOREGRESSIVE}
         out = []
         for r in self.rows:
             peers = [x for x in self.rows if x.tree == r.tree and x.method not in (AUTOREGRESSIVE, "resispec")
@@ -98,6 +103,7 @@ class BenchResult:
             tps = [_tps(x) for x in mine]
             be = [x["tokens"] / max(x["target_calls"], 1) for x in mine]
             ratios = [_tps(x) / ar_tps[x["unit"]] for x in mine if ar_tps.get(x["unit"])]
+            cpu_ratios = [_tps(x, "cpu_seconds") / ar_cps[x["unit"]] for x in mine if ar_cps.get(x["unit"])]
             q = np.percentile(tps, [25, 50, 75]) if tps else [None] * 3
             out.append({
                 "method": r.method, "tree": r.tree, "tokens": r.tokens, "target_calls": r.target_calls,
@@ -109,15 +115,18 @@ class BenchResult:
                 "speedup_vs_autoregressive": (r.tokens_per_second / ar.tokens_per_second) if ar and ar.runs
                 else float("nan"),
                 "speedup_paired": float(np.mean(ratios)) if ratios else None, "speedup_paired_se": _se(ratios),
-                "paired_units": len(ratios),
+                "speedup_paired_cpu": float(np.mean(cpu_ratios)) if cpu_ratios else None,
+                "speedup_paired_cpu_se": _se(cpu_ratios), "paired_units": len(ratios),
                 "block_eff_vs_best_baseline": r.block_efficiency / best_be if peers else float("nan"),
                 "tps_vs_best_baseline": r.tokens_per_second / best_tps if peers else float("nan"),
             })
         return out
 
 
-def _tps(run: dict) -> float:
-    return run["tokens"] / run["seconds"] if run["seconds"] > 0 else float("nan")
+def _tps(run: dict, key: str = "seconds") -> float:
+    """Tokens per second of one run (``key="cpu_seconds"``: per CPU-second); NaN when unmeasured."""
+    sec = run.get(key) or 0.0
+    return run["tokens"] / sec if sec > 0 else float("nan")
 
 
 def _se(xs) -> float | None:
@@ -230,6 +239,7 @@ def run_bench(pair, prompts: list[list[int]], *, verifiers=DEFAULT_VERIFIERS, tr
                 result.runs.append({"unit": u, "method": method, "tree": row.tree, "prompt": i, "seed": int(seed),
                                     "repeat": rep, "tokens": len(res.tokens), "target_calls": res.target_calls,
                                     "draft_levels": res.draft_levels, "seconds": res.seconds,
+                                    "cpu_seconds": res.cpu_seconds,
                                     "target_seconds": res.target_seconds, "draft_seconds": res.draft_seconds})
                 if on_run is not None:
                     on_run(result)
@@ -258,11 +268,12 @@ def _estimate(pair, prompts, runs: int, max_new_tokens: int, sampling) -> str:
 def format_table(result: BenchResult) -> str:
     """Markdown table of :meth:`BenchResult.table`."""
     head = ["method", "tree", "tokens", "target calls", "block eff. (± s.e.)", "tokens/s median [q25, q75]",
-            "speed-up vs AR, paired (± s.e.)", "block eff. / best baseline", "tokens/s / best baseline"]
+            "speed-up vs AR, paired (± s.e.)", "same, CPU time (± s.e.)", "block eff. / best baseline", "tokens/s / best baseline"]
     rows = ([r["method"], r["tree"], str(r["tokens"]), str(r["target_calls"]),
              _pm(r["block_efficiency"], r["block_efficiency_se"]),
              f"{_f(r['tps_median'])} [{_f(r['tps_q25'])}, {_f(r['tps_q75'])}]",
              _pm(r["speedup_paired"], r["speedup_paired_se"]),
+             _pm(r["speedup_paired_cpu"], r["speedup_paired_cpu_se"]),
              _f(r["block_eff_vs_best_baseline"]), _f(r["tps_vs_best_baseline"])] for r in result.table())
     return "\n".join(md_table(head, rows))
 
@@ -294,9 +305,11 @@ def write_report(result: BenchResult, md_path: Path, json_path: Path, command: s
         f"{cfg.get('prompts')} prompts x seeds {cfg.get('seeds')} x {cfg.get('repeats', 1)} repeat(s), "
         f"up to {cfg.get('max_new_tokens')} new tokens.", "",
         "Block efficiency (tokens per target call) is the portable figure; tokens/s is wall-clock on THIS machine "
-        "(shared CPU: noisy, and a CPU tree pass costs far more than a 1-token pass, unlike a GPU). Methods run "
+        "(shared CPU: noisy; a CPU pass of a few tokens costs 1.2-2x a 1-token pass even with the small-batch linear, benchmarks/cpu_linear.py). Methods run "
         "interleaved unit by unit (unit = prompt x seed x repeat) in rotated order; the paired speed-up is the mean "
-        "over units of tokens/s divided by target-only decoding's on the same unit. "
+        "over units of tokens/s divided by target-only decoding's on the same unit; the CPU-time column is the same "
+        "ratio of tokens per CPU-second of this process (time.process_time), which other processes holding the "
+        "cores do not inflate. "
         "'best baseline' = best of rrs, rrs_wor, kseq, target_only on the same tree.", "",
         format_table(result), ""])
     payload = {"config": cfg, "command": command, "complete": result.complete, "rows": result.table(),
