@@ -1,0 +1,264 @@
+"""Executors of certification work, by name: chunks of Monte Carlo draws and whole grid cells as tasks.
+
+An executor maps a function over a list of jobs and returns the results in the order of the jobs::
+
+    with get_executor("ray", workers=4) as ex:
+        parts = ex.map_chunks(fn, jobs)      # == [fn(job) for job in jobs]
+
+Kinds (``EXECUTORS``, filled by :func:`register_executor`):
+
+``local``
+    Every job in this process, in order.
+``process``
+    A forked ``concurrent.futures.ProcessPoolExecutor`` of ``workers`` processes (POSIX; ``fn`` need not be
+    picklable: the children inherit it).  Where fork is missing the jobs run here, in order.
+``ray``
+    One Ray task per job (``pip install "resispec[ray]"``).  ``address=None`` starts a local cluster
+    (``ray.init()``, ``num_cpus=workers``); ``address="auto"`` or ``"HOST:PORT"`` joins a running one
+    (``ray start --head``).  ``fn`` is shipped once with ``ray.put`` (cloudpickle): the verifier's module must be
+    importable on every node.  A cluster started here is shut down by :meth:`RayExecutor.close`; one that was
+    already running (``ray.init`` called by the caller, or joined by address) is left running.
+
+What makes the results the same on every executor is the caller's job list, never the executor: the Monte
+Carlo draws of a cell are split into the ``SeedSequence.spawn`` children of its seed (``exactness.chunks``),
+so one seed gives the same counts with any executor.  A job that raises re-raises its original exception in
+the caller; a worker that dies is a ``RuntimeError``; a time limit or Ctrl-C in the caller stops the workers.
+"""
+
+from __future__ import annotations
+
+import socket
+from collections.abc import Callable, Sequence
+from contextlib import contextmanager
+
+#: Executor kinds by name (see :func:`register_executor`).
+EXECUTORS: dict[str, type] = {}
+#: Seconds allowed to reach a Ray cluster's address before giving up (``ray.init`` itself retries ~2 min).
+RAY_CONNECT_TIMEOUT = 5.0
+#: The install line named when ray is missing.
+RAY_INSTALL = 'pip install "resispec[ray]"'
+
+
+def register_executor(name: str):
+    """Class decorator: register an executor kind under ``name`` (``get_executor(name)``)."""
+    def deco(cls):
+        cls.kind = name
+        EXECUTORS[name] = cls
+        return cls
+    return deco
+
+
+class Executor:
+    """Base executor: ``map_chunks(fn, jobs) -> [fn(job) for job in jobs]``; a context manager (``close``)."""
+
+    kind = "base"
+
+    def __init__(self, workers: int = 1, **options):
+        if options:
+            raise TypeError(f"executor {self.kind!r} takes no options {sorted(options)} (only 'ray' takes address)")
+        self.workers = workers
+
+    def map_chunks(self, fn: Callable, jobs: Sequence) -> list:
+        raise NotImplementedError
+
+    def close(self) -> None:
+        """Release what this executor started (nothing for local / process)."""
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+@register_executor("local")
+class LocalExecutor(Executor):
+    """Every job in this process, in order."""
+
+    def map_chunks(self, fn, jobs):
+        return [fn(job) for job in jobs]
+
+
+_FORKED: Callable | None = None  # the function seen by forked workers (it need not be picklable)
+
+
+def _forked_call(job):
+    return _FORKED(job)
+
+
+@register_executor("process")
+class ProcessExecutor(Executor):
+    """A forked process pool of ``min(workers, len(jobs))`` processes; one job (or ``workers == 1``) runs here."""
+
+    def map_chunks(self, fn, jobs):
+        import multiprocessing as mp
+        from concurrent.futures import ProcessPoolExecutor
+        from concurrent.futures.process import BrokenProcessPool
+
+        global _FORKED
+        jobs = list(jobs)
+        if self.workers == 1 or len(jobs) <= 1 or "fork" not in mp.get_all_start_methods():
+            return [fn(job) for job in jobs]
+        _FORKED = fn
+        ex = ProcessPoolExecutor(min(self.workers, len(jobs)), mp_context=mp.get_context("fork"))
+        try:
+            return list(ex.map(_forked_call, jobs))
+        except BrokenProcessPool as e:
+            raise RuntimeError(f"a worker process of the process executor died (workers = {self.workers}): {e}; "
+                               "no certificate is given") from e
+        except BaseException:  # a time limit or Ctrl-C: stop the workers now rather than wait for them
+            for proc in list(getattr(ex, "_processes", {}).values()):
+                proc.terminate()
+            raise
+        finally:
+            ex.shutdown(wait=True, cancel_futures=True)
+            _FORKED = None
+
+
+def check_address(address) -> str | None:
+    """``None`` (start a local cluster), ``"auto"``, ``"HOST:PORT"`` or ``"ray://HOST:PORT"``; ValueError else."""
+    if address is None:
+        return None
+    if not isinstance(address, str) or not address.strip():
+        raise ValueError(f"--address must be 'auto', HOST:PORT or ray://HOST:PORT of a running Ray cluster, "
+                         f"got {address!r}")
+    address = address.strip()
+    if address == "auto":
+        return address
+    host, sep, port = address.removeprefix("ray://").rpartition(":")
+    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise ValueError(f"--address {address!r}: write HOST:PORT (e.g. 10.0.0.1:6379, the address `ray start "
+                         "--head` prints), ray://HOST:PORT, or 'auto'")
+    return address
+
+
+def _probe(address: str, timeout: float) -> None:
+    """ValueError naming ``--address`` unless a TCP connection to HOST:PORT opens within ``timeout`` s."""
+    host, _, port = address.removeprefix("ray://").rpartition(":")
+    try:
+        socket.create_connection((host.strip("[]"), int(port)), timeout=timeout).close()
+    except OSError as e:
+        raise ValueError(f"--address {address}: no Ray cluster reachable there within {timeout:g} s ({e}). Start "
+                         "one with `ray start --head` on that node and pass the address it prints, pass --address "
+                         "auto on a node of a running cluster, or leave --address out to start a local cluster"
+                         ) from e
+
+
+def _call(fn, job):
+    return fn(job)
+
+
+@register_executor("ray")
+class RayExecutor(Executor):
+    """One Ray task per job; see the module docstring.
+
+    Parameters
+    ----------
+    workers : int, CPUs of the local cluster started here (ignored when joining one)
+    address : str or None, ``None`` = local cluster, else ``"auto"`` / ``"HOST:PORT"`` / ``"ray://HOST:PORT"``
+    connect_timeout : float, seconds to reach ``address`` (default ``RAY_CONNECT_TIMEOUT``)
+
+    Raises
+    ------
+    ValueError
+        ray not installed (naming ``pip install "resispec[ray]"``); a bad or unreachable ``address`` (naming
+        ``--address``, within ``connect_timeout``); ``ray.init`` failing.  A cluster this call started is shut
+        down before the error is raised.
+    """
+
+    def __init__(self, workers: int = 1, address: str | None = None, connect_timeout: float = RAY_CONNECT_TIMEOUT):
+        super().__init__(workers)
+        address = check_address(address)
+        try:
+            import ray
+        except ImportError as e:
+            raise ValueError(f"--executor ray needs the ray package, which is not installed ({e}); install it "
+                             f"with {RAY_INSTALL}, or use --executor process") from e
+        self._ray, self.address, self._started = ray, address, False
+        if ray.is_initialized():
+            return  # the caller's cluster (ray.init done before): used, never shut down here
+        if address not in (None, "auto"):
+            _probe(address, connect_timeout)
+        try:
+            if address is None:
+                ray.init(num_cpus=workers, include_dashboard=False, log_to_driver=False)
+            else:
+                ray.init(address=address, log_to_driver=False)
+        except (Exception, SystemExit) as e:  # ray exits on a GCS it cannot reach after its own retries
+            if ray.is_initialized():
+                ray.shutdown()
+            where = "a local cluster" if address is None else f"--address {address}"
+            raise ValueError(f"could not start Ray on {where}: {type(e).__name__}: {e}. Pass --address auto on a "
+                             "node of a running cluster (`ray start --head`), HOST:PORT of its head, or leave "
+                             "--address out for a local cluster") from e
+        self._started = True
+        self._remote = ray.remote(_call)
+
+    def map_chunks(self, fn, jobs):
+        ray = self._ray
+        from ray.exceptions import RayTaskError
+
+        remote = getattr(self, "_remote", None) or ray.remote(_call)
+        try:
+            fn_ref = ray.put(fn)
+        except Exception as e:  # cloudpickle cannot serialise the verifier (a lock, an open file, a C handle)
+            raise TypeError(f"--executor ray cannot ship the work to the Ray workers: {type(e).__name__}: {e}. "
+                            "The verifier must be picklable (a module-level class with plain attributes, its "
+                            "module importable on every node); or use --executor process") from e
+        refs = [remote.remote(fn_ref, job) for job in jobs]
+        try:
+            return ray.get(refs)
+        except RayTaskError as e:  # the job raised: re-raise its own exception, as a local run would
+            cause = getattr(e, "cause", None)
+            if isinstance(cause, BaseException):
+                raise cause from None
+            raise RuntimeError(f"a Ray task failed: {e}; no certificate is given") from e
+        except ray.exceptions.RayError as e:  # a worker or node died, an object was lost
+            raise RuntimeError(f"a Ray worker died ({type(e).__name__}: {e}); no certificate is given") from e
+        except BaseException:  # a time limit or Ctrl-C: stop the tasks rather than leave them running
+            for r in refs:
+                try:
+                    ray.cancel(r, force=True)
+                except Exception:  # already finished
+                    pass
+            raise
+
+    def close(self) -> None:
+        """Shut down the cluster if this executor started it."""
+        if self._started and self._ray.is_initialized():
+            self._ray.shutdown()
+        self._started = False
+
+
+def check_executor(executor) -> str | Executor:
+    """``executor``: a registered name or an ``Executor`` instance; ValueError listing the kinds otherwise."""
+    if isinstance(executor, Executor):
+        return executor
+    if not isinstance(executor, str) or executor not in EXECUTORS:
+        raise ValueError(f"executor must be one of {sorted(EXECUTORS)} (or an exactness.executors.Executor), "
+                         f"got {executor!r}")
+    return executor
+
+
+def get_executor(executor="process", *, workers: int = 1, **options) -> Executor:
+    """An executor: ``executor`` a name in ``EXECUTORS`` (built with ``workers`` and ``options``, e.g.
+    ``address=`` for ray) or an ``Executor`` instance (returned as is; the caller closes it).
+
+    Raises ValueError for an unknown name; the kind's own errors (``RayExecutor``).
+    """
+    executor = check_executor(executor)
+    if isinstance(executor, Executor):
+        return executor
+    return EXECUTORS[executor](workers, **options)
+
+
+@contextmanager
+def executor_for(executor="process", *, workers: int = 1, **options):
+    """``with executor_for(executor, workers=N) as ex``: :func:`get_executor`, closed on exit only when built here
+    (an ``Executor`` instance passed in is the caller's to close)."""
+    ex = get_executor(executor, workers=workers, **options)
+    try:
+        yield ex
+    finally:
+        if ex is not executor:
+            ex.close()
