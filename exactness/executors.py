@@ -58,7 +58,18 @@ class Executor:
             raise TypeError(f"executor {self.kind!r} takes no options {sorted(options)} (only 'ray' takes address)")
         self.workers = workers
 
-    def map_chunks(self, fn: Callable, jobs: Sequence) -> list:
+    #: Whether whole grid cells should run as tasks of this executor (``exactness.grid.run_grid``); else the
+    #: cells run here, one after another, and only their chunks go to the executor.
+    cell_tasks = False
+
+    def map_chunks(self, fn: Callable, jobs: Sequence, *, on_done: Callable | None = None,
+                   on_error: Callable | None = None) -> list:
+        """``[fn(job) for job in jobs]``, in the order of ``jobs``.
+
+        ``on_done(i)`` is called as job ``i`` finishes (progress); ``on_error(job, exc)``, when given, is called
+        for a job that raised an ``Exception`` (or whose worker died, as a ``RuntimeError``) and its return value
+        stands for that job's result; without it the first failure is raised.
+        """
         raise NotImplementedError
 
     def close(self) -> None:
@@ -75,34 +86,62 @@ class Executor:
 class LocalExecutor(Executor):
     """Every job in this process, in order."""
 
-    def map_chunks(self, fn, jobs):
-        return [fn(job) for job in jobs]
+    def map_chunks(self, fn, jobs, *, on_done=None, on_error=None):
+        out = []
+        for i, job in enumerate(jobs):
+            try:
+                out.append(fn(job))
+            except Exception as e:
+                if on_error is None:
+                    raise
+                out.append(on_error(job, e))
+            if on_done is not None:
+                on_done(i)
+        return out
 
 
 _FORKED: Callable | None = None  # the function seen by forked workers (it need not be picklable)
 
 
+_CATCH = False  # whether forked workers return a job's exception (on_error given) instead of raising it
+
+
+class _Raised:
+    def __init__(self, exc):
+        self.exc = exc
+
+
 def _forked_call(job):
-    return _FORKED(job)
+    if not _CATCH:
+        return _FORKED(job)
+    try:
+        return _FORKED(job)
+    except Exception as e:
+        return _Raised(e)
 
 
 @register_executor("process")
 class ProcessExecutor(Executor):
     """A forked process pool of ``min(workers, len(jobs))`` processes; one job (or ``workers == 1``) runs here."""
 
-    def map_chunks(self, fn, jobs):
+    def map_chunks(self, fn, jobs, *, on_done=None, on_error=None):
         import multiprocessing as mp
         from concurrent.futures import ProcessPoolExecutor
         from concurrent.futures.process import BrokenProcessPool
 
-        global _FORKED
+        global _FORKED, _CATCH
         jobs = list(jobs)
         if self.workers == 1 or len(jobs) <= 1 or "fork" not in mp.get_all_start_methods():
-            return [fn(job) for job in jobs]
-        _FORKED = fn
+            return LocalExecutor().map_chunks(fn, jobs, on_done=on_done, on_error=on_error)
+        _FORKED, _CATCH = fn, on_error is not None
         ex = ProcessPoolExecutor(min(self.workers, len(jobs)), mp_context=mp.get_context("fork"))
         try:
-            return list(ex.map(_forked_call, jobs))
+            out = []
+            for i, (job, r) in enumerate(zip(jobs, ex.map(_forked_call, jobs))):
+                out.append(on_error(job, r.exc) if isinstance(r, _Raised) else r)
+                if on_done is not None:
+                    on_done(i)
+            return out
         except BrokenProcessPool as e:
             raise RuntimeError(f"a worker process of the process executor died (workers = {self.workers}): {e}; "
                                "no certificate is given") from e
@@ -112,7 +151,7 @@ class ProcessExecutor(Executor):
             raise
         finally:
             ex.shutdown(wait=True, cancel_futures=True)
-            _FORKED = None
+            _FORKED, _CATCH = None, False
 
 
 def check_address(address) -> str | None:
@@ -148,6 +187,27 @@ def _call(fn, job):
     return fn(job)
 
 
+def _local_error(e: BaseException) -> BaseException:
+    """What a local run would have raised: a task's own exception, or RuntimeError for a dead worker / node."""
+    from ray.exceptions import RayTaskError
+
+    cause = getattr(e, "cause", None)
+    if isinstance(e, RayTaskError) and isinstance(cause, Exception):
+        return cause
+    if isinstance(e, RayTaskError):
+        return RuntimeError(f"a Ray task failed: {e}; no certificate is given")
+    first = (str(e).strip().splitlines() or [""])[0]
+    return RuntimeError(f"a Ray worker died ({type(e).__name__}: {first}); no certificate is given")
+
+
+def _cancel(ray, refs) -> None:
+    for r in refs:
+        try:
+            ray.cancel(r, force=True)
+        except Exception:  # already finished or gone
+            pass
+
+
 @register_executor("ray")
 class RayExecutor(Executor):
     """One Ray task per job; see the module docstring.
@@ -175,10 +235,11 @@ class RayExecutor(Executor):
             raise ValueError(f"--executor ray needs the ray package, which is not installed ({e}); install it "
                              f"with {RAY_INSTALL}, or use --executor process") from e
         self._ray, self.address, self._started = ray, address, False
-        if ray.is_initialized():
-            return  # the caller's cluster (ray.init done before): used, never shut down here
+        self._remote = ray.remote(_call)
         if address not in (None, "auto"):
             _probe(address, connect_timeout)
+        if ray.is_initialized():
+            return  # the caller's cluster (ray.init done before): used as it is, never shut down here
         try:
             if address is None:
                 ray.init(num_cpus=workers, include_dashboard=False, log_to_driver=False)
@@ -192,36 +253,41 @@ class RayExecutor(Executor):
                              "node of a running cluster (`ray start --head`), HOST:PORT of its head, or leave "
                              "--address out for a local cluster") from e
         self._started = True
-        self._remote = ray.remote(_call)
 
-    def map_chunks(self, fn, jobs):
+    cell_tasks = True
+
+    def map_chunks(self, fn, jobs, *, on_done=None, on_error=None):
         ray = self._ray
-        from ray.exceptions import RayTaskError
-
-        remote = getattr(self, "_remote", None) or ray.remote(_call)
+        jobs, refs = list(jobs), []
         try:
             fn_ref = ray.put(fn)
+            for job in jobs:
+                refs.append(self._remote.remote(fn_ref, job))
         except Exception as e:  # cloudpickle cannot serialise the verifier (a lock, an open file, a C handle)
+            _cancel(ray, refs)
             raise TypeError(f"--executor ray cannot ship the work to the Ray workers: {type(e).__name__}: {e}. "
                             "The verifier must be picklable (a module-level class with plain attributes, its "
                             "module importable on every node); or use --executor process") from e
-        refs = [remote.remote(fn_ref, job) for job in jobs]
+        index = {r: i for i, r in enumerate(refs)}
+        out, pending = [None] * len(refs), list(refs)
         try:
-            return ray.get(refs)
-        except RayTaskError as e:  # the job raised: re-raise its own exception, as a local run would
-            cause = getattr(e, "cause", None)
-            if isinstance(cause, BaseException):
-                raise cause from None
-            raise RuntimeError(f"a Ray task failed: {e}; no certificate is given") from e
-        except ray.exceptions.RayError as e:  # a worker or node died, an object was lost
-            raise RuntimeError(f"a Ray worker died ({type(e).__name__}: {e}); no certificate is given") from e
-        except BaseException:  # a time limit or Ctrl-C: stop the tasks rather than leave them running
-            for r in refs:
-                try:
-                    ray.cancel(r, force=True)
-                except Exception:  # already finished
-                    pass
+            while pending:
+                ready, pending = ray.wait(pending, num_returns=1)
+                for r in ready:
+                    i = index[r]
+                    try:
+                        out[i] = ray.get(r)
+                    except ray.exceptions.RayError as e:
+                        exc = _local_error(e)
+                        if on_error is None:
+                            raise exc from (None if exc is getattr(e, "cause", None) else e)
+                        out[i] = on_error(jobs[i], exc)
+                    if on_done is not None:
+                        on_done(i)
+        except BaseException:  # a failure, a time limit or Ctrl-C: stop the other tasks rather than leave them
+            _cancel(ray, pending)
             raise
+        return out
 
     def close(self) -> None:
         """Shut down the cluster if this executor started it."""
