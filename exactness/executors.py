@@ -27,7 +27,9 @@ the caller; a worker that dies is a ``RuntimeError``; a time limit or Ctrl-C in 
 
 from __future__ import annotations
 
+import os
 import socket
+import sys
 from collections.abc import Callable, Sequence
 from contextlib import contextmanager
 
@@ -189,7 +191,7 @@ def _call(fn, job):
 
 def _local_error(e: BaseException) -> BaseException:
     """What a local run would have raised: a task's own exception, or RuntimeError for a dead worker / node."""
-    from ray.exceptions import RayTaskError
+    from ray.exceptions import RaySystemError, RayTaskError
 
     cause = getattr(e, "cause", None)
     if isinstance(e, RayTaskError) and isinstance(cause, Exception):
@@ -197,7 +199,38 @@ def _local_error(e: BaseException) -> BaseException:
     if isinstance(e, RayTaskError):
         return RuntimeError(f"a Ray task failed: {e}; no certificate is given")
     first = (str(e).strip().splitlines() or [""])[0]
+    if isinstance(e, RaySystemError):  # e.g. the task's arguments could not be unpickled on the worker
+        return RuntimeError(f"a Ray task could not run ({first}): the verifier's module must be importable on "
+                            "every Ray node (install it there); no certificate is given")
     return RuntimeError(f"a Ray worker died ({type(e).__name__}: {first}); no certificate is given")
+
+
+#: Top-level packages whose classes are pickled by reference (installed on every node with resispec).
+_PROJECT = ("resispec", "exactness", "simulators")
+
+
+def _ship_user_modules(objs) -> None:
+    """Pickle by value (cloudpickle ``register_pickle_by_value``) the modules of user verifiers in ``objs``.
+
+    A verifier (an object, or the ``.verifier`` of a cell or sampler) whose class lives in a module outside
+    the project and outside the installed packages (a ``mine.py`` next to you, a test module) is shipped
+    with its code, so the Ray workers need not import that module; installed packages are pickled by
+    reference and must be installed on every node.
+    """
+    import sysconfig
+
+    from ray import cloudpickle
+
+    installed = tuple(os.path.abspath(sysconfig.get_paths()[k]) for k in ("purelib", "platlib", "stdlib"))
+    for obj in objs:
+        for o in (obj, getattr(obj, "verifier", None)):
+            name = type(o).__module__ if o is not None else "builtins"
+            mod = sys.modules.get(name)
+            path = getattr(mod, "__file__", None)
+            if name.split(".")[0] in _PROJECT + ("builtins", "__main__") or not path:
+                continue
+            if not os.path.abspath(path).startswith(installed):
+                cloudpickle.register_pickle_by_value(mod)
 
 
 def _cancel(ray, refs) -> None:
@@ -260,6 +293,8 @@ class RayExecutor(Executor):
         ray = self._ray
         jobs, refs = list(jobs), []
         try:
+            _ship_user_modules([*getattr(fn, "args", ()), *getattr(fn, "keywords", {}).values(),
+                                *(x for job in jobs for x in (job if isinstance(job, tuple) else (job,)))])
             fn_ref = ray.put(fn)
             for job in jobs:
                 refs.append(self._remote.remote(fn_ref, job))
