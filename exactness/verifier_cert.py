@@ -288,8 +288,9 @@ def certify_verifier(verifier, p, q, k: int, *, n: int | None = None, alpha: flo
     executor : str or exactness.executors.Executor, default "process"
         Who draws the chunks (:mod:`exactness.executors`): ``"process"``
         (the forked pool above), ``"local"`` (every chunk here, in order),
-        ``"ray"`` (one Ray task per chunk: a local cluster of ``workers``
-        CPUs, or the one already started with ``ray.init``), or an
+        ``"ray"`` (one Ray task per chunk: the cluster already started with
+        ``ray.init``, else a local cluster of ``workers`` CPUs started and
+        shut down for this call), or an
         ``Executor`` instance (e.g. ``RayExecutor(address="auto")``, kept
         open for many calls).  Each chunk comes back as histograms that are
         summed (:mod:`exactness.chunks`), so one seed and ``workers`` give

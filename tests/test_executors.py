@@ -196,3 +196,23 @@ def test_cli_executor_ray_reports_the_process_verdict(ray_cluster, tmp_path, cap
         assert data["meta"]["executor"] == e
     capsys.readouterr()
     assert runs["process"][0] == 0 and runs["process"] == runs["ray"]
+
+
+MINE = '''
+import resispec
+
+class Mine:
+    drafting = "iid"
+
+    def verify(self, p, q, candidates, rng):
+        return resispec.get_verifier("rrs").verify(p, q, candidates, rng)
+'''
+
+
+def test_cli_ships_a_user_module_the_workers_cannot_import(ray_cluster, user_dir, capsys):
+    """``--verifier mine:Mine`` from a folder the Ray workers do not see: shipped by value, certified, passes."""
+    (user_dir / "mine_ray.py").write_text(MINE)
+    rc = main(["certify", "--verifier", "mine_ray:Mine", "--k", "1,2", "--family", "zipf", "--samples", "2000",
+               "--no-mutants", "--no-progress", "--executor", "ray", "--out", str(user_dir / "c.md")])
+    out = capsys.readouterr().out
+    assert rc == 0 and "PASS" in out and "FAILED cell" not in out
