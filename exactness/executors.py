@@ -17,7 +17,8 @@ Kinds (``EXECUTORS``, filled by :func:`register_executor`):
     (``ray.init()``, ``num_cpus=workers``); ``address="auto"`` or ``"HOST:PORT"`` joins a running one
     (``ray start --head``).  ``fn`` is shipped once with ``ray.put`` (cloudpickle): the verifier's module must be
     importable on every node.  A cluster started here is shut down by :meth:`RayExecutor.close`; one that was
-    already running (``ray.init`` called by the caller, or joined by address) is left running.
+    already running (``ray.init`` called by the caller, or joined by address) is left running; when ``ray.init``
+    was already called, that cluster is used whatever ``address`` says (an unreachable ``address`` is still refused).
 
 What makes the results the same on every executor is the caller's job list, never the executor: the Monte
 Carlo draws of a cell are split into the ``SeedSequence.spawn`` children of its seed (``exactness.chunks``),
@@ -58,6 +59,9 @@ class Executor:
     def __init__(self, workers: int = 1, **options):
         if options:
             raise TypeError(f"executor {self.kind!r} takes no options {sorted(options)} (only 'ray' takes address)")
+        if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
+            raise ValueError(f"workers must be an integer >= 1 (processes, or CPUs of a local Ray cluster), got "
+                             f"{workers!r}")
         self.workers = workers
 
     #: Whether whole grid cells should run as tasks of this executor (``exactness.grid.run_grid``); else the

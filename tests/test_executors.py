@@ -102,6 +102,25 @@ def test_chunk_counts_merge_exactly_into_the_one_process_draws():
     assert [m for _, m in chunk_jobs(np.random.SeedSequence(0), 5001, 3)] == [1667, 1667, 1667]
 
 
+def _half(job):
+    if job % 2:
+        raise ValueError(f"odd {job}")
+    return job
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="fork start method")
+@pytest.mark.parametrize("kind", ["local", "process"])
+def test_on_error_replaces_a_failed_job_and_on_done_sees_each(kind):
+    done = []
+    out = get_executor(kind, workers=2).map_chunks(_half, [0, 1, 2, 3], on_done=done.append,
+                                                   on_error=lambda job, e: str(e))
+    assert out == [0, "odd 1", 2, "odd 3"] and sorted(done) == [0, 1, 2, 3]
+    with pytest.raises(ValueError, match="odd 1"):
+        get_executor(kind, workers=2).map_chunks(_half, [0, 1, 2, 3])
+    with pytest.raises(ValueError, match="workers must be an integer >= 1"):
+        get_executor(kind, workers=0)
+
+
 def test_ray_missing_names_the_install_line(monkeypatch):
     monkeypatch.setitem(sys.modules, "ray", None)  # import ray -> ImportError
     with pytest.raises(ValueError, match=r'pip install "resispec\[ray\]"'):
@@ -151,6 +170,10 @@ def test_unreachable_address_is_a_clear_error_and_starts_nothing(tmp_path, capsy
     assert rc == 2 and "start one with `ray start --head`" in capsys.readouterr().err.lower()
     assert not out.exists() and not out.with_suffix(".json").exists()
     assert ray.is_initialized() == was
+    if not was and not os.environ.get("RAY_ADDRESS"):  # no cluster on this node: 'auto' finds none, at once
+        with pytest.raises(ValueError, match="could not start Ray on --address auto"):
+            RayExecutor(address="auto")
+        assert not ray.is_initialized()
 
 
 @pytest.mark.parametrize("verifier", ["resispec", "box"])
