@@ -239,3 +239,18 @@ def test_cli_ships_a_user_module_the_workers_cannot_import(ray_cluster, user_dir
                "--no-mutants", "--no-progress", "--executor", "ray", "--out", str(user_dir / "c.md")])
     out = capsys.readouterr().out
     assert rc == 0 and "PASS" in out and "FAILED cell" not in out
+
+
+class HangsRemotely(Box):
+    def verify(self, p, q, candidates, rng):
+        if os.getpid() != PARENT:
+            import time
+
+            time.sleep(600)
+        return super().verify(p, q, candidates, rng)
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="SIGALRM")
+def test_a_hanging_verifier_in_a_ray_task_times_out_its_cell(ray_cluster):
+    g = run_grid([Cell("hangs", HangsRemotely(), "node", 2, P, Q)], n=2000, seed=0, timeout=2, executor="ray")
+    assert not g.passed and "timed out after 2 s" in g.cells[0].certificate.details["error"]
