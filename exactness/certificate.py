@@ -187,11 +187,7 @@ def holm(pvalues: dict) -> dict:
     return dict(zip(names, adj.tolist()))
 
 
-_FORKED_SAMPLER = None  # the sampler seen by forked workers (closures need not be picklable)
-
-
-def _count_chunk(V: int, m: int, seed: int, sample=None) -> np.ndarray:
-    sample = _FORKED_SAMPLER if sample is None else sample
+def _count_chunk(V: int, m: int, seed: int, sample) -> np.ndarray:
     t = check_tokens(sample(np.random.default_rng(seed), m), V, m)
     return np.bincount(t, minlength=V)
 
@@ -201,29 +197,25 @@ def count_samples(sample, V: int, n: int, rng: np.random.Generator, *, chunk: in
     """Call ``sample(rng_i, m)`` on chunks of at most ``chunk`` draws and return token counts (V,) int64.
 
     Chunk ``i`` gets its own generator seeded from ``rng``, so the counts are
-    the same for any number of ``workers`` (processes, forked on POSIX;
-    ``workers > 1`` falls back to one process where fork is unavailable).
+    the same for any number of ``workers`` (processes, forked on POSIX by
+    ``exactness.executors.ProcessExecutor``; ``workers > 1`` falls back to one
+    process where fork is unavailable).
     """
+    from functools import partial
+
+    from .executors import ProcessExecutor
+
     sizes = [min(chunk, n - s) for s in range(0, n, chunk)]
     seeds = rng.integers(0, 2**63 - 1, size=len(sizes)).tolist()
+    fn = partial(_count_job, V, sample)
     counts = np.zeros(V, dtype=np.int64)
-    if workers > 1 and len(sizes) > 1:
-        import multiprocessing as mp
-        from concurrent.futures import ProcessPoolExecutor
-
-        global _FORKED_SAMPLER
-        if "fork" in mp.get_all_start_methods():
-            _FORKED_SAMPLER = sample
-            try:
-                with ProcessPoolExecutor(min(workers, len(sizes)), mp_context=mp.get_context("fork")) as ex:
-                    for c in ex.map(_count_chunk, [V] * len(sizes), sizes, seeds):
-                        counts += c
-            finally:
-                _FORKED_SAMPLER = None
-            return counts
-    for m, sd in zip(sizes, seeds):
-        counts += _count_chunk(V, m, sd, sample)
+    for c in ProcessExecutor(workers).map_chunks(fn, list(zip(sizes, seeds))):
+        counts += c
     return counts
+
+
+def _count_job(V: int, sample, job) -> np.ndarray:
+    return _count_chunk(V, *job, sample)
 
 
 def certificate_from_counts(counts, law, *, alpha: float, power: float, tv: float | None = None,

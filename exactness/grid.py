@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
+from functools import partial
 
 import numpy as np
 from scipy import stats
@@ -22,6 +23,7 @@ from scipy import stats
 from resispec._validation import as_node
 
 from .certificate import Certificate
+from .executors import check_executor, executor_for
 from .sampling import k_support
 from .verifier_cert import certify_verifier, check_workers
 
@@ -235,7 +237,7 @@ def _import_harness_modules() -> None:
 
 
 def run_cell(cell: Cell, *, n: int | None, alpha: float, seed, timeout: float | None = None,
-             workers: int = 1) -> CellResult:
+             workers: int = 1, executor="process") -> CellResult:
     """Certify one cell; skip (with the reason) when ``k`` exceeds the draft support or the verifier's ``supported_k``.
 
     Parameters
@@ -247,6 +249,7 @@ def run_cell(cell: Cell, *, n: int | None, alpha: float, seed, timeout: float | 
     timeout : float or None, wall-clock limit in seconds for the cell (None or 0 = none).  Enforced with
         ``SIGALRM`` in the main thread on POSIX (``exactness._timeout``); elsewhere the limit is off.
     workers : int, processes for the cell's Monte Carlo draws (``certify_verifier(..., workers=)``)
+    executor : str or Executor, who draws the cell's chunks (``certify_verifier(..., executor=)``)
 
     A verifier whose ``supported_k`` excludes the cell's ``k`` gives a skipped cell (``certificate`` None,
     ``skipped`` = ``"not supported: k = 4 is not supported (Mine.supported_k = (1, 2))"``): neither a pass nor a
@@ -276,7 +279,8 @@ def run_cell(cell: Cell, *, n: int | None, alpha: float, seed, timeout: float | 
             if why:
                 return CellResult(cell.verifier_name, cell.family, cell.k, V, None, skipped=f"not supported: {why}")
             node = as_node(cell.p, cell.q)  # the cell's one check of p, q; the calls below trust it
-            cert = certify_verifier(cell.verifier, node, None, cell.k, n=n, alpha=alpha, seed=seed, workers=workers)
+            cert = certify_verifier(cell.verifier, node, None, cell.k, n=n, alpha=alpha, seed=seed, workers=workers,
+                                    executor=executor)
             known = cert.details.get("exact", {}).get("acceptance")   # absent when the chain was invalid
             acc, astar, rrs = _acceptances(cell.verifier, node, None, cell.k, known)
     except TimeLimitExceeded as exc:
@@ -287,9 +291,16 @@ def run_cell(cell: Cell, *, n: int | None, alpha: float, seed, timeout: float | 
                       rrs_acceptance=rrs, seconds=time.perf_counter() - t0)
 
 
+def _cell_task(job, *, n, alpha, timeout, workers) -> CellResult:
+    """One cell as a task (``job = (cell, seed)``): ``run_cell`` with its chunks drawn in order in the task."""
+    cell, seed = job
+    return run_cell(cell, n=n, alpha=alpha, seed=seed, timeout=timeout, workers=workers, executor="local")
+
+
 def run_grid(cells: list[Cell], *, n: int | None = None, alpha: float = 1e-3, seed: int = 0,
              progress: bool | str = False, calibration_level: float = 0.05,
-             timeout: float | None = None, workers: int = 1) -> GridResult:
+             timeout: float | None = None, workers: int = 1, executor="process",
+             address: str | None = None) -> GridResult:
     """Certify every cell, then correct across cells (Holm, BH) and test calibration.
 
     Parameters
@@ -303,7 +314,14 @@ def run_grid(cells: list[Cell], *, n: int | None = None, alpha: float = 1e-3, se
         else one plain line at the first and last cell and every 10 s (for logs); or a mode of
         ``exactness._progress.Progress`` ("auto", "bar", "lines", "off")
     timeout : float, optional, wall-clock limit per cell in seconds (None or 0 = none; see ``run_cell``)
-    workers : int, default 1, processes for each cell's Monte Carlo draws (see ``run_cell``)
+    workers : int, default 1, processes for each cell's Monte Carlo draws (see ``run_cell``): the number of
+        ``SeedSequence`` chunks each cell's draws are split into, whatever the executor
+    executor : str or exactness.executors.Executor, default "process"
+        ``"process"`` / ``"local"``: cells one after another here, each cell's chunks drawn by that executor.
+        ``"ray"`` (or any executor with ``cell_tasks``): every cell is one task (its chunks drawn in order inside
+        the task), ``workers`` CPUs for a local cluster; a task that raises or whose worker dies is a FAILED
+        cell.  Cell ``i`` has the same seed everywhere, so the counts and verdicts are those of ``"process"``.
+    address : str, optional, the Ray cluster to join (``exactness.executors.RayExecutor``; ray only)
 
     Returns
     -------
@@ -313,7 +331,8 @@ def run_grid(cells: list[Cell], *, n: int | None = None, alpha: float = 1e-3, se
     Raises
     ------
     ValueError, TypeError
-        Bad ``n``, ``alpha``, ``seed``, ``timeout`` or ``workers`` (checked before any cell runs).
+        Bad ``n``, ``alpha``, ``seed``, ``timeout``, ``workers`` or ``executor`` (checked before any cell runs);
+        ray missing or its ``address`` unreachable (ValueError, before any cell runs).
     """
     from ._checks import base_seed, check_alpha, check_n, sub_seed
     from ._progress import Progress, progress_mode
@@ -326,15 +345,23 @@ def run_grid(cells: list[Cell], *, n: int | None = None, alpha: float = 1e-3, se
     check_alpha(alpha)
     timeout = check_timeout(timeout)
     workers = check_workers(workers)
+    check_executor(executor)
     t0 = time.perf_counter()
     bar = Progress(len(cells), "certify", "cell", mode=progress_mode(progress))
-    results = []
-    for i, cell in enumerate(cells):
-        label = f"{cell.verifier_name} {cell.family} k={cell.k}"
-        bar.start(label)
-        results.append(run_cell(cell, n=n, alpha=alpha, seed=sub_seed(seed, i), timeout=timeout,
-                                workers=workers))
-        bar.step(label)
+    label = lambda c: f"{c.verifier_name} {c.family} k={c.k}"  # noqa: E731
+    with executor_for(executor, workers=workers, **({} if address is None else {"address": address})) as ex:
+        if ex.cell_tasks:  # every cell a task; a task that fails (or whose worker dies) is a failed cell
+            jobs = [(cell, sub_seed(seed, i)) for i, cell in enumerate(cells)]
+            results = ex.map_chunks(partial(_cell_task, n=n, alpha=alpha, timeout=timeout, workers=workers), jobs,
+                                    on_done=lambda i: bar.step(label(cells[i])),
+                                    on_error=lambda job, exc: _failed_cell(job[0], _failure_reason(exc), alpha, 0.0))
+        else:
+            results = []
+            for i, cell in enumerate(cells):
+                bar.start(label(cell))
+                results.append(run_cell(cell, n=n, alpha=alpha, seed=sub_seed(seed, i), timeout=timeout,
+                                        workers=workers, executor=ex))
+                bar.step(label(cell))
     bar.close()
     done = [r for r in results if r.certificate is not None]
     raw = [r.certificate.pvalue for r in done]

@@ -177,13 +177,6 @@ def _support(law) -> int:
     return int(np.count_nonzero(np.asarray(law) > 0))
 
 
-_FORKED: NodeSampler | None = None  # the sampler seen by forked workers (a verifier need not be picklable)
-
-
-def _worker_draws(seed_seq, m: int) -> Draws:
-    return _FORKED.draws(np.random.default_rng(seed_seq), m)
-
-
 def check_workers(workers) -> int:
     """``workers``: an int >= 1 (processes for the Monte Carlo draws); TypeError / ValueError otherwise."""
     if isinstance(workers, bool) or not isinstance(workers, (int, np.integer)):
@@ -193,43 +186,26 @@ def check_workers(workers) -> int:
     return int(workers)
 
 
-def parallel_draws(sampler: NodeSampler, seed_seq: np.random.SeedSequence, n: int, workers: int) -> Draws:
-    """``n`` draws of ``sampler``: in this process for ``workers == 1``, else split over ``workers`` processes.
+def parallel_draws(sampler: NodeSampler, seed_seq: np.random.SeedSequence, n: int, workers: int,
+                   executor="process") -> Draws:
+    """``n`` draws of ``sampler``: in this process for ``workers == 1``, else split over ``workers`` chunks.
 
     ``workers == 1``: ``sampler.draws(default_rng(seed_seq), n)``.  ``workers = N > 1``: part ``i`` (``n // N``
-    draws, the first ``n % N`` parts one more) is drawn with ``default_rng(seed_seq.spawn(N)[i])`` in its own
-    process (``concurrent.futures.ProcessPoolExecutor``, forked on POSIX so the verifier need not be picklable;
-    where fork is missing the parts are drawn here, in order, giving the same draws).  The result depends only
-    on ``seed_seq``, ``n`` and ``workers``.  A part that raises re-raises here (the original exception); a worker
-    process that dies is a ``RuntimeError``: never a pass.
+    draws, the first ``n % N`` parts one more) is drawn with ``default_rng(seed_seq.spawn(N)[i])``
+    (:func:`exactness.chunks.chunk_jobs`) by ``executor`` (:mod:`exactness.executors`; default ``"process"``: a
+    forked ``ProcessPoolExecutor``, so the verifier need not be picklable; where fork is missing the parts are
+    drawn here, in order, giving the same draws).  The result depends only on ``seed_seq``, ``n`` and
+    ``workers``.  A part that raises re-raises here (the original exception); a worker process that dies is a
+    ``RuntimeError``: never a pass.  ``certify_verifier`` uses :func:`exactness.chunks.mc_counts` (the same
+    chunks, reduced to histograms in the workers).
     """
-    if workers == 1:
-        return sampler.draws(np.random.default_rng(seed_seq), n)
-    import multiprocessing as mp
-    from concurrent.futures import ProcessPoolExecutor
-    from concurrent.futures.process import BrokenProcessPool
+    from functools import partial
 
-    global _FORKED
-    sizes = [n // workers + (i < n % workers) for i in range(workers)]
-    kids = seed_seq.spawn(workers)
-    jobs = [(s, m) for s, m in zip(kids, sizes) if m]
-    if "fork" not in mp.get_all_start_methods():
-        parts = [sampler.draws(np.random.default_rng(s), m) for s, m in jobs]
-    else:
-        _FORKED = sampler
-        ex = ProcessPoolExecutor(len(jobs), mp_context=mp.get_context("fork"))
-        try:
-            parts = list(ex.map(_worker_draws, *zip(*jobs)))
-        except BrokenProcessPool as e:
-            raise RuntimeError(f"a worker process drawing for {type(sampler.verifier).__name__} died "
-                               f"(workers = {workers}): {e}; no certificate is given") from e
-        except BaseException:  # a time limit or Ctrl-C: stop the workers now rather than wait for them
-            for proc in list(getattr(ex, "_processes", {}).values()):
-                proc.terminate()
-            raise
-        finally:
-            ex.shutdown(wait=True, cancel_futures=True)
-            _FORKED = None
+    from .chunks import chunk_jobs, draw_chunk
+    from .executors import executor_for
+
+    with executor_for(executor, workers=workers) as ex:
+        parts = ex.map_chunks(partial(draw_chunk, sampler), chunk_jobs(seed_seq, n, workers))
     return Draws(np.concatenate([d.tokens for d in parts]), np.concatenate([d.accepted for d in parts]))
 
 
@@ -248,7 +224,7 @@ def _check_budget(sampler: NodeSampler, n: int, workers: int = 1) -> None:
 
 def certify_verifier(verifier, p, q, k: int, *, n: int | None = None, alpha: float = 1e-3, seed=0,
                      power: float = 0.99, tv: float | None = None, tree: bool = True,
-                     exact: bool = True, workers: int = 1) -> Certificate:
+                     exact: bool = True, workers: int = 1, executor="process") -> Certificate:
     """Certify a verifier at one node by Monte Carlo through ``verify`` plus conditional checks.
 
     Candidates are drawn per ``verifier.drafting`` (``"any"`` -> iid; a
@@ -307,6 +283,18 @@ def certify_verifier(verifier, p, q, k: int, *, n: int | None = None, alpha: flo
         conditional, tree and batch checks run in this process.  A worker
         that raises makes this call raise.  Forking a process that holds a
         CUDA context is unsafe: keep ``workers=1`` for GPU verifiers.
+        With another ``executor``, ``workers`` is the number of chunks
+        (``SeedSequence`` children) the draws are split into.
+    executor : str or exactness.executors.Executor, default "process"
+        Who draws the chunks (:mod:`exactness.executors`): ``"process"``
+        (the forked pool above), ``"local"`` (every chunk here, in order),
+        ``"ray"`` (one Ray task per chunk: the cluster already started with
+        ``ray.init``, else a local cluster of ``workers`` CPUs started and
+        shut down for this call), or an
+        ``Executor`` instance (e.g. ``RayExecutor(address="auto")``, kept
+        open for many calls).  Each chunk comes back as histograms that are
+        summed (:mod:`exactness.chunks`), so one seed and ``workers`` give
+        the same certificate with every executor.
 
     Optional hooks (honoured when the verifier defines them)
     ---------------------------------------------------------
@@ -348,7 +336,9 @@ def certify_verifier(verifier, p, q, k: int, *, n: int | None = None, alpha: flo
         tiny ``n``; ``n`` over the budget above; a user ``verify`` that
         breaks the batch contract (TypeError chained from the original);
         ``k`` outside the verifier's ``supported_k`` (``UnsupportedK``, a
-        ValueError); bad ``workers``.  RuntimeError: a worker process died.
+        ValueError); bad ``workers``, unknown ``executor``, ray missing or
+        its cluster unreachable (``exactness.executors.RayExecutor``).
+        RuntimeError: a worker process died.
     """
     verifier = as_numpy_verifier(verifier)
     node = as_node(p, q)  # the one check of p, q: everything below gets the trusted Laws
@@ -366,6 +356,9 @@ def certify_verifier(verifier, p, q, k: int, *, n: int | None = None, alpha: flo
         raise UnsupportedK(f"{why}: certify it at a k it supports")
     alpha = check_alpha(alpha)
     workers = check_workers(workers)
+    from .executors import check_executor
+
+    executor = check_executor(executor)
     ss = as_seed_sequence(seed)  # TypeError / ValueError naming seed
     s_mc, s_det, s_batch, s_tree = ss.spawn(4)
     sampler = NodeSampler(verifier, node, None, k)
@@ -403,8 +396,10 @@ def certify_verifier(verifier, p, q, k: int, *, n: int | None = None, alpha: flo
             skipped[name] = "needs the exact joint law (exact_law " + (
                 "failed: chain invalid)" if "error" in details.get("exact", {}) else "not run)")
 
-    draws = parallel_draws(sampler, s_mc, n, workers)
-    counts = np.bincount(draws.tokens, minlength=V)
+    from .chunks import mc_counts
+
+    mc = mc_counts(sampler, s_mc, n, workers, executor)  # histograms summed over the chunks
+    counts = mc.tokens
     mc_df: dict[str, int] = {}
 
     def _mc(name, counts_, law_):
@@ -418,19 +413,19 @@ def certify_verifier(verifier, p, q, k: int, *, n: int | None = None, alpha: flo
         else:
             checks[name] = res.pvalue
 
-    if J is not None and np.all(draws.accepted >= -1):
-        stop = np.where(draws.accepted < 0, k, draws.accepted)
-        joint_counts = np.bincount(stop * V + draws.tokens, minlength=(k + 1) * V)
+    if J is not None and mc.joint is not None:
+        joint_counts = mc.joint
+        by_stop = joint_counts.reshape(k + 1, V)
         _mc("joint", joint_counts, J.ravel())
-        _mc("accepted_count", np.bincount(stop, minlength=k + 1), J.sum(axis=1))
+        _mc("accepted_count", by_stop.sum(axis=1), J.sum(axis=1))
         rmass = J[k].sum()
-        nres = int(np.count_nonzero(stop == k))
+        nres = int(by_stop[k].sum())
         if rmass > 0 and nres > 0:
-            _mc("residual", np.bincount(draws.tokens[stop == k], minlength=V), J[k] / rmass)
+            _mc("residual", by_stop[k].copy(), J[k] / rmass)
         else:
             skipped["residual"] = ("the chain's residual has zero mass" if rmass <= 0
                                    else "no draw ended at the residual")
-        details["acceptance_mc"] = float(np.mean(draws.accepted >= 0))
+        details["acceptance_mc"] = (n - nres) / n
         details["chain_consistency"] = {
             "tv_joint": 0.5 * float(np.abs(joint_counts / n - J.ravel()).sum()),
             "tv_marginal": 0.5 * float(np.abs(counts / n - J.sum(axis=0)).sum())}

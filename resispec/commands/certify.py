@@ -71,6 +71,16 @@ def add_arguments(parser) -> None:
                         help="processes for each cell's Monte Carlo draws (default 1; for slow verifiers: the "
                              "draws are split over N forked processes, each with its own SeedSequence child, so a "
                              "run is reproducible for a given --seed and --workers)")
+    parser.add_argument("--executor", default="process", metavar="KIND",
+                        help="who runs the work: process (default: cells here, each cell's draws over --workers "
+                             "forked processes), local (everything in this process), ray (every cell a Ray task: "
+                             "a local cluster of --workers CPUs, or the cluster at --address; needs "
+                             'pip install "resispec[ray]"). The same --seed and --workers give the same counts '
+                             "and verdicts with every executor")
+    parser.add_argument("--address", default=None, metavar="HOST:PORT|auto",
+                        help="with --executor ray: join a running Ray cluster (the address `ray start --head` "
+                             "prints, ray://HOST:PORT, or auto = the cluster this node belongs to); default: start "
+                             "a local cluster")
     parser.add_argument("--out", type=Path, default=Path("reports/certify.md"),
                         help="Markdown report path; JSON and PNGs are written next to it (default reports/certify.md)")
     parser.add_argument("--json", type=Path, default=None, help="JSON path (default: --out with .json)")
@@ -118,6 +128,22 @@ def _check_samples(n: int, ks) -> None:
                          f"uniforms per chunk); pass a smaller --samples (the default 200,000 detects TV ~ 0.01)")
 
 
+def _check_executor(executor, address) -> None:
+    """``--executor`` a registered kind, ``--address`` only with ray and well formed, ray installed (nothing runs)."""
+    import importlib.util
+
+    from exactness.executors import EXECUTORS, RAY_INSTALL, check_address
+
+    if executor not in EXECUTORS:
+        raise ValueError(f"--executor {executor!r}: choose one of {', '.join(sorted(EXECUTORS))}")
+    if address is not None and executor != "ray":
+        raise ValueError(f"--address {address!r} joins a Ray cluster: pass it with --executor ray")
+    check_address(address)
+    if executor == "ray" and importlib.util.find_spec("ray") is None:
+        raise ValueError(f"--executor ray needs the ray package, which is not installed: {RAY_INSTALL} "
+                         "(or use --executor process)")
+
+
 def run(args) -> int:
     for flag, path in (("--out", args.out), ("--json", args.json)):
         if path is not None:
@@ -137,6 +163,7 @@ def run(args) -> int:
         raise ValueError(f"--seed must be >= 0, got {args.seed}")
     if args.workers < 1:
         raise ValueError(f"--workers must be >= 1 (processes for the Monte Carlo draws), got {args.workers}")
+    _check_executor(args.executor, args.address)
     if not (0 <= args.timeout <= 1e7):
         raise ValueError(f"--timeout must be a number of seconds in [0, 1e7] (0 = no limit), got {args.timeout}")
 
@@ -180,7 +207,8 @@ def run(args) -> int:
             specs = resispec.available_verifiers()
         specs += [f"resispec[proxy={name}]" for name in names if name != "draft"]
     grid = run_certify(specs or None, ks=ks, n=args.samples, alpha=args.alpha, seed=args.seed,
-                       families=families, progress=progress, timeout=args.timeout, workers=args.workers)
+                       families=families, progress=progress, timeout=args.timeout, workers=args.workers,
+                       executor=args.executor, address=args.address)
     mutants, t_mut = None, None
     if do_mutants:
         t1 = time.perf_counter()
@@ -189,7 +217,9 @@ def run(args) -> int:
         t_mut = time.perf_counter() - t1
     meta = {"command": ("resispec certify " + " ".join(shlex.quote(a) for a in sys.argv[2:])).strip()
             if len(sys.argv) > 1 and sys.argv[1] == NAME else "resispec certify", "seed": args.seed, "samples": args.samples,
-            "k": list(ks), "timeout": args.timeout or None, "workers": args.workers, "mutant_seconds": t_mut,
+            "k": list(ks), "timeout": args.timeout or None, "workers": args.workers,
+            "executor": args.executor, "address": args.address,
+            "mutant_seconds": t_mut,
             "total_seconds": time.perf_counter() - t0}
     print(terminal_table(grid))
     for c in grid.cells:

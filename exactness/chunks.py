@@ -1,0 +1,94 @@
+"""The Monte Carlo draws of one cell, split into seeded chunks and counted as histograms that merge exactly.
+
+``n`` draws at seed ``seed_seq`` in ``parts`` chunks (:func:`chunk_jobs`): ``parts == 1`` is one chunk drawn
+with ``default_rng(seed_seq)``; ``parts = N > 1`` gives chunk ``i`` ``n // N`` draws (the first ``n % N`` chunks
+one more) drawn with ``default_rng(seed_seq.spawn(N)[i])`` (numpy ``SeedSequence.spawn``: independent streams).
+Each chunk is reduced to a :class:`DrawCounts` (token counts and (stop, token) counts); counts merge by
+summation, which is exact and order-free, so the totals depend only on ``seed_seq``, ``n`` and ``parts`` --
+never on the executor (``exactness.executors``) or on which machine drew which chunk.
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass
+from functools import partial
+
+import numpy as np
+
+from .executors import executor_for
+from .sampling import Draws, NodeSampler
+
+
+@dataclass(frozen=True)
+class DrawCounts:
+    """Histograms of Monte Carlo draws at one node with ``k`` candidates over a vocabulary of ``V`` tokens.
+
+    Attributes
+    ----------
+    tokens : ndarray, shape (V,), int64, emitted-token counts
+    joint : ndarray, shape ((k + 1) V,), int64, or None
+        Counts of ``stop * V + token`` (``stop`` = accepted candidate index, ``k`` for a residual token);
+        None when ``verify`` returned no ``.accepted`` (then the conditional checks are skipped).
+    """
+
+    tokens: np.ndarray
+    joint: np.ndarray | None
+
+    @property
+    def n(self) -> int:
+        return int(self.tokens.sum())
+
+    def __add__(self, other: DrawCounts) -> DrawCounts:
+        joint = None if self.joint is None or other.joint is None else self.joint + other.joint
+        return DrawCounts(self.tokens + other.tokens, joint)
+
+
+def counts_of(draws: Draws, V: int, k: int) -> DrawCounts:
+    """``DrawCounts`` of ``draws`` (tokens (n,) int64 in [0, V), accepted (n,) int64 in [-1, k) or -2 = none)."""
+    tokens = np.bincount(draws.tokens, minlength=V).astype(np.int64)
+    if not np.all(draws.accepted >= -1):
+        return DrawCounts(tokens, None)
+    stop = np.where(draws.accepted < 0, k, draws.accepted)
+    return DrawCounts(tokens, np.bincount(stop * V + draws.tokens, minlength=(k + 1) * V).astype(np.int64))
+
+
+def chunk_jobs(seed_seq: np.random.SeedSequence, n: int, parts: int) -> list[tuple[np.random.SeedSequence, int]]:
+    """``[(seed, draws), ...]`` of the chunks (module docstring); chunks of 0 draws are left out.
+
+    Spawns ``parts`` children of ``seed_seq`` when ``parts > 1`` (call once per ``seed_seq``: a second spawn
+    gives other children).
+    """
+    if parts == 1:
+        return [(seed_seq, n)]
+    sizes = [n // parts + (i < n % parts) for i in range(parts)]
+    return [(s, m) for s, m in zip(seed_seq.spawn(parts), sizes) if m]
+
+
+def draw_chunk(sampler: NodeSampler, job) -> Draws:
+    """The draws of one chunk ``job = (seed, m)``: ``sampler.draws(default_rng(seed), m)`` on a copy of the
+    sampler, so every chunk starts from the same sampler state whichever process draws it."""
+    seed, m = job
+    return copy.copy(sampler).draws(np.random.default_rng(seed), m)
+
+
+def count_chunk(sampler: NodeSampler, job) -> DrawCounts:
+    """:func:`draw_chunk` reduced to its histograms (what a remote worker sends back: O(k V), not O(m))."""
+    return counts_of(draw_chunk(sampler, job), sampler.V, sampler.k)
+
+
+def mc_counts(sampler: NodeSampler, seed_seq: np.random.SeedSequence, n: int, parts: int,
+              executor="process", **options) -> DrawCounts:
+    """Counts of ``n`` draws of ``sampler`` in ``parts`` chunks run by ``executor`` (a name of
+    ``exactness.executors.EXECUTORS`` built with ``workers=parts`` and ``options``, or an ``Executor``).
+
+    The same counts for every executor (module docstring).  A chunk that raises re-raises here; a worker that
+    dies is a ``RuntimeError``.
+    """
+    jobs = chunk_jobs(seed_seq, n, parts)
+    with executor_for(executor, workers=parts, **options) as ex:
+        parts_ = ex.map_chunks(partial(count_chunk, sampler), jobs)
+    total = parts_[0]
+    for c in parts_[1:]:
+        total = total + c
+    return total
