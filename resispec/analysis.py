@@ -241,7 +241,7 @@ def optimal_acceptance(p, q, k: int, drafting: str = "iid") -> float | np.ndarra
     if drafting == "without_replacement" and k > 1:
         out = np.array([_alpha_star_wor(pr, qr, k) for pr, qr in zip(p2, q2)])
     else:
-        with np.errstate(divide="ignore", invalid="ignore"):
+        with np.errstate(divide="ignore", invalid="ignore", over="ignore"):  # p / tiny q -> inf, as q = 0
             ratio = np.where(q2 > 0, p2 / np.where(q2 > 0, q2, 1.0), np.inf)
         order = np.argsort(ratio, axis=1, kind="stable")
         Q = np.cumsum(np.take_along_axis(q2, order, axis=1), axis=1)

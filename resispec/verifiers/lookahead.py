@@ -80,7 +80,7 @@ class _Psi:
     """``phi`` / ``psi`` of one batch of rows, with a vectorised inverse of ``psi``."""
 
     def __init__(self, p: np.ndarray, q: np.ndarray):
-        with np.errstate(divide="ignore", invalid="ignore"):
+        with np.errstate(divide="ignore", invalid="ignore", over="ignore"):  # p / tiny q -> inf, as q = 0
             ratio = np.where(q > 0, p / np.where(q > 0, q, 1.0), np.inf)
         order = np.argsort(ratio, axis=1, kind="stable")
         r = np.take_along_axis(ratio, order, axis=1)
