@@ -248,7 +248,7 @@ def _check_budget(sampler: NodeSampler, n: int, workers: int = 1) -> None:
 
 def certify_verifier(verifier, p, q, k: int, *, n: int | None = None, alpha: float = 1e-3, seed=0,
                      power: float = 0.99, tv: float | None = None, tree: bool = True,
-                     exact: bool = True, workers: int = 1) -> Certificate:
+                     exact: bool = True, workers: int = 1, sequential: bool = False) -> Certificate:
     """Certify a verifier at one node by Monte Carlo through ``verify`` plus conditional checks.
 
     Candidates are drawn per ``verifier.drafting`` (``"any"`` -> iid; a
@@ -291,9 +291,16 @@ def certify_verifier(verifier, p, q, k: int, *, n: int | None = None, alpha: flo
         ``[0, i]`` (run ``i`` of a study), ``numpy.random.SeedSequence(...)``.
     power : float, default 0.99
         Power used for ``detectable_tv``.
-    tv : float, optional
-        Smallest TV you require to be detected; warns (ExactnessWarning) with
-        the detectable TV when ``n`` is too small.
+    tv : float in (0, 1], optional
+        Smallest TV you require to be detected.  With ``n=None`` it PLANS
+        ``n`` (:func:`exactness.budget.plan_for_tv`: ``samples_for_tv(tv, df,
+        alpha, power)``, ``df`` of the pooled marginal test at that ``n``; the
+        sequential budget with ``sequential=True``), times a pilot of 2,000
+        draws and logs the estimated time on the ``exactness.plan`` logger
+        before the long run (a WARNING above 10 s; also in ``details["plan"]``),
+        and refuses (ValueError naming ``tv``) a plan over ``MAX_SAMPLES``
+        draws or ``MAX_SECONDS``.  With ``n`` given it only warns
+        (ExactnessWarning) with the detectable TV when ``n`` is too small.
     tree : bool, default True
         Run the two-token tree checks (only when V <= ``TREE_MAX_V``).
     exact : bool, default True
@@ -307,6 +314,18 @@ def certify_verifier(verifier, p, q, k: int, *, n: int | None = None, alpha: flo
         conditional, tree and batch checks run in this process.  A worker
         that raises makes this call raise.  Forking a process that holds a
         CUDA context is unsafe: keep ``workers=1`` for GPU verifiers.
+    sequential : bool, default False
+        Test the marginal token law with the anytime-valid e-process of
+        :mod:`exactness.sequential` (Ville 1939; Ramdas et al. 2023, arXiv
+        2210.01948): draws come in chunks of ``n / 128`` (at least 2**14,
+        chunk ``i`` seeded by the ``i``-th child of the Monte Carlo seed),
+        the run stops as soon as the e-value reaches ``1 / alpha`` and
+        otherwise draws the whole budget (``n``, or the sequential plan for
+        ``tv``).  The marginal p-value is the anytime-valid one; its level
+        holds under this optional stopping.  The other checks keep their
+        fixed-n form on the draws actually made.  ``details["sequential"]``
+        and a note say what was sequential; ``detectable_tv`` is the
+        sequential test's at the budget.
 
     Optional hooks (honoured when the verifier defines them)
     ---------------------------------------------------------
@@ -368,7 +387,17 @@ def certify_verifier(verifier, p, q, k: int, *, n: int | None = None, alpha: flo
     workers = check_workers(workers)
     ss = as_seed_sequence(seed)  # TypeError / ValueError naming seed
     s_mc, s_det, s_batch, s_tree = ss.spawn(4)
+    if not isinstance(sequential, (bool, np.bool_)):
+        raise TypeError(f"sequential must be True or False, got {sequential!r}")
     sampler = NodeSampler(verifier, node, None, k)
+    plan = None
+    if n is None and tv is not None:
+        from .budget import check_planned_budget, plan_for_tv
+
+        n, df_plan = plan_for_tv(p1, float(tv), alpha=alpha, power=power, sequential=bool(sequential))
+        est = check_planned_budget(sampler.draws, n, tv=float(tv), workers=workers, max_samples=MAX_SAMPLES,
+                                   what=type(verifier).__name__)
+        plan = {"tv": float(tv), "n": n, "df": df_plan, "estimated_seconds": est, "sequential": bool(sequential)}
     n = default_n(sampler) if n is None else check_n(n)
     _check_budget(sampler, n, workers)
     checks: dict[str, float] = {}
@@ -403,7 +432,14 @@ def certify_verifier(verifier, p, q, k: int, *, n: int | None = None, alpha: flo
             skipped[name] = "needs the exact joint law (exact_law " + (
                 "failed: chain invalid)" if "error" in details.get("exact", {}) else "not run)")
 
-    draws = parallel_draws(sampler, s_mc, n, workers)
+    seq = None
+    if sequential:
+        from .sequential import sequential_draws
+
+        draws, seq = sequential_draws(lambda s, m: parallel_draws(sampler, s, m, workers), s_mc, p1, n, alpha)
+        n = int(draws.tokens.size)
+    else:
+        draws = parallel_draws(sampler, s_mc, n, workers)
     counts = np.bincount(draws.tokens, minlength=V)
     mc_df: dict[str, int] = {}
 
@@ -488,11 +524,19 @@ def certify_verifier(verifier, p, q, k: int, *, n: int | None = None, alpha: flo
                 checks[name] = tr.pvalue
         if not can_exact:
             skipped["tree_exact"] = "tree checks ran by Monte Carlo only (no enumerable chain)"
-    cert = certificate_from_counts(counts, p1, alpha=alpha, power=power, tv=tv, checks=checks, details=details,
-                                   skipped=skipped)
+    if plan is not None:
+        details["plan"] = plan
+    if seq is not None:
+        from .sequential import sequential_certificate
+
+        cert = sequential_certificate(counts, p1, seq, alpha=alpha, power=power, tv=tv, checks=checks,
+                                      details=details, skipped=skipped)
+    else:
+        cert = certificate_from_counts(counts, p1, alpha=alpha, power=power, tv=tv, checks=checks,
+                                       details=details, skipped=skipped)
     mc_df["marginal"] = cert.df
     cert.details["mc_df"] = mc_df
-    return replace(cert, notes=_notes(cert))
+    return replace(cert, notes=cert.notes + _notes(cert))
 
 
 def _notes(cert: Certificate) -> tuple:
