@@ -178,6 +178,9 @@ class Certificate:
         eq = self.equivalence()
         if eq:
             out += f"; equivalence: {eq}"
+        seq = self.details.get("sequential")
+        if isinstance(seq, dict) and seq.get("statement"):
+            out += f"; sequential: {seq['statement']}"
         if self.skipped:
             out += "; skipped: " + "; ".join(f"{k} ({v})" for k, v in self.skipped.items())
         for note in self.notes:

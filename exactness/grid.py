@@ -235,7 +235,7 @@ def _import_harness_modules() -> None:
 
 
 def run_cell(cell: Cell, *, n: int | None, alpha: float, seed, timeout: float | None = None,
-             workers: int = 1) -> CellResult:
+             workers: int = 1, tv: float | None = None, sequential: bool = False) -> CellResult:
     """Certify one cell; skip (with the reason) when ``k`` exceeds the draft support or the verifier's ``supported_k``.
 
     Parameters
@@ -247,6 +247,8 @@ def run_cell(cell: Cell, *, n: int | None, alpha: float, seed, timeout: float | 
     timeout : float or None, wall-clock limit in seconds for the cell (None or 0 = none).  Enforced with
         ``SIGALRM`` in the main thread on POSIX (``exactness._timeout``); elsewhere the limit is off.
     workers : int, processes for the cell's Monte Carlo draws (``certify_verifier(..., workers=)``)
+    tv, sequential : ``certify_verifier(..., tv=, sequential=)``: with ``n`` None, ``tv`` plans the cell's draws;
+        a plan over the time or memory limit is a failed cell with the reason
 
     A verifier whose ``supported_k`` excludes the cell's ``k`` gives a skipped cell (``certificate`` None,
     ``skipped`` = ``"not supported: k = 4 is not supported (Mine.supported_k = (1, 2))"``): neither a pass nor a
@@ -276,7 +278,8 @@ def run_cell(cell: Cell, *, n: int | None, alpha: float, seed, timeout: float | 
             if why:
                 return CellResult(cell.verifier_name, cell.family, cell.k, V, None, skipped=f"not supported: {why}")
             node = as_node(cell.p, cell.q)  # the cell's one check of p, q; the calls below trust it
-            cert = certify_verifier(cell.verifier, node, None, cell.k, n=n, alpha=alpha, seed=seed, workers=workers)
+            cert = certify_verifier(cell.verifier, node, None, cell.k, n=n, alpha=alpha, seed=seed, workers=workers,
+                                    tv=tv, sequential=sequential)
             known = cert.details.get("exact", {}).get("acceptance")   # absent when the chain was invalid
             acc, astar, rrs = _acceptances(cell.verifier, node, None, cell.k, known)
     except TimeLimitExceeded as exc:
@@ -289,7 +292,8 @@ def run_cell(cell: Cell, *, n: int | None, alpha: float, seed, timeout: float | 
 
 def run_grid(cells: list[Cell], *, n: int | None = None, alpha: float = 1e-3, seed: int = 0,
              progress: bool | str = False, calibration_level: float = 0.05,
-             timeout: float | None = None, workers: int = 1) -> GridResult:
+             timeout: float | None = None, workers: int = 1, tv: float | None = None,
+             sequential: bool = False) -> GridResult:
     """Certify every cell, then correct across cells (Holm, BH) and test calibration.
 
     Parameters
@@ -304,6 +308,7 @@ def run_grid(cells: list[Cell], *, n: int | None = None, alpha: float = 1e-3, se
         ``exactness._progress.Progress`` ("auto", "bar", "lines", "off")
     timeout : float, optional, wall-clock limit per cell in seconds (None or 0 = none; see ``run_cell``)
     workers : int, default 1, processes for each cell's Monte Carlo draws (see ``run_cell``)
+    tv, sequential : per cell, see ``run_cell`` and ``certify_verifier``
 
     Returns
     -------
@@ -326,6 +331,9 @@ def run_grid(cells: list[Cell], *, n: int | None = None, alpha: float = 1e-3, se
     check_alpha(alpha)
     timeout = check_timeout(timeout)
     workers = check_workers(workers)
+    from ._checks import check_tv
+
+    tv = check_tv(tv)
     t0 = time.perf_counter()
     bar = Progress(len(cells), "certify", "cell", mode=progress_mode(progress))
     results = []
@@ -333,7 +341,7 @@ def run_grid(cells: list[Cell], *, n: int | None = None, alpha: float = 1e-3, se
         label = f"{cell.verifier_name} {cell.family} k={cell.k}"
         bar.start(label)
         results.append(run_cell(cell, n=n, alpha=alpha, seed=sub_seed(seed, i), timeout=timeout,
-                                workers=workers))
+                                workers=workers, tv=tv, sequential=sequential))
         bar.step(label)
     bar.close()
     done = [r for r in results if r.certificate is not None]

@@ -297,11 +297,12 @@ def sequential_certificate(counts, law, seq: SequentialTest, *, alpha: float, po
                               "reason": "the sequential test stopped early: a fixed-n TV bound is not valid at a "
                                         "stopping time"}
     if seq.rejected:
-        note = (f"sequential: the marginal test is the anytime-valid e-process; it rejected after {seq.n_reject:,} "
+        note = (f"the marginal test is the anytime-valid e-process; it rejected after {seq.n_reject:,} "
                 f"of {seq.n_max:,} planned draws ({seq.n_reject / seq.n_max:.1%} of the budget), p <= "
                 f"{seq.pvalue:.3g}; the other checks used the {seq.n:,} draws made")
     else:
-        note = (f"sequential: the marginal test is the anytime-valid e-process; no rejection over all "
+        note = (f"the marginal test is the anytime-valid e-process; no rejection over all "
                 f"{seq.n:,} planned draws (max log E = {seq.max_log_e:.3g}, p = {seq.pvalue:.3g})")
+    new["sequential"] = dict(new["sequential"], statement=note)
     return replace(cert, checks=allchecks, pvalue=float(pmin), passed=bool(pmin >= alpha), detectable_tv=det,
-                   details=new, notes=cert.notes + (note,))
+                   details=new)

@@ -324,7 +324,7 @@ def certify_verifier(verifier, p, q, k: int, *, n: int | None = None, alpha: flo
         ``tv``).  The marginal p-value is the anytime-valid one; its level
         holds under this optional stopping.  The other checks keep their
         fixed-n form on the draws actually made.  ``details["sequential"]``
-        and a note say what was sequential; ``detectable_tv`` is the
+        (shown by ``summary()``) says what was sequential; ``detectable_tv`` is the
         sequential test's at the budget.
 
     Optional hooks (honoured when the verifier defines them)
