@@ -13,7 +13,8 @@ import logging
 
 import numpy as np
 
-from .certificate import MAX_SECONDS, PILOT, _hours, pilot_seconds
+from . import certificate as _cert
+from .certificate import PILOT, _hours, pilot_seconds
 from .gof import MIN_EXPECTED, pool_cells
 from .power import samples_for_tv
 
@@ -90,9 +91,9 @@ def check_planned_budget(draw, n: int, *, tv: float, workers: int, max_samples: 
     if n > max_samples:
         over.append(f"{gib:.3g} GiB for {n:,} draws exceeds the memory limit of {max_samples:,} draws "
                     "(exactness.verifier_cert.MAX_SAMPLES)")
-    if est > MAX_SECONDS:
+    if est > _cert.MAX_SECONDS:
         over.append(f"~{_hours(est)} with {workers} worker(s) exceeds the time limit "
-                    f"exactness.certificate.MAX_SECONDS = {_hours(MAX_SECONDS)}")
+                    f"exactness.certificate.MAX_SECONDS = {_hours(_cert.MAX_SECONDS)}")
     if over:
         raise ValueError(f"tv = {tv:g} needs n = {n:,} draws (timed pilot of {PILOT:,} draws of {what}): "
                          + "; ".join(over) + "; ask for a larger tv (n grows like 1/tv^2), allow more time by "
