@@ -208,3 +208,16 @@ def test_cli_tv_and_sequential(tmp_path):
     bad = tmp_path / "bad.md"
     assert main(["certify", "--verifier", "rrs", "--tv", "0", "--no-mutants", "--out", str(bad)]) == 2
     assert not bad.exists()
+
+
+def test_tv_bound_cells_are_fixed_before_the_draws():
+    """The BHC union runs over the cells of a partition fixed in advance: the law's support plus one cell for
+    the zero-law tokens.  (It used to count the observed tokens, a data-dependent S, and missed that cell.)"""
+    law = np.array([0.5, 0.3, 0.2, 0.0, 0.0])
+    n, alpha = 1000, 0.01
+    eps = math.sqrt(2 * (4 * math.log(2) + math.log(1 / alpha)) / n)
+    clean = np.array([500, 300, 200, 0, 0])
+    assert tv_bounds(clean, law, alpha)[1] == pytest.approx(0.5 * eps, rel=1e-12)
+    one, two = np.array([500, 300, 199, 1, 0]), np.array([500, 300, 198, 1, 1])
+    assert tv_bounds(one, law, alpha)[1] - tv_bounds(one, law, alpha)[0] == pytest.approx(
+        tv_bounds(two, law, alpha)[1] - tv_bounds(two, law, alpha)[0], rel=1e-12)
