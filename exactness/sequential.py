@@ -213,7 +213,8 @@ class SequentialTest:
         return self.rejected
 
     def to_dict(self) -> dict:
-        return {"method": "Dirichlet-multinomial mixture e-process (Ville's inequality)", "n_max": self.n_max,
+        return {"method": "Dirichlet-multinomial mixture e-process (Ville's inequality)", "level": self.alpha,
+                "n_max": self.n_max,
                 "n": self.n, "looks": self.looks, "df": self.df, "concentration": self.c0,
                 "log_e_max": self.max_log_e, "pvalue": self.pvalue, "rejected": self.rejected,
                 "n_reject": self.n_reject, "fraction_of_budget": self.n / self.n_max}
@@ -272,7 +273,8 @@ def sequential_certificate(counts, law, seq: SequentialTest, *, alpha: float, po
 
     The chi-square / G numbers (``statistic``, ``g_pvalue``, ``details["marginal"]["pvalue_fixed_n"]``) are
     the fixed-n tests on the draws made, for information; the verdict uses the anytime-valid p-value
-    (Holm over the checks as usual).  ``detectable_tv`` is :func:`sequential_detectable_tv` at the budget.
+    (Holm over the checks at ``alpha`` as usual; ``seq.alpha`` is ``alpha / m`` with ``m`` at least the
+    number of checks, so a rejection by ``seq`` fails the certificate).  ``detectable_tv`` is :func:`sequential_detectable_tv` at the budget.
     After an early stop the equivalence bound is withheld (a fixed-n bound is not valid at a stopping time).
     """
     from dataclasses import replace
@@ -286,9 +288,9 @@ def sequential_certificate(counts, law, seq: SequentialTest, *, alpha: float, po
     marg = dict(cert.details["marginal"], pvalue_fixed_n=cert.details["marginal"]["pvalue"], pvalue=seq.pvalue)
     allchecks["marginal"] = seq.pvalue
     pmin = min(holm(allchecks).values())
-    det = sequential_detectable_tv(seq.n_max, max(1, seq.df), alpha=alpha, power=power)
+    det = sequential_detectable_tv(seq.n_max, max(1, seq.df), alpha=seq.alpha, power=power)
     if tv is not None:
-        warn_power(det, float(tv), seq.n_max, sequential_samples_for_tv(float(tv), max(1, seq.df), alpha=alpha,
+        warn_power(det, float(tv), seq.n_max, sequential_samples_for_tv(float(tv), max(1, seq.df), alpha=seq.alpha,
                                                                         power=power), alpha, power)
     new = dict(cert.details, marginal=marg)
     early = seq.n < seq.n_max
@@ -297,11 +299,11 @@ def sequential_certificate(counts, law, seq: SequentialTest, *, alpha: float, po
                               "reason": "the sequential test stopped early: a fixed-n TV bound is not valid at a "
                                         "stopping time"}
     if seq.rejected:
-        note = (f"the marginal test is the anytime-valid e-process; it rejected after {seq.n_reject:,} "
+        note = (f"the marginal test is the anytime-valid e-process (level {seq.alpha:.3g}); it rejected after {seq.n_reject:,} "
                 f"of {seq.n_max:,} planned draws ({seq.n_reject / seq.n_max:.1%} of the budget), p <= "
                 f"{seq.pvalue:.3g}; the other checks used the {seq.n:,} draws made")
     else:
-        note = (f"the marginal test is the anytime-valid e-process; no rejection over all "
+        note = (f"the marginal test is the anytime-valid e-process (level {seq.alpha:.3g}); no rejection over all "
                 f"{seq.n:,} planned draws (max log E = {seq.max_log_e:.3g}, p = {seq.pvalue:.3g})")
     new["sequential"] = dict(new["sequential"], statement=note)
     return replace(cert, checks=allchecks, pvalue=float(pmin), passed=bool(pmin >= alpha), detectable_tv=det,

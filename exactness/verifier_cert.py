@@ -246,6 +246,12 @@ def _check_budget(sampler: NodeSampler, n: int, workers: int = 1) -> None:
                          "to plan the n you need")
 
 
+def _max_checks(exact: bool, chain_ok: bool, tree: bool, V: int) -> int:
+    """Most p-values Holm can count in one certificate: marginal, exact_law + joint + accepted_count + residual
+    (with a chain), determinism, batched or batched_rows, and the two tree checks (V <= ``TREE_MAX_V``)."""
+    return 1 + (4 if exact and chain_ok else 0) + 2 + (2 if tree and V <= TREE_MAX_V else 0)
+
+
 def certify_verifier(verifier, p, q, k: int, *, n: int | None = None, alpha: float = 1e-3, seed=0,
                      power: float = 0.99, tv: float | None = None, tree: bool = True,
                      exact: bool = True, workers: int = 1, sequential: bool = False) -> Certificate:
@@ -319,7 +325,11 @@ def certify_verifier(verifier, p, q, k: int, *, n: int | None = None, alpha: flo
         :mod:`exactness.sequential` (Ville 1939; Ramdas et al. 2023, arXiv
         2210.01948): draws come in chunks of ``n / 128`` (at least 2**14,
         chunk ``i`` seeded by the ``i``-th child of the Monte Carlo seed),
-        the run stops as soon as the e-value reaches ``1 / alpha`` and
+        the run stops as soon as the e-value reaches ``m / alpha``, ``m``
+        the most checks Holm can count in this certificate (marginal,
+        exact_law, joint, accepted_count, residual, determinism, batched(_rows),
+        two tree checks: at most 9), so a stop always FAILS the certificate
+        at family-wise level ``alpha`` (the plan for ``tv`` uses ``alpha / m``), and
         otherwise draws the whole budget (``n``, or the sequential plan for
         ``tv``).  The marginal p-value is the anytime-valid one; its level
         holds under this optional stopping.  The other checks keep their
@@ -390,11 +400,14 @@ def certify_verifier(verifier, p, q, k: int, *, n: int | None = None, alpha: flo
     if not isinstance(sequential, (bool, np.bool_)):
         raise TypeError(f"sequential must be True or False, got {sequential!r}")
     sampler = NodeSampler(verifier, node, None, k)
+    # the e-process runs at alpha / (the most checks Holm can count here): its stop is always a FAIL
+    m_max = _max_checks(exact, has_chain(verifier), tree, p1.size)
+    alpha_seq = alpha / m_max if sequential else alpha
     plan = None
     if n is None and tv is not None:
         from .budget import check_planned_budget, plan_for_tv
 
-        n, df_plan = plan_for_tv(p1, float(tv), alpha=alpha, power=power, sequential=bool(sequential))
+        n, df_plan = plan_for_tv(p1, float(tv), alpha=alpha_seq, power=power, sequential=bool(sequential))
         est = check_planned_budget(sampler.draws, n, tv=float(tv), workers=workers, max_samples=MAX_SAMPLES,
                                    what=type(verifier).__name__)
         plan = {"tv": float(tv), "n": n, "df": df_plan, "estimated_seconds": est, "sequential": bool(sequential)}
@@ -436,7 +449,7 @@ def certify_verifier(verifier, p, q, k: int, *, n: int | None = None, alpha: flo
     if sequential:
         from .sequential import sequential_draws
 
-        draws, seq = sequential_draws(lambda s, m: parallel_draws(sampler, s, m, workers), s_mc, p1, n, alpha)
+        draws, seq = sequential_draws(lambda s, m: parallel_draws(sampler, s, m, workers), s_mc, p1, n, alpha_seq)
         n = int(draws.tokens.size)
     else:
         draws = parallel_draws(sampler, s_mc, n, workers)

@@ -148,8 +148,9 @@ def test_tv_with_n_keeps_the_warning():
 
 def test_sequential_correct_verifier_draws_the_whole_plan():
     cert = certify_verifier(get_verifier("rrs"), P, Q, 2, tv=0.03, sequential=True, seed=2, tree=False)
-    n_plan, df = plan_for_tv(P, 0.03, alpha=1e-3, power=0.99, sequential=True)
     s = cert.details["sequential"]
+    assert s["level"] == pytest.approx(1e-3 / 7)  # marginal, exact_law, joint, accepted, residual, det., batched
+    n_plan, df = plan_for_tv(P, 0.03, alpha=s["level"], power=0.99, sequential=True)
     assert cert.passed and cert.n == n_plan == s["n_max"] and not s["rejected"]
     assert cert.checks["marginal"] == s["pvalue"] and "sequential: " in cert.summary()
     assert cert.equivalence() is not None
@@ -221,3 +222,38 @@ def test_tv_bound_cells_are_fixed_before_the_draws():
     one, two = np.array([500, 300, 199, 1, 0]), np.array([500, 300, 198, 1, 1])
     assert tv_bounds(one, law, alpha)[1] - tv_bounds(one, law, alpha)[0] == pytest.approx(
         tv_bounds(two, law, alpha)[1] - tv_bounds(two, law, alpha)[0], rel=1e-12)
+
+
+class _Biased:
+    """Black box emitting ``p`` tilted by the hardest bias of size ``tv`` (candidates ignored)."""
+
+    drafting = "iid"
+
+    def __init__(self, tv):
+        self.tv = tv
+
+    def verify(self, p, q, candidates, rng):
+        from types import SimpleNamespace
+
+        s = np.where(np.arange(p.shape[1]) < p.shape[1] // 2, 1.0, -1.0)
+        law = p * (1 + 2 * self.tv * s)
+        c = np.cumsum(law, axis=1)
+        t = (c > rng.random((p.shape[0], 1)) * c[:, -1:]).argmax(axis=1)
+        return SimpleNamespace(tokens=t.astype(np.int64), accepted=np.full(p.shape[0], -1, dtype=np.int64))
+
+
+def test_a_sequential_stop_always_fails_the_certificate():
+    """A bias at the planned tv: the e-process stops near its threshold.  Run at alpha it used to stop with
+    p just under alpha, which Holm over the other checks (here 3) then passed: an early stop that PASSED.
+    It now runs at alpha / (checks Holm can count), so every stop is a FAIL."""
+    law = np.full(8, 1 / 8)
+    stops = 0
+    for seed in range(4):
+        cert = certify_verifier(_Biased(0.01), law, law, 1, tv=0.01, sequential=True, seed=seed, tree=False)
+        s = cert.details["sequential"]
+        if s["n"] < s["n_max"]:
+            stops += 1
+            assert not cert.passed and "marginal" in cert.failed_checks(), cert.summary()
+        assert s["rejected"] == (not cert.passed)
+        assert s["level"] == pytest.approx(1e-3 / 3)
+    assert stops >= 2
