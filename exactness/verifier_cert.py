@@ -377,7 +377,10 @@ def certify_verifier(verifier, p, q, k: int, *, n: int | None = None, alpha: flo
         tiny ``n``; ``n`` over the budget above; a user ``verify`` that
         breaks the batch contract (TypeError chained from the original);
         ``k`` outside the verifier's ``supported_k`` (``UnsupportedK``, a
-        ValueError); bad ``workers``.  RuntimeError: a worker process died.
+        ValueError); bad ``workers``; ``tv`` not a number in (0, 1] or a
+        ``tv`` plan over ``MAX_SAMPLES`` / ``MAX_SECONDS`` (ValueError naming
+        ``tv``; nothing drawn but the pilot); ``sequential`` not a bool.
+        RuntimeError: a worker process died.
     """
     verifier = as_numpy_verifier(verifier)
     node = as_node(p, q)  # the one check of p, q: everything below gets the trusted Laws
