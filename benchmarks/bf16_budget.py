@@ -96,7 +96,8 @@ def main(argv=None) -> int:
             row.update(fixed_s=time.perf_counter() - t0, fixed=("PASS" if cert.passed else "FAIL")
                        + f" (marginal p = {cert.checks['marginal']:.2g})", est=cert.details["plan"]["estimated_seconds"])
         except ValueError as e:
-            row.update(fixed_s=None, fixed=f"refused: {str(e).split(':')[-1].strip()[:60]}", est=None, why=str(e))
+            row.update(fixed_s=None, fixed="refused (" + ("memory limit" if "memory limit" in str(e) else "time limit")
+                       + ", see below)", est=None, why=str(e))
         times, fracs, verdicts = [], [], []
         for s in range(args.seeds):
             t0 = time.perf_counter()

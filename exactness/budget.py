@@ -81,9 +81,9 @@ def check_planned_budget(draw, n: int, *, tv: float, workers: int, max_samples: 
     Raises
     ------
     ValueError
-        The plan exceeds ``max_samples`` draws (memory) or ``exactness.certificate.MAX_SECONDS``; the
-        message names ``tv`` and the fixes (a larger ``tv``, more time by raising
-        ``exactness.certificate.MAX_SECONDS``, more ``workers=``).
+        The plan exceeds ``max_samples`` draws (memory; fix: a larger ``tv``) or
+        ``exactness.certificate.MAX_SECONDS`` (fixes: a larger ``tv``, more time by raising
+        ``exactness.certificate.MAX_SECONDS``, more ``workers=``); the message names ``tv``.
     """
     est = pilot_seconds(draw, n) / workers
     gib = n * BYTES_PER_DRAW / 2**30
@@ -95,9 +95,11 @@ def check_planned_budget(draw, n: int, *, tv: float, workers: int, max_samples: 
         over.append(f"~{_hours(est)} with {workers} worker(s) exceeds the time limit "
                     f"exactness.certificate.MAX_SECONDS = {_hours(_cert.MAX_SECONDS)}")
     if over:
+        fix = "ask for a larger tv (n grows like 1/tv^2)" + (
+            ", allow more time by raising exactness.certificate.MAX_SECONDS, or pass workers= (processes)"
+            if est > _cert.MAX_SECONDS else " (more workers do not reduce the memory)")
         raise ValueError(f"tv = {tv:g} needs n = {n:,} draws (timed pilot of {PILOT:,} draws of {what}): "
-                         + "; ".join(over) + "; ask for a larger tv (n grows like 1/tv^2), allow more time by "
-                         "raising exactness.certificate.MAX_SECONDS, or pass workers= (processes)")
+                         + "; ".join(over) + "; " + fix)
     msg = f"tv = {tv:g}: planned n = {n:,} draws, estimated {_hours(est)} on this machine ({workers} worker(s))"
     log.log(logging.WARNING if est > 10 else logging.INFO, msg)
     return est

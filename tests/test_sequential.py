@@ -181,7 +181,9 @@ def test_tv_of_the_wrong_type():
 
 
 def test_plan_over_the_memory_limit_is_refused():
-    with pytest.raises(ValueError, match=r"tv = 1e-05 needs n = .*memory limit.*larger tv.*workers="):
+    with pytest.raises(ValueError, match=r"tv = 0.0002 needs n = .*memory limit.*larger tv.*do not reduce the memory"):
+        certify_verifier(get_verifier("rrs"), P, Q, 2, tv=2e-4)
+    with pytest.raises(ValueError, match=r"tv = 1e-05 needs n = .*memory limit.*time limit.*larger tv.*workers="):
         certify_verifier(get_verifier("rrs"), P, Q, 2, tv=1e-5)
 
 
@@ -189,7 +191,7 @@ def test_plan_over_the_time_limit_is_refused(monkeypatch):
     import exactness.certificate as certificate
 
     monkeypatch.setattr(certificate, "MAX_SECONDS", 1e-6)
-    with pytest.raises(ValueError, match=r"tv = 0.01 needs n = .*time limit.*MAX_SECONDS.*larger tv"):
+    with pytest.raises(ValueError, match=r"tv = 0.01 needs n = .*time limit.*MAX_SECONDS.*larger tv.*workers="):
         certify_verifier(get_verifier("rrs"), P, Q, 2, tv=0.01)
 
 
