@@ -287,6 +287,9 @@ def sequential_certificate(counts, law, seq: SequentialTest, *, alpha: float, po
     allchecks = dict(cert.checks)
     marg = dict(cert.details["marginal"], pvalue_fixed_n=cert.details["marginal"]["pvalue"], pvalue=seq.pvalue)
     allchecks["marginal"] = seq.pvalue
+    if len(allchecks) * seq.alpha > alpha * (1 + 1e-12):  # the level must leave a stop failing after Holm
+        raise RuntimeError(f"sequential level {seq.alpha:.3g} with {len(allchecks)} checks exceeds alpha {alpha:g} "
+                           "after Holm; no certificate is given (please report this)")
     pmin = min(holm(allchecks).values())
     det = sequential_detectable_tv(seq.n_max, max(1, seq.df), alpha=seq.alpha, power=power)
     if tv is not None:

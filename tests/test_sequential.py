@@ -259,3 +259,10 @@ def test_a_sequential_stop_always_fails_the_certificate():
         assert s["rejected"] == (not cert.passed)
         assert s["level"] == pytest.approx(1e-3 / 3)
     assert stops >= 2
+
+
+def test_the_sequential_level_counts_every_check():
+    """With a chain and the tree checks (V = 8) all 9 checks run, and the e-process level is alpha / 9."""
+    cert = certify_verifier(get_verifier("rrs"), P, Q, 2, n=20_000, sequential=True, seed=4)
+    assert len(cert.checks) == 9 and cert.details["sequential"]["level"] == pytest.approx(1e-3 / 9)
+    assert cert.passed and cert.n == 20_000
