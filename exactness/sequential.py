@@ -114,13 +114,20 @@ def sequential_samples_for_tv(tv: float, df: int, *, alpha: float = 1e-3, power:
     if tv is None:
         raise TypeError("tv must be a float in (0, 1] (the smallest TV bias to detect), got None")
     df, alpha, power = _check_df(df), check_alpha(alpha), _check_power(power)
+    lam = _lambda_seq(df, alpha, power)
+    return max(1, int(math.ceil(lam / (4.0 * tv * tv))))
+
+
+def _lambda_seq(df: int, alpha: float, power: float) -> float:
+    """Noncentrality at which ``P(ncx2(df, lam) > chi2_threshold(df, alpha)) = power`` (0 if reached at 0)."""
     thr = chi2_threshold(df, alpha)
     f = lambda lam: stats.ncx2.sf(thr, df, lam) - power  # noqa: E731
+    if stats.chi2.sf(thr, df) >= power:
+        return 0.0
     hi = 1.0
     while f(hi) < 0:
         hi *= 2.0
-    lam = optimize.brentq(f, 1e-12, hi, xtol=1e-10, rtol=1e-12)
-    return int(math.ceil(lam / (4.0 * tv * tv)))
+    return float(optimize.brentq(f, 1e-12 if f(1e-12) < 0 else 0.0, hi, xtol=1e-10, rtol=1e-12))
 
 
 def log_e_value(cell_counts, cell_law, c0: float) -> float:
@@ -228,12 +235,7 @@ def chunk_size(n_max: int) -> int:
 def sequential_detectable_tv(n_max: int, df: int, *, alpha: float = 1e-3, power: float = 0.99) -> float:
     """Smallest hardest-bias TV the e-process detects with ``power`` by ``n_max`` draws (inverse of the planner)."""
     n_max, df, alpha, power = check_n(n_max, name="n_max"), _check_df(df), check_alpha(alpha), _check_power(power)
-    thr = chi2_threshold(df, alpha)
-    f = lambda lam: stats.ncx2.sf(thr, df, lam) - power  # noqa: E731
-    hi = 1.0
-    while f(hi) < 0:
-        hi *= 2.0
-    return math.sqrt(optimize.brentq(f, 1e-12, hi, xtol=1e-10, rtol=1e-12) / (4.0 * n_max))
+    return math.sqrt(_lambda_seq(df, alpha, power) / (4.0 * n_max))
 
 
 def sequential_draws(draw, seed_seq: np.random.SeedSequence, law, n_max: int, alpha: float):

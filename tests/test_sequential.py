@@ -266,3 +266,13 @@ def test_the_sequential_level_counts_every_check():
     cert = certify_verifier(get_verifier("rrs"), P, Q, 2, n=20_000, sequential=True, seed=4)
     assert len(cert.checks) == 9 and cert.details["sequential"]["level"] == pytest.approx(1e-3 / 9)
     assert cert.passed and cert.n == 20_000
+
+
+def test_sequential_planner_edges():
+    assert sequential_samples_for_tv(0.5, 3, alpha=0.05, power=1e-6) == 1  # reached without any bias
+    assert sequential_detectable_tv(100, 3, alpha=0.05, power=1e-6) == 0.0
+    for bad in (0, 1.5, float("nan")):
+        with pytest.raises(ValueError, match="tv must lie in"):
+            sequential_samples_for_tv(bad, 3)
+    with pytest.raises(ValueError, match="power must lie in"):
+        sequential_samples_for_tv(0.1, 3, power=1.0)
