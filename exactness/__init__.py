@@ -8,7 +8,8 @@ power), cell (one (p, q, k, verifier) configuration).
 The contract::
 
     certify_sampler(sample, law, n, *, alpha=1e-3, seed=0) -> Certificate
-    certify_verifier(verifier, p, q, k, *, n=None, alpha=1e-3, seed=0, workers=1) -> Certificate
+    certify_verifier(verifier, p, q, k, *, n=None, alpha=1e-3, seed=0, workers=1,
+                     tv=None, sequential=False) -> Certificate   # tv= plans n; sequential: anytime-valid
     certify_counts(counts, p, q=None, k=None, *, alpha=1e-3) -> Certificate   # outputs collected elsewhere
     certify_samples(tokens, p, *, accepted=None, candidates=None, q=None, k=None, alpha=1e-3) -> Certificate
     certify_decoder(decoder, target, prompts, *, new_tokens=2, n=None, tv=None, alpha=1e-3, seed=0)  # exactness.decoder
@@ -18,6 +19,8 @@ The contract::
 
 Modules: :mod:`~exactness.gof` (pooled chi-square / G-test, TV bounds),
 :mod:`~exactness.power` (detectable TV, sample-size planner),
+:mod:`~exactness.budget` (``tv=``: planned n, timed pilot, refusals),
+:mod:`~exactness.sequential` (anytime-valid e-process, its planner),
 :mod:`~exactness.exact` (exact joint law), :mod:`~exactness.tree`
 (two-token tree law), :mod:`~exactness.sampling` (vectorised Monte Carlo),
 :mod:`~exactness.verifier_cert`, :mod:`~exactness.collected` (outputs already collected),
@@ -42,7 +45,7 @@ from .coupled import certify_coupled
 def __getattr__(name):  # lazy: keep ``import exactness`` light
     import importlib
 
-    if name in ("mutants", "strategies", "grid", "exact", "tree", "gof", "power", "sampling"):
+    if name in ("mutants", "strategies", "grid", "exact", "tree", "gof", "power", "sampling", "sequential", "budget"):
         return importlib.import_module(f"{__name__}.{name}")
     if name in ("assert_exact", "assert_coupled"):
         from . import assertions

@@ -69,7 +69,9 @@ class Certificate:
     tv_estimate : float
         Plug-in TV between the empirical and the target law.
     tv_upper : float
-        ``1 - alpha`` upper confidence bound on that TV.
+        ``1 - alpha`` upper confidence bound on that TV (``exactness.gof.tv_bounds``):
+        the equivalence statement "TV <= tv_upper at confidence 1 - alpha"
+        (:meth:`equivalence`; ``details["equivalence"]``).
     detectable_tv : float
         Smallest TV bias the marginal test detects with probability
         ``power`` at level ``alpha`` with these ``n`` samples.
@@ -152,6 +154,16 @@ class Certificate:
             parts.append(f"p = {holm(self.checks)[name]:.3g}")
         return f"{name}: " + ", ".join(parts)
 
+    def equivalence(self) -> str | None:
+        """Positive evidence of exactness: ``"TV <= x at confidence 1 - alpha = c"`` (``None`` when withheld).
+
+        ``x`` is ``tv_upper``, the one-sided ``1 - alpha`` upper confidence bound on the TV between the
+        sampled law and the target (Bretagnolle-Huber-Carol, ``exactness.gof.tv_bounds``), valid for a
+        fixed number of draws; it is withheld after an early sequential stop (``details["equivalence"]``).
+        """
+        eq = self.details.get("equivalence")
+        return None if eq is None else eq.get("statement")
+
     def summary(self) -> str:
         """One line: the verdict, the failing checks with THEIR numbers, the main test (labelled by ``main``), skips and notes."""
         marg = (f"{self.main} chi2 = {self.statistic:.4g} (df {self.df}), TV ~ {self.tv_estimate:.3g} "
@@ -163,6 +175,12 @@ class Certificate:
             bad = self.failed_checks()
             why = "; ".join(self.describe(k) for k in bad) or "no check ran"
             out = f"FAIL [{why}]; {marg}"
+        eq = self.equivalence()
+        if eq:
+            out += f"; equivalence: {eq}"
+        seq = self.details.get("sequential")
+        if isinstance(seq, dict) and seq.get("statement"):
+            out += f"; sequential: {seq['statement']}"
         if self.skipped:
             out += "; skipped: " + "; ".join(f"{k} ({v})" for k, v in self.skipped.items())
         for note in self.notes:
@@ -247,10 +265,14 @@ def certificate_from_counts(counts, law, *, alpha: float, power: float, tv: floa
     pmin = min(adj.values())
     marginal = {"cells": res.cells, "impossible": res.impossible, "statistic": res.statistic, "df": res.df,
                 "tv": tv_hat, "pvalue": res.pvalue}
+    equivalence = {"tv_upper": tv_up, "confidence": 1.0 - alpha,
+                   "statement": f"TV <= {tv_up:.3g} at confidence 1 - alpha = {1 - alpha:g}",
+                   "method": "Bretagnolle-Huber-Carol bound on the plug-in TV (exactness.gof.tv_bounds)"}
     return Certificate(passed=bool(pmin >= alpha), statistic=res.statistic, pvalue=float(pmin),
                        tv_estimate=tv_hat, tv_upper=tv_up, detectable_tv=det, n=n, alpha=alpha, power=power,
                        df=res.df, g_statistic=res.g_statistic, g_pvalue=res.g_pvalue, checks=allchecks,
-                       details={"marginal": marginal, **(details or {})}, skipped=dict(skipped or {}),
+                       details={"marginal": marginal, "equivalence": equivalence, **(details or {})},
+                       skipped=dict(skipped or {}),
                        notes=tuple(notes))
 
 

@@ -269,7 +269,7 @@ def run_mutants(*, seeds: int = 1, n: int | None = None, alpha: float = 1e-3, se
 def run_certify(verifier_specs: list[str] | None = None, *, ks=K_VALUES, n: int | None = None,
                 alpha: float = 1e-3, seed: int = 0, families=FAMILIES, progress: bool | str = False,
                 timeout: float | None = DEFAULT_TIMEOUT, workers: int = 1, executor="process",
-                address: str | None = None) -> GridResult:
+                address: str | None = None, tv: float | None = None, sequential: bool = False) -> GridResult:
     """The full certify grid (built-in verifiers by default).
 
     ``timeout``: wall-clock seconds per cell (None or 0 = none); a cell that
@@ -278,6 +278,7 @@ def run_certify(verifier_specs: list[str] | None = None, *, ks=K_VALUES, n: int 
     ``executor``, ``address``: who runs the cells and their chunks (``exactness.grid.run_grid``; ``"ray"`` runs
     every cell as a Ray task, on a local cluster or the one at ``address``).
     ``seed``: an int, a sequence of ints or a SeedSequence.
+    ``tv``, ``sequential``: per cell, ``certify_verifier(..., tv=, sequential=)`` (``tv`` plans ``n`` when ``n`` is None).
     Raises ValueError when a verifier cannot be loaded (``load_verifier``).
     """
     import resispec
@@ -291,7 +292,8 @@ def run_certify(verifier_specs: list[str] | None = None, *, ks=K_VALUES, n: int 
         raise ValueError(f"no pair family could be built ({'; '.join(notes) or 'none given'}); "
                          "pass --family with a registered family")
     grid = run_grid(build_cells(verifiers, nodes, ks), n=n, alpha=alpha, seed=seed, progress=progress,
-                    timeout=timeout, workers=workers, executor=executor, address=address)
+                    timeout=timeout, workers=workers, executor=executor, address=address, tv=tv,
+                    sequential=sequential)
     grid.notes.extend(notes)
     grid.seconds = time.perf_counter() - t0
     return grid

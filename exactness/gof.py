@@ -133,8 +133,11 @@ def tv_bounds(counts, law, alpha: float) -> tuple[float, float]:
 
     The bound uses the Bretagnolle-Huber-Carol inequality
     ``P(||p_hat - p||_1 >= eps) <= 2^S exp(-n eps^2 / 2)`` (van der Vaart &
-    Wellner 1996, Prop. A.6.6) with ``S`` the number of tokens that are in
-    the law's support or observed: ``TV(true, law) <= TV_hat + eps / 2``.
+    Wellner 1996, Prop. A.6.6) on a partition of ``S`` cells fixed before the
+    draws: each token of the law's support is a cell and the zero-law tokens
+    form one more cell (when there are any).  The TV to ``law`` is unchanged
+    by lumping the zero-law tokens (``law`` is 0 on all of them), so with
+    probability ``1 - alpha``: ``TV(true, law) <= TV_hat + eps / 2``.
 
     Returns
     -------
@@ -147,6 +150,6 @@ def tv_bounds(counts, law, alpha: float) -> tuple[float, float]:
     if n == 0:
         return 0.0, 1.0
     tv = 0.5 * float(np.abs(counts / n - law).sum())
-    S = int(np.count_nonzero((law > 0) | (counts > 0)))
+    S = int(np.count_nonzero(law > 0)) + int(np.any(law <= 0))  # data-independent cells (docstring)
     eps = np.sqrt(2.0 * (S * np.log(2.0) + np.log(1.0 / alpha)) / n)
     return tv, float(min(1.0, tv + 0.5 * eps))

@@ -237,7 +237,8 @@ def _import_harness_modules() -> None:
 
 
 def run_cell(cell: Cell, *, n: int | None, alpha: float, seed, timeout: float | None = None,
-             workers: int = 1, executor="process") -> CellResult:
+             workers: int = 1, executor="process", tv: float | None = None,
+             sequential: bool = False) -> CellResult:
     """Certify one cell; skip (with the reason) when ``k`` exceeds the draft support or the verifier's ``supported_k``.
 
     Parameters
@@ -250,6 +251,8 @@ def run_cell(cell: Cell, *, n: int | None, alpha: float, seed, timeout: float | 
         ``SIGALRM`` in the main thread on POSIX (``exactness._timeout``); elsewhere the limit is off.
     workers : int, processes for the cell's Monte Carlo draws (``certify_verifier(..., workers=)``)
     executor : str or Executor, who draws the cell's chunks (``certify_verifier(..., executor=)``)
+    tv, sequential : ``certify_verifier(..., tv=, sequential=)``: with ``n`` None, ``tv`` plans the cell's draws;
+        a plan over the time or memory limit is a failed cell with the reason
 
     A verifier whose ``supported_k`` excludes the cell's ``k`` gives a skipped cell (``certificate`` None,
     ``skipped`` = ``"not supported: k = 4 is not supported (Mine.supported_k = (1, 2))"``): neither a pass nor a
@@ -280,7 +283,7 @@ def run_cell(cell: Cell, *, n: int | None, alpha: float, seed, timeout: float | 
                 return CellResult(cell.verifier_name, cell.family, cell.k, V, None, skipped=f"not supported: {why}")
             node = as_node(cell.p, cell.q)  # the cell's one check of p, q; the calls below trust it
             cert = certify_verifier(cell.verifier, node, None, cell.k, n=n, alpha=alpha, seed=seed, workers=workers,
-                                    executor=executor)
+                                    executor=executor, tv=tv, sequential=sequential)
             known = cert.details.get("exact", {}).get("acceptance")   # absent when the chain was invalid
             acc, astar, rrs = _acceptances(cell.verifier, node, None, cell.k, known)
     except TimeLimitExceeded as exc:
@@ -291,16 +294,17 @@ def run_cell(cell: Cell, *, n: int | None, alpha: float, seed, timeout: float | 
                       rrs_acceptance=rrs, seconds=time.perf_counter() - t0)
 
 
-def _cell_task(job, *, n, alpha, timeout, workers) -> CellResult:
+def _cell_task(job, *, n, alpha, timeout, workers, tv=None, sequential=False) -> CellResult:
     """One cell as a task (``job = (cell, seed)``): ``run_cell`` with its chunks drawn in order in the task."""
     cell, seed = job
-    return run_cell(cell, n=n, alpha=alpha, seed=seed, timeout=timeout, workers=workers, executor="local")
+    return run_cell(cell, n=n, alpha=alpha, seed=seed, timeout=timeout, workers=workers, executor="local",
+                    tv=tv, sequential=sequential)
 
 
 def run_grid(cells: list[Cell], *, n: int | None = None, alpha: float = 1e-3, seed: int = 0,
              progress: bool | str = False, calibration_level: float = 0.05,
              timeout: float | None = None, workers: int = 1, executor="process",
-             address: str | None = None) -> GridResult:
+             address: str | None = None, tv: float | None = None, sequential: bool = False) -> GridResult:
     """Certify every cell, then correct across cells (Holm, BH) and test calibration.
 
     Parameters
@@ -322,6 +326,7 @@ def run_grid(cells: list[Cell], *, n: int | None = None, alpha: float = 1e-3, se
         the task), ``workers`` CPUs for a local cluster; a task that raises or whose worker dies is a FAILED
         cell.  Cell ``i`` has the same seed everywhere, so the counts and verdicts are those of ``"process"``.
     address : str, optional, the Ray cluster to join (``exactness.executors.RayExecutor``; ray only)
+    tv, sequential : per cell, see ``run_cell`` and ``certify_verifier``
 
     Returns
     -------
@@ -346,13 +351,17 @@ def run_grid(cells: list[Cell], *, n: int | None = None, alpha: float = 1e-3, se
     timeout = check_timeout(timeout)
     workers = check_workers(workers)
     check_executor(executor)
+    from ._checks import check_tv
+
+    tv = check_tv(tv)
     t0 = time.perf_counter()
     bar = Progress(len(cells), "certify", "cell", mode=progress_mode(progress))
     label = lambda c: f"{c.verifier_name} {c.family} k={c.k}"  # noqa: E731
     with executor_for(executor, workers=workers, **({} if address is None else {"address": address})) as ex:
         if ex.cell_tasks:  # every cell a task; a task that fails (or whose worker dies) is a failed cell
             jobs = [(cell, sub_seed(seed, i)) for i, cell in enumerate(cells)]
-            results = ex.map_chunks(partial(_cell_task, n=n, alpha=alpha, timeout=timeout, workers=workers), jobs,
+            results = ex.map_chunks(partial(_cell_task, n=n, alpha=alpha, timeout=timeout, workers=workers, tv=tv,
+                                            sequential=sequential), jobs,
                                     on_done=lambda i: bar.step(label(cells[i])),
                                     on_error=lambda job, exc: _failed_cell(job[0], _failure_reason(exc), alpha, 0.0))
         else:
@@ -360,7 +369,7 @@ def run_grid(cells: list[Cell], *, n: int | None = None, alpha: float = 1e-3, se
             for i, cell in enumerate(cells):
                 bar.start(label(cell))
                 results.append(run_cell(cell, n=n, alpha=alpha, seed=sub_seed(seed, i), timeout=timeout,
-                                        workers=workers, executor=ex))
+                                        workers=workers, executor=ex, tv=tv, sequential=sequential))
                 bar.step(label(cell))
     bar.close()
     done = [r for r in results if r.certificate is not None]

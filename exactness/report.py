@@ -129,7 +129,8 @@ def to_json(grid: GridResult, mutants=None, meta=None) -> dict:
                       "g_statistic": cert.g_statistic, "g_pvalue": cert.g_pvalue, "df": cert.df,
                       "tv_estimate": cert.tv_estimate, "tv_upper": cert.tv_upper,
                       "detectable_tv": cert.detectable_tv, "n": cert.n, "checks": cert.checks,
-                      "path": cert.details.get("path")})
+                      "path": cert.details.get("path"), "equivalence": cert.equivalence(),
+                      "plan": cert.details.get("plan"), "sequential": cert.details.get("sequential")})
         cells.append(d)
     cal = grid.calibration
     return {
@@ -215,10 +216,28 @@ def markdown(grid: GridResult, mutants=None, meta=None, qq_name="certify_qq.png"
     meta = meta or {}
     L = ["# resispec certify", ""]
     if meta:
+        per_cell = meta.get("samples") or ("planned for --tv" if meta.get("tv") else "default budget")
         L += [f"- command: `{meta.get('command', '')}`", f"- seed {meta.get('seed')}, alpha {grid.alpha:g} "
-              f"(family-wise over all cells, Holm), samples per cell: {meta.get('samples') or 'default budget'}",
+              f"(family-wise over all cells, Holm), samples per cell: {per_cell}",
               f"- wall time {grid.seconds:.1f} s (grid)"
               + (f", {meta['mutant_seconds']:.1f} s (mutants)" if meta.get("mutant_seconds") else ""), ""]
+        if meta.get("tv") is not None or meta.get("sequential"):
+            L[-1:-1] = [f"- requested TV per cell: {meta.get('tv') or 'none'} (power 0.99); sequential marginal "
+                        f"test: {'yes (anytime-valid e-process)' if meta.get('sequential') else 'no'}"]
+    if meta.get("tv") is not None or meta.get("sequential"):
+        eq = [c for c in grid.cells if c.certificate is not None]
+        L_eq = ["## Equivalence (positive evidence)", "",
+                "Each cell's one-sided upper confidence bound on the TV of its sampled law from the target:", ""]
+        for c in eq:
+            eqd = c.certificate.details.get("equivalence") or {}
+            st = (c.certificate.equivalence() or (f"withheld: {eqd['reason']}" if eqd.get("reason") else None)
+                  or f"none ({c.certificate.details.get('error', 'no marginal test')})")
+            sq = c.certificate.details.get("sequential")
+            L_eq.append(f"- `{c.verifier}` {c.family} k={c.k}: {st}, n = {c.certificate.n:,}"
+                        + (f"; sequential: {sq['statement']}" if sq else ""))
+        L_eq.append("")
+    else:
+        L_eq = []
     L += ["## Verdict", "", "| verifier | cells | failed | min Holm p |", "|---|---|---|---|"]
     for v, d in verdicts(grid).items():
         L.append(f"| `{v}` | {d['cells']} | {d['failed']} | {d['min_p_holm']:.3g} |")
@@ -227,6 +246,7 @@ def markdown(grid: GridResult, mutants=None, meta=None, qq_name="certify_qq.png"
         L += [f"Not tested (every cell skipped, which is never a pass): {', '.join(grid.untested_verifiers())}", ""]
     for note in grid.notes:
         L.append(f"- note: {note}")
+    L += L_eq
     L += ["", "## Cells", "",
           "Per cell: exact-law TV where enumeration (or the built-in accept table) fits, the cell's p-value "
           "(Holm over its checks: marginal chi-square against p, joint (stop position, token), accepted count, "

@@ -222,9 +222,16 @@ def _check_budget(sampler: NodeSampler, n: int, workers: int = 1) -> None:
                          "to plan the n you need")
 
 
+def _max_checks(exact: bool, chain_ok: bool, tree: bool, V: int) -> int:
+    """Most p-values Holm can count in one certificate: marginal, exact_law + joint + accepted_count + residual
+    (with a chain), determinism, batched or batched_rows, and the two tree checks (V <= ``TREE_MAX_V``)."""
+    return 1 + (4 if exact and chain_ok else 0) + 2 + (2 if tree and V <= TREE_MAX_V else 0)
+
+
 def certify_verifier(verifier, p, q, k: int, *, n: int | None = None, alpha: float = 1e-3, seed=0,
                      power: float = 0.99, tv: float | None = None, tree: bool = True,
-                     exact: bool = True, workers: int = 1, executor="process") -> Certificate:
+                     exact: bool = True, workers: int = 1, executor="process",
+                     sequential: bool = False) -> Certificate:
     """Certify a verifier at one node by Monte Carlo through ``verify`` plus conditional checks.
 
     Candidates are drawn per ``verifier.drafting`` (``"any"`` -> iid; a
@@ -267,9 +274,16 @@ def certify_verifier(verifier, p, q, k: int, *, n: int | None = None, alpha: flo
         ``[0, i]`` (run ``i`` of a study), ``numpy.random.SeedSequence(...)``.
     power : float, default 0.99
         Power used for ``detectable_tv``.
-    tv : float, optional
-        Smallest TV you require to be detected; warns (ExactnessWarning) with
-        the detectable TV when ``n`` is too small.
+    tv : float in (0, 1], optional
+        Smallest TV you require to be detected.  With ``n=None`` it PLANS
+        ``n`` (:func:`exactness.budget.plan_for_tv`: ``samples_for_tv(tv, df,
+        alpha, power)``, ``df`` of the pooled marginal test at that ``n``; the
+        sequential budget with ``sequential=True``), times a pilot of 2,000
+        draws and logs the estimated time on the ``exactness.plan`` logger
+        before the long run (a WARNING above 10 s; also in ``details["plan"]``),
+        and refuses (ValueError naming ``tv``) a plan over ``MAX_SAMPLES``
+        draws or ``MAX_SECONDS``.  With ``n`` given it only warns
+        (ExactnessWarning) with the detectable TV when ``n`` is too small.
     tree : bool, default True
         Run the two-token tree checks (only when V <= ``TREE_MAX_V``).
     exact : bool, default True
@@ -295,6 +309,22 @@ def certify_verifier(verifier, p, q, k: int, *, n: int | None = None, alpha: flo
         open for many calls).  Each chunk comes back as histograms that are
         summed (:mod:`exactness.chunks`), so one seed and ``workers`` give
         the same certificate with every executor.
+    sequential : bool, default False
+        Test the marginal token law with the anytime-valid e-process of
+        :mod:`exactness.sequential` (Ville 1939; Ramdas et al. 2023, arXiv
+        2210.01948): draws come in chunks of ``n / 128`` (at least 2**14,
+        chunk ``i`` seeded by the ``i``-th child of the Monte Carlo seed),
+        the run stops as soon as the e-value reaches ``m / alpha``, ``m``
+        the most checks Holm can count in this certificate (marginal,
+        exact_law, joint, accepted_count, residual, determinism, batched(_rows),
+        two tree checks: at most 9), so a stop always FAILS the certificate
+        at family-wise level ``alpha`` (the plan for ``tv`` uses ``alpha / m``), and
+        otherwise draws the whole budget (``n``, or the sequential plan for
+        ``tv``).  The marginal p-value is the anytime-valid one; its level
+        holds under this optional stopping.  The other checks keep their
+        fixed-n form on the draws actually made.  ``details["sequential"]``
+        (shown by ``summary()``) says what was sequential; ``detectable_tv`` is the
+        sequential test's at the budget.
 
     Optional hooks (honoured when the verifier defines them)
     ---------------------------------------------------------
@@ -337,7 +367,10 @@ def certify_verifier(verifier, p, q, k: int, *, n: int | None = None, alpha: flo
         breaks the batch contract (TypeError chained from the original);
         ``k`` outside the verifier's ``supported_k`` (``UnsupportedK``, a
         ValueError); bad ``workers``, unknown ``executor``, ray missing or
-        its cluster unreachable (``exactness.executors.RayExecutor``).
+        its cluster unreachable (``exactness.executors.RayExecutor``);
+        ``tv`` not a number in (0, 1] or a ``tv`` plan over ``MAX_SAMPLES`` /
+        ``MAX_SECONDS`` (ValueError naming ``tv``; nothing drawn but the
+        pilot); ``sequential`` not a bool.
         RuntimeError: a worker process died.
     """
     verifier = as_numpy_verifier(verifier)
@@ -361,7 +394,20 @@ def certify_verifier(verifier, p, q, k: int, *, n: int | None = None, alpha: flo
     executor = check_executor(executor)
     ss = as_seed_sequence(seed)  # TypeError / ValueError naming seed
     s_mc, s_det, s_batch, s_tree = ss.spawn(4)
+    if not isinstance(sequential, (bool, np.bool_)):
+        raise TypeError(f"sequential must be True or False, got {sequential!r}")
     sampler = NodeSampler(verifier, node, None, k)
+    # the e-process runs at alpha / (the most checks Holm can count here): its stop is always a FAIL
+    m_max = _max_checks(exact, has_chain(verifier), tree, p1.size)
+    alpha_seq = alpha / m_max if sequential else alpha
+    plan = None
+    if n is None and tv is not None:
+        from .budget import check_planned_budget, plan_for_tv
+
+        n, df_plan = plan_for_tv(p1, float(tv), alpha=alpha_seq, power=power, sequential=bool(sequential))
+        est = check_planned_budget(sampler.draws, n, tv=float(tv), workers=workers, max_samples=MAX_SAMPLES,
+                                   what=type(verifier).__name__)
+        plan = {"tv": float(tv), "n": n, "df": df_plan, "estimated_seconds": est, "sequential": bool(sequential)}
     n = default_n(sampler) if n is None else check_n(n)
     _check_budget(sampler, n, workers)
     checks: dict[str, float] = {}
@@ -396,9 +442,19 @@ def certify_verifier(verifier, p, q, k: int, *, n: int | None = None, alpha: flo
             skipped[name] = "needs the exact joint law (exact_law " + (
                 "failed: chain invalid)" if "error" in details.get("exact", {}) else "not run)")
 
-    from .chunks import mc_counts
+    seq = None
+    if sequential:  # chunks drawn in order, the e-process looking after each; then counted as below
+        from .chunks import counts_of
+        from .sequential import sequential_draws
 
-    mc = mc_counts(sampler, s_mc, n, workers, executor)  # histograms summed over the chunks
+        draws, seq = sequential_draws(lambda s, m: parallel_draws(sampler, s, m, workers, executor), s_mc, p1, n,
+                                      alpha_seq)
+        n = int(draws.tokens.size)
+        mc = counts_of(draws, V, k)
+    else:
+        from .chunks import mc_counts
+
+        mc = mc_counts(sampler, s_mc, n, workers, executor)  # histograms summed over the chunks
     counts = mc.tokens
     mc_df: dict[str, int] = {}
 
@@ -483,11 +539,19 @@ def certify_verifier(verifier, p, q, k: int, *, n: int | None = None, alpha: flo
                 checks[name] = tr.pvalue
         if not can_exact:
             skipped["tree_exact"] = "tree checks ran by Monte Carlo only (no enumerable chain)"
-    cert = certificate_from_counts(counts, p1, alpha=alpha, power=power, tv=tv, checks=checks, details=details,
-                                   skipped=skipped)
+    if plan is not None:
+        details["plan"] = plan
+    if seq is not None:
+        from .sequential import sequential_certificate
+
+        cert = sequential_certificate(counts, p1, seq, alpha=alpha, power=power, tv=tv, checks=checks,
+                                      details=details, skipped=skipped)
+    else:
+        cert = certificate_from_counts(counts, p1, alpha=alpha, power=power, tv=tv, checks=checks,
+                                       details=details, skipped=skipped)
     mc_df["marginal"] = cert.df
     cert.details["mc_df"] = mc_df
-    return replace(cert, notes=_notes(cert))
+    return replace(cert, notes=cert.notes + _notes(cert))
 
 
 def _notes(cert: Certificate) -> tuple:

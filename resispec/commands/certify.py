@@ -55,6 +55,16 @@ def add_arguments(parser) -> None:
                         help="Monte Carlo draws per cell, e.g. 200000 or 2e5 (default: 200,000, capped for O(V) "
                              "samplers; at most 1e9, and refused when the estimated memory exceeds half of this "
                              "machine's)")
+    parser.add_argument("--tv", type=float, default=None, metavar="X",
+                        help="smallest TV bias to detect per cell, in (0, 1]: without --samples it plans each "
+                             "cell's draws (power 0.99 at --alpha; n grows like 1/X^2), states the estimated time "
+                             "on stderr and refuses a plan over the time or memory limit (that cell FAILS with "
+                             "the reason); with --samples it only warns when --samples is too small. The report "
+                             "gives each cell's equivalence statement 'TV <= x at confidence 1 - alpha'")
+    parser.add_argument("--sequential", action="store_true",
+                        help="anytime-valid sequential marginal test (e-process): each cell stops drawing as "
+                             "soon as a bias is evident, else draws its whole budget (--samples or the plan for "
+                             "--tv); the level holds under this optional stopping")
     parser.add_argument("--seed", type=seed, default=0, metavar="S",
                         help="base seed: an integer >= 0 or a sequence such as 0,3 (= SeedSequence([0, 3])); "
                              "default 0")
@@ -155,6 +165,9 @@ def run(args) -> int:
             _check_output(f"--out (its {path.name})", path)
     if not 0 < args.alpha < 1:
         raise ValueError(f"--alpha must lie in (0, 1), got {args.alpha}")
+    tv = getattr(args, "tv", None)
+    if tv is not None and not 0 < tv <= 1:  # also NaN
+        raise ValueError(f"--tv must lie in (0, 1] (the smallest TV bias to detect, e.g. 0.001), got {tv}")
     if args.samples is not None and args.samples < 1:
         raise ValueError(f"--samples must be >= 1, got {args.samples}")
     if args.mutant_seeds < 1:
@@ -187,6 +200,14 @@ def run(args) -> int:
             get_family(name)  # unknown name: ValueError listing the families (never an empty, passing run)
         families = tuple(known.get(name, (name, 8, {})) for name in args.family)
     progress = not args.no_progress
+    if tv is not None and args.samples is None:
+        import logging
+
+        logging.getLogger("exactness.plan").setLevel(logging.INFO)  # the planned n and time of each cell
+        if not logging.getLogger("exactness.plan").handlers:
+            h = logging.StreamHandler(sys.stderr)
+            h.setFormatter(logging.Formatter("resispec certify: %(message)s"))
+            logging.getLogger("exactness.plan").addHandler(h)
     from exactness._timeout import limit_available
 
     if args.timeout and not limit_available():
@@ -208,7 +229,8 @@ def run(args) -> int:
         specs += [f"resispec[proxy={name}]" for name in names if name != "draft"]
     grid = run_certify(specs or None, ks=ks, n=args.samples, alpha=args.alpha, seed=args.seed,
                        families=families, progress=progress, timeout=args.timeout, workers=args.workers,
-                       executor=args.executor, address=args.address)
+                       executor=args.executor, address=args.address, tv=tv,
+                       sequential=bool(getattr(args, "sequential", False)))
     mutants, t_mut = None, None
     if do_mutants:
         t1 = time.perf_counter()
@@ -217,7 +239,8 @@ def run(args) -> int:
         t_mut = time.perf_counter() - t1
     meta = {"command": ("resispec certify " + " ".join(shlex.quote(a) for a in sys.argv[2:])).strip()
             if len(sys.argv) > 1 and sys.argv[1] == NAME else "resispec certify", "seed": args.seed, "samples": args.samples,
-            "k": list(ks), "timeout": args.timeout or None, "workers": args.workers,
+            "k": list(ks), "tv": tv, "sequential": bool(getattr(args, "sequential", False)),
+            "timeout": args.timeout or None, "workers": args.workers,
             "executor": args.executor, "address": args.address,
             "mutant_seconds": t_mut,
             "total_seconds": time.perf_counter() - t0}

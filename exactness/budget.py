@@ -1,0 +1,105 @@
+"""Budget by the bias to detect: plan ``n`` from a requested TV, time it with a pilot, refuse what cannot run.
+
+``certify_verifier(..., tv=x)`` with ``n=None`` calls :func:`plan_for_tv` (``n = samples_for_tv(x, df,
+alpha, power)`` for the fixed-n chi-square test, or the sequential budget
+:func:`exactness.sequential.sequential_samples_for_tv` with ``sequential=True``; ``df`` is the pooled
+degrees of freedom of the marginal test at that ``n``), then :func:`check_planned_budget` (a timed
+pilot; a plan over the time or memory limit is a ``ValueError`` naming ``tv`` and the fixes).
+"""
+
+from __future__ import annotations
+
+import logging
+
+import numpy as np
+
+from . import certificate as _cert
+from .certificate import PILOT, _hours, pilot_seconds
+from .gof import MIN_EXPECTED, pool_cells
+from .power import samples_for_tv
+
+log = logging.getLogger("exactness.plan")
+
+#: Bytes kept per Monte Carlo draw by ``certify_verifier`` (int64 token and accepted index).
+BYTES_PER_DRAW = 16
+
+
+def pooled_df(law, n: int, min_expected: float = MIN_EXPECTED) -> int:
+    """Degrees of freedom (pooled cells - 1) of the marginal test of ``n`` draws against ``law`` (V,) float64."""
+    cell = pool_cells(n * np.asarray(law, dtype=np.float64), min_expected)
+    return int(cell.max()) if np.any(cell >= 0) else 0  # cells - 1
+
+
+def plan_for_tv(law, tv: float, *, alpha: float, power: float, sequential: bool = False) -> tuple[int, int]:
+    """``(n, df)``: draws that detect every bias of TV >= ``tv`` with ``power`` at level ``alpha``.
+
+    ``df`` depends on ``n`` through the pooling rule, so ``n`` and ``df`` are iterated to a fixed point
+    (starting from ``df = support - 1``; at most 8 rounds, keeping the largest ``n`` seen).
+
+    Parameters
+    ----------
+    law : ndarray, shape (V,), float64, checked by the caller
+    tv : float in (0, 1), checked by the caller
+    alpha, power : float in (0, 1)
+    sequential : bool
+        Plan the sequential e-process's budget instead of the fixed-n chi-square's.
+
+    Returns
+    -------
+    n, df : int
+    """
+    from .sequential import sequential_samples_for_tv
+
+    plan = sequential_samples_for_tv if sequential else samples_for_tv
+    df = max(1, int(np.count_nonzero(np.asarray(law) > 0)) - 1)
+    n = 0
+    for _ in range(8):
+        n_new = max(n, plan(tv, df, alpha=alpha, power=power))
+        df_new = max(1, pooled_df(law, n_new))
+        if n_new == n and df_new == df:
+            break
+        n, df = n_new, df_new
+    return n, df
+
+
+def check_planned_budget(draw, n: int, *, tv: float, workers: int, max_samples: int,
+                         what: str = "the verifier") -> float:
+    """Time a pilot of ``PILOT`` draws and refuse a plan over ``MAX_SECONDS`` or ``max_samples``.
+
+    Parameters
+    ----------
+    draw : callable ``(rng, m)``, the Monte Carlo draw of ``m`` samples
+    n : int, planned draws
+    tv : float, the requested TV (named in the error)
+    workers : int, processes sharing the draws
+    max_samples : int, memory limit in draws
+
+    Returns
+    -------
+    float, estimated seconds for the ``n`` draws (also logged on ``exactness.plan``, a WARNING above 10 s).
+
+    Raises
+    ------
+    ValueError
+        The plan exceeds ``max_samples`` draws (memory; fix: a larger ``tv``) or
+        ``exactness.certificate.MAX_SECONDS`` (fixes: a larger ``tv``, more time by raising
+        ``exactness.certificate.MAX_SECONDS``, more ``workers=``); the message names ``tv``.
+    """
+    est = pilot_seconds(draw, n) / workers
+    gib = n * BYTES_PER_DRAW / 2**30
+    over = []
+    if n > max_samples:
+        over.append(f"{gib:.3g} GiB for {n:,} draws exceeds the memory limit of {max_samples:,} draws "
+                    "(exactness.verifier_cert.MAX_SAMPLES)")
+    if est > _cert.MAX_SECONDS:
+        over.append(f"~{_hours(est)} with {workers} worker(s) exceeds the time limit "
+                    f"exactness.certificate.MAX_SECONDS = {_hours(_cert.MAX_SECONDS)}")
+    if over:
+        fix = "ask for a larger tv (n grows like 1/tv^2)" + (
+            ", allow more time by raising exactness.certificate.MAX_SECONDS, or pass workers= (processes)"
+            if est > _cert.MAX_SECONDS else " (more workers do not reduce the memory)")
+        raise ValueError(f"tv = {tv:g} needs n = {n:,} draws (timed pilot of {PILOT:,} draws of {what}): "
+                         + "; ".join(over) + "; " + fix)
+    msg = f"tv = {tv:g}: planned n = {n:,} draws, estimated {_hours(est)} on this machine ({workers} worker(s))"
+    log.log(logging.WARNING if est > 10 else logging.INFO, msg)
+    return est
