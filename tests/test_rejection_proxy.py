@@ -227,3 +227,24 @@ def test_cli_proxy_import_path(tmp_path, monkeypatch, capsys):
     assert rc == 1 and "FAIL: rejection_proxy[proxy=userprox:rule]" in capsys.readouterr().out
     assert main(["certify", "--proxy", "nosuchmod:rule", "--no-mutants", "--out", str(tmp_path / "r.md")]) == 2
     assert "cannot import module 'nosuchmod'" in capsys.readouterr().err
+
+
+def test_torch_twin_matches_numpy():
+    torch = pytest.importorskip("torch")
+
+    def rule_t(R, q, x, *, step):   # the reconstruction on tensors
+        K = torch.zeros_like(R)
+        K[torch.arange(x.numel()), x] = q[torch.arange(x.numel()), x]
+        r = torch.clamp(R - K, min=0.0)
+        return r / r.sum(dim=1, keepdim=True)
+
+    rng = np.random.default_rng(5)
+    p, q = rng.dirichlet(np.ones(5)), rng.dirichlet(np.ones(5))
+    for proxy_t, proxy_np in [(None, None), (rule_t, public_summary_rule)]:
+        vt = resispec.get_verifier("rejection_proxy", backend="torch", proxy=proxy_t)
+        vn = resispec.get_verifier("rejection_proxy", proxy=proxy_np)
+        for k in (1, 2):
+            assert np.abs(resispec.exact_output_law(vt, p, q, k) - resispec.exact_output_law(vn, p, q, k)).max() < 1e-12
+    bad = resispec.get_verifier("rejection_proxy", backend="torch", proxy=lambda R, q, x, *, step: R * 2)
+    with pytest.raises(ValueError, match="at step 0.*more mass than is left"):
+        resispec.exact_output_law(bad, p, q, 1)
