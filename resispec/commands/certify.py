@@ -16,6 +16,8 @@ cell that runs past it, or whose verifier raises, is a FAILED cell with the
 reason shown.  ``--verifier module:object`` imports and runs that module
 (current directory first on the import path); a module or factory that
 fails to load -- any exception, even ``sys.exit()`` -- is an error (exit 2).
+``--proxy module:object`` loads a rejection-dependent proxy ``(R, q, x, *, step)`` the same way and
+certifies ``rejection_proxy[proxy=module:object]`` (``docs/verifiers.md``).
 
 Exit status: 0 all verifiers pass; 1 a verifier fails (a cell failed its
 checks, raised, or timed out); 3 a mutant escaped detection (the harness lost
