@@ -16,6 +16,7 @@ The contract::
     certify_coupled(kernel, reference, p, q, k, *, n, alpha, seed, convention="resispec")  # exactness.coupled
     mutants.CATALOGUE  # name -> biased Verifier
     assert_exact(verifier, ...)  # AssertionError listing failing cells + p-values
+    validate_proxy(proxy, p, q, k, *, n=None, seed=0) -> ProxyValidation  # a rejection-dependent proxy
 
 Modules: :mod:`~exactness.gof` (pooled chi-square / G-test, TV bounds),
 :mod:`~exactness.power` (detectable TV, sample-size planner),
@@ -51,8 +52,12 @@ def __getattr__(name):  # lazy: keep ``import exactness`` light
         from . import assertions
 
         return getattr(assertions, name)
+    if name in ("validate_proxy", "ProxyValidation"):
+        from . import proxy_validation
+
+        return getattr(proxy_validation, name)
     raise AttributeError(f"module 'exactness' has no attribute {name!r}")
 
 
 __all__ = ["Certificate", "ExactnessWarning", "assert_coupled", "assert_exact", "certify_counts", "certify_coupled", "certify_decoder",
-           "certify_samples", "certify_sampler", "certify_verifier", "chi2_power", "detectable_tv", "samples_for_tv"]
+           "certify_samples", "certify_sampler", "certify_verifier", "chi2_power", "detectable_tv", "samples_for_tv", "validate_proxy"]

@@ -74,6 +74,25 @@ def import_object(spec: str, flag: str, example: str):
     return obj
 
 
+def load_proxy(spec: str, flag: str = "--proxy"):
+    """A rejection-dependent proxy ``proxy(R, q, x, *, step)`` from a ``module:object`` import path.
+
+    IMPORTS AND RUNS the module (:func:`import_object`).  Used by ``resispec certify --proxy module:object``
+    and ``--verifier rejection_proxy[proxy=module:object]`` (``resispec.verifiers.rejection_proxy``).
+
+    Raises
+    ------
+    ValueError
+        Any failure to import the module or find the object (naming ``flag`` and ``spec``), or an object
+        that is not callable.
+    """
+    obj = import_object(spec, flag, "mymodule:my_proxy")
+    if not callable(obj):
+        raise ValueError(f"{flag} {spec!r} is {type(obj).__name__}, not a callable proxy(R, q, x, *, step) "
+                         "returning the residual after rejecting x")
+    return obj
+
+
 def load_verifier(spec: str):
     """A verifier from a registry name, ``name[option=value,...]`` or a ``module:object`` import path.
 
@@ -111,6 +130,8 @@ def load_verifier(spec: str):
             if not eq or not key.strip():
                 raise ValueError(f"--verifier {spec!r}: options must be written name[option=value,...], got {kv!r}")
             opts[key.strip()] = _option_value(val.strip())
+        if m.group(1) == "rejection_proxy" and isinstance(opts.get("proxy"), str):
+            opts["proxy"] = load_proxy(opts["proxy"], "--verifier")
         return spec, resispec.get_verifier(m.group(1), **opts)
     if "[" in spec or "]" in spec:
         raise ValueError(f"--verifier {spec!r}: malformed options; write name[option=value,...]")

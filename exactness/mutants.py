@@ -14,7 +14,8 @@ a mutant is biased.  ``CAUGHT_BY``: the check designed to catch it.
 Rules mutated: SpecInfer recursive rejection (Miao et al. 2024, arXiv
 2305.09781), speculative sampling (Leviathan et al. 2023, arXiv 2211.17192),
 RSD without-replacement drafting (Jeon et al. 2024, arXiv 2402.14160),
-ResiSpec residual shaping (``docs/RESISPEC.md`` section 4).
+ResiSpec residual shaping (``docs/RESISPEC.md`` section 4); ``public_summary_proxy`` is a
+RECONSTRUCTION from public summaries of an after-rejection proxy rule, not any author's code.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ import numpy as np
 from resispec._validation import as_candidates, as_laws, as_uniforms, check_rng
 from resispec.verifiers.base import MassVerifier, Verifier, decide, reject_update
 from resispec.verifiers.baselines import RecursiveRejection
+from resispec.verifiers.rejection_proxy import RejectionProxy
 from resispec.verifiers.resispec import ResiSpec, solve_reserve
 
 
@@ -301,6 +303,41 @@ class UnseededResidual(_Mutant):
         return decide(a, r, c, u)
 
 
+def public_summary_rule(R, q, x, *, step):
+    """RECONSTRUCTION, from third-party public summaries (not the authors' code), of an after-rejection proxy.
+
+    As summaries describe it: on rejecting ``x`` build ``K = GetProxy(R, q, x)`` with "local alignment"
+    ``K(x) = q(x)`` and continue from ``R <- norm((R - K)_+)``.  The summaries do not say what ``K`` is off
+    ``x``; this reconstruction takes ``K = q(x) e_x`` (zero elsewhere): the draft's mass at the rejected
+    token only.  On ``p = (.4, .3, .3)``, ``q = (.6, .3, .1)``, ``k = 1`` its exact output law is
+    ``(.4, .4, .2)`` (TV 0.1; ``tests/test_rejection_proxy.py``), not the issue's ``(.4, .48, .12)``, which
+    came from a reconstruction whose ``K`` off ``x`` we could not recover.  Biased: it ignores the transport
+    condition ``sum_x (q(x) - R(x))_+ R^(x) = (R - q)_+`` (``resispec/verifiers/rejection_proxy.py``).
+
+    ``R, q``: (B, V) float64; ``x``: (B,) int64.  Returns (B, V) float64 laws (``R`` kept where ``R - K`` is 0).
+    """
+    rows = np.arange(x.shape[0])
+    K = np.zeros_like(R)
+    K[rows, x] = q[rows, x]
+    resid = np.maximum(R - K, 0.0)
+    z = resid.sum(axis=1, keepdims=True)
+    return np.where(z > 0, resid / np.where(z > 0, z, 1.0), R)
+
+
+class PublicSummaryProxy(RejectionProxy):
+    """RECONSTRUCTION of a publicly summarised after-rejection proxy (:func:`public_summary_rule`); not the authors' code."""
+
+    bug = ("reconstruction (from public summaries, not the authors' code) of an after-rejection proxy: "
+           "R <- norm((R - K)+), K(x) = q(x) at the rejected token; ignores the transport condition")
+
+    def __init__(self, name: str):
+        super().__init__(public_summary_rule)
+        self.name = name
+
+    def __repr__(self):
+        return f"mutant:{self.name}"
+
+
 _CLASSES = {
     "rrs_on_wor": RRSOnWOR,
     "residual_not_renormalised": ResidualNotRenormalised,
@@ -315,6 +352,7 @@ _CLASSES = {
     "batch_broadcast": BatchBroadcast,
     "accepted_by_match": AcceptedByMatch,
     "unseeded_residual": UnseededResidual,
+    "public_summary_proxy": PublicSummaryProxy,
 }
 
 #: name -> biased Verifier instance.
@@ -338,6 +376,7 @@ CAUGHT_BY = {
     "batch_broadcast": "batched == one-at-a-time",
     "accepted_by_match": "joint (stop, token), accepted count",
     "unseeded_residual": "seeded determinism",
+    "public_summary_proxy": "exact_law, marginal",
 }
 
 

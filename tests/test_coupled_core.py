@@ -37,7 +37,7 @@ def test_tv_bound_is_the_exact_binomial_bound():
 DECISION_MUTANTS = {"rrs_on_wor": ("rrs_wor", 2), "residual_not_renormalised": ("rrs", 2),
                     "reused_uniform": ("rrs", 1), "always_accept": ("rrs", 1), "residual_is_p": ("rrs", 1),
                     "peeking_proxy": ("resispec", 2), "bf16_ratio": ("rrs", 2),
-                    "accepted_by_match": ("resispec", 2)}
+                    "accepted_by_match": ("resispec", 2), "public_summary_proxy": ("rrs", 1)}
 
 
 @pytest.mark.parametrize("name", sorted(DECISION_MUTANTS))

@@ -16,6 +16,8 @@ cell that runs past it, or whose verifier raises, is a FAILED cell with the
 reason shown.  ``--verifier module:object`` imports and runs that module
 (current directory first on the import path); a module or factory that
 fails to load -- any exception, even ``sys.exit()`` -- is an error (exit 2).
+``--proxy module:object`` loads a rejection-dependent proxy ``(R, q, x, *, step)`` the same way and
+certifies ``rejection_proxy[proxy=module:object]`` (``docs/verifiers.md``).
 
 Exit status: 0 all verifiers pass; 1 a verifier fails (a cell failed its
 checks, raised, or timed out); 3 a mutant escaped detection (the harness lost
@@ -46,9 +48,12 @@ def add_arguments(parser) -> None:
                              "searched first, as pytest does. Any failure to load it is an error (exit 2). "
                              "Repeatable (not comma-separated: specs contain commas); default: every built-in "
                              "verifier")
-    parser.add_argument("--proxy", action=ListAction, metavar="NAME",
+    parser.add_argument("--proxy", action=ListAction, metavar="NAME|MODULE:OBJECT",
                         help="also certify resispec with these built-in proxies (comma-separated and/or "
-                             "repeatable; 'all' = every proxy)")
+                             "repeatable; 'all' = every proxy); or module:object naming a rejection-dependent "
+                             "proxy(R, q, x, *, step) (IMPORTS AND RUNS that module; a failure to load it is exit 2), "
+                             "certified as rejection_proxy[proxy=module:object] (only these verifiers unless "
+                             "--verifier or a built-in proxy name is given)")
     parser.add_argument("--k", action=ListAction, item_type=int, metavar="K",
                         help="candidates per node: --k 2,4 or --k 2 --k 4 (default 1,2,4,8)")
     parser.add_argument("--samples", type=count, default=None, metavar="N",
@@ -218,15 +223,22 @@ def run(args) -> int:
     if args.proxy:
         from resispec import PROXIES
 
-        names = sorted(PROXIES) if "all" in args.proxy else args.proxy
+        from exactness.certify_run import load_proxy
+
+        paths = [name for name in args.proxy if ":" in name]   # rejection-dependent proxies (module:object)
+        for path in paths:
+            load_proxy(path, "--proxy")   # fail now (exit 2), before any cell runs
+        names = sorted(PROXIES) if "all" in args.proxy else [name for name in args.proxy if ":" not in name]
         for name in names:
             if name not in PROXIES:
-                raise ValueError(f"--proxy {name!r}: choose one of {sorted(PROXIES)} or 'all'")
-        if not specs:
+                raise ValueError(f"--proxy {name!r}: choose one of {sorted(PROXIES)}, 'all', or module:object "
+                                 "for a rejection-dependent proxy(R, q, x, *, step)")
+        if not specs and names:
             import resispec
 
             specs = resispec.available_verifiers()
         specs += [f"resispec[proxy={name}]" for name in names if name != "draft"]
+        specs += [f"rejection_proxy[proxy={path}]" for path in paths]
     grid = run_certify(specs or None, ks=ks, n=args.samples, alpha=args.alpha, seed=args.seed,
                        families=families, progress=progress, timeout=args.timeout, workers=args.workers,
                        executor=args.executor, address=args.address, tv=tv,

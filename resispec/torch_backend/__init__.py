@@ -43,7 +43,7 @@ from __future__ import annotations
 
 import torch  # noqa: F401  (ImportError here tells the registry torch is missing)
 
-from . import baselines, kseq, lookahead, resispec  # noqa: F401  (register the torch verifiers)
+from . import baselines, kseq, lookahead, rejection_proxy, resispec  # noqa: F401  (register the torch verifiers)
 from .numpy_facade import NumpyFacade
 from .base import TorchChain, TorchMassVerifier, TorchVerifier, TorchVerifyResult, decide, law_from_chain
 from .resispec import ReserveInfo, solve_reserve_fused, solve_reserve_newton, solve_reserve_sort
