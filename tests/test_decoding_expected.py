@@ -23,15 +23,15 @@ T1 = SamplingConfig(1.0)
 
 
 def _fixed_tree(branching, drafting, seed):
-    """A drafted tree over V tokens with random target logits and draft laws at every node."""
+    """A drafted tree over V tokens, random draft laws at every node and target logits near them."""
     rng = np.random.default_rng(seed)
     t, q_rows, logits = DraftTree(), {}, {}
     frontier = [ROOT]
     for k in branching:
         new = []
         for n in frontier:
-            q_rows[n] = rng.dirichlet(np.ones(V) * 0.7)
-            logits[n] = rng.normal(size=V) * 1.5
+            q_rows[n] = rng.dirichlet(np.ones(V))
+            logits[n] = np.log(q_rows[n]) + rng.normal(size=V) * 0.8  # p near q: every accept prob in play
             for tok in draw_candidates(q_rows[n], k, drafting, rng)[0]:
                 new.append(t.add(n, int(tok)))
         frontier = new
