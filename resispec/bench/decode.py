@@ -97,7 +97,8 @@ class BenchResult:
         ``block_efficiency_rb`` = sum over calls of (1 + expected accepted) / calls, pooled over EVERY run
         on this tree whose drafting serves this verifier (whichever verifier drove it), ``rb_calls`` those
         calls, ``block_efficiency_rb_se``; ``rb_vs_best_baseline`` (minus the best baseline's RB value, best
-        of the non-resispec verifiers on the tree) and ``rb_vs_rrs`` with ``_se``; the observed counterpart
+        of the non-resispec verifiers on the tree, named in ``rb_best_baseline``) and ``rb_vs_rrs``
+        with ``_se``; the observed counterpart
         ``block_efficiency_calls`` (this method's own (1 + accepted) per call, before the max-new-tokens
         cut) with ``_se``, and ``rb_se_gain`` = its s.e. / the RB s.e.  Standard errors are over
         (seed, prompt) clusters, the independent units (calls within a decode share a context, and
