@@ -4,7 +4,10 @@ Every method runs on the same prompts, the same seeds (``rng =
 default_rng([seed, prompt index])``) and the same tree shapes.  Reported per
 (method, tree): block efficiency (tokens per target call), target calls,
 tokens per second, and the ratios to target-only decoding and to the best
-baseline verifier of the same tree.
+baseline verifier of the same tree; beside the observed counts, the paired
+Rao-Blackwellised block efficiency of every verifier (the exact expected tokens
+per call on the SAME drafted trees, pooled over all runs of a tree,
+:mod:`resispec.decoding.expected`) with its paired differences.
 """
 
 from __future__ import annotations
@@ -89,10 +92,24 @@ class BenchResult:
         blind to other processes holding the cores), and
         ``block_efficiency_se`` (s.e. of the per-unit block efficiency).
         None where undefined (no target-only run, a single unit).
+
+        Paired Rao-Blackwellised keys (speculative rows; None where no run of the tree served the verifier):
+        ``block_efficiency_rb`` = sum over calls of (1 + expected accepted) / calls, pooled over EVERY run
+        on this tree whose drafting serves this verifier (whichever verifier drove it), ``rb_calls`` those
+        calls, ``block_efficiency_rb_se``; ``rb_vs_best_baseline`` (minus the best baseline's RB value, best
+        of the non-resispec verifiers on the tree, named in ``rb_best_baseline``) and ``rb_vs_rrs``
+        with ``_se``; the observed counterpart
+        ``block_efficiency_calls`` (this method's own (1 + accepted) per call, before the max-new-tokens
+        cut) with ``_se``, and ``rb_se_gain`` = its s.e. / the RB s.e.  Standard errors are over
+        (seed, prompt) clusters, the independent units (calls within a decode share a context, and
+        repeats repeat the same tokens), by the delta method for a ratio of sums (Cochran 1977, sec. 6.3):
+        ``z_u = (S_u - R N_u) / mean(N)``, s.e. = sd(z) / sqrt(n); a difference uses ``z_a - z_b`` on the
+        same clusters, so the pairing (the same trees) cancels their common noise.
         """
         ar = next((r for r in self.rows if r.method == AUTOREGRESSIVE), None)
         ar_tps = {x["unit"]: _tps(x) for x in self.runs if x["method"] == AUTOREGRESSIVE}
         ar_cps = {x["unit"]: _tps(x, "cpu_seconds") for x in self.runs if x["method"] == AUTOREGRESSIVE}
+        rb = {r.tree: _rb_tree(self.runs, r.tree) for r in self.rows if r.method != AUTOREGRESSIVE}
         out = []
         for r in self.rows:
             peers = [x for x in self.rows if x.tree == r.tree and x.method not in (AUTOREGRESSIVE, "resispec")
@@ -119,8 +136,72 @@ class BenchResult:
                 "speedup_paired_cpu_se": _se(cpu_ratios), "paired_units": len(ratios),
                 "block_eff_vs_best_baseline": r.block_efficiency / best_be if peers else float("nan"),
                 "tps_vs_best_baseline": r.tokens_per_second / best_tps if peers else float("nan"),
+                **_rb_keys(rb.get(r.tree), r.method),
             })
         return out
+
+
+def _cluster_ratio(runs: list, clusters: list, value) -> tuple:
+    """``(R, z, calls)``: the ratio of sums ``R = sum S_u / sum N_u`` over clusters, its influence vector
+    ``z`` (n,) float64 and the calls ``sum N_u``; ``(None, None, 0)`` when no run counts.
+
+    ``value(run)``: the run's sum over calls (None: the run does not count), ``N`` its ``calls``.
+    ``z_u = (S_u - R N_u) / mean(N)`` (delta method, Cochran 1977 sec. 6.3): var(R) ~ var(z) / n.
+    """
+    S, N = dict.fromkeys(clusters, 0.0), dict.fromkeys(clusters, 0)
+    for x in runs:
+        v = value(x)
+        if v is not None:
+            c = (x["seed"], x["prompt"])
+            S[c] += v
+            N[c] += x["calls"]
+    tot = sum(N.values())
+    if tot == 0:
+        return None, None, 0
+    R = sum(S.values()) / tot
+    nbar = tot / len(clusters)
+    return R, np.array([(S[c] - R * N[c]) / nbar for c in clusters]), tot
+
+
+def _z_se(z) -> float | None:
+    return float(np.std(z, ddof=1) / math.sqrt(len(z))) if z is not None and len(z) >= 2 else None
+
+
+def _rb_tree(runs: list, tree: str) -> dict:
+    """Per method on ``tree``: (RB estimate, z), (observed per-call estimate, z) over (seed, prompt) clusters."""
+    mine = [x for x in runs if x["tree"] == tree and "rb" in x]
+    clusters = sorted({(x["seed"], x["prompt"]) for x in mine})
+    names = dict.fromkeys(m for x in mine for m in x["rb"])
+    out = {m: _cluster_ratio(mine, clusters, lambda x, m=m: x["rb"].get(m)) for m in names}
+    obs = {m: _cluster_ratio(mine, clusters, lambda x, m=m: x["obs"] if x["method"] == m else None)
+           for m in dict.fromkeys(x["method"] for x in mine)}
+    return {"rb": out, "obs": obs}
+
+
+def _rb_keys(t: dict | None, method: str) -> dict:
+    """The paired Rao-Blackwellised keys of one (method, tree) row (see :meth:`BenchResult.table`)."""
+    keys = dict.fromkeys(["block_efficiency_rb", "block_efficiency_rb_se", "rb_calls", "rb_best_baseline",
+                          "rb_vs_best_baseline", "rb_vs_best_baseline_se", "rb_vs_rrs", "rb_vs_rrs_se",
+                          "block_efficiency_calls", "block_efficiency_calls_se", "rb_se_gain"])
+    if t is None:
+        return keys
+    R, z, calls = t["rb"].get(method, (None, None, 0))
+    O, zo, _ = t["obs"].get(method, (None, None, 0))
+    keys.update(block_efficiency_calls=O, block_efficiency_calls_se=_z_se(zo))
+    if R is None:
+        return keys
+    se = _z_se(z)
+    keys.update(block_efficiency_rb=R, block_efficiency_rb_se=se, rb_calls=calls)
+    if se and keys["block_efficiency_calls_se"] is not None:
+        keys["rb_se_gain"] = keys["block_efficiency_calls_se"] / se
+    base = {m: v for m, v in t["rb"].items() if m not in ("resispec", AUTOREGRESSIVE) and v[0] is not None}
+    best = max(base, key=lambda m: base[m][0], default=None)
+    for name, other in (("rb_vs_best_baseline", best), ("rb_vs_rrs", "rrs" if "rrs" in t["rb"] else None)):
+        if other is not None:
+            Rb, zb, _ = t["rb"][other]
+            keys[name], keys[name + "_se"] = R - Rb, _z_se(z - zb)
+    keys["rb_best_baseline"] = best
+    return keys
 
 
 def _tps(run: dict, key: str = "seconds") -> float:
@@ -152,7 +233,7 @@ def run_bench(pair, prompts: list[list[int]], *, verifiers=DEFAULT_VERIFIERS, tr
               sampling: SamplingConfig = SamplingConfig(), max_new_tokens: int = 48, seeds=(0,),
               proxy: str | None = None, progress: bool = True, stop_at_eos: bool = True,
               capture: list | None = None, capture_top_n: int = 64, repeats: int = 1, on_run=None,
-              estimate: bool = True) -> BenchResult:
+              estimate: bool = True, paired: bool = True) -> BenchResult:
     """Run target-only decoding and every verifier on the same prompts/seeds/trees.
 
     Parameters
@@ -175,6 +256,11 @@ def run_bench(pair, prompts: list[list[int]], *, verifiers=DEFAULT_VERIFIERS, tr
         what it finished.
     estimate : bool
         Print a time estimate to stderr before starting (from a one-step probe).
+    paired : bool
+        At every target call of every speculative run, also compute every verifier's exact expected accepted
+        count on that run's tree (``speculative_decode(..., also=)``; no extra target pass; the time is kept
+        out of the run's timings) for the paired Rao-Blackwellised columns.  Verifiers sharing one
+        ``Verifier.name`` (e.g. two resispec variants) get no paired value.
 
     Timing on a shared machine: the methods are interleaved unit by unit (a
     unit = one (seed, prompt, repeat)), in an order ROTATED by one method per
@@ -197,6 +283,9 @@ def run_bench(pair, prompts: list[list[int]], *, verifiers=DEFAULT_VERIFIERS, tr
     built = {m: get_verifier(m, **({"proxy": proxy} if proxy and m == "resispec" else {}))
              for m in dict.fromkeys(m for m, _ in jobs) if m != AUTOREGRESSIVE}
     units = [(seed, i, r) for seed in seeds for i in range(len(prompts)) for r in range(repeats)]
+    names = [v.name for v in built.values()]
+    label = {v.name: m for m, v in built.items() if names.count(v.name) == 1}  # Verifier.name -> method
+    scorers = [built[m] for m in label.values()]
     config = {"target": pair.target_name, "draft": pair.draft_name,
               "trees": [str(s) for s in shapes], "verifiers": list(verifiers), "temperature": sampling.temperature,
               "top_k": sampling.top_k, "top_p": sampling.top_p, "max_new_tokens": max_new_tokens,
@@ -224,9 +313,12 @@ def run_bench(pair, prompts: list[list[int]], *, verifiers=DEFAULT_VERIFIERS, tr
                     res = autoregressive_decode(pair.target, ids, sampling=sampling, max_new_tokens=max_new_tokens,
                                                 rng=rng, eos_token_id=eos, on_tokens=tick)
                 else:
-                    res = speculative_decode(pair.target, pair.draft, ids, built[method], shape,
+                    drv = built[method]
+                    also = [v for v in scorers if v.name != drv.name] if paired else None
+                    res = speculative_decode(pair.target, pair.draft, ids, drv, shape,
                                              sampling=sampling, max_new_tokens=max_new_tokens, rng=rng,
-                                             eos_token_id=eos, record=capture is not None, on_tokens=tick)
+                                             eos_token_id=eos, record=capture is not None, on_tokens=tick,
+                                             also=also)
                     if capture is not None and res.nodes:
                         from simulators.captured import sparsify
 
@@ -236,11 +328,17 @@ def run_bench(pair, prompts: list[list[int]], *, verifiers=DEFAULT_VERIFIERS, tr
                         res.nodes.clear()
                 bar.update(done + max_new_tokens - bar.n)  # an early EOS still completes this run's share
                 row.add(res)
-                result.runs.append({"unit": u, "method": method, "tree": row.tree, "prompt": i, "seed": int(seed),
-                                    "repeat": rep, "tokens": len(res.tokens), "target_calls": res.target_calls,
-                                    "draft_levels": res.draft_levels, "seconds": res.seconds,
-                                    "cpu_seconds": res.cpu_seconds,
-                                    "target_seconds": res.target_seconds, "draft_seconds": res.draft_seconds})
+                run = {"unit": u, "method": method, "tree": row.tree, "prompt": i, "seed": int(seed),
+                       "repeat": rep, "tokens": len(res.tokens), "target_calls": res.target_calls,
+                       "draft_levels": res.draft_levels, "seconds": res.seconds,
+                       "cpu_seconds": res.cpu_seconds,
+                       "target_seconds": res.target_seconds, "draft_seconds": res.draft_seconds}
+                if method != AUTOREGRESSIVE and paired:
+                    # per-run sums over calls: observed (1 + accepted) and, per served verifier, (1 + expected)
+                    run.update(calls=len(res.accepted), obs=float(sum(1 + a for a in res.accepted)),
+                               rb={label[n]: float(sum(1.0 + e for e in xs)) for n, xs in res.expected.items()
+                                   if n in label}, rb_seconds=res.expected_seconds)
+                result.runs.append(run)
                 if on_run is not None:
                     on_run(result)
     result.complete = True
@@ -268,13 +366,18 @@ def _estimate(pair, prompts, runs: int, max_new_tokens: int, sampling) -> str:
 def format_table(result: BenchResult) -> str:
     """Markdown table of :meth:`BenchResult.table`."""
     head = ["method", "tree", "tokens", "target calls", "block eff. (± s.e.)", "tokens/s median [q25, q75]",
-            "speed-up vs AR, paired (± s.e.)", "same, CPU time (± s.e.)", "block eff. / best baseline", "tokens/s / best baseline"]
+            "speed-up vs AR, paired (± s.e.)", "same, CPU time (± s.e.)", "block eff. / best baseline", "tokens/s / best baseline",
+            "block eff. RB, pooled (± s.e.)", "RB - best baseline (± s.e.)", "RB - rrs (± s.e.)"]
     rows = ([r["method"], r["tree"], str(r["tokens"]), str(r["target_calls"]),
              _pm(r["block_efficiency"], r["block_efficiency_se"]),
              f"{_f(r['tps_median'])} [{_f(r['tps_q25'])}, {_f(r['tps_q75'])}]",
              _pm(r["speedup_paired"], r["speedup_paired_se"]),
              _pm(r["speedup_paired_cpu"], r["speedup_paired_cpu_se"]),
-             _f(r["block_eff_vs_best_baseline"]), _f(r["tps_vs_best_baseline"])] for r in result.table())
+             _f(r["block_eff_vs_best_baseline"]), _f(r["tps_vs_best_baseline"]),
+             _pm(r["block_efficiency_rb"], r["block_efficiency_rb_se"]),
+             _pm(r["rb_vs_best_baseline"], r["rb_vs_best_baseline_se"])
+             + (f" ({r['rb_best_baseline']})" if r["rb_best_baseline"] else ""),
+             _pm(r["rb_vs_rrs"], r["rb_vs_rrs_se"])] for r in result.table())
     return "\n".join(md_table(head, rows))
 
 
@@ -310,7 +413,13 @@ def write_report(result: BenchResult, md_path: Path, json_path: Path, command: s
         "over units of tokens/s divided by target-only decoding's on the same unit; the CPU-time column is the same "
         "ratio of tokens per CPU-second of this process (time.process_time), which other processes holding the "
         "cores do not inflate. "
-        "'best baseline' = best of rrs, rrs_wor, kseq, target_only on the same tree.", "",
+        "'best baseline' = best of rrs, rrs_wor, kseq, target_only on the same tree. "
+        "RB columns: the paired Rao-Blackwellised block efficiency, mean over calls of 1 + the EXACT expected "
+        "accepted length of each verifier on the SAME drafted trees and target laws, pooled over every run of the "
+        "tree whose drafting the verifier is exact for (unbiased: every exact verifier emits the target's law, so "
+        "the visited contexts are target samples whatever verifier drives); s.e. over (seed, prompt) clusters; "
+        "differences are paired (same trees). It counts calls before the max-new-tokens cut, so it can sit a "
+        "little above the observed column.", "",
         format_table(result), ""])
     payload = {"config": cfg, "command": command, "complete": result.complete, "rows": result.table(),
                "raw": [asdict(r) for r in result.rows], "runs": result.runs}

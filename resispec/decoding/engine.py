@@ -39,6 +39,7 @@ from ..sampling import draw_candidates, inverse_cdf
 from ..trees import TreeShape
 from ..verifiers.base import Verifier
 from .drafts import Draft, DraftSession, as_draft
+from .expected import expected_accepted, serves, target_laws
 from .kv import CachedModel
 from .laws import SamplingConfig, process_logits
 from .tree import ROOT, DraftTree
@@ -75,6 +76,14 @@ class DecodeResult:
     nodes : list of dict
         Per verified node (only with ``record=True``): ``p``, ``q`` (V,)
         float64, ``candidates``, ``depth``.
+    expected : dict name -> list of float
+        Only with ``also=``: per target call, the exact expected accepted count
+        (:func:`resispec.decoding.expected.expected_accepted`) of the driving
+        verifier and of every verifier in ``also`` exact for this run's drafting,
+        on the SAME trees and target pass (empty otherwise).
+    expected_seconds : float
+        Wall-clock time spent computing ``expected`` (already taken out of
+        ``seconds`` and ``cpu_seconds``, so timings stay those of decoding).
     """
 
     tokens: list = field(default_factory=list)
@@ -88,6 +97,8 @@ class DecodeResult:
     target_seconds: float = 0.0
     draft_seconds: float = 0.0
     nodes: list = field(default_factory=list)
+    expected: dict = field(default_factory=dict)
+    expected_seconds: float = 0.0
 
     @property
     def block_efficiency(self) -> float:
@@ -198,7 +209,8 @@ def _draw(q_row: np.ndarray, k: int, drafting: str, rng) -> np.ndarray:
 
 def speculative_decode(target, draft, prompt_ids, verifier: Verifier, tree, *, sampling: SamplingConfig,
                        max_new_tokens: int, rng: np.random.Generator, eos_token_id=None,
-                       drafting: str | None = None, record: bool = False, on_tokens=None) -> DecodeResult:
+                       drafting: str | None = None, record: bool = False, on_tokens=None,
+                       also=None) -> DecodeResult:
     """Decode one prompt with tree speculative sampling.
 
     Parameters
@@ -223,6 +235,15 @@ def speculative_decode(target, draft, prompt_ids, verifier: Verifier, tree, *, s
         Keep (p, q, candidates) of every verified node in ``result.nodes``.
     on_tokens : callable(list of int), optional
         Called with the tokens emitted by each target call (streaming).
+    also : sequence of Verifier, optional
+        When given (even empty), every target call also records in
+        ``result.expected[name]`` the exact expected accepted count of the
+        driving verifier and of each verifier here whose drafting law serves
+        this run's trees (iid trees: iid and ``any`` verifiers; without-
+        replacement trees: without-replacement and ``any`` ones; others are
+        skipped), on the same tree and target pass: no extra forward, no
+        randomness drawn, so the decoded tokens are unchanged.  Names
+        (``Verifier.name``, the keys) must be distinct; the driver may appear.
 
     Returns
     -------
@@ -232,7 +253,10 @@ def speculative_decode(target, draft, prompt_ids, verifier: Verifier, tree, *, s
     ------
     ValueError
         Mismatched vocabularies, prompt/tree exceeding the context, bad ids,
-        a drafting law the verifier is not exact for.
+        a drafting law the verifier is not exact for, two verifiers of one
+        name among the driver and ``also``.
+    TypeError
+        An entry of ``also`` that is not a Verifier.
     """
     tree = TreeShape.parse(tree, drafting or "iid")
     mode = resolve_drafting(verifier, tree, explicit=drafting is not None)
@@ -243,12 +267,20 @@ def speculative_decode(target, draft, prompt_ids, verifier: Verifier, tree, *, s
     check_fits(target, len(ids), max_new_tokens, tree, what="target")
     check_fits(draft, len(ids), max_new_tokens, tree, what="draft")
     eos = _eos_set(eos_token_id)
+    scored = _scored(verifier, also, mode)
     P, S = CachedModel(target), draft.session(sampling)
-    res = DecodeResult()
+    res = DecodeResult(expected={v.name: [] for v in scored})
     t0, c0 = time.perf_counter(), time.process_time()
+    spent = spent_cpu = 0.0
     while len(res.tokens) < max_new_tokens:
         dtree, q_rows = _draft_tree(S, ids, tree, mode, rng)
         p_logits = _target_pass(P, ids, dtree)
+        if scored:
+            e0, ec0 = time.perf_counter(), time.process_time()
+            laws = target_laws(dtree, p_logits, sampling)
+            for v in scored:
+                res.expected[v.name].append(expected_accepted(dtree, laws, q_rows, v))
+            spent, spent_cpu = spent + time.perf_counter() - e0, spent_cpu + time.process_time() - ec0
         emitted, path = _verify_walk(dtree, p_logits, q_rows, verifier, sampling, rng, res.nodes if record else None)
         P.commit(list(range(len(ids) - P.length)) + [len(ids) - P.length + i for i in path])
         S.commit(ids, dtree, path)
@@ -265,10 +297,31 @@ def speculative_decode(target, draft, prompt_ids, verifier: Verifier, tree, *, s
             on_tokens(emitted)
         if stop is not None:
             break
-    res.seconds, res.cpu_seconds = time.perf_counter() - t0, time.process_time() - c0
+    res.seconds, res.cpu_seconds = time.perf_counter() - t0 - spent, time.process_time() - c0 - spent_cpu
+    res.expected_seconds = spent
     res.target_calls, res.draft_calls, res.draft_levels = P.calls, S.calls, S.levels
     res.target_seconds, res.draft_seconds = P.seconds, S.seconds
     return res
+
+
+def _scored(verifier: Verifier, also, mode: str) -> list:
+    """The verifiers whose expected accepted count a run records: the driver, then those of ``also`` serving ``mode``."""
+    if also is None:
+        return []
+    if isinstance(also, Verifier) or isinstance(also, (str, bytes)):
+        raise TypeError("also must be a sequence of Verifier objects (e.g. [get_verifier('rrs')]), "
+                        f"got {type(also).__name__}")
+    also = list(also)
+    bad = [type(v).__name__ for v in also if not isinstance(v, Verifier)]
+    if bad:
+        raise TypeError(f"also must hold Verifier objects (numpy backend, get_verifier(name)); got {bad}")
+    also = [v for v in also if v is not verifier]
+    names = [verifier.name] + [v.name for v in also]
+    dup = sorted({n for n in names if names.count(n) > 1})
+    if dup:
+        raise ValueError(f"the driving verifier and also share the name(s) {dup}; expected values are keyed by "
+                         "name, so pass each verifier once and no two of one name")
+    return [verifier] + [v for v in also if serves(v, mode)]
 
 
 def _eos_set(eos_token_id) -> set:

@@ -1,0 +1,186 @@
+"""The exact (Rao-Blackwellised) expected accepted length and the paired block-efficiency estimator."""
+
+import json
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from resispec.decoding.engine import _verify_walk, speculative_decode
+from resispec.decoding.expected import expected_accepted, target_laws
+from resispec.decoding.laws import SamplingConfig
+from resispec.decoding.pair import ModelPair
+from resispec.decoding.tree import ROOT, DraftTree
+from resispec.sampling import draw_candidates
+from resispec.verifiers.registry import get_verifier
+
+from _decoding_tiny import tiny_model
+
+torch.set_num_threads(1)
+V = 8
+T1 = SamplingConfig(1.0)
+
+
+def _fixed_tree(branching, drafting, seed):
+    """A drafted tree over V tokens, random draft laws at every node and target logits near them."""
+    rng = np.random.default_rng(seed)
+    t, q_rows, logits = DraftTree(), {}, {}
+    frontier = [ROOT]
+    for k in branching:
+        new = []
+        for n in frontier:
+            q_rows[n] = rng.dirichlet(np.ones(V))
+            logits[n] = np.log(q_rows[n]) + rng.normal(size=V) * 0.8  # p near q: every accept prob in play
+            for tok in draw_candidates(q_rows[n], k, drafting, rng)[0]:
+                new.append(t.add(n, int(tok)))
+        frontier = new
+    for n in frontier:
+        logits[n] = rng.normal(size=V)
+    return t, logits, q_rows
+
+
+@pytest.mark.parametrize("drafting,names", [("iid", ["rrs", "kseq", "target_only", "resispec"]),
+                                            ("without_replacement", ["rrs_wor", "target_only"])])
+def test_expected_accepted_matches_monte_carlo_of_the_walk(drafting, names):
+    t, logits, q_rows = _fixed_tree((3, 2, 1), drafting, seed=4)
+    laws = target_laws(t, logits, T1)
+    n = 2000
+    for name in names:
+        v = get_verifier(name)
+        exact = expected_accepted(t, logits, q_rows, v, T1)
+        assert exact == pytest.approx(expected_accepted(t, laws, q_rows, v))  # logits or processed laws alike
+        rng = np.random.default_rng(7)
+        lens = np.array([len(_verify_walk(t, logits, q_rows, v, T1, rng, None)[1]) for _ in range(n)])
+        se = lens.std(ddof=1) / math.sqrt(n)
+        assert 0 < exact < 3 and se > 0
+        assert abs(lens.mean() - exact) < 4 * se, (name, lens.mean(), exact, se)
+
+
+def test_expected_accepted_by_hand():
+    """target_only accepts x_1 w.p. p(x_1), else x_2 w.p. p(x_2) / (1 - p(x_1)): a node accepts w.p. p(x_1) + p(x_2)."""
+    t = DraftTree()
+    a, b = t.add(ROOT, 1), t.add(ROOT, 2)
+    c = t.add(a, 3)
+    p = {ROOT: np.array([0.1, 0.3, 0.2, 0.4]), a: np.array([0.25, 0.25, 0.0, 0.5])}
+    q = {ROOT: np.array([0.1, 0.5, 0.2, 0.2]), a: np.full(4, 0.25)}
+    # root: accept a w.p. 0.3 (then c w.p. 0.5), accept b w.p. 0.2 (a leaf)
+    assert expected_accepted(t, p, q, get_verifier("target_only")) == pytest.approx(0.3 * 1.5 + 0.2 * 1.0)
+    # rrs: accept x_1 = 1 w.p. min(1, 0.3 / 0.5) = 0.6; the residual norm(max(p - q, 0)) = e_3 gives x_2 = 2 no
+    # chance; at a, x = 3 has p / q = 0.5 / 0.25 >= 1: always accepted.  E = 0.6 (1 + 1)
+    assert expected_accepted(t, p, q, get_verifier("rrs")) == pytest.approx(1.2)
+    with pytest.raises(ValueError, match="missing"):
+        expected_accepted(t, {ROOT: p[ROOT]}, q, get_verifier("rrs"))
+    with pytest.raises(TypeError, match="Verifier"):
+        expected_accepted(t, p, q, "rrs")
+
+
+def _pair(vocab=16):
+    return tiny_model("qwen2", vocab=vocab, seed=1, scale=3.0), tiny_model("qwen2", vocab=vocab, seed=2, scale=3.0)
+
+
+def _runs(target, draft, driver, also, n, tree="2,1", tokens=4):
+    """Per call (1 + accepted) observed, per call (1 + expected) per name, and the run each call belongs to."""
+    obs, rb, run = [], {}, []
+    for s in range(n):
+        res = speculative_decode(target, draft, [1 + s % 7, 2 + s % 5], driver, tree, sampling=T1,
+                                 max_new_tokens=tokens, rng=np.random.default_rng([s, 99]), also=also)
+        obs += [1 + a for a in res.accepted]
+        run += [s] * len(res.accepted)
+        for name, xs in res.expected.items():
+            rb.setdefault(name, []).extend(1 + x for x in xs)
+    return np.array(obs, float), {k: np.array(v) for k, v in rb.items()}, np.array(run)
+
+
+def _cluster_se(x, run):
+    """s.e. of the mean of x over calls, clustered by run (calls of one run are dependent)."""
+    ids = np.unique(run)
+    tot = np.array([x[run == r].sum() for r in ids])
+    cnt = np.array([(run == r).sum() for r in ids])
+    z = (tot - x.mean() * cnt) / cnt.mean()
+    return z.std(ddof=1) / math.sqrt(len(ids))
+
+
+def test_rb_estimate_is_unbiased_paired_and_tighter_on_a_tiny_model():
+    target, draft = _pair()
+    rrs, res_v, ko, to, wor = (get_verifier(n) for n in ("rrs", "resispec", "kseq", "target_only", "rrs_wor"))
+    obs, rb, run = _runs(target, draft, rrs, [res_v, ko, to, wor], 300)
+    assert set(rb) == {"rrs", "resispec", "kseq", "target_only"}  # rrs_wor is not exact on iid trees: skipped
+    assert all(len(x) == len(obs) for x in rb.values())
+    # (b) the driver's RB values average to its observed tokens per call (the same calls)
+    d = obs - rb["rrs"]
+    assert abs(d.mean()) < 4 * _cluster_se(d, run), (obs.mean(), rb["rrs"].mean())
+    # ... and resispec's RB values on rrs-driven trees match resispec's OWN observed counts (independent runs)
+    obs2, rb2, run2 = _runs(target, draft, res_v, [], 300)
+    diff = rb["resispec"].mean() - obs2.mean()
+    se = math.hypot(_cluster_se(rb["resispec"], run), _cluster_se(obs2, run2))
+    assert abs(diff) < 4 * se, (rb["resispec"].mean(), obs2.mean(), se)
+    assert abs(rb2["resispec"].mean() - obs2.mean()) < 4 * _cluster_se(obs2 - rb2["resispec"], run2)
+    # (c) on the same run, the RB estimate has the smaller standard error
+    assert _cluster_se(rb["rrs"], run) < _cluster_se(obs, run)
+    assert rb["rrs"].std() < obs.std()
+
+
+def test_also_leaves_the_decode_unchanged_and_rejects_bad_input():
+    target, draft = _pair()
+    rrs = get_verifier("rrs")
+    kw = dict(sampling=T1, max_new_tokens=6, rng=None)
+    plain = speculative_decode(target, draft, [1, 2], rrs, "2,1", **{**kw, "rng": np.random.default_rng(3)})
+    scored = speculative_decode(target, draft, [1, 2], rrs, "2,1", **{**kw, "rng": np.random.default_rng(3)},
+                                also=[get_verifier("kseq")])
+    assert plain.tokens == scored.tokens and plain.expected == {}
+    assert set(scored.expected) == {"rrs", "kseq"} and len(scored.expected["rrs"]) == scored.target_calls
+    assert scored.expected_seconds > 0
+    assert all(0 <= x <= 2 for x in scored.expected["kseq"])
+    wor = speculative_decode(target, draft, [1, 2], get_verifier("rrs_wor"), "2,1",
+                             **{**kw, "rng": np.random.default_rng(3)}, also=[rrs, get_verifier("target_only")])
+    assert set(wor.expected) == {"rrs_wor", "target_only"}
+    with pytest.raises(TypeError, match="also must"):
+        speculative_decode(target, draft, [1, 2], rrs, "2,1", **{**kw, "rng": np.random.default_rng(3)}, also=rrs)
+    with pytest.raises(TypeError, match="Verifier objects"):
+        speculative_decode(target, draft, [1, 2], rrs, "2,1", **{**kw, "rng": np.random.default_rng(3)},
+                           also=["kseq"])
+    with pytest.raises(ValueError, match="share the name"):
+        speculative_decode(target, draft, [1, 2], rrs, "2,1", **{**kw, "rng": np.random.default_rng(3)},
+                           also=[get_verifier("rrs")])
+
+
+class _Tok:
+    eos_token_id = None
+
+    def get_vocab(self):
+        return {str(i): i for i in range(16)}
+
+
+def test_bench_decode_reports_the_paired_rb_estimator(tmp_path):
+    from resispec.bench.decode import format_table, run_bench, write_report
+
+    target, draft = _pair()
+    pair = ModelPair(target, draft, _Tok(), "t", "d")
+    kw = dict(trees=["2,1"], verifiers=["rrs", "rrs_wor", "kseq", "resispec"], sampling=T1, max_new_tokens=6,
+              seeds=[0, 1], progress=False, estimate=False)
+    res = run_bench(pair, [[1, 2, 3], [4, 5], [6]], **kw)
+    md, js = tmp_path / "d.md", tmp_path / "d.json"
+    write_report(res, md, js)
+    got = json.loads(js.read_text())
+    rows = {r["method"]: r for r in got["rows"]}
+    assert rows["autoregressive"]["block_efficiency_rb"] is None
+    iid = [x for x in got["runs"] if x["method"] in ("rrs", "kseq", "resispec")]
+    for m in ("rrs", "kseq", "resispec"):  # every iid-drafted run scores every iid verifier
+        r = rows[m]
+        assert r["rb_calls"] == sum(x["calls"] for x in iid)
+        assert r["block_efficiency_rb"] == pytest.approx(sum(x["rb"][m] for x in iid) / r["rb_calls"])
+        assert 1 <= r["block_efficiency_rb"] <= 3 and r["block_efficiency_rb_se"] > 0
+        assert r["rb_se_gain"] > 1 and r["rb_vs_rrs_se"] is not None and r["rb_vs_best_baseline_se"] is not None
+    assert rows["rrs_wor"]["rb_calls"] == sum(x["calls"] for x in got["runs"] if x["method"] == "rrs_wor")
+    assert all("rrs_wor" not in x["rb"] for x in iid)
+    assert rows["rrs"]["rb_vs_rrs"] == 0 and rows["resispec"]["rb_vs_rrs"] == pytest.approx(
+        rows["resispec"]["block_efficiency_rb"] - rows["rrs"]["block_efficiency_rb"])
+    # a paired difference is tighter than the two separate s.e. combined (same trees)
+    assert rows["resispec"]["rb_vs_rrs_se"] < math.hypot(rows["resispec"]["block_efficiency_rb_se"],
+                                                         rows["rrs"]["block_efficiency_rb_se"])
+    for col in ("block eff. RB, pooled (± s.e.)", "RB - best baseline (± s.e.)", "RB - rrs (± s.e.)",
+                "block eff. (± s.e.)", "same, CPU time (± s.e.)"):
+        assert col in format_table(res) and col in md.read_text()
+    off = run_bench(pair, [[1, 2, 3]], **{**kw, "seeds": [0], "paired": False})
+    assert all(r["block_efficiency_rb"] is None for r in off.table()) and "rb" not in off.runs[1]
