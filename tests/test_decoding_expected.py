@@ -45,7 +45,7 @@ def _fixed_tree(branching, drafting, seed):
 def test_expected_accepted_matches_monte_carlo_of_the_walk(drafting, names):
     t, logits, q_rows = _fixed_tree((3, 2, 1), drafting, seed=4)
     laws = target_laws(t, logits, T1)
-    n = 2000
+    n = 600
     for name in names:
         v = get_verifier(name)
         exact = expected_accepted(t, logits, q_rows, v, T1)
@@ -104,14 +104,14 @@ def _cluster_se(x, run):
 def test_rb_estimate_is_unbiased_paired_and_tighter_on_a_tiny_model():
     target, draft = _pair()
     rrs, res_v, ko, to, wor = (get_verifier(n) for n in ("rrs", "resispec", "kseq", "target_only", "rrs_wor"))
-    obs, rb, run = _runs(target, draft, rrs, [res_v, ko, to, wor], 300)
+    obs, rb, run = _runs(target, draft, rrs, [res_v, ko, to, wor], 100)
     assert set(rb) == {"rrs", "resispec", "kseq", "target_only"}  # rrs_wor is not exact on iid trees: skipped
     assert all(len(x) == len(obs) for x in rb.values())
     # (b) the driver's RB values average to its observed tokens per call (the same calls)
     d = obs - rb["rrs"]
     assert abs(d.mean()) < 4 * _cluster_se(d, run), (obs.mean(), rb["rrs"].mean())
     # ... and resispec's RB values on rrs-driven trees match resispec's OWN observed counts (independent runs)
-    obs2, rb2, run2 = _runs(target, draft, res_v, [], 300)
+    obs2, rb2, run2 = _runs(target, draft, res_v, [], 100)
     diff = rb["resispec"].mean() - obs2.mean()
     se = math.hypot(_cluster_se(rb["resispec"], run), _cluster_se(obs2, run2))
     assert abs(diff) < 4 * se, (rb["resispec"].mean(), obs2.mean(), se)
