@@ -27,3 +27,16 @@ def test_tv_one_plans_a_test_that_can_fail(sequential):
         warnings.simplefilter("ignore")
         cert = certify_verifier(get_verifier("rrs"), P, Q, 2, tv=1.0, sequential=sequential)
     assert cert.df >= 1 and cert.details["plan"]["n"] == cert.n
+
+
+@pytest.mark.parametrize("kind", [["auto"], {"auto": 1}])
+def test_linear_kind_not_a_string_is_a_type_error_naming_linear(kind):
+    torch = pytest.importorskip("torch")
+    from resispec.decoding.cpu_linear import apply_linear
+    from resispec.decoding.models import load_model
+
+    # was: TypeError "unhashable type: 'list'" (no argument named)
+    with pytest.raises(TypeError, match="linear must be a string"):
+        apply_linear(torch.nn.Linear(2, 2), kind)
+    with pytest.raises(TypeError, match="linear must be a string"):
+        load_model("tiny-missing-path-never-read", linear=kind)
