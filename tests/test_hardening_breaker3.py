@@ -40,3 +40,26 @@ def test_linear_kind_not_a_string_is_a_type_error_naming_linear(kind):
         apply_linear(torch.nn.Linear(2, 2), kind)
     with pytest.raises(TypeError, match="linear must be a string"):
         load_model("tiny-missing-path-never-read", linear=kind)
+
+
+def _rrs_then_uniform(R, q, x, *, step):
+    """Exact residual at the first rejection (norm((R - q)_+)), a uniform law after: biased at k >= 2."""
+    if step == 0:
+        r = np.maximum(R - q, 0.0)
+        s = r.sum(-1, keepdims=True)
+        return np.where(s > 0, r / np.where(s > 0, s, 1.0), R)
+    return np.full(R.shape, 1.0 / R.shape[-1])
+
+
+def test_validate_proxy_without_evidence_after_the_first_rejection_is_not_called_exact():
+    from exactness import validate_proxy
+
+    rng = np.random.default_rng(3)
+    p, q = rng.dirichlet(np.ones(16)), rng.dirichlet(np.ones(16))
+    small = validate_proxy(_rrs_then_uniform, p[:3] / p[:3].sum(), q[:3] / q[:3].sum(), 2, certify=False)
+    assert small.exact is False and small.tv > 1e-3  # enumeration sees the step-1 bias
+    # 16^5 tuples > ENUMERATION_LIMIT and certify=False: only the first rejection is checked.
+    # was: exact=True ("EXACT") for this biased rule
+    r = validate_proxy(_rrs_then_uniform, p, q, 5, certify=False)
+    assert r.transport_residual < 1e-12 and r.tv is None
+    assert r.exact is None and "UNDECIDED" in r.summary()
