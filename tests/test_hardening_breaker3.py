@@ -63,3 +63,25 @@ def test_validate_proxy_without_evidence_after_the_first_rejection_is_not_called
     r = validate_proxy(_rrs_then_uniform, p, q, 5, certify=False)
     assert r.transport_residual < 1e-12 and r.tv is None
     assert r.exact is None and "UNDECIDED" in r.summary()
+
+
+def _dropping_executor(mode):
+    from exactness.executors import Executor
+
+    class Dropping(Executor):
+        kind = "dropping"
+
+        def map_chunks(self, fn, jobs, *, on_done=None, on_error=None):
+            out = [fn(j) for j in jobs]
+            return out[:-1] if mode == "drop" else out[:-1] + [None]
+
+    return Dropping(1)
+
+
+@pytest.mark.parametrize("sequential", [False, True])
+@pytest.mark.parametrize("mode", ["drop", "none"])
+def test_plugin_executor_that_loses_a_chunk_is_an_error(mode, sequential):
+    # was: a certificate on fewer draws than asked (drop) or an AttributeError deep in the summing (none)
+    with pytest.raises(RuntimeError, match=r"executor 'dropping'"):
+        certify_verifier(get_verifier("rrs"), P, Q, 2, n=6000, workers=3, executor=_dropping_executor(mode),
+                         sequential=sequential)
