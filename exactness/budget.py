@@ -92,9 +92,10 @@ def check_planned_budget(draw, n: int, *, tv: float, workers: int, max_samples: 
     huge = n > 10**300  # beyond the float range (a tiny tv): refused below, without an OverflowError
     est = math.inf if huge else pilot_seconds(draw, n) / workers
     gib = math.inf if huge else n * BYTES_PER_DRAW / 2**30
+    n_txt = f"{n:,}" if n < 10**15 else f"~1e{len(str(n)) - 1}"  # a tiny tv: not a 300-digit number
     over = []
     if n > max_samples:
-        over.append(f"{gib:.3g} GiB for {n:,} draws exceeds the memory limit of {max_samples:,} draws "
+        over.append(f"{gib:.3g} GiB for {n_txt} draws exceeds the memory limit of {max_samples:,} draws "
                     "(exactness.verifier_cert.MAX_SAMPLES)")
     if est > _cert.MAX_SECONDS:
         over.append(f"~{_hours(est)} with {workers} worker(s) exceeds the time limit "
@@ -103,7 +104,7 @@ def check_planned_budget(draw, n: int, *, tv: float, workers: int, max_samples: 
         fix = "ask for a larger tv (n grows like 1/tv^2)" + (
             ", allow more time by raising exactness.certificate.MAX_SECONDS, or pass workers= (processes)"
             if est > _cert.MAX_SECONDS else " (more workers do not reduce the memory)")
-        raise ValueError(f"tv = {tv:g} needs n = {n:,} draws (timed pilot of {PILOT:,} draws of {what}): "
+        raise ValueError(f"tv = {tv:g} needs n = {n_txt} draws (timed pilot of {PILOT:,} draws of {what}): "
                          + "; ".join(over) + "; " + fix)
     msg = f"tv = {tv:g}: planned n = {n:,} draws, estimated {_hours(est)} on this machine ({workers} worker(s))"
     log.log(logging.WARNING if est > 10 else logging.INFO, msg)
