@@ -72,7 +72,8 @@ class ProxyValidation:
     def summary(self) -> str:
         """A few lines for a terminal: verdict, TV, transport condition, acceptances."""
         f = lambda v: "n/a" if v is None else f"{v:.6g}"  # noqa: E731
-        lines = [f"proxy {self.proxy} at k = {self.k}: {'UNDECIDED' if self.exact is None else 'EXACT' if self.exact else 'BIASED'}",
+        verdict = "UNDECIDED" if self.exact is None else "EXACT" if self.exact else "BIASED"
+        lines = [f"proxy {self.proxy} at k = {self.k}: {verdict}",
                  f"  exact TV(output, p): {f(self.tv)}" + (f" ({self.tv_reason})" if self.tv is None else ""),
                  f"  transport residual (first rejection): {self.transport_residual:.3g}"
                  + (f", fails at tokens {list(self.failing_tokens)}" if self.failing_tokens else ", holds"),

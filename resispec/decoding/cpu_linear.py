@@ -98,7 +98,7 @@ def apply_linear(model, kind: str = "auto") -> int:
 
 
 def check_linear(kind) -> str:
-    """``kind`` if it names a registered linear kind (:data:`LINEAR_KINDS`); TypeError / ValueError naming ``linear``."""
+    """``kind`` if it names a registered kind (:data:`LINEAR_KINDS`); TypeError / ValueError naming ``linear``."""
     if not isinstance(kind, str):
         raise TypeError(f"linear must be a string, one of {sorted(LINEAR_KINDS)}, got {kind!r}")
     if kind not in LINEAR_KINDS:
