@@ -10,6 +10,7 @@ pilot; a plan over the time or memory limit is a ``ValueError`` naming ``tv`` an
 from __future__ import annotations
 
 import logging
+import math
 
 import numpy as np
 
@@ -26,7 +27,8 @@ BYTES_PER_DRAW = 16
 
 def pooled_df(law, n: int, min_expected: float = MIN_EXPECTED) -> int:
     """Degrees of freedom (pooled cells - 1) of the marginal test of ``n`` draws against ``law`` (V,) float64."""
-    cell = pool_cells(n * np.asarray(law, dtype=np.float64), min_expected)
+    scale = float(min(int(n), 10**300))  # a tiny tv plans a Python int beyond the float range; pooling saturates
+    cell = pool_cells(scale * np.asarray(law, dtype=np.float64), min_expected)
     return int(cell.max()) if np.any(cell >= 0) else 0  # cells - 1
 
 
@@ -59,6 +61,8 @@ def plan_for_tv(law, tv: float, *, alpha: float, power: float, sequential: bool 
         if n_new == n and df_new == df:
             break
         n, df = n_new, df_new
+    while np.count_nonzero(np.asarray(law) > 0) > 1 and pooled_df(law, n) == 0:
+        n *= 2  # a large tv plans fewer draws than the pooled test needs to have one degree of freedom
     return n, df
 
 
@@ -85,11 +89,13 @@ def check_planned_budget(draw, n: int, *, tv: float, workers: int, max_samples: 
         ``exactness.certificate.MAX_SECONDS`` (fixes: a larger ``tv``, more time by raising
         ``exactness.certificate.MAX_SECONDS``, more ``workers=``); the message names ``tv``.
     """
-    est = pilot_seconds(draw, n) / workers
-    gib = n * BYTES_PER_DRAW / 2**30
+    huge = n > 10**300  # beyond the float range (a tiny tv): refused below, without an OverflowError
+    est = math.inf if huge else pilot_seconds(draw, n) / workers
+    gib = math.inf if huge else n * BYTES_PER_DRAW / 2**30
+    n_txt = f"{n:,}" if n < 10**15 else f"~1e{len(str(n)) - 1}"  # a tiny tv: not a 300-digit number
     over = []
     if n > max_samples:
-        over.append(f"{gib:.3g} GiB for {n:,} draws exceeds the memory limit of {max_samples:,} draws "
+        over.append(f"{gib:.3g} GiB for {n_txt} draws exceeds the memory limit of {max_samples:,} draws "
                     "(exactness.verifier_cert.MAX_SAMPLES)")
     if est > _cert.MAX_SECONDS:
         over.append(f"~{_hours(est)} with {workers} worker(s) exceeds the time limit "
@@ -98,7 +104,7 @@ def check_planned_budget(draw, n: int, *, tv: float, workers: int, max_samples: 
         fix = "ask for a larger tv (n grows like 1/tv^2)" + (
             ", allow more time by raising exactness.certificate.MAX_SECONDS, or pass workers= (processes)"
             if est > _cert.MAX_SECONDS else " (more workers do not reduce the memory)")
-        raise ValueError(f"tv = {tv:g} needs n = {n:,} draws (timed pilot of {PILOT:,} draws of {what}): "
+        raise ValueError(f"tv = {tv:g} needs n = {n_txt} draws (timed pilot of {PILOT:,} draws of {what}): "
                          + "; ".join(over) + "; " + fix)
     msg = f"tv = {tv:g}: planned n = {n:,} draws, estimated {_hours(est)} on this machine ({workers} worker(s))"
     log.log(logging.WARNING if est > 10 else logging.INFO, msg)

@@ -65,6 +65,27 @@ def chunk_jobs(seed_seq: np.random.SeedSequence, n: int, parts: int) -> list[tup
     return [(s, m) for s, m in zip(seed_seq.spawn(parts), sizes) if m]
 
 
+def check_chunk_results(executor, jobs, results, size) -> list:
+    """``results`` (one per job of ``jobs``, ``(seed, m)``) checked against the jobs: a plug-in executor that
+    drops, adds or truncates chunks would silently change the draws behind the verdict.
+
+    ``size(result)`` is the number of draws in a result (None: not a chunk result).  Raises RuntimeError naming
+    the executor and the first bad chunk.
+    """
+    results = list(results)
+    name = getattr(executor, "kind", type(executor).__name__)
+    if len(results) != len(jobs):
+        raise RuntimeError(f"executor {name!r} returned {len(results)} chunk results for {len(jobs)} chunks; "
+                           "map_chunks must return one result per job, in order")
+    for i, ((_, m), r) in enumerate(zip(jobs, results)):
+        got = size(r)
+        if got != m:
+            raise RuntimeError(f"executor {name!r}: chunk {i} came back with "
+                               + (f"{got:,} draws" if got is not None else f"a {type(r).__name__}")
+                               + f", expected {m:,}; map_chunks must return fn(job) for each job")
+    return results
+
+
 def draw_chunk(sampler: NodeSampler, job) -> Draws:
     """The draws of one chunk ``job = (seed, m)``: ``sampler.draws(default_rng(seed), m)`` on a copy of the
     sampler, so every chunk starts from the same sampler state whichever process draws it."""
@@ -87,7 +108,8 @@ def mc_counts(sampler: NodeSampler, seed_seq: np.random.SeedSequence, n: int, pa
     """
     jobs = chunk_jobs(seed_seq, n, parts)
     with executor_for(executor, workers=parts, **options) as ex:
-        parts_ = ex.map_chunks(partial(count_chunk, sampler), jobs)
+        parts_ = check_chunk_results(ex, jobs, ex.map_chunks(partial(count_chunk, sampler), jobs),
+                                     lambda c: c.n if isinstance(c, DrawCounts) else None)
     total = parts_[0]
     for c in parts_[1:]:
         total = total + c

@@ -49,10 +49,11 @@ class ProxyValidation:
         sequential verifier on iid drafts (LP, :func:`resispec.bounds.sequential_optimum_iid`) and alpha*.
     certificate : exactness.Certificate or None
         Monte Carlo certificate (:func:`exactness.certify_verifier`), None when ``certify=False``.
-    exact : bool
+    exact : bool or None
         True iff the transport condition holds, the exact TV (when computed) is <= ``EXACT_TOL`` and the
         certificate (when run) passed.  At ``k = 1`` the transport condition alone decides exactness; at
-        ``k > 1`` it is checked at the first rejection only, so rely on ``tv`` or the certificate there.
+        ``k > 1`` it is checked at the first rejection only, so ``exact`` is None (undecided, "UNDECIDED"
+        in ``summary()``) when neither ``tv`` nor a certificate was computed and the first rejection holds.
     """
 
     proxy: str
@@ -71,7 +72,8 @@ class ProxyValidation:
     def summary(self) -> str:
         """A few lines for a terminal: verdict, TV, transport condition, acceptances."""
         f = lambda v: "n/a" if v is None else f"{v:.6g}"  # noqa: E731
-        lines = [f"proxy {self.proxy} at k = {self.k}: {'EXACT' if self.exact else 'BIASED'}",
+        verdict = "UNDECIDED" if self.exact is None else "EXACT" if self.exact else "BIASED"
+        lines = [f"proxy {self.proxy} at k = {self.k}: {verdict}",
                  f"  exact TV(output, p): {f(self.tv)}" + (f" ({self.tv_reason})" if self.tv is None else ""),
                  f"  transport residual (first rejection): {self.transport_residual:.3g}"
                  + (f", fails at tokens {list(self.failing_tokens)}" if self.failing_tokens else ", holds"),
@@ -135,9 +137,12 @@ def validate_proxy(proxy, p, q, k: int, *, n: int | None = None, seed=0, certify
         reason = f"{tuples:,} candidate tuples exceed the enumeration limit {ENUMERATION_LIMIT:,}"
     cert = certify_verifier(verifier, p1, q1, k, n=n, seed=seed) if certify else None
     exact = (resid <= EXACT_TOL and (tv is None or tv <= EXACT_TOL) and (cert is None or cert.passed))
+    if exact and k > 1 and tv is None and cert is None:
+        exact = None  # only the first rejection was checked: no evidence about the later ones
+        reason += "; with certify=False nothing checked the rejections after the first: exactness undecided"
     return ProxyValidation(
         proxy=proxy_name(proxy), k=k, tv=tv, tv_reason=reason, transport_residual=resid,
         failing_tokens=tuple(int(t) for t in failing), acceptance=None if acc is None else float(acc),
         rrs_acceptance=float(acceptance_probability(get_verifier("rrs"), p1, q1, k)),
         sequential_optimum=float(sequential_optimum_iid(p1, q1, k)),
-        alpha_star=float(optimal_acceptance(p1, q1, k)), certificate=cert, exact=bool(exact))
+        alpha_star=float(optimal_acceptance(p1, q1, k)), certificate=cert, exact=None if exact is None else bool(exact))

@@ -115,7 +115,12 @@ def sequential_samples_for_tv(tv: float, df: int, *, alpha: float = 1e-3, power:
         raise TypeError("tv must be a float in (0, 1] (the smallest TV bias to detect), got None")
     df, alpha, power = _check_df(df), check_alpha(alpha), _check_power(power)
     lam = _lambda_seq(df, alpha, power)
-    return max(1, int(math.ceil(lam / (4.0 * tv * tv))))
+    need = lam / (4.0 * tv * tv) if tv * tv > 0 else math.inf
+    if math.isfinite(need):
+        return max(1, int(math.ceil(need)))
+    from fractions import Fraction  # beyond float range (tiny tv): exact rational arithmetic, as samples_for_tv
+
+    return max(1, int(math.ceil(Fraction(lam) / (4 * Fraction(tv) ** 2))))
 
 
 def _lambda_seq(df: int, alpha: float, power: float) -> float:

@@ -201,11 +201,13 @@ def parallel_draws(sampler: NodeSampler, seed_seq: np.random.SeedSequence, n: in
     """
     from functools import partial
 
-    from .chunks import chunk_jobs, draw_chunk
+    from .chunks import check_chunk_results, chunk_jobs, draw_chunk
     from .executors import executor_for
 
+    jobs = chunk_jobs(seed_seq, n, workers)
     with executor_for(executor, workers=workers) as ex:
-        parts = ex.map_chunks(partial(draw_chunk, sampler), chunk_jobs(seed_seq, n, workers))
+        parts = check_chunk_results(ex, jobs, ex.map_chunks(partial(draw_chunk, sampler), jobs),
+                                    lambda d: int(np.size(d.tokens)) if isinstance(d, Draws) else None)
     return Draws(np.concatenate([d.tokens for d in parts]), np.concatenate([d.accepted for d in parts]))
 
 

@@ -95,8 +95,12 @@ def test_validator_large_V_transport_only():
     p, q = rng.dirichlet(np.ones(400)), rng.dirichlet(np.ones(400))
     r = validate_proxy(public_summary_rule, p, q, 3, certify=False)
     assert r.tv is None and "enumeration limit" in r.tv_reason and not r.exact and len(r.failing_tokens) > 0
-    ok = validate_proxy(rrs_residual, p, q, 3, certify=False)
+    ok = validate_proxy(rrs_residual, p, q, 1, certify=False)  # k = 1: the transport condition decides
     assert ok.exact and ok.transport_residual < 1e-12
+    # k = 3 without enumeration or certificate: rejections after the first unchecked, so undecided
+    # (tests/test_hardening_breaker3.py: a rule biased only there was called exact)
+    ok3 = validate_proxy(rrs_residual, p, q, 3, certify=False)
+    assert ok3.exact is None and ok3.transport_residual < 1e-12 and "undecided" in ok3.tv_reason
 
 
 def _coupling(R, q, order):

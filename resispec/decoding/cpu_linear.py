@@ -89,9 +89,18 @@ def apply_linear(model, kind: str = "auto") -> int:
 
     Raises
     ------
+    TypeError
+        ``kind`` is not a string (e.g. a list).
     ValueError
         ``kind`` is not registered (the message lists the kinds).
     """
+    return LINEAR_KINDS[check_linear(kind)](model)
+
+
+def check_linear(kind) -> str:
+    """``kind`` if it names a registered kind (:data:`LINEAR_KINDS`); TypeError / ValueError naming ``linear``."""
+    if not isinstance(kind, str):
+        raise TypeError(f"linear must be a string, one of {sorted(LINEAR_KINDS)}, got {kind!r}")
     if kind not in LINEAR_KINDS:
         raise ValueError(f"linear must be one of {sorted(LINEAR_KINDS)}, got {kind!r}")
-    return LINEAR_KINDS[kind](model)
+    return kind

