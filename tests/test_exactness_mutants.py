@@ -18,6 +18,7 @@ def test_catalogue_has_ten_biased_mutants():
         assert hasattr(v, "verify") and hasattr(v, "drafting"), name
 
 
+@pytest.mark.slow  # the same panel `resispec certify` runs (README command 1 exits 3 if a mutant escapes)
 def test_every_mutant_flagged_by_default_budget():
     results = run_mutants(seeds=1, seed=0)
     missed = [r.name for r in results if r.flagged != r.runs]
@@ -33,6 +34,7 @@ def test_biased_mutants_have_exact_bias(name):
     assert certify_exact(CATALOGUE[name], p, q, k).tv > 1e-6
 
 
+@pytest.mark.slow  # every verifier x k x 2 seeds at n = 40,000: ~1 min; `python -m pytest -m slow`
 def test_correct_verifiers_pass_same_grid_with_calibrated_false_positives():
     (p, q), = family_nodes(0, (MUTANT_FAMILY,))[0].values()
     pvals = []
