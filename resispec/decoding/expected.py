@@ -63,6 +63,9 @@ def expected_accepted(tree: DraftTree, p_rows: dict, q_rows: dict, verifier: Ver
     ``q``, and averages only over the verification coins (Rao-Blackwellised), so its mean over calls equals
     the mean observed accepted count (:attr:`DecodeResult.accepted`) with no more variance.
 
+    Source: the recursion over the tree is the expected accepted length of tree verification (SpecInfer,
+    arXiv 2305.09781; Sequoia, arXiv 2402.12374), here per verifier from its own accept chain.
+
     Parameters
     ----------
     tree : DraftTree
