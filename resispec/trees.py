@@ -43,12 +43,15 @@ class TreeShape:
 
     @classmethod
     def parse(cls, spec: "str | TreeShape | tuple | list", drafting: str = "iid") -> "TreeShape":
-        """Parse ``"4,2,2,1"`` (or ``"4x2x2x1"``, a list, or a TreeShape).
+        """Parse ``"4,2,2,1"`` (or ``"4x2x2x1"``, a list, or a TreeShape); a ``"wor:"`` prefix
+        (``"wor:4,2"``) means without-replacement drafting and overrides ``drafting``.
 
         Raises ValueError for empty, non-integer or zero entries.
         """
         if isinstance(spec, TreeShape):
             return spec
+        if isinstance(spec, str) and spec.strip().startswith("wor:"):
+            spec, drafting = spec.strip()[4:], "without_replacement"
         if isinstance(spec, str):
             parts = [s.strip() for s in spec.replace("x", ",").split(",")]
             if not spec.strip() or any(not s for s in parts):
@@ -80,3 +83,8 @@ class TreeShape:
 
     def __str__(self) -> str:
         return ",".join(map(str, self.branching))
+
+    @property
+    def label(self) -> str:
+        """``"4,2"``, or ``"wor:4,2"`` for without-replacement drafting (what :meth:`parse` reads back)."""
+        return ("wor:" if self.drafting == "without_replacement" else "") + str(self)

@@ -184,3 +184,44 @@ def test_bench_decode_reports_the_paired_rb_estimator(tmp_path):
         assert col in format_table(res) and col in md.read_text()
     off = run_bench(pair, [[1, 2, 3]], **{**kw, "seeds": [0], "paired": False})
     assert all(r["block_efficiency_rb"] is None for r in off.table()) and "rb" not in off.runs[1]
+
+
+def test_bench_decode_scores_verifiers_it_does_not_run_and_wor_shapes(tmp_path):
+    """``score=``: RB rows with no runs, a projected speed-up; ``wor:`` shapes run only the rules exact for them."""
+    from resispec.bench.decode import format_table, run_bench, score_names
+
+    target, draft = _pair()
+    pair = ModelPair(target, draft, _Tok(), "t", "d")
+    res = run_bench(pair, [[1, 2, 3], [4, 5]], trees=["2,1", "wor:2,1"], verifiers=["resispec", "rrs"],
+                    score=["kseq", "target_only", "rrs"], sampling=T1, max_new_tokens=6, seeds=[0, 1],
+                    progress=False, estimate=False)
+    rows = {(r["method"], r["tree"]): r for r in res.table()}
+    ran = {(x["method"], x["tree"]) for x in res.runs}
+    # rrs has no without-replacement rule: it does not run on the wor: shape; resispec runs there as ResiSpec WOR
+    assert ran == {("autoregressive", "-"), ("resispec", "2,1"), ("rrs", "2,1"), ("resispec", "wor:2,1")}
+    assert ("rrs", "wor:2,1") not in rows and ("kseq", "wor:2,1") not in rows
+    wor = [x for x in res.runs if x["tree"] == "wor:2,1"]
+    assert {m for x in wor for m in x["rb"]} == {"resispec", "target_only"}
+    for m in ("kseq", "target_only"):  # scored only: RB value, no runs, a projection from a driver
+        r = rows[(m, "2,1")]
+        assert r["tokens"] == 0 and r["speedup_paired"] is None and r["block_efficiency_rb"] >= 1
+        d = rows[(r["projected_from"], "2,1")]
+        assert r["speedup_projected"] == pytest.approx(
+            d["speedup_paired"] * r["block_efficiency_rb"] / d["block_efficiency_rb"])
+    own = rows[("resispec", "2,1")]  # a method that ran is projected from itself: its measured speed-up
+    assert own["projected_from"] == "resispec" and own["speedup_projected"] == pytest.approx(own["speedup_paired"])
+    assert rows[("target_only", "wor:2,1")]["projected_from"] == "resispec"
+    assert "projected speed-up, wall / CPU" in format_table(res) and "wor:2,1" in format_table(res)
+    assert "rejection_proxy" not in score_names(["all"]) and "resispec_lookahead" in score_names(["all"])
+    with pytest.raises(ValueError, match="unknown verifier|not a registered|Unknown"):
+        score_names(["nope"])
+
+
+def test_tree_shape_reads_the_wor_prefix():
+    from resispec.trees import TreeShape
+
+    s = TreeShape.parse("wor:4,1")
+    assert s.branching == (4, 1) and s.drafting == "without_replacement" and s.label == "wor:4,1"
+    assert TreeShape.parse(s.label) == s and TreeShape.parse("4,1").label == "4,1"
+    with pytest.raises(ValueError, match="malformed tree shape"):
+        TreeShape.parse("wor:")

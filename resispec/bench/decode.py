@@ -105,6 +105,11 @@ class BenchResult:
         repeats repeat the same tokens), by the delta method for a ratio of sums (Cochran 1977, sec. 6.3):
         ``z_u = (S_u - R N_u) / mean(N)``, s.e. = sd(z) / sqrt(n); a difference uses ``z_a - z_b`` on the
         same clusters, so the pairing (the same trees) cancels their common noise.
+
+        ``speedup_projected`` / ``speedup_projected_cpu`` / ``projected_from``: the paired speed-up (wall,
+        CPU time) projected from a method that ran on the tree by the ratio of RB block efficiencies
+        (:func:`_project`); for a method that ran it is its own measured speed-up.  Rows of verifiers only
+        scored (``run_bench(score=)``) have no runs, only RB and projected keys.
         """
         ar = next((r for r in self.rows if r.method == AUTOREGRESSIVE), None)
         ar_tps = {x["unit"]: _tps(x) for x in self.runs if x["method"] == AUTOREGRESSIVE}
@@ -138,7 +143,35 @@ class BenchResult:
                 "tps_vs_best_baseline": r.tokens_per_second / best_tps if peers else float("nan"),
                 **_rb_keys(rb.get(r.tree), r.method),
             })
+        _project(out, self.runs)
         return out
+
+
+def _project(rows: list, runs: list) -> None:
+    """Add ``speedup_projected`` / ``speedup_projected_cpu`` (and ``projected_from``) to every row with an RB value.
+
+    A verifier's projected speed-up on a tree is the measured paired speed-up of a method that RAN on the
+    same tree and whose runs scored it, times the ratio of their paired RB block efficiencies:
+    ``S_v = S_d * BE_rb(v) / BE_rb(d)`` -- the per-call cost (draft + one target pass) is the driver's, so
+    only the tokens per call change (a verifier's own step, microseconds to milliseconds, is left out).
+    The driver is the row itself when it ran, else the method that ran most on the tree.
+    """
+    for r in rows:
+        r.update(speedup_projected=None, speedup_projected_cpu=None, projected_from=None)
+    for r in rows:
+        if r["block_efficiency_rb"] is None:
+            continue
+        scored_by = {x["method"] for x in runs if x["tree"] == r["tree"] and r["method"] in x.get("rb", {})}
+        cands = [d for d in rows if d["tree"] == r["tree"] and d["method"] in scored_by
+                 and d["speedup_paired"] is not None and d["block_efficiency_rb"]]
+        if not cands:
+            continue
+        d = next((c for c in cands if c["method"] == r["method"]), max(cands, key=lambda c: c["paired_units"]))
+        f = r["block_efficiency_rb"] / d["block_efficiency_rb"]  # tokens per call relative to the driver's
+        r["speedup_projected"] = d["speedup_paired"] * f
+        if d["speedup_paired_cpu"] is not None:
+            r["speedup_projected_cpu"] = d["speedup_paired_cpu"] * f
+        r["projected_from"] = d["method"]
 
 
 def _cluster_ratio(runs: list, clusters: list, value) -> tuple:
@@ -233,15 +266,20 @@ def run_bench(pair, prompts: list[list[int]], *, verifiers=DEFAULT_VERIFIERS, tr
               sampling: SamplingConfig = SamplingConfig(), max_new_tokens: int = 48, seeds=(0,),
               proxy: str | None = None, progress: bool = True, stop_at_eos: bool = True,
               capture: list | None = None, capture_top_n: int = 64, repeats: int = 1, on_run=None,
-              estimate: bool = True, paired: bool = True) -> BenchResult:
+              estimate: bool = True, paired: bool = True, score=()) -> BenchResult:
     """Run target-only decoding and every verifier on the same prompts/seeds/trees.
 
     Parameters
     ----------
     pair : ModelPair
     prompts : list of token-id lists
-    verifiers : names from the registry (numpy backend)
-    trees : tree shapes like ``"4,2,1"``
+    verifiers : names from the registry (numpy backend) -- each is RUN (timed) on every tree
+    trees : tree shapes like ``"4,2,1"``; ``"wor:2,1"`` drafts without replacement and runs only the rules
+        exact for it (:func:`shape_verifiers`)
+    score : names, optional
+        Verifiers scored by the paired Rao-Blackwellised estimator only (not run): their exact expected
+        block efficiency on the SAME drafted trees as the runs, and a projected speed-up (see
+        :meth:`BenchResult.table`); needs ``paired``.
     sampling, max_new_tokens, seeds
     proxy : ResiSpec proxy name (``resispec`` only)
     capture : list, optional
@@ -278,16 +316,21 @@ def run_bench(pair, prompts: list[list[int]], *, verifiers=DEFAULT_VERIFIERS, tr
     if isinstance(repeats, bool) or not isinstance(repeats, (int, np.integer)) or repeats < 1:
         raise ValueError(f"repeats must be an integer >= 1, got {repeats!r}")
     eos = pair.eos_ids() if stop_at_eos else None
-    jobs = [(AUTOREGRESSIVE, None)] + [(v, s) for s in shapes for v in verifiers]
-    rows = {(m, str(s) if s else "-"): BenchRow(m, str(s) if s else "-") for m, s in jobs}
-    built = {m: get_verifier(m, **({"proxy": proxy} if proxy and m == "resispec" else {}))
-             for m in dict.fromkeys(m for m, _ in jobs) if m != AUTOREGRESSIVE}
+    score = [m for m in dict.fromkeys(score) if m not in verifiers]
+    runners = {s.label: shape_verifiers(verifiers, s, proxy) for s in shapes}  # label -> {method: Verifier}
+    scoring = {s.label: {**runners[s.label], **shape_verifiers(score, s, proxy)} for s in shapes}
+    jobs = [(AUTOREGRESSIVE, None)] + [(m, s) for s in shapes for m in runners[s.label]]
+    rows = {(AUTOREGRESSIVE, "-"): BenchRow(AUTOREGRESSIVE, "-")}
+    rows.update({(m, s.label): BenchRow(m, s.label) for s in shapes for m in scoring[s.label]})
+    labels, scorers = {}, {}
+    for lab, vs in scoring.items():
+        names = [v.name for v in vs.values()]
+        labels[lab] = {v.name: m for m, v in vs.items() if names.count(v.name) == 1}  # Verifier.name -> method
+        scorers[lab] = [vs[m] for m in labels[lab].values()]
     units = [(seed, i, r) for seed in seeds for i in range(len(prompts)) for r in range(repeats)]
-    names = [v.name for v in built.values()]
-    label = {v.name: m for m, v in built.items() if names.count(v.name) == 1}  # Verifier.name -> method
-    scorers = [built[m] for m in label.values()]
     config = {"target": pair.target_name, "draft": pair.draft_name,
-              "trees": [str(s) for s in shapes], "verifiers": list(verifiers), "temperature": sampling.temperature,
+              "trees": [s.label for s in shapes], "verifiers": list(verifiers), "scored": score,
+              "temperature": sampling.temperature,
               "top_k": sampling.top_k, "top_p": sampling.top_p, "max_new_tokens": max_new_tokens,
               "seeds": list(seeds), "repeats": int(repeats), "prompts": len(prompts),
               "prompt_tokens": [len(p) for p in prompts], "proxy": proxy,
@@ -302,7 +345,7 @@ def run_bench(pair, prompts: list[list[int]], *, verifiers=DEFAULT_VERIFIERS, tr
         for u, (seed, i, rep) in enumerate(units):
             ids = prompts[i]
             for method, shape in jobs[u % len(jobs):] + jobs[:u % len(jobs)]:
-                row = rows[(method, str(shape) if shape else "-")]
+                row = rows[(method, shape.label if shape else "-")]
                 rng = np.random.default_rng([int(seed), i])
                 bar.set_postfix_str(f"{method} {row.tree} prompt {i} seed {seed} rep {rep}")
                 done = bar.n
@@ -313,12 +356,12 @@ def run_bench(pair, prompts: list[list[int]], *, verifiers=DEFAULT_VERIFIERS, tr
                     res = autoregressive_decode(pair.target, ids, sampling=sampling, max_new_tokens=max_new_tokens,
                                                 rng=rng, eos_token_id=eos, on_tokens=tick)
                 else:
-                    drv = built[method]
-                    also = [v for v in scorers if v.name != drv.name] if paired else None
+                    drv, label = runners[shape.label][method], labels[shape.label]
+                    also = [v for v in scorers[shape.label] if v.name != drv.name] if paired else None
                     res = speculative_decode(pair.target, pair.draft, ids, drv, shape,
                                              sampling=sampling, max_new_tokens=max_new_tokens, rng=rng,
                                              eos_token_id=eos, record=capture is not None, on_tokens=tick,
-                                             also=also)
+                                             also=also, drafting=_explicit(shape))
                     if capture is not None and res.nodes:
                         from simulators.captured import sparsify
 
@@ -345,6 +388,63 @@ def run_bench(pair, prompts: list[list[int]], *, verifiers=DEFAULT_VERIFIERS, tr
     return result
 
 
+def shape_verifiers(names, shape: TreeShape, proxy: str | None = None) -> dict:
+    """``{method: Verifier}`` of the registry names ``names`` to run on ``shape``.
+
+    On a plain shape (``"2,1"``) every name runs with its own drafting law (``rrs_wor`` drafts without
+    replacement, as before).  On a ``wor:`` shape only rules exact for without-replacement drafts run: a
+    name whose default rule is not is rebuilt with ``drafting="without_replacement"`` where the registry
+    has such a rule (``resispec`` -> ResiSpec WOR) and left out otherwise (``rrs``, ``kseq``).
+
+    Raises ValueError for an unknown name (from the registry).
+    """
+    from ..decoding.expected import serves
+
+    out = {}
+    for m in names:
+        opts = {"proxy": proxy} if proxy and m == "resispec" else {}
+        v = get_verifier(m, **opts)
+        if shape.drafting == "without_replacement" and not serves(v, shape.drafting):
+            try:
+                v = get_verifier(m, drafting=shape.drafting, **opts)
+            except (TypeError, ValueError):
+                continue  # no without-replacement rule of this name
+            if not serves(v, shape.drafting):
+                continue
+        out[m] = v
+    return out
+
+
+def score_names(names) -> list:
+    """``--score`` names checked against the registry; ``"all"`` = every built-in verifier needing no options
+    (less ``rejection_proxy``, a frame for users' proxies whose default rule IS ``rrs``).
+
+    Raises ValueError for an unknown name (the registry's message lists the known ones).
+    """
+    from ..verifiers.registry import available_verifiers
+
+    out = []
+    for n in names:
+        if n == "all":
+            for m in available_verifiers():
+                if m == "rejection_proxy":
+                    continue
+                try:
+                    get_verifier(m)
+                except (TypeError, ValueError):
+                    continue  # needs options (e.g. rejection_proxy's proxy)
+                out.append(m)
+        else:
+            get_verifier(n)
+            out.append(n)
+    return list(dict.fromkeys(out))
+
+
+def _explicit(shape: TreeShape) -> str | None:
+    """The drafting law a ``wor:`` shape imposes (None: each verifier drafts with its own law)."""
+    return shape.drafting if shape.drafting == "without_replacement" else None
+
+
 def _estimate(pair, prompts, runs: int, max_new_tokens: int, sampling) -> str:
     """One-line time estimate from a probe: one prefill and one 1-token target step on the first prompt."""
     import time
@@ -367,7 +467,8 @@ def format_table(result: BenchResult) -> str:
     """Markdown table of :meth:`BenchResult.table`."""
     head = ["method", "tree", "tokens", "target calls", "block eff. (± s.e.)", "tokens/s median [q25, q75]",
             "speed-up vs AR, paired (± s.e.)", "same, CPU time (± s.e.)", "block eff. / best baseline", "tokens/s / best baseline",
-            "block eff. RB, pooled (± s.e.)", "RB - best baseline (± s.e.)", "RB - rrs (± s.e.)"]
+            "block eff. RB, pooled (± s.e.)", "RB - best baseline (± s.e.)", "RB - rrs (± s.e.)",
+            "projected speed-up, wall / CPU"]
     rows = ([r["method"], r["tree"], str(r["tokens"]), str(r["target_calls"]),
              _pm(r["block_efficiency"], r["block_efficiency_se"]),
              f"{_f(r['tps_median'])} [{_f(r['tps_q25'])}, {_f(r['tps_q75'])}]",
@@ -377,7 +478,10 @@ def format_table(result: BenchResult) -> str:
              _pm(r["block_efficiency_rb"], r["block_efficiency_rb_se"]),
              _pm(r["rb_vs_best_baseline"], r["rb_vs_best_baseline_se"])
              + (f" ({r['rb_best_baseline']})" if r["rb_best_baseline"] else ""),
-             _pm(r["rb_vs_rrs"], r["rb_vs_rrs_se"])] for r in result.table())
+             _pm(r["rb_vs_rrs"], r["rb_vs_rrs_se"]),
+             (f"{_f(r['speedup_projected'])} / {_f(r['speedup_projected_cpu'])}"
+              + ("" if r["projected_from"] in (None, r["method"]) else f" (from {r['projected_from']})")
+              if r["speedup_projected"] is not None else "-")] for r in result.table())
     return "\n".join(md_table(head, rows))
 
 

@@ -143,11 +143,7 @@ DEFAULT_TEMPERATURES = (0.7, 1.0, 1.5)
 
 def parse_shape(spec: str) -> TreeShape:
     """``"4,2"`` (iid drafting) or ``"wor:4,2"`` (without replacement).  Raises ValueError if malformed."""
-    if not isinstance(spec, str):
-        return TreeShape.parse(spec)
-    if spec.startswith("wor:"):
-        return TreeShape.parse(spec[4:], "without_replacement")
-    return TreeShape.parse(spec, "iid")
+    return TreeShape.parse(spec)  # the "wor:" prefix is read by TreeShape.parse
 
 
 def shape_label(shape: TreeShape) -> str:

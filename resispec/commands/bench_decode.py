@@ -33,7 +33,13 @@ def add_arguments(p) -> None:
     add_sampling_args(p)
     add_prompt_args(p, default_limit=3)
     p.add_argument("--verifiers", action=ListAction, default=list(DEFAULT_VERIFIERS))
-    p.add_argument("--trees", action=ListAction, sep=None, default=["2,1", "4,1", "2,2,1"], help="tree shapes (default 2,1 4,1 2,2,1)")
+    p.add_argument("--score", action=ListAction, default=[],
+                   help="verifiers scored by the paired exact estimator only, not run: their exact expected block "
+                   "efficiency on the same drafted trees and a projected speed-up ('all' = every built-in "
+                   "verifier that needs no options)")
+    p.add_argument("--trees", action=ListAction, sep=None, default=["2,1", "4,1", "2,2,1"],
+                   help="tree shapes (default 2,1 4,1 2,2,1); 'wor:2,1' drafts without replacement and runs only "
+                   "the rules exact for it (resispec becomes ResiSpec WOR; rrs and kseq are left out)")
     p.add_argument("--seeds", action=ListAction, item_type=int, default=None, help="seeds (default: --seed)")
     p.add_argument("--proxy", default=None, help="ResiSpec proxy")
     p.add_argument("--ignore-eos", action="store_true", help="always generate max-new-tokens")
@@ -50,7 +56,7 @@ def add_arguments(p) -> None:
 
 def run(args) -> int:
     from .._io import check_output_path
-    from ..bench.decode import format_table, run_bench, write_report
+    from ..bench.decode import format_table, run_bench, score_names, write_report
     from ..trees import TreeShape
     from ..verifiers.registry import get_verifier
 
@@ -65,6 +71,9 @@ def run(args) -> int:
             raise ValueError(f"--seeds must be >= 0, got {s}")
     for v in args.verifiers:
         get_verifier(v, **({"proxy": args.proxy} if args.proxy and v == "resispec" else {}))
+    args.score = score_names(args.score)
+    if args.score and args.no_paired:
+        raise ValueError("--score needs the paired estimator; drop --no-paired")
     check_output_path(args.out, "--out")
     check_output_path(args.out.with_suffix(".json"), "--out (its .json report)")
     if args.capture is not None:
@@ -83,7 +92,7 @@ def run(args) -> int:
     result = run_bench(pair, prompts, verifiers=args.verifiers, trees=args.trees, sampling=sampling,
                        max_new_tokens=args.max_new_tokens, seeds=args.seeds or [args.seed], proxy=args.proxy,
                        stop_at_eos=not args.ignore_eos, capture=captured, repeats=args.repeats,
-                       paired=not args.no_paired,
+                       paired=not args.no_paired, score=args.score,
                        on_run=lambda partial: write_report(partial, args.out, js, command=command))
     print(format_table(result))
     write_report(result, args.out, js, command=command)
