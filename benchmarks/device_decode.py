@@ -123,7 +123,8 @@ def main() -> int:
         from resispec.trees import TreeShape
 
         for r in rows:
-            if r["method"] == "autoregressive":
+            be = r.get("block_efficiency") or r.get("block_efficiency_rb")  # scored-only rows: the paired exact value
+            if r["method"] == "autoregressive" or not be:
                 continue
             shape = TreeShape.parse(r["tree"])
             n = shape.num_nodes
@@ -133,8 +134,8 @@ def main() -> int:
                 w *= b
                 widths.append(w)
             draft = td[args.nodes[0]] + sum(td[min(td, key=lambda k: abs(k - x))] for x in widths)
-            speed = r["block_efficiency"] * tt[args.nodes[0]] / (tt[nt] + draft)
-            proj.append({"method": r["method"], "tree": r["tree"], "block_efficiency_cpu": r["block_efficiency"],
+            speed = be * tt[args.nodes[0]] / (tt[nt] + draft)
+            proj.append({"method": r["method"], "tree": r["tree"], "block_efficiency_cpu": be,
                          "projected_speedup": speed})
     res["projected_end_to_end"] = proj
     lines = ["# Device step times (tree verification cost) and projected end-to-end speed-up", "",

@@ -193,18 +193,21 @@ def test_bench_decode_scores_verifiers_it_does_not_run_and_wor_shapes(tmp_path):
     target, draft = _pair()
     pair = ModelPair(target, draft, _Tok(), "t", "d")
     res = run_bench(pair, [[1, 2, 3], [4, 5]], trees=["2,1", "wor:2,1"], verifiers=["resispec", "rrs"],
-                    score=["kseq", "target_only", "rrs"], sampling=T1, max_new_tokens=6, seeds=[0, 1],
+                    score=["kseq", "target_only", "rrs", "rrs_wor"], sampling=T1, max_new_tokens=6, seeds=[0, 1],
                     progress=False, estimate=False)
     rows = {(r["method"], r["tree"]): r for r in res.table()}
     ran = {(x["method"], x["tree"]) for x in res.runs}
     # rrs has no without-replacement rule: it does not run on the wor: shape; resispec runs there as ResiSpec WOR
     assert ran == {("autoregressive", "-"), ("resispec", "2,1"), ("rrs", "2,1"), ("resispec", "wor:2,1")}
     assert ("rrs", "wor:2,1") not in rows and ("kseq", "wor:2,1") not in rows
+    assert ("rrs_wor", "2,1") not in rows  # scored only, and no run on 2,1 drafts without replacement
+    assert rows[("rrs_wor", "wor:2,1")]["block_efficiency_rb"] >= 1
     wor = [x for x in res.runs if x["tree"] == "wor:2,1"]
-    assert {m for x in wor for m in x["rb"]} == {"resispec", "target_only"}
+    assert {m for x in wor for m in x["rb"]} == {"resispec", "target_only", "rrs_wor"}
     for m in ("kseq", "target_only"):  # scored only: RB value, no runs, a projection from a driver
         r = rows[(m, "2,1")]
-        assert r["tokens"] == 0 and r["speedup_paired"] is None and r["block_efficiency_rb"] >= 1
+        assert r["tokens"] == 0 and r["block_efficiency"] is None and r["speedup_paired"] is None
+        assert r["block_efficiency_rb"] >= 1
         d = rows[(r["projected_from"], "2,1")]
         assert r["speedup_projected"] == pytest.approx(
             d["speedup_paired"] * r["block_efficiency_rb"] / d["block_efficiency_rb"])

@@ -129,18 +129,18 @@ class BenchResult:
             q = np.percentile(tps, [25, 50, 75]) if tps else [None] * 3
             out.append({
                 "method": r.method, "tree": r.tree, "tokens": r.tokens, "target_calls": r.target_calls,
-                "draft_calls": r.draft_calls, "block_efficiency": r.block_efficiency,
+                "draft_calls": r.draft_calls, "block_efficiency": r.block_efficiency if r.runs else None,
                 "block_efficiency_se": _se(be),
-                "tokens_per_second": r.tokens_per_second, "seconds": r.seconds,
+                "tokens_per_second": r.tokens_per_second if r.runs else None, "seconds": r.seconds,
                 "tps_q25": q[0], "tps_median": q[1], "tps_q75": q[2],
                 "target_seconds": r.target_seconds, "draft_seconds": r.draft_seconds,
-                "speedup_vs_autoregressive": (r.tokens_per_second / ar.tokens_per_second) if ar and ar.runs
+                "speedup_vs_autoregressive": (r.tokens_per_second / ar.tokens_per_second) if ar and ar.runs and r.runs
                 else float("nan"),
                 "speedup_paired": float(np.mean(ratios)) if ratios else None, "speedup_paired_se": _se(ratios),
                 "speedup_paired_cpu": float(np.mean(cpu_ratios)) if cpu_ratios else None,
                 "speedup_paired_cpu_se": _se(cpu_ratios), "paired_units": len(ratios),
-                "block_eff_vs_best_baseline": r.block_efficiency / best_be if peers else float("nan"),
-                "tps_vs_best_baseline": r.tokens_per_second / best_tps if peers else float("nan"),
+                "block_eff_vs_best_baseline": r.block_efficiency / best_be if peers and r.runs else float("nan"),
+                "tps_vs_best_baseline": r.tokens_per_second / best_tps if peers and r.runs else float("nan"),
                 **_rb_keys(rb.get(r.tree), r.method),
             })
         _project(out, self.runs)
@@ -318,7 +318,8 @@ def run_bench(pair, prompts: list[list[int]], *, verifiers=DEFAULT_VERIFIERS, tr
     eos = pair.eos_ids() if stop_at_eos else None
     score = [m for m in dict.fromkeys(score) if m not in verifiers]
     runners = {s.label: shape_verifiers(verifiers, s, proxy) for s in shapes}  # label -> {method: Verifier}
-    scoring = {s.label: {**runners[s.label], **shape_verifiers(score, s, proxy)} for s in shapes}
+    scoring = {s.label: {**runners[s.label], **_servable(shape_verifiers(score, s, proxy), runners[s.label], s)}
+               for s in shapes}
     jobs = [(AUTOREGRESSIVE, None)] + [(m, s) for s in shapes for m in runners[s.label]]
     rows = {(AUTOREGRESSIVE, "-"): BenchRow(AUTOREGRESSIVE, "-")}
     rows.update({(m, s.label): BenchRow(m, s.label) for s in shapes for m in scoring[s.label]})
@@ -440,6 +441,15 @@ def score_names(names) -> list:
     return list(dict.fromkeys(out))
 
 
+def _servable(scored: dict, runners: dict, shape: TreeShape) -> dict:
+    """The scored-only verifiers exact for the drafting of at least one run on ``shape`` (others get no value)."""
+    from ..decoding.engine import resolve_drafting
+    from ..decoding.expected import serves
+
+    modes = {resolve_drafting(v, shape, explicit=_explicit(shape) is not None) for v in runners.values()}
+    return {m: v for m, v in scored.items() if any(serves(v, d) for d in modes)}
+
+
 def _explicit(shape: TreeShape) -> str | None:
     """The drafting law a ``wor:`` shape imposes (None: each verifier drafts with its own law)."""
     return shape.drafting if shape.drafting == "without_replacement" else None
@@ -469,7 +479,8 @@ def format_table(result: BenchResult) -> str:
             "speed-up vs AR, paired (± s.e.)", "same, CPU time (± s.e.)", "block eff. / best baseline", "tokens/s / best baseline",
             "block eff. RB, pooled (± s.e.)", "RB - best baseline (± s.e.)", "RB - rrs (± s.e.)",
             "projected speed-up, wall / CPU"]
-    rows = ([r["method"], r["tree"], str(r["tokens"]), str(r["target_calls"]),
+    rows = ([r["method"], r["tree"], str(r["tokens"]) if r["block_efficiency"] is not None else "- (scored)",
+             str(r["target_calls"]) if r["block_efficiency"] is not None else "-",
              _pm(r["block_efficiency"], r["block_efficiency_se"]),
              f"{_f(r['tps_median'])} [{_f(r['tps_q25'])}, {_f(r['tps_q75'])}]",
              _pm(r["speedup_paired"], r["speedup_paired_se"]),
