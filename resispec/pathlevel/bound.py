@@ -33,6 +33,8 @@ from .analysis import check_pair, continuation, prefix_laws
 
 #: Largest LP (number of variables) :func:`optimal_accepted` builds.
 MAX_VARIABLES = 600_000
+#: Feasibility tolerances tried in turn (HiGHS dual simplex); the first that solves is reported.
+LP_TOLERANCES = (1e-10, 1e-9, 1e-7)
 
 
 @dataclass(frozen=True)
@@ -47,11 +49,15 @@ class PathBound:
         The tree shape (``(1,) * L`` for a chain).
     variables : int
         LP size.
+    tolerance : float
+        The HiGHS feasibility tolerance the solve used (``LP_TOLERANCES``); the optimum is good to
+        about this much.
     """
 
     expected_accepted: float
     branching: tuple
     variables: int
+    tolerance: float
 
 
 def _tree_nodes(branching):
@@ -141,12 +147,15 @@ def optimal_accepted(pair, branching, context=()) -> PathBound:
                        shape=(n_T, n_var))
     from scipy.sparse import vstack
 
-    # Dual simplex without presolve: HiGHS's presolve declared some well-posed instances (draft
-    # probabilities ~1e-6) infeasible; tight tolerances keep the optimum to ~1e-9.
-    res = linprog(np.asarray(obj, dtype=np.float64), A_eq=vstack([A_law, A_sum]).tocsr(),
-                  b_eq=np.concatenate([target, qT]), bounds=(0, None), method="highs-ds",
-                  options={"presolve": False, "primal_feasibility_tolerance": 1e-10,
-                           "dual_feasibility_tolerance": 1e-10})
+    # Dual simplex without presolve: HiGHS's presolve declares some well-posed instances (probabilities
+    # ~1e-6 .. 1e-27) infeasible.  Tolerances are tightened as far as the instance allows.
+    A, b, c = vstack([A_law, A_sum]).tocsr(), np.concatenate([target, qT]), np.asarray(obj, dtype=np.float64)
+    for tol in LP_TOLERANCES:
+        res = linprog(c, A_eq=A, b_eq=b, bounds=(0, None), method="highs-ds",
+                      options={"presolve": False, "primal_feasibility_tolerance": tol,
+                               "dual_feasibility_tolerance": tol})
+        if res.status == 0:
+            break
     if res.status != 0:
-        raise ValueError(f"path-level LP failed: {res.message}")
-    return PathBound(float(-res.fun), shape.branching, int(n_var))
+        raise ValueError(f"path-level LP failed at every tolerance {LP_TOLERANCES}: {res.message}")
+    return PathBound(float(-res.fun), shape.branching, int(n_var), tol)
