@@ -173,3 +173,14 @@ def test_verify_uniforms_and_emitted():
         check_path(p, q, d.astype(float))
     with pytest.raises(ValueError, match="L must be an integer >= 1"):
         analyse_path(ver, _pair(0, 2), 0)
+
+
+def test_paper_example_binary_context_free():
+    """Sun et al. 2024 (arXiv 2403.10444) motivating example: p = (1/3, 2/3), q = (2/3, 1/3) at every
+    context, L = 2: token-wise accepts 10/9 drafts per step, block 11/9, and the LP says 11/9 is the best."""
+    from simulators.autoregressive import StaticPair
+
+    pair = StaticPair(np.array([1 / 3, 2 / 3]), np.array([2 / 3, 1 / 3]))
+    assert analyse_path(get_path_verifier("token"), pair, 2).expected_accepted == pytest.approx(10 / 9, abs=1e-14)
+    assert analyse_path(get_path_verifier("block"), pair, 2).expected_accepted == pytest.approx(11 / 9, abs=1e-14)
+    assert optimal_accepted(pair, (1, 1)).expected_accepted == pytest.approx(11 / 9, abs=1e-9)
