@@ -21,21 +21,55 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..pathlevel.base import PathVerifier
 from ..verifiers.base import Verifier
 from .laws import SamplingConfig, process_logits
 from .tree import ROOT, DraftTree
 
 
-def serves(verifier: Verifier, drafting: str) -> bool:
+def serves(verifier, drafting: str, shape=None) -> bool:
     """True when ``verifier`` is exact for trees drafted with ``drafting`` ("iid" / "without_replacement").
 
     A verifier of drafting ``"any"`` (``target_only``) serves every tree; the others serve only trees drawn
     with their own law (``docs/RESISPEC.md`` section 3: e.g. ``rrs`` on without-replacement drafts is biased).
+    A path-level verifier (``resispec.pathlevel``, e.g. ``block``) serves chains only: with ``shape`` (a
+    ``TreeShape``) given, it serves iff every branching factor is 1.
     """
+    if isinstance(verifier, PathVerifier) and shape is not None and not is_chain(shape):
+        return False
     return verifier.drafting in ("any", drafting)
 
 
-def target_laws(tree: DraftTree, p_logits: dict, sampling: SamplingConfig) -> dict:
+def is_chain(shape) -> bool:
+    """True when the ``TreeShape`` has one child per node (``1,1,...,1``): what path-level rules decide."""
+    return all(k == 1 for k in shape.branching)
+
+
+def chain_nodes(tree: DraftTree) -> list:
+    """The drafted nodes of a chain tree, root's child first; ValueError when a node has two children."""
+    nodes, node = [], ROOT
+    while tree.children[node]:
+        if len(tree.children[node]) != 1:
+            raise ValueError(f"a path-level verifier decides chains (one draft per node), but node {node} has "
+                             f"{len(tree.children[node])} children; use a tree shape like 1,1,1")
+        node = tree.children[node][0]
+        nodes.append(node)
+    return nodes
+
+
+def path_expected_accepted(tree: DraftTree, p: dict, q_rows: dict, verifier: PathVerifier) -> float:
+    """``E[tau | drafts] = sum_i i P(tau = i | drafts)`` of a path-level verifier on a chain tree.
+
+    ``p``: processed target laws at ``ROOT`` and at every chain node (the last one for the bonus); ``q_rows``
+    as in :func:`expected_accepted`.
+    """
+    nodes = chain_nodes(tree)
+    plan = verifier.plan(np.stack([p[n] for n in [ROOT] + nodes]), np.stack([q_rows[n] for n in [ROOT] + nodes[:-1]]),
+                         np.array([tree.tokens[n] for n in nodes], dtype=np.int64))
+    return float(np.arange(len(nodes) + 1) @ plan.stop)
+
+
+def target_laws(tree: DraftTree, p_logits: dict, sampling: SamplingConfig, *, leaves: bool = False) -> dict:
     """The processed target law at the root and every internal node of ``tree``.
 
     Parameters
@@ -48,9 +82,10 @@ def target_laws(tree: DraftTree, p_logits: dict, sampling: SamplingConfig) -> di
 
     Returns
     -------
-    dict node id -> (V,) float64 law, for the nodes that have children (leaves need none).
+    dict node id -> (V,) float64 law, for the nodes that have children (node-level verifiers need no
+    leaf), and for the leaves too with ``leaves=True`` (a path-level verifier's plan takes the bonus law).
     """
-    nodes = [n for n, kids in tree.children.items() if kids]
+    nodes = [n for n, kids in tree.children.items() if kids or leaves]
     laws = process_logits(np.stack([np.asarray(p_logits[n]) for n in nodes]), sampling)
     return dict(zip(nodes, laws))
 
@@ -76,9 +111,11 @@ def expected_accepted(tree: DraftTree, p_rows: dict, q_rows: dict, verifier: Ver
         laws already processed (float64, rows summing to 1; e.g. from :func:`target_laws`).
     q_rows : dict node id -> (V,) float64
         The draft law each node's children were drawn from (``engine._draft_tree``).
-    verifier : Verifier (numpy backend)
+    verifier : Verifier (numpy backend) or PathVerifier
         Its :meth:`~resispec.verifiers.base.Verifier.chain` gives the accept probabilities; it must be exact
-        for the tree's drafting law (:func:`serves`), which the caller checks.
+        for the tree's drafting law (:func:`serves`), which the caller checks.  A path-level verifier
+        (``resispec.pathlevel``) on a chain tree: ``E[tau | drafts]`` from its plan (the target law at the
+        leaf, for the bonus, must then be in ``p_rows`` too).
     sampling : SamplingConfig, optional
         See ``p_rows``.
 
@@ -93,8 +130,17 @@ def expected_accepted(tree: DraftTree, p_rows: dict, q_rows: dict, verifier: Ver
     ValueError
         A node with children missing from ``p_rows`` / ``q_rows``, or a law the verifier's door rejects.
     """
+    if isinstance(verifier, PathVerifier):
+        nodes = chain_nodes(tree)
+        rows = {n: p_rows[n] for n in [ROOT] + nodes if n in p_rows}
+        if len(rows) != len(nodes) + 1 or any(n not in q_rows for n in [ROOT] + nodes[:-1]):
+            raise ValueError("a path-level verifier needs p at ROOT and at every chain node (the last for the bonus) "
+                             "and q at every node with a child")
+        p = process_logits(np.stack(list(rows.values())), sampling) if sampling is not None else list(rows.values())
+        return path_expected_accepted(tree, dict(zip(rows, p)), q_rows, verifier)
     if not isinstance(verifier, Verifier):
-        raise TypeError(f"verifier must be a resispec Verifier (numpy backend), got {type(verifier).__name__}")
+        raise TypeError(f"verifier must be a resispec Verifier (numpy backend) or a path-level verifier "
+                        f"(resispec.pathlevel), got {type(verifier).__name__}")
     internal = [n for n, kids in tree.children.items() if kids]
     missing = [n for n in internal if n not in p_rows or n not in q_rows]
     if missing:

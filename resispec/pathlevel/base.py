@@ -136,6 +136,9 @@ class PathVerifier(ABC):
     """
 
     name: str = "path"
+    #: One candidate per node: iid and without-replacement drafting coincide, so either tree law serves
+    #: (the engine reads this as it reads ``Verifier.drafting``).
+    drafting: str = "any"
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}()"

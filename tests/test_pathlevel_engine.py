@@ -1,0 +1,113 @@
+"""``block`` in the real-model engine (chain trees), on tiny random models (no downloads).
+
+What the checks detect: the spy catches any wrong row handed to the rule (a target or draft law of the
+wrong node, stale KV cache, wrong processing) and any emitted token that is not ``drafts[:tau] + [token]``;
+with the rule exact by enumeration (``tests/test_pathlevel.py``) that makes the engine's step exact.  The
+chi-square of the first three tokens then checks the whole loop end to end (at n = 500, TV >~ 0.1).
+"""
+
+import numpy as np
+import pytest
+import torch
+
+from resispec import get_verifier
+from resispec.decoding.engine import speculative_decode
+from resispec.decoding.laws import SamplingConfig, process_logits
+from resispec.pathlevel import get_path_verifier
+from resispec.pathlevel.block import BlockVerifier
+
+from _decoding_tiny import full_logits, tiny_model
+
+torch.set_num_threads(1)
+V = 4
+PROMPT = [1, 2]
+
+
+@pytest.fixture(scope="module")
+def pair():
+    return tiny_model("qwen2", vocab=V, seed=21, scale=3.0), tiny_model("qwen2", vocab=V, seed=22, scale=3.0)
+
+
+class Spy(BlockVerifier):
+    def __init__(self):
+        self.calls = []
+
+    def verify(self, p, q, drafts, rng=None, *, uniforms=None):
+        out = super().verify(p, q, drafts, rng, uniforms=uniforms)
+        self.calls.append((np.array(p), np.array(q), np.array(drafts), out))
+        return out
+
+
+def _law(model, ids, sampling):
+    return process_logits(full_logits(model, ids)[None], sampling)[0]
+
+
+def test_engine_hands_block_the_path_rows(pair):
+    target, draft = pair
+    sampling = SamplingConfig(0.9, top_k=3)
+    spy = Spy()
+    res = speculative_decode(target, draft, PROMPT, spy, "1,1", sampling=sampling, max_new_tokens=8,
+                             rng=np.random.default_rng(3))
+    ctx, emitted = list(PROMPT), []
+    assert len(spy.calls) == res.target_calls >= 3                  # one path decision per target call
+    for p, q, d, out in spy.calls:
+        for i in range(3):
+            np.testing.assert_allclose(p[i], _law(target, ctx + d[:i].tolist(), sampling), atol=1e-5)
+        for i in range(2):
+            np.testing.assert_allclose(q[i], _law(draft, ctx + d[:i].tolist(), sampling), atol=1e-5)
+        step = out.emitted(d).tolist()
+        ctx += step
+        emitted += step
+    assert res.tokens == emitted[:8]
+    assert res.accepted == [c[3].accepted for c in spy.calls]
+
+
+@pytest.mark.parametrize("name", ["block", "block_no_full_accept"])
+def test_engine_block_first_three_tokens_follow_the_target(pair, name):
+    """block passes; a planted bug (never keeps the whole chain) is flagged through the engine."""
+    from scipy import stats
+
+    from exactness.path_mutants import PATH_MUTANTS
+
+    target, draft = pair
+    sampling = SamplingConfig(1.0)
+    law = np.zeros((V, V, V))
+    p1 = _law(target, PROMPT, sampling)
+    for a in range(V):
+        p2 = _law(target, PROMPT + [a], sampling)
+        for b in range(V):
+            law[a, b] = p1[a] * p2[b] * _law(target, PROMPT + [a, b], sampling)
+    law = law.ravel()
+    ver = get_path_verifier(name) if name == "block" else PATH_MUTANTS[name]()
+    counts = np.zeros(V ** 3)
+    n = 500
+    for i in range(n):
+        t = speculative_decode(target, draft, PROMPT, ver, "1,1", sampling=sampling, max_new_tokens=3,
+                               rng=np.random.default_rng([5, i])).tokens
+        counts[(t[0] * V + t[1]) * V + t[2]] += 1
+    exp = law * n
+    keep = exp >= 5
+    obs, ex = np.append(counts[keep], counts[~keep].sum()), np.append(exp[keep], exp[~keep].sum())
+    assert (stats.chisquare(obs, ex * obs.sum() / ex.sum()).pvalue > 1e-3) == (name == "block")
+
+
+def test_engine_expected_accepted_for_path_rules(pair):
+    """``also=`` records block's E[tau | drafts]; the path rule ``token`` equals ``rrs`` with one candidate."""
+    target, draft = pair
+    block, token = get_path_verifier("block"), get_path_verifier("token")
+    res = speculative_decode(target, draft, PROMPT, block, "1,1,1", sampling=SamplingConfig(1.0), max_new_tokens=10,
+                             rng=np.random.default_rng(0), also=[token, get_verifier("rrs")])
+    assert set(res.expected) == {"block", "token", "rrs"}
+    np.testing.assert_allclose(res.expected["token"], res.expected["rrs"], atol=1e-12)
+    assert all(0 <= e <= 3 for e in res.expected["block"])
+    # a node-level driver on a non-chain tree skips the path rule instead of failing
+    res = speculative_decode(target, draft, PROMPT, get_verifier("rrs"), "2,1", sampling=SamplingConfig(1.0),
+                             max_new_tokens=4, rng=np.random.default_rng(0), also=[block])
+    assert set(res.expected) == {"rrs"}
+
+
+def test_engine_rejects_block_on_a_tree(pair):
+    target, draft = pair
+    with pytest.raises(ValueError, match="not a chain: use a tree like 1,1"):
+        speculative_decode(target, draft, PROMPT, get_path_verifier("block"), "2,1", sampling=SamplingConfig(1.0),
+                           max_new_tokens=4, rng=np.random.default_rng(0))
