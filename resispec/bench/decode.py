@@ -25,7 +25,7 @@ from tqdm.auto import tqdm
 
 from .._io import atomic_write as _atomic_write
 from ..trees import TreeShape
-from ..verifiers.registry import get_verifier
+from ..pathlevel.registry import available_path_verifiers, get_any_verifier
 from ..decoding.engine import autoregressive_decode, speculative_decode
 from ..decoding.laws import SamplingConfig
 from ._report import fmt, md_table
@@ -240,7 +240,8 @@ def run_bench(pair, prompts: list[list[int]], *, verifiers=DEFAULT_VERIFIERS, tr
     ----------
     pair : ModelPair
     prompts : list of token-id lists
-    verifiers : names from the registry (numpy backend)
+    verifiers : names from the registry (numpy backend), or path-level rules (``block``, ``token``:
+        ``resispec.pathlevel``), which run on the chain shapes only (``"1,1,1"``)
     trees : tree shapes like ``"4,2,1"``
     sampling, max_new_tokens, seeds
     proxy : ResiSpec proxy name (``resispec`` only)
@@ -278,9 +279,12 @@ def run_bench(pair, prompts: list[list[int]], *, verifiers=DEFAULT_VERIFIERS, tr
     if isinstance(repeats, bool) or not isinstance(repeats, (int, np.integer)) or repeats < 1:
         raise ValueError(f"repeats must be an integer >= 1, got {repeats!r}")
     eos = pair.eos_ids() if stop_at_eos else None
-    jobs = [(AUTOREGRESSIVE, None)] + [(v, s) for s in shapes for v in verifiers]
+    # a path-level rule (block, token) decides chains only: it runs on the chain shapes (1,1,...,1)
+    path = set(available_path_verifiers())
+    jobs = [(AUTOREGRESSIVE, None)] + [(v, s) for s in shapes for v in verifiers
+                                       if v not in path or all(k == 1 for k in s.branching)]
     rows = {(m, str(s) if s else "-"): BenchRow(m, str(s) if s else "-") for m, s in jobs}
-    built = {m: get_verifier(m, **({"proxy": proxy} if proxy and m == "resispec" else {}))
+    built = {m: get_any_verifier(m, **({"proxy": proxy} if proxy and m == "resispec" else {}))
              for m in dict.fromkeys(m for m, _ in jobs) if m != AUTOREGRESSIVE}
     units = [(seed, i, r) for seed in seeds for i in range(len(prompts)) for r in range(repeats)]
     names = [v.name for v in built.values()]

@@ -32,7 +32,9 @@ def add_arguments(p) -> None:
     add_model_args(p)
     add_sampling_args(p)
     add_prompt_args(p, default_limit=3)
-    p.add_argument("--verifiers", action=ListAction, default=list(DEFAULT_VERIFIERS))
+    p.add_argument("--verifiers", action=ListAction, default=list(DEFAULT_VERIFIERS),
+                   help="registry verifiers; the path-level rules 'block' and 'token' run on the chain trees "
+                   "(e.g. --trees 1,1,1) only")
     p.add_argument("--trees", action=ListAction, sep=None, default=["2,1", "4,1", "2,2,1"], help="tree shapes (default 2,1 4,1 2,2,1)")
     p.add_argument("--seeds", action=ListAction, item_type=int, default=None, help="seeds (default: --seed)")
     p.add_argument("--proxy", default=None, help="ResiSpec proxy")
@@ -52,7 +54,7 @@ def run(args) -> int:
     from .._io import check_output_path
     from ..bench.decode import format_table, run_bench, write_report
     from ..trees import TreeShape
-    from ..verifiers.registry import get_verifier
+    from ..pathlevel.registry import available_path_verifiers, get_any_verifier
 
     sampling = validate(args)  # every option, then the models, checked before anything is loaded
     for t in args.trees:
@@ -64,7 +66,11 @@ def run(args) -> int:
         if s < 0:
             raise ValueError(f"--seeds must be >= 0, got {s}")
     for v in args.verifiers:
-        get_verifier(v, **({"proxy": args.proxy} if args.proxy and v == "resispec" else {}))
+        get_any_verifier(v, **({"proxy": args.proxy} if args.proxy and v == "resispec" else {}))
+    path = [v for v in args.verifiers if v in available_path_verifiers()]
+    if path and not any(all(k == 1 for k in TreeShape.parse(t).branching) for t in args.trees):
+        raise ValueError(f"--verifiers {','.join(path)}: path-level rules decide chains only; add a chain to "
+                         "--trees, e.g. --trees 4,2,1 1,1,1")
     check_output_path(args.out, "--out")
     check_output_path(args.out.with_suffix(".json"), "--out (its .json report)")
     if args.capture is not None:

@@ -425,8 +425,8 @@ def _verify_path(t: DraftTree, p_logits, q_rows, verifier: PathVerifier, samplin
     q = np.stack([q_rows[n] for n in [ROOT] + nodes[:-1]])
     drafts = np.array([t.tokens[n] for n in nodes], dtype=np.int64)
     out = verifier.verify(p, q, drafts, rng)
-    if record is not None:
-        record.append({"p": p, "q": q, "candidates": drafts, "depth": 0, "path_level": True})
+    if record is not None:  # one entry per drafted node the rule looked at, as the node-level walk records
+        record.extend({"p": p[i], "q": q[i], "candidates": drafts[i:i + 1], "depth": i} for i in range(len(nodes)))
     return [int(x) for x in drafts[: out.accepted]] + [int(out.token)], nodes[: out.accepted]
 
 

@@ -8,8 +8,8 @@ accepted lengths; :func:`optimal_accepted` for the LP bound over all exact rules
 from .analysis import PathAnalysis, analyse_path
 from .base import PathPlan, PathResult, PathVerifier, check_path
 from .bound import PathBound, optimal_accepted
-from .registry import available_path_verifiers, get_path_verifier, register_path
+from .registry import available_path_verifiers, get_any_verifier, get_path_verifier, register_path
 from . import block, tokenwise  # noqa: F401  (register the built-ins)
 
 __all__ = ["PathAnalysis", "PathBound", "PathPlan", "PathResult", "PathVerifier", "analyse_path",
-           "available_path_verifiers", "check_path", "get_path_verifier", "optimal_accepted", "register_path"]
+           "available_path_verifiers", "check_path", "get_any_verifier", "get_path_verifier", "optimal_accepted", "register_path"]

@@ -42,3 +42,16 @@ def get_path_verifier(name: str, **options):
         return _PATH_REGISTRY[name](**options)
     except TypeError as exc:
         raise TypeError(f"path-level verifier {name!r}: {exc}") from exc
+
+
+def get_any_verifier(name: str, **options):
+    """A path-level verifier when ``name`` is one (``block``, ``token``), else ``resispec.get_verifier(name)``.
+
+    For front ends that take either kind by name (``resispec decode --verifier``, ``bench-decode --verifiers``).
+    Raises as :func:`get_path_verifier` / :func:`resispec.get_verifier`.
+    """
+    if isinstance(name, str) and name in _PATH_REGISTRY:
+        return get_path_verifier(name, **options)
+    from ..verifiers.registry import get_verifier
+
+    return get_verifier(name, **options)
