@@ -18,6 +18,13 @@ fail :func:`exactness.pathlevel.certify_path` and show an exact horizon TV well 
 - ``block_bonus_from_residual``: after ``tau = L`` the bonus is drawn from
   ``norm((w_L p_L - q_{L-1})_+)`` instead of ``p_L``.
 
+Tree rule (``resispec.pathlevel.traversal``), ``TREE_MUTANTS``:
+
+- ``traversal_stale_requirement``: after a child's subtree keeps nothing the parent's requirement is
+  not updated (the next sibling is weighed against the old ``m``, as if the rejection never happened);
+- ``traversal_normalised_residual``: the update renormalises, ``m <- norm((m - q_v)_+)``, instead of
+  dividing by the rejection chance ``R`` (the token-level residual, right only when ``|m| = 1``).
+
 Not a bug (so not here): dropping the bonus token after a full acceptance and letting the next
 step draw it -- the emitted ``L`` drafts continued by the target keep the target law; it only wastes
 a token (``docs/pathlevel.md``).
@@ -30,6 +37,7 @@ import numpy as np
 from resispec.pathlevel.base import normalise_rows
 from resispec.pathlevel.block import BlockVerifier, stop_law
 from resispec.pathlevel.tokenwise import TokenwiseVerifier
+from resispec.pathlevel.traversal import TraversalVerifier
 
 
 class SamePositionResidual(BlockVerifier):
@@ -76,4 +84,25 @@ PATH_MUTANTS = {
     "block_bonus_from_residual": BonusFromResidual,
 }
 for _name, _cls in PATH_MUTANTS.items():
+    _cls.name = _name
+
+
+class StaleRequirement(TraversalVerifier):
+    @staticmethod
+    def update(m, qv):
+        return m                                                              # BUG: no update after a rejection
+
+
+class NormalisedResidual(TraversalVerifier):
+    @staticmethod
+    def update(m, qv):
+        e = np.maximum(m - qv, 0.0)
+        return e / e.sum() if e.sum() > 1e-13 else np.zeros_like(m)          # BUG: norm, not / R
+
+
+TREE_MUTANTS = {
+    "traversal_stale_requirement": StaleRequirement,
+    "traversal_normalised_residual": NormalisedResidual,
+}
+for _name, _cls in TREE_MUTANTS.items():
     _cls.name = _name

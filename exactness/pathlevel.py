@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from resispec.pathlevel.analysis import check_pair, continuation, prefix_laws
+from resispec.pathlevel.analysis import check_pair, continuation, prefix_laws, tree_nodes
 from resispec.sampling import _inverse_cdf
 
 from .gof import gof_test
@@ -96,3 +96,53 @@ def certify_path(verifier, pair, L: int, *, n: int = 4000, alpha: float = 1e-3, 
     res = gof_test(counts, target)
     p_value = float(res.pvalue)
     return PathCertificate(bool(p_value >= alpha), p_value, int(n), counts)
+
+
+def sample_tree_horizon(verifier, pair, branching, n: int, rng: np.random.Generator, context=()) -> np.ndarray:
+    """As :func:`sample_horizon` for a tree rule (``verify_tree``) on iid-drafted trees of shape ``branching``:
+    (n,) int64 flat indices into ``V^(D+1)`` of the emitted tokens continued by the target."""
+    branching = tuple(int(k) for k in branching)
+    D = len(branching)
+    V = check_pair(pair, D)
+    laws = prefix_laws(pair, D, context)
+    parent, _ = tree_nodes(branching)
+    N = len(parent) - 1
+    par_ids = np.array(parent[1:], dtype=np.int64) - 1
+    one = np.empty(1)
+    out = np.empty(n, dtype=np.int64)
+    for s in range(n):
+        paths, toks = [()], []
+        for r in range(1, N + 1):
+            one[0] = rng.random()
+            t = int(_inverse_cdf(laws[paths[parent[r]]][1][None, :], one)[0])     # iid child of its parent
+            toks.append(t)
+            paths.append(paths[parent[r]] + (t,))
+        p = np.stack([laws[paths[r]][0] for r in range(N + 1)])
+        q = np.stack([laws[paths[r]][1] for r in range(N + 1)])
+        kept, token = verifier.verify_tree(p, q, par_ids, np.array(toks, dtype=np.int64), rng)
+        z = [toks[i] for i in kept] + [token]
+        while len(z) < D + 1:
+            one[0] = rng.random()
+            z.append(int(_inverse_cdf(laws[tuple(z)][0][None, :], one)[0]))
+        out[s] = int(np.ravel_multi_index(tuple(z), (V,) * (D + 1)))
+    return out
+
+
+def certify_tree_rule(verifier, pair, branching, *, n: int = 4000, alpha: float = 1e-3, seed=0,
+                      context=()) -> PathCertificate:
+    """Chi-square test of the first ``D + 1`` output tokens of a tree rule against the target's law.
+
+    Same contract as :func:`certify_path`, for ``verifier.verify_tree`` on iid-drafted trees of shape
+    ``branching`` (tuple of int).  Detects biases of the sampled step (drafting, the rule's draws, the
+    continuation) large enough for the chi-square at ``n``; the exact check is
+    :func:`resispec.pathlevel.analyse_tree`.
+    """
+    if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 1:
+        raise ValueError(f"n must be an integer >= 1 (decoding steps to sample), got {n!r}")
+    D = len(tuple(branching))
+    V = check_pair(pair, D)
+    rng = seed if isinstance(seed, np.random.Generator) else np.random.default_rng(seed)
+    target = continuation(prefix_laws(pair, D, context), V, D + 1)[0].ravel()
+    counts = np.bincount(sample_tree_horizon(verifier, pair, branching, n, rng, context), minlength=target.size)
+    res = gof_test(counts, target)
+    return PathCertificate(bool(res.pvalue >= alpha), float(res.pvalue), int(n), counts)

@@ -184,3 +184,68 @@ def test_paper_example_binary_context_free():
     assert analyse_path(get_path_verifier("token"), pair, 2).expected_accepted == pytest.approx(10 / 9, abs=1e-14)
     assert analyse_path(get_path_verifier("block"), pair, 2).expected_accepted == pytest.approx(11 / 9, abs=1e-14)
     assert optimal_accepted(pair, (1, 1)).expected_accepted == pytest.approx(11 / 9, abs=1e-9)
+
+
+# ------------------------------------------------------------------ trees: traversal-style verification
+from exactness.path_mutants import TREE_MUTANTS  # noqa: E402
+from exactness.pathlevel import certify_tree_rule  # noqa: E402
+from resispec.pathlevel import analyse_tree  # noqa: E402
+
+TREE_MUTANT_PAIR = dict(seed=0, V=3, noise=2.0, scale=1.0)
+
+
+def test_traversal_is_block_on_a_chain():
+    rng = np.random.default_rng(3)
+    trav, block = get_path_verifier("traversal"), get_path_verifier("block")
+    for L in (1, 3):
+        p, q = rng.dirichlet(np.ones(4), size=L + 1), rng.dirichlet(np.ones(4), size=L)
+        d = np.array([rng.choice(4, p=q[i]) for i in range(L)])
+        a, b = trav.plan(p, q, d), block.plan(p, q, d)
+        np.testing.assert_allclose(a.stop, b.stop, atol=1e-15)
+        np.testing.assert_allclose(a.laws, b.laws, atol=1e-15)
+
+
+@pytest.mark.parametrize("seed, V, shape", [(0, 3, (2, 1)), (1, 2, (2, 2)), (2, 3, (1, 2)), (3, 2, (3, 1)),
+                                            (4, 2, (2, 1, 1)), (5, 3, (3,))])
+def test_traversal_exact_on_trees_and_between_rrs_and_the_lp(seed, V, shape):
+    """Exact horizon law (TV < 1e-12) on iid-drafted trees; E[accepted] >= the rrs tree walk's and <= the LP."""
+    pair = _pair(seed, V, noise=1.5)
+    a = analyse_tree(get_path_verifier("traversal"), pair, shape)
+    assert a.tv < 1e-12
+    walk = block_efficiency(resispec.get_verifier("rrs"), ",".join(map(str, shape)), pair).block_efficiency - 1
+    assert walk - 1e-12 <= a.expected_accepted <= optimal_accepted(pair, shape).expected_accepted + 1e-8
+    if len(shape) == 1:                                 # one level: traversal is rrs
+        assert a.expected_accepted == pytest.approx(walk, abs=1e-12)
+
+
+@pytest.mark.parametrize("name", sorted(TREE_MUTANTS))
+def test_tree_mutants_are_biased(name):
+    assert analyse_tree(TREE_MUTANTS[name](), _pair(**TREE_MUTANT_PAIR), (2, 1)).tv > 0.1
+
+
+@pytest.mark.parametrize("name", ["traversal"] + sorted(TREE_MUTANTS))
+def test_tree_monte_carlo_certificate(name):
+    ver = get_path_verifier(name) if name == "traversal" else TREE_MUTANTS[name]()
+    cert = certify_tree_rule(ver, _pair(**TREE_MUTANT_PAIR), (2, 1), n=2000, seed=2)
+    assert cert.passed == (name == "traversal"), (name, cert.p_value)
+
+
+def test_tree_bad_input():
+    from resispec.pathlevel.traversal import check_tree
+
+    rng = np.random.default_rng(0)
+    p, q = rng.dirichlet(np.ones(3), size=4), rng.dirichlet(np.ones(3), size=4)
+    par, tok = np.array([-1, -1, 0]), np.array([0, 1, 2])
+    check_tree(p, q, par, tok)
+    with pytest.raises(ValueError, match="parent must be -1"):
+        check_tree(p, q, np.array([-1, 2, 0]), tok)
+    with pytest.raises(ValueError, match=r"shape \(N \+ 1, V\)"):
+        check_tree(p[:3], q, par, tok)
+    with pytest.raises(ValueError, match="outside the vocabulary"):
+        check_tree(p, q, par, np.array([0, 1, 3]))
+    q0 = q.copy()
+    q0[0] = [1.0, 0.0, 0.0]
+    with pytest.raises(ValueError, match="cannot have\\s+been drawn"):
+        check_tree(p, q0, par, tok)
+    with pytest.raises(TypeError, match="no plan_tree"):
+        analyse_tree(get_path_verifier("block"), _pair(0, 2), (2,))

@@ -85,6 +85,74 @@ def continuation(laws: dict, V: int, horizon: int) -> list[np.ndarray]:
     return cont
 
 
+def tree_nodes(branching) -> tuple[list[int], list[int]]:
+    """``(parent, depth)`` per tree row, BFS order: row 0 is the root (parent -1), rows 1..N the drafted nodes,
+    ``branching[j]`` children per node at depth ``j``, siblings consecutive (drawn order)."""
+    parent, depth = [-1], [0]
+    level = [0]
+    for k in branching:
+        nxt = []
+        for a in level:
+            for _ in range(k):
+                parent.append(a)
+                depth.append(depth[a] + 1)
+                nxt.append(len(parent) - 1)
+        level = nxt
+    return parent, depth
+
+
+def enumerate_trees(laws: dict, V: int, parent: list[int]):
+    """Every drafted tree with iid children: yields ``(tokens (N,) tuple, paths per row, Q(T))`` with Q(T) > 0.
+
+    ``paths[r]`` is the token string from the root to row ``r``; ``Q(T) = prod_n q(T_n | path of its parent)``.
+    """
+    N = len(parent) - 1
+    for T in itertools.product(range(V), repeat=N):
+        paths = [()]
+        for n in range(1, N + 1):
+            paths.append(paths[parent[n]] + (T[n - 1],))
+        prob = float(np.prod([laws[paths[parent[n]]][1][T[n - 1]] for n in range(1, N + 1)]))
+        if prob > 0:
+            yield T, paths, prob
+
+
+def analyse_tree(verifier, pair, branching, context=()) -> PathAnalysis:
+    """Exact horizon law, TV and ``E[accepted]`` of a tree rule (``get_path_verifier("traversal")``) on
+    iid-drafted trees of shape ``branching`` (tuple of int), by enumeration of every drafted tree.
+
+    The rule's :meth:`plan_tree` is read at each tree; the horizon is ``D + 1`` tokens (``D`` the depth).
+    Raises TypeError / ValueError for a bad pair, a rule without ``plan_tree``, or ``V^(N + D + 1)`` over
+    ``MAX_CELLS * 10``.
+    """
+    if not hasattr(verifier, "plan_tree"):
+        raise TypeError(f"{type(verifier).__name__} has no plan_tree; tree rules: get_path_verifier('traversal')")
+    branching = tuple(int(k) for k in branching)
+    D = len(branching)
+    V = check_pair(pair, D)
+    parent, depth = tree_nodes(branching)
+    N = len(parent) - 1
+    if V ** (N + D + 1) > 10 * MAX_CELLS:
+        raise ValueError(f"V^(N + D + 1) = {V ** (N + D + 1)} exceeds {10 * MAX_CELLS}; use a smaller V or tree")
+    laws = prefix_laws(pair, D, context)
+    cont = continuation(laws, V, D + 1)
+    horizon = np.zeros((V,) * (D + 1))
+    e_acc = 0.0
+    par_ids = np.array(parent[1:], dtype=np.int64) - 1
+    for T, paths, prob in enumerate_trees(laws, V, parent):
+        p = np.stack([laws[paths[r]][0] for r in range(N + 1)])
+        q = np.stack([laws[paths[r]][1] for r in range(N + 1)])
+        plan = verifier.plan_tree(p, q, par_ids, np.array(T, dtype=np.int64))
+        e_acc += prob * float(np.asarray(depth) @ plan.stop)       # E|kept node| = sum_T Q(T) sum_r depth_r P(r)
+        for r in range(N + 1):
+            if plan.stop[r] == 0:
+                continue
+            d = depth[r]
+            emit = prob * plan.stop[r] * plan.laws[r]
+            horizon[paths[r]] += emit.reshape((V,) + (1,) * (D - d)) * cont[d + 1][paths[r]]
+    target = cont[0]
+    return PathAnalysis(horizon, target, e_acc, 0.5 * float(np.abs(horizon - target).sum()))
+
+
 def analyse_path(verifier, pair, L: int, context=()) -> PathAnalysis:
     """Exact horizon law, target law, TV and ``E[tau]`` of ``verifier`` on ``pair`` with L drafts per step.
 

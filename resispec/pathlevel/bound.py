@@ -23,13 +23,12 @@ Size: ``V^N`` drafted trees (``N`` drafted nodes) times ``(N + 1) V`` outcomes e
 
 from __future__ import annotations
 
-import itertools
 from dataclasses import dataclass
 
 import numpy as np
 
 from ..trees import TreeShape
-from .analysis import check_pair, continuation, prefix_laws
+from .analysis import check_pair, continuation, enumerate_trees, prefix_laws, tree_nodes
 
 #: Largest LP (number of variables) :func:`optimal_accepted` builds.
 MAX_VARIABLES = 600_000
@@ -58,21 +57,6 @@ class PathBound:
     branching: tuple
     variables: int
     tolerance: float
-
-
-def _tree_nodes(branching):
-    """``(parent, depth)`` lists of the drafted nodes, BFS order; node 0 is the root (parent -1)."""
-    parent, depth = [-1], [0]
-    level = [0]
-    for k in branching:
-        nxt = []
-        for a in level:
-            for _ in range(k):
-                parent.append(a)
-                depth.append(depth[a] + 1)
-                nxt.append(len(parent) - 1)
-        level = nxt
-    return parent, depth
 
 
 def optimal_accepted(pair, branching, context=()) -> PathBound:
@@ -105,7 +89,7 @@ def optimal_accepted(pair, branching, context=()) -> PathBound:
         raise ValueError("optimal_accepted models iid-drafted trees only; pass a shape with drafting='iid'")
     D = len(shape.branching)
     V = check_pair(pair, D)
-    parent, depth = _tree_nodes(shape.branching)
+    parent, depth = tree_nodes(shape.branching)
     N = len(parent) - 1
     n_var = V ** N * (N + 1) * V
     if n_var > MAX_VARIABLES:
@@ -117,14 +101,7 @@ def optimal_accepted(pair, branching, context=()) -> PathBound:
     zstride = V ** np.arange(D, -1, -1)                                     # flat index of z in V^(D+1)
     rows, cols, vals, qT, obj = [], [], [], [], []
     n_T = 0
-    for T in itertools.product(range(V), repeat=N):
-        tok = (None,) + T
-        paths = [()]
-        for n in range(1, N + 1):
-            paths.append(paths[parent[n]] + (tok[n],))
-        prob = np.prod([laws[paths[parent[n]]][1][tok[n]] for n in range(1, N + 1)])   # Q(T)
-        if prob == 0:
-            continue
+    for T, paths, prob in enumerate_trees(laws, V, parent):
         t = n_T
         n_T += 1
         qT.append(prob)
