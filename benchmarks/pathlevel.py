@@ -60,8 +60,8 @@ def trees(V: int, shapes, seeds: int) -> list[str]:
                 r += (block_efficiency(rsp, shape, pair).block_efficiency - 1) / seeds
                 t += analyse_tree(trav, pair, branching).expected_accepted / seeds
                 lp += optimal_accepted(pair, shape).expected_accepted / seeds
-            rows.append(f"| {fam} | {V} | {shape} | {a:.6f} | {r:.6f} | {t:.6f} | {lp:.6f} | {t - max(a, r):+.6f} | "
-                        f"{lp - t:+.6f} |")
+            rows.append(f"| {fam} | {V} | {shape} | {a:.6f} | {r:.6f} | {t:.6f} | {lp:.6f} | {t - a:+.6f} | "
+                        f"{lp - max(a, r, t):+.6f} |")
     return rows
 
 
