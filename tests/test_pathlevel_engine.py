@@ -3,7 +3,7 @@
 What the checks detect: the spy catches any wrong row handed to the rule (a target or draft law of the
 wrong node, stale KV cache, wrong processing) and any emitted token that is not ``drafts[:tau] + [token]``;
 with the rule exact by enumeration (``tests/test_pathlevel.py``) that makes the engine's step exact.  The
-chi-square of the first three tokens then checks the whole loop end to end (n = 250: only gross biases, TV >~ 0.15).
+chi-square of the first three tokens then checks the whole loop end to end (n = 200: only gross biases, TV >~ 0.2).
 """
 
 import numpy as np
@@ -62,9 +62,9 @@ def test_engine_hands_block_the_path_rows(pair):
     assert res.accepted == [c[3].accepted for c in spy.calls]
 
 
-@pytest.mark.parametrize("name", ["block", "block_no_full_accept"])
-def test_engine_block_first_three_tokens_follow_the_target(pair, name):
-    """block passes; a planted bug (never keeps the whole chain) is flagged through the engine."""
+@pytest.mark.parametrize("name, tree", [("block", "1,1"), ("block_no_full_accept", "1,1"), ("traversal", "2,1")])
+def test_engine_block_first_three_tokens_follow_the_target(pair, name, tree):
+    """block (chain) and traversal (tree) pass; a planted bug (never keeps the whole chain) is flagged."""
     from scipy import stats
 
     from exactness.path_mutants import PATH_MUTANTS
@@ -78,17 +78,17 @@ def test_engine_block_first_three_tokens_follow_the_target(pair, name):
         for b in range(V):
             law[a, b] = p1[a] * p2[b] * _law(target, PROMPT + [a, b], sampling)
     law = law.ravel()
-    ver = get_path_verifier(name) if name == "block" else PATH_MUTANTS[name]()
+    ver = PATH_MUTANTS[name]() if name in PATH_MUTANTS else get_path_verifier(name)
     counts = np.zeros(V ** 3)
-    n = 250
+    n = 200
     for i in range(n):
-        t = speculative_decode(target, draft, PROMPT, ver, "1,1", sampling=sampling, max_new_tokens=3,
+        t = speculative_decode(target, draft, PROMPT, ver, tree, sampling=sampling, max_new_tokens=3,
                                rng=np.random.default_rng([5, i])).tokens
         counts[(t[0] * V + t[1]) * V + t[2]] += 1
     exp = law * n
     keep = exp >= 5
     obs, ex = np.append(counts[keep], counts[~keep].sum()), np.append(exp[keep], exp[~keep].sum())
-    assert (stats.chisquare(obs, ex * obs.sum() / ex.sum()).pvalue > 1e-3) == (name == "block")
+    assert (stats.chisquare(obs, ex * obs.sum() / ex.sum()).pvalue > 1e-3) == (name not in PATH_MUTANTS)
 
 
 def test_engine_expected_accepted_for_path_rules(pair):
@@ -121,17 +121,56 @@ class _Tok:
 
 
 def test_bench_decode_runs_block_on_chain_trees_only(pair):
-    """``run_bench(verifiers=[..., "block"])``: block gets a row on the chain, none on the tree, and every
-    row on the chain gets the paired Rao-Blackwellised value of block too (same drafted chains)."""
+    """``run_bench(verifiers=[..., "block", "traversal"])``: block gets a row on the chain, none on the tree
+    (traversal on both), and every run on the chain gets the paired Rao-Blackwellised value of block too."""
     from resispec.bench.decode import format_table, run_bench
     from resispec.decoding.pair import ModelPair
 
     mp = ModelPair(pair[0], pair[1], _Tok(), "t", "d")
-    res = run_bench(mp, [[1, 2], [3]], verifiers=["rrs", "block"], trees=["1,1", "2"], sampling=SamplingConfig(1.0),
-                    max_new_tokens=5, seeds=[0], progress=False, estimate=False)
+    res = run_bench(mp, [[1, 2], [3]], verifiers=["rrs", "block", "traversal"], trees=["1,1", "2"],
+                    sampling=SamplingConfig(1.0), max_new_tokens=5, seeds=[0], progress=False, estimate=False)
     rows = {(r["method"], r["tree"]): r for r in res.table()}
-    assert set(rows) == {("autoregressive", "-"), ("rrs", "1,1"), ("block", "1,1"), ("rrs", "2")}
+    assert set(rows) == {("autoregressive", "-"), ("rrs", "1,1"), ("block", "1,1"), ("traversal", "1,1"),
+                         ("rrs", "2"), ("traversal", "2")}
     assert rows[("block", "1,1")]["tokens"] == 10 and rows[("block", "1,1")]["block_efficiency_rb"] is not None
     assert all("block" in run["rb"] for run in res.runs if run["tree"] == "1,1")
     assert all("block" not in run["rb"] for run in res.runs if run["tree"] == "2")
     assert "block" in format_table(res)
+
+
+class TreeSpy(type(get_path_verifier("traversal"))):
+    def __init__(self):
+        self.calls = []
+
+    def verify_tree(self, p, q, parent, tokens, rng):
+        out = super().verify_tree(p, q, parent, tokens, rng)
+        self.calls.append((np.array(p), np.array(q), np.array(parent), np.array(tokens), out))
+        return out
+
+
+def test_engine_hands_traversal_the_tree_rows(pair):
+    """traversal on a 2,1 tree: every target row (root, inner nodes, leaves) and draft row (root, inner nodes)
+    matches a cache-free forward along that node's path; emitted = kept path's tokens + the token; the
+    recorded E[accepted] of traversal comes back for an rrs-driven run of the same shape."""
+    target, draft = pair
+    sampling = SamplingConfig(1.0)
+    spy = TreeSpy()
+    res = speculative_decode(target, draft, PROMPT, spy, "2,1", sampling=sampling, max_new_tokens=8,
+                             rng=np.random.default_rng(4))
+    ctx, emitted = list(PROMPT), []
+    assert len(spy.calls) == res.target_calls
+    for p, q, parent, tokens, (kept, token) in spy.calls:
+        np.testing.assert_array_equal(parent, [-1, -1, 0, 1])
+        paths = [[]] + [[int(tokens[0])], [int(tokens[1])], [int(tokens[0]), int(tokens[2])],
+                        [int(tokens[1]), int(tokens[3])]]
+        for r, path in enumerate(paths):
+            np.testing.assert_allclose(p[r], _law(target, ctx + path, sampling), atol=1e-5)
+            if r <= 2:
+                np.testing.assert_allclose(q[r], _law(draft, ctx + path, sampling), atol=1e-5)
+        step = [int(tokens[n]) for n in kept] + [token]
+        ctx += step
+        emitted += step
+    assert res.tokens == emitted[:8]
+    res = speculative_decode(target, draft, PROMPT, get_verifier("rrs"), "2,1", sampling=sampling, max_new_tokens=6,
+                             rng=np.random.default_rng(0), also=[get_path_verifier("traversal")])
+    assert set(res.expected) == {"rrs", "traversal"} and all(0 <= e <= 2 for e in res.expected["traversal"])

@@ -241,7 +241,7 @@ def run_bench(pair, prompts: list[list[int]], *, verifiers=DEFAULT_VERIFIERS, tr
     pair : ModelPair
     prompts : list of token-id lists
     verifiers : names from the registry (numpy backend), or path-level rules (``block``, ``token``:
-        ``resispec.pathlevel``), which run on the chain shapes only (``"1,1,1"``)
+        ``resispec.pathlevel``), which run on the chain shapes only (``"1,1,1"``); ``traversal`` on every shape
     trees : tree shapes like ``"4,2,1"``
     sampling, max_new_tokens, seeds
     proxy : ResiSpec proxy name (``resispec`` only)
@@ -279,10 +279,10 @@ def run_bench(pair, prompts: list[list[int]], *, verifiers=DEFAULT_VERIFIERS, tr
     if isinstance(repeats, bool) or not isinstance(repeats, (int, np.integer)) or repeats < 1:
         raise ValueError(f"repeats must be an integer >= 1, got {repeats!r}")
     eos = pair.eos_ids() if stop_at_eos else None
-    # a path-level rule (block, token) decides chains only: it runs on the chain shapes (1,1,...,1)
-    path = set(available_path_verifiers())
+    # a chain-only path rule (block, token) runs on the chain shapes (1,1,...,1); traversal on every shape
+    chain_only = {v for v in available_path_verifiers() if not hasattr(get_any_verifier(v), "verify_tree")}
     jobs = [(AUTOREGRESSIVE, None)] + [(v, s) for s in shapes for v in verifiers
-                                       if v not in path or all(k == 1 for k in s.branching)]
+                                       if v not in chain_only or all(k == 1 for k in s.branching)]
     rows = {(m, str(s) if s else "-"): BenchRow(m, str(s) if s else "-") for m, s in jobs}
     built = {m: get_any_verifier(m, **({"proxy": proxy} if proxy and m == "resispec" else {}))
              for m in dict.fromkeys(m for m, _ in jobs) if m != AUTOREGRESSIVE}

@@ -34,7 +34,7 @@ def add_arguments(p) -> None:
     add_prompt_args(p, default_limit=3)
     p.add_argument("--verifiers", action=ListAction, default=list(DEFAULT_VERIFIERS),
                    help="registry verifiers; the path-level rules 'block' and 'token' run on the chain trees "
-                   "(e.g. --trees 1,1,1) only")
+                   "(e.g. --trees 1,1,1) only, 'traversal' on every tree")
     p.add_argument("--trees", action=ListAction, sep=None, default=["2,1", "4,1", "2,2,1"], help="tree shapes (default 2,1 4,1 2,2,1)")
     p.add_argument("--seeds", action=ListAction, item_type=int, default=None, help="seeds (default: --seed)")
     p.add_argument("--proxy", default=None, help="ResiSpec proxy")
@@ -67,7 +67,8 @@ def run(args) -> int:
             raise ValueError(f"--seeds must be >= 0, got {s}")
     for v in args.verifiers:
         get_any_verifier(v, **({"proxy": args.proxy} if args.proxy and v == "resispec" else {}))
-    path = [v for v in args.verifiers if v in available_path_verifiers()]
+    path = [v for v in args.verifiers if v in available_path_verifiers()
+            and not hasattr(get_any_verifier(v), "verify_tree")]
     if path and not any(all(k == 1 for k in TreeShape.parse(t).branching) for t in args.trees):
         raise ValueError(f"--verifiers {','.join(path)}: path-level rules decide chains only; add a chain to "
                          "--trees, e.g. --trees 4,2,1 1,1,1")

@@ -29,7 +29,7 @@ def add_arguments(p) -> None:
     g = p.add_argument_group("speculation")
     g.add_argument("--verifier", default="resispec", help="registry verifier (default resispec); "
                    "'autoregressive' = target-only decoding; a path-level rule ('block', 'token') decides a "
-                   "chain tree such as --tree 1,1,1 at once")
+                   "chain tree such as --tree 1,1,1 at once; 'traversal' any iid tree")
     g.add_argument("--proxy", default=None, help="ResiSpec proxy (draft, tempered, topk, uniform_mix, coverage)")
     g.add_argument("--gamma", type=float, default=None, help="ResiSpec reserve scale")
     g.add_argument("--tree", default="4,2,1", help="branching per depth (default 4,2,1)")
@@ -57,7 +57,7 @@ def run(args) -> int:
     verifier = None
     if args.verifier in available_path_verifiers():
         shape = TreeShape.parse(args.tree)
-        if any(k != 1 for k in shape.branching):
+        if any(k != 1 for k in shape.branching) and not hasattr(get_path_verifier(args.verifier), "verify_tree"):
             raise ValueError(f"--verifier {args.verifier} is a path-level rule for chains; pass --tree "
                              f"{','.join(['1'] * shape.depth)} (one draft per depth), not --tree {args.tree}")
         verifier = get_path_verifier(args.verifier)

@@ -42,7 +42,7 @@ from ..sampling import draw_candidates, inverse_cdf
 from ..trees import TreeShape
 from ..verifiers.base import Verifier
 from .drafts import Draft, DraftSession, as_draft
-from .expected import chain_nodes, expected_accepted, is_chain, serves, target_laws
+from .expected import chain_nodes, expected_accepted, is_chain, serves, target_laws, tree_rule_inputs
 from .kv import CachedModel
 from .laws import SamplingConfig, process_logits
 from .tree import ROOT, DraftTree
@@ -264,7 +264,7 @@ def speculative_decode(target, draft, prompt_ids, verifier: Verifier, tree, *, s
         An entry of ``also`` that is not a Verifier.
     """
     tree = TreeShape.parse(tree, drafting or "iid")
-    if isinstance(verifier, PathVerifier) and not is_chain(tree):
+    if isinstance(verifier, PathVerifier) and not is_chain(tree) and not hasattr(verifier, "verify_tree"):
         raise ValueError(f"verifier {verifier.name!r} is a path-level rule that decides a chain of drafts; tree "
                          f"{','.join(map(str, tree.branching))} is not a chain: use a tree like "
                          f"{','.join(['1'] * tree.depth)} (one draft per depth)")
@@ -414,12 +414,23 @@ def _verify_walk(t: DraftTree, p_logits, q_rows, verifier: Verifier, sampling, r
 
 
 def _verify_path(t: DraftTree, p_logits, q_rows, verifier: PathVerifier, sampling, rng, record):
-    """A path-level verifier on a chain tree: (emitted tokens, accepted node path).
+    """A path-level verifier on a chain tree, or a tree rule (``verify_tree``: ``traversal``) on any tree:
+    (emitted tokens, accepted node path).
 
     Hands it the target law at the root and at every chain node (L + 1 rows, the last for the bonus),
     the draft law each draft was drawn from (L rows) and the drafts; keeps ``drafts[:tau]`` and emits
     the token it returns.
     """
+    if hasattr(verifier, "verify_tree") and any(len(k) > 1 for k in t.children.values()):
+        rows = [ROOT] + list(range(len(t)))
+        p = process_logits(np.stack([np.asarray(p_logits[n]) for n in rows]), sampling)
+        q, parent, tokens = tree_rule_inputs(t, q_rows, p.shape[1])
+        kept, token = verifier.verify_tree(p, q, parent, tokens, rng)
+        if record is not None:
+            record.extend({"p": p[n + 1], "q": q[n + 1], "candidates": np.array([t.tokens[c] for c in t.children[n]]),
+                           "depth": 0 if n == ROOT else t.depth[n]} for n in [ROOT] + list(range(len(t)))
+                          if t.children[n])
+        return [t.tokens[n] for n in kept] + [int(token)], list(kept)
     nodes = chain_nodes(t)
     p = process_logits(np.stack([np.asarray(p_logits[n]) for n in [ROOT] + nodes]), sampling)
     q = np.stack([q_rows[n] for n in [ROOT] + nodes[:-1]])

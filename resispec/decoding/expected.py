@@ -33,9 +33,11 @@ def serves(verifier, drafting: str, shape=None) -> bool:
     A verifier of drafting ``"any"`` (``target_only``) serves every tree; the others serve only trees drawn
     with their own law (``docs/RESISPEC.md`` section 3: e.g. ``rrs`` on without-replacement drafts is biased).
     A path-level verifier (``resispec.pathlevel``, e.g. ``block``) serves chains only: with ``shape`` (a
-    ``TreeShape``) given, it serves iff every branching factor is 1.
+    ``TreeShape``) given, it serves iff every branching factor is 1; a tree rule (one with ``plan_tree``,
+    ``traversal``) serves every tree of its drafting law.
     """
-    if isinstance(verifier, PathVerifier) and shape is not None and not is_chain(shape):
+    if isinstance(verifier, PathVerifier) and shape is not None and not is_chain(shape) \
+            and not hasattr(verifier, "plan_tree"):
         return False
     return verifier.drafting in ("any", drafting)
 
@@ -43,6 +45,19 @@ def serves(verifier, drafting: str, shape=None) -> bool:
 def is_chain(shape) -> bool:
     """True when the ``TreeShape`` has one child per node (``1,1,...,1``): what path-level rules decide."""
     return all(k == 1 for k in shape.branching)
+
+
+def _is_chain_tree(tree: DraftTree) -> bool:
+    return all(len(k) <= 1 for k in tree.children.values())
+
+
+def tree_rule_inputs(tree: DraftTree, q_rows: dict, V: int) -> tuple:
+    """``(q (N+1, V), parent (N,), tokens (N,))`` of a drafted tree for a tree rule's ``plan_tree`` / ``verify_tree``
+    (row 0 the root, row n + 1 node n; rows of leaves, which have no draft law, are zeros and never read)."""
+    q = np.zeros((len(tree) + 1, V))
+    for n, row in q_rows.items():
+        q[n + 1] = row
+    return q, np.asarray(tree.parent, dtype=np.int64), np.asarray(tree.tokens, dtype=np.int64)
 
 
 def chain_nodes(tree: DraftTree) -> list:
@@ -130,6 +145,13 @@ def expected_accepted(tree: DraftTree, p_rows: dict, q_rows: dict, verifier: Ver
     ValueError
         A node with children missing from ``p_rows`` / ``q_rows``, or a law the verifier's door rejects.
     """
+    if isinstance(verifier, PathVerifier) and hasattr(verifier, "plan_tree") and not _is_chain_tree(tree):
+        rows = [ROOT] + list(range(len(tree)))
+        if any(n not in p_rows for n in rows):
+            raise ValueError("a tree rule needs p at ROOT and at every node (leaves too, for the bonus)")
+        p = process_logits(np.stack([np.asarray(p_rows[n]) for n in rows]), sampling) if sampling is not None \
+            else np.stack([p_rows[n] for n in rows])
+        return float(np.asarray([0] + tree.depth) @ verifier.plan_tree(p, *tree_rule_inputs(tree, q_rows, p.shape[1])).stop)
     if isinstance(verifier, PathVerifier):
         nodes = chain_nodes(tree)
         rows = {n: p_rows[n] for n in [ROOT] + nodes if n in p_rows}
