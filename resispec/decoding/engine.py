@@ -42,7 +42,8 @@ from ..sampling import draw_candidates, inverse_cdf
 from ..trees import TreeShape
 from ..verifiers.base import Verifier
 from .drafts import Draft, DraftSession, as_draft
-from .expected import chain_nodes, expected_accepted, is_chain, serves, target_laws, tree_rule_inputs
+from .expected import expected_accepted, serves, target_laws
+from .pathwalk import is_chain, verify_path
 from .kv import CachedModel
 from .laws import SamplingConfig, process_logits
 from .tree import ROOT, DraftTree
@@ -291,7 +292,7 @@ def speculative_decode(target, draft, prompt_ids, verifier: Verifier, tree, *, s
             for v in scored:
                 res.expected[v.name].append(expected_accepted(dtree, laws, q_rows, v))
             spent, spent_cpu = spent + time.perf_counter() - e0, spent_cpu + time.process_time() - ec0
-        walk = _verify_path if isinstance(verifier, PathVerifier) else _verify_walk
+        walk = verify_path if isinstance(verifier, PathVerifier) else _verify_walk
         emitted, path = walk(dtree, p_logits, q_rows, verifier, sampling, rng, res.nodes if record else None)
         P.commit(list(range(len(ids) - P.length)) + [len(ids) - P.length + i for i in path])
         S.commit(ids, dtree, path)
@@ -411,34 +412,6 @@ def _verify_walk(t: DraftTree, p_logits, q_rows, verifier: Verifier, sampling, r
             return emitted, path
         node = kids[a]
         path.append(node)
-
-
-def _verify_path(t: DraftTree, p_logits, q_rows, verifier: PathVerifier, sampling, rng, record):
-    """A path-level verifier on a chain tree, or a tree rule (``verify_tree``: ``traversal``) on any tree:
-    (emitted tokens, accepted node path).
-
-    Hands it the target law at the root and at every chain node (L + 1 rows, the last for the bonus),
-    the draft law each draft was drawn from (L rows) and the drafts; keeps ``drafts[:tau]`` and emits
-    the token it returns.
-    """
-    if hasattr(verifier, "verify_tree") and any(len(k) > 1 for k in t.children.values()):
-        rows = [ROOT] + list(range(len(t)))
-        p = process_logits(np.stack([np.asarray(p_logits[n]) for n in rows]), sampling)
-        q, parent, tokens = tree_rule_inputs(t, q_rows, p.shape[1])
-        kept, token = verifier.verify_tree(p, q, parent, tokens, rng)
-        if record is not None:
-            record.extend({"p": p[n + 1], "q": q[n + 1], "candidates": np.array([t.tokens[c] for c in t.children[n]]),
-                           "depth": 0 if n == ROOT else t.depth[n]} for n in [ROOT] + list(range(len(t)))
-                          if t.children[n])
-        return [t.tokens[n] for n in kept] + [int(token)], list(kept)
-    nodes = chain_nodes(t)
-    p = process_logits(np.stack([np.asarray(p_logits[n]) for n in [ROOT] + nodes]), sampling)
-    q = np.stack([q_rows[n] for n in [ROOT] + nodes[:-1]])
-    drafts = np.array([t.tokens[n] for n in nodes], dtype=np.int64)
-    out = verifier.verify(p, q, drafts, rng)
-    if record is not None:  # one entry per drafted node the rule looked at, as the node-level walk records
-        record.extend({"p": p[i], "q": q[i], "candidates": drafts[i:i + 1], "depth": i} for i in range(len(nodes)))
-    return [int(x) for x in drafts[: out.accepted]] + [int(out.token)], nodes[: out.accepted]
 
 
 def autoregressive_decode(target, prompt_ids, *, sampling: SamplingConfig, max_new_tokens: int,

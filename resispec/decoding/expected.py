@@ -24,6 +24,7 @@ import numpy as np
 from ..pathlevel.base import PathVerifier
 from ..verifiers.base import Verifier
 from .laws import SamplingConfig, process_logits
+from .pathwalk import is_chain, path_expected_accepted
 from .tree import ROOT, DraftTree
 
 
@@ -37,51 +38,9 @@ def serves(verifier, drafting: str, shape=None) -> bool:
     ``traversal``) serves every tree of its drafting law.
     """
     if isinstance(verifier, PathVerifier) and shape is not None and not is_chain(shape) \
-            and not hasattr(verifier, "plan_tree"):
+            and not hasattr(verifier, "plan_tree"):                  # a chain-only path rule on a tree
         return False
     return verifier.drafting in ("any", drafting)
-
-
-def is_chain(shape) -> bool:
-    """True when the ``TreeShape`` has one child per node (``1,1,...,1``): what path-level rules decide."""
-    return all(k == 1 for k in shape.branching)
-
-
-def _is_chain_tree(tree: DraftTree) -> bool:
-    return all(len(k) <= 1 for k in tree.children.values())
-
-
-def tree_rule_inputs(tree: DraftTree, q_rows: dict, V: int) -> tuple:
-    """``(q (N+1, V), parent (N,), tokens (N,))`` of a drafted tree for a tree rule's ``plan_tree`` / ``verify_tree``
-    (row 0 the root, row n + 1 node n; rows of leaves, which have no draft law, are zeros and never read)."""
-    q = np.zeros((len(tree) + 1, V))
-    for n, row in q_rows.items():
-        q[n + 1] = row
-    return q, np.asarray(tree.parent, dtype=np.int64), np.asarray(tree.tokens, dtype=np.int64)
-
-
-def chain_nodes(tree: DraftTree) -> list:
-    """The drafted nodes of a chain tree, root's child first; ValueError when a node has two children."""
-    nodes, node = [], ROOT
-    while tree.children[node]:
-        if len(tree.children[node]) != 1:
-            raise ValueError(f"a path-level verifier decides chains (one draft per node), but node {node} has "
-                             f"{len(tree.children[node])} children; use a tree shape like 1,1,1")
-        node = tree.children[node][0]
-        nodes.append(node)
-    return nodes
-
-
-def path_expected_accepted(tree: DraftTree, p: dict, q_rows: dict, verifier: PathVerifier) -> float:
-    """``E[tau | drafts] = sum_i i P(tau = i | drafts)`` of a path-level verifier on a chain tree.
-
-    ``p``: processed target laws at ``ROOT`` and at every chain node (the last one for the bonus); ``q_rows``
-    as in :func:`expected_accepted`.
-    """
-    nodes = chain_nodes(tree)
-    plan = verifier.plan(np.stack([p[n] for n in [ROOT] + nodes]), np.stack([q_rows[n] for n in [ROOT] + nodes[:-1]]),
-                         np.array([tree.tokens[n] for n in nodes], dtype=np.int64))
-    return float(np.arange(len(nodes) + 1) @ plan.stop)
 
 
 def target_laws(tree: DraftTree, p_logits: dict, sampling: SamplingConfig, *, leaves: bool = False) -> dict:
@@ -145,21 +104,8 @@ def expected_accepted(tree: DraftTree, p_rows: dict, q_rows: dict, verifier: Ver
     ValueError
         A node with children missing from ``p_rows`` / ``q_rows``, or a law the verifier's door rejects.
     """
-    if isinstance(verifier, PathVerifier) and hasattr(verifier, "plan_tree") and not _is_chain_tree(tree):
-        rows = [ROOT] + list(range(len(tree)))
-        if any(n not in p_rows for n in rows):
-            raise ValueError("a tree rule needs p at ROOT and at every node (leaves too, for the bonus)")
-        p = process_logits(np.stack([np.asarray(p_rows[n]) for n in rows]), sampling) if sampling is not None \
-            else np.stack([p_rows[n] for n in rows])
-        return float(np.asarray([0] + tree.depth) @ verifier.plan_tree(p, *tree_rule_inputs(tree, q_rows, p.shape[1])).stop)
     if isinstance(verifier, PathVerifier):
-        nodes = chain_nodes(tree)
-        rows = {n: p_rows[n] for n in [ROOT] + nodes if n in p_rows}
-        if len(rows) != len(nodes) + 1 or any(n not in q_rows for n in [ROOT] + nodes[:-1]):
-            raise ValueError("a path-level verifier needs p at ROOT and at every chain node (the last for the bonus) "
-                             "and q at every node with a child")
-        p = process_logits(np.stack(list(rows.values())), sampling) if sampling is not None else list(rows.values())
-        return path_expected_accepted(tree, dict(zip(rows, p)), q_rows, verifier)
+        return path_expected_accepted(tree, p_rows, q_rows, verifier, sampling)
     if not isinstance(verifier, Verifier):
         raise TypeError(f"verifier must be a resispec Verifier (numpy backend) or a path-level verifier "
                         f"(resispec.pathlevel), got {type(verifier).__name__}")
