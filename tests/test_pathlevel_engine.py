@@ -3,7 +3,7 @@
 What the checks detect: the spy catches any wrong row handed to the rule (a target or draft law of the
 wrong node, stale KV cache, wrong processing) and any emitted token that is not ``drafts[:tau] + [token]``;
 with the rule exact by enumeration (``tests/test_pathlevel.py``) that makes the engine's step exact.  The
-chi-square of the first three tokens then checks the whole loop end to end (n = 200: only gross biases, TV >~ 0.2).
+chi-square of the first two tokens' joint law and of the third token's law then checks the whole loop end to end (n = 200: only gross biases, TV >~ 0.2).
 """
 
 import numpy as np
@@ -65,8 +65,6 @@ def test_engine_hands_block_the_path_rows(pair):
 @pytest.mark.parametrize("name, tree", [("block", "1,1"), ("block_no_full_accept", "1,1"), ("traversal", "2,1")])
 def test_engine_block_first_three_tokens_follow_the_target(pair, name, tree):
     """block (chain) and traversal (tree) pass; a planted bug (never keeps the whole chain) is flagged."""
-    from scipy import stats
-
     from exactness.path_mutants import PATH_MUTANTS
 
     target, draft = pair
@@ -80,15 +78,34 @@ def test_engine_block_first_three_tokens_follow_the_target(pair, name, tree):
     law = law.ravel()
     ver = PATH_MUTANTS[name]() if name in PATH_MUTANTS else get_path_verifier(name)
     counts = np.zeros(V ** 3)
-    n = 200
+    n = 200                                                      # the planted bug: p ~ 1e-300 at n = 500
     for i in range(n):
         t = speculative_decode(target, draft, PROMPT, ver, tree, sampling=sampling, max_new_tokens=3,
                                rng=np.random.default_rng([5, i])).tokens
         counts[(t[0] * V + t[1]) * V + t[2]] += 1
-    exp = law * n
+    counts = counts.reshape(V, V, V)
+    law = law.reshape(V, V, V)
+    # two consequences of exactness, each with enough cells at n = 200: the joint law of the first two
+    # tokens (16 cells) and the law of the third token (4 cells); Bonferroni over the two
+    pvalues = [_chi2(counts.sum(axis=2).ravel(), law.sum(axis=2).ravel()), _chi2(counts.sum(axis=(0, 1)),
+                                                                                 law.sum(axis=(0, 1)))]
+    assert (min(pvalues) > 5e-4) == (name not in PATH_MUTANTS), pvalues
+
+
+def _chi2(counts, law):
+    """Pearson chi-square p-value of counts against a law, cells with expected count < 5 pooled."""
+    from scipy import stats
+
+    exp = law * counts.sum()
     keep = exp >= 5
     obs, ex = np.append(counts[keep], counts[~keep].sum()), np.append(exp[keep], exp[~keep].sum())
-    assert (stats.chisquare(obs, ex * obs.sum() / ex.sum()).pvalue > 1e-3) == (name not in PATH_MUTANTS)
+    if ex[-1] == 0:                                              # nothing pooled: no rest cell
+        assert obs[-1] == 0
+        obs, ex = obs[:-1], ex[:-1]
+    assert obs.size >= 4                                         # enough cells for a meaningful test
+    pvalue = stats.chisquare(obs, ex * obs.sum() / ex.sum()).pvalue
+    assert np.isfinite(pvalue)
+    return float(pvalue)
 
 
 def test_engine_expected_accepted_for_path_rules(pair):
