@@ -3,7 +3,7 @@
 What the checks detect: the spy catches any wrong row handed to the rule (a target or draft law of the
 wrong node, stale KV cache, wrong processing) and any emitted token that is not ``drafts[:tau] + [token]``;
 with the rule exact by enumeration (``tests/test_pathlevel.py``) that makes the engine's step exact.  The
-chi-square of the first two tokens' joint law and of the third token's law then checks the whole loop end to end (n = 200: only gross biases, TV >~ 0.2).
+chi-square of the first two tokens' joint law and of the third token's law then checks the whole loop end to end (n = 200: only gross biases, TV >~ 0.2; marked slow: ``-m slow``).
 """
 
 import numpy as np
@@ -62,6 +62,7 @@ def test_engine_hands_block_the_path_rows(pair):
     assert res.accepted == [c[3].accepted for c in spy.calls]
 
 
+@pytest.mark.slow   # ~3-6 s each on 2 shared cores; the spy tests below are the fast exact checks of the engine
 @pytest.mark.parametrize("name, tree", [("block", "1,1"), ("block_no_full_accept", "1,1"), ("traversal", "2,1")])
 def test_engine_block_first_three_tokens_follow_the_target(pair, name, tree):
     """block (chain) and traversal (tree) pass; a planted bug (never keeps the whole chain) is flagged."""
