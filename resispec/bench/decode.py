@@ -25,6 +25,7 @@ from tqdm.auto import tqdm
 
 from .._io import atomic_write as _atomic_write
 from ..trees import TreeShape
+from ..pathlevel.registry import available_path_verifiers, get_any_verifier
 from ..verifiers.registry import get_verifier
 from ..decoding.engine import autoregressive_decode, speculative_decode
 from ..decoding.laws import SamplingConfig
@@ -273,7 +274,9 @@ def run_bench(pair, prompts: list[list[int]], *, verifiers=DEFAULT_VERIFIERS, tr
     ----------
     pair : ModelPair
     prompts : list of token-id lists
-    verifiers : names from the registry (numpy backend) -- each is RUN (timed) on every tree
+    verifiers : names from the registry (numpy backend), or path-level rules (``block``, ``token``:
+        ``resispec.pathlevel``, chain shapes only such as ``"1,1,1"``; ``traversal`` on every iid shape)
+        -- each is RUN (timed) on every tree it serves
     trees : tree shapes like ``"4,2,1"``; ``"wor:2,1"`` drafts without replacement and runs only the rules
         exact for it (:func:`shape_verifiers`)
     score : names, optional
@@ -404,7 +407,9 @@ def shape_verifiers(names, shape: TreeShape, proxy: str | None = None) -> dict:
     out = {}
     for m in names:
         opts = {"proxy": proxy} if proxy and m == "resispec" else {}
-        v = get_verifier(m, **opts)
+        v = get_any_verifier(m, **opts)
+        if not serves(v, v.drafting if v.drafting != "any" else shape.drafting, shape):
+            continue  # a chain-only path rule (block, token) on a tree with branching
         if shape.drafting == "without_replacement" and not serves(v, shape.drafting):
             try:
                 v = get_verifier(m, drafting=shape.drafting, **opts)
@@ -417,8 +422,8 @@ def shape_verifiers(names, shape: TreeShape, proxy: str | None = None) -> dict:
 
 
 def score_names(names) -> list:
-    """``--score`` names checked against the registry; ``"all"`` = every built-in verifier needing no options
-    (less ``rejection_proxy``, a frame for users' proxies whose default rule IS ``rrs``).
+    """``--score`` names checked against the registries; ``"all"`` = every built-in verifier needing no options,
+    node-level and path-level (less ``rejection_proxy``, a frame for users' proxies whose default rule IS ``rrs``).
 
     Raises ValueError for an unknown name (the registry's message lists the known ones).
     """
@@ -427,16 +432,16 @@ def score_names(names) -> list:
     out = []
     for n in names:
         if n == "all":
-            for m in available_verifiers():
+            for m in available_verifiers() + available_path_verifiers():
                 if m == "rejection_proxy":
                     continue
                 try:
-                    get_verifier(m)
+                    get_any_verifier(m)
                 except (TypeError, ValueError):
-                    continue  # needs options (e.g. rejection_proxy's proxy)
+                    continue  # needs options
                 out.append(m)
         else:
-            get_verifier(n)
+            get_any_verifier(n)
             out.append(n)
     return list(dict.fromkeys(out))
 
@@ -447,7 +452,7 @@ def _servable(scored: dict, runners: dict, shape: TreeShape) -> dict:
     from ..decoding.expected import serves
 
     modes = {resolve_drafting(v, shape, explicit=_explicit(shape) is not None) for v in runners.values()}
-    return {m: v for m, v in scored.items() if any(serves(v, d) for d in modes)}
+    return {m: v for m, v in scored.items() if any(serves(v, d, shape) for d in modes)}
 
 
 def _explicit(shape: TreeShape) -> str | None:

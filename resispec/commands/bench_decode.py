@@ -32,7 +32,9 @@ def add_arguments(p) -> None:
     add_model_args(p)
     add_sampling_args(p)
     add_prompt_args(p, default_limit=3)
-    p.add_argument("--verifiers", action=ListAction, default=list(DEFAULT_VERIFIERS))
+    p.add_argument("--verifiers", action=ListAction, default=list(DEFAULT_VERIFIERS),
+                   help="registry verifiers, each run (timed) on every tree it serves; the path-level rules 'block' "
+                   "and 'token' run on the chain trees (e.g. --trees 1,1,1) only, 'traversal' on every iid tree")
     p.add_argument("--score", action=ListAction, default=[],
                    help="verifiers scored by the paired exact estimator only, not run: their exact expected block "
                    "efficiency on the same drafted trees and a projected speed-up ('all' = every built-in "
@@ -58,7 +60,7 @@ def run(args) -> int:
     from .._io import check_output_path
     from ..bench.decode import format_table, run_bench, score_names, write_report
     from ..trees import TreeShape
-    from ..verifiers.registry import get_verifier
+    from ..pathlevel.registry import available_path_verifiers, get_any_verifier
 
     sampling = validate(args)  # every option, then the models, checked before anything is loaded
     for t in args.trees:
@@ -70,7 +72,12 @@ def run(args) -> int:
         if s < 0:
             raise ValueError(f"--seeds must be >= 0, got {s}")
     for v in args.verifiers:
-        get_verifier(v, **({"proxy": args.proxy} if args.proxy and v == "resispec" else {}))
+        get_any_verifier(v, **({"proxy": args.proxy} if args.proxy and v == "resispec" else {}))
+    path = [v for v in args.verifiers if v in available_path_verifiers()
+            and not hasattr(get_any_verifier(v), "verify_tree")]
+    if path and not any(all(k == 1 for k in TreeShape.parse(t).branching) for t in args.trees):
+        raise ValueError(f"--verifiers {','.join(path)}: path-level rules decide chains only; add a chain to "
+                         "--trees, e.g. --trees 4,2,1 1,1,1")
     args.score = score_names(args.score)
     if args.score and args.no_paired:
         raise ValueError("--score needs the paired estimator; drop --no-paired")

@@ -28,7 +28,8 @@ def add_arguments(p) -> None:
     g.add_argument("--chat", action="store_true", help="wrap the prompt in the chat template")
     g = p.add_argument_group("speculation")
     g.add_argument("--verifier", default="resispec", help="registry verifier (default resispec); "
-                   "'autoregressive' = target-only decoding")
+                   "'autoregressive' = target-only decoding; a path-level rule ('block', 'token') decides a "
+                   "chain tree such as --tree 1,1,1 at once; 'traversal' any iid tree")
     g.add_argument("--proxy", default=None, help="ResiSpec proxy (draft, tempered, topk, uniform_mix, coverage)")
     g.add_argument("--gamma", type=float, default=None, help="ResiSpec reserve scale")
     g.add_argument("--tree", default="4,2,1", help="branching per depth (default 4,2,1)")
@@ -43,6 +44,7 @@ def run(args) -> int:
     from ..decoding.engine import autoregressive_decode, speculative_decode
     from ..decoding.prompts import load_prompts
     from ..trees import TreeShape
+    from ..pathlevel import available_path_verifiers, get_path_verifier
     from ..verifiers.registry import get_verifier
 
     sampling = validate(args)  # every option, then the models, checked before anything is loaded
@@ -53,7 +55,13 @@ def run(args) -> int:
     if args.index < 0:
         raise ValueError(f"--index must be >= 0, got {args.index}")
     verifier = None
-    if args.verifier != "autoregressive":
+    if args.verifier in available_path_verifiers():
+        shape = TreeShape.parse(args.tree)
+        if any(k != 1 for k in shape.branching) and not hasattr(get_path_verifier(args.verifier), "verify_tree"):
+            raise ValueError(f"--verifier {args.verifier} is a path-level rule for chains; pass --tree "
+                             f"{','.join(['1'] * shape.depth)} (one draft per depth), not --tree {args.tree}")
+        verifier = get_path_verifier(args.verifier)
+    elif args.verifier != "autoregressive":
         opts = {k: v for k, v in (("proxy", args.proxy), ("gamma", args.gamma)) if v is not None}
         verifier = get_verifier(args.verifier, **opts)
     text = args.prompt

@@ -12,7 +12,9 @@ One step (``docs/RESISPEC.md`` section 6)::
        giving the target law p at the root and at every node.
     3. verify: from the root, the registry verifier picks a child (accepted
        candidate) or emits a residual token and stops; after a full path a
-       bonus token is drawn from p at the leaf.
+       bonus token is drawn from p at the leaf.  A path-level verifier
+       (``resispec.pathlevel``, e.g. ``block``) on a chain tree (``1,1,...,1``)
+       instead decides the whole drafted chain at once (``docs/pathlevel.md``).
     4. prune both KV caches to the committed prefix + the accepted path.
 
 Exactness: each node's children and their subtrees are drawn from the draft
@@ -35,11 +37,13 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from ..pathlevel.base import PathVerifier
 from ..sampling import draw_candidates, inverse_cdf
 from ..trees import TreeShape
 from ..verifiers.base import Verifier
 from .drafts import Draft, DraftSession, as_draft
 from .expected import expected_accepted, serves, target_laws
+from .pathwalk import is_chain, verify_path
 from .kv import CachedModel
 from .laws import SamplingConfig, process_logits
 from .tree import ROOT, DraftTree
@@ -219,8 +223,9 @@ def speculative_decode(target, draft, prompt_ids, verifier: Verifier, tree, *, s
     draft : :class:`~resispec.decoding.drafts.Draft` (q), or a transformers causal LM sharing
         the target's vocabulary (wrapped in ``ModelDraft``); exactness holds for any draft
     prompt_ids : sequence of int, length L
-    verifier : resispec.Verifier (numpy backend), e.g. ``get_verifier("resispec")``
-    tree : TreeShape or str like ``"4,2,2,1"``
+    verifier : resispec.Verifier (numpy backend), e.g. ``get_verifier("resispec")``, or a path-level
+        verifier, e.g. ``resispec.pathlevel.get_path_verifier("block")`` (chain trees only)
+    tree : TreeShape or str like ``"4,2,2,1"`` (``"1,1,1"``: a chain of 3 drafts)
     sampling : SamplingConfig
         Applied identically to target and draft logits.
     max_new_tokens : int >= 1
@@ -254,11 +259,16 @@ def speculative_decode(target, draft, prompt_ids, verifier: Verifier, tree, *, s
     ValueError
         Mismatched vocabularies, prompt/tree exceeding the context, bad ids,
         a drafting law the verifier is not exact for, two verifiers of one
-        name among the driver and ``also``.
+        name among the driver and ``also``, a path-level verifier driving a
+        tree that is not a chain.
     TypeError
         An entry of ``also`` that is not a Verifier.
     """
     tree = TreeShape.parse(tree, drafting or "iid")
+    if isinstance(verifier, PathVerifier) and not is_chain(tree) and not hasattr(verifier, "verify_tree"):
+        raise ValueError(f"verifier {verifier.name!r} is a path-level rule that decides a chain of drafts; tree "
+                         f"{','.join(map(str, tree.branching))} is not a chain: use a tree like "
+                         f"{','.join(['1'] * tree.depth)} (one draft per depth)")
     mode = resolve_drafting(verifier, tree, explicit=drafting is not None)
     draft = as_draft(draft)
     check_pair(target, draft)
@@ -267,7 +277,8 @@ def speculative_decode(target, draft, prompt_ids, verifier: Verifier, tree, *, s
     check_fits(target, len(ids), max_new_tokens, tree, what="target")
     check_fits(draft, len(ids), max_new_tokens, tree, what="draft")
     eos = _eos_set(eos_token_id)
-    scored = _scored(verifier, also, mode)
+    scored = _scored(verifier, also, mode, tree)
+    leaves = any(isinstance(v, PathVerifier) for v in scored)
     P, S = CachedModel(target), draft.session(sampling)
     res = DecodeResult(expected={v.name: [] for v in scored})
     t0, c0 = time.perf_counter(), time.process_time()
@@ -277,11 +288,12 @@ def speculative_decode(target, draft, prompt_ids, verifier: Verifier, tree, *, s
         p_logits = _target_pass(P, ids, dtree)
         if scored:
             e0, ec0 = time.perf_counter(), time.process_time()
-            laws = target_laws(dtree, p_logits, sampling)
+            laws = target_laws(dtree, p_logits, sampling, leaves=leaves)
             for v in scored:
                 res.expected[v.name].append(expected_accepted(dtree, laws, q_rows, v))
             spent, spent_cpu = spent + time.perf_counter() - e0, spent_cpu + time.process_time() - ec0
-        emitted, path = _verify_walk(dtree, p_logits, q_rows, verifier, sampling, rng, res.nodes if record else None)
+        walk = verify_path if isinstance(verifier, PathVerifier) else _verify_walk
+        emitted, path = walk(dtree, p_logits, q_rows, verifier, sampling, rng, res.nodes if record else None)
         P.commit(list(range(len(ids) - P.length)) + [len(ids) - P.length + i for i in path])
         S.commit(ids, dtree, path)
         res.accepted.append(len(path))
@@ -304,15 +316,16 @@ def speculative_decode(target, draft, prompt_ids, verifier: Verifier, tree, *, s
     return res
 
 
-def _scored(verifier: Verifier, also, mode: str) -> list:
-    """The verifiers whose expected accepted count a run records: the driver, then those of ``also`` serving ``mode``."""
+def _scored(verifier: Verifier, also, mode: str, shape: TreeShape | None = None) -> list:
+    """The verifiers whose expected accepted count a run records: the driver, then those of ``also`` serving
+    ``mode`` (and, for path-level verifiers, the tree ``shape``: chains only)."""
     if also is None:
         return []
-    if isinstance(also, Verifier) or isinstance(also, (str, bytes)):
+    if isinstance(also, (Verifier, PathVerifier)) or isinstance(also, (str, bytes)):
         raise TypeError("also must be a sequence of Verifier objects (e.g. [get_verifier('rrs')]), "
                         f"got {type(also).__name__}")
     also = list(also)
-    bad = [type(v).__name__ for v in also if not isinstance(v, Verifier)]
+    bad = [type(v).__name__ for v in also if not isinstance(v, (Verifier, PathVerifier))]
     if bad:
         raise TypeError(f"also must hold Verifier objects (numpy backend, get_verifier(name)); got {bad}")
     also = [v for v in also if v is not verifier]
@@ -321,7 +334,7 @@ def _scored(verifier: Verifier, also, mode: str) -> list:
     if dup:
         raise ValueError(f"the driving verifier and also share the name(s) {dup}; expected values are keyed by "
                          "name, so pass each verifier once and no two of one name")
-    return [verifier] + [v for v in also if serves(v, mode)]
+    return [verifier] + [v for v in also if serves(v, mode, shape)]
 
 
 def _eos_set(eos_token_id) -> set:

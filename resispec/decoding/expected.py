@@ -21,21 +21,29 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..pathlevel.base import PathVerifier
 from ..verifiers.base import Verifier
 from .laws import SamplingConfig, process_logits
+from .pathwalk import is_chain, path_expected_accepted
 from .tree import ROOT, DraftTree
 
 
-def serves(verifier: Verifier, drafting: str) -> bool:
+def serves(verifier, drafting: str, shape=None) -> bool:
     """True when ``verifier`` is exact for trees drafted with ``drafting`` ("iid" / "without_replacement").
 
     A verifier of drafting ``"any"`` (``target_only``) serves every tree; the others serve only trees drawn
     with their own law (``docs/RESISPEC.md`` section 3: e.g. ``rrs`` on without-replacement drafts is biased).
+    A path-level verifier (``resispec.pathlevel``, e.g. ``block``) serves chains only: with ``shape`` (a
+    ``TreeShape``) given, it serves iff every branching factor is 1; a tree rule (one with ``plan_tree``,
+    ``traversal``) serves every tree of its drafting law.
     """
+    if isinstance(verifier, PathVerifier) and shape is not None and not is_chain(shape) \
+            and not hasattr(verifier, "plan_tree"):                  # a chain-only path rule on a tree
+        return False
     return verifier.drafting in ("any", drafting)
 
 
-def target_laws(tree: DraftTree, p_logits: dict, sampling: SamplingConfig) -> dict:
+def target_laws(tree: DraftTree, p_logits: dict, sampling: SamplingConfig, *, leaves: bool = False) -> dict:
     """The processed target law at the root and every internal node of ``tree``.
 
     Parameters
@@ -48,9 +56,10 @@ def target_laws(tree: DraftTree, p_logits: dict, sampling: SamplingConfig) -> di
 
     Returns
     -------
-    dict node id -> (V,) float64 law, for the nodes that have children (leaves need none).
+    dict node id -> (V,) float64 law, for the nodes that have children (node-level verifiers need no
+    leaf), and for the leaves too with ``leaves=True`` (a path-level verifier's plan takes the bonus law).
     """
-    nodes = [n for n, kids in tree.children.items() if kids]
+    nodes = [n for n, kids in tree.children.items() if kids or leaves]
     laws = process_logits(np.stack([np.asarray(p_logits[n]) for n in nodes]), sampling)
     return dict(zip(nodes, laws))
 
@@ -76,9 +85,11 @@ def expected_accepted(tree: DraftTree, p_rows: dict, q_rows: dict, verifier: Ver
         laws already processed (float64, rows summing to 1; e.g. from :func:`target_laws`).
     q_rows : dict node id -> (V,) float64
         The draft law each node's children were drawn from (``engine._draft_tree``).
-    verifier : Verifier (numpy backend)
+    verifier : Verifier (numpy backend) or PathVerifier
         Its :meth:`~resispec.verifiers.base.Verifier.chain` gives the accept probabilities; it must be exact
-        for the tree's drafting law (:func:`serves`), which the caller checks.
+        for the tree's drafting law (:func:`serves`), which the caller checks.  A path-level verifier
+        (``resispec.pathlevel``) on a chain tree: ``E[tau | drafts]`` from its plan (the target law at the
+        leaf, for the bonus, must then be in ``p_rows`` too).
     sampling : SamplingConfig, optional
         See ``p_rows``.
 
@@ -93,8 +104,11 @@ def expected_accepted(tree: DraftTree, p_rows: dict, q_rows: dict, verifier: Ver
     ValueError
         A node with children missing from ``p_rows`` / ``q_rows``, or a law the verifier's door rejects.
     """
+    if isinstance(verifier, PathVerifier):
+        return path_expected_accepted(tree, p_rows, q_rows, verifier, sampling)
     if not isinstance(verifier, Verifier):
-        raise TypeError(f"verifier must be a resispec Verifier (numpy backend), got {type(verifier).__name__}")
+        raise TypeError(f"verifier must be a resispec Verifier (numpy backend) or a path-level verifier "
+                        f"(resispec.pathlevel), got {type(verifier).__name__}")
     internal = [n for n, kids in tree.children.items() if kids]
     missing = [n for n in internal if n not in p_rows or n not in q_rows]
     if missing:
