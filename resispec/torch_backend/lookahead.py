@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import torch
 
+from .._reserve_tol import LOOKAHEAD_TOL
 from ..verifiers.registry import register
 from .base import TorchMassVerifier
 
@@ -133,7 +134,7 @@ def lookahead_schedule_t(p: torch.Tensor, q: torch.Tensor, k: int) -> torch.Tens
     for _ in range(BISECT):
         mid = 0.5 * (lo + hi)
         L = run(mid)
-        big = (L[:, 0] - L[:, 1]) >= 1.0
+        big = (L[:, 0] - L[:, 1]) >= 1.0 - LOOKAHEAD_TOL     # tie rule: the smallest such t
         hi = torch.where(big, mid, hi)
         lo = torch.where(big, lo, mid)
     return run(hi)

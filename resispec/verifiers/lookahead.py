@@ -42,6 +42,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from .._reserve_tol import LOOKAHEAD_TOL
+
 _BISECT = 80
 
 
@@ -160,14 +162,52 @@ def lookahead_schedule(p: np.ndarray, q: np.ndarray, k: int) -> np.ndarray:
     for _ in range(_BISECT):
         mid = 0.5 * (lo + hi)
         L = run(mid)
-        big = (L[:, 0] - L[:, 1]) >= 1.0
+        big = (L[:, 0] - L[:, 1]) >= 1.0 - LOOKAHEAD_TOL     # tie rule: the smallest such t
         hi = np.where(big, mid, hi)
         lo = np.where(big, lo, mid)
     return run(hi)
 
 
 def lookahead_reserve(p_i: np.ndarray, q: np.ndarray, k_left: int) -> np.ndarray:
-    """Reserve ``Lambda`` (B,) of the current candidate with ``k_left`` candidates left (itself included)."""
+    """Reserve ``Lambda`` (B,) of the current candidate with ``k_left`` candidates left (itself included).
+
+    ``p_i``, ``q``: (B, V) float64 laws.  ``L_1`` of :func:`lookahead_schedule`,
+    computed by the fused kernel of :mod:`resispec._lookahead_fused` (no sort
+    over ``V``; the same bisection, equal to the reference up to round-off and
+    the tie rule of ``docs/verifiers.md``) when numba is installed, else by the
+    reference :func:`_lookahead_reserve_ref`.  0 when ``k_left <= 1``.
+    """
+    return lookahead_reserve_and_mass(p_i, q, k_left)[0]
+
+
+def lookahead_reserve_and_mass(p_i: np.ndarray, q: np.ndarray, k_left: int, gamma: float | None = None):
+    """``(Lambda, m)``: the reserve (B,) and, with ``gamma``, ``m = min(q, (p_i - gamma Lambda q)_+)`` (B, V).
+
+    ``m`` is ``None`` without ``gamma``.  One fused pass per row computes both
+    when numba is installed (:mod:`resispec._lookahead_fused`); otherwise the
+    reference sort (:func:`_lookahead_reserve_ref`) and numpy.
+    """
+    from .. import _lookahead_fused
+
+    if k_left <= 1:
+        lam = np.zeros(p_i.shape[0])
+    elif _lookahead_fused.AVAILABLE:
+        p64 = np.ascontiguousarray(p_i, dtype=np.float64)
+        q64 = np.ascontiguousarray(q, dtype=np.float64)
+        if gamma is None:
+            return _lookahead_fused.lookahead_rows(p64, q64, int(k_left))[:, 1], None
+        sched, m = _lookahead_fused.lookahead_rows(p64, q64, int(k_left), gamma=float(gamma))
+        return sched[:, 1], m
+    else:
+        lam = _lookahead_reserve_ref(p_i, q, k_left)
+    if gamma is None:
+        return lam, None
+    return lam, np.minimum(q, np.maximum(p_i - (gamma * lam)[:, None] * q, 0.0))
+
+
+def _lookahead_reserve_ref(p_i: np.ndarray, q: np.ndarray, k_left: int) -> np.ndarray:
+    """The reference reserve: ``L_1`` of :func:`lookahead_schedule` (a sort over ``V`` per row; slow, kept as the
+    oracle of the fused kernel and the path without numba)."""
     if k_left <= 1:
         return np.zeros(p_i.shape[0])
     if p_i.shape[0] > 1:                       # identical nodes share one schedule
