@@ -89,12 +89,6 @@ def _edge(j, sub, nb):
     return math.ldexp(1.0 + s / sub, e - 1)       # (1 + s / sub) 2^(e - 1), exact
 
 
-@_njit(cache=True, nogil=True)
-def _tie(lo, hi):
-    """True when the ratios ``lo <= hi`` of a bucket lie within 16 ulps (a cluster of ties up to round-off)."""
-    return hi - lo <= 16.0 * 2.220446049250313e-16 * hi
-
-
 #: Buckets with more tokens than this are gathered by a scan of the bucket ids (not the linked list).
 _SCAN_GATHER = 1024
 #: Half-width (in ulps) of a tie cluster: ratios equal up to round-off (``docs/verifiers.md``, tie rule).
@@ -102,13 +96,14 @@ _TIE_ULPS = 64.0
 
 
 @_njit(cache=True, nogil=True)
-def _ensure_sorted(j, ws, iws, head, nxt, r_all, q, p):
+def _ensure_sorted(j, ws, iws, head, nxt, r_all, q, p, Qcum, Pcum):
     """Sort bucket ``j`` by ratio once, into the pool (bump-allocated): knots ``sr`` and within-bucket
     cumulative q / p ``scq`` / ``scp`` (inclusive); ``ws``/``iws`` rows: see :func:`_chunk`.
 
     A large bucket made mostly of one tie cluster (ratios within ``_TIE_ULPS`` ulps of one value, as the
     band that an earlier candidate levelled) is partitioned around it: the tokens below and above are
-    sorted, the cluster's knots all read as its largest ratio (a change of psi below round-off).
+    sorted and the cluster becomes one knot at its largest ratio carrying the bucket's remaining mass
+    (a change of psi below round-off: at most ``2 _TIE_ULPS eps L`` times the cluster's q-mass).
     """
     if iws[2, j] >= 0:
         return
@@ -131,25 +126,21 @@ def _ensure_sorted(j, ws, iws, head, nxt, r_all, q, p):
             x = nxt[x]
     vals = ws[0, top:top + n].copy()
     ids = iws[4, top:top + n].copy()
-    lo = np.inf
-    hi = -np.inf
-    for i in range(n):
-        lo = min(lo, vals[i])
-        hi = max(hi, vals[i])
-    if hi > lo:
+    if n > 1:
         best = 0
         piv = 0.0
         if n > 64:                                # look for a tie cluster holding most of the bucket
-            for cand in (n // 4, n // 2, (3 * n) // 4):
+            for cand in (n // 2, n // 4, (3 * n) // 4):
                 v0 = vals[cand]
                 d = _TIE_ULPS * 2.220446049250313e-16 * v0
                 cnt = 0
                 for i in range(n):
-                    if abs(vals[i] - v0) <= d:
-                        cnt += 1
+                    cnt += 1 if abs(vals[i] - v0) <= d else 0
                 if cnt > best:
                     best = cnt
                     piv = v0
+                if best * 2 >= n:
+                    break
         if best * 4 >= n:
             d = _TIE_ULPS * 2.220446049250313e-16 * piv
             nb_lo = 0
@@ -168,7 +159,6 @@ def _ensure_sorted(j, ws, iws, head, nxt, r_all, q, p):
             above_id = np.empty(nb_hi, np.int64)
             u = 0
             w = 0
-            c = nb_lo
             for i in range(n):
                 if vals[i] < piv - d:
                     below[u] = vals[i]
@@ -178,23 +168,44 @@ def _ensure_sorted(j, ws, iws, head, nxt, r_all, q, p):
                     above[w] = vals[i]
                     above_id[w] = ids[i]
                     w += 1
-                else:
-                    ws[0, top + c] = cmax             # the cluster: one knot value (its largest ratio)
-                    iws[4, top + c] = ids[i]
-                    c += 1
+            cq = 0.0
+            cp = 0.0
             order = np.argsort(below, kind="mergesort")
             for i in range(nb_lo):
+                x = below_id[order[i]]
+                cq += q[x]
+                cp += p[x]
                 ws[0, top + i] = below[order[i]]
-                iws[4, top + i] = below_id[order[i]]
+                ws[1, top + i] = cq
+                ws[2, top + i] = cp
+            oq = 0.0
+            op = 0.0
+            for i in range(nb_hi):
+                oq += q[above_id[i]]
+                op += p[above_id[i]]
+            # the cluster: one knot at its largest ratio, carrying the bucket's mass minus the rest
+            ws[0, top + nb_lo] = cmax
+            cq = max(cq, (Qcum[j + 1] - Qcum[j]) - oq)
+            cp = max(cp, (Pcum[j + 1] - Pcum[j]) - op)
+            ws[1, top + nb_lo] = cq
+            ws[2, top + nb_lo] = cp
             order = np.argsort(above, kind="mergesort")
             for i in range(nb_hi):
-                ws[0, top + c + i] = above[order[i]]
-                iws[4, top + c + i] = above_id[order[i]]
-        else:
-            order = np.argsort(vals, kind="mergesort")
-            for i in range(n):
-                ws[0, top + i] = vals[order[i]]
-                iws[4, top + i] = ids[order[i]]
+                x = above_id[order[i]]
+                cq += q[x]
+                cp += p[x]
+                ws[0, top + nb_lo + 1 + i] = above[order[i]]
+                ws[1, top + nb_lo + 1 + i] = cq
+                ws[2, top + nb_lo + 1 + i] = cp
+            n = nb_lo + 1 + nb_hi
+            iws[1, j] = n
+            iws[2, j] = top
+            iws[3, 0] = top + n
+            return
+        order = np.argsort(vals, kind="mergesort")
+        for i in range(n):
+            ws[0, top + i] = vals[order[i]]
+            iws[4, top + i] = ids[order[i]]
     cq = 0.0
     cp = 0.0
     for i in range(n):
@@ -208,15 +219,13 @@ def _ensure_sorted(j, ws, iws, head, nxt, r_all, q, p):
 
 
 @_njit(cache=True, nogil=True)
-def _row_setup(p, q, sub, nb, edges, r_all, head, nxt, Qcum, Pcum, psiE, bmm, iws):
+def _row_setup(p, q, sub, nb, edges, r_all, head, nxt, Qcum, Pcum, psiE, iws):
     """One pass over a row: ratios, buckets (linked lists), bucket sums; then prefix sums and psi at the edges."""
     V = p.shape[0]
     for j in range(nb + 1):
         head[j] = -1
         Qcum[j] = 0.0
         Pcum[j] = 0.0
-        bmm[0, j] = np.inf                        # smallest / largest ratio in the bucket
-        bmm[1, j] = -np.inf
         iws[1, j] = 0                             # tokens in the bucket
         iws[2, j] = -1                            # bucket not sorted yet
     iws[3, 0] = 0                                 # pool top
@@ -248,11 +257,6 @@ def _row_setup(p, q, sub, nb, edges, r_all, head, nxt, Qcum, Pcum, psiE, bmm, iw
         iws[1, b] += 1
         Qcum[b + 1] += q[x]                       # bucket sums, made cumulative below
         Pcum[b + 1] += p[x]
-        r = r_all[x]
-        if r < bmm[0, b]:
-            bmm[0, b] = r
-        if r > bmm[1, b]:
-            bmm[1, b] = r
     run = -np.inf
     for j in range(nb):
         Qcum[j + 1] += Qcum[j]
@@ -264,19 +268,16 @@ def _row_setup(p, q, sub, nb, edges, r_all, head, nxt, Qcum, Pcum, psiE, bmm, iw
 
 
 @_njit(cache=True, nogil=True)
-def _psi(L, exact, sub, nb, edges, ws, iws, head, nxt, r_all, q, p, Qcum, Pcum, psiE, bmm):
+def _psi(L, exact, sub, nb, edges, ws, iws, head, nxt, r_all, q, p, Qcum, Pcum, psiE):
     """``psi(L) = L Q(<= L) - P(<= L)`` for ``L >= 0``; ``exact=False``: interpolated between bucket edges."""
     j = _bucket(L, sub, nb)
     if not exact:
         if j == nb - 1:
             return psiE[j] + Qcum[nb] * (L - edges[j])
         return psiE[j] + (psiE[j + 1] - psiE[j]) * ((L - edges[j]) / (edges[j + 1] - edges[j]))
-    if iws[2, j] < 0:                             # bucket not sorted: try its smallest / largest ratio first
-        if L >= bmm[1, j]:
-            return L * Qcum[j + 1] - Pcum[j + 1]  # every knot of the bucket <= L
-        if L < bmm[0, j] or _tie(bmm[0, j], bmm[1, j]):
-            return L * Qcum[j] - Pcum[j]          # no knot of the bucket <= L (inside a tie cluster: as none)
-    _ensure_sorted(j, ws, iws, head, nxt, r_all, q, p)
+    if iws[1, j] == 0:
+        return L * Qcum[j] - Pcum[j]              # empty bucket
+    _ensure_sorted(j, ws, iws, head, nxt, r_all, q, p, Qcum, Pcum)
     a = iws[2, j]
     b = a + iws[1, j]
     lo, hi = a, b                                 # count knots <= L in the bucket
@@ -295,7 +296,7 @@ def _psi(L, exact, sub, nb, edges, ws, iws, head, nxt, r_all, q, p, Qcum, Pcum, 
 
 
 @_njit(cache=True, nogil=True)
-def _psi_inv(y, exact, sub, nb, edges, ws, iws, head, nxt, r_all, q, p, Qcum, Pcum, psiE, bmm):
+def _psi_inv(y, exact, sub, nb, edges, ws, iws, head, nxt, r_all, q, p, Qcum, Pcum, psiE):
     """Smallest ``L >= 0`` with ``psi(L) >= y``; ``exact=False``: of the interpolated ``psi``."""
     if not (y > 0.0):
         return 0.0
@@ -316,22 +317,10 @@ def _psi_inv(y, exact, sub, nb, edges, ws, iws, head, nxt, r_all, q, p, Qcum, Pc
             slope = (psiE[j + 1] - psiE[j]) / (edges[j + 1] - edges[j])
         return base_L + (y - base_psi) / slope if slope > 0.0 else base_L
     slope = Qcum[j]
-    if iws[2, j] < 0:                             # bucket not sorted: the pieces left of its smallest and right of
-        lo_r = bmm[0, j]                          # its largest ratio are linear
-        hi_r = bmm[1, j]
-        if lo_r > hi_r:                           # empty bucket: one linear piece
-            L = base_L + (y - base_psi) / slope if slope > 0.0 else edges[j + 1]
-            return min(L, edges[j + 1])
-        psi_lo = max(base_psi, lo_r * Qcum[j] - Pcum[j])
-        if y <= psi_lo:
-            L = base_L + (y - base_psi) / slope if slope > 0.0 else lo_r
-            return min(L, lo_r)
-        psi_hi = max(psi_lo, hi_r * Qcum[j + 1] - Pcum[j + 1])
-        if y > psi_hi:
-            return min(hi_r + (y - psi_hi) / Qcum[j + 1], edges[j + 1])
-        if _tie(lo_r, hi_r):                      # a tie cluster (a few ulps wide): interpolate inside it
-            return lo_r + (hi_r - lo_r) * ((y - psi_lo) / (psi_hi - psi_lo)) if psi_hi > psi_lo else lo_r
-    _ensure_sorted(j, ws, iws, head, nxt, r_all, q, p)
+    if iws[1, j] == 0:                            # empty bucket: one linear piece
+        L = base_L + (y - base_psi) / slope if slope > 0.0 else edges[j + 1]
+        return min(L, edges[j + 1])
+    _ensure_sorted(j, ws, iws, head, nxt, r_all, q, p, Qcum, Pcum)
     a = iws[2, j]
     b = a + iws[1, j]
     u, w = a, b                                   # knots of the bucket with psi(knot) < y: a prefix
@@ -353,23 +342,23 @@ def _psi_inv(y, exact, sub, nb, edges, ws, iws, head, nxt, r_all, q, p, Qcum, Pc
 
 
 @_njit(cache=True, nogil=True)
-def _run(t, n, exact, L, sub, nb, edges, ws, iws, head, nxt, r_all, q, p, Qcum, Pcum, psiE, bmm):
+def _run(t, n, exact, L, sub, nb, edges, ws, iws, head, nxt, r_all, q, p, Qcum, Pcum, psiE):
     """The backward recursion ``psi(L_{i-1}) = psi(L_i) + L_i - L_{i+1}`` from ``L_n = 0``, ``L_{n-1} = t``;
     returns ``R_1 = L_0 - L_1``."""
     for i in range(n + 1):
         L[i] = 0.0
     L[n - 1] = t
-    psi_next = _psi(t, exact, sub, nb, edges, ws, iws, head, nxt, r_all, q, p, Qcum, Pcum, psiE, bmm)
+    psi_next = _psi(t, exact, sub, nb, edges, ws, iws, head, nxt, r_all, q, p, Qcum, Pcum, psiE)
     for i in range(n - 1, 0, -1):
         target = psi_next + L[i] - L[i + 1]
-        inv = _psi_inv(target, exact, sub, nb, edges, ws, iws, head, nxt, r_all, q, p, Qcum, Pcum, psiE, bmm)
+        inv = _psi_inv(target, exact, sub, nb, edges, ws, iws, head, nxt, r_all, q, p, Qcum, Pcum, psiE)
         L[i - 1] = max(inv, L[i])
-        psi_next = _psi(L[i - 1], exact, sub, nb, edges, ws, iws, head, nxt, r_all, q, p, Qcum, Pcum, psiE, bmm)
+        psi_next = _psi(L[i - 1], exact, sub, nb, edges, ws, iws, head, nxt, r_all, q, p, Qcum, Pcum, psiE)
     return L[0] - L[1]
 
 
 @_njit(cache=True, nogil=True)
-def _solve_row(n, tol, L, sub, nb, edges, ws, iws, head, nxt, r_all, q, p, Qcum, Pcum, psiE, bmm):
+def _solve_row(n, tol, L, sub, nb, edges, ws, iws, head, nxt, r_all, q, p, Qcum, Pcum, psiE):
     """The smallest ``t`` in [0, 1] with ``R_1(t) >= 1 - tol`` (bisection); ``L`` holds the schedule at it.
 
     Phase A bisects the interpolated ``psi`` (no bucket sorted) to a guess;
@@ -381,8 +370,7 @@ def _solve_row(n, tol, L, sub, nb, edges, ws, iws, head, nxt, r_all, q, p, Qcum,
     hi = 1.0
     for _ in range(48):                           # phase A: the interpolated psi
         mid = 0.5 * (lo + hi)
-        if _run(mid, n, False, L, sub, nb, edges, ws, iws, head, nxt, r_all, q, p, Qcum, Pcum, psiE,
-                bmm) >= 1.0 - tol:
+        if _run(mid, n, False, L, sub, nb, edges, ws, iws, head, nxt, r_all, q, p, Qcum, Pcum, psiE) >= 1.0 - tol:
             hi = mid
         else:
             lo = mid
@@ -392,13 +380,13 @@ def _solve_row(n, tol, L, sub, nb, edges, ws, iws, head, nxt, r_all, q, p, Qcum,
     lo = max(0.0, guess - w)
     wh = w
     while hi < 1.0 and _run(hi, n, True, L, sub, nb, edges, ws, iws, head, nxt, r_all, q, p, Qcum, Pcum,
-                            psiE, bmm) < 1.0 - tol:
+                            psiE) < 1.0 - tol:
         lo = hi                                   # R_1(hi) short of 1: the answer lies above
         wh *= 16.0
         hi = min(1.0, hi + wh)
     wl = w
     while lo > 0.0 and _run(lo, n, True, L, sub, nb, edges, ws, iws, head, nxt, r_all, q, p, Qcum, Pcum,
-                            psiE, bmm) >= 1.0 - tol:
+                            psiE) >= 1.0 - tol:
         hi = lo                                   # R_1(lo) already reaches 1: the answer lies below
         wl *= 16.0
         lo = max(0.0, lo - wl)
@@ -406,12 +394,11 @@ def _solve_row(n, tol, L, sub, nb, edges, ws, iws, head, nxt, r_all, q, p, Qcum,
         mid = 0.5 * (lo + hi)
         if mid <= lo or mid >= hi:
             break
-        if _run(mid, n, True, L, sub, nb, edges, ws, iws, head, nxt, r_all, q, p, Qcum, Pcum, psiE,
-                bmm) >= 1.0 - tol:
+        if _run(mid, n, True, L, sub, nb, edges, ws, iws, head, nxt, r_all, q, p, Qcum, Pcum, psiE) >= 1.0 - tol:
             hi = mid
         else:
             lo = mid
-    _run(hi, n, True, L, sub, nb, edges, ws, iws, head, nxt, r_all, q, p, Qcum, Pcum, psiE, bmm)
+    _run(hi, n, True, L, sub, nb, edges, ws, iws, head, nxt, r_all, q, p, Qcum, Pcum, psiE)
 
 
 @_njit(cache=True, nogil=True)
@@ -427,7 +414,6 @@ def _chunk(p, q, n, sub, gamma, tol, sched, m, want_m, a0, a1):
     Qcum = np.empty(nb + 1)
     Pcum = np.empty(nb + 1)
     psiE = np.empty(nb + 1)
-    bmm = np.empty((2, nb + 1))                   # smallest / largest ratio per bucket
     ws = np.empty((3, V))                         # pool of sorted buckets: knots, cumulative q, cumulative p
     iws = np.empty((5, max(V, nb + 1)), np.int64)  # 0: bucket of each token, 1: bucket length, 2: pool start
     # (-1: unsorted), 3[0]: pool top, 4: pool token ids
@@ -440,8 +426,8 @@ def _chunk(p, q, n, sub, gamma, tol, sched, m, want_m, a0, a1):
                 sched[row, i] = 0.0
             sched[row, 0] = 1.0
         else:
-            _row_setup(pr, qr, sub, nb, edges, r_all, head, nxt, Qcum, Pcum, psiE, bmm, iws)
-            _solve_row(n, tol, L, sub, nb, edges, ws, iws, head, nxt, r_all, qr, pr, Qcum, Pcum, psiE, bmm)
+            _row_setup(pr, qr, sub, nb, edges, r_all, head, nxt, Qcum, Pcum, psiE, iws)
+            _solve_row(n, tol, L, sub, nb, edges, ws, iws, head, nxt, r_all, qr, pr, Qcum, Pcum, psiE)
             for i in range(n + 1):
                 sched[row, i] = L[i]
         if want_m:
