@@ -11,7 +11,9 @@ recursion ``psi(L_{i-1}) = psi(L_i) + L_i - L_{i+1}`` with
 knots at the sorted ratios ``p/q``), ``L_k = 0``, ``L_{k-1} = t`` and ``t``
 fixed by ``L_0 - L_1 = 1`` (bisection on ``t``, :data:`BISECT` halvings).
 
-Batched over the ``B`` nodes: one ``torch.sort`` of the ratios ``p/q``
+On CPU tensors (numba installed) the reserve and the accepted mass come from
+the compiled kernel of :mod:`resispec._lookahead_fused`, as in numpy (float64).
+On other devices, batched over the ``B`` nodes: one ``torch.sort`` of the ratios ``p/q``
 (O(V log V) per row), cumulative sums and a ``cummax`` for the knot values of
 ``psi``; ``psi`` and its inverse are then ``torch.searchsorted`` look-ups,
 O(log V) per query (the numpy reference counts over the ``V`` knots, O(V)).

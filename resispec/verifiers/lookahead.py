@@ -29,9 +29,14 @@ Exactness: ``Lambda_i`` depends on ``p_i``, ``q`` and the number of
 candidates left only -- never on ``x_i`` or later candidates -- and
 ``0 <= m_i <= min(p_i, q)``, so the sequential lemma (section 2) applies
 whatever ``Lambda_i`` is; the solver's accuracy only affects the acceptance.
-Cost: one sort of ``p_i/q`` (O(V log V)) plus ``O(n_bisect * k * log V)``
-per candidate (``psi`` and its inverse by a vectorised binary search,
-:func:`_count_sorted`), O(k V log V) per node.
+Cost: :func:`lookahead_reserve` runs the compiled kernel of
+:mod:`resispec._lookahead_fused` (bucketed ratios, no sort over ``V``: two
+passes per row and candidate plus O(BISECT k log V) look-ups).  The
+reference here, :func:`lookahead_schedule`, sorts ``p_i/q`` (O(V log V)) and
+runs the bisection as numpy calls over the rows (``psi`` and its inverse by
+a vectorised binary search, :func:`_count_sorted`); it is the oracle of the
+kernel's tests and the path without numba.  Tie rule: the smallest ``t``
+with ``L_0 - L_1 >= 1 - LOOKAHEAD_TOL`` (``docs/verifiers.md``).
 
 Builds on SpecInfer (Miao et al. 2024, arXiv 2305.09781) and the
 optimal-transport view of multi-draft verification (SpecTr, Sun et al. 2023,
