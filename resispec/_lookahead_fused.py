@@ -111,11 +111,11 @@ def _ensure_sorted(j, ws, iws, head, nxt, r_all, q, p, Qcum, Pcum):
     n = iws[1, j]
     if n > _SCAN_GATHER:                          # many tokens: a scan of the ids beats chasing the list
         c = 0
-        for x in range(r_all.shape[0]):
-            if iws[0, x] == j:
-                ws[0, top + c] = r_all[x]
-                iws[4, top + c] = x
-                c += 1
+        for x in range(r_all.shape[0]):           # branch-free: write always, advance on a match
+            iws[4, top + c] = x
+            c += 1 if iws[0, x] == j else 0
+        for i in range(n):
+            ws[0, top + i] = r_all[iws[4, top + i]]
     else:
         c = 0
         x = head[j]
@@ -409,13 +409,13 @@ def _chunk(p, q, n, sub, gamma, tol, sched, m, want_m, a0, a1):
     for j in range(nb + 1):
         edges[j] = _edge(j, sub, nb)
     r_all = np.empty(V)
-    nxt = np.empty(V, np.int64)
-    head = np.empty(nb + 1, np.int64)
+    nxt = np.empty(V, np.int32)
+    head = np.empty(nb + 1, np.int32)
     Qcum = np.empty(nb + 1)
     Pcum = np.empty(nb + 1)
     psiE = np.empty(nb + 1)
     ws = np.empty((3, V))                         # pool of sorted buckets: knots, cumulative q, cumulative p
-    iws = np.empty((5, max(V, nb + 1)), np.int64)  # 0: bucket of each token, 1: bucket length, 2: pool start
+    iws = np.empty((5, max(V + 1, nb + 1)), np.int32)  # 0: bucket of each token, 1: bucket length, 2: pool start
     # (-1: unsorted), 3[0]: pool top, 4: pool token ids
     L = np.empty(n + 1)
     for row in range(a0, a1):
