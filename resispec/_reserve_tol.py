@@ -23,3 +23,9 @@ def reserve_tol(eps: float, gamma: float) -> float:
     makes starts, solvers and backends agree.
     """
     return max(ROOT_TOL, 64.0 * float(eps)) * (1.0 + float(gamma))
+
+
+#: Tie rule of the look-ahead reserve's bisection on ``t`` (``docs/verifiers.md``): every solver (the numpy
+#: and torch references, the fused kernel) returns the smallest ``t`` with ``L_0 - L_1 >= 1 - LOOKAHEAD_TOL``.
+#: Where ``L_0 - L_1 = 1`` holds on a whole interval of ``t`` that is its left end, whatever the round-off.
+LOOKAHEAD_TOL = 1e-11

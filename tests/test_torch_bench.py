@@ -59,3 +59,15 @@ def test_cli_reports_cuda_missing(capsys):
         pytest.skip("a CUDA device is present")
     assert main(["bench-verify", "--device", "cuda", "--B", "2", "--V", "50", "--k", "2", "--no-progress"]) == 2
     assert "cuda" in capsys.readouterr().err
+
+
+def test_bench_verify_cli_prints_lookahead_next_to_myopic(tmp_path, capsys):
+    """One run prints resispec_lookahead / rrs next to resispec (myopic) / rrs, for each backend."""
+    rc = main(["bench-verify", "--B", "3", "--V", "200", "--k", "2,3", "--numpy-B", "2", "--no-progress",
+               "--repeats", "1", "--verifiers", "rrs,resispec,resispec_lookahead", "--out", str(tmp_path / "r.md")])
+    assert rc == 0
+    out = capsys.readouterr().out
+    for backend in ("numpy", "torch"):
+        mine = out.index(f"{backend}: resispec / rrs cost k=2")
+        look = out.index(f"{backend}: resispec_lookahead / rrs cost k=2")
+        assert look > mine and "k=3" in out[look:].splitlines()[0]

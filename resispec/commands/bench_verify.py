@@ -2,7 +2,9 @@
 
 Verifies the same batch (B x V, softmax-noise pairs) through each backend's
 public ``verify`` and prints nodes/s with each verifier's per-node cost
-relative to ``rrs`` in the same backend (ResiSpec target: at most 2).
+relative to ``rrs`` in the same backend (ResiSpec target: at most 2), and one
+summary line per backend for each ResiSpec reserve rule in ``--verifiers``
+(``resispec``, ``resispec_lookahead``, ``resispec_myopic``) side by side.
 Writes a markdown report and a JSON file beside it.
 """
 
@@ -57,10 +59,11 @@ def run(args) -> int:
           f"dtype={c.get('dtype', '-')}  repeats={c['repeats']}")
     print(res.table())
     for b in c["backends"]:
-        ratios = [res.ratio(b, k) for k in c["ks"] if res.ratio(b, k) is not None]
-        if ratios and "resispec" in c["verifiers"]:
-            print(f"{b}: resispec / rrs cost " + ", ".join(f"k={k}: {res.ratio(b, k):.2f}" for k in c["ks"])
-                  + f"  (target <= 2: {'met' if max(ratios) <= 2 else 'NOT met'})")
+        for name in ("resispec", "resispec_lookahead", "resispec_myopic"):
+            ratios = [res.ratio(b, k, name) for k in c["ks"] if res.ratio(b, k, name) is not None]
+            if ratios and name in c["verifiers"]:
+                print(f"{b}: {name} / rrs cost " + ", ".join(f"k={k}: {res.ratio(b, k, name):.2f}" for k in c["ks"])
+                      + f"  (target <= 2: {'met' if max(ratios) <= 2 else 'NOT met'})")
     command = "resispec " + " ".join(shlex.quote(a) for a in sys.argv[1:]) if sys.argv[1:] else None
     md, js = write_reports(res, args.out, command=command)
     print(f"wrote {md} and {js}")

@@ -32,7 +32,7 @@ Modules: :mod:`._validation` (input rules: devices, dtypes and half-precision
 up-casting, contiguity, shapes), :mod:`.sampling` (inverse CDF,
 ``draw_candidates``), :mod:`.base` (engine, ``decide``), :mod:`.baselines`,
 :mod:`.kseq`, :mod:`.resispec` (reserve solvers and their error bound),
-:mod:`.lookahead` (look-ahead reserve by ``searchsorted``),
+:mod:`.lookahead` (look-ahead reserve: the compiled kernel on CPU, ``searchsorted`` elsewhere),
 :mod:`.proxies`, :mod:`.numpy_facade` (``NumpyFacade``: a numpy-facing view
 for harnesses such as ``exactness.certify_verifier``).  Throughput:
 ``resispec bench-verify`` (:mod:`resispec.bench.throughput`) and

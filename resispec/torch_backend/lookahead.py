@@ -11,7 +11,9 @@ recursion ``psi(L_{i-1}) = psi(L_i) + L_i - L_{i+1}`` with
 knots at the sorted ratios ``p/q``), ``L_k = 0``, ``L_{k-1} = t`` and ``t``
 fixed by ``L_0 - L_1 = 1`` (bisection on ``t``, :data:`BISECT` halvings).
 
-Batched over the ``B`` nodes: one ``torch.sort`` of the ratios ``p/q``
+On CPU tensors (numba installed) the reserve and the accepted mass come from
+the compiled kernel of :mod:`resispec._lookahead_fused`, as in numpy (float64).
+On other devices, batched over the ``B`` nodes: one ``torch.sort`` of the ratios ``p/q``
 (O(V log V) per row), cumulative sums and a ``cummax`` for the knot values of
 ``psi``; ``psi`` and its inverse are then ``torch.searchsorted`` look-ups,
 O(log V) per query (the numpy reference counts over the ``V`` knots, O(V)).
@@ -32,6 +34,7 @@ from __future__ import annotations
 
 import torch
 
+from .._reserve_tol import LOOKAHEAD_TOL
 from ..verifiers.registry import register
 from .base import TorchMassVerifier
 
@@ -133,17 +136,48 @@ def lookahead_schedule_t(p: torch.Tensor, q: torch.Tensor, k: int) -> torch.Tens
     for _ in range(BISECT):
         mid = 0.5 * (lo + hi)
         L = run(mid)
-        big = (L[:, 0] - L[:, 1]) >= 1.0
+        big = (L[:, 0] - L[:, 1]) >= 1.0 - LOOKAHEAD_TOL     # tie rule: the smallest such t
         hi = torch.where(big, mid, hi)
         lo = torch.where(big, lo, mid)
     return run(hi)
 
 
+def _fused_ok(p_i: torch.Tensor) -> bool:
+    """The compiled kernel of :mod:`resispec._lookahead_fused` runs on CPU tensors (numba installed)."""
+    if p_i.device.type != "cpu":
+        return False
+    from .. import _lookahead_fused
+
+    return _lookahead_fused.AVAILABLE
+
+
+def _as_np64(t: torch.Tensor):
+    """A C-contiguous float64 numpy view (or copy) of a CPU tensor."""
+    import numpy as np
+
+    return np.ascontiguousarray(t.detach().numpy(), dtype=np.float64)
+
+
 def lookahead_reserve_t(p_i: torch.Tensor, q: torch.Tensor, k_left: int) -> torch.Tensor:
     """Reserve ``Lambda`` (B,) of the current candidate with ``k_left`` candidates left (itself included).
 
-    ``p_i``, ``q``: (B, V) tensors; 0 when ``k_left <= 1`` (the last candidate is greedy).
+    ``p_i``, ``q``: (B, V) tensors; 0 when ``k_left <= 1`` (the last candidate is greedy).  On CPU
+    (numba installed) the fused kernel of :mod:`resispec._lookahead_fused` (float64, the numpy
+    backend's numbers); elsewhere the ``searchsorted`` port :func:`lookahead_schedule_t`.  The two agree
+    up to round-off and the tie rule of ``docs/verifiers.md``.
     """
+    if k_left <= 1:
+        return torch.zeros(p_i.shape[0], dtype=p_i.dtype, device=p_i.device)
+    if _fused_ok(p_i):
+        from .._lookahead_fused import lookahead_rows
+
+        sched = lookahead_rows(_as_np64(p_i), _as_np64(q), int(k_left))
+        return torch.from_numpy(sched[:, 1].copy()).to(p_i.dtype)
+    return _lookahead_reserve_tensor(p_i, q, k_left)
+
+
+def _lookahead_reserve_tensor(p_i: torch.Tensor, q: torch.Tensor, k_left: int) -> torch.Tensor:
+    """The tensor-op reserve (any device): ``L_1`` of :func:`lookahead_schedule_t`."""
     if k_left <= 1:
         return torch.zeros(p_i.shape[0], dtype=p_i.dtype, device=p_i.device)
     B = p_i.shape[0]
@@ -207,6 +241,14 @@ class ResiSpecLookaheadTorch(TorchMassVerifier):
     def accepted_mass(self, i, k, p_i, q_i, *, q, rejected, out=None):
         if i == k - 1 or self.gamma == 0:
             return torch.minimum(p_i, q_i, out=out)
+        if p_i.dtype == torch.float64 and _fused_ok(p_i) and p_i.is_contiguous() and q_i.is_contiguous():
+            from .._lookahead_fused import lookahead_rows    # reserve and mass in one compiled pass per row
+
+            buf = out if (out is not None and out.is_contiguous() and out.dtype == torch.float64) \
+                else torch.empty_like(p_i)
+            lookahead_rows(p_i.detach().numpy(), q_i.detach().numpy(), k - i, gamma=self.gamma,
+                           out=buf.numpy())
+            return buf
         rho, lam = self.reserve(i, k, p_i, q_i)
         m = torch.addcmul(p_i, rho, lam.unsqueeze(1), value=-1.0, out=out).clamp_(min=0.0)   # (p_i - lam q)_+
         return torch.minimum(m, q_i, out=m)

@@ -29,9 +29,14 @@ Exactness: ``Lambda_i`` depends on ``p_i``, ``q`` and the number of
 candidates left only -- never on ``x_i`` or later candidates -- and
 ``0 <= m_i <= min(p_i, q)``, so the sequential lemma (section 2) applies
 whatever ``Lambda_i`` is; the solver's accuracy only affects the acceptance.
-Cost: one sort of ``p_i/q`` (O(V log V)) plus ``O(n_bisect * k * log V)``
-per candidate (``psi`` and its inverse by a vectorised binary search,
-:func:`_count_sorted`), O(k V log V) per node.
+Cost: :func:`lookahead_reserve` runs the compiled kernel of
+:mod:`resispec._lookahead_fused` (bucketed ratios, no sort over ``V``: two
+passes per row and candidate plus O(BISECT k log V) look-ups).  The
+reference here, :func:`lookahead_schedule`, sorts ``p_i/q`` (O(V log V)) and
+runs the bisection as numpy calls over the rows (``psi`` and its inverse by
+a vectorised binary search, :func:`_count_sorted`); it is the oracle of the
+kernel's tests and the path without numba.  Tie rule: the smallest ``t``
+with ``L_0 - L_1 >= 1 - LOOKAHEAD_TOL`` (``docs/verifiers.md``).
 
 Builds on SpecInfer (Miao et al. 2024, arXiv 2305.09781) and the
 optimal-transport view of multi-draft verification (SpecTr, Sun et al. 2023,
@@ -41,6 +46,8 @@ arXiv 2310.15141; Khisti et al. 2025, arXiv 2410.18234).
 from __future__ import annotations
 
 import numpy as np
+
+from .._reserve_tol import LOOKAHEAD_TOL
 
 _BISECT = 80
 
@@ -160,14 +167,52 @@ def lookahead_schedule(p: np.ndarray, q: np.ndarray, k: int) -> np.ndarray:
     for _ in range(_BISECT):
         mid = 0.5 * (lo + hi)
         L = run(mid)
-        big = (L[:, 0] - L[:, 1]) >= 1.0
+        big = (L[:, 0] - L[:, 1]) >= 1.0 - LOOKAHEAD_TOL     # tie rule: the smallest such t
         hi = np.where(big, mid, hi)
         lo = np.where(big, lo, mid)
     return run(hi)
 
 
 def lookahead_reserve(p_i: np.ndarray, q: np.ndarray, k_left: int) -> np.ndarray:
-    """Reserve ``Lambda`` (B,) of the current candidate with ``k_left`` candidates left (itself included)."""
+    """Reserve ``Lambda`` (B,) of the current candidate with ``k_left`` candidates left (itself included).
+
+    ``p_i``, ``q``: (B, V) float64 laws.  ``L_1`` of :func:`lookahead_schedule`,
+    computed by the fused kernel of :mod:`resispec._lookahead_fused` (no sort
+    over ``V``; the same bisection, equal to the reference up to round-off and
+    the tie rule of ``docs/verifiers.md``) when numba is installed, else by the
+    reference :func:`_lookahead_reserve_ref`.  0 when ``k_left <= 1``.
+    """
+    return lookahead_reserve_and_mass(p_i, q, k_left)[0]
+
+
+def lookahead_reserve_and_mass(p_i: np.ndarray, q: np.ndarray, k_left: int, gamma: float | None = None):
+    """``(Lambda, m)``: the reserve (B,) and, with ``gamma``, ``m = min(q, (p_i - gamma Lambda q)_+)`` (B, V).
+
+    ``m`` is ``None`` without ``gamma``.  One fused pass per row computes both
+    when numba is installed (:mod:`resispec._lookahead_fused`); otherwise the
+    reference sort (:func:`_lookahead_reserve_ref`) and numpy.
+    """
+    from .. import _lookahead_fused
+
+    if k_left <= 1:
+        lam = np.zeros(p_i.shape[0])
+    elif _lookahead_fused.AVAILABLE:
+        p64 = np.ascontiguousarray(p_i, dtype=np.float64)
+        q64 = np.ascontiguousarray(q, dtype=np.float64)
+        if gamma is None:
+            return _lookahead_fused.lookahead_rows(p64, q64, int(k_left))[:, 1], None
+        sched, m = _lookahead_fused.lookahead_rows(p64, q64, int(k_left), gamma=float(gamma))
+        return sched[:, 1], m
+    else:
+        lam = _lookahead_reserve_ref(p_i, q, k_left)
+    if gamma is None:
+        return lam, None
+    return lam, np.minimum(q, np.maximum(p_i - (gamma * lam)[:, None] * q, 0.0))
+
+
+def _lookahead_reserve_ref(p_i: np.ndarray, q: np.ndarray, k_left: int) -> np.ndarray:
+    """The reference reserve: ``L_1`` of :func:`lookahead_schedule` (a sort over ``V`` per row; slow, kept as the
+    oracle of the fused kernel and the path without numba)."""
     if k_left <= 1:
         return np.zeros(p_i.shape[0])
     if p_i.shape[0] > 1:                       # identical nodes share one schedule

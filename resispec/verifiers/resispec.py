@@ -17,7 +17,7 @@ import numpy as np
 
 from ..proxies import check_proxy_output, get_proxy
 from .base import MassVerifier
-from .lookahead import lookahead_reserve
+from .lookahead import lookahead_reserve, lookahead_reserve_and_mass
 from .registry import register
 from .._reserve_tol import reserve_tol
 
@@ -268,6 +268,9 @@ class ResiSpec(MassVerifier):
 
     def _solve(self, i, k, p_i, q_i):
         """``(rho, lam, m)``: proxy, reserve and accepted mass of 0-based step ``i``."""
+        if self.reserve_rule == "lookahead":
+            lam, m = lookahead_reserve_and_mass(p_i, q_i, k - i, self.gamma)   # one fused pass when numba is there
+            return q_i, self.gamma * lam, m
         rho, lam = self._proxy_and_lookahead(i, k, p_i, q_i)
         if (lam is None and getattr(self, "reserve_method", "newton") == "newton" and self.gamma <= 1.0
                 and _fused_available()):
