@@ -3,6 +3,9 @@
 Under CI (``CI=true``) hypothesis runs derandomized, so a CI run is
 reproducible: the same examples every time.  Locally it explores new random
 examples each run (and saves failures in ``.hypothesis/``).
+
+Under pytest-xdist (``PYTEST_XDIST_WORKER`` set; ``-n 2`` in pyproject.toml) every worker uses one torch
+thread, so two workers on two cores do not oversubscribe them; a test that needs more sets it itself.
 """
 
 import os
@@ -14,6 +17,14 @@ from hypothesis import settings
 settings.register_profile("ci", derandomize=True, print_blob=True)
 if os.environ.get("CI", "").lower() in ("1", "true", "yes"):
     settings.load_profile("ci")
+
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    try:
+        import torch
+    except ImportError:
+        pass
+    else:
+        torch.set_num_threads(1)
 
 
 @pytest.fixture
