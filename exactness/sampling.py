@@ -12,7 +12,14 @@ from the same stream:
   drafts), the per-step accept probabilities ``a_i(x)`` and the residual are
   computed once per node, and each draw costs O(k log V).  The first
   ``GUARD`` draws of a sampler's first call are recomputed through ``verify``
-  and must agree bit for bit, or ``RuntimeError`` is raised.
+  and must agree bit for bit, or ``RuntimeError`` is raised;
+- **fast paths** (:mod:`exactness.fast_paths`): closed-form O(k log V) samplers
+  of built-in rules whose state changes with each rejected candidate
+  (``target_only``); the same ``GUARD`` recheck through ``verify``, plus the
+  path's accept probabilities and residual on those candidates against
+  ``verifier.chain`` (``check_against_chain``).  ``NodeSampler.path`` names the
+  path that ran (``"table"``, a fast path's name, or ``"generic"``) and
+  ``NodeSampler.guard`` what the recheck compared.
 
 Optional verifier hooks the harness honours (used by :mod:`exactness.mutants`,
 open to users whose pipeline drafts differently):
@@ -40,6 +47,8 @@ from resispec import Verifier
 from resispec._validation import Laws, as_node, check_k
 from resispec.verifiers.base import MassVerifier, takes_laws
 from resispec.verifiers.registry import _REGISTRY
+
+from .fast_paths import check_against_chain, fast_path_for
 
 #: Draws re-checked through ``verify`` when the table path is used.
 GUARD = 64
@@ -358,6 +367,10 @@ class NodeSampler:
         self.drafting = drafting_of(verifier)
         self.cand_law = candidate_law(verifier, q2)[0]
         self.table = accept_table(verifier, self.p, self.q, self.k) if fast else None
+        self.fast_path = (fast_path_for(verifier, self.p, self.q, self.k)
+                          if fast and self.table is None and isinstance(verifier, Verifier) else None)
+        #: What the run-time recheck of the fast path compared (None before the first draws / generic path).
+        self.guard: dict | None = None
         self.uses_uniforms = takes_uniforms(verifier)
         self._copies = not _builtin(verifier)
         self._laws = takes_laws(verifier, "verify")
@@ -369,7 +382,10 @@ class NodeSampler:
 
     @property
     def path(self) -> str:
-        return "table" if self.table is not None else "generic"
+        """``"table"``, the fast path's name (:mod:`exactness.fast_paths`) or ``"generic"`` (O(V) ``verify``)."""
+        if self.table is not None:
+            return "table"
+        return self.fast_path.name if self.fast_path is not None else "generic"
 
     def __call__(self, rng: np.random.Generator, n: int) -> np.ndarray:
         return self.draws(rng, n).tokens
@@ -391,16 +407,24 @@ class NodeSampler:
         uc = rng.random((n, k))
         uv = rng.random((n, k + 1))
         cand = draw_node_candidates(self.cand_law, k, self.drafting, uc)
-        if self.table is None:
+        if self.table is None and self.fast_path is None:
             return self._generic(cand, uv, rng)
-        out = self._table(cand, uv)
+        if self.table is not None:
+            out = self._table(cand, uv)
+        else:
+            out = Draws(*self.fast_path.draw(cand, uv))
         g = 0 if self._guarded else min(n, GUARD)
         if g:
             self._guarded = True
             ref = self._generic(cand[:g], uv[:g], rng)
             if not (np.array_equal(ref.tokens, out.tokens[:g]) and np.array_equal(ref.accepted, out.accepted[:g])):
-                raise RuntimeError(f"table path disagrees with {type(self.verifier).__name__}.verify; "
+                raise RuntimeError(f"{self.path} path disagrees with {type(self.verifier).__name__}.verify; "
                                    "use NodeSampler(..., fast=False)")
+            self.guard = {"path": self.path, "verify_draws": g, "agreed": True}
+            if self.fast_path is not None:
+                a, r = self.fast_path.chain(cand[:g])
+                self.guard["chain_tuples"] = g
+                self.guard["chain_max_diff"] = check_against_chain(self.verifier, self.p, self.q, cand[:g], a, r)
         return out
 
     def _table(self, cand, uv) -> Draws:

@@ -76,7 +76,7 @@ MAX_SAMPLES = 1 << 27
 
 def default_n(sampler: NodeSampler) -> int:
     """Default budget: ``DEFAULT_N`` draws, capped for the generic path at large V."""
-    if sampler.path == "table":
+    if sampler.path != "generic":
         return DEFAULT_N
     return int(max(2_000, min(DEFAULT_N, GENERIC_BUDGET // (sampler.V * sampler.k))))
 
