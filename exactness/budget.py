@@ -96,7 +96,8 @@ def check_planned_budget(draw, n: int, *, tv: float, workers: int, max_samples: 
     over = []
     if n > max_samples:
         over.append(f"{gib:.3g} GiB for {n_txt} draws exceeds the memory limit of {max_samples:,} draws "
-                    "(exactness.verifier_cert.MAX_SAMPLES)")
+                    "(exactness.verifier_cert.MAX_SAMPLES when the draws are kept (sequential), MAX_COUNTED "
+                    "when they are counted)")
     if est > _cert.MAX_SECONDS:
         over.append(f"~{_hours(est)} with {workers} worker(s) exceeds the time limit "
                     f"exactness.certificate.MAX_SECONDS = {_hours(_cert.MAX_SECONDS)}")

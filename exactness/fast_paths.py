@@ -75,7 +75,10 @@ def _load_builtins() -> None:
         return
     from resispec.verifiers.baselines import TargetOnly
 
+    from resispec.verifiers.baselines import RecursiveRejectionWOR
+
     register_fast_path("target_only_closed_form", TargetOnly)(_TargetOnlyPath.build)
+    register_fast_path("rrs_wor_threshold", RecursiveRejectionWOR)(_RRSWORPath.build)
 
 
 def check_against_chain(verifier, p: np.ndarray, q: np.ndarray, cand: np.ndarray, a_fast: np.ndarray,
@@ -201,3 +204,223 @@ class _TargetOnlyPath:
         keep = cols < self.V
         r[rows[keep], cols[keep]] = 0.0
         return a, r / left[:, None]
+
+
+class _ThresholdTree:
+    """Index-order prefix sums of ``(p - t q)_+`` for any threshold ``t``: a merge-sort tree, O(log V) searches.
+
+    ``G(j; t) = sum_{y <= j} (p(y) - t q(y))_+ = sum_{y <= j, r(y) > t} (p(y) - t q(y))`` with ``r = p / q``
+    (``+inf`` where ``q = 0``).  Level ``s`` (segments of ``s`` consecutive ids) stores each segment's tokens
+    sorted by their rank in the global ratio order, with running sums of ``p`` and ``q`` in that order, so a
+    segment's sum at ``t`` is two differences after one ``searchsorted`` over all queries at once.
+    """
+
+    def __init__(self, p: np.ndarray, q: np.ndarray):
+        V = p.size
+        self.V, self.Vpad = V, 1 << max(1, int(V - 1).bit_length())
+        with np.errstate(divide="ignore", invalid="ignore"):
+            ratio = np.where(q > 0, p / np.where(q > 0, q, 1.0), np.where(p > 0, np.inf, 0.0))
+        order = np.argsort(ratio, kind="stable")
+        self.order = order
+        self.r_sorted = ratio[order]
+        rank = np.zeros(self.Vpad, dtype=np.int64)            # padding: rank 0, no mass
+        rank[order] = np.arange(1, V + 1)
+        pp = np.zeros(self.Vpad)
+        qq = np.zeros(self.Vpad)
+        pp[:V], qq[:V] = p, np.where(np.isfinite(ratio), q, 0.0)
+        self.span = V + 2
+        self.levels = {}
+        ids = np.arange(self.Vpad)
+        s = self.Vpad // 2
+        while s >= 1:
+            key = (ids // s) * self.span + rank
+            o = np.argsort(key, kind="stable")
+            cp = np.concatenate([[0.0], np.cumsum(pp[o])])
+            cq = np.concatenate([[0.0], np.cumsum(qq[o])])
+            self.levels[s] = (key[o], cp, cq)
+            s //= 2
+
+    def count(self, t: np.ndarray) -> np.ndarray:
+        """``#{y : r(y) <= t}`` per query (n,)."""
+        return np.searchsorted(self.r_sorted, t, side="right")
+
+    def _segment(self, s, g, cnt, t):
+        key, cp, cq = self.levels[s]
+        pos = np.searchsorted(key, g * self.span + cnt + 1, side="left")
+        end = (g + 1) * s
+        return (cp[end] - cp[pos]) - t * (cq[end] - cq[pos])
+
+    def inverse(self, target: np.ndarray, t: np.ndarray) -> np.ndarray:
+        """Smallest ``j`` with ``G(j; t) > target`` per query, clipped to ``V - 1``."""
+        cnt = self.count(t)
+        lo = np.zeros(target.size, dtype=np.int64)
+        rest = target.copy()
+        s = self.Vpad // 2
+        while s >= 1:
+            left = self._segment(s, lo // s, cnt, t)
+            right = rest >= left
+            rest = np.where(right, rest - left, rest)
+            lo = np.where(right, lo + s, lo)
+            s //= 2
+        return np.minimum(lo, self.V - 1)
+
+    def prefix(self, j: np.ndarray, t: np.ndarray) -> np.ndarray:
+        """``G(j; t)`` per query (sum over ids ``<= j``)."""
+        cnt = self.count(t)
+        hi = j + 1
+        lo = np.zeros(j.size, dtype=np.int64)
+        out = np.zeros(j.size)
+        s = self.Vpad // 2
+        while s >= 1:
+            take = lo + s <= hi
+            if take.any():
+                out[take] += self._segment(s, lo[take] // s, cnt[take], t[take])
+                lo = np.where(take, lo + s, lo)
+            s //= 2
+        return out
+
+
+class _RRSWORPath:
+    """``rrs_wor`` on without-replacement candidates in closed form.
+
+    With ``q0 = q / sum q`` and ``S`` the rejected set, the draft is ``q0 / (sum q0 - q0(S))`` off ``S`` and,
+    by induction on ``p_{i+1} = norm((p_i - q_i)_+)``, the target is ``(p - t q0)_+`` (unnormalised) off ``S``
+    with one threshold ``t`` per draw (``t_{i+1} = t_i + Z_i / D_i``, ``Z_i`` the target's mass, ``D_i`` the
+    draft's), while a token rejected at step ``i`` keeps ``(p - t_{i+1} q0)_+`` frozen.  So
+    ``a_i = min(1, P_i(x) D_i / (Z_i q0(x)))`` and the residual token is the inverse CDF of ``(p - t_k q0)_+``
+    plus the frozen corrections, in token-id order (:class:`_ThresholdTree`).  Candidates: successive sampling
+    by the inverse CDF of ``q`` without ``S`` (:func:`_inverse_cdf_without`), as
+    :func:`exactness.sampling.draw_node_candidates` does with an O(V) cumsum a step.
+    """
+
+    @classmethod
+    def build(cls, verifier, p, q, k):
+        if getattr(verifier, "drafting", None) != "without_replacement" or k > int(np.count_nonzero(q > 0)):
+            return None
+        return cls(p, q, k)
+
+    def __init__(self, p, q, k):
+        self.p, self.k, self.V = p, k, p.size
+        self.qraw = q
+        self.q0 = q / q.sum()
+        self.qtot = float(self.q0.sum())
+        self.cdf_q = np.cumsum(q)
+        self.last_q = np.flatnonzero(q > 0)[::-1][:k + 1]
+        self.tree = _ThresholdTree(p, self.q0)
+        o = self.tree.order                  # the tree's ratio order, so that count(t) indexes these sums
+        ps, qs = p[o], self.q0[o]
+        self.suf_p = np.concatenate([np.cumsum(ps[::-1])[::-1], [0.0]])   # tokens with ratio rank >= i
+        self.suf_q = np.concatenate([np.cumsum(qs[::-1])[::-1], [0.0]])
+
+    def _F(self, t):
+        """``sum_y (p - t q0)_+`` over every token, per row."""
+        c = self.tree.count(t)
+        return self.suf_p[c] - t * self.suf_q[c]
+
+    def candidates(self, uc):
+        """Candidates (n, k) int64 by successive sampling from uniforms ``uc`` (n, k)."""
+        n, k = uc.shape
+        q = self.qraw
+        out = np.empty((n, k), dtype=np.int64)
+        removed = np.full((n, max(k - 1, 1)), self.V, dtype=np.int64)
+        gone = np.zeros(n)
+        tot = float(self.cdf_q[-1])
+        for i in range(k):
+            rm = np.sort(removed[:, :i], axis=1) if i else removed[:, :0]
+            x = _inverse_cdf_without(self.cdf_q, q, uc[:, i] * (tot - gone), rm)
+            out[:, i] = np.minimum(x, _last_kept(self.last_q, rm))
+            if i + 1 < k:
+                removed[:, i] = out[:, i]
+                gone += q[out[:, i]]
+        return out
+
+    def walk(self, cand):
+        """``(a (n, k), t_k (n,), frozen ids (n, k) sorted, their extra mass (n, k), Z_k (n,))``."""
+        n, k = cand.shape
+        p, q0 = self.p, self.q0
+        rows = np.arange(n)
+        t = np.zeros(n)
+        Z = np.ones(n)                       # p_0 = p itself
+        D = np.ones(n)                       # q_0 = q0 itself
+        qgone = np.zeros(n)
+        frozen_ids = np.full((n, k), self.V, dtype=np.int64)
+        frozen_T = np.zeros((n, k))
+        a = np.empty((n, k))
+        for i in range(k):
+            x = cand[:, i]
+            Px = np.maximum(p[x] - t * q0[x], 0.0)
+            with np.errstate(divide="ignore", invalid="ignore"):
+                a[:, i] = np.clip(np.where(q0[x] > 0, Px * D / (Z * q0[x]), 0.0), 0.0, 1.0)
+            t_new = t + Z / D
+            # Z_{i+1} = F(t_new) over the live tokens + the frozen ones' own masses
+            fz = frozen_ids[:, :i]
+            live_f = fz < self.V
+            fzc = np.where(live_f, fz, 0)
+            Tf = frozen_T[:, :i]
+            own = np.where(live_f, np.maximum(p[fzc] - Tf * q0[fzc], 0.0), 0.0).sum(axis=1)
+            cur = np.where(live_f, np.maximum(p[fzc] - t_new[:, None] * q0[fzc], 0.0), 0.0).sum(axis=1)
+            Z_new = self._F(t_new) - cur + own
+            ok = Z_new / Z > _EPS            # reject_update keeps p_i when the residual mass is ~0
+            t = np.where(ok, t_new, t)
+            Z = np.where(ok, Z_new, Z)
+            frozen_ids[:, i] = x
+            frozen_T[:, i] = t
+            if i + 1 < k:
+                qgone += q0[x]
+                D = self.qtot - qgone
+        # the residual after k rejections: (p - t q0)_+ off the frozen set + the frozen masses
+        fzc = np.minimum(frozen_ids, self.V - 1)
+        extra = np.maximum(p[fzc] - frozen_T * q0[fzc], 0.0) - np.maximum(p[fzc] - t[:, None] * q0[fzc], 0.0)
+        order = np.argsort(frozen_ids, axis=1)
+        del rows
+        return (a, t, np.take_along_axis(frozen_ids, order, axis=1), np.take_along_axis(extra, order, axis=1), Z)
+
+    def _residual_tokens(self, t, fids, extra, target):
+        """Inverse CDF (token-id order) of the residual at ``target`` (n,) (frozen corrections added in order)."""
+        tree = self.tree
+        D = np.zeros(target.size)
+        j = tree.inverse(target, t)
+        done = np.zeros(target.size, dtype=bool)
+        for c in range(fids.shape[1]):
+            s = fids[:, c]
+            act = ~done & (extra[:, c] > 0)
+            act &= j >= s
+            if not act.any():
+                continue
+            idx = np.flatnonzero(act)
+            g = tree.prefix(s[idx], t[idx])
+            here = g + D[idx] + extra[idx, c] > target[idx]
+            j[idx[here]] = s[idx[here]]
+            done[idx[here]] = True
+            mv = idx[~here]
+            D[mv] += extra[mv, c]
+            j[mv] = tree.inverse(target[mv] - D[mv], t[mv])
+        return j
+
+    def draw(self, cand, uv):
+        n, k = cand.shape
+        a, t, fids, extra, Z = self.walk(cand)
+        acc = uv[:, :k] < a
+        hit = acc.any(axis=1)
+        first = np.argmax(acc, axis=1)
+        tokens = cand[np.arange(n), first].astype(np.int64)
+        miss = np.flatnonzero(~hit)
+        if miss.size:
+            tokens[miss] = self._residual_tokens(t[miss], fids[miss], extra[miss], uv[miss, k] * Z[miss])
+        return tokens, np.where(hit, first, -1).astype(np.int64)
+
+    def chain(self, cand):
+        a, t, fids, extra, Z = self.walk(cand)
+        n = cand.shape[0]
+        r = np.maximum(self.p[None, :] - t[:, None] * self.q0[None, :], 0.0)
+        rows = np.repeat(np.arange(n), fids.shape[1])
+        r[rows, fids.ravel()] += extra.ravel()
+        return a, r / Z[:, None]
+
+
+def _last_kept(last_pos: np.ndarray, removed: np.ndarray) -> np.ndarray:
+    """Last token of ``last_pos`` (descending ids with mass) not in ``removed`` (n, m), per row."""
+    if removed.shape[1] == 0:
+        return np.full(removed.shape[0], last_pos[0])
+    gone = (removed[:, :, None] == last_pos[None, None, :]).any(axis=1)
+    return last_pos[np.argmax(~gone, axis=1)]

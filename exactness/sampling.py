@@ -406,21 +406,29 @@ class NodeSampler:
         k = self.k
         uc = rng.random((n, k))
         uv = rng.random((n, k + 1))
-        cand = draw_node_candidates(self.cand_law, k, self.drafting, uc)
+        fast_cand = getattr(self.fast_path, "candidates", None)
+        g = 0 if self._guarded else min(n, GUARD)
+        if fast_cand is None:
+            cand = draw_node_candidates(self.cand_law, k, self.drafting, uc)
+        else:  # the path's O(k log V) successive sampling, rechecked against the reference on the first draws
+            cand = fast_cand(uc)
+            if g and not np.array_equal(cand[:g], draw_node_candidates(self.cand_law, k, self.drafting, uc[:g])):
+                raise RuntimeError(f"{self.path} path draws other candidates than draw_node_candidates; "
+                                   "use NodeSampler(..., fast=False)")
         if self.table is None and self.fast_path is None:
             return self._generic(cand, uv, rng)
         if self.table is not None:
             out = self._table(cand, uv)
         else:
             out = Draws(*self.fast_path.draw(cand, uv))
-        g = 0 if self._guarded else min(n, GUARD)
         if g:
             self._guarded = True
             ref = self._generic(cand[:g], uv[:g], rng)
             if not (np.array_equal(ref.tokens, out.tokens[:g]) and np.array_equal(ref.accepted, out.accepted[:g])):
                 raise RuntimeError(f"{self.path} path disagrees with {type(self.verifier).__name__}.verify; "
                                    "use NodeSampler(..., fast=False)")
-            self.guard = {"path": self.path, "verify_draws": g, "agreed": True}
+            self.guard = {"path": self.path, "verify_draws": g, "agreed": True,
+                          "candidates_rechecked": fast_cand is not None}
             if self.fast_path is not None:
                 a, r = self.fast_path.chain(cand[:g])
                 self.guard["chain_tuples"] = g
