@@ -31,6 +31,8 @@ from typing import Callable
 
 import numpy as np
 
+from ._search import GuidedCDF
+
 #: Below this ``V * k`` the generic path is cheap and kept (the default grid's small-V cells run as before).
 FAST_MIN_ELEMS = 200
 #: ``reject_update``'s threshold (``resispec.verifiers.base._RESIDUAL_EPS``): below it a rejection keeps the state.
@@ -105,20 +107,20 @@ def check_against_chain(verifier, p: np.ndarray, q: np.ndarray, cand: np.ndarray
 def _inverse_cdf_without(cdf: np.ndarray, vals: np.ndarray, target: np.ndarray, removed: np.ndarray) -> np.ndarray:
     """Smallest ``j`` with ``sum_{y <= j, y not removed} vals(y) > target``, per row.
 
-    ``cdf`` (V,) = ``cumsum(vals)``; ``target`` (n,); ``removed`` (n, m) int64 token ids sorted ascending,
+    ``cdf`` a :class:`exactness._search.GuidedCDF` of ``cumsum(vals)`` (V,); ``target`` (n,); ``removed`` (n, m) int64 token ids sorted ascending,
     each at most once per row, ``V`` for an unused slot.  O(m log V) a row: each removed entry at or before
     the current answer shifts the target by its mass (module docstring).
     """
-    V = cdf.size
+    V = cdf.cdf.size
     t = target.copy()
-    j = np.searchsorted(cdf, t, side="right")
+    j = cdf.search(t)
     for c in range(removed.shape[1]):
         s = removed[:, c]
         hit = s <= j
         if not hit.any():
             continue
         t[hit] += vals[s[hit]]
-        j[hit] = np.searchsorted(cdf, t[hit], side="right")
+        j[hit] = cdf.search(t[hit])
     return np.minimum(j, V - 1)
 
 
@@ -138,7 +140,7 @@ class _TargetOnlyPath:
         rest = p.copy()
         rest[self.top] = 0.0
         self.total_wo_top = float(rest.sum())   # sum p - p(top) without cancellation (a peaked p)
-        self.cdf = np.cumsum(p)
+        self.cdf = GuidedCDF(np.cumsum(p))
         pos = np.flatnonzero(p > 0)
         self.last_pos = pos[::-1][:k + 1]       # the k + 1 last tokens with mass, descending
 
@@ -304,7 +306,7 @@ class _RRSWORPath:
         self.qraw = q
         self.q0 = q / q.sum()
         self.qtot = float(self.q0.sum())
-        self.cdf_q = np.cumsum(q)
+        self.cdf_q = GuidedCDF(np.cumsum(q))
         self.last_q = np.flatnonzero(q > 0)[::-1][:k + 1]
         self.tree = _ThresholdTree(p, self.q0)
         o = self.tree.order                  # the tree's ratio order, so that count(t) indexes these sums
@@ -324,7 +326,7 @@ class _RRSWORPath:
         out = np.empty((n, k), dtype=np.int64)
         removed = np.full((n, max(k - 1, 1)), self.V, dtype=np.int64)
         gone = np.zeros(n)
-        tot = float(self.cdf_q[-1])
+        tot = float(self.cdf_q.cdf[-1])
         for i in range(k):
             rm = np.sort(removed[:, :i], axis=1) if i else removed[:, :0]
             x = _inverse_cdf_without(self.cdf_q, q, uc[:, i] * (tot - gone), rm)

@@ -48,6 +48,7 @@ from resispec._validation import Laws, as_node, check_k
 from resispec.verifiers.base import MassVerifier, takes_laws
 from resispec.verifiers.registry import _REGISTRY
 
+from ._search import GuidedCDF
 from .fast_paths import check_against_chain, fast_path_for
 
 #: Draws re-checked through ``verify`` when the table path is used.
@@ -375,9 +376,12 @@ class NodeSampler:
         self._copies = not _builtin(verifier)
         self._laws = takes_laws(verifier, "verify")
         self._guarded = False
+        if self.drafting != "without_replacement":  # iid candidates: one guided inverse CDF, same ids
+            cdf = np.cumsum(self.cand_law)
+            self._cand_cdf, self._cand_total, self._cand_last = GuidedCDF(cdf), cdf[-1], _last_positive(self.cand_law)
         if self.table is not None:
             a, r = self.table
-            self._r_cdf, self._r_last = np.cumsum(r), _last_positive(r)
+            self._r_cdf, self._r_last = GuidedCDF(np.cumsum(r)), _last_positive(r)
             self._offsets = (np.arange(self.k) * self.V)[None, :]
 
     @property
@@ -408,7 +412,10 @@ class NodeSampler:
         uv = rng.random((n, k + 1))
         fast_cand = getattr(self.fast_path, "candidates", None)
         g = 0 if self._guarded else min(n, GUARD)
-        if fast_cand is None:
+        if fast_cand is None and self.drafting != "without_replacement":
+            # = draw_node_candidates(self.cand_law, k, self.drafting, uc), id for id
+            cand = np.minimum(self._cand_cdf.search((uc * self._cand_total).ravel()).reshape(n, k), self._cand_last)
+        elif fast_cand is None:
             cand = draw_node_candidates(self.cand_law, k, self.drafting, uc)
         else:  # the path's O(k log V) successive sampling, rechecked against the reference on the first draws
             cand = fast_cand(uc)
@@ -444,7 +451,8 @@ class NodeSampler:
         tokens = cand[np.arange(n), first]
         miss = ~hit
         if np.any(miss):
-            tokens[miss] = _searchsorted_rows(self._r_cdf, uv[miss, k], self._r_last)
+            r_cdf = self._r_cdf  # = _searchsorted_rows(cumsum(r), u, last), id for id
+            tokens[miss] = np.minimum(r_cdf.search(uv[miss, k] * r_cdf.cdf[-1]), self._r_last)
         return Draws(tokens.astype(np.int64), np.where(hit, first, -1).astype(np.int64))
 
     def _generic(self, cand, uv, rng) -> Draws:
