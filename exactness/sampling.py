@@ -51,10 +51,14 @@ from resispec.verifiers.registry import _REGISTRY
 from ._search import GuidedCDF
 from .fast_paths import check_against_chain, fast_path_for
 
-#: Draws re-checked through ``verify`` when the table path is used.
+#: Draws re-checked through ``verify`` on a sampler's first call when the table or a fast path is used.
 GUARD = 64
+#: Draws of every later call (each chunk of a long run) re-checked through ``verify`` and ``chain`` on a fast path.
+RECHECK = 8
 #: Upper bound on (rows x V) elements per generic verify call.
 _ELEMS = 1 << 21
+#: Rows per ``verify`` call for a black box declaring ``handles_shared_nodes = True`` (read-only broadcast views).
+SHARED_ROWS = 1 << 16
 #: Largest number of draws :meth:`NodeSampler.draws` samples at once (uniforms of shape (CHUNK, 2k + 1)).
 CHUNK = 1 << 20
 
@@ -343,6 +347,12 @@ class NodeSampler:
     :func:`exactness.certify_sampler` contract); :meth:`draws` also returns
     the accepted indices.
 
+    A black box (not a built-in) whose ``handles_shared_nodes`` is ``True``
+    declares that its ``verify`` spends O(V) a call on rows that share one node
+    (``np.broadcast_to``, row stride 0) and does not write into ``P, Q``: it gets
+    read-only broadcast views in batches of ``SHARED_ROWS`` rows (large batches,
+    no copies), e.g. a wrapper of a built-in verifier or a GPU verifier.
+
     ``verify`` is called as ``verify(P, Q, c, rng, uniforms=U)`` when its
     signature takes ``uniforms`` (shared stream, table path, batched check),
     else as ``verify(P, Q, c, rng)`` (black box).  Built-in verifiers get
@@ -373,7 +383,10 @@ class NodeSampler:
         #: What the run-time recheck of the fast path compared (None before the first draws / generic path).
         self.guard: dict | None = None
         self.uses_uniforms = takes_uniforms(verifier)
-        self._copies = not _builtin(verifier)
+        # a black box that declares handles_shared_nodes = True gets read-only broadcast views of the one node in
+        # batches of SHARED_ROWS (its verify does O(V) work a call, not a row); any other gets writable copies
+        self._shared = not _builtin(verifier) and getattr(verifier, "handles_shared_nodes", False) is True
+        self._copies = not _builtin(verifier) and not self._shared
         self._laws = takes_laws(verifier, "verify")
         self._guarded = False
         if self.drafting != "without_replacement":  # iid candidates: one guided inverse CDF, same ids
@@ -411,7 +424,11 @@ class NodeSampler:
         uc = rng.random((n, k))
         uv = rng.random((n, k + 1))
         fast_cand = getattr(self.fast_path, "candidates", None)
-        g = 0 if self._guarded else min(n, GUARD)
+        # fast paths: GUARD draws of the first call, then RECHECK of every later call (chunk) through verify
+        if self._guarded:
+            g = min(n, RECHECK) if self.fast_path is not None else 0
+        else:
+            g = min(n, GUARD)
         if fast_cand is None and self.drafting != "without_replacement":
             # = draw_node_candidates(self.cand_law, k, self.drafting, uc), id for id
             cand = np.minimum(self._cand_cdf.search((uc * self._cand_total).ravel()).reshape(n, k), self._cand_last)
@@ -434,12 +451,14 @@ class NodeSampler:
             if not (np.array_equal(ref.tokens, out.tokens[:g]) and np.array_equal(ref.accepted, out.accepted[:g])):
                 raise RuntimeError(f"{self.path} path disagrees with {type(self.verifier).__name__}.verify; "
                                    "use NodeSampler(..., fast=False)")
-            self.guard = {"path": self.path, "verify_draws": g, "agreed": True,
-                          "candidates_rechecked": fast_cand is not None}
+            gd = self.guard = dict(self.guard or {"path": self.path, "verify_draws": 0, "agreed": True,
+                                                  "candidates_rechecked": fast_cand is not None})
+            gd["verify_draws"] += g
             if self.fast_path is not None:
                 a, r = self.fast_path.chain(cand[:g])
-                self.guard["chain_tuples"] = g
-                self.guard["chain_max_diff"] = check_against_chain(self.verifier, self.p, self.q, cand[:g], a, r)
+                err = check_against_chain(self.verifier, self.p, self.q, cand[:g], a, r)
+                gd["chain_tuples"] = gd.get("chain_tuples", 0) + g
+                gd["chain_max_diff"] = max(gd.get("chain_max_diff", 0.0), err)
         return out
 
     def _table(self, cand, uv) -> Draws:
@@ -457,7 +476,7 @@ class NodeSampler:
 
     def _generic(self, cand, uv, rng) -> Draws:
         n, k = cand.shape
-        step = max(1, _ELEMS // self.V)
+        step = SHARED_ROWS if self._shared else max(1, _ELEMS // self.V)
         toks, accs = [], []
         for s in range(0, n, step):
             c = cand[s:s + step]
@@ -475,7 +494,7 @@ class NodeSampler:
                 else:
                     res = self.verifier.verify(P, Q, c_in, rng)
             except (ValueError, TypeError, IndexError) as e:
-                if not self._copies:
+                if not (self._copies or self._shared):
                     raise
                 kw = ", uniforms=U (B, k + 1)" if self.uses_uniforms else ""
                 raise TypeError(
