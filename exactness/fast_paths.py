@@ -11,6 +11,18 @@ path keeps, per draw, the few numbers that state is made of and evaluates the ch
     ``a_i = p(x_i) / (sum p - p(S))`` (``p(x_0)`` for the first candidate, 0 for a repeated one) and the
     residual token is the inverse CDF of ``p`` without ``S`` (prefix sums of ``p`` shifted by the removed
     entries, O(k log V)).
+``rrs_wor`` (:class:`resispec.verifiers.baselines.RecursiveRejectionWOR`, without-replacement candidates;
+RSD, arXiv 2402.14160)
+    the target after ``i`` rejections is ``(p - t q0)_+`` off the rejected set, one threshold ``t`` a draw,
+    each rejected token frozen at the threshold of its rejection (:class:`_RRSWORPath`); the residual token
+    by a merge-sort tree over token ids (:class:`_ThresholdTree`), the candidates by successive sampling in
+    O(k log V).
+``rejection_proxy`` with its default ``rrs_residual``
+    the residuals ignore the rejected token: a per-step table built with the verifier's own proxy.
+
+Not covered: ResiSpec for without-replacement drafts (its candidate-dependent residual routes mass through
+a per-rejection transport plan, O(V) a rejected token) and ``rejection_proxy`` with a user's proxy: they
+keep the generic path.
 
 Each path returns the tokens and accepted indices :meth:`Verifier.verify` returns for the same
 candidates and uniforms (uniform ``i`` accepts candidate ``i`` when ``u_i < a_i``; uniform ``k`` is the
@@ -80,7 +92,10 @@ def _load_builtins() -> None:
     from resispec.verifiers.baselines import RecursiveRejectionWOR
 
     register_fast_path("target_only_closed_form", TargetOnly)(_TargetOnlyPath.build)
+    from resispec.verifiers.rejection_proxy import RejectionProxy
+
     register_fast_path("rrs_wor_threshold", RecursiveRejectionWOR)(_RRSWORPath.build)
+    register_fast_path("rejection_proxy_table", RejectionProxy)(_rejection_proxy_table)
 
 
 def check_against_chain(verifier, p: np.ndarray, q: np.ndarray, cand: np.ndarray, a_fast: np.ndarray,
@@ -426,3 +441,47 @@ def _last_kept(last_pos: np.ndarray, removed: np.ndarray) -> np.ndarray:
         return np.full(removed.shape[0], last_pos[0])
     gone = (removed[:, :, None] == last_pos[None, None, :]).any(axis=1)
     return last_pos[np.argmax(~gone, axis=1)]
+
+
+class _StepTablePath:
+    """A per-step accept table ``a (k, V)`` and residual ``r (V,)``: ``a_i = a[i, x_i]``, O(k log V) a draw."""
+
+    def __init__(self, a: np.ndarray, r: np.ndarray):
+        self.a, self.r, self.k = a, r, a.shape[0]
+        self.flat = a.ravel()
+        self.offsets = (np.arange(self.k) * r.size)[None, :]
+        self.r_cdf = GuidedCDF(np.cumsum(r))
+        self.r_last = int(r.size - 1 - np.argmax(r[::-1] > 0))
+
+    def draw(self, cand, uv):
+        n, k = cand.shape
+        acc = uv[:, :k] < self.flat[cand + self.offsets]
+        hit = acc.any(axis=1)
+        first = np.argmax(acc, axis=1)
+        tokens = cand[np.arange(n), first].astype(np.int64)
+        miss = ~hit
+        if miss.any():
+            tokens[miss] = np.minimum(self.r_cdf.search(uv[miss, k] * self.r_cdf.cdf[-1]), self.r_last)
+        return tokens, np.where(hit, first, -1).astype(np.int64)
+
+    def chain(self, cand):
+        return self.flat[cand + self.offsets], np.broadcast_to(self.r, (cand.shape[0], self.r.size))
+
+
+def _rejection_proxy_table(verifier, p, q, k):
+    """``rejection_proxy`` with its default ``rrs_residual``: the rule ignores the rejected token, so the residuals
+    ``R_{i+1} = proxy(R_i, q, x, step=i)`` are the same for every candidate; computed here with the verifier's own
+    proxy (``apply_proxy``), then a table.  Any other proxy may look at ``x``: generic path."""
+    from resispec.verifiers.rejection_proxy import apply_proxy, rrs_residual
+
+    if getattr(verifier, "proxy", None) is not rrs_residual or getattr(verifier, "drafting", None) != "iid":
+        return None
+    R = p[None].copy()
+    q2 = q[None]
+    x0 = np.array([int(np.argmax(q))])
+    safe = np.where(q > 0, q, 1.0)
+    a = np.empty((k, p.size))
+    for i in range(k):
+        a[i] = np.clip(np.where(q > 0, R[0] / safe, 0.0), 0.0, 1.0)
+        R = apply_proxy(verifier.proxy, R, q2, x0, i)
+    return _StepTablePath(a, R[0])

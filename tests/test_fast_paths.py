@@ -16,7 +16,8 @@ from resispec import get_verifier
 from resispec.enumeration import candidate_tuples
 from resispec.verifiers.base import law_from_chain
 
-FAST = {"target_only": "target_only_closed_form", "rrs_wor": "rrs_wor_threshold"}
+FAST = {"target_only": "target_only_closed_form", "rrs_wor": "rrs_wor_threshold",
+        "rejection_proxy": "rejection_proxy_table"}
 
 
 def _laws(V, seed, conc=0.3):
@@ -179,3 +180,11 @@ def test_fast_path_registry_is_exact_type_only():
     p, q = _laws(300, 3)
     assert fast_paths.fast_path_for(Mine(), p, q, 3) is None
     assert NodeSampler(Mine(), p, q, 3).path == "generic"
+
+
+def test_rejection_proxy_with_a_user_proxy_keeps_the_generic_path():
+    from resispec.verifiers.rejection_proxy import RejectionProxy, rrs_residual
+
+    p, q = _laws(300, 6)
+    mine = RejectionProxy(lambda R, q, x, *, step: rrs_residual(R, q, x, step=step))
+    assert NodeSampler(mine, p, q, 3).path == "generic"
