@@ -131,7 +131,7 @@ def _inverse_cdf_without(cdf: np.ndarray, vals: np.ndarray, target: np.ndarray, 
     j = cdf.search(t)
     for c in range(removed.shape[1]):
         s = removed[:, c]
-        hit = s <= j
+        hit = (s <= j) & (s < V)
         if not hit.any():
             continue
         t[hit] += vals[s[hit]]
@@ -193,6 +193,19 @@ class _TargetOnlyPath:
 
     def draw(self, cand, uv):
         """Tokens (n,) and accepted indices (n,) int64 for candidates (n, k) and uniforms (n, k + 1)."""
+        from . import _fast_kernels as fk
+
+        if not fk.AVAILABLE:
+            return self.draw_numpy(cand, uv)
+        n = cand.shape[0]
+        tokens, accepted = np.empty(n, dtype=np.int64), np.empty(n, dtype=np.int64)
+        g = self.cdf
+        fk.target_only_draw(self.p, g.cdf, g.guide, g.inv_h, np.ascontiguousarray(cand), np.ascontiguousarray(uv),
+                            self.total, self.total_wo_top, self.top, self.last_pos, tokens, accepted)
+        return tokens, accepted
+
+    def draw_numpy(self, cand, uv):
+        """:meth:`draw` in numpy (the reference the compiled kernel follows)."""
         n, k = cand.shape
         a, removed, left = self.walk(cand)
         acc = uv[:, :k] < a
@@ -256,6 +269,15 @@ class _ThresholdTree:
             cq = np.concatenate([[0.0], np.cumsum(qq[o])])
             self.levels[s] = (key[o], cp, cq)
             s //= 2
+
+    def stacked(self):
+        """The levels as ``(keys (L, Vpad) int64, cp (L, Vpad + 1), cq (L, Vpad + 1))``, level ``l`` of segment size
+        ``Vpad >> (l + 1)`` (for the compiled kernel)."""
+        if getattr(self, "_stacked", None) is None:
+            sizes = [self.Vpad >> (l + 1) for l in range(len(self.levels))]
+            self._stacked = tuple(np.ascontiguousarray(np.stack([self.levels[s][i] for s in sizes]))
+                                  for i in range(3))
+        return self._stacked
 
     def count(self, t: np.ndarray) -> np.ndarray:
         """``#{y : r(y) <= t}`` per query (n,)."""
@@ -336,6 +358,17 @@ class _RRSWORPath:
 
     def candidates(self, uc):
         """Candidates (n, k) int64 by successive sampling from uniforms ``uc`` (n, k)."""
+        from . import _fast_kernels as fk
+
+        if not fk.AVAILABLE:
+            return self.candidates_numpy(uc)
+        out = np.empty(uc.shape, dtype=np.int64)
+        g = self.cdf_q
+        fk.wor_candidates(self.qraw, g.cdf, g.guide, g.inv_h, self.last_q, np.ascontiguousarray(uc), out)
+        return out
+
+    def candidates_numpy(self, uc):
+        """:meth:`candidates` in numpy."""
         n, k = uc.shape
         q = self.qraw
         out = np.empty((n, k), dtype=np.int64)
@@ -415,6 +448,21 @@ class _RRSWORPath:
         return j
 
     def draw(self, cand, uv):
+        """Tokens (n,) and accepted indices (n,) int64 for candidates (n, k) and uniforms (n, k + 1)."""
+        from . import _fast_kernels as fk
+
+        if not fk.AVAILABLE:
+            return self.draw_numpy(cand, uv)
+        n = cand.shape[0]
+        tokens, accepted = np.empty(n, dtype=np.int64), np.empty(n, dtype=np.int64)
+        tr = self.tree
+        keys, cp, cq = tr.stacked()
+        fk.rrs_wor_draw(self.p, self.q0, self.qtot, tr.r_sorted, self.suf_p, self.suf_q, keys, cp, cq, tr.Vpad,
+                        tr.span, np.ascontiguousarray(cand), np.ascontiguousarray(uv), tokens, accepted)
+        return tokens, accepted
+
+    def draw_numpy(self, cand, uv):
+        """:meth:`draw` in numpy (the reference the compiled kernel follows)."""
         n, k = cand.shape
         a, t, fids, extra, Z = self.walk(cand)
         acc = uv[:, :k] < a

@@ -54,7 +54,7 @@ from .fast_paths import check_against_chain, fast_path_for
 #: Draws re-checked through ``verify`` on a sampler's first call when the table or a fast path is used.
 GUARD = 64
 #: Draws of every later call (each chunk of a long run) re-checked through ``verify`` and ``chain`` on a fast path.
-RECHECK = 8
+RECHECK = 4
 #: Upper bound on (rows x V) elements per generic verify call.
 _ELEMS = 1 << 21
 #: Rows per ``verify`` call for a black box declaring ``handles_shared_nodes = True`` (read-only broadcast views).
