@@ -105,8 +105,13 @@ def check_against_chain(verifier, p: np.ndarray, q: np.ndarray, cand: np.ndarray
     ``a_fast`` (n, k) accept probabilities and ``r_fast`` (n, V) residual laws of the path. Raises
     RuntimeError when it exceeds ``CHAIN_TOL`` (the path no longer models the verifier's code).
     """
+    from resispec._validation import Laws
+    from resispec.verifiers.base import takes_laws
+
     n, V = cand.shape[0], p.size
-    ch = verifier.chain(np.broadcast_to(p, (n, V)), np.broadcast_to(q, (n, V)), cand)
+    P, Q = np.broadcast_to(p, (n, V)), np.broadcast_to(q, (n, V))
+    # the node was checked at the door: resispec's own chain gets the trusted Laws (docs/architecture.md)
+    ch = verifier.chain(Laws(P, Q), None, cand) if takes_laws(verifier, "chain") else verifier.chain(P, Q, cand)
     a_ref, r_ref = np.asarray(ch.accept_probs), np.asarray(ch.residual)
     reach = np.cumprod(np.concatenate([np.ones((n, 1)), 1.0 - a_ref], axis=1), axis=1)
     # compare where it matters: a step reached with positive probability, a residual reached at all

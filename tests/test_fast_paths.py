@@ -188,3 +188,15 @@ def test_rejection_proxy_with_a_user_proxy_keeps_the_generic_path():
     p, q = _laws(300, 6)
     mine = RejectionProxy(lambda R, q, x, *, step: rrs_residual(R, q, x, step=step))
     assert NodeSampler(mine, p, q, 3).path == "generic"
+
+
+def test_compiled_kernels_equal_the_numpy_references():
+    p, q = _laws(500, 8, 0.1)
+    rng = np.random.default_rng(0)
+    uc, uv = rng.random((3_000, 4)), rng.random((3_000, 5))
+    wor = _RRSWORPath(p, q, 4)
+    cand = wor.candidates(uc)
+    assert np.array_equal(cand, wor.candidates_numpy(uc))
+    for got, ref in ((wor.draw(cand, uv), wor.draw_numpy(cand, uv)),
+                     (_TargetOnlyPath(p, 4).draw(cand, uv), _TargetOnlyPath(p, 4).draw_numpy(cand, uv))):
+        assert np.array_equal(got[0], ref[0]) and np.array_equal(got[1], ref[1])
