@@ -389,6 +389,7 @@ class NodeSampler:
         self._copies = not _builtin(verifier) and not self._shared
         self._laws = takes_laws(verifier, "verify")
         self._guarded = False
+        self._recheck = True    # False only on the timing copy of pilot_sampler
         if self.drafting != "without_replacement":  # iid candidates: one guided inverse CDF, same ids
             cdf = np.cumsum(self.cand_law)
             self._cand_cdf, self._cand_total, self._cand_last = GuidedCDF(cdf), cdf[-1], _last_positive(self.cand_law)
@@ -403,6 +404,25 @@ class NodeSampler:
         if self.table is not None:
             return "table"
         return self.fast_path.name if self.fast_path is not None else "generic"
+
+    def pilot_sampler(self) -> tuple[NodeSampler, float]:
+        """``(copy, seconds)`` for timing a pilot: a copy that has paid its first call's recheck (and any
+        compilation) and skips the per-call recheck, and the measured seconds of one per-chunk recheck
+        (``RECHECK`` draws through ``verify`` and ``chain``; 0 off the fast paths), so that a plan of ``n`` draws
+        costs about ``pilot(n) + ceil(n / CHUNK) * seconds`` (a 2,000-draw pilot would otherwise charge a
+        chunk's recheck to 2,000 draws)."""
+        import copy
+        import time
+
+        warm = copy.copy(self)
+        warm.draws(np.random.default_rng(1), GUARD)
+        t0 = time.perf_counter()
+        if self.fast_path is not None:
+            warm.draws(np.random.default_rng(2), RECHECK)
+        per_chunk = time.perf_counter() - t0 if self.fast_path is not None else 0.0
+        quiet = copy.copy(warm)
+        quiet._recheck = False
+        return quiet, per_chunk
 
     def __call__(self, rng: np.random.Generator, n: int) -> np.ndarray:
         return self.draws(rng, n).tokens
@@ -426,7 +446,7 @@ class NodeSampler:
         fast_cand = getattr(self.fast_path, "candidates", None)
         # fast paths: GUARD draws of the first call, then RECHECK of every later call (chunk) through verify
         if self._guarded:
-            g = min(n, RECHECK) if self.fast_path is not None else 0
+            g = min(n, RECHECK) if (self.fast_path is not None and self._recheck) else 0
         else:
             g = min(n, GUARD)
         if fast_cand is None and self.drafting != "without_replacement":

@@ -50,7 +50,7 @@ from resispec._validation import Laws, as_node, check_k
 from resispec.enumeration import count_tuples
 
 from ._checks import as_seed_sequence, check_alpha, check_n
-from .certificate import (MAX_SECONDS, PILOT, PILOT_ABOVE, Certificate, _hours, certificate_from_counts,
+from .certificate import (CHUNK, MAX_SECONDS, PILOT, PILOT_ABOVE, Certificate, _hours, certificate_from_counts,
                           pilot_seconds)
 from .exact import MAX_TUPLES, ChainError, certify_exact, enumerable, exact_tol
 from .gof import gof_test
@@ -220,7 +220,8 @@ def _check_budget(sampler: NodeSampler, n: int, workers: int = 1, limit: int = M
     they are only counted) or estimated (timed pilot) above ``MAX_SECONDS``."""
     if n <= PILOT_ABOVE and n <= limit:
         return
-    est = pilot_seconds(sampler.draws, n) / workers
+    pilot, per_chunk = sampler.pilot_sampler()   # the first call's recheck paid outside the timed pilot
+    est = (pilot_seconds(pilot.draws, n) + per_chunk * (-(-n // CHUNK))) / workers
     gib = n * 16 / 2**30
     if n > limit or est > MAX_SECONDS:
         which = "MAX_SAMPLES" if limit == MAX_SAMPLES else "MAX_COUNTED"
@@ -415,7 +416,9 @@ def certify_verifier(verifier, p, q, k: int, *, n: int | None = None, alpha: flo
         from .budget import check_planned_budget, plan_for_tv
 
         n, df_plan = plan_for_tv(p1, float(tv), alpha=alpha_seq, power=power, sequential=bool(sequential))
-        est = check_planned_budget(sampler.draws, n, tv=float(tv), workers=workers,
+        pilot, per_chunk = sampler.pilot_sampler()
+        est = check_planned_budget(pilot.draws, n, tv=float(tv), workers=workers,
+                                   fixed_seconds=per_chunk * min(-(-n // CHUNK), 10**15),  # a tiny tv: no float overflow
                                    max_samples=MAX_SAMPLES if sequential else MAX_COUNTED,
                                    what=type(verifier).__name__)
         plan = {"tv": float(tv), "n": n, "df": df_plan, "estimated_seconds": est, "sequential": bool(sequential)}
