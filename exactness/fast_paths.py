@@ -393,7 +393,6 @@ class _RRSWORPath:
         """``(a (n, k), t_k (n,), frozen ids (n, k) sorted, their extra mass (n, k), Z_k (n,))``."""
         n, k = cand.shape
         p, q0 = self.p, self.q0
-        rows = np.arange(n)
         t = np.zeros(n)
         Z = np.ones(n)                       # p_0 = p itself
         D = np.ones(n)                       # q_0 = q0 itself
@@ -427,7 +426,6 @@ class _RRSWORPath:
         fzc = np.minimum(frozen_ids, self.V - 1)
         extra = np.maximum(p[fzc] - frozen_T * q0[fzc], 0.0) - np.maximum(p[fzc] - t[:, None] * q0[fzc], 0.0)
         order = np.argsort(frozen_ids, axis=1)
-        del rows
         return (a, t, np.take_along_axis(frozen_ids, order, axis=1), np.take_along_axis(extra, order, axis=1), Z)
 
     def _residual_tokens(self, t, fids, extra, target):
