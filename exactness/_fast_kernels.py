@@ -205,8 +205,26 @@ def _tree_prefix(keys, cp, cq, Vpad, span, cnt, j, t):  # pragma: no cover - com
 @_njit(cache=True, nogil=True)
 def rrs_wor_draw(p, q0, qtot, r_sorted, suf_p, suf_q, keys, cp, cq, Vpad, span, cand, uv,
                  tokens, accepted):  # pragma: no cover - compiled
+    """Given candidates ``cand`` (n, k)."""
+    _rrs_wor_rows(p, q0, qtot, r_sorted, suf_p, suf_q, keys, cp, cq, Vpad, span, cand, uv, tokens, accepted,
+                  False, q0, q0, np.zeros(1, dtype=np.int64), 0.0, np.zeros(1, dtype=np.int64), np.zeros((1, 1)))
+
+
+@_njit(cache=True, nogil=True)
+def rrs_wor_draw_lazy(p, q0, qtot, r_sorted, suf_p, suf_q, keys, cp, cq, Vpad, span, uc, uv, tokens, accepted,
+                      qraw, cdf, guide, inv_h, last_q):  # pragma: no cover - compiled
+    """Candidates drawn from ``uc`` (n, k) as :func:`wor_candidates` does, each only when its step is reached."""
+    _rrs_wor_rows(p, q0, qtot, r_sorted, suf_p, suf_q, keys, cp, cq, Vpad, span, np.zeros((uc.shape[0], uc.shape[1]),
+                  dtype=np.int64), uv, tokens, accepted, True, qraw, cdf, guide, inv_h, last_q, uc)
+
+
+@_njit(cache=True, nogil=True)
+def _rrs_wor_rows(p, q0, qtot, r_sorted, suf_p, suf_q, keys, cp, cq, Vpad, span, cand, uv, tokens, accepted,
+                  lazy, qraw, cdf, guide, inv_h, last_q, uc):  # pragma: no cover - compiled
     n, k = cand.shape
     V = p.size
+    srt = np.empty(k, dtype=np.int64)
+    tot_q = cdf[cdf.size - 1]
     fid = np.empty(k, dtype=np.int64)
     fT = np.empty(k)
     ext = np.empty(k)
@@ -217,8 +235,18 @@ def rrs_wor_draw(p, q0, qtot, r_sorted, suf_p, suf_q, keys, cp, cq, Vpad, span, 
         D = 1.0
         qgone = 0.0
         acc = -1
+        ns = 0
+        gone = 0.0
         for i in range(k):
-            x = cand[r, i]
+            if lazy:  # successive sampling, exactly wor_candidates' step i
+                x = _inverse_without(cdf, guide, inv_h, qraw, uc[r, i] * (tot_q - gone), srt, ns)
+                x = min(x, _last_kept(last_q, srt, ns))
+                cand[r, i] = x
+                if i + 1 < k:
+                    ns = _sorted_insert(srt, ns, x)
+                    gone += qraw[x]
+            else:
+                x = cand[r, i]
             Px = max(p[x] - t * q0[x], 0.0)
             a = Px * D / (Z * q0[x]) if q0[x] > 0 else 0.0
             a = min(max(a, 0.0), 1.0)

@@ -464,6 +464,22 @@ class _RRSWORPath:
                         tr.span, np.ascontiguousarray(cand), np.ascontiguousarray(uv), tokens, accepted)
         return tokens, accepted
 
+    def draw_lazy(self, uc, uv):
+        """:meth:`draw` of :meth:`candidates` ``(uc)``, each candidate drawn only when its step is reached (the
+        same tokens: an accepted draw never looks at its later candidates); None without numba."""
+        from . import _fast_kernels as fk
+
+        if not fk.AVAILABLE:
+            return None
+        n = uc.shape[0]
+        tokens, accepted = np.empty(n, dtype=np.int64), np.empty(n, dtype=np.int64)
+        tr, g = self.tree, self.cdf_q
+        keys, cp, cq = tr.stacked()
+        fk.rrs_wor_draw_lazy(self.p, self.q0, self.qtot, tr.r_sorted, self.suf_p, self.suf_q, keys, cp, cq, tr.Vpad,
+                             tr.span, np.ascontiguousarray(uc), np.ascontiguousarray(uv), tokens, accepted,
+                             self.qraw, g.cdf, g.guide, g.inv_h, self.last_q)
+        return tokens, accepted
+
     def draw_numpy(self, cand, uv):
         """:meth:`draw` in numpy (the reference the compiled kernel follows)."""
         n, k = cand.shape

@@ -455,7 +455,9 @@ class NodeSampler:
         elif fast_cand is None:
             cand = draw_node_candidates(self.cand_law, k, self.drafting, uc)
         else:  # the path's O(k log V) successive sampling, rechecked against the reference on the first draws
-            cand = fast_cand(uc)
+            lazy = getattr(self.fast_path, "draw_lazy", None)
+            lazy_out = lazy(uc, uv) if lazy is not None else None   # candidates drawn inside, only when reached
+            cand = fast_cand(uc if lazy_out is None else uc[:g])
             if g and not np.array_equal(cand[:g], draw_node_candidates(self.cand_law, k, self.drafting, uc[:g])):
                 raise RuntimeError(f"{self.path} path draws other candidates than draw_node_candidates; "
                                    "use NodeSampler(..., fast=False)")
@@ -463,6 +465,8 @@ class NodeSampler:
             return self._generic(cand, uv, rng)
         if self.table is not None:
             out = self._table(cand, uv)
+        elif fast_cand is not None and lazy_out is not None:
+            out = Draws(*lazy_out)
         else:
             out = Draws(*self.fast_path.draw(cand, uv))
         if g:

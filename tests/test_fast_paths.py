@@ -197,6 +197,8 @@ def test_compiled_kernels_equal_the_numpy_references():
     wor = _RRSWORPath(p, q, 4)
     cand = wor.candidates(uc)
     assert np.array_equal(cand, wor.candidates_numpy(uc))
+    lazy, ref = wor.draw_lazy(uc, uv), wor.draw_numpy(cand, uv)     # candidates drawn only when reached
+    assert np.array_equal(lazy[0], ref[0]) and np.array_equal(lazy[1], ref[1])
     for got, ref in ((wor.draw(cand, uv), wor.draw_numpy(cand, uv)),
                      (_TargetOnlyPath(p, 4).draw(cand, uv), _TargetOnlyPath(p, 4).draw_numpy(cand, uv))):
         assert np.array_equal(got[0], ref[0]) and np.array_equal(got[1], ref[1])
