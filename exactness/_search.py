@@ -25,6 +25,10 @@ except ImportError:  # pragma: no cover - numba is a declared dependency
         return lambda f: f
 
 
+#: Queries below which ``np.searchsorted`` itself is used (the same ids; the compiled loop pays off on long runs).
+SMALL = 1 << 12
+
+
 @_njit(cache=True, nogil=True)
 def _guided(cdf, guide, inv_h, t, out):  # pragma: no cover - compiled
     V = cdf.size
@@ -57,7 +61,7 @@ class GuidedCDF:
 
     def search(self, t: np.ndarray) -> np.ndarray:
         t = np.ascontiguousarray(t, dtype=np.float64).reshape(-1)
-        if not AVAILABLE or self.inv_h == 0.0:
+        if not AVAILABLE or self.inv_h == 0.0 or t.size < SMALL:   # the same ids; no compilation for small calls
             return np.searchsorted(self.cdf, t, side="right")
         out = np.empty(t.size, dtype=np.int64)
         _guided(self.cdf, self.guide, self.inv_h, t, out)

@@ -49,6 +49,9 @@ from ._search import GuidedCDF
 FAST_MIN_ELEMS = 200
 #: ``reject_update``'s threshold (``resispec.verifiers.base._RESIDUAL_EPS``): below it a rejection keeps the state.
 _EPS = 1e-13
+#: Calls with fewer draws run the numpy references (same tokens): the compiled loops
+#: (:mod:`exactness._fast_kernels`) pay their one-time compilation only in long runs.
+KERNEL_MIN_DRAWS = 1 << 15
 #: Tolerance of the chain cross-check (absolute, on accept probabilities and residual entries).
 CHAIN_TOL = 1e-9
 
@@ -198,10 +201,10 @@ class _TargetOnlyPath:
 
     def draw(self, cand, uv):
         """Tokens (n,) and accepted indices (n,) int64 for candidates (n, k) and uniforms (n, k + 1)."""
+        if not _compiled(cand.shape[0]):
+            return self.draw_numpy(cand, uv)
         from . import _fast_kernels as fk
 
-        if not fk.AVAILABLE:
-            return self.draw_numpy(cand, uv)
         n = cand.shape[0]
         tokens, accepted = np.empty(n, dtype=np.int64), np.empty(n, dtype=np.int64)
         g = self.cdf
@@ -363,10 +366,10 @@ class _RRSWORPath:
 
     def candidates(self, uc):
         """Candidates (n, k) int64 by successive sampling from uniforms ``uc`` (n, k)."""
+        if not _compiled(uc.shape[0]):
+            return self.candidates_numpy(uc)
         from . import _fast_kernels as fk
 
-        if not fk.AVAILABLE:
-            return self.candidates_numpy(uc)
         out = np.empty(uc.shape, dtype=np.int64)
         g = self.cdf_q
         fk.wor_candidates(self.qraw, g.cdf, g.guide, g.inv_h, self.last_q, np.ascontiguousarray(uc), out)
@@ -452,10 +455,10 @@ class _RRSWORPath:
 
     def draw(self, cand, uv):
         """Tokens (n,) and accepted indices (n,) int64 for candidates (n, k) and uniforms (n, k + 1)."""
+        if not _compiled(cand.shape[0]):
+            return self.draw_numpy(cand, uv)
         from . import _fast_kernels as fk
 
-        if not fk.AVAILABLE:
-            return self.draw_numpy(cand, uv)
         n = cand.shape[0]
         tokens, accepted = np.empty(n, dtype=np.int64), np.empty(n, dtype=np.int64)
         tr = self.tree
@@ -467,10 +470,10 @@ class _RRSWORPath:
     def draw_lazy(self, uc, uv):
         """:meth:`draw` of :meth:`candidates` ``(uc)``, each candidate drawn only when its step is reached (the
         same tokens: an accepted draw never looks at its later candidates); None without numba."""
+        if not _compiled(uc.shape[0]):
+            return None
         from . import _fast_kernels as fk
 
-        if not fk.AVAILABLE:
-            return None
         n = uc.shape[0]
         tokens, accepted = np.empty(n, dtype=np.int64), np.empty(n, dtype=np.int64)
         tr, g = self.tree, self.cdf_q
@@ -500,6 +503,15 @@ class _RRSWORPath:
         rows = np.repeat(np.arange(n), fids.shape[1])
         r[rows, fids.ravel()] += extra.ravel()
         return a, r / Z[:, None]
+
+
+def _compiled(n: int) -> bool:
+    """Use the compiled loop for a call of ``n`` draws: numba present and ``n >= KERNEL_MIN_DRAWS``."""
+    if n < KERNEL_MIN_DRAWS:
+        return False
+    from . import _fast_kernels as fk
+
+    return fk.AVAILABLE
 
 
 def _last_kept(last_pos: np.ndarray, removed: np.ndarray) -> np.ndarray:

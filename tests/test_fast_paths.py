@@ -69,7 +69,7 @@ def test_fast_path_chain_gives_p_exactly_by_enumeration(name, drafting, k):
 @pytest.mark.parametrize("name", sorted(FAST))
 def test_fast_path_monte_carlo_against_p(name):
     p, q = _laws(400, 7)
-    cert = exactness.certify_verifier(get_verifier(name), p, q, 4, n=100_000, tree=False, seed=3)
+    cert = exactness.certify_verifier(get_verifier(name), p, q, 4, n=30_000, tree=False, seed=3)  # numpy loops
     assert cert.details["path"] == FAST[name]
     assert cert.details["fast_path_check"]["chain_tuples"] >= sampling.GUARD
     assert cert.pvalue > 1e-4, cert.summary()
@@ -127,7 +127,10 @@ def test_a_rare_bug_in_verify_is_caught_by_the_per_chunk_recheck(monkeypatch):
         s.draws(np.random.default_rng(0), 10_000)
 
 
-def test_guided_search_equals_searchsorted():
+def test_guided_search_equals_searchsorted(monkeypatch):
+    from exactness import _search
+
+    monkeypatch.setattr(_search, "SMALL", 0)   # the compiled loop even for these few queries
     rng = np.random.default_rng(0)
     for law in (rng.dirichlet(np.full(500, 0.05)), np.r_[np.zeros(5), rng.random(50), np.zeros(7)], np.ones(1)):
         cdf = np.cumsum(law)
@@ -190,7 +193,9 @@ def test_rejection_proxy_with_a_user_proxy_keeps_the_generic_path():
     assert NodeSampler(mine, p, q, 3).path == "generic"
 
 
-def test_compiled_kernels_equal_the_numpy_references():
+@pytest.mark.slow  # compiles the numba loops (~10-20 s once); long runs recheck them against verify anyway
+def test_compiled_kernels_equal_the_numpy_references(monkeypatch):
+    monkeypatch.setattr(fast_paths, "KERNEL_MIN_DRAWS", 0)
     p, q = _laws(500, 8, 0.1)
     rng = np.random.default_rng(0)
     uc, uv = rng.random((3_000, 4)), rng.random((3_000, 5))
