@@ -201,7 +201,7 @@ class _TargetOnlyPath:
 
     def draw(self, cand, uv):
         """Tokens (n,) and accepted indices (n,) int64 for candidates (n, k) and uniforms (n, k + 1)."""
-        if not _compiled(cand.shape[0]):
+        if not _compiled(cand.shape[0], self):
             return self.draw_numpy(cand, uv)
         from . import _fast_kernels as fk
 
@@ -366,7 +366,7 @@ class _RRSWORPath:
 
     def candidates(self, uc):
         """Candidates (n, k) int64 by successive sampling from uniforms ``uc`` (n, k)."""
-        if not _compiled(uc.shape[0]):
+        if not _compiled(uc.shape[0], self):
             return self.candidates_numpy(uc)
         from . import _fast_kernels as fk
 
@@ -455,7 +455,7 @@ class _RRSWORPath:
 
     def draw(self, cand, uv):
         """Tokens (n,) and accepted indices (n,) int64 for candidates (n, k) and uniforms (n, k + 1)."""
-        if not _compiled(cand.shape[0]):
+        if not _compiled(cand.shape[0], self):
             return self.draw_numpy(cand, uv)
         from . import _fast_kernels as fk
 
@@ -470,7 +470,7 @@ class _RRSWORPath:
     def draw_lazy(self, uc, uv):
         """:meth:`draw` of :meth:`candidates` ``(uc)``, each candidate drawn only when its step is reached (the
         same tokens: an accepted draw never looks at its later candidates); None without numba."""
-        if not _compiled(uc.shape[0]):
+        if not _compiled(uc.shape[0], self):
             return None
         from . import _fast_kernels as fk
 
@@ -505,9 +505,10 @@ class _RRSWORPath:
         return a, r / Z[:, None]
 
 
-def _compiled(n: int) -> bool:
-    """Use the compiled loop for a call of ``n`` draws: numba present and ``n >= KERNEL_MIN_DRAWS``."""
-    if n < KERNEL_MIN_DRAWS:
+def _compiled(n: int, path=None) -> bool:
+    """Use the compiled loop for a call of ``n`` draws: numba present and ``n >= KERNEL_MIN_DRAWS`` (or the path's
+    ``always_compiled``, set on the timing copy of ``NodeSampler.pilot_sampler``)."""
+    if n < KERNEL_MIN_DRAWS and not getattr(path, "always_compiled", False):
         return False
     from . import _fast_kernels as fk
 

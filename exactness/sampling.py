@@ -53,8 +53,23 @@ from .fast_paths import check_against_chain, fast_path_for
 
 #: Draws re-checked through ``verify`` on a sampler's first call when the table or a fast path is used.
 GUARD = 64
-#: Draws of every later call (each chunk of a long run) re-checked through ``verify`` and ``chain`` on a fast path.
+#: Draws re-checked through ``verify`` and ``chain`` on a fast path in each later call :func:`rechecked` picks.
 RECHECK = 4
+#: After its first ``RECHECK_EVERY`` calls, a fast-path sampler rechecks every ``RECHECK_EVERY``-th call (chunk).
+RECHECK_EVERY = 16
+
+
+def rechecked(call: int) -> bool:
+    """Whether call number ``call`` (1-based) of a fast-path sampler rechecks ``RECHECK`` draws: calls
+    1..``RECHECK_EVERY``, then every ``RECHECK_EVERY``-th (a run of 2^20-draw chunks stays within a few % of
+    its draw time while every part of the run is sampled)."""
+    return call <= RECHECK_EVERY or call % RECHECK_EVERY == 0
+
+
+def rechecks_in(n: int) -> int:
+    """Calls that recheck in a run of ``n`` draws drawn in ``CHUNK`` chunks."""
+    calls = -(-int(min(n, 10**18)) // CHUNK)
+    return min(calls, RECHECK_EVERY) + max(0, calls // RECHECK_EVERY - 1)
 #: Upper bound on (rows x V) elements per generic verify call.
 _ELEMS = 1 << 21
 #: Rows per ``verify`` call for a black box declaring ``handles_shared_nodes = True`` (read-only broadcast views).
@@ -390,6 +405,7 @@ class NodeSampler:
         self._laws = takes_laws(verifier, "verify")
         self._guarded = False
         self._recheck = True    # False only on the timing copy of pilot_sampler
+        self._calls = 0         # calls of _draws (chunks) so far
         if self.drafting != "without_replacement":  # iid candidates: one guided inverse CDF, same ids
             cdf = np.cumsum(self.cand_law)
             self._cand_cdf, self._cand_total, self._cand_last = GuidedCDF(cdf), cdf[-1], _last_positive(self.cand_law)
@@ -422,6 +438,10 @@ class NodeSampler:
         per_chunk = time.perf_counter() - t0 if self.fast_path is not None else 0.0
         quiet = copy.copy(warm)
         quiet._recheck = False
+        if quiet.fast_path is not None:  # time the loops a long run uses (compiled), not the small-call ones
+            quiet.fast_path = copy.copy(quiet.fast_path)
+            quiet.fast_path.always_compiled = True
+            quiet.draws(np.random.default_rng(3), 64)   # compile outside the timed pilot
         return quiet, per_chunk
 
     def __call__(self, rng: np.random.Generator, n: int) -> np.ndarray:
@@ -445,8 +465,9 @@ class NodeSampler:
         uv = rng.random((n, k + 1))
         fast_cand = getattr(self.fast_path, "candidates", None)
         # fast paths: GUARD draws of the first call, then RECHECK of every later call (chunk) through verify
+        self._calls += 1
         if self._guarded:
-            g = min(n, RECHECK) if (self.fast_path is not None and self._recheck) else 0
+            g = min(n, RECHECK) if (self.fast_path is not None and self._recheck and rechecked(self._calls)) else 0
         else:
             g = min(n, GUARD)
         if fast_cand is None and self.drafting != "without_replacement":

@@ -50,12 +50,13 @@ from resispec._validation import Laws, as_node, check_k
 from resispec.enumeration import count_tuples
 
 from ._checks import as_seed_sequence, check_alpha, check_n
-from .certificate import (CHUNK, MAX_SECONDS, PILOT, PILOT_ABOVE, Certificate, _hours, certificate_from_counts,
+from .certificate import (MAX_SECONDS, PILOT, PILOT_ABOVE, Certificate, _hours, certificate_from_counts,
                           pilot_seconds)
 from .exact import MAX_TUPLES, ChainError, certify_exact, enumerable, exact_tol
 from .gof import gof_test
 from .sampling import (_ELEMS, Draws, NodeSampler, UnsupportedK, _checked_result, as_numpy_verifier, candidate_law,
-                       draw_node_candidates, drafting_of, has_chain, k_support, takes_laws, takes_uniforms)
+                       draw_node_candidates, drafting_of, has_chain, k_support, rechecks_in, takes_laws,
+                       takes_uniforms)
 from .tree import tree_check
 
 #: Default Monte Carlo draws per node.
@@ -221,7 +222,7 @@ def _check_budget(sampler: NodeSampler, n: int, workers: int = 1, limit: int = M
     if n <= PILOT_ABOVE and n <= limit:
         return
     pilot, per_chunk = sampler.pilot_sampler()   # the first call's recheck paid outside the timed pilot
-    est = (pilot_seconds(pilot.draws, n) + per_chunk * (-(-n // CHUNK))) / workers
+    est = (pilot_seconds(pilot.draws, n) + per_chunk * rechecks_in(n)) / workers
     gib = n * 16 / 2**30
     if n > limit or est > MAX_SECONDS:
         which = "MAX_SAMPLES" if limit == MAX_SAMPLES else "MAX_COUNTED"
@@ -418,12 +419,13 @@ def certify_verifier(verifier, p, q, k: int, *, n: int | None = None, alpha: flo
         n, df_plan = plan_for_tv(p1, float(tv), alpha=alpha_seq, power=power, sequential=bool(sequential))
         pilot, per_chunk = sampler.pilot_sampler()
         est = check_planned_budget(pilot.draws, n, tv=float(tv), workers=workers,
-                                   fixed_seconds=per_chunk * min(-(-n // CHUNK), 10**15),  # a tiny tv: no float overflow
+                                   fixed_seconds=per_chunk * rechecks_in(n),
                                    max_samples=MAX_SAMPLES if sequential else MAX_COUNTED,
                                    what=type(verifier).__name__)
         plan = {"tv": float(tv), "n": n, "df": df_plan, "estimated_seconds": est, "sequential": bool(sequential)}
     n = default_n(sampler) if n is None else check_n(n)
-    _check_budget(sampler, n, workers, MAX_SAMPLES if sequential else MAX_COUNTED)
+    if plan is None:  # a tv plan was timed and checked just above
+        _check_budget(sampler, n, workers, MAX_SAMPLES if sequential else MAX_COUNTED)
     checks: dict[str, float] = {}
     skipped: dict[str, str] = {}
     details: dict = {"path": sampler.path, "V": int(p1.size), "k": k}
