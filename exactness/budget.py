@@ -67,7 +67,7 @@ def plan_for_tv(law, tv: float, *, alpha: float, power: float, sequential: bool 
 
 
 def check_planned_budget(draw, n: int, *, tv: float, workers: int, max_samples: int,
-                         what: str = "the verifier") -> float:
+                         what: str = "the verifier", fixed_seconds: float = 0.0) -> float:
     """Time a pilot of ``PILOT`` draws and refuse a plan over ``MAX_SECONDS`` or ``max_samples``.
 
     Parameters
@@ -77,6 +77,8 @@ def check_planned_budget(draw, n: int, *, tv: float, workers: int, max_samples: 
     tv : float, the requested TV (named in the error)
     workers : int, processes sharing the draws
     max_samples : int, memory limit in draws
+    fixed_seconds : float, seconds added to the pilot's estimate before dividing by ``workers`` (e.g. a fast
+        path's per-chunk recheck, :meth:`exactness.sampling.NodeSampler.pilot_sampler`)
 
     Returns
     -------
@@ -90,13 +92,14 @@ def check_planned_budget(draw, n: int, *, tv: float, workers: int, max_samples: 
         ``exactness.certificate.MAX_SECONDS``, more ``workers=``); the message names ``tv``.
     """
     huge = n > 10**300  # beyond the float range (a tiny tv): refused below, without an OverflowError
-    est = math.inf if huge else pilot_seconds(draw, n) / workers
+    est = math.inf if huge else (pilot_seconds(draw, n) + fixed_seconds) / workers
     gib = math.inf if huge else n * BYTES_PER_DRAW / 2**30
     n_txt = f"{n:,}" if n < 10**15 else f"~1e{len(str(n)) - 1}"  # a tiny tv: not a 300-digit number
     over = []
     if n > max_samples:
         over.append(f"{gib:.3g} GiB for {n_txt} draws exceeds the memory limit of {max_samples:,} draws "
-                    "(exactness.verifier_cert.MAX_SAMPLES)")
+                    "(exactness.verifier_cert.MAX_SAMPLES when the draws are kept (sequential), MAX_COUNTED "
+                    "when they are counted)")
     if est > _cert.MAX_SECONDS:
         over.append(f"~{_hours(est)} with {workers} worker(s) exceeds the time limit "
                     f"exactness.certificate.MAX_SECONDS = {_hours(_cert.MAX_SECONDS)}")

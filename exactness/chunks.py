@@ -94,8 +94,21 @@ def draw_chunk(sampler: NodeSampler, job) -> Draws:
 
 
 def count_chunk(sampler: NodeSampler, job) -> DrawCounts:
-    """:func:`draw_chunk` reduced to its histograms (what a remote worker sends back: O(k V), not O(m))."""
-    return counts_of(draw_chunk(sampler, job), sampler.V, sampler.k)
+    """:func:`draw_chunk` reduced to its histograms (what a remote worker sends back: O(k V), not O(m)).
+
+    Drawn and counted ``exactness.sampling.CHUNK`` draws at a time (the same random stream as one
+    ``draws`` call), so memory is O(CHUNK k + k V) whatever ``m``: the fixed-n certificate keeps no draws.
+    """
+    from . import sampling
+
+    seed, m = job
+    s = copy.copy(sampler)
+    rng = np.random.default_rng(seed)
+    total = None
+    for start in range(0, m, sampling.CHUNK):
+        c = counts_of(s.draws(rng, min(sampling.CHUNK, m - start)), sampler.V, sampler.k)
+        total = c if total is None else total + c
+    return total
 
 
 def mc_counts(sampler: NodeSampler, seed_seq: np.random.SeedSequence, n: int, parts: int,

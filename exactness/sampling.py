@@ -12,7 +12,14 @@ from the same stream:
   drafts), the per-step accept probabilities ``a_i(x)`` and the residual are
   computed once per node, and each draw costs O(k log V).  The first
   ``GUARD`` draws of a sampler's first call are recomputed through ``verify``
-  and must agree bit for bit, or ``RuntimeError`` is raised.
+  and must agree bit for bit, or ``RuntimeError`` is raised;
+- **fast paths** (:mod:`exactness.fast_paths`): closed-form O(k log V) samplers
+  of built-in rules whose state changes with each rejected candidate
+  (``target_only``); the same ``GUARD`` recheck through ``verify``, plus the
+  path's accept probabilities and residual on those candidates against
+  ``verifier.chain`` (``check_against_chain``).  ``NodeSampler.path`` names the
+  path that ran (``"table"``, a fast path's name, or ``"generic"``) and
+  ``NodeSampler.guard`` what the recheck compared.
 
 Optional verifier hooks the harness honours (used by :mod:`exactness.mutants`,
 open to users whose pipeline drafts differently):
@@ -41,10 +48,32 @@ from resispec._validation import Laws, as_node, check_k
 from resispec.verifiers.base import MassVerifier, takes_laws
 from resispec.verifiers.registry import _REGISTRY
 
-#: Draws re-checked through ``verify`` when the table path is used.
+from ._search import GuidedCDF
+from .fast_paths import check_against_chain, fast_path_for
+
+#: Draws re-checked through ``verify`` on a sampler's first call when the table or a fast path is used.
 GUARD = 64
+#: Draws re-checked through ``verify`` and ``chain`` on a fast path in each later call :func:`rechecked` picks.
+RECHECK = 4
+#: After its first ``RECHECK_EVERY`` calls, a fast-path sampler rechecks every ``RECHECK_EVERY``-th call (chunk).
+RECHECK_EVERY = 16
+
+
+def rechecked(call: int) -> bool:
+    """Whether call number ``call`` (1-based) of a fast-path sampler rechecks ``RECHECK`` draws: calls
+    1..``RECHECK_EVERY``, then every ``RECHECK_EVERY``-th (a run of 2^20-draw chunks stays within a few % of
+    its draw time while every part of the run is sampled)."""
+    return call <= RECHECK_EVERY or call % RECHECK_EVERY == 0
+
+
+def rechecks_in(n: int) -> int:
+    """Calls that recheck in a run of ``n`` draws drawn in ``CHUNK`` chunks."""
+    calls = -(-int(min(n, 10**18)) // CHUNK)
+    return min(calls, RECHECK_EVERY) + max(0, calls // RECHECK_EVERY - 1)
 #: Upper bound on (rows x V) elements per generic verify call.
 _ELEMS = 1 << 21
+#: Rows per ``verify`` call for a black box declaring ``handles_shared_nodes = True`` (read-only broadcast views).
+SHARED_ROWS = 1 << 16
 #: Largest number of draws :meth:`NodeSampler.draws` samples at once (uniforms of shape (CHUNK, 2k + 1)).
 CHUNK = 1 << 20
 
@@ -333,6 +362,12 @@ class NodeSampler:
     :func:`exactness.certify_sampler` contract); :meth:`draws` also returns
     the accepted indices.
 
+    A black box (not a built-in) whose ``handles_shared_nodes`` is ``True``
+    declares that its ``verify`` spends O(V) a call on rows that share one node
+    (``np.broadcast_to``, row stride 0) and does not write into ``P, Q``: it gets
+    read-only broadcast views in batches of ``SHARED_ROWS`` rows (large batches,
+    no copies), e.g. a wrapper of a built-in verifier or a GPU verifier.
+
     ``verify`` is called as ``verify(P, Q, c, rng, uniforms=U)`` when its
     signature takes ``uniforms`` (shared stream, table path, batched check),
     else as ``verify(P, Q, c, rng)`` (black box).  Built-in verifiers get
@@ -358,18 +393,56 @@ class NodeSampler:
         self.drafting = drafting_of(verifier)
         self.cand_law = candidate_law(verifier, q2)[0]
         self.table = accept_table(verifier, self.p, self.q, self.k) if fast else None
+        self.fast_path = (fast_path_for(verifier, self.p, self.q, self.k)
+                          if fast and self.table is None and isinstance(verifier, Verifier) else None)
+        #: What the run-time recheck of the fast path compared (None before the first draws / generic path).
+        self.guard: dict | None = None
         self.uses_uniforms = takes_uniforms(verifier)
-        self._copies = not _builtin(verifier)
+        # a black box that declares handles_shared_nodes = True gets read-only broadcast views of the one node in
+        # batches of SHARED_ROWS (its verify does O(V) work a call, not a row); any other gets writable copies
+        self._shared = not _builtin(verifier) and getattr(verifier, "handles_shared_nodes", False) is True
+        self._copies = not _builtin(verifier) and not self._shared
         self._laws = takes_laws(verifier, "verify")
         self._guarded = False
+        self._recheck = True    # False only on the timing copy of pilot_sampler
+        self._calls = 0         # calls of _draws (chunks) so far
+        if self.drafting != "without_replacement":  # iid candidates: one guided inverse CDF, same ids
+            cdf = np.cumsum(self.cand_law)
+            self._cand_cdf, self._cand_total, self._cand_last = GuidedCDF(cdf), cdf[-1], _last_positive(self.cand_law)
         if self.table is not None:
             a, r = self.table
-            self._r_cdf, self._r_last = np.cumsum(r), _last_positive(r)
+            self._r_cdf, self._r_last = GuidedCDF(np.cumsum(r)), _last_positive(r)
             self._offsets = (np.arange(self.k) * self.V)[None, :]
 
     @property
     def path(self) -> str:
-        return "table" if self.table is not None else "generic"
+        """``"table"``, the fast path's name (:mod:`exactness.fast_paths`) or ``"generic"`` (O(V) ``verify``)."""
+        if self.table is not None:
+            return "table"
+        return self.fast_path.name if self.fast_path is not None else "generic"
+
+    def pilot_sampler(self) -> tuple[NodeSampler, float]:
+        """``(copy, seconds)`` for timing a pilot: a copy that has paid its first call's recheck (and any
+        compilation) and skips the per-call recheck, and the measured seconds of one per-chunk recheck
+        (``RECHECK`` draws through ``verify`` and ``chain``; 0 off the fast paths), so that a plan of ``n`` draws
+        costs about ``pilot(n) + ceil(n / CHUNK) * seconds`` (a 2,000-draw pilot would otherwise charge a
+        chunk's recheck to 2,000 draws)."""
+        import copy
+        import time
+
+        warm = copy.copy(self)
+        warm.draws(np.random.default_rng(1), GUARD)
+        t0 = time.perf_counter()
+        if self.fast_path is not None:
+            warm.draws(np.random.default_rng(2), RECHECK)
+        per_chunk = time.perf_counter() - t0 if self.fast_path is not None else 0.0
+        quiet = copy.copy(warm)
+        quiet._recheck = False
+        if quiet.fast_path is not None:  # time the loops a long run uses (compiled), not the small-call ones
+            quiet.fast_path = copy.copy(quiet.fast_path)
+            quiet.fast_path.always_compiled = True
+            quiet.draws(np.random.default_rng(3), 64)   # compile outside the timed pilot
+        return quiet, per_chunk
 
     def __call__(self, rng: np.random.Generator, n: int) -> np.ndarray:
         return self.draws(rng, n).tokens
@@ -390,17 +463,47 @@ class NodeSampler:
         k = self.k
         uc = rng.random((n, k))
         uv = rng.random((n, k + 1))
-        cand = draw_node_candidates(self.cand_law, k, self.drafting, uc)
-        if self.table is None:
+        fast_cand = getattr(self.fast_path, "candidates", None)
+        # fast paths: GUARD draws of the first call, then RECHECK of every later call (chunk) through verify
+        self._calls += 1
+        if self._guarded:
+            g = min(n, RECHECK) if (self.fast_path is not None and self._recheck and rechecked(self._calls)) else 0
+        else:
+            g = min(n, GUARD)
+        if fast_cand is None and self.drafting != "without_replacement":
+            # = draw_node_candidates(self.cand_law, k, self.drafting, uc), id for id
+            cand = np.minimum(self._cand_cdf.search((uc * self._cand_total).ravel()).reshape(n, k), self._cand_last)
+        elif fast_cand is None:
+            cand = draw_node_candidates(self.cand_law, k, self.drafting, uc)
+        else:  # the path's O(k log V) successive sampling, rechecked against the reference on the first draws
+            lazy = getattr(self.fast_path, "draw_lazy", None)
+            lazy_out = lazy(uc, uv) if lazy is not None else None   # candidates drawn inside, only when reached
+            cand = fast_cand(uc if lazy_out is None else uc[:g])
+            if g and not np.array_equal(cand[:g], draw_node_candidates(self.cand_law, k, self.drafting, uc[:g])):
+                raise RuntimeError(f"{self.path} path draws other candidates than draw_node_candidates; "
+                                   "use NodeSampler(..., fast=False)")
+        if self.table is None and self.fast_path is None:
             return self._generic(cand, uv, rng)
-        out = self._table(cand, uv)
-        g = 0 if self._guarded else min(n, GUARD)
+        if self.table is not None:
+            out = self._table(cand, uv)
+        elif fast_cand is not None and lazy_out is not None:
+            out = Draws(*lazy_out)
+        else:
+            out = Draws(*self.fast_path.draw(cand, uv))
         if g:
             self._guarded = True
             ref = self._generic(cand[:g], uv[:g], rng)
             if not (np.array_equal(ref.tokens, out.tokens[:g]) and np.array_equal(ref.accepted, out.accepted[:g])):
-                raise RuntimeError(f"table path disagrees with {type(self.verifier).__name__}.verify; "
+                raise RuntimeError(f"{self.path} path disagrees with {type(self.verifier).__name__}.verify; "
                                    "use NodeSampler(..., fast=False)")
+            gd = self.guard = dict(self.guard or {"path": self.path, "verify_draws": 0, "agreed": True,
+                                                  "candidates_rechecked": fast_cand is not None})
+            gd["verify_draws"] += g
+            if self.fast_path is not None:
+                a, r = self.fast_path.chain(cand[:g])
+                err = check_against_chain(self.verifier, self.p, self.q, cand[:g], a, r)
+                gd["chain_tuples"] = gd.get("chain_tuples", 0) + g
+                gd["chain_max_diff"] = max(gd.get("chain_max_diff", 0.0), err)
         return out
 
     def _table(self, cand, uv) -> Draws:
@@ -412,12 +515,13 @@ class NodeSampler:
         tokens = cand[np.arange(n), first]
         miss = ~hit
         if np.any(miss):
-            tokens[miss] = _searchsorted_rows(self._r_cdf, uv[miss, k], self._r_last)
+            r_cdf = self._r_cdf  # = _searchsorted_rows(cumsum(r), u, last), id for id
+            tokens[miss] = np.minimum(r_cdf.search(uv[miss, k] * r_cdf.cdf[-1]), self._r_last)
         return Draws(tokens.astype(np.int64), np.where(hit, first, -1).astype(np.int64))
 
     def _generic(self, cand, uv, rng) -> Draws:
         n, k = cand.shape
-        step = max(1, _ELEMS // self.V)
+        step = SHARED_ROWS if self._shared else max(1, _ELEMS // self.V)
         toks, accs = [], []
         for s in range(0, n, step):
             c = cand[s:s + step]
@@ -435,7 +539,7 @@ class NodeSampler:
                 else:
                     res = self.verifier.verify(P, Q, c_in, rng)
             except (ValueError, TypeError, IndexError) as e:
-                if not self._copies:
+                if not (self._copies or self._shared):
                     raise
                 kw = ", uniforms=U (B, k + 1)" if self.uses_uniforms else ""
                 raise TypeError(

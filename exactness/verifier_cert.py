@@ -55,7 +55,8 @@ from .certificate import (MAX_SECONDS, PILOT, PILOT_ABOVE, Certificate, _hours, 
 from .exact import MAX_TUPLES, ChainError, certify_exact, enumerable, exact_tol
 from .gof import gof_test
 from .sampling import (_ELEMS, Draws, NodeSampler, UnsupportedK, _checked_result, as_numpy_verifier, candidate_law,
-                       draw_node_candidates, drafting_of, has_chain, k_support, takes_laws, takes_uniforms)
+                       draw_node_candidates, drafting_of, has_chain, k_support, rechecks_in, takes_laws,
+                       takes_uniforms)
 from .tree import tree_check
 
 #: Default Monte Carlo draws per node.
@@ -70,13 +71,17 @@ TREE_N = 50_000
 BATCH_ROWS = 16
 #: Largest number of draws in the black-box ``batched_rows`` check.
 BATCH_N = 50_000
-#: Largest ``n`` for certify_verifier: the tokens and accepted indices are kept (16 bytes per draw, 2 GiB here).
+#: Largest ``n`` for a sequential certify_verifier: the tokens and accepted indices are kept (16 bytes per draw,
+#: 2 GiB here).
 MAX_SAMPLES = 1 << 27
+#: Largest ``n`` for a fixed-n certify_verifier: draws are counted chunk by chunk (``exactness.chunks``) and never
+#: kept, so only time bounds them; this caps a mistyped ``n`` (``MAX_SECONDS`` applies too).
+MAX_COUNTED = 1 << 33
 
 
 def default_n(sampler: NodeSampler) -> int:
     """Default budget: ``DEFAULT_N`` draws, capped for the generic path at large V."""
-    if sampler.path == "table":
+    if sampler.path != "generic":
         return DEFAULT_N
     return int(max(2_000, min(DEFAULT_N, GENERIC_BUDGET // (sampler.V * sampler.k))))
 
@@ -211,17 +216,20 @@ def parallel_draws(sampler: NodeSampler, seed_seq: np.random.SeedSequence, n: in
     return Draws(np.concatenate([d.tokens for d in parts]), np.concatenate([d.accepted for d in parts]))
 
 
-def _check_budget(sampler: NodeSampler, n: int, workers: int = 1) -> None:
-    """Refuse up front an ``n`` over ``MAX_SAMPLES`` or estimated (timed pilot) above ``MAX_SECONDS``."""
-    if n <= PILOT_ABOVE and n <= MAX_SAMPLES:
+def _check_budget(sampler: NodeSampler, n: int, workers: int = 1, limit: int = MAX_SAMPLES) -> None:
+    """Refuse up front an ``n`` over ``limit`` (``MAX_SAMPLES`` when the draws are kept, ``MAX_COUNTED`` when
+    they are only counted) or estimated (timed pilot) above ``MAX_SECONDS``."""
+    if n <= PILOT_ABOVE and n <= limit:
         return
-    est = pilot_seconds(sampler.draws, n) / workers
+    pilot, per_chunk = sampler.pilot_sampler()   # the first call's recheck paid outside the timed pilot
+    est = (pilot_seconds(pilot.draws, n) + per_chunk * rechecks_in(n)) / workers
     gib = n * 16 / 2**30
-    if n > MAX_SAMPLES or est > MAX_SECONDS:
+    if n > limit or est > MAX_SECONDS:
+        which = "MAX_SAMPLES" if limit == MAX_SAMPLES else "MAX_COUNTED"
         raise ValueError(f"n = {n:.3g} would take ~{_hours(est)} (timed pilot of {PILOT:,} draws) and "
-                         f"{gib:.3g} GiB for the tokens and accepted indices (limits: MAX_SAMPLES = {MAX_SAMPLES:,} "
-                         f"draws, {_hours(MAX_SECONDS)}); pass a smaller n or use tv= / exactness.samples_for_tv "
-                         "to plan the n you need")
+                         f"{gib:.3g} GiB were the tokens and accepted indices kept (limits: {which} = {limit:,} "
+                         f"draws, {_hours(MAX_SECONDS)}; MAX_SAMPLES = {MAX_SAMPLES:,} when sequential); pass a "
+                         "smaller n or use tv= / exactness.samples_for_tv to plan the n you need")
 
 
 def _max_checks(exact: bool, chain_ok: bool, tree: bool, V: int) -> int:
@@ -266,7 +274,9 @@ def certify_verifier(verifier, p, q, k: int, *, n: int | None = None, alpha: flo
     n : int, optional
         Monte Carlo draws; ``None`` = default budget (``DEFAULT_N`` = 200,000,
         capped at ``GENERIC_BUDGET / (V k)`` (at least 2,000) when sampling
-        costs O(V) per draw).  At most ``MAX_SAMPLES`` (2**27); above 2**24
+        costs O(V) per draw).  At most ``MAX_COUNTED`` (2**33; the draws are
+        counted chunk by chunk, never kept), ``MAX_SAMPLES`` (2**27) with
+        ``sequential=True`` (the draws are kept); above 2**24
         draws a timed pilot of 2,000 draws estimates the run time first and
         runs estimated over ``MAX_SECONDS`` (1 h) are refused.
     alpha : float, default 1e-3
@@ -283,7 +293,7 @@ def certify_verifier(verifier, p, q, k: int, *, n: int | None = None, alpha: flo
         sequential budget with ``sequential=True``), times a pilot of 2,000
         draws and logs the estimated time on the ``exactness.plan`` logger
         before the long run (a WARNING above 10 s; also in ``details["plan"]``),
-        and refuses (ValueError naming ``tv``) a plan over ``MAX_SAMPLES``
+        and refuses (ValueError naming ``tv``) a plan over ``MAX_COUNTED`` (``MAX_SAMPLES`` if sequential)
         draws or ``MAX_SECONDS``.  With ``n`` given it only warns
         (ExactnessWarning) with the detectable TV when ``n`` is too small.
     tree : bool, default True
@@ -407,11 +417,15 @@ def certify_verifier(verifier, p, q, k: int, *, n: int | None = None, alpha: flo
         from .budget import check_planned_budget, plan_for_tv
 
         n, df_plan = plan_for_tv(p1, float(tv), alpha=alpha_seq, power=power, sequential=bool(sequential))
-        est = check_planned_budget(sampler.draws, n, tv=float(tv), workers=workers, max_samples=MAX_SAMPLES,
+        pilot, per_chunk = sampler.pilot_sampler()
+        est = check_planned_budget(pilot.draws, n, tv=float(tv), workers=workers,
+                                   fixed_seconds=per_chunk * rechecks_in(n),
+                                   max_samples=MAX_SAMPLES if sequential else MAX_COUNTED,
                                    what=type(verifier).__name__)
         plan = {"tv": float(tv), "n": n, "df": df_plan, "estimated_seconds": est, "sequential": bool(sequential)}
     n = default_n(sampler) if n is None else check_n(n)
-    _check_budget(sampler, n, workers)
+    if plan is None:  # a tv plan was timed and checked just above
+        _check_budget(sampler, n, workers, MAX_SAMPLES if sequential else MAX_COUNTED)
     checks: dict[str, float] = {}
     skipped: dict[str, str] = {}
     details: dict = {"path": sampler.path, "V": int(p1.size), "k": k}
@@ -492,6 +506,8 @@ def certify_verifier(verifier, p, q, k: int, *, n: int | None = None, alpha: flo
             skipped[name] = "verify returned no .accepted"
 
     checks["determinism"] = _determinism(sampler, s_det)
+    if sampler.guard is not None:  # the fast path's run-time recheck against verify and chain (exactness.fast_paths)
+        details["fast_path_check"] = dict(sampler.guard)
     if checks["determinism"] == 0.0:
         details["determinism"] = {"reason": "the same seed gave different draws"}
     if not isinstance(verifier, Verifier):

@@ -181,8 +181,9 @@ def test_tv_of_the_wrong_type():
 
 
 def test_plan_over_the_memory_limit_is_refused():
+    # sequential runs keep their draws (MAX_SAMPLES); fixed-n runs count them chunk by chunk (MAX_COUNTED)
     with pytest.raises(ValueError, match=r"tv = 0.0002 needs n = .*memory limit.*larger tv.*do not reduce the memory"):
-        certify_verifier(get_verifier("rrs"), P, Q, 2, tv=2e-4)
+        certify_verifier(get_verifier("rrs"), P, Q, 2, tv=2e-4, sequential=True)
     with pytest.raises(ValueError, match=r"tv = 1e-05 needs n = .*memory limit.*time limit.*larger tv.*workers="):
         certify_verifier(get_verifier("rrs"), P, Q, 2, tv=1e-5)
 

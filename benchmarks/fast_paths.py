@@ -1,0 +1,143 @@
+"""Harness fast paths at a real vocabulary: which path each built-in verifier takes, draws/s, the budget for TV 1e-3.
+
+For every built-in verifier (``resispec.available_verifiers()`` plus ResiSpec for without-replacement
+drafts) at one node with V = 151,936 (Qwen2.5's vocabulary), k = 4, and a black-box ``rrs`` (a wrapper
+with ``drafting`` and ``verify(p, q, c, rng)`` only, declaring ``handles_shared_nodes``) at V = 32,000,
+side by side in one run:
+
+- the sampling path ``NodeSampler`` picks (``table``, a fast path of ``exactness.fast_paths``, or
+  ``generic``: O(V) ``verify`` per draw);
+- draws per CPU second (``time.process_time``, one process, after a warm-up call that pays the
+  run-time recheck), and the cost of that first call;
+- the draws ``certify_verifier(..., tv=1e-3)`` plans (``exactness.budget.plan_for_tv``, alpha 1e-3,
+  power 0.99) and the projected CPU time on 1 and 2 workers (``workers=2`` splits the draws over two
+  processes; wall time on a shared machine is longer by the load).
+
+The node: ``p`` Zipf(1) over the vocabulary, ``q = 0.7 p + 0.3 perm(p)`` (a random permutation, seed 0),
+so the acceptance is high and the residual is rarely drawn -- the pass that matters is the O(k log V)
+candidate and accept step.  ``--certify NAME`` also runs ``certify_verifier(verifier, p, q, 4, tv=1e-3,
+workers=2, tree=False)`` for that verifier and prints its wall and CPU time and verdict (minutes).
+
+Usage::
+
+    python benchmarks/fast_paths.py [--draws 262144] [--certify rrs_wor] [--out reports/fast_paths.md]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from exactness.budget import plan_for_tv  # noqa: E402
+from exactness.sampling import NodeSampler  # noqa: E402
+from resispec import available_verifiers, get_verifier  # noqa: E402
+
+K = 4
+TV = 1e-3
+
+
+def node(V: int, seed: int = 0):
+    """``p`` Zipf(1) over V tokens, ``q = 0.7 p + 0.3 perm(p)`` (V,) float64 each."""
+    p = 1.0 / np.arange(1, V + 1)
+    p /= p.sum()
+    q = 0.7 * p + 0.3 * np.random.default_rng(seed).permutation(p)
+    return p, q / q.sum()
+
+
+class BlackBoxRRS:
+    """``rrs`` as a black box: ``drafting`` and ``verify(p, q, candidates, rng)`` only (no chain, no uniforms)."""
+
+    drafting = "iid"
+    handles_shared_nodes = True   # its verify does O(V) work a call on broadcast views of one node
+
+    def __init__(self):
+        self._v = get_verifier("rrs")
+
+    def verify(self, p, q, candidates, rng):
+        return self._v.verify(p, q, candidates, rng)
+
+
+def verifiers():
+    out = [(name, get_verifier(name)) for name in available_verifiers()]
+    out.append(("resispec[drafting=without_replacement]", get_verifier("resispec", drafting="without_replacement")))
+    return out
+
+
+def measure(label, v, p, q, draws: int, generic_draws: int):
+    t0 = time.process_time()
+    s = NodeSampler(v, p, q, K)
+    build = time.process_time() - t0
+    fast = s.path != "generic"
+    m = draws if fast else generic_draws
+    t0 = time.process_time()
+    s.draws(np.random.default_rng(1), min(m, 4096) if fast else 8)   # first call: GUARD recheck through verify
+    first = time.process_time() - t0
+    t0 = time.process_time()
+    s.draws(np.random.default_rng(2), m)
+    rate = m / max(time.process_time() - t0, 1e-9)
+    n, df = plan_for_tv(p, TV, alpha=1e-3, power=0.99)
+    return {"verifier": label, "V": p.size, "path": s.path, "build_s": build, "first_call_s": first,
+            "draws_per_s": rate, "n_for_tv": n, "df": df, "cpu_s_1": n / rate, "cpu_s_2": n / rate / 2}
+
+
+def markdown(rows, load, cert=None) -> str:
+    lines = ["# Harness fast paths: draws/s and the budget for a detectable TV of 1e-3", "",
+             f"Command: `python benchmarks/fast_paths.py` (k = {K}; load average at the start {load}). CPU seconds",
+             "of one process (`time.process_time`); projected times are CPU seconds for the planned draws.", "",
+             "| verifier | V | path | draws/s (CPU) | first call (recheck) s | n for TV 1e-3 | projected 1 worker | "
+             "projected 2 workers |", "|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        lines.append(f"| {r['verifier']} | {r['V']:,} | {r['path']} | {r['draws_per_s']:.3g} | {r['first_call_s']:.2f} | "
+                     f"{r['n_for_tv']:.3g} | {_t(r['cpu_s_1'])} | {_t(r['cpu_s_2'])} |")
+    if cert:
+        lines += ["", f"Measured: `certify_verifier({cert['verifier']}, p, q, 4, tv=1e-3, workers=2, tree=False)`: "
+                  f"wall {cert['wall_s']:.0f} s, CPU of this process {cert['cpu_s']:.0f} s, n = {cert['n']:,}, "
+                  f"detectable TV {cert['detectable_tv']:.3g}, passed {cert['passed']}, path {cert['path']}, "
+                  f"run-time check {cert['check']}."]
+    return "\n".join(lines) + "\n"
+
+
+def _t(s: float) -> str:
+    return f"{s:.0f} s" if s < 7200 else f"{s / 3600:.1f} h"
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--draws", type=int, default=1 << 18, help="draws timed on a fast path (default 2**18)")
+    ap.add_argument("--generic-draws", type=int, default=64, help="draws timed on the generic path (default 64)")
+    ap.add_argument("--certify", default=None, help="also run certify_verifier(..., tv=1e-3, workers=2) for NAME")
+    ap.add_argument("--out", default=None, help="write the table as Markdown here")
+    args = ap.parse_args(argv)
+    load = ", ".join(f"{x:.2f}" for x in os.getloadavg())
+    big = node(151_936)
+    rows = [measure(label, v, *big, args.draws, args.generic_draws) for label, v in verifiers()]
+    rows.append(measure("black-box rrs (handles_shared_nodes)", BlackBoxRRS(), *node(32_000), args.draws,
+                        args.draws))
+    print(markdown(rows, load), flush=True)   # the table first: the certificate below takes minutes
+    cert = None
+    if args.certify:
+        import exactness
+
+        v = BlackBoxRRS() if args.certify == "blackbox_rrs" else dict(verifiers())[args.certify]
+        p, q = node(32_000) if args.certify == "blackbox_rrs" else big
+        t0, c0 = time.time(), time.process_time()
+        c = exactness.certify_verifier(v, p, q, K, tv=TV, workers=2, tree=False)
+        cert = {"verifier": args.certify, "wall_s": time.time() - t0, "cpu_s": time.process_time() - c0, "n": c.n,
+                "detectable_tv": c.detectable_tv, "passed": c.passed, "path": c.details["path"],
+                "check": c.details.get("fast_path_check")}
+    text = markdown(rows, load, cert)
+    if cert:
+        print(text.rsplit("\n\n", 1)[-1])
+    if args.out:
+        Path(args.out).write_text(text)
+
+
+if __name__ == "__main__":
+    main()
