@@ -13,16 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 
-try:
-    import numba
-
-    _njit = numba.njit
-    AVAILABLE = True
-except ImportError:  # pragma: no cover - numba is a declared dependency
-    AVAILABLE = False
-
-    def _njit(*args, **kwargs):
-        return lambda f: f
+from ._fast_kernels import AVAILABLE, _njit  # the one optional-numba shim of the harness
 
 
 #: Queries below which ``np.searchsorted`` itself is used (the same ids; the compiled loop pays off on long runs).

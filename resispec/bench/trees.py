@@ -141,11 +141,6 @@ DEFAULT_FAMILIES = ("softmax_noise", "zipf", "shifted", "dirichlet", "temp_misma
 DEFAULT_TEMPERATURES = (0.7, 1.0, 1.5)
 
 
-def parse_shape(spec: str) -> TreeShape:
-    """``"4,2"`` (iid drafting) or ``"wor:4,2"`` (without replacement).  Raises ValueError if malformed."""
-    return TreeShape.parse(spec)  # the "wor:" prefix is read by TreeShape.parse
-
-
 def shape_label(shape: TreeShape) -> str:
     b = shape.branching
     core = f"1x{len(b)} chain" if all(x == 1 for x in b) else ",".join(map(str, b))
@@ -223,7 +218,7 @@ def run_bench(*, families=DEFAULT_FAMILIES, temperatures=DEFAULT_TEMPERATURES, s
 
     _auto_register()
     entries = list(BENCH_VERIFIERS if verifiers is None else verifiers)
-    parsed = [parse_shape(s) for s in shapes]
+    parsed = [TreeShape.parse(s) for s in shapes]  # "wor:" prefix = without replacement
     fams = [get_family(f) for f in families]
     for sh in parsed:
         if not any(e.role == "baseline" and e.drafting == sh.drafting for e in entries):

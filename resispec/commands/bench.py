@@ -46,7 +46,8 @@ def run(args) -> int:
     from pathlib import Path
 
     from simulators._io import write_json, write_text
-    from ..bench.trees import parse_shape, rows_from_json, rows_to_json, run_bench, to_markdown
+    from ..trees import TreeShape
+    from ..bench.trees import rows_from_json, rows_to_json, run_bench, to_markdown
 
     if args.from_json:
         import json
@@ -67,7 +68,7 @@ def run(args) -> int:
         if val < lo:
             raise ValueError(f"{name} must be >= {lo}, got {val}")
     for s in args.shapes:
-        parse_shape(s)  # fail before any work
+        TreeShape.parse(s)  # fail before any work
     t0 = time.perf_counter()
     rows = run_bench(families=args.families, temperatures=args.temperatures, shapes=args.shapes, V=args.V,
                      n=args.n, n_samples=args.n_samples, seed=args.seed, progress=not args.no_progress)
