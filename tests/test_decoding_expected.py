@@ -218,6 +218,9 @@ def test_bench_decode_scores_verifiers_it_does_not_run_and_wor_shapes(tmp_path):
     assert "rejection_proxy" not in score_names(["all"]) and "resispec_lookahead" in score_names(["all"])
     with pytest.raises(ValueError, match="unknown verifier|not a registered|Unknown"):
         score_names(["nope"])
+    with pytest.raises(ValueError, match="no verifier .* is exact for tree"):  # rrs has no wor rule: nothing to run
+        run_bench(pair, [[1, 2]], trees=["wor:2,1"], verifiers=["rrs"], sampling=T1, max_new_tokens=2,
+                  progress=False, estimate=False)
 
 
 def test_tree_shape_reads_the_wor_prefix():

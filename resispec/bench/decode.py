@@ -323,6 +323,10 @@ def run_bench(pair, prompts: list[list[int]], *, verifiers=DEFAULT_VERIFIERS, tr
     runners = {s.label: shape_verifiers(verifiers, s, proxy) for s in shapes}  # label -> {method: Verifier}
     scoring = {s.label: {**runners[s.label], **_servable(shape_verifiers(score, s, proxy), runners[s.label], s)}
                for s in shapes}
+    idle = [lab for lab, r in runners.items() if not r]
+    if idle:
+        raise ValueError(f"no verifier of {list(verifiers)} is exact for tree(s) {idle}; a wor: tree needs a "
+                         "without-replacement rule (rrs_wor, resispec, target_only)")
     jobs = [(AUTOREGRESSIVE, None)] + [(m, s) for s in shapes for m in runners[s.label]]
     rows = {(AUTOREGRESSIVE, "-"): BenchRow(AUTOREGRESSIVE, "-")}
     rows.update({(m, s.label): BenchRow(m, s.label) for s in shapes for m in scoring[s.label]})

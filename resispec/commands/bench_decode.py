@@ -78,6 +78,13 @@ def run(args) -> int:
     if path and not any(all(k == 1 for k in TreeShape.parse(t).branching) for t in args.trees):
         raise ValueError(f"--verifiers {','.join(path)}: path-level rules decide chains only; add a chain to "
                          "--trees, e.g. --trees 4,2,1 1,1,1")
+    from ..bench.decode import shape_verifiers
+
+    for t in args.trees:
+        if not shape_verifiers(args.verifiers, TreeShape.parse(t), args.proxy):
+            raise ValueError(f"--trees {t}: none of --verifiers {','.join(args.verifiers)} is exact for this tree "
+                             "(a wor: tree needs a without-replacement rule: rrs_wor, resispec or target_only; "
+                             "block and token need a chain)")
     args.score = score_names(args.score)
     if args.score and args.no_paired:
         raise ValueError("--score needs the paired estimator; drop --no-paired")
