@@ -216,6 +216,17 @@ def test_bench_decode_scores_verifiers_it_does_not_run_and_wor_shapes(tmp_path):
     assert rows[("target_only", "wor:2,1")]["projected_from"] == "resispec"
     assert "projected speed-up, wall / CPU" in format_table(res) and "wor:2,1" in format_table(res)
     assert "rejection_proxy" not in score_names(["all"]) and "resispec_lookahead" in score_names(["all"])
+    # the best baseline is a published rule, never one of ResiSpec's own (its look-ahead scored beside it)
+    res2 = run_bench(pair, [[1, 2, 3], [4, 5]], trees=["2,1"], verifiers=["resispec", "rrs"],
+                     score=["resispec_lookahead", "kseq"], sampling=T1, max_new_tokens=6, seeds=[0, 1],
+                     progress=False, estimate=False)
+    rows2 = {r["method"]: r for r in res2.table()}
+    assert {r["rb_best_baseline"] for r in rows2.values() if r["rb_best_baseline"]} <= {"rrs", "kseq"}
+    best = max(("rrs", "kseq"), key=lambda m: rows2[m]["block_efficiency_rb"])
+    assert rows2["resispec_lookahead"]["rb_vs_best_baseline"] == pytest.approx(
+        rows2["resispec_lookahead"]["block_efficiency_rb"] - rows2[best]["block_efficiency_rb"])
+    assert rows2["resispec"]["block_eff_vs_best_baseline"] == pytest.approx(
+        rows2["resispec"]["block_efficiency"] / rows2["rrs"]["block_efficiency"])   # rrs: the one baseline run
     with pytest.raises(ValueError, match="unknown verifier|not a registered|Unknown"):
         score_names(["nope"])
     with pytest.raises(ValueError, match="no verifier .* is exact for tree"):  # rrs has no wor rule: nothing to run

@@ -26,7 +26,7 @@ from tqdm.auto import tqdm
 from .._io import atomic_write as _atomic_write
 from ..trees import TreeShape
 from ..pathlevel.registry import available_path_verifiers, get_any_verifier
-from ..verifiers.registry import get_verifier
+from ..verifiers.registry import get_verifier, is_ours
 from ..decoding.engine import autoregressive_decode, speculative_decode
 from ..decoding.laws import SamplingConfig
 from ._report import fmt, md_table
@@ -98,7 +98,7 @@ class BenchResult:
         ``block_efficiency_rb`` = sum over calls of (1 + expected accepted) / calls, pooled over EVERY run
         on this tree whose drafting serves this verifier (whichever verifier drove it), ``rb_calls`` those
         calls, ``block_efficiency_rb_se``; ``rb_vs_best_baseline`` (minus the best baseline's RB value, best
-        of the non-resispec verifiers on the tree, named in ``rb_best_baseline``) and ``rb_vs_rrs``
+        of the published baselines on the tree (never a ResiSpec rule: ``is_ours``), named in ``rb_best_baseline``) and ``rb_vs_rrs``
         with ``_se``; the observed counterpart
         ``block_efficiency_calls`` (this method's own (1 + accepted) per call, before the max-new-tokens
         cut) with ``_se``, and ``rb_se_gain`` = its s.e. / the RB s.e.  Standard errors are over
@@ -118,8 +118,7 @@ class BenchResult:
         rb = {r.tree: _rb_tree(self.runs, r.tree) for r in self.rows if r.method != AUTOREGRESSIVE}
         out = []
         for r in self.rows:
-            peers = [x for x in self.rows if x.tree == r.tree and x.method not in (AUTOREGRESSIVE, "resispec")
-                     and x.runs]
+            peers = [x for x in self.rows if x.tree == r.tree and _is_baseline(x.method) and x.runs]
             best_be = max((x.block_efficiency for x in peers), default=float("nan"))
             best_tps = max((x.tokens_per_second for x in peers), default=float("nan"))
             mine = [x for x in self.runs if x["method"] == r.method and x["tree"] == r.tree]
@@ -228,7 +227,7 @@ def _rb_keys(t: dict | None, method: str) -> dict:
     keys.update(block_efficiency_rb=R, block_efficiency_rb_se=se, rb_calls=calls)
     if se and keys["block_efficiency_calls_se"] is not None:
         keys["rb_se_gain"] = keys["block_efficiency_calls_se"] / se
-    base = {m: v for m, v in t["rb"].items() if m not in ("resispec", AUTOREGRESSIVE) and v[0] is not None}
+    base = {m: v for m, v in t["rb"].items() if _is_baseline(m) and v[0] is not None}
     best = max(base, key=lambda m: base[m][0], default=None)
     for name, other in (("rb_vs_best_baseline", best), ("rb_vs_rrs", "rrs" if "rrs" in t["rb"] else None)):
         if other is not None:
@@ -236,6 +235,11 @@ def _rb_keys(t: dict | None, method: str) -> dict:
             keys[name], keys[name + "_se"] = R - Rb, _z_se(z - zb)
     keys["rb_best_baseline"] = best
     return keys
+
+
+def _is_baseline(method: str) -> bool:
+    """A published rule (not target-only decoding, not one of this project's rules: ``is_ours``)."""
+    return method != AUTOREGRESSIVE and not is_ours(method)
 
 
 def _tps(run: dict, key: str = "seconds") -> float:
@@ -537,7 +541,8 @@ def write_report(result: BenchResult, md_path: Path, json_path: Path, command: s
         "over units of tokens/s divided by target-only decoding's on the same unit; the CPU-time column is the same "
         "ratio of tokens per CPU-second of this process (time.process_time), which other processes holding the "
         "cores do not inflate. "
-        "'best baseline' = best of rrs, rrs_wor, kseq, target_only on the same tree. "
+        "'best baseline' = best published rule run or scored on the same tree (sps, rrs, rrs_wor, kseq, target_only, "
+        "block, token, traversal; never a ResiSpec rule: resispec, resispec_lookahead, resispec_myopic, rejection_proxy). "
         "RB columns: the paired Rao-Blackwellised block efficiency, mean over calls of 1 + the EXACT expected "
         "accepted length of each verifier on the SAME drafted trees and target laws, pooled over every run of the "
         "tree whose drafting the verifier is exact for (unbiased: every exact verifier emits the target's law, so "

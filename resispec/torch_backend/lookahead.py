@@ -188,7 +188,7 @@ def _lookahead_reserve_tensor(p_i: torch.Tensor, q: torch.Tensor, k_left: int) -
     return lookahead_schedule_t(p_i, q, k_left)[:, 1]
 
 
-@register("resispec_lookahead", backend="torch")
+@register("resispec_lookahead", backend="torch", ours=True)
 class ResiSpecLookaheadTorch(TorchMassVerifier):
     """ResiSpec with the look-ahead reserve on torch (iid drafts).
 

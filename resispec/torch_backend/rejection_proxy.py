@@ -62,7 +62,7 @@ def apply_proxy_t(proxy, R: torch.Tensor, q: torch.Tensor, x: torch.Tensor, step
     return out.contiguous()
 
 
-@register("rejection_proxy", backend="torch")
+@register("rejection_proxy", backend="torch", ours=True)
 class RejectionProxyTorch(TorchVerifier):
     """Residual shaped after each rejection by ``proxy(R, q, x, *, step)`` on tensors (iid drafts).
 

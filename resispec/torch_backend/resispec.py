@@ -376,7 +376,7 @@ def _versions(*tensors):
         return None
 
 
-@register("resispec", backend="torch")
+@register("resispec", backend="torch", ours=True)
 class ResiSpecTorch(TorchMassVerifier):
     """ResiSpec verifier on torch (iid drafts).
 

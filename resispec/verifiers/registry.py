@@ -7,17 +7,32 @@ from typing import Callable
 _REGISTRY: dict[str, dict[str, Callable]] = {"numpy": {}}
 #: Modules imported on first use of a backend (keeps torch optional).
 _LAZY_BACKENDS = {"torch": "resispec.torch_backend"}
+#: Names of this project's own rules (ResiSpec's reserves, the rejection-proxy family): never a "baseline".
+_OURS: set[str] = set()
 
 
-def register(name: str, backend: str = "numpy"):
-    """Class decorator: register a verifier factory under ``name``."""
+def register(name: str, backend: str = "numpy", *, ours: bool = False):
+    """Class decorator: register a verifier factory under ``name``.
+
+    ``ours=True`` marks a rule of this project (reports compare it against the best of the others, the
+    published baselines; :func:`is_ours`).
+    """
 
     def deco(cls):
         _REGISTRY.setdefault(backend, {})[name] = cls
         cls.name = name
+        if ours:
+            _OURS.add(name)
         return cls
 
     return deco
+
+
+def is_ours(name: str) -> bool:
+    """True for this project's own rules (``resispec``, ``resispec_lookahead``, ``resispec_myopic``,
+    ``rejection_proxy``), False for published baselines (``sps``, ``rrs``, ``rrs_wor``, ``kseq``,
+    ``target_only``, the path-level rules) and unknown names."""
+    return name in _OURS
 
 
 def _backend_table(backend: str) -> dict[str, Callable]:

@@ -106,7 +106,7 @@ def apply_proxy(proxy, R: np.ndarray, q: np.ndarray, x: np.ndarray, step: int) -
     return np.array(out)
 
 
-@register("rejection_proxy")
+@register("rejection_proxy", ours=True)
 class RejectionProxy(Verifier):
     """Residual shaped after each rejection by ``proxy(R, q, x, *, step)`` (iid drafts; exact iff it transports).
 

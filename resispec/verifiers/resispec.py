@@ -154,7 +154,7 @@ def _solve_reserve_sort(p_i, q_i, rho, gamma):
     return np.clip(lam, 0.0, gamma)
 
 
-@register("resispec")
+@register("resispec", ours=True)
 class ResiSpec(MassVerifier):
     """ResiSpec verifier (iid drafts).
 
@@ -290,7 +290,7 @@ class ResiSpec(MassVerifier):
         return self._solve(i, k, p_i, q_i)[2]
 
 
-@register("resispec_lookahead")
+@register("resispec_lookahead", ours=True)
 class ResiSpecLookahead(ResiSpec):
     """ResiSpec with ``reserve="lookahead"`` under its own registry name (iid drafts).
 
