@@ -133,7 +133,8 @@ def main(argv=None) -> int:
         rows.append(row)
     load = os.getloadavg()[0]
     head = (f"# Target pass cost vs new tokens, by kernel and weight dtype\n\n"
-            f"Command: `python3 benchmarks/cpu_linear.py --kinds {' '.join(kinds)} --out {args.out}` (model "
+            f"Command: `python3 benchmarks/cpu_linear.py --kinds {' '.join(kinds)} --threads {args.threads} "
+            f"--repeats {args.repeats} --prefix {args.prefix} --out {args.out}` (model "
             f"`{args.model}`, CPU, {torch.get_num_threads()} thread(s), {args.prefix} cached tokens, median of "
             f"{args.repeats} interleaved calls per cell, load average {load:.1f} at the end).\n\n"
             f"Each time is a ratio to the median 1-token `{ref}` pass of the same run (the cost target-only decoding "

@@ -11,14 +11,15 @@ CONFIGS = [
     ("rrs_wor", {}),
     ("target_only", {}),
     ("kseq", {}),
-    ("resispec", {}),
+    ("resispec", {}),                                   # the look-ahead (the default)
+    ("resispec_myopic", {}),                            # the fixed point
     ("resispec", {"gamma": 0.5}),
     ("resispec", {"gamma": 0.0}),
     ("resispec", {"gamma": 1.5}),                       # gamma > 1: sort solver
-    ("resispec", {"solver": "sort"}),
-    ("resispec", {"solver": "newton"}),                 # tensor-op Newton (the GPU path), on CPU
-    ("resispec", {"solver": "newton", "gamma": 0.5}),
-    ("resispec", {"solver": "fused"}),                  # the compiled CPU kernel (auto on CPU)
+    ("resispec_myopic", {"solver": "sort"}),
+    ("resispec_myopic", {"solver": "newton"}),                 # tensor-op Newton (the GPU path), on CPU
+    ("resispec_myopic", {"solver": "newton", "gamma": 0.5}),
+    ("resispec_myopic", {"solver": "fused"}),                  # the compiled CPU kernel (auto on CPU)
     ("resispec", {"proxy": "tempered", "proxy_options": {"tau": 2.0}}),
     ("resispec", {"proxy": "topk", "proxy_options": {"top_k": 2}}),
     ("resispec", {"proxy": "uniform_mix"}),

@@ -17,14 +17,15 @@ def test_cli_tiny(tmp_path, capsys):
                "--out", str(out)])
     assert rc == 0
     text = out.read_text()
-    assert "Closing the gap" in text and "resispec_lookahead" in text and "seq_opt_wor" in text
+    assert "Closing the gap" in text and "resispec_myopic" in text and "seq_opt_wor" in text
     js = json.loads((tmp_path / "gap.json").read_text())
     secs = {c["section"] for c in js["cells"]}
     assert secs == {"iid", "wor", "wor_small"}
     for c in js["cells"]:
         if c["section"] == "iid":
             a = c["acceptance"]
-            assert a["resispec_lookahead"] <= c["bounds"]["seq_opt"] + 1e-8
+            assert a["resispec"] <= c["bounds"]["seq_opt"] + 1e-8             # the default: the look-ahead
+            assert a["resispec"] >= a["resispec_myopic"] - 1e-9
             assert c["bounds"]["seq_opt"] <= c["bounds"]["alpha*"] + 1e-8
     assert "target_iid_k4_8" not in js["summary"]           # k in {2, 3} only
     assert "target_wor_small_gap_to_seq_opt" in js["summary"]

@@ -94,3 +94,63 @@ def test_registry_alias_and_bad_input():
         resispec.get_verifier("resispec", reserve="lookahead", proxy="tempered")
     with pytest.raises(ValueError, match="drafting"):
         resispec.get_verifier("resispec", drafting="sideways")
+
+
+def _resolved_steps(v, p, q, k):
+    """Step acceptances ``beta`` (B, k) with the reserve solved afresh at every candidate (no walk plan)."""
+    from resispec.verifiers.base import reject_update
+
+    p_i, beta = p, np.empty((p.shape[0], k))
+    empty = np.zeros((p.shape[0], 0), dtype=np.int64)
+    for i in range(k):
+        m = v.accepted_mass(i, k, p_i, q, q=q, rejected=empty)   # outside a walk: solved afresh
+        beta[:, i] = m.sum(axis=1)
+        p_i = reject_update(p_i, m)
+    return beta
+
+
+@settings(deadline=None, max_examples=40)
+@given(seed=st.integers(0, 2**31 - 1), V=st.integers(3, 200), k=st.integers(2, 8),
+       spread=st.floats(0.2, 4.0), zeros=st.booleans())
+def test_one_solve_a_node_matches_solving_at_every_candidate(seed, V, k, spread, zeros):
+    """The walk reuses the first step's schedule (dynamic consistency, ``planned_step``): the acceptance
+    equals the per-candidate re-solve's to round-off, and the emitted law stays ``p``."""
+    rng = np.random.default_rng(seed)
+    lp = rng.normal(size=(3, V)) * spread
+    p = np.exp(lp - lp.max(1, keepdims=True))
+    lq = lp + rng.normal(size=(3, V))
+    q = np.exp(lq - lq.max(1, keepdims=True))
+    if zeros:
+        q[:, : V // 3] = 0.0
+    p, q = p / p.sum(1, keepdims=True), q / q.sum(1, keepdims=True)
+    planned = LA.step_acceptance(p, q, k)                          # inside a walk: one solve
+    fresh = _resolved_steps(LA, p, q, k)
+    acc = lambda b: 1.0 - np.prod(1.0 - b, axis=1)                  # noqa: E731
+    assert np.max(np.abs(acc(planned) - acc(fresh))) < 1e-9
+    assert np.max(np.abs(planned[:, 0] - fresh[:, 0])) < 1e-12     # the first step is the same solve
+    if V <= 6 and k <= 3:
+        law = resispec.exact_output_law(LA, p[0], q[0], k)
+        assert np.max(np.abs(law - p[0])) < 1e-12
+
+
+def test_one_solve_a_node_only_at_gamma_one_and_the_same_in_chain_and_closed_form():
+    """gamma != 1 keeps solving at every candidate; ``chain`` and the closed form walk with the same plan."""
+    rng = np.random.default_rng(11)
+    p, q = rng.dirichlet(np.full(50, 0.3), size=2), rng.dirichlet(np.full(50, 0.3), size=2)
+    half = resispec.get_verifier("resispec", reserve="lookahead", gamma=0.5)
+    assert np.array_equal(half.step_acceptance(p, q, 5), _resolved_steps(half, p, q, 5))
+    c = rng.integers(0, 50, size=(2, 5))
+    m, _, _ = LA.masses(p, q, c)                                   # (B, k, V), the walk's accepted masses
+    assert np.allclose(m.sum(axis=2), LA.step_acceptance(p, q, 5), atol=1e-15)
+    rows, steps = np.arange(2)[:, None], np.arange(5)[None, :]
+    a_expect = np.clip(m[rows, steps, c] / q[rows, c], 0.0, 1.0)   # a_i = m_i(x_i) / q(x_i)
+    assert np.allclose(LA.chain(p, q, c).accept_probs, a_expect, atol=1e-15)
+
+
+@settings(deadline=None, max_examples=40)
+@given(pq=law_pairs(max_V=8), k=st.integers(2, 6))
+def test_lookahead_accepts_at_least_the_myopic_rule(pq, k):
+    """Issue 13: the look-ahead rule's acceptance is never below the myopic fixed point's."""
+    p, q = pq
+    my = resispec.get_verifier("resispec", reserve="fixed_point")
+    assert resispec.acceptance_probability(LA, p, q, k) >= resispec.acceptance_probability(my, p, q, k) - 1e-9

@@ -237,6 +237,13 @@ def _rb_keys(t: dict | None, method: str) -> dict:
     return keys
 
 
+def _cpu_support() -> dict:
+    """:func:`resispec.decoding.models.cpu_matmul_support` (the report's regime line)."""
+    from ..decoding.models import cpu_matmul_support
+
+    return cpu_matmul_support()
+
+
 def _is_baseline(method: str) -> bool:
     """A published rule (not target-only decoding, not one of this project's rules: ``is_ours``)."""
     return method != AUTOREGRESSIVE and not is_ours(method)
@@ -348,7 +355,8 @@ def run_bench(pair, prompts: list[list[int]], *, verifiers=DEFAULT_VERIFIERS, tr
               "prompt_tokens": [len(p) for p in prompts], "proxy": proxy,
               "device": str(next(pair.target.parameters()).device),
               "dtype": str(next(pair.target.parameters()).dtype), "machine": platform.machine(),
-              "cpu_count": os.cpu_count(), "order": "methods interleaved per unit, rotated by one per unit"}
+              "cpu_count": os.cpu_count(), "cpu": _cpu_support(),
+              "order": "methods interleaved per unit, rotated by one per unit"}
     result = BenchResult(list(rows.values()), config, runs=[], complete=False)
     if estimate:
         print(_estimate(pair, prompts, len(jobs) * len(units), max_new_tokens, sampling), file=sys.stderr)
@@ -524,8 +532,11 @@ def write_report(result: BenchResult, md_path: Path, json_path: Path, command: s
     A result with ``complete`` False is marked PARTIAL in both.
     """
     cfg = result.config
+    cpu = cfg.get("cpu") or {}
+    native = {True: "yes", False: "NO (emulated: multi-token passes are slow)", None: "unknown"}
     regime = (f"{cfg.get('device')} {cfg.get('dtype')}, {cfg.get('cpu_count')} CPU cores visible "
-              f"({cfg.get('machine')})")
+              f"({cfg.get('machine')}, torch CPU kernels {cpu.get('capability', 'unknown')}, native bf16 "
+              f"matmul {native.get(cpu.get('bf16'), 'unknown')})")
     done = len(result.runs)
     md = "\n".join([
         "# Real-model tree speculative decoding: every verifier vs target-only decoding", "",

@@ -8,6 +8,7 @@ naming ``resispec models fetch NAME`` (``--fetch`` downloads it instead).
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 
@@ -151,8 +152,14 @@ def load_pair(args):
         import torch
 
         torch.set_num_threads(args.threads)
-    return _load(args.target, args.draft, dtype=args.dtype, device=args.device, wheels_from=args.wheels_from,
+    pair = _load(args.target, args.draft, dtype=args.dtype, device=args.device, wheels_from=args.wheels_from,
                  download=args.fetch, linear=getattr(args, "linear", "auto"))
+    from ..decoding.models import half_precision_warning
+
+    note = half_precision_warning(args.dtype, str(next(pair.target.parameters()).device))
+    if note:
+        print(f"warning: {note}", file=sys.stderr)
+    return pair
 
 
 def encode_prompts(pair, texts: list[str], args) -> list[list[int]]:

@@ -100,6 +100,56 @@ def _from_pretrained(src: Path, gguf_file: str | None, dtype, device):
     return model.to(device).eval(), tok
 
 
+def cpu_matmul_support() -> dict:
+    """What this CPU's torch build can do natively for half-precision matrix products.
+
+    Returns
+    -------
+    dict with ``capability`` (str: torch's CPU kernel level, e.g. ``"AVX2"``, ``"AVX512"``), ``bf16``
+    and ``fp16`` (bool or ``None`` when torch cannot tell): True where the CPU has native instructions
+    (AVX512-BF16 or AMX tiles for bfloat16, AMX-FP16 for float16).  Without them torch emulates
+    half-precision products in float32 arithmetic: a 1-token pass still reads half the bytes, but a
+    pass of several tokens costs far more than its float32 twin (measured on an AVX2 EPYC:
+    ``benchmarks/cpu_linear.py``, ``docs/decoding.md``), so tree passes lose their edge.
+    """
+    import torch
+
+    cpu = getattr(torch, "cpu", None)
+
+    def flag(name):
+        fn = getattr(cpu, name, None)
+        try:
+            return bool(fn()) if callable(fn) else None
+        except Exception:  # a private torch helper that moved or failed: unknown, never an error
+            return None
+
+    amx = flag("_is_amx_tile_supported")
+    bf16 = flag("_is_avx512_bf16_supported")
+    try:
+        capability = str(torch.backends.cpu.get_cpu_capability())
+    except Exception:
+        capability = "unknown"
+    return {"capability": capability,
+            "bf16": None if bf16 is None and amx is None else bool(bf16 or amx),
+            "fp16": flag("_is_amx_fp16_supported")}
+
+
+def half_precision_warning(dtype, device: str) -> str | None:
+    """A one-line warning when ``dtype`` is bfloat16/float16 on a CPU without native instructions for it, else None."""
+    name = str(dtype).replace("torch.", "")
+    if not str(device).startswith("cpu") or name not in ("bfloat16", "float16"):
+        return None
+    sup = cpu_matmul_support()
+    native = sup["bf16"] if name == "bfloat16" else sup["fp16"]
+    if native is not False:
+        return None
+    return (f"this CPU ({sup['capability']}) has no native {name} matrix instructions "
+            f"({'AVX512-BF16 / AMX' if name == 'bfloat16' else 'AMX-FP16'}): torch emulates them, so a pass of "
+            f"several tokens costs far more than one (tree passes lose their edge); float32 with the small-batch "
+            f"linear is usually the faster choice for speculative decoding here (python3 benchmarks/cpu_linear.py "
+            f"--kinds torch small-batch bf16 measures it)")
+
+
 def load_model(name_or_path: str, *, dtype="float32", device: str | None = "auto", root: Path | None = None,
                wheels_from: Path | None = None, progress: bool = True, download: bool = False,
                linear: str = "auto"):

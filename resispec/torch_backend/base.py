@@ -255,6 +255,12 @@ class TorchMassVerifier(TorchVerifier):
         return torch.stack(ms, 1), torch.stack(ps, 1), torch.stack(qs, 1)
 
     def _walk(self, p, q, c, ms=None, ps=None, qs=None):
+        from ..verifiers.base import walk_scope
+
+        with walk_scope():
+            return self._walk_steps(p, q, c, ms, ps, qs)
+
+    def _walk_steps(self, p, q, c, ms=None, ps=None, qs=None):
         B, k = c.shape
         a = torch.empty((B, k), dtype=p.dtype, device=p.device)
         keep = ms is not None

@@ -35,6 +35,8 @@ from __future__ import annotations
 import torch
 
 from .._reserve_tol import LOOKAHEAD_TOL
+from ..verifiers.base import walk_plan
+from ..verifiers.lookahead import _PLAN_KEY, _REACH_EPS
 from ..verifiers.registry import register
 from .base import TorchMassVerifier
 
@@ -234,6 +236,44 @@ class ResiSpecLookaheadTorch(TorchMassVerifier):
     def options(self):
         return {"proxy": self.proxy_name, "gamma": self.gamma, "reserve": "lookahead"}
 
+    def _planned(self, plan: dict, k_left: int, p_i: torch.Tensor, q_i: torch.Tensor, out):
+        """``m`` of the walk's step with ``k_left`` candidates left, from the schedule of its first step.
+
+        Torch twin of :func:`resispec.verifiers.lookahead.planned_step` (``gamma = 1``; the same plan,
+        the same numbers): one schedule solve a node, then ``Lambda_j = L_j / (L_{j-1} - L_j)``.
+        """
+        got = plan.get(_PLAN_KEY)
+        if got is not None:
+            k0, sched = got
+            j = k0 - k_left
+            if sched.shape[0] == p_i.shape[0] and 0 < j < k0 - 1:
+                L_prev, L_next = sched[:, j], sched[:, j + 1]
+                reach = L_prev - L_next                                      # R_{j+1}
+                ok = reach > _REACH_EPS
+                lam = torch.where(ok, L_next / torch.where(ok, reach, torch.ones_like(reach)),
+                                  torch.zeros_like(reach))
+                m = torch.addcmul(p_i, q_i, lam.unsqueeze(1), value=-1.0, out=out).clamp_(min=0.0)  # (p_i - lam q)_+
+                return torch.minimum(m, q_i, out=m)
+        if p_i.dtype == torch.float64 and _fused_ok(p_i) and p_i.is_contiguous() and q_i.is_contiguous():
+            from .._lookahead_fused import lookahead_rows
+
+            buf = out if (out is not None and out.is_contiguous() and out.dtype == torch.float64) \
+                else torch.empty_like(p_i)
+            sched, _ = lookahead_rows(p_i.detach().numpy(), q_i.detach().numpy(), k_left, gamma=1.0,
+                                      out=buf.numpy())
+            plan[_PLAN_KEY] = (k_left, torch.from_numpy(sched))
+            return buf
+        if _fused_ok(p_i):
+            from .._lookahead_fused import lookahead_rows
+
+            sched = torch.from_numpy(lookahead_rows(_as_np64(p_i), _as_np64(q_i), k_left)).to(p_i.dtype)
+        else:
+            sched = lookahead_schedule_t(p_i, q_i, k_left)
+        plan[_PLAN_KEY] = (k_left, sched)
+        lam = sched[:, 1]
+        m = torch.addcmul(p_i, q_i, lam.unsqueeze(1), value=-1.0, out=out).clamp_(min=0.0)   # (p_i - Lambda q)_+
+        return torch.minimum(m, q_i, out=m)
+
     def reserve(self, i: int, k: int, p_i: torch.Tensor, q_i: torch.Tensor):
         """Proxy ``rho_i = q_i`` (B, V) and reserve ``lambda_i`` (B,) for 0-based step ``i``."""
         return q_i, self.gamma * lookahead_reserve_t(p_i, q_i, k - i)
@@ -241,6 +281,10 @@ class ResiSpecLookaheadTorch(TorchMassVerifier):
     def accepted_mass(self, i, k, p_i, q_i, *, q, rejected, out=None):
         if i == k - 1 or self.gamma == 0:
             return torch.minimum(p_i, q_i, out=out)
+        if self.gamma == 1.0:
+            plan = walk_plan()
+            if plan is not None:
+                return self._planned(plan, k - i, p_i, q_i, out)
         if p_i.dtype == torch.float64 and _fused_ok(p_i) and p_i.is_contiguous() and q_i.is_contiguous():
             from .._lookahead_fused import lookahead_rows    # reserve and mass in one compiled pass per row
 

@@ -378,7 +378,13 @@ def _versions(*tensors):
 
 @register("resispec", backend="torch", ours=True)
 class ResiSpecTorch(TorchMassVerifier):
-    """ResiSpec verifier on torch (iid drafts).
+    """ResiSpec verifier on torch (iid drafts), the fixed-point (myopic) reserve.
+
+    ``get_verifier("resispec", backend="torch")`` builds the look-ahead twin
+    (:class:`~resispec.torch_backend.lookahead.ResiSpecLookaheadTorch`) wherever
+    ``reserve="auto"`` resolves to it (the draft proxy, no ``solver=``;
+    :func:`resispec.verifiers.resispec.resolve_reserve`), as numpy does; this class otherwise
+    (any other proxy, ``solver=`` given, ``reserve="fixed_point"``, or ``resispec_myopic``).
 
     Parameters
     ----------
@@ -391,8 +397,11 @@ class ResiSpecTorch(TorchMassVerifier):
     proxy_options : dict, optional
         Options of a built-in proxy, e.g. ``{"tau": 2.0}``.
     drafting : {"iid"}
-    solver : {"auto", "fused", "newton", "sort"}, default "auto"
-        Reserve solver (module docstring: cost and error bound).  ``auto``:
+    reserve : {"auto", "fixed_point", "lookahead"}, default "auto"
+        As numpy's ``resispec`` (``"lookahead"`` returns the look-ahead twin).
+    solver : {"auto", "fused", "newton", "sort"}, optional
+        Fixed-point reserve solver (module docstring: cost and error bound;
+        giving it selects the fixed point under ``reserve="auto"``).  ``auto``:
         ``fused`` (the compiled per-row kernel of
         :mod:`resispec._reserve_fused`, the one the numpy backend uses) for
         CPU tensors, ``newton`` (tensor ops) on other devices.
@@ -406,24 +415,32 @@ class ResiSpecTorch(TorchMassVerifier):
         unknown solver.
     """
 
-    def __new__(cls, *args, reserve: str = "fixed_point", **kwargs):
-        if cls is ResiSpecTorch and reserve == "lookahead":
+    def __new__(cls, proxy="draft", gamma: float = 1.0, proxy_options: dict | None = None, drafting: str = "iid",
+                *, solver: str | None = None, reserve: str = "auto", **kwargs):
+        from ..verifiers.resispec import resolve_reserve
+
+        if cls is ResiSpecTorch and drafting == "iid" and resolve_reserve(
+                reserve, proxy, proxy_options, None if solver is None else f"solver={solver!r}") == "lookahead":
             from .lookahead import ResiSpecLookaheadTorch
 
-            return ResiSpecLookaheadTorch(*args, **kwargs)
+            return ResiSpecLookaheadTorch(proxy=proxy, gamma=gamma, proxy_options=proxy_options, drafting=drafting,
+                                          **kwargs)
         return super().__new__(cls)
 
     def __init__(self, proxy="draft", gamma: float = 1.0, proxy_options: dict | None = None,
-                 drafting: str = "iid", *, solver: str = "auto", dtype=None, device=None,
-                 reserve: str = "fixed_point"):
-        from ..verifiers.resispec import RESERVES, ResiSpec
+                 drafting: str = "iid", *, solver: str | None = None, dtype=None, device=None,
+                 reserve: str = "auto"):
+        from ..verifiers.resispec import ResiSpec, resolve_reserve
 
         if drafting == "without_replacement":
             raise ValueError("resispec with drafting='without_replacement' has no torch twin yet; "
                              "use get_verifier('resispec', drafting='without_replacement') (numpy backend)")
-        if reserve not in RESERVES:
-            raise ValueError(f"reserve must be one of {RESERVES}, got {reserve!r}")
-        ResiSpec(proxy=proxy, gamma=gamma, proxy_options=proxy_options, drafting=drafting)  # same checks
+        reserve = resolve_reserve(reserve, proxy, proxy_options, None if solver is None else f"solver={solver!r}")
+        if reserve != "fixed_point":      # "lookahead" is built by __new__ (ResiSpecLookaheadTorch)
+            raise ValueError(f"this class is the fixed-point reserve; got reserve={reserve!r}")
+        solver = "auto" if solver is None else solver
+        ResiSpec(proxy=proxy, gamma=gamma, proxy_options=proxy_options, drafting=drafting,
+                 reserve="fixed_point")  # same checks
         if solver not in SOLVERS:
             raise ValueError(f"solver must be one of {SOLVERS}, got {solver!r}")
         self._init_backend(dtype, device)
@@ -439,7 +456,7 @@ class ResiSpecTorch(TorchMassVerifier):
         self._ws = None
 
     def options(self):
-        out = {"proxy": self.proxy_name, "gamma": self.gamma, "solver": self.solver}
+        out = {"proxy": self.proxy_name, "gamma": self.gamma, "reserve": "fixed_point", "solver": self.solver}
         if self._proxy_options:
             out["proxy_options"] = self._proxy_options
         return out
@@ -499,3 +516,17 @@ class ResiSpecTorch(TorchMassVerifier):
             return super()._walk(p, q, c, ms, ps, qs)
         finally:
             self._ws = None
+
+
+@register("resispec_myopic", backend="torch", ours=True)
+class ResiSpecMyopicTorch(ResiSpecTorch):
+    """Torch twin of :class:`resispec.verifiers.resispec.ResiSpecMyopic` (the fixed-point reserve by name)."""
+
+    def __init__(self, proxy="draft", gamma: float = 1.0, proxy_options: dict | None = None,
+                 drafting: str = "iid", *, solver: str | None = None, dtype=None, device=None,
+                 reserve: str = "fixed_point"):
+        if reserve != "fixed_point":
+            raise ValueError(f"resispec_myopic is the fixed-point reserve; got reserve={reserve!r} "
+                             "(use get_verifier('resispec', backend='torch') for the look-ahead)")
+        super().__init__(proxy=proxy, gamma=gamma, proxy_options=proxy_options, drafting=drafting,
+                         solver=solver, dtype=dtype, device=device, reserve="fixed_point")

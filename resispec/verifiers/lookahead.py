@@ -48,6 +48,7 @@ from __future__ import annotations
 import numpy as np
 
 from .._reserve_tol import LOOKAHEAD_TOL
+from .base import walk_plan
 
 _BISECT = 80
 
@@ -190,10 +191,66 @@ def lookahead_reserve_and_mass(p_i: np.ndarray, q: np.ndarray, k_left: int, gamm
 
     ``m`` is ``None`` without ``gamma``.  One fused pass per row computes both
     when numba is installed (:mod:`resispec._lookahead_fused`); otherwise the
-    reference sort (:func:`_lookahead_reserve_ref`) and numpy.
+    reference sort (:func:`_lookahead_reserve_ref`) and numpy.  Inside a walk
+    (:func:`resispec.verifiers.base.walk_scope`) with ``gamma = 1`` the schedule
+    of the walk's first step serves the later ones (:func:`planned_step`).
     """
+    if gamma == 1.0 and k_left > 1:
+        plan = walk_plan()
+        if plan is not None:
+            return planned_step(plan, p_i, q, k_left)
+    return _solve_step(p_i, q, k_left, gamma)
+
+
+#: Below this reach a step is unreachable (its reserve is 0, the greedy step; any reserve is exact).
+_REACH_EPS = 1e-300
+
+
+def planned_step(plan: dict, p_i: np.ndarray, q: np.ndarray, k_left: int):
+    """``(Lambda, m)`` of the look-ahead rule (``gamma = 1``) from the schedule solved at the walk's first step.
+
+    Dynamic consistency (``docs/verifiers.md``, "one solve a node"): with ``gamma = 1`` the residual the
+    rule leaves after ``j`` rejections is ``p_{j+1} = min(p, L_j q) / R_{j+1}`` off the ``q = 0`` tokens,
+    ``R_{j+1} = L_j - L_{j+1}`` (unnormalised masses of the module docstring).  On ``[0, L_j / R_{j+1}]``,
+    the range its own schedule lives in, its ``psi`` is ``psi(R L) / R`` and the recursion is
+    scale-free, so solving again at step ``j + 1`` gives the tail of the first schedule rescaled,
+    ``L'_i = L_{j+i} / R_{j+1}``, and the reserve ``Lambda_{j+1} = L_{j+1} / (L_j - L_{j+1})``.  One
+    solve a node instead of one a candidate; the same numbers up to round-off and the tie rule.
+    Exactness never rests on it: ``Lambda`` depends on ``p``, ``q`` and the step only, and
+    ``0 <= m <= min(p_i, q)`` (section 2's lemma).
+
+    ``plan``: the walk's dict; ``p_i``, ``q``: (B, V) float64; ``k_left >= 2`` candidates left.
+    """
+    B = p_i.shape[0]
+    got = plan.get(_PLAN_KEY)
+    if got is not None:
+        k0, sched = got
+        j = k0 - k_left                                  # candidates rejected since the schedule was solved
+        if sched.shape[0] == B and 0 < j < k0 - 1:
+            L_prev, L_next = sched[:, j], sched[:, j + 1]
+            reach = L_prev - L_next                      # R_{j+1}, per unit of the first step's reach
+            lam = np.where(reach > _REACH_EPS, L_next / np.where(reach > _REACH_EPS, reach, 1.0), 0.0)
+            return lam, np.minimum(q, np.maximum(p_i - lam[:, None] * q, 0.0))   # m = min(q, (p_i - Lambda q)_+)
+    sched, m = _solve_step(p_i, q, k_left, 1.0, schedule=True)
+    plan[_PLAN_KEY] = (k_left, sched)
+    return sched[:, 1], m
+
+
+_PLAN_KEY = "resispec.lookahead"
+
+
+def _solve_step(p_i: np.ndarray, q: np.ndarray, k_left: int, gamma: float | None, schedule: bool = False):
+    """``(Lambda, m)`` solved afresh (``schedule=True``: ``(L_0..L_k (B, k_left + 1), m)``)."""
     from .. import _lookahead_fused
 
+    if schedule:
+        if _lookahead_fused.AVAILABLE:
+            return _lookahead_fused.lookahead_rows(np.ascontiguousarray(p_i, dtype=np.float64),
+                                                   np.ascontiguousarray(q, dtype=np.float64), int(k_left),
+                                                   gamma=float(gamma))
+        sched = _lookahead_schedule_ref(p_i, q, k_left)
+        lam = sched[:, 1]
+        return sched, np.minimum(q, np.maximum(p_i - (gamma * lam)[:, None] * q, 0.0))
     if k_left <= 1:
         lam = np.zeros(p_i.shape[0])
     elif _lookahead_fused.AVAILABLE:
@@ -215,9 +272,14 @@ def _lookahead_reserve_ref(p_i: np.ndarray, q: np.ndarray, k_left: int) -> np.nd
     oracle of the fused kernel and the path without numba)."""
     if k_left <= 1:
         return np.zeros(p_i.shape[0])
+    return _lookahead_schedule_ref(p_i, q, k_left)[:, 1]
+
+
+def _lookahead_schedule_ref(p_i: np.ndarray, q: np.ndarray, k_left: int) -> np.ndarray:
+    """:func:`lookahead_schedule`, identical nodes solved once (B, k_left + 1)."""
     if p_i.shape[0] > 1:                       # identical nodes share one schedule
         uniq, first, inverse = np.unique(np.concatenate([p_i, q], axis=1), axis=0, return_index=True,
                                          return_inverse=True)
         if uniq.shape[0] < p_i.shape[0]:
-            return lookahead_schedule(p_i[first], q[first], k_left)[:, 1][inverse.reshape(-1)]
-    return lookahead_schedule(p_i, q, k_left)[:, 1]
+            return lookahead_schedule(p_i[first], q[first], k_left)[inverse.reshape(-1)]
+    return lookahead_schedule(p_i, q, k_left)

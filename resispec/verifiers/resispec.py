@@ -22,8 +22,35 @@ from .registry import register
 from .._reserve_tol import reserve_tol
 
 
-#: Reserve rules of the iid ResiSpec verifier.
+#: Reserve rules of the iid ResiSpec verifier (``"auto"``, the default, resolves to one of them:
+#: :func:`resolve_reserve`).
 RESERVES = ("fixed_point", "lookahead")
+
+
+def resolve_reserve(reserve: str, proxy, proxy_options, solver_option: str | None) -> str:
+    """The reserve rule ``reserve="auto"`` stands for, or ``reserve`` itself (checked).
+
+    ``"auto"`` (the default of ``resispec``) is the look-ahead, the best exact rule we ship
+    (``docs/verifiers.md``), wherever it applies: the draft proxy (``proxy="draft"``, no
+    ``proxy_options``) and no fixed-point solver asked for.  Any other proxy, or a fixed-point solver
+    option (numpy ``reserve_method=``, torch ``solver=``; named by ``solver_option``, ``None`` when not
+    given), selects the myopic fixed point of ``docs/RESISPEC.md`` section 4.
+
+    Raises
+    ------
+    ValueError
+        ``reserve`` not ``"auto"`` or one of :data:`RESERVES`; ``"lookahead"`` with another proxy or
+        with a fixed-point solver option.
+    """
+    if reserve == "auto":
+        draft_proxy = isinstance(proxy, str) and proxy == "draft" and not proxy_options
+        return "lookahead" if draft_proxy and solver_option is None else "fixed_point"
+    if reserve not in RESERVES:
+        raise ValueError(f"reserve must be 'auto' or one of {RESERVES}, got {reserve!r}")
+    if reserve == "lookahead" and solver_option is not None:
+        raise ValueError(f"{solver_option} chooses a solver of the fixed-point reserve; the look-ahead has its own: "
+                         f"drop {solver_option.split('=')[0]}= or pass reserve='fixed_point' (or use resispec_myopic)")
+    return reserve
 
 
 #: Solvers of :func:`solve_reserve`.
@@ -172,24 +199,28 @@ class ResiSpec(MassVerifier):
         The candidate law.  ``"without_replacement"`` returns the
         without-replacement rule :class:`~resispec.verifiers.resispec_wor.ResiSpecWOR`
         (candidate-dependent residual; its own options).
-    reserve : {"fixed_point", "lookahead"}, default "fixed_point"
-        ``"fixed_point"``: the myopic reserve ``lambda = gamma (1 - s(lambda))``
-        of section 4 (optimal for k = 2).  ``"lookahead"``: reserve what all
-        the remaining candidates can still accept,
-        ``lambda_i = gamma * Lambda_i`` from
+    reserve : {"auto", "fixed_point", "lookahead"}, default "auto"
+        ``"lookahead"``: reserve what all the remaining candidates can still
+        accept, ``lambda_i = gamma * Lambda_i`` from
         :func:`~resispec.verifiers.lookahead.lookahead_reserve` (iid drafts,
-        proxy ``"draft"`` only); it matches the sequential LP optimum of
-        section 5 to about 1e-6 on the bench families.
-    reserve_method : {"newton", "sort"}, default "newton"
+        proxy ``"draft"`` only; one schedule solve a node at ``gamma = 1``);
+        it matches the sequential LP optimum of section 5 to about 1e-6 on
+        the bench families.  ``"fixed_point"``: the myopic reserve
+        ``lambda = gamma (1 - s(lambda))`` of section 4 (optimal for k = 2;
+        also ``get_verifier("resispec_myopic")``).  ``"auto"``: the look-ahead
+        for the draft proxy, the fixed point for any other proxy or when
+        ``reserve_method`` is given (:func:`resolve_reserve`).
+    reserve_method : {"newton", "sort"}, optional
         Solver of the fixed-point reserve (:func:`solve_reserve`; same answer
-        to round-off).
+        to round-off; default ``"newton"``).  Giving it selects the fixed
+        point under ``reserve="auto"``.
 
     Raises
     ------
     ValueError
         Unknown proxy, negative or non-finite gamma, unsupported drafting,
         unknown reserve, or ``reserve="lookahead"`` with a proxy other than
-        ``"draft"``.
+        ``"draft"`` or with ``reserve_method``.
     """
 
     def __new__(cls, *args, drafting: str = "iid", **kwargs):
@@ -208,7 +239,10 @@ class ResiSpec(MassVerifier):
         return super().__new__(cls)
 
     def __init__(self, proxy="draft", gamma: float = 1.0, proxy_options: dict | None = None,
-                 drafting: str = "iid", reserve: str = "fixed_point", reserve_method: str = "newton"):
+                 drafting: str = "iid", reserve: str = "auto", reserve_method: str | None = None):
+        reserve = resolve_reserve(reserve, proxy, proxy_options,
+                                  None if reserve_method is None else f"reserve_method={reserve_method!r}")
+        reserve_method = "newton" if reserve_method is None else reserve_method
         if reserve_method not in RESERVE_METHODS:
             raise ValueError(f"reserve_method must be one of {RESERVE_METHODS}, got {reserve_method!r}")
         if isinstance(gamma, bool) or not isinstance(gamma, (int, float, np.floating, np.integer)):
@@ -220,8 +254,6 @@ class ResiSpec(MassVerifier):
                              "drafting='without_replacement')); it selects a different rule")
         if drafting != "iid":
             raise ValueError(f"resispec supports drafting='iid' or 'without_replacement', got {drafting!r}")
-        if reserve not in RESERVES:
-            raise ValueError(f"reserve must be one of {RESERVES}, got {reserve!r}")
         if reserve == "lookahead" and (proxy != "draft" or proxy_options):
             raise ValueError("reserve='lookahead' reserves along the draft itself: use proxy='draft' "
                              "(or reserve='fixed_point' for other proxies)")
@@ -234,10 +266,8 @@ class ResiSpec(MassVerifier):
         self.reserve_method = reserve_method
 
     def options(self):
-        out = {"proxy": self.proxy_name, "gamma": self.gamma}
-        if self.reserve_rule != "fixed_point":
-            out["reserve"] = self.reserve_rule
-        if self.reserve_method != "newton":
+        out = {"proxy": self.proxy_name, "gamma": self.gamma, "reserve": self.reserve_rule}
+        if self.reserve_rule == "fixed_point" and self.reserve_method != "newton":
             out["reserve_method"] = self.reserve_method
         if self._proxy_options:
             out["proxy_options"] = self._proxy_options
@@ -288,6 +318,23 @@ class ResiSpec(MassVerifier):
         if i == k - 1 or self.gamma == 0:
             return np.minimum(p_i, q_i)
         return self._solve(i, k, p_i, q_i)[2]
+
+
+@register("resispec_myopic", ours=True)
+class ResiSpecMyopic(ResiSpec):
+    """ResiSpec with the myopic fixed-point reserve (``reserve="fixed_point"``, section 4) under its own name.
+
+    The default ``resispec`` was this rule until the look-ahead reached the cost of ``rrs``; it stays for
+    comparison (``bench-gap`` prints the gap each closes) and for proxies other than the draft.
+    """
+
+    def __init__(self, proxy="draft", gamma: float = 1.0, proxy_options: dict | None = None,
+                 drafting: str = "iid", reserve: str = "fixed_point", reserve_method: str | None = None):
+        if reserve != "fixed_point":
+            raise ValueError(f"resispec_myopic is the fixed-point reserve; got reserve={reserve!r} "
+                             "(use get_verifier('resispec') for the look-ahead)")
+        super().__init__(proxy=proxy, gamma=gamma, proxy_options=proxy_options, drafting=drafting,
+                         reserve="fixed_point", reserve_method=reserve_method)
 
 
 @register("resispec_lookahead", ours=True)
