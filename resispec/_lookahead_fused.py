@@ -47,7 +47,7 @@ import numpy as np
 from ._reserve_fused import AVAILABLE, _njit, _pool, _threads
 from ._reserve_tol import LOOKAHEAD_TOL as TOL
 
-__all__ = ["AVAILABLE", "BISECT", "lookahead_rows", "sub_buckets"]
+__all__ = ["AVAILABLE", "BISECT", "SAT_TOL", "front_load_row", "lookahead_rows", "sub_buckets"]
 
 #: Bisection halvings on ``t`` (as the reference :data:`resispec.verifiers.lookahead._BISECT`).
 BISECT = 80
@@ -401,6 +401,53 @@ def _solve_row(n, tol, L, sub, nb, edges, ws, iws, head, nxt, r_all, q, p, Qcum,
     _run(hi, n, True, L, sub, nb, edges, ws, iws, head, nxt, r_all, q, p, Qcum, Pcum, psiE)
 
 
+#: A row is *saturated* when the target mass the draft cannot reach is at most this and the schedule's
+#: acceptance ``phi(L_0) = sum_x min(p, q L_0)`` is at least ``1 -`` this (:func:`front_load_row`).
+SAT_TOL = 1e-12
+
+
+@_njit(cache=True, nogil=True)
+def front_load_row(p, q, L, n):
+    """Front-load the schedule ``L`` (n + 1,) of a saturated row in place; True when it changed.
+
+    Where the look-ahead accepts with probability 1 (``phi(L_0) = 1``: every ratio ``p/q <= L_0`` and no
+    target mass off the draft's support) every schedule with ``L_0 >= rho_max = max p/q`` is optimal, and
+    the bisection's smallest-``t`` tie rule picks one that reserves the most for the later candidates,
+    so which candidate is accepted then flips under round-off.  This picks the one that reserves the
+    least at every step: ``L_1 = max(0, rho_max - 1)`` (the smallest with ``phi(L_0) = 1``), then
+    ``L_{i+1} = psi(L_i) = sum_x (L_i q - p)_+`` (the recursion when ``psi(L_0) = L_0 - 1 = L_1``) and
+    ``L_n = 0``.  It lies below the solver's schedule entry by entry (``psi`` is non-decreasing), so
+    ``psi^(n-1)(L_1) = 0`` and the schedule is consistent; same acceptance (1), same law.
+    """
+    V = p.shape[0]
+    off = 0.0
+    on = 0.0
+    phi0 = 0.0
+    rmax = 0.0
+    for x in range(V):
+        if q[x] > 0.0:
+            on += p[x]
+            phi0 += min(p[x], q[x] * L[0])
+            if p[x] > rmax * q[x]:
+                rmax = p[x] / q[x]
+        else:
+            off += p[x]
+    l1 = max(rmax - 1.0, 0.0)
+    # relative tests: rows rounded to float32 sum to 1 only to ~1e-7, and phi(L_0) = sum p exactly when saturated
+    if off > SAT_TOL * (on + off) or phi0 < on * (1.0 - SAT_TOL) or not l1 < L[1]:
+        return False
+    L[1] = l1
+    L[0] = 1.0 + l1
+    for i in range(1, n - 1):                     # L_{i+1} = psi(L_i) = sum_x (L_i q - p)_+
+        acc = 0.0
+        li = L[i]
+        for x in range(V):
+            acc += max(li * q[x] - p[x], 0.0)
+        L[i + 1] = acc
+    L[n] = 0.0
+    return True
+
+
 @_njit(cache=True, nogil=True)
 def _chunk(p, q, n, sub, gamma, tol, sched, m, want_m, a0, a1):
     B, V = p.shape
@@ -428,6 +475,7 @@ def _chunk(p, q, n, sub, gamma, tol, sched, m, want_m, a0, a1):
         else:
             _row_setup(pr, qr, sub, nb, edges, r_all, head, nxt, Qcum, Pcum, psiE, iws)
             _solve_row(n, tol, L, sub, nb, edges, ws, iws, head, nxt, r_all, qr, pr, Qcum, Pcum, psiE)
+            front_load_row(pr, qr, L, n)
             for i in range(n + 1):
                 sched[row, i] = L[i]
         if want_m:

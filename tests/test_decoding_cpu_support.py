@@ -32,3 +32,10 @@ def test_private_torch_helpers_that_fail_read_as_unknown(monkeypatch):
     monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", boom, raising=False)
     sup = models.cpu_matmul_support()
     assert sup["bf16"] is None and models.half_precision_warning("bfloat16", "cpu") is None
+
+
+def test_warning_reads_dtype_aliases_and_device_case(monkeypatch):
+    monkeypatch.setattr(models, "cpu_matmul_support", lambda: {"capability": "AVX2", "bf16": False, "fp16": False})
+    assert models.half_precision_warning("bf16", "CPU") is not None
+    assert models.half_precision_warning("fp16", "cpu") is not None
+    assert models.half_precision_warning("not-a-dtype", "cpu") is None

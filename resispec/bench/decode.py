@@ -533,10 +533,13 @@ def write_report(result: BenchResult, md_path: Path, json_path: Path, command: s
     """
     cfg = result.config
     cpu = cfg.get("cpu") or {}
+    half = str(cfg.get("device", "")).startswith("cpu") and any(
+        h in str(cfg.get("dtype")) for h in ("bfloat16", "float16"))
     native = {True: "yes", False: "NO (emulated: multi-token passes are slow)", None: "unknown"}
+    key = "bf16" if "bfloat16" in str(cfg.get("dtype")) else "fp16"
     regime = (f"{cfg.get('device')} {cfg.get('dtype')}, {cfg.get('cpu_count')} CPU cores visible "
-              f"({cfg.get('machine')}, torch CPU kernels {cpu.get('capability', 'unknown')}, native bf16 "
-              f"matmul {native.get(cpu.get('bf16'), 'unknown')})")
+              f"({cfg.get('machine')}, torch CPU kernels {cpu.get('capability', 'unknown')}"
+              + (f", native {key} matmul {native.get(cpu.get(key), 'unknown')}" if half else "") + ")")
     done = len(result.runs)
     md = "\n".join([
         "# Real-model tree speculative decoding: every verifier vs target-only decoding", "",

@@ -136,8 +136,11 @@ def cpu_matmul_support() -> dict:
 
 def half_precision_warning(dtype, device: str) -> str | None:
     """A one-line warning when ``dtype`` is bfloat16/float16 on a CPU without native instructions for it, else None."""
-    name = str(dtype).replace("torch.", "")
-    if not str(device).startswith("cpu") or name not in ("bfloat16", "float16"):
+    try:
+        name = str(_torch_dtype(dtype)).replace("torch.", "")       # "bf16" / "fp16" aliases as load_model reads them
+    except ValueError:
+        return None
+    if not str(device).lower().startswith("cpu") or name not in ("bfloat16", "float16"):
         return None
     sup = cpu_matmul_support()
     native = sup["bf16"] if name == "bfloat16" else sup["fp16"]

@@ -141,7 +141,32 @@ def lookahead_schedule_t(p: torch.Tensor, q: torch.Tensor, k: int) -> torch.Tens
         big = (L[:, 0] - L[:, 1]) >= 1.0 - LOOKAHEAD_TOL     # tie rule: the smallest such t
         hi = torch.where(big, mid, hi)
         lo = torch.where(big, lo, mid)
-    return run(hi)
+    return front_load_saturated_t(run(hi), p, q)
+
+
+def front_load_saturated_t(L: torch.Tensor, p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
+    """Torch twin of :func:`resispec.verifiers.lookahead.front_load_saturated` (saturated rows front-loaded;
+    no host synchronisation: every row is computed and the saturated ones selected with ``where``)."""
+    from .._lookahead_fused import SAT_TOL
+
+    n = L.shape[1] - 1
+    if n < 2:
+        return L
+    pos = q > 0
+    zero = torch.zeros_like(p)
+    off = torch.where(pos, zero, p).sum(dim=1)
+    on = torch.where(pos, p, zero).sum(dim=1)
+    phi0 = torch.minimum(p, q * L[:, :1]).sum(dim=1)                  # phi(L_0) = sum min(p, q L_0)
+    rmax = torch.where(pos, p / torch.where(pos, q, torch.ones_like(q)), zero).amax(dim=1)
+    l1 = (rmax - 1.0).clamp(min=0.0)
+    tol = SAT_TOL if p.dtype == torch.float64 else 64 * torch.finfo(p.dtype).eps
+    sat = (off <= tol * (on + off)) & (phi0 >= on * (1.0 - tol)) & (l1 < L[:, 1])
+    F = torch.zeros_like(L)
+    F[:, 1] = l1
+    F[:, 0] = 1.0 + l1
+    for i in range(1, n - 1):
+        F[:, i + 1] = (F[:, i:i + 1] * q - p).clamp(min=0.0).sum(dim=1)   # L_{i+1} = psi(L_i)
+    return torch.where(sat.unsqueeze(1), F, L)
 
 
 def _fused_ok(p_i: torch.Tensor) -> bool:
@@ -207,7 +232,7 @@ class ResiSpecLookaheadTorch(TorchMassVerifier):
         Accepted for signature parity with the numpy class; must be empty.
     drafting : {"iid"}
     reserve : {"lookahead"}
-        Only the look-ahead rule (the myopic one is ``get_verifier("resispec", backend="torch")``).
+        Only the look-ahead rule (the fixed point is ``get_verifier("resispec_myopic", backend="torch")``).
     dtype, device
         Working dtype / device for numpy inputs (tensors keep theirs).
 
@@ -224,11 +249,11 @@ class ResiSpecLookaheadTorch(TorchMassVerifier):
                  drafting: str = "iid", reserve: str = "lookahead", *, dtype=None, device=None):
         from ..verifiers.resispec import ResiSpecLookahead
 
-        if reserve != "lookahead":
+        if reserve not in ("auto", "lookahead"):
             raise ValueError(f"resispec_lookahead (torch) supports reserve='lookahead' only, got {reserve!r}; "
-                             "for the myopic reserve use get_verifier('resispec', backend='torch')")
+                             "for the fixed-point reserve use get_verifier('resispec_myopic', backend='torch')")
         ResiSpecLookahead(proxy=proxy, gamma=gamma, proxy_options=proxy_options, drafting=drafting,
-                          reserve=reserve)                 # same checks as numpy
+                          reserve="lookahead")             # same checks as numpy
         self._init_backend(dtype, device)
         self.gamma = float(gamma)
         self.proxy_name = "draft"

@@ -65,10 +65,14 @@ from dataclasses import dataclass
 
 import torch
 
+from ..verifiers.base import walk_plan, walk_scope
 from ..verifiers.registry import register
 from .._reserve_tol import reserve_tol
 from .base import TorchMassVerifier
 from .proxies import check_proxy_output, get_proxy
+
+#: Key of the fixed-point solver's per-walk state (warm start, Newton buffers) in the walk plan.
+_STATE_KEY = "resispec.fixed_point"
 
 #: Largest number of Newton/bisection evaluations per reserve.
 MAX_ITER = 64
@@ -435,6 +439,8 @@ class ResiSpecTorch(TorchMassVerifier):
         if drafting == "without_replacement":
             raise ValueError("resispec with drafting='without_replacement' has no torch twin yet; "
                              "use get_verifier('resispec', drafting='without_replacement') (numpy backend)")
+        if drafting != "iid":
+            raise ValueError(f"resispec supports drafting='iid' or 'without_replacement', got {drafting!r}")
         reserve = resolve_reserve(reserve, proxy, proxy_options, None if solver is None else f"solver={solver!r}")
         if reserve != "fixed_point":      # "lookahead" is built by __new__ (ResiSpecLookaheadTorch)
             raise ValueError(f"this class is the fixed-point reserve; got reserve={reserve!r}")
@@ -452,8 +458,10 @@ class ResiSpecTorch(TorchMassVerifier):
         self.solver = solver
         self._proxy_options = dict(proxy_options or {})
         self.last_reserve: ReserveInfo | None = None
-        self._warm = None  # previous candidate's reserve: Newton's starting point (speed only)
-        self._ws = None
+
+    def __getnewargs_ex__(self):
+        # copy / pickle rebuild through __new__: name the rule, or reserve="auto" would turn a copy into the look-ahead
+        return (), {"reserve": "fixed_point"}
 
     def options(self):
         out = {"proxy": self.proxy_name, "gamma": self.gamma, "reserve": "fixed_point", "solver": self.solver}
@@ -491,13 +499,16 @@ class ResiSpecTorch(TorchMassVerifier):
             lam = solve_reserve_sort(p_i, q_i, rho, self.gamma)
             m = torch.addcmul(p_i, rho, lam.unsqueeze(1), value=-1.0, out=out).clamp_(min=0.0)  # (p_i - lam rho)_+
             return rho, lam, torch.minimum(m, q_i, out=m)
-        warm = self._warm if (i > 0 and self._warm is not None and self._warm.shape[0] == p_i.shape[0]) else None
+        plan = walk_plan()                     # this walk's own state (thread-safe): warm start and buffers
+        state = plan.setdefault(_STATE_KEY, {}) if plan is not None else {}
+        warm = state.get("warm")
+        warm = warm if (i > 0 and warm is not None and warm.shape[0] == p_i.shape[0]) else None
         if solver == "fused":
             lam, m, self.last_reserve = solve_reserve_fused(p_i, q_i, rho, self.gamma, init=warm, out=out)
         else:   # newton: its last evaluation of s is at the returned reserve, so m comes with it
             lam, m, self.last_reserve = _solve_newton(p_i, q_i, rho, self.gamma, init=warm,
-                                                      workspace=getattr(self, "_ws", None), out=out)
-        self._warm = lam
+                                                      workspace=state.get("ws"), out=out)
+        state["warm"] = lam
         return rho, lam, m
 
     def reserve(self, i, k, p_i, q_i):
@@ -511,11 +522,9 @@ class ResiSpecTorch(TorchMassVerifier):
         return self._solve(i, k, p_i, q_i, out=out)[2]
 
     def _walk(self, p, q, c, ms=None, ps=None, qs=None):
-        self._ws = _Workspace(p) if self._solver_for(p) == "newton" else None   # Newton buffers, shared
-        try:
-            return super()._walk(p, q, c, ms, ps, qs)
-        finally:
-            self._ws = None
+        with walk_scope() as plan:             # Newton buffers and the warm start live in the walk, not on self
+            plan[_STATE_KEY] = {"ws": _Workspace(p) if self._solver_for(p) == "newton" else None}
+            return self._walk_steps(p, q, c, ms, ps, qs)
 
 
 @register("resispec_myopic", backend="torch", ours=True)
@@ -525,7 +534,10 @@ class ResiSpecMyopicTorch(ResiSpecTorch):
     def __init__(self, proxy="draft", gamma: float = 1.0, proxy_options: dict | None = None,
                  drafting: str = "iid", *, solver: str | None = None, dtype=None, device=None,
                  reserve: str = "fixed_point"):
-        if reserve != "fixed_point":
+        if drafting != "iid":
+            raise ValueError(f"resispec_myopic is an iid rule (drafting='iid'), got drafting={drafting!r}; for "
+                             "without-replacement drafts use get_verifier('resispec', drafting='without_replacement')")
+        if reserve not in ("auto", "fixed_point"):
             raise ValueError(f"resispec_myopic is the fixed-point reserve; got reserve={reserve!r} "
                              "(use get_verifier('resispec', backend='torch') for the look-ahead)")
         super().__init__(proxy=proxy, gamma=gamma, proxy_options=proxy_options, drafting=drafting,

@@ -171,7 +171,40 @@ def lookahead_schedule(p: np.ndarray, q: np.ndarray, k: int) -> np.ndarray:
         big = (L[:, 0] - L[:, 1]) >= 1.0 - LOOKAHEAD_TOL     # tie rule: the smallest such t
         hi = np.where(big, mid, hi)
         lo = np.where(big, lo, mid)
-    return run(hi)
+    return front_load_saturated(run(hi), p, q)
+
+
+def front_load_saturated(L: np.ndarray, p: np.ndarray, q: np.ndarray) -> np.ndarray:
+    """The schedules ``L`` (B, n + 1) with every saturated row front-loaded (numpy; a new array).
+
+    The reference of :func:`resispec._lookahead_fused.front_load_row` (same rule, vectorised): where
+    ``phi(L_0) = 1`` (and no target mass lies off the draft's support) the reserve is the least that keeps
+    the acceptance at 1, ``L_1 = max(0, max p/q - 1)``, ``L_{i+1} = psi(L_i)``, ``L_n = 0``; other rows
+    are returned unchanged.  ``docs/verifiers.md``, "Saturated nodes".
+    """
+    from .._lookahead_fused import SAT_TOL
+
+    L = np.array(L, dtype=np.float64)
+    n = L.shape[1] - 1
+    if n < 2:
+        return L
+    pos = q > 0
+    off = np.where(pos, 0.0, p).sum(axis=1)
+    on = np.where(pos, p, 0.0).sum(axis=1)
+    phi0 = np.minimum(p, q * L[:, :1]).sum(axis=1)                     # phi(L_0) = sum min(p, q L_0)
+    rmax = np.max(np.where(pos, p / np.where(pos, q, 1.0), 0.0), axis=1)
+    l1 = np.maximum(rmax - 1.0, 0.0)
+    sat = (off <= SAT_TOL * (on + off)) & (phi0 >= on * (1.0 - SAT_TOL))   # relative: float32-rounded rows
+    rows = np.flatnonzero(sat & (l1 < L[:, 1]))
+    if rows.size:
+        P, Q = p[rows], q[rows]
+        F = np.zeros((rows.size, n + 1))
+        F[:, 1] = l1[rows]
+        F[:, 0] = 1.0 + F[:, 1]
+        for i in range(1, n - 1):
+            F[:, i + 1] = np.maximum(F[:, i:i + 1] * Q - P, 0.0).sum(axis=1)   # L_{i+1} = psi(L_i)
+        L[rows] = F
+    return L
 
 
 def lookahead_reserve(p_i: np.ndarray, q: np.ndarray, k_left: int) -> np.ndarray:

@@ -320,6 +320,13 @@ class ResiSpec(MassVerifier):
         return self._solve(i, k, p_i, q_i)[2]
 
 
+def _iid_only(name: str, drafting) -> None:
+    """ValueError for a named iid-only ResiSpec rule asked for another drafting law."""
+    if drafting != "iid":
+        raise ValueError(f"{name} is an iid rule (drafting='iid'), got drafting={drafting!r}; for "
+                         "without-replacement drafts use get_verifier('resispec', drafting='without_replacement')")
+
+
 @register("resispec_myopic", ours=True)
 class ResiSpecMyopic(ResiSpec):
     """ResiSpec with the myopic fixed-point reserve (``reserve="fixed_point"``, section 4) under its own name.
@@ -330,7 +337,8 @@ class ResiSpecMyopic(ResiSpec):
 
     def __init__(self, proxy="draft", gamma: float = 1.0, proxy_options: dict | None = None,
                  drafting: str = "iid", reserve: str = "fixed_point", reserve_method: str | None = None):
-        if reserve != "fixed_point":
+        _iid_only("resispec_myopic", drafting)
+        if reserve not in ("auto", "fixed_point"):
             raise ValueError(f"resispec_myopic is the fixed-point reserve; got reserve={reserve!r} "
                              "(use get_verifier('resispec') for the look-ahead)")
         super().__init__(proxy=proxy, gamma=gamma, proxy_options=proxy_options, drafting=drafting,
@@ -343,9 +351,14 @@ class ResiSpecLookahead(ResiSpec):
 
     The same as ``get_verifier("resispec", reserve="lookahead")``; registered
     so that tools that take verifier *names* (``bench-accept``, ``bench``,
-    ``certify``) can list it next to the myopic default.
+    ``certify``) can list it next to ``resispec_myopic`` (the default ``resispec`` is this rule too).
     """
 
     def __init__(self, proxy="draft", gamma: float = 1.0, proxy_options: dict | None = None,
                  drafting: str = "iid", reserve: str = "lookahead"):
+        _iid_only("resispec_lookahead", drafting)
+        if reserve not in ("auto", "lookahead"):
+            raise ValueError(f"resispec_lookahead is the look-ahead reserve; got reserve={reserve!r} "
+                             "(use get_verifier('resispec_myopic') for the fixed point)")
+        reserve = "lookahead"
         super().__init__(proxy=proxy, gamma=gamma, proxy_options=proxy_options, drafting=drafting, reserve=reserve)
