@@ -88,3 +88,26 @@ def test_verifier_subset_always_has_rrs():
     assert t.verifiers == ["rrs", "resispec"]
     o = t.summary()["ordering_resispec_gt_kseq_gt_rrs"]
     assert o["not_run"] == 1 and o["holds"] == 0 and o["saturated"] == 0
+
+
+def test_monte_carlo_acceptance_is_chunked_and_unbiased(monkeypatch):
+    """The Monte Carlo path verifies bounded chunks (a 20,000-draw node at V = 32,000 in one call was OOM-killed)."""
+    import resispec.bench.accept as acc
+
+    calls = []
+    rp = resispec.get_verifier("rejection_proxy")          # default proxy = rrs's residual, no step formula
+    real_chain = rp.chain
+
+    def spy(P, Q, c):
+        calls.append(P.shape[0])
+        return real_chain(P, Q, c)
+
+    monkeypatch.setattr(rp, "chain", spy)
+    monkeypatch.setattr(acc, "MC_CHUNK_ELEMS", 50 * 200)
+    rng = np.random.default_rng(0)
+    p, q = rng.dirichlet(np.ones(200)), rng.dirichlet(np.ones(200))   # 200^4 tuples: past enumeration
+    a, se, how = acc.node_acceptance(rp, p, q, 4, rng, mc_samples=2000)
+    assert how == "monte carlo" and max(calls) <= 50 and sum(calls) == 2000
+    exact = resispec.acceptance_probability(resispec.get_verifier("rrs"), p, q, 4)
+    assert abs(a - exact) <= 5 * se + 1e-12
+    assert "rejection_proxy" not in acc.iid_verifiers() and "resispec_lookahead" not in acc.iid_verifiers()

@@ -117,6 +117,8 @@ class Verifier(ABC):
     name: str = "verifier"
     drafting: str = "iid"
     backend: str = "numpy"
+    #: Listed by the benchmark tables that take every registered verifier by default (``bench-accept``).
+    bench_default: bool = True
 
     def __repr__(self) -> str:
         opts = ", ".join(f"{k}={v!r}" for k, v in self.options().items())

@@ -132,6 +132,9 @@ class RejectionProxy(Verifier):
     """
 
     drafting = "iid"
+    #: Not in the default verifier lists of the benchmark tables: its default proxy is exactly ``rrs``, and
+    #: with a user's proxy it has no closed form (Monte Carlo at every node); name it to include it.
+    bench_default = False
 
     def __init__(self, proxy=None):
         if proxy is None:

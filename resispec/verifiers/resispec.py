@@ -354,6 +354,9 @@ class ResiSpecLookahead(ResiSpec):
     ``certify``) can list it next to ``resispec_myopic`` (the default ``resispec`` is this rule too).
     """
 
+    #: The same rule as the default ``resispec``: not listed twice by the tables that take every verifier.
+    bench_default = False
+
     def __init__(self, proxy="draft", gamma: float = 1.0, proxy_options: dict | None = None,
                  drafting: str = "iid", reserve: str = "lookahead"):
         _iid_only("resispec_lookahead", drafting)
