@@ -423,6 +423,17 @@ class ResiSpecTorch(TorchMassVerifier):
                 *, solver: str | None = None, reserve: str = "auto", **kwargs):
         from ..verifiers.resispec import resolve_reserve
 
+        if cls is ResiSpecTorch and drafting == "without_replacement":
+            given = [n for n, bad in (("proxy", proxy != "draft"), ("gamma", gamma != 1.0),
+                                      ("proxy_options", proxy_options is not None), ("reserve", reserve != "auto"))
+                     if bad]
+            if given:
+                raise TypeError(f"resispec with drafting='without_replacement' is a different rule (ResiSpecWOR); "
+                                 f"{', '.join(given)} {'applies' if len(given) == 1 else 'apply'} to drafting='iid' only: drop them, e.g. "
+                                 "get_verifier('resispec', backend='torch', drafting='without_replacement')")
+            from .resispec_wor import ResiSpecWORTorch
+
+            return ResiSpecWORTorch(solver="auto" if solver is None else solver, **kwargs)
         if cls is ResiSpecTorch and drafting == "iid" and resolve_reserve(
                 reserve, proxy, proxy_options, None if solver is None else f"solver={solver!r}") == "lookahead":
             from .lookahead import ResiSpecLookaheadTorch

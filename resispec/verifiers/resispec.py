@@ -227,12 +227,13 @@ class ResiSpec(MassVerifier):
         if cls is ResiSpec and drafting == "without_replacement":
             from .resispec_wor import ResiSpecWOR
 
-            iid_only = sorted(set(kwargs) - {"scales"})
+            iid_only = sorted(set(kwargs) - {"scales", "solver"})
             if args or iid_only:
                 given = iid_only or ["positional arguments"]
                 raise TypeError(
                     f"resispec with drafting='without_replacement' is a different rule (ResiSpecWOR) that takes "
-                    f"only scales= (reserve scales g >= 0, default (1.0,)); {', '.join(given)} "
+                    f"only scales= (reserve scales g >= 0, default (1.0,)) and solver= ('auto', 'fused', 'reference'); "
+                    f"{', '.join(given)} "
                     f"{'applies' if len(given) == 1 else 'apply'} to drafting='iid' only: drop them, e.g. get_verifier('resispec', drafting='without_replacement') "
                     "or resispec[drafting=without_replacement]")
             return ResiSpecWOR(**kwargs)

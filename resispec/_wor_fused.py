@@ -1,0 +1,505 @@
+"""Fused CPU kernel of one step of ResiSpec for without-replacement drafts.
+
+The rule is :mod:`resispec.verifiers.resispec_wor` (``docs/RESISPEC.md`` s.2
+and s.4): at candidate ``i`` (not the last) the accepted mass is the reserve
+fixed point ``m = min(q, (p - g c(m))_+)`` and, on rejecting ``x``, the chain
+continues from the matched residual ``r^(x) = (w(x) q^(x) theta + Z(x, .)) /
+w(x)`` with ``Z`` the rank-one zero-diagonal leftover plan.  The numpy
+reference spends 61 full-array passes on a bisection for ``Omega``, 64 on a
+bisection for the plan's scalar ``S``, an argsort for the interval plan and
+another for the plain option's value, each pass over a (B, V) array in main
+memory: about 100x ``rrs_wor`` at V = 151,936.
+
+Here one thread handles a row, which stays in cache, in compiled passes:
+
+1. ``Omega``: safeguarded Newton on the non-decreasing piecewise-linear
+   ``G(Omega) = Omega - sum_x (q - m(Omega))(x) / (1 - q(x))`` with an exact
+   finish (no token changed state since the last iterate: ``G`` is linear in
+   between, so the Newton point is its root) -- typically 3-8 passes;
+2. the option's pieces (``c``, ``theta``, the leftover supplies ``u`` and
+   demands ``e``, the next-step value) in two passes;
+3. the rank-one plan's ``S`` (``sum_y b_y(S) = 1``, ``b_y`` the smaller root
+   of ``S b^2 - (S - u + e) b + e = 0``): ``sum_y b_y(S)`` is convex and
+   decreasing in ``S``, so Newton from the left of the root never overshoots
+   (a bisection step first, where the slope is infinite at ``S_lo``);
+   the column margins are then checked to ``_MARGIN_TOL`` as in the
+   reference;
+4. the rejected candidate's residual row (two passes) and the accept
+   probability ``m(x) / q(x)``.
+
+Rows where the reference would use the interval plan (no rank-one plan with
+leftovers above ``_TINY``) come back with status ``FALLBACK`` and the caller
+runs the numpy reference on them.  Where the leftovers are all below
+``_TINY`` (1e-13) the plan part is dropped (the reference routes those
+~1e-17 masses through the interval plan; the output law moves by at most the
+leftover mass).  The reference keeps plain ``rrs_wor`` as an option chosen by
+the exact next-step value; the kernel keeps the shaped option whenever its
+plan exists, as the reference chose on every one of 2,160 checked nodes
+(``tests/test_wor_fused.py`` compares the acceptance of both).
+
+Exactness does not depend on how accurately ``Omega`` or ``S`` are solved:
+``m`` is any value in ``[0, min(p, q)]`` and the residual is built from that
+``m`` with column sums checked (section 2's lemma), so only the acceptance
+moves with the solver's accuracy.
+
+Sources: ResiSpec (``docs/RESISPEC.md``); recursive rejection sampling
+without replacement (RSD, Jeon et al. 2024, arXiv 2402.14160; SpecInfer,
+arXiv 2305.09781); threads as :mod:`resispec._reserve_fused`.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from ._reserve_fused import AVAILABLE, _njit, _pool, _threads
+
+__all__ = ["AVAILABLE", "FALLBACK", "OPTION", "PLAIN", "wor_step_rows"]
+
+from .verifiers.resispec_wor import OMEGA_TOL  # noqa: E402  (the tie rule, shared with the reference)
+
+#: Row status: the shaped option was used / plain ``rrs_wor`` step / the caller must run the reference.
+OPTION, PLAIN, FALLBACK = 0, 1, 2
+
+_TINY = 1e-13              # as resispec.verifiers.resispec_wor._TINY
+_MARGIN_TOL = 1e-14        # as resispec.verifiers.zero_diagonal._MARGIN_TOL
+_RESIDUAL_EPS = 1e-13      # as resispec.verifiers.base._RESIDUAL_EPS (checked in tests)
+_MAX_PASSES = 200
+_FM = {"reassoc", "contract", "nsz", "arcp"}     # vectorised sums; NaN / inf semantics kept
+
+
+@_njit(cache=True, nogil=True, fastmath=_FM)
+def _sum_skip(v, skip):
+    """``sum_{j != skip} v(j)`` summed directly (no cancellation)."""
+    t = 0.0
+    for j in range(skip):
+        t += v[j]
+    for j in range(skip + 1, v.shape[0]):
+        t += v[j]
+    return t
+
+
+@_njit(cache=True, nogil=True)
+def _top_rest(v, tot):
+    """``(argmax v, sum of the others)``: ``tot - max`` loses at most a bit when the maximum is at most
+    half of ``tot``; otherwise the others are summed directly."""
+    top = _argmax(v)
+    if v[top] <= 0.5 * tot:
+        return top, max(tot - v[top], 0.0)
+    return top, _sum_skip(v, top)
+
+
+@_njit(cache=True, nogil=True)
+def _argmax(v):
+    top = 0
+    best = v[0]
+    for j in range(1, v.shape[0]):
+        if v[j] > best:
+            best = v[j]
+            top = j
+    return top
+
+
+@_njit(cache=True, nogil=True, fastmath=_FM)
+def _setup(p, q, g, inv, A, Bc, cap):
+    """Per-token constants of the fixed point; returns ``hi = sum q / (1 - q)``.
+
+    ``m(Omega) = clip(A - Bc Omega, 0, cap)`` with ``A = ((1-q) p + g q^2) / (1 - q + g q)``,
+    ``Bc = g q (1 - q) / (1 - q + g q)``, ``cap = min(p, q)``; ``inv = 1 / (1 - q)`` (0 off the draft).
+    """
+    V = p.shape[0]
+    qtot = 0.0
+    for j in range(V):
+        qtot += q[j]
+    top, qrest = _top_rest(q, qtot)                 # 1 - q(top) without cancellation
+    hi = 0.0
+    for j in range(V):
+        qj = q[j]
+        pj = p[j]
+        oq = max(qtot - qj, 0.0)
+        if j == top:
+            oq = qrest
+        den = oq + g * qj
+        ok = qj > 0.0 and oq > 0.0 and den > 0.0
+        iv = 1.0 / oq if ok else 0.0
+        c = min(pj, qj)
+        inv[j] = iv
+        cap[j] = c
+        A[j] = (oq * pj + g * qj * qj) / den if ok else c
+        Bc[j] = g * qj * oq / den if ok else 0.0
+        hi += qj * iv
+    return hi
+
+
+@_njit(cache=True, nogil=True, fastmath=_FM)
+def _omega_pass(q, inv, A, Bc, cap, x):
+    """``G(x)`` and the slope of ``G`` at ``x``."""
+    s = 0.0
+    act = 0.0
+    for j in range(q.shape[0]):
+        y = A[j] - Bc[j] * x
+        c = cap[j]
+        m = min(max(y, 0.0), c)
+        s += inv[j] * (q[j] - m)
+        act += inv[j] * Bc[j] if (y > 0.0) & (y < c) else 0.0   # d(q - m)/dOmega / (1 - q), active tokens
+    return x - s, 1.0 - act
+
+
+@_njit(cache=True, nogil=True)
+def _solve_omega(q, inv, A, Bc, cap, hi):
+    """Smallest ``Omega`` in ``[0, hi]`` with ``G(Omega) >= -OMEGA_TOL``; returns ``(Omega, passes)``.
+
+    ``G(0) <= 0 <= G(hi)``, non-decreasing and piecewise linear: bracketed Newton on
+    ``h = G + OMEGA_TOL`` (once on the root's linear piece the next step lands on the root), stopped
+    at ``|h| <= 1e-14 (1 + hi)``.  ``G`` can be flat (zero up to round-off) on an interval where the
+    next candidate is saturated; the smallest root front-loads acceptance, and the tolerance makes
+    that choice immune to the round-off of the sums (the reference bisects to the same point).
+    """
+    lo = 0.0
+    x = 0.0
+    passes = 0
+    scale = 1.0 + hi
+    while True:
+        G, slope = _omega_pass(q, inv, A, Bc, cap, x)
+        h = G + OMEGA_TOL
+        passes += 1
+        if h >= 0.0 and x <= 0.0:
+            return 0.0, passes
+        if abs(h) <= 1e-14 * scale:
+            return x, passes
+        if h >= 0.0:
+            hi = x
+        else:
+            lo = x
+        if hi - lo <= 1e-15 * scale or passes >= _MAX_PASSES:
+            return hi, passes
+        nx = x - h / slope if slope > 0.0 else -1.0
+        x = nx if lo < nx < hi else 0.5 * (lo + hi)
+
+
+@_njit(cache=True, nogil=True, fastmath=_FM)
+def _roots(uc, ec, n, S, b, want):
+    """``sum_y b_y(S)`` over the ``n`` compacted tokens and its derivative in ``S`` (``-inf`` at a double root)."""
+    tot = 0.0
+    der = 0.0
+    inf = False
+    for j in range(n):
+        ej = ec[j]
+        a1 = S - uc[j] + ej
+        disc = max(a1 * a1 - 4.0 * S * ej, 0.0)
+        sq = math.sqrt(disc)
+        den = a1 + sq
+        bj = 2.0 * ej / den if den > 0.0 else 0.0
+        if want:
+            b[j] = bj
+        tot += bj
+        if sq > 0.0:
+            der -= bj * (1.0 - bj) / sq
+        elif bj > 0.0:
+            inf = True
+    return tot, (-np.inf if inf else der)
+
+
+@_njit(cache=True, nogil=True)
+def _solve_rank_one(uc, ec, n, W, umax, bc):
+    """Rank-one zero-diagonal plan on the tokens with leftover demand; returns ``(ok, passes)``.
+
+    Rows ``u(x) norm(b without x)``; ``b = 0`` where ``e = 0`` (the smaller root is 0 there), so only
+    the ``n`` compacted tokens (``ec > 0``) enter the sums.  ``f(S) = sum_y b_y(S)`` is convex and
+    decreasing, about ``W / S`` away from ``S_lo``: Newton on ``1 / f - 1`` (nearly linear) from
+    ``S = W``, kept inside the bracket (bisection where a step would leave it or the slope is infinite).
+    """
+    s_lo = umax                                        # (sqrt(e) + sqrt(u))^2 = u where e = 0
+    for j in range(n):
+        t = math.sqrt(ec[j]) + math.sqrt(uc[j])
+        s_lo = max(s_lo, t * t)
+    s_hi = max(2.0 * W + umax, s_lo)
+    f_lo, d_lo = _roots(uc, ec, n, s_lo, bc, False)
+    passes = 1
+    if f_lo < 1.0:
+        return False, passes                           # no rank-one plan (reference: ok = False)
+    # f(S) ~ W / S away from S_lo, so Newton runs on phi = 1 / f - 1 (nearly linear), bracketed
+    lo, hi = s_lo, s_hi
+    x = min(max(W, s_lo), s_hi)
+    best = lo
+    while passes < _MAX_PASSES:
+        fx, dx = _roots(uc, ec, n, x, bc, False)
+        passes += 1
+        if fx >= 1.0:
+            lo = x
+        else:
+            hi = x
+        if abs(fx - 1.0) <= 4e-16:
+            best = x
+            break
+        best = lo
+        if hi - lo <= 4e-16 * hi:
+            break
+        nx = x + fx * (1.0 - fx) / dx if (dx < 0.0 and dx > -np.inf) else 0.5 * (lo + hi)
+        x = nx if lo < nx < hi else 0.5 * (lo + hi)
+    lo = best
+    z, _ = _roots(uc, ec, n, lo, bc, True)
+    passes += 1
+    if not (z > 0.0):
+        return False, passes
+    for j in range(n):
+        bc[j] /= z
+        if bc[j] >= 1.0 - 1e-12:
+            return False, passes
+    return True, passes
+
+
+@_njit(cache=True, nogil=True, fastmath=_FM)
+def _margins_ok(uc, ec, bc, n, u_nc, u_nc_max, u_nc_top, tc):
+    """Column sums ``b(y) sum_{x != y} u(x) / sum_{z != x} b(z)`` equal ``e`` to ``_MARGIN_TOL``.
+
+    ``u_nc``: total supply of the tokens outside the compacted list (where ``b = 0``, so their
+    ``sum_{z != x} b(z) = 1``), ``u_nc_max`` the largest of them (index ``u_nc_top``, -1 if none).
+    Sums at the largest term exclude it directly, as :func:`resispec.verifiers.base.sum_of_others`.
+    """
+    bsum = 0.0
+    for j in range(n):
+        bsum += bc[j]
+    btop, brest = _top_rest(bc[:n], bsum)
+    tsum = 0.0
+    for j in range(n):
+        zj = brest if j == btop else max(bsum - bc[j], 0.0)
+        tc[j] = uc[j] / max(zj, _TINY) if uc[j] > 0.0 else 0.0
+        tsum += tc[j]
+    ttop = _argmax(tc[:n])
+    total = tsum + u_nc
+    if u_nc_max > tc[ttop]:                            # the largest term is outside the list: nobody in it
+        for j in range(n):
+            if abs(bc[j] * max(total - tc[j], 0.0) - ec[j]) > _MARGIN_TOL:
+                return False
+        return True
+    trest = (_sum_skip(tc[:n], ttop) if tc[ttop] > 0.5 * tsum else max(tsum - tc[ttop], 0.0)) + u_nc
+    for j in range(n):
+        oth = trest if j == ttop else max(total - tc[j], 0.0)
+        if abs(bc[j] * oth - ec[j]) > _MARGIN_TOL:
+            return False
+    return True
+
+
+@_njit(cache=True, nogil=True, fastmath=_FM)
+def _node(p, q, g, inv, A, Bc, cap, m, wi, qth, b, tmp, idx, uc, ec, bc, tc):
+    """Everything the step needs at one node; returns ``(status, value, passes)``.
+
+    Fills ``m`` (accepted mass), ``wi = (q - m) / (1 - q)``, ``qth = q theta``, ``tmp`` = the leftover
+    supplies ``u`` and ``b`` (rank-one plan, dense).
+    """
+    V = p.shape[0]
+    hi = _setup(p, q, g, inv, A, Bc, cap)
+    om, passes = _solve_omega(q, inv, A, Bc, cap, hi)
+    dsum = 0.0
+    msum = 0.0
+    wtot = 0.0
+    for j in range(V):
+        mj = min(max(A[j] - Bc[j] * om, 0.0), cap[j])
+        m[j] = mj
+        msum += mj
+        dsum += max(p[j] - mj, 0.0)
+        w = max(q[j] - mj, 0.0) * inv[j]
+        wi[j] = w
+        wtot += w
+    if not (dsum > _TINY):
+        for j in range(V):                            # nothing owed: the plain rrs_wor step
+            m[j] = cap[j]
+        return PLAIN, 0.0, passes
+    wtop, wrest = _top_rest(wi, wtot)
+    vsum = 0.0
+    stot = 0.0
+    for j in range(V):
+        oth = wrest if j == wtop else max(wtot - wi[j], 0.0)
+        c = q[j] * oth                                 # c(y) = q(y) sum_{x != y} w(x) / (1 - q(x))
+        dj = max(p[j] - m[j], 0.0)
+        pos = c > 0.0
+        cc = c if pos else 1.0
+        th = min(1.0, dj / cc) if pos else 0.0
+        sh = q[j] * (max(c - dj, 0.0) / cc) if pos else q[j]   # q (1 - theta)
+        qth[j] = q[j] * th
+        A[j] = max(dj - c, 0.0)                        # leftover demand e = d - theta c (A reused)
+        tmp[j] = sh
+        stot += sh
+        vsum += min(dj, c)
+    stop, srest = _top_rest(tmp, stot)
+    su = 0.0
+    se = 0.0
+    n = 0
+    for j in range(V):
+        oth = srest if j == stop else max(stot - tmp[j], 0.0)
+        uj = wi[j] * oth                               # u(x) = w(x)/(1-q(x)) sum_{y != x} q(y)(1-theta(y))
+        Bc[j] = uj                                     # (Bc reused for u)
+        su += uj
+        ej = A[j]
+        se += ej
+        if ej > 0.0:
+            idx[n] = j
+            n += 1
+    value = msum + vsum
+    for j in range(V):
+        b[j] = 0.0
+    if not (se > _TINY):
+        for j in range(V):
+            tmp[j] = 0.0
+        return OPTION, value, passes                  # leftovers below _TINY: no plan part
+    f = se / su if su > 0.0 else 0.0                  # equalise the two totals (round-off)
+    u_nc = 0.0
+    u_nc_max = -1.0
+    u_nc_top = -1
+    umax = 0.0
+    k = 0
+    for j in range(V):
+        uj = Bc[j] * f
+        tmp[j] = uj
+        umax = max(umax, uj)
+        if k < n and idx[k] == j:
+            uc[k] = uj
+            ec[k] = A[j]
+            k += 1
+        else:
+            u_nc += uj
+            if uj > u_nc_max:
+                u_nc_max = uj
+                u_nc_top = j
+    ok, pr = _solve_rank_one(uc, ec, n, se, umax, bc)
+    passes += pr
+    if not ok or not _margins_ok(uc, ec, bc, n, u_nc, u_nc_max, u_nc_top, tc):
+        return FALLBACK, value, passes
+    for k in range(n):
+        b[idx[k]] = bc[k]
+    return OPTION, value, passes
+
+
+@_njit(cache=True, nogil=True, fastmath=_FM)
+def _emit(p, q, x, status, m, wi, qth, u, b, out):
+    """Accept probability of candidate ``x`` and the residual after rejecting it (into ``out``)."""
+    V = p.shape[0]
+    qx = q[x]
+    a = min(max(m[x] / qx, 0.0), 1.0) if qx > 0.0 else 0.0
+    wx = max(qx - m[x], 0.0)
+    if status == OPTION and wx > 0.0:
+        bsum = 0.0
+        for j in range(V):
+            bsum += b[j]
+        zb = _sum_skip(b, x) if b[x] > 0.5 * bsum else bsum - b[x]
+        cb = u[x] / zb if zb > 0.0 else 0.0
+        cw = wi[x]
+        tot = 0.0
+        for j in range(V):
+            r = cw * qth[j] + cb * b[j]                   # R(x, y) = w(x) q^(x)(y) theta(y) + Z(x, y)
+            out[j] = r
+            tot += r
+        tot -= out[x]
+        out[x] = 0.0
+        if tot > 0.0:
+            s = 1.0 / tot
+            for j in range(V):
+                out[j] *= s
+            return a
+    tot = 0.0
+    for j in range(V):                                   # plain residual norm((p - m)_+)
+        r = max(p[j] - m[j], 0.0)
+        out[j] = r
+        tot += r
+    if tot > _RESIDUAL_EPS:
+        s = 1.0 / tot
+        for j in range(V):
+            out[j] *= s
+    else:
+        for j in range(V):
+            out[j] = p[j]
+    return a
+
+
+@_njit(cache=True, nogil=True)
+def _chunk(P, Q, X, g, shared, A_out, R, status, passes, lo, hi):
+    V = P.shape[1]
+    inv = np.empty(V)
+    A = np.empty(V)
+    Bc = np.empty(V)
+    cap = np.empty(V)
+    m = np.empty(V)
+    wi = np.empty(V)
+    qth = np.empty(V)
+    b = np.empty(V)
+    tmp = np.empty(V)
+    idx = np.empty(V, dtype=np.int64)
+    uc = np.empty(V)
+    ec = np.empty(V)
+    bc = np.empty(V)
+    tc = np.empty(V)
+    st = -1
+    for r in range(lo, hi):
+        if r == lo or not shared:
+            st, _, ps = _node(P[r], Q[r], g, inv, A, Bc, cap, m, wi, qth, b, tmp, idx, uc, ec, bc, tc)
+            passes[r] = ps
+        else:
+            passes[r] = 0
+        status[r] = st
+        if st == FALLBACK:
+            continue
+        A_out[r] = _emit(P[r], Q[r], X[r], st, m, wi, qth, tmp, b, R[r])
+
+
+@_njit(cache=True, nogil=True)
+def _rows_equal(P, Q):
+    for r in range(1, P.shape[0]):
+        for j in range(P.shape[1]):
+            if P[r, j] != P[0, j] or Q[r, j] != Q[0, j]:
+                return False
+    return True
+
+
+def wor_step_rows(P: np.ndarray, Q: np.ndarray, X: np.ndarray, g: float = 1.0):
+    """One non-last step of the without-replacement ResiSpec rule for every row.
+
+    Parameters
+    ----------
+    P, Q : ndarray, shape (B, V), float64, C-contiguous
+        Current residual target and current (renormalised) draft of each row.
+    X : ndarray, shape (B,), int64
+        The candidate drafted at this step in each row.
+    g : float >= 0
+        Reserve scale of the fixed point (1 = the rule's default).
+
+    Returns
+    -------
+    a : ndarray (B,) float64
+        ``m(x) / q(x)``, the probability of accepting ``X``.
+    R : ndarray (B, V) float64
+        The residual to continue from if ``X`` is rejected.
+    status : ndarray (B,) int64
+        ``OPTION`` / ``PLAIN``, or ``FALLBACK`` where ``a`` and ``R`` are not
+        written and the caller must run the numpy reference.
+    passes : ndarray (B,) int64
+        Passes over the row spent by the two solvers (0 for a row that reused
+        the previous identical row's node).
+
+    Raises
+    ------
+    ImportError
+        numba is not installed.
+    """
+    if not AVAILABLE:
+        raise ImportError("the fused without-replacement kernel needs numba (pip install numba)")
+    B, V = P.shape
+    A = np.zeros(B)
+    R = np.empty((B, V))
+    status = np.empty(B, dtype=np.int64)
+    passes = np.zeros(B, dtype=np.int64)
+    X = np.ascontiguousarray(X, dtype=np.int64)
+    if B > 1 and _rows_equal(P, Q):
+        _chunk(P, Q, X, float(g), True, A, R, status, passes, 0, B)
+        return A, R, status, passes
+    threads = min(_threads(), B)
+    if threads <= 1 or B * V < 100_000:
+        _chunk(P, Q, X, float(g), False, A, R, status, passes, 0, B)
+    else:
+        bounds = np.linspace(0, B, min(B, 4 * threads) + 1).astype(int)
+        futures = [_pool(threads).submit(_chunk, P, Q, X, float(g), False, A, R, status, passes, int(a), int(b))
+                   for a, b in zip(bounds[:-1], bounds[1:])]
+        for f in futures:
+            f.result()
+    return A, R, status, passes
