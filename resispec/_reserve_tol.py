@@ -29,3 +29,8 @@ def reserve_tol(eps: float, gamma: float) -> float:
 #: and torch references, the fused kernel) returns the smallest ``t`` with ``L_0 - L_1 >= 1 - LOOKAHEAD_TOL``.
 #: Where ``L_0 - L_1 = 1`` holds on a whole interval of ``t`` that is its left end, whatever the round-off.
 LOOKAHEAD_TOL = 1e-11
+
+#: Tie rule of the without-replacement rule's fixed point (:mod:`resispec.verifiers.resispec_wor`, its kernel
+#: :mod:`resispec._wor_fused`): the smallest ``Omega`` with ``Omega - rhs(Omega) >= -OMEGA_TOL``.  The gap can be
+#: zero on a whole interval (the next candidate saturated); its round-off noise must not pick the point.
+OMEGA_TOL = 1e-13

@@ -54,15 +54,14 @@ import math
 import numpy as np
 
 from ._reserve_fused import AVAILABLE, _njit, _pool, _threads
+from ._reserve_tol import OMEGA_TOL
 
 __all__ = ["AVAILABLE", "FALLBACK", "OPTION", "PLAIN", "wor_step_rows"]
-
-from .verifiers.resispec_wor import OMEGA_TOL  # noqa: E402  (the tie rule, shared with the reference)
 
 #: Row status: the shaped option was used / plain ``rrs_wor`` step / the caller must run the reference.
 OPTION, PLAIN, FALLBACK = 0, 1, 2
 
-_TINY = 1e-13              # as resispec.verifiers.resispec_wor._TINY
+_TINY = 1e-13              # as resispec.verifiers.resispec_wor._TINY (checked in tests)
 _MARGIN_TOL = 1e-14        # as resispec.verifiers.zero_diagonal._MARGIN_TOL
 _RESIDUAL_EPS = 1e-13      # as resispec.verifiers.base._RESIDUAL_EPS (checked in tests)
 _MAX_PASSES = 200
@@ -284,10 +283,11 @@ def _margins_ok(uc, ec, bc, n, u_nc, u_nc_max, u_nc_top, tc):
 
 @_njit(cache=True, nogil=True, fastmath=_FM)
 def _node(p, q, g, inv, A, Bc, cap, m, wi, qth, b, tmp, idx, uc, ec, bc, tc):
-    """Everything the step needs at one node; returns ``(status, value, passes)``.
+    """Everything the step needs at one node; returns ``(status, value, passes, f, bsum)``.
 
-    Fills ``m`` (accepted mass), ``wi = (q - m) / (1 - q)``, ``qth = q theta``, ``tmp`` = the leftover
-    supplies ``u`` and ``b`` (rank-one plan, dense).
+    Fills ``m`` (accepted mass), ``wi = (q - m) / (1 - q)``, ``qth = q theta``, ``Bc`` = the leftover
+    supplies ``u / f`` (``f`` the equalising factor; ``u = f Bc``) and ``b`` (rank-one plan, dense, total
+    ``bsum``).
     """
     V = p.shape[0]
     hi = _setup(p, q, g, inv, A, Bc, cap)
@@ -306,7 +306,7 @@ def _node(p, q, g, inv, A, Bc, cap, m, wi, qth, b, tmp, idx, uc, ec, bc, tc):
     if not (dsum > _TINY):
         for j in range(V):                            # nothing owed: the plain rrs_wor step
             m[j] = cap[j]
-        return PLAIN, 0.0, passes
+        return PLAIN, 0.0, passes, 0.0, 0.0
     wtop, wrest = _top_rest(wi, wtot)
     vsum = 0.0
     stot = 0.0
@@ -327,64 +327,60 @@ def _node(p, q, g, inv, A, Bc, cap, m, wi, qth, b, tmp, idx, uc, ec, bc, tc):
     su = 0.0
     se = 0.0
     n = 0
-    for j in range(V):
-        oth = srest if j == stop else max(stot - tmp[j], 0.0)
-        uj = wi[j] * oth                               # u(x) = w(x)/(1-q(x)) sum_{y != x} q(y)(1-theta(y))
-        Bc[j] = uj                                     # (Bc reused for u)
-        su += uj
-        ej = A[j]
-        se += ej
-        if ej > 0.0:
-            idx[n] = j
-            n += 1
-    value = msum + vsum
-    for j in range(V):
-        b[j] = 0.0
-    if not (se > _TINY):
-        for j in range(V):
-            tmp[j] = 0.0
-        return OPTION, value, passes                  # leftovers below _TINY: no plan part
-    f = se / su if su > 0.0 else 0.0                  # equalise the two totals (round-off)
     u_nc = 0.0
     u_nc_max = -1.0
     u_nc_top = -1
     umax = 0.0
-    k = 0
     for j in range(V):
-        uj = Bc[j] * f
-        tmp[j] = uj
+        oth = srest if j == stop else max(stot - tmp[j], 0.0)
+        uj = wi[j] * oth                               # u(x) = w(x)/(1-q(x)) sum_{y != x} q(y)(1-theta(y))
+        Bc[j] = uj                                     # (Bc reused for u, before the equalising factor)
+        su += uj
+        ej = A[j]
+        se += ej
         umax = max(umax, uj)
-        if k < n and idx[k] == j:
-            uc[k] = uj
-            ec[k] = A[j]
-            k += 1
+        if ej > 0.0:
+            idx[n] = j
+            uc[n] = uj
+            ec[n] = ej
+            n += 1
         else:
             u_nc += uj
             if uj > u_nc_max:
                 u_nc_max = uj
                 u_nc_top = j
+    value = msum + vsum
+    for j in range(V):
+        b[j] = 0.0
+    if not (se > _TINY):
+        return OPTION, value, passes, 0.0, 0.0         # leftovers below _TINY: no plan part
+    f = se / su if su > 0.0 else 0.0                  # equalise the two totals (round-off): u <- f u
+    for k in range(n):
+        uc[k] *= f
+    u_nc *= f
+    u_nc_max *= f
+    umax *= f
     ok, pr = _solve_rank_one(uc, ec, n, se, umax, bc)
     passes += pr
     if not ok or not _margins_ok(uc, ec, bc, n, u_nc, u_nc_max, u_nc_top, tc):
-        return FALLBACK, value, passes
+        return FALLBACK, value, passes, f, 0.0
+    bsum = 0.0
     for k in range(n):
         b[idx[k]] = bc[k]
-    return OPTION, value, passes
+        bsum += bc[k]
+    return OPTION, value, passes, f, bsum
 
 
 @_njit(cache=True, nogil=True, fastmath=_FM)
-def _emit(p, q, x, status, m, wi, qth, u, b, out):
+def _emit(p, q, x, status, m, wi, qth, u0, f, b, bsum, out):
     """Accept probability of candidate ``x`` and the residual after rejecting it (into ``out``)."""
     V = p.shape[0]
     qx = q[x]
     a = min(max(m[x] / qx, 0.0), 1.0) if qx > 0.0 else 0.0
     wx = max(qx - m[x], 0.0)
     if status == OPTION and wx > 0.0:
-        bsum = 0.0
-        for j in range(V):
-            bsum += b[j]
         zb = _sum_skip(b, x) if b[x] > 0.5 * bsum else bsum - b[x]
-        cb = u[x] / zb if zb > 0.0 else 0.0
+        cb = f * u0[x] / zb if zb > 0.0 else 0.0
         cw = wi[x]
         tot = 0.0
         for j in range(V):
@@ -431,16 +427,18 @@ def _chunk(P, Q, X, g, shared, A_out, R, status, passes, lo, hi):
     bc = np.empty(V)
     tc = np.empty(V)
     st = -1
+    f = 0.0
+    bsum = 0.0
     for r in range(lo, hi):
         if r == lo or not shared:
-            st, _, ps = _node(P[r], Q[r], g, inv, A, Bc, cap, m, wi, qth, b, tmp, idx, uc, ec, bc, tc)
+            st, _, ps, f, bsum = _node(P[r], Q[r], g, inv, A, Bc, cap, m, wi, qth, b, tmp, idx, uc, ec, bc, tc)
             passes[r] = ps
         else:
             passes[r] = 0
         status[r] = st
         if st == FALLBACK:
             continue
-        A_out[r] = _emit(P[r], Q[r], X[r], st, m, wi, qth, tmp, b, R[r])
+        A_out[r] = _emit(P[r], Q[r], X[r], st, m, wi, qth, Bc, f, b, bsum, R[r])
 
 
 @_njit(cache=True, nogil=True)

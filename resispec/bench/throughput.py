@@ -26,6 +26,8 @@ import numpy as np
 from ._report import md_table, write_markdown_and_json
 
 DEFAULT_VERIFIERS = ("rrs", "kseq", "resispec")
+#: The reference of the cost ratios for each way of drafting the candidates.
+DRAFTING_BASE = {"iid": "rrs", "without_replacement": "rrs_wor"}
 DEFAULT_K = (2, 4, 8)
 BACKENDS = ("numpy", "torch")
 
@@ -44,7 +46,8 @@ class BenchCell:
     nodes_per_s : float
         ``B / seconds``.
     cost_vs_rrs : float or None
-        ``seconds_per_node / rrs seconds_per_node`` in the same backend and ``k``.
+        ``seconds_per_node / base seconds_per_node`` in the same backend and ``k``; the base is ``rrs``
+        (``rrs_wor`` when the candidates are drafted without replacement).
     acceptance_rate : float
         Fraction of the nodes that accepted a candidate (sanity check).
     reserve_iterations : int or None
@@ -76,7 +79,7 @@ class BenchResult:
         return None
 
     def ratio(self, backend, k, verifier="resispec") -> float | None:
-        """Per-node cost of ``verifier`` over ``rrs`` in ``backend`` at ``k``."""
+        """Per-node cost of ``verifier`` over the base (``rrs``, or ``rrs_wor``) in ``backend`` at ``k``."""
         c = self.cell(backend, verifier, k)
         return None if c is None else c.cost_vs_rrs
 
@@ -85,7 +88,8 @@ class BenchResult:
         backends = [b for b in BACKENDS if any(c.backend == b for c in self.cells)]
         ks = sorted({c.k for c in self.cells})
         names = [v for v in self.config.get("verifiers", DEFAULT_VERIFIERS)]
-        head = ["verifier", "k"] + [h for b in backends for h in (f"{b} nodes/s", f"{b} cost / rrs")]
+        base = self.config.get("base", "rrs")
+        head = ["verifier", "k"] + [h for b in backends for h in (f"{b} nodes/s", f"{b} cost / {base}")]
         rows = []
         for name in names:
             for k in ks:
@@ -116,7 +120,7 @@ def bench_verify(*, B: int = 256, V: int = 151_936, ks=DEFAULT_K, verifiers=DEFA
                  backends=BACKENDS, device: str = "cpu", dtype: str = "auto", repeats: int = 3,
                  numpy_B: int | None = None, numpy_repeats: int | None = None, family: str = "softmax_noise",
                  temperature: float = 1.0, seed: int = 0, progress: bool = True,
-                 torch_solvers=("auto",)) -> BenchResult:
+                 torch_solvers=("auto",), drafting: str = "iid") -> BenchResult:
     """Measure nodes verified per second for every (backend, verifier, k).
 
     Parameters
@@ -149,6 +153,12 @@ def bench_verify(*, B: int = 256, V: int = 151_936, ks=DEFAULT_K, verifiers=DEFA
         ``"auto"`` adds a torch-only row ``resispec[solver=...]`` (e.g.
         ``("auto", "newton")`` puts the fused CPU kernel and the tensor-op
         Newton side by side in one run).
+    drafting : {"iid", "without_replacement"}
+        How the candidates are drawn.  ``without_replacement`` times the
+        rules for successive-sampling drafts: the reference of the ratios is
+        ``rrs_wor`` (instead of ``rrs``) and ``resispec`` is the
+        without-replacement rule (:mod:`resispec.verifiers.resispec_wor`,
+        target: at most 3x ``rrs_wor``); every verifier must draft that way.
 
     Returns
     -------
@@ -168,12 +178,23 @@ def bench_verify(*, B: int = 256, V: int = 151_936, ks=DEFAULT_K, verifiers=DEFA
     unknown = set(backends) - set(BACKENDS)
     if unknown or not backends:
         raise ValueError(f"backends must be a non-empty subset of {BACKENDS}, got {list(backends)}")
-    verifiers = list(dict.fromkeys(["rrs", *verifiers]))
+    if drafting not in DRAFTING_BASE:
+        raise ValueError(f"drafting must be one of {sorted(DRAFTING_BASE)}, got {drafting!r}")
+    base_name = DRAFTING_BASE[drafting]
+    verifiers = list(dict.fromkeys([base_name, *verifiers]))
     for name in verifiers:
         if name not in resispec.available_verifiers():
             raise ValueError(f"unknown verifier {name!r}; choose from {resispec.available_verifiers()}")
+    opts = {n: ({"drafting": drafting} if n == "resispec" and drafting != "iid" else {}) for n in verifiers}
+    wrong = [n for n in verifiers if resispec.get_verifier(n, **opts[n]).drafting != drafting]
+    if wrong:
+        raise ValueError(f"verifiers {wrong} do not draft {drafting!r}; with drafting={drafting!r} time "
+                         + ("rrs_wor, target_only and resispec" if drafting != "iid" else "the iid rules"))
     torch_solvers = list(dict.fromkeys(torch_solvers))
     extra = [f"resispec[solver={s}]" for s in torch_solvers if s != "auto"]
+    if extra and drafting != "iid":
+        raise ValueError("torch_solvers other than 'auto' are the iid reserve's solvers; drop them with "
+                         "drafting='without_replacement'")
     if extra:
         if "torch" not in backends:
             raise ValueError("torch_solvers other than 'auto' need the torch backend")
@@ -200,11 +221,12 @@ def bench_verify(*, B: int = 256, V: int = 151_936, ks=DEFAULT_K, verifiers=DEFA
 
     rng = np.random.default_rng(seed)
     p, q = get_family(family).sample(rng, n=B, V=V, temperature=temperature)
-    cands = {k: resispec.draw_candidates(q, k, "iid", rng) for k in ks}
+    cands = {k: resispec.draw_candidates(q, k, drafting, rng) for k in ks}
     uniforms = {k: rng.random((B, k + 1)) for k in ks}
 
     config = {"B": B, "V": V, "ks": ks, "verifiers": verifiers + extra, "backends": list(backends), "family": family,
               "temperature": temperature, "seed": seed, "repeats": repeats, "numpy_B": numpy_B,
+              "drafting": drafting, "base": base_name,
               "numpy_repeats": numpy_repeats,
               "load_average_1min": os.getloadavg()[0] if hasattr(os, "getloadavg") else None,
               "cpu_count": os.cpu_count()}
@@ -220,7 +242,8 @@ def bench_verify(*, B: int = 256, V: int = 151_936, ks=DEFAULT_K, verifiers=DEFA
         P = torch.from_numpy(p).to(device=dev, dtype=tdt).contiguous()
         Q = torch.from_numpy(q).to(device=dev, dtype=tdt).contiguous()
         torch_side = (torch, dev, tdt, sync, P, Q)
-        config["torch_resispec_solver"] = resispec.get_verifier("resispec_myopic", backend="torch")._solver_for(P)
+        if drafting == "iid":
+            config["torch_resispec_solver"] = resispec.get_verifier("resispec_myopic", backend="torch")._solver_for(P)
         config.update({"device": str(dev), "dtype": str(tdt).replace("torch.", ""),
                        "torch": torch.__version__, "threads": torch.get_num_threads(),
                        "gpu": torch.cuda.get_device_name(dev) if dev.type == "cuda" else None})
@@ -234,7 +257,7 @@ def bench_verify(*, B: int = 256, V: int = 151_936, ks=DEFAULT_K, verifiers=DEFA
     calls = {}   # job -> (nodes, fn, sync, verifier, repeats)
     for backend, name, k in jobs:
         if backend == "numpy":
-            v = resispec.get_verifier(name)
+            v = resispec.get_verifier(name, **opts[name])
             n = numpy_B
             args = (p[:n], q[:n], cands[k][:n])
             fn = lambda v=v, args=args, u=uniforms[k][:n]: v.verify(*args, uniforms=u)  # noqa: E731
@@ -242,7 +265,8 @@ def bench_verify(*, B: int = 256, V: int = 151_936, ks=DEFAULT_K, verifiers=DEFA
         else:
             torch, dev, tdt, sync, P, Q = torch_side
             base, _, opt = name.partition("[solver=")
-            v = resispec.get_verifier(base, backend="torch", **({"solver": opt.rstrip("]")} if opt else {}))
+            v = resispec.get_verifier(base, backend="torch", **({"solver": opt.rstrip("]")} if opt else {}),
+                                      **opts.get(base, {}))
             C = torch.from_numpy(cands[k]).to(dev)
             gen = torch.Generator(device=dev).manual_seed(seed)
             fn = lambda v=v, C=C, gen=gen: v.verify(P, Q, C, gen)  # noqa: E731
@@ -292,7 +316,7 @@ def bench_verify(*, B: int = 256, V: int = 151_936, ks=DEFAULT_K, verifiers=DEFA
         raw[job] = (n, min(times[job]), acc, its)
     cells = []
     for (backend, name, k), (n, sec, acc, its) in raw.items():
-        rn, rsec, _, _ = raw[(backend, "rrs", k)]
+        rn, rsec, _, _ = raw[(backend, base_name, k)]
         cells.append(BenchCell(backend=backend, verifier=name, k=k, B=n, seconds=sec, nodes_per_s=n / sec,
                                cost_vs_rrs=(sec / n) / (rsec / rn), acceptance_rate=acc, reserve_iterations=its))
     return BenchResult(cells=cells, config=config)
@@ -313,8 +337,15 @@ def write_reports(result: BenchResult, path: str, *, command: str | None = None)
               f"threads {c.get('threads', '-')}" + (f", GPU {c['gpu']}" if c.get("gpu") else "")
               + (f"; {c['cpu_count']} CPUs, 1-min load average {c['load_average_1min']:.1f} at start"
                  if c.get("load_average_1min") is not None else ""), "",
-              result.table(), "",
-              "`cost / rrs`: time per node relative to `rrs` in the same backend and k "
+              result.table(), ""]
+    if c.get("drafting", "iid") != "iid":
+        lines += [f"Candidates drafted without replacement. `cost / rrs_wor`: time per node relative to `rrs_wor` in "
+                  "the same backend and k (target for `resispec`: at most 3). `resispec` is the without-replacement "
+                  "rule: numpy runs its non-last steps in the compiled kernel of `resispec._wor_fused` (rows without "
+                  "a rank-one leftover plan go to the numpy reference); the torch twin runs the same kernel on the "
+                  "host.", ""]
+        return write_markdown_and_json(path, "\n".join(lines), result.to_dict())
+    lines += ["`cost / rrs`: time per node relative to `rrs` in the same backend and k "
               "(ResiSpec target: at most 2).", "",
               "ResiSpec reserves: `resispec` (the default) and `resispec_lookahead` are the look-ahead (the compiled "
               "kernel of `resispec._lookahead_fused`, one schedule solve a node); `resispec_myopic` is the fixed "

@@ -78,6 +78,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from .._reserve_tol import OMEGA_TOL
 from .base import Verifier, reject_update, sum_of_others
 from .zero_diagonal import LeftoverPlan
 
@@ -86,9 +87,6 @@ _BISECT = 60
 #: tried, else the numpy reference; ``fused`` insists on the kernel; ``reference`` is the numpy code.
 _SOLVERS = ("auto", "fused", "reference")
 _TINY = 1e-13
-#: Tie rule of the fixed point: the smallest ``Omega`` with ``Omega - rhs(Omega) >= -OMEGA_TOL``.  The gap
-#: can be zero on a whole interval (the next candidate saturated); its round-off noise must not pick the point.
-OMEGA_TOL = 1e-13
 
 
 def _inverse_others(q: np.ndarray, one_q: np.ndarray) -> np.ndarray:

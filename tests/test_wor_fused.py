@@ -1,0 +1,150 @@
+"""The compiled step kernel of ResiSpec for without-replacement drafts (resispec._wor_fused) and its torch twin.
+
+What these tests can detect: a kernel whose output law is not the target's (enumeration, 1e-12), a kernel
+that drifts from the numpy reference's decisions (acceptance and residual, 1e-9, on hypothesis cases with
+ties, zeros and one-hot rows, and on families at V = 1000), a broken torch twin (tokens must equal numpy's
+for the same uniforms), a residual row that is not the rejected candidate's (mutant), and bad options.
+"""
+
+import numpy as np
+import pytest
+from hypothesis import given, settings, strategies as st
+
+import resispec
+from resispec import _wor_fused
+from resispec.verifiers import base, resispec_wor
+from simulators.families import get_family
+from test_gap_helpers import law_pairs, pooled_chisquare
+
+pytestmark = pytest.mark.skipif(not _wor_fused.AVAILABLE, reason="numba not installed")
+
+FUSED = resispec.get_verifier("resispec", drafting="without_replacement", solver="fused")
+REF = resispec.get_verifier("resispec", drafting="without_replacement", solver="reference")
+
+
+def test_constants_match_the_reference():
+    assert _wor_fused._TINY == resispec_wor._TINY
+    assert _wor_fused._RESIDUAL_EPS == base._RESIDUAL_EPS
+    from resispec.verifiers import zero_diagonal
+
+    assert _wor_fused._MARGIN_TOL == zero_diagonal._MARGIN_TOL
+
+
+def test_default_is_fused():
+    v = resispec.get_verifier("resispec", drafting="without_replacement")
+    assert v.solver == "auto" and v._use_fused()
+    assert not resispec.get_verifier("resispec", drafting="without_replacement", scales=(0.5, 1.0))._use_fused()
+
+
+@settings(deadline=None, max_examples=80)
+@given(pq=law_pairs(min_V=2, max_V=7, min_support=3), k=st.integers(1, 4))
+def test_exact_law_and_agreement_with_reference(pq, k):
+    p, q = pq
+    k = min(k, int(np.count_nonzero(q)))
+    law = resispec.exact_output_law(FUSED, p, q, k)
+    assert np.max(np.abs(law - p)) < 1e-12
+    a_f = resispec.acceptance_probability(FUSED, p, q, k)
+    a_r = resispec.acceptance_probability(REF, p, q, k)
+    assert abs(a_f - a_r) < 1e-9
+
+
+@pytest.mark.parametrize("family,T", [("softmax_noise", 1.0), ("zipf", 0.7), ("shifted", 1.0), ("softmax_noise", 0.7)])
+def test_chain_agrees_with_reference_at_V1000(family, T):
+    rng = np.random.default_rng(5)
+    p, q = get_family(family).sample(rng, n=16, V=1000, temperature=T)
+    c = resispec.draw_candidates(q, 4, "without_replacement", rng)
+    # the emitted law given the candidates: branches reached with probability ~1e-16 (a rejection of a
+    # candidate whose rejection mass is round-off) may hold different residuals, with no weight in the law
+    f, r = FUSED.conditional_law(p, q, c), REF.conditional_law(p, q, c)
+    np.testing.assert_allclose(f, r, atol=1e-9)
+    np.testing.assert_allclose(f.sum(axis=1), 1.0, atol=1e-12)
+
+
+def test_statuses_and_fallback_rows():
+    """Small peaked nodes need the interval plan: those rows go to the reference and still agree."""
+    rng = np.random.default_rng(0)
+    p, q = get_family("softmax_noise").sample(rng, n=64, V=8, temperature=0.7)
+    x = resispec.draw_candidates(q, 1, "without_replacement", rng)[:, 0]
+    a, R, status, passes = _wor_fused.wor_step_rows(p, q, x)
+    assert set(np.unique(status)) <= {_wor_fused.OPTION, _wor_fused.PLAIN, _wor_fused.FALLBACK}
+    assert np.any(status == _wor_fused.FALLBACK) and np.any(status == _wor_fused.OPTION)
+    assert np.all(passes[status != _wor_fused.FALLBACK] >= 1)
+    a_ref, R_ref = REF._reference_step(p, q, x)
+    ok = status != _wor_fused.FALLBACK
+    np.testing.assert_allclose(a[ok], a_ref[ok], atol=1e-12)
+    # where the reference's bisection leaves the rank-one margins above 1e-14 it takes the interval plan
+    # and the kernel's more accurate root keeps the rank-one one: both exact, residuals within 1e-6
+    np.testing.assert_allclose(R[ok], R_ref[ok], atol=1e-6)
+
+
+def test_shared_rows_computed_once():
+    rng = np.random.default_rng(2)
+    p, q = get_family("zipf").sample(rng, n=1, V=500, temperature=1.0)
+    P, Q = np.tile(p, (32, 1)), np.tile(q, (32, 1))
+    x = resispec.draw_candidates(Q, 1, "without_replacement", rng)[:, 0]
+    a, R, status, passes = _wor_fused.wor_step_rows(P, Q, x)
+    assert passes[0] > 0 and np.all(passes[1:] == 0)
+    a1, R1, _, _ = _wor_fused.wor_step_rows(P[:1].copy(), Q[:1].copy(), x[:1])
+    for r in range(32):
+        if x[r] == x[0]:
+            assert a[r] == a1[0] and np.array_equal(R[r], R1[0])
+
+
+def test_monte_carlo_chisquare_and_rate():
+    p = np.array([0.30, 0.20, 0.15, 0.10, 0.10, 0.08, 0.05, 0.02])
+    q = np.array([0.05, 0.10, 0.30, 0.05, 0.25, 0.05, 0.15, 0.05])
+    N, k = 20000, 4
+    rng = np.random.default_rng(19)
+    P, Q = np.tile(p, (N, 1)), np.tile(q, (N, 1))
+    c = resispec.draw_candidates(Q, k, "without_replacement", rng)
+    out = FUSED.verify(P, Q, c, rng)
+    assert pooled_chisquare(out.tokens, p) > 1e-4
+    A = resispec.acceptance_probability(FUSED, p, q, k)
+    assert abs(out.acceptance_rate - A) <= 4 * np.sqrt(A * (1 - A) / N)
+
+
+def test_mutant_residual_of_another_token_is_caught(monkeypatch):
+    real = _wor_fused.wor_step_rows
+
+    def peeking(P, Q, X, g=1.0):
+        a, _, status, passes = real(P, Q, X, g)
+        _, R, _, _ = real(P, Q, (X + 1) % P.shape[1], g)   # residual of a different rejected token
+        return a, R, status, passes
+
+    monkeypatch.setattr(_wor_fused, "wor_step_rows", peeking)
+    p, q = get_family("softmax_noise").sample(np.random.default_rng(4), n=1, V=30, temperature=1.0)
+    p, q = p[0], q[0]
+    law = resispec.exact_output_law(FUSED, p, q, 2)
+    assert np.max(np.abs(law - p)) > 1e-3
+
+
+def test_torch_twin_same_tokens_and_exact():
+    torch = pytest.importorskip("torch")
+    vt = resispec.get_verifier("resispec", backend="torch", drafting="without_replacement")
+    rng = np.random.default_rng(3)
+    p, q = get_family("softmax_noise").sample(rng, n=64, V=300, temperature=1.0)
+    c = resispec.draw_candidates(q, 4, "without_replacement", rng)
+    u = rng.random((64, 5))
+    a = FUSED.verify(p, q, c, uniforms=u)
+    b = vt.verify(torch.from_numpy(p), torch.from_numpy(q), torch.from_numpy(c), uniforms=torch.from_numpy(u))
+    assert np.array_equal(a.tokens, b.tokens.numpy()) and np.array_equal(a.accepted, b.accepted.numpy())
+    p8, q8 = p[0, :8] / p[0, :8].sum(), q[0, :8] / q[0, :8].sum()
+    law = resispec.exact_output_law(vt, p8, q8, 3, drafting="without_replacement")
+    assert np.max(np.abs(law - p8)) < 1e-12
+    v32 = resispec.get_verifier("resispec", backend="torch", drafting="without_replacement", dtype=torch.float32)
+    ch = v32.chain(torch.from_numpy(p).float(), torch.from_numpy(q).float(), torch.from_numpy(c))
+    assert ch.accept_probs.dtype == torch.float32 and ch.residual.shape == (64, 300)
+
+
+def test_bad_options(monkeypatch):
+    with pytest.raises(ValueError, match="solver must be one of"):
+        resispec.get_verifier("resispec", drafting="without_replacement", solver="gpu")
+    with pytest.raises(TypeError, match="drafting='iid' only"):
+        resispec.get_verifier("resispec", drafting="without_replacement", gamma=0.5)
+    pytest.importorskip("torch")
+    with pytest.raises(TypeError, match="drafting='iid' only"):
+        resispec.get_verifier("resispec", backend="torch", drafting="without_replacement", proxy="uniform")
+    monkeypatch.setattr(_wor_fused, "AVAILABLE", False)
+    with pytest.raises(ImportError, match="needs numba"):
+        FUSED._use_fused()
+    assert not resispec.get_verifier("resispec", drafting="without_replacement")._use_fused()
