@@ -3,7 +3,8 @@
 ``resispec.get_verifier(name, backend="torch", **options)`` builds the torch
 twin of a numpy verifier (``sps``, ``rrs``, ``rrs_wor``, ``target_only``,
 ``kseq``, ``resispec``, ``resispec_lookahead``; same names and options, plus ``dtype=``/``device=``
-for numpy inputs and ``solver=`` for ResiSpec).  Verification is batched
+for numpy inputs and ``solver=`` for ResiSpec).  ``resispec`` with ``drafting="without_replacement"``
+(:mod:`resispec.torch_backend.resispec_wor`) runs the numpy rule's compiled step kernel on the host.  Verification is batched
 over the ``B`` nodes and the ``V`` tokens; the only Python loop runs over the
 ``k`` candidates.
 

@@ -448,8 +448,8 @@ class ResiSpecTorch(TorchMassVerifier):
         from ..verifiers.resispec import ResiSpec, resolve_reserve
 
         if drafting == "without_replacement":
-            raise ValueError("resispec with drafting='without_replacement' has no torch twin yet; "
-                             "use get_verifier('resispec', drafting='without_replacement') (numpy backend)")
+            raise ValueError("this class is the iid rule; for drafting='without_replacement' use "
+                             "get_verifier('resispec', backend='torch', drafting='without_replacement')")
         if drafting != "iid":
             raise ValueError(f"resispec supports drafting='iid' or 'without_replacement', got {drafting!r}")
         reserve = resolve_reserve(reserve, proxy, proxy_options, None if solver is None else f"solver={solver!r}")
