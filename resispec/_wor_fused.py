@@ -27,9 +27,12 @@ Here one thread handles a row, which stays in cache, in compiled passes:
 4. the rejected candidate's residual row (two passes) and the accept
    probability ``m(x) / q(x)``.
 
-Rows where the reference would use the interval plan (no rank-one plan with
-leftovers above ``_TINY``) come back with status ``FALLBACK`` and the caller
-runs the numpy reference on them.  Where the leftovers are all below
+Rows that violate Hall's condition ``u(y) + e(y) <= U`` have no zero-diagonal
+plan at all: the reference's option is not ok there and the step is plain
+``rrs_wor`` (status ``PLAIN``).  Rows where the reference would use the
+interval plan (no rank-one plan with leftovers above ``_TINY``, Hall's
+condition holding) come back with status ``FALLBACK`` and the caller runs the
+numpy reference on them.  Where the leftovers are all below
 ``_TINY`` (1e-13) the plan part is dropped (the reference routes those
 ~1e-17 masses through the interval plan; the output law moves by at most the
 leftover mass).  The reference keeps plain ``rrs_wor`` as an option chosen by
@@ -209,7 +212,7 @@ def _solve_rank_one(uc, ec, n, W, umax, bc):
     decreasing, about ``W / S`` away from ``S_lo``: Newton on ``1 / f - 1`` (nearly linear) from
     ``S = W``, kept inside the bracket (bisection where a step would leave it or the slope is infinite).
     """
-    s_lo = umax                                        # (sqrt(e) + sqrt(u))^2 = u where e = 0
+    s_lo = 0.0                                         # only tokens with demand need real roots
     for j in range(n):
         t = math.sqrt(ec[j]) + math.sqrt(uc[j])
         s_lo = max(s_lo, t * t)
@@ -244,7 +247,10 @@ def _solve_rank_one(uc, ec, n, W, umax, bc):
         return False, passes
     for j in range(n):
         bc[j] /= z
-        if bc[j] >= 1.0 - 1e-12:
+        # norm(b without x) needs sum_{y != x} b > 0 on the rows that route mass (u(x) > 0); a token
+        # with b ~ 1 and no supply is the one-demand-token plan R(x, y*) = u(x) (the reference takes
+        # the interval plan there, the same plan)
+        if bc[j] >= 1.0 - 1e-12 and uc[j] > 0.0:
             return False, passes
     return True, passes
 
@@ -279,6 +285,81 @@ def _margins_ok(uc, ec, bc, n, u_nc, u_nc_max, u_nc_top, tc):
         if abs(bc[j] * oth - ec[j]) > _MARGIN_TOL:
             return False
     return True
+
+
+@_njit(cache=True, nogil=True)
+def _plain_value(p, q, cap, inv, msum0, exact):
+    """Exact next-step value of the plain ``rrs_wor`` step, or (``exact=False``) an upper bound on it.
+
+    ``sum min(p, q) + sum_x w(x) sum_{y != x} min(r(y), q(y) / t_x)`` with ``w = q - min(p, q)``,
+    ``r = norm(p - min(p, q))``, ``t_x = 1 - q(x)`` (as :func:`resispec.verifiers.resispec_wor._plain_next_value`).
+    With ``Psi(t) = sum_y min(r(y) t, q(y))`` the inner sum is ``(Psi(t_x) - min(r(x) t_x, q(x))) / t_x``;
+    ``Psi(t) / t`` is non-increasing, so ``sum_x w(x) Psi(t_min) / t_min`` bounds it in one pass.  The
+    exact value sorts the ratios ``q / r`` (O(V log V)).
+    """
+    V = p.shape[0]
+    D = 0.0
+    for j in range(V):
+        D += max(p[j] - cap[j], 0.0)
+    if not (D > _TINY):
+        return msum0
+    tmin = 2.0
+    W = 0.0
+    for j in range(V):
+        w = max(q[j] - cap[j], 0.0)
+        if w > 0.0 and inv[j] > 0.0:
+            tmin = min(tmin, 1.0 / inv[j])
+            W += w
+    if W <= 0.0:
+        return msum0
+    if not exact:
+        psi = 0.0
+        for j in range(V):
+            psi += min(max(p[j] - cap[j], 0.0) / D * tmin, q[j])
+        return msum0 + W * psi / tmin
+    kap = np.empty(V)                                 # the rare exact path allocates its own scratch
+    rr = np.empty(V)
+    tmpi = np.empty(V, dtype=np.int64)
+    n = 0
+    for j in range(V):
+        r = max(p[j] - cap[j], 0.0) / D
+        if r > 0.0:
+            kap[n] = q[j] / r
+            rr[n] = r
+            tmpi[n] = j
+            n += 1
+    order = np.argsort(kap[:n])
+    ks = np.empty(n)
+    qhead = np.zeros(n + 1)
+    rtail = np.zeros(n + 1)
+    for i in range(n):
+        ks[i] = kap[order[i]]
+        qhead[i + 1] = qhead[i] + q[tmpi[order[i]]]
+    for i in range(n - 1, -1, -1):
+        rtail[i] = rtail[i + 1] + rr[order[i]]
+    tot = 0.0
+    for j in range(V):
+        w = max(q[j] - cap[j], 0.0)
+        if not (w > 0.0 and inv[j] > 0.0):
+            continue
+        t = 1.0 / inv[j]
+        i = np.searchsorted(ks, t, side="right")     # knots with q / r <= t are capped by q
+        psi = qhead[i] + t * rtail[i]
+        rx = max(p[j] - cap[j], 0.0) / D
+        tot += w * (psi - min(rx * t, q[j])) / t
+    return msum0 + tot
+
+
+@_njit(cache=True, nogil=True)
+def _option_beats_plain(p, q, cap, inv, value):
+    """The reference's choice: the shaped option only if its next-step value exceeds plain ``rrs_wor``'s
+    by more than 1e-15 (the bound settles it in one pass on most rows; else the exact value, a sort)."""
+    msum0 = 0.0
+    for j in range(p.shape[0]):
+        msum0 += cap[j]
+    if value > _plain_value(p, q, cap, inv, msum0, False) + 1e-15:
+        return True
+    return value > _plain_value(p, q, cap, inv, msum0, True) + 1e-15
 
 
 @_njit(cache=True, nogil=True, fastmath=_FM)
@@ -353,6 +434,10 @@ def _node(p, q, g, inv, A, Bc, cap, m, wi, qth, b, tmp, idx, uc, ec, bc, tc):
     for j in range(V):
         b[j] = 0.0
     if not (se > _TINY):
+        if not _option_beats_plain(p, q, cap, inv, value):
+            for j in range(V):
+                m[j] = cap[j]
+            return PLAIN, 0.0, passes, 0.0, 0.0
         return OPTION, value, passes, 0.0, 0.0         # leftovers below _TINY: no plan part
     f = se / su if su > 0.0 else 0.0                  # equalise the two totals (round-off): u <- f u
     for k in range(n):
@@ -360,10 +445,23 @@ def _node(p, q, g, inv, A, Bc, cap, m, wi, qth, b, tmp, idx, uc, ec, bc, tc):
     u_nc *= f
     u_nc_max *= f
     umax *= f
+    # Hall's condition u(y) + e(y) <= U (U = se): without it no zero-diagonal plan exists and the
+    # reference's option is not ok, so the step is plain rrs_wor (as the reference, no sort needed)
+    hall = max(u_nc_max, 0.0)
+    for k in range(n):
+        hall = max(hall, uc[k] + ec[k])
+    if hall > se * (1.0 + 1e-12) + 1e-15:
+        for j in range(V):
+            m[j] = cap[j]
+        return PLAIN, 0.0, passes, 0.0, 0.0
     ok, pr = _solve_rank_one(uc, ec, n, se, umax, bc)
     passes += pr
     if not ok or not _margins_ok(uc, ec, bc, n, u_nc, u_nc_max, u_nc_top, tc):
         return FALLBACK, value, passes, f, 0.0
+    if not _option_beats_plain(p, q, cap, inv, value):
+        for j in range(V):
+            m[j] = cap[j]
+        return PLAIN, 0.0, passes, 0.0, 0.0
     bsum = 0.0
     for k in range(n):
         b[idx[k]] = bc[k]
@@ -383,12 +481,17 @@ def _emit(p, q, x, status, m, wi, qth, u0, f, b, bsum, out):
         cb = f * u0[x] / zb if zb > 0.0 else 0.0
         cw = wi[x]
         tot = 0.0
-        for j in range(V):
-            r = cw * qth[j] + cb * b[j]                   # R(x, y) = w(x) q^(x)(y) theta(y) + Z(x, y)
+        # R(x, y) = w(x) q^(x)(y) theta(y) + Z(x, y), y != x.  The diagonal term is never formed: with a
+        # peaked draft it can be ~1e15 times the row (w(x) / (1 - q(x))), and subtracting it loses the row.
+        for j in range(x):
+            r = cw * qth[j] + cb * b[j]
             out[j] = r
             tot += r
-        tot -= out[x]
         out[x] = 0.0
+        for j in range(x + 1, V):
+            r = cw * qth[j] + cb * b[j]
+            out[j] = r
+            tot += r
         if tot > 0.0:
             s = 1.0 / tot
             for j in range(V):

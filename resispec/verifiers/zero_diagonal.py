@@ -132,7 +132,8 @@ def rank_one_zero_diagonal(u: np.ndarray, e: np.ndarray) -> tuple[np.ndarray, np
     Per token ``b(y) (S - u(y) / (1 - b(y))) = e(y)`` with
     ``S = sum_x u(x) / (1 - b(x))`` and ``sum b = 1``: ``b(y)`` is the smaller
     root of ``S b^2 - (S - u + e) b + e = 0`` (real for
-    ``S >= (sqrt(e) + sqrt(u))^2``), and the scalar ``S`` is found by
+    ``S >= (sqrt(e) + sqrt(u))^2``; ``b(y) = 0`` wherever ``e(y) = 0``, so only
+    tokens with demand bound ``S`` from below), and the scalar ``S`` is found by
     bisection on ``sum_y b(y) = 1`` (O(V) per iteration).  Summing the
     per-token equations shows that the definition of ``S`` then holds.
 
@@ -146,7 +147,8 @@ def rank_one_zero_diagonal(u: np.ndarray, e: np.ndarray) -> tuple[np.ndarray, np
     ok : ndarray, shape (B,), bool -- False where no rank-one plan exists
     """
     W = e.sum(axis=1)
-    s_lo = np.max((np.sqrt(e) + np.sqrt(u)) ** 2, axis=1)
+    # b(y) = 0 for any S where e(y) = 0, so only tokens with demand need real roots
+    s_lo = np.max(np.where(e > 0, (np.sqrt(e) + np.sqrt(u)) ** 2, 0.0), axis=1)
     s_hi = np.maximum(2.0 * W + np.max(u, axis=1), s_lo)
 
     def roots(S):
@@ -166,7 +168,9 @@ def rank_one_zero_diagonal(u: np.ndarray, e: np.ndarray) -> tuple[np.ndarray, np
     b = roots(lo)
     z = b.sum(axis=1, keepdims=True)
     b = np.where(z > 0, b / np.where(z > 0, z, 1.0), 0.0)
-    ok &= np.all(b < 1.0 - 1e-12, axis=1)
+    # norm(b without x) needs sum_{y != x} b > 0 on rows with supply; b ~ 1 on a token without
+    # supply is the one-demand-token plan R(x, y*) = u(x)
+    ok &= np.all((b < 1.0 - 1e-12) | (u <= 0), axis=1)
     return b, ok
 
 
