@@ -8,7 +8,7 @@ w(x)`` with ``Z`` the rank-one zero-diagonal leftover plan.  The numpy
 reference spends 61 full-array passes on a bisection for ``Omega``, 64 on a
 bisection for the plan's scalar ``S``, an argsort for the interval plan and
 another for the plain option's value, each pass over a (B, V) array in main
-memory: about 100x ``rrs_wor`` at V = 151,936.
+memory: 367x ``rrs_wor`` in CPU time at V = 151,936 (B = 8, k = 4).
 
 Here one thread handles a row, which stays in cache, in compiled passes:
 

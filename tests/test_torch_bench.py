@@ -71,3 +71,28 @@ def test_bench_verify_cli_prints_lookahead_next_to_myopic(tmp_path, capsys):
         mine = out.index(f"{backend}: resispec / rrs cost k=2")
         look = out.index(f"{backend}: resispec_lookahead / rrs cost k=2")
         assert look > mine and "k=3" in out[look:].splitlines()[0]
+
+
+def test_bench_verify_without_replacement(tmp_path, capsys):
+    """The WOR table: base rrs_wor, resispec = the without-replacement rule in both backends."""
+    res = bench_verify(B=4, V=300, ks=(2, 3), repeats=1, numpy_B=2, progress=False,
+                       verifiers=("rrs_wor", "resispec"), drafting="without_replacement")
+    assert res.config["base"] == "rrs_wor" and res.config["drafting"] == "without_replacement"
+    for backend in ("numpy", "torch"):
+        for k in (2, 3):
+            assert res.ratio(backend, k, "rrs_wor") == pytest.approx(1.0)
+            assert res.ratio(backend, k, "resispec") > 0
+    assert "cost / rrs_wor" in res.table()
+    md, _ = write_reports(res, str(tmp_path / "w.md"))
+    assert "drafted without replacement" in open(md).read()
+    rc = main(["bench-verify", "--drafting", "without_replacement", "--B", "3", "--V", "200", "--k", "2",
+               "--numpy-B", "2", "--no-progress", "--out", str(tmp_path / "c.md")])
+    assert rc == 0 and "resispec / rrs_wor cost k=2" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("kw, match", [({"verifiers": ("rrs", "resispec")}, "do not draft"),
+                                       ({"verifiers": ("resispec",), "torch_solvers": ("auto", "newton")}, "drop them"),
+                                       ({"drafting": "poisson"}, "drafting must be one of")])
+def test_bench_verify_without_replacement_bad_options(kw, match):
+    with pytest.raises(ValueError, match=match):
+        bench_verify(**{"B": 2, "V": 50, "ks": (2,), "progress": False, "drafting": "without_replacement", **kw})

@@ -226,10 +226,10 @@ class ResiSpecWOR(Verifier):
     solver : {"auto", "fused", "reference"}, default "auto"
         Who computes the non-last steps of :meth:`chain` / :meth:`verify`.
         ``fused``: the compiled kernel of :mod:`resispec._wor_fused`
-        (Newton solves in cache, one thread per row; ~1.3x ``rrs_wor`` at
-        V = 151,936, against ~100x for the reference); it keeps the shaped
-        option wherever its rank-one plan exists and hands the other rows to
-        the reference.  ``reference``: the numpy code of this module
+        (Newton solves in cache, one thread per row; 1.9-2.6x ``rrs_wor`` at
+        V = 151,936 in ``reports/bench_verify_wor.md``, against hundreds of
+        times for the reference); rows that only the interval plan serves go
+        to the reference.  ``reference``: the numpy code of this module
         (bisections, the interval plan, the plain-option comparison).
         ``auto``: ``fused`` when numba is installed and one scale is tried.
         Both are exact; their acceptances agree to ~1e-12 on the tested cases.
