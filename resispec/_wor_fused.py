@@ -68,7 +68,8 @@ _TINY = 1e-13              # as resispec.verifiers.resispec_wor._TINY (checked i
 _MARGIN_TOL = 1e-14        # as resispec.verifiers.zero_diagonal._MARGIN_TOL
 _RESIDUAL_EPS = 1e-13      # as resispec.verifiers.base._RESIDUAL_EPS (checked in tests)
 _MAX_PASSES = 200
-_FM = {"reassoc", "contract", "nsz", "arcp"}     # vectorised sums; NaN / inf semantics kept
+_FM = {"reassoc", "contract", "nsz"}     # vectorised sums; NaN / inf semantics kept; no reciprocal
+# multiplies ("arcp"): 1 / tot overflows for a subnormal row total where x / tot does not
 
 
 @_njit(cache=True, nogil=True, fastmath=_FM)
@@ -307,7 +308,7 @@ def _plain_value(p, q, cap, inv, msum0, exact):
     W = 0.0
     for j in range(V):
         w = max(q[j] - cap[j], 0.0)
-        if w > 0.0 and inv[j] > 0.0:
+        if w > 0.0 and 0.0 < inv[j] < np.inf:          # inv = inf: 1 - q(x) subnormal, nothing else left
             tmin = min(tmin, 1.0 / inv[j])
             W += w
     if W <= 0.0:
@@ -340,7 +341,7 @@ def _plain_value(p, q, cap, inv, msum0, exact):
     tot = 0.0
     for j in range(V):
         w = max(q[j] - cap[j], 0.0)
-        if not (w > 0.0 and inv[j] > 0.0):
+        if not (w > 0.0 and 0.0 < inv[j] < np.inf):
             continue
         t = 1.0 / inv[j]
         i = np.searchsorted(ks, t, side="right")     # knots with q / r <= t are capped by q
@@ -493,9 +494,8 @@ def _emit(p, q, x, status, m, wi, qth, u0, f, b, bsum, out):
             out[j] = r
             tot += r
         if tot > 0.0:
-            s = 1.0 / tot
             for j in range(V):
-                out[j] *= s
+                out[j] /= tot
             return a
     tot = 0.0
     for j in range(V):                                   # plain residual norm((p - m)_+)
@@ -503,9 +503,8 @@ def _emit(p, q, x, status, m, wi, qth, u0, f, b, bsum, out):
         out[j] = r
         tot += r
     if tot > _RESIDUAL_EPS:
-        s = 1.0 / tot
         for j in range(V):
-            out[j] *= s
+            out[j] /= tot
     else:
         for j in range(V):
             out[j] = p[j]

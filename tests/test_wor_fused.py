@@ -148,3 +148,17 @@ def test_bad_options(monkeypatch):
     with pytest.raises(ImportError, match="needs numba"):
         FUSED._use_fused()
     assert not resispec.get_verifier("resispec", drafting="without_replacement")._use_fused()
+
+
+@pytest.mark.parametrize("p, q, c", [
+    ([.5, .5], [1.0, 2.0322308e-313], [0, 1]),                  # 1 - q(top) subnormal: no ZeroDivisionError
+    ([.7, .3, 0.0], [0.0, 1e-310, 1.0], [2, 1]),
+    ([1e-310, .3, .3, .4], [1e-310, .4, .3, .3], [0, 1, 2]),    # subnormal row total: no inf / NaN residual
+])
+def test_subnormal_masses(p, q, c):
+    """A breaker's findings: subnormal draft masses crashed the kernel or returned NaN residuals."""
+    p, q = np.array(p), np.array(q)
+    ch = FUSED.chain(p, q, c)
+    assert np.all(np.isfinite(ch.accept_probs)) and np.all(np.isfinite(ch.residual))
+    law = resispec.exact_output_law(FUSED, p, q, len(c))
+    assert np.all(np.isfinite(law)) and np.max(np.abs(law - p)) < 1e-12

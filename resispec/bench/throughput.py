@@ -186,7 +186,7 @@ def bench_verify(*, B: int = 256, V: int = 151_936, ks=DEFAULT_K, verifiers=DEFA
         if name not in resispec.available_verifiers():
             raise ValueError(f"unknown verifier {name!r}; choose from {resispec.available_verifiers()}")
     opts = {n: ({"drafting": drafting} if n == "resispec" and drafting != "iid" else {}) for n in verifiers}
-    wrong = [n for n in verifiers if resispec.get_verifier(n, **opts[n]).drafting != drafting]
+    wrong = [n for n in verifiers if resispec.get_verifier(n, **opts[n]).drafting not in (drafting, "any")]
     if wrong:
         raise ValueError(f"verifiers {wrong} do not draft {drafting!r}; with drafting={drafting!r} time "
                          + ("rrs_wor, target_only and resispec" if drafting != "iid" else "the iid rules"))
@@ -203,7 +203,7 @@ def bench_verify(*, B: int = 256, V: int = 151_936, ks=DEFAULT_K, verifiers=DEFA
         bad = [s for s in torch_solvers if s not in SOLVERS]
         if bad:
             raise ValueError(f"torch_solvers must be among {SOLVERS}, got {bad}")
-    ks = [int(k) for k in ks]
+    ks = list(dict.fromkeys(int(k) for k in ks))
     if any(k < 1 for k in ks):
         raise ValueError(f"k values must be >= 1, got {ks}")
     for name, val in (("numpy_B", numpy_B), ("numpy_repeats", numpy_repeats)):

@@ -7,8 +7,10 @@ device or in float32 is copied to the host in float64 and the chain is copied
 back in the working dtype.  There is no device-native implementation of this
 rule yet; on a GPU the copies cost two (B, V) transfers per call.
 
-Same decisions as the numpy verifier for the same uniforms (both run the same
-code on the same float64 laws).  Source: ResiSpec (``docs/RESISPEC.md``
+Same decisions as the numpy verifier for the same uniforms on float64 tensors
+(both run the same code on the same laws); in float32 the accept probabilities
+are returned rounded to float32, as by every float32 torch verifier, so a
+uniform within that rounding of a threshold may decide differently.  Source: ResiSpec (``docs/RESISPEC.md``
 s.2 and s.4); RSD (Jeon et al. 2024, arXiv 2402.14160).
 """
 
