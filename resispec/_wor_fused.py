@@ -106,7 +106,10 @@ def _argmax(v):
 
 @_njit(cache=True, nogil=True, fastmath=_FM)
 def _setup(p, q, g, inv, A, Bc, cap):
-    """Per-token constants of the fixed point; returns ``hi = sum q / (1 - q)``.
+    """Per-token constants of the fixed point; returns ``(hi = sum q / (1 - q), msum0, D0, W0, tmin)``.
+
+    ``msum0 = sum min(p, q)``, ``D0 = sum (p - q)_+``, ``W0`` the plain step's rejection mass on tokens with
+    some other token left and ``tmin`` the smallest ``1 - q(x)`` among those (for :func:`_plain_value`).
 
     ``m(Omega) = clip(A - Bc Omega, 0, cap)`` with ``A = ((1-q) p + g q^2) / (1 - q + g q)``,
     ``Bc = g q (1 - q) / (1 - q + g q)``, ``cap = min(p, q)``; ``inv = 1 / (1 - q)`` (0 off the draft).
@@ -117,6 +120,10 @@ def _setup(p, q, g, inv, A, Bc, cap):
         qtot += q[j]
     top, qrest = _top_rest(q, qtot)                 # 1 - q(top) without cancellation
     hi = 0.0
+    msum0 = 0.0
+    D0 = 0.0
+    W0 = 0.0
+    tmin = 2.0
     for j in range(V):
         qj = q[j]
         pj = p[j]
@@ -132,7 +139,15 @@ def _setup(p, q, g, inv, A, Bc, cap):
         A[j] = (oq * pj + g * qj * qj) / den if ok else c
         Bc[j] = g * qj * oq / den if ok else 0.0
         hi += qj * iv
-    return hi
+        # the plain rrs_wor step's totals (for the choice): sum min(p, q), sum (p - q)_+, the rejection
+        # mass on tokens with something else left, and the smallest 1 - q(x) among them
+        msum0 += c
+        D0 += pj - c
+        w = qj - c
+        if w > 0.0 and 0.0 < iv < np.inf:             # iv = inf: 1 - q(x) subnormal, nothing else left
+            W0 += w
+            tmin = min(tmin, oq)
+    return hi, msum0, D0, W0, tmin
 
 
 @_njit(cache=True, nogil=True, fastmath=_FM)
@@ -289,29 +304,17 @@ def _margins_ok(uc, ec, bc, n, u_nc, u_nc_max, u_nc_top, tc):
 
 
 @_njit(cache=True, nogil=True)
-def _plain_value(p, q, cap, inv, msum0, exact):
+def _plain_value(p, q, cap, inv, msum0, D, W, tmin, exact):
     """Exact next-step value of the plain ``rrs_wor`` step, or (``exact=False``) an upper bound on it.
 
     ``sum min(p, q) + sum_x w(x) sum_{y != x} min(r(y), q(y) / t_x)`` with ``w = q - min(p, q)``,
     ``r = norm(p - min(p, q))``, ``t_x = 1 - q(x)`` (as :func:`resispec.verifiers.resispec_wor._plain_next_value`).
     With ``Psi(t) = sum_y min(r(y) t, q(y))`` the inner sum is ``(Psi(t_x) - min(r(x) t_x, q(x))) / t_x``;
     ``Psi(t) / t`` is non-increasing, so ``sum_x w(x) Psi(t_min) / t_min`` bounds it in one pass.  The
-    exact value sorts the ratios ``q / r`` (O(V log V)).
+    exact value sorts the ratios ``q / r`` (O(V log V)).  ``msum0``, ``D``, ``W``, ``tmin``: from :func:`_setup`.
     """
     V = p.shape[0]
-    D = 0.0
-    for j in range(V):
-        D += max(p[j] - cap[j], 0.0)
-    if not (D > _TINY):
-        return msum0
-    tmin = 2.0
-    W = 0.0
-    for j in range(V):
-        w = max(q[j] - cap[j], 0.0)
-        if w > 0.0 and 0.0 < inv[j] < np.inf:          # inv = inf: 1 - q(x) subnormal, nothing else left
-            tmin = min(tmin, 1.0 / inv[j])
-            W += w
-    if W <= 0.0:
+    if not (D > _TINY) or W <= 0.0:
         return msum0
     if not exact:
         psi = 0.0
@@ -352,15 +355,14 @@ def _plain_value(p, q, cap, inv, msum0, exact):
 
 
 @_njit(cache=True, nogil=True)
-def _option_beats_plain(p, q, cap, inv, value):
+def _option_beats_plain(p, q, cap, inv, value, plain):
     """The reference's choice: the shaped option only if its next-step value exceeds plain ``rrs_wor``'s
-    by more than 1e-15 (the bound settles it in one pass on most rows; else the exact value, a sort)."""
-    msum0 = 0.0
-    for j in range(p.shape[0]):
-        msum0 += cap[j]
-    if value > _plain_value(p, q, cap, inv, msum0, False) + 1e-15:
+    by more than 1e-15 (the bound settles it in one pass on most rows; else the exact value, a sort).
+    ``plain``: ``(msum0, D0, W0, tmin)`` from :func:`_setup`."""
+    msum0, D, W, tmin = plain
+    if value > _plain_value(p, q, cap, inv, msum0, D, W, tmin, False) + 1e-15:
         return True
-    return value > _plain_value(p, q, cap, inv, msum0, True) + 1e-15
+    return value > _plain_value(p, q, cap, inv, msum0, D, W, tmin, True) + 1e-15
 
 
 @_njit(cache=True, nogil=True, fastmath=_FM)
@@ -372,7 +374,8 @@ def _node(p, q, g, inv, A, Bc, cap, m, wi, qth, b, tmp, idx, uc, ec, bc, tc):
     ``bsum``).
     """
     V = p.shape[0]
-    hi = _setup(p, q, g, inv, A, Bc, cap)
+    hi, msum0, D0, W0, tmin = _setup(p, q, g, inv, A, Bc, cap)
+    plain = (msum0, D0, W0, tmin)
     om, passes = _solve_omega(q, inv, A, Bc, cap, hi)
     dsum = 0.0
     msum = 0.0
@@ -435,7 +438,7 @@ def _node(p, q, g, inv, A, Bc, cap, m, wi, qth, b, tmp, idx, uc, ec, bc, tc):
     for j in range(V):
         b[j] = 0.0
     if not (se > _TINY):
-        if not _option_beats_plain(p, q, cap, inv, value):
+        if not _option_beats_plain(p, q, cap, inv, value, plain):
             for j in range(V):
                 m[j] = cap[j]
             return PLAIN, 0.0, passes, 0.0, 0.0
@@ -459,7 +462,7 @@ def _node(p, q, g, inv, A, Bc, cap, m, wi, qth, b, tmp, idx, uc, ec, bc, tc):
     passes += pr
     if not ok or not _margins_ok(uc, ec, bc, n, u_nc, u_nc_max, u_nc_top, tc):
         return FALLBACK, value, passes, f, 0.0
-    if not _option_beats_plain(p, q, cap, inv, value):
+    if not _option_beats_plain(p, q, cap, inv, value, plain):
         for j in range(V):
             m[j] = cap[j]
         return PLAIN, 0.0, passes, 0.0, 0.0
