@@ -226,7 +226,7 @@ class ResiSpecWOR(Verifier):
     solver : {"auto", "fused", "reference"}, default "auto"
         Who computes the non-last steps of :meth:`chain` / :meth:`verify`.
         ``fused``: the compiled kernel of :mod:`resispec._wor_fused`
-        (Newton solves in cache, one thread per row; 1.9-2.6x ``rrs_wor`` at
+        (Newton solves in cache, one thread per row; 2.2-2.9x ``rrs_wor`` at
         V = 151,936 in ``reports/bench_verify_wor.md``, against hundreds of
         times for the reference); rows that only the interval plan serves go
         to the reference.  ``reference``: the numpy code of this module
