@@ -44,7 +44,7 @@ import math
 
 import numpy as np
 
-from ._reserve_fused import AVAILABLE, _njit, _pool, _threads
+from ._reserve_fused import AVAILABLE, _njit, _pool, _rows_equal, _threads
 from ._reserve_tol import LOOKAHEAD_TOL as TOL
 
 __all__ = ["AVAILABLE", "BISECT", "SAT_TOL", "front_load_row", "lookahead_rows", "sub_buckets"]
@@ -483,17 +483,6 @@ def _chunk(p, q, n, sub, gamma, tol, sched, m, want_m, a0, a1):
             mr = m[row]
             for x in range(V):
                 mr[x] = min(qr[x], max(pr[x] - lam * qr[x], 0.0))   # m = min(q, (p - gamma Lambda q)_+)
-
-
-@_njit(cache=True, nogil=True)
-def _rows_equal(p, q):
-    """True when every row of ``p`` and of ``q`` equals row 0 (stops at the first difference)."""
-    B, V = p.shape
-    for b in range(1, B):
-        for x in range(V):
-            if p[b, x] != p[0, x] or q[b, x] != q[0, x]:
-                return False
-    return True
 
 
 def lookahead_rows(p: np.ndarray, q: np.ndarray, k_left: int, *, gamma: float | None = None,

@@ -169,6 +169,17 @@ _POOL = {"pid": None, "pool": None}
 _POOL_LOCK = threading.Lock()
 
 
+@_njit(cache=True, nogil=True)
+def _rows_equal(p, q):
+    """True when every row of ``p`` and of ``q`` equals row 0 (stops at the first difference)."""
+    B, V = p.shape
+    for b in range(1, B):
+        for x in range(V):
+            if p[b, x] != p[0, x] or q[b, x] != q[0, x]:
+                return False
+    return True
+
+
 def _threads() -> int:
     env = os.environ.get("RESISPEC_THREADS")
     if env:

@@ -56,7 +56,7 @@ import math
 
 import numpy as np
 
-from ._reserve_fused import AVAILABLE, _njit, _pool, _threads
+from ._reserve_fused import AVAILABLE, MAX_PASSES as _MAX_PASSES, _njit, _pool, _rows_equal, _threads
 from ._reserve_tol import OMEGA_TOL
 
 __all__ = ["AVAILABLE", "FALLBACK", "OPTION", "PLAIN", "wor_step_rows"]
@@ -67,7 +67,6 @@ OPTION, PLAIN, FALLBACK = 0, 1, 2
 _TINY = 1e-13              # as resispec.verifiers.resispec_wor._TINY (checked in tests)
 _MARGIN_TOL = 1e-14        # as resispec.verifiers.zero_diagonal._MARGIN_TOL
 _RESIDUAL_EPS = 1e-13      # as resispec.verifiers.base._RESIDUAL_EPS (checked in tests)
-_MAX_PASSES = 200
 _FM = {"reassoc", "contract", "nsz"}     # vectorised sums; NaN / inf semantics kept; no reciprocal
 # multiplies ("arcp"): 1 / tot overflows for a subnormal row total where x / tot does not
 
@@ -544,15 +543,6 @@ def _chunk(P, Q, X, g, shared, A_out, R, status, passes, lo, hi):
         if st == FALLBACK:
             continue
         A_out[r] = _emit(P[r], Q[r], X[r], st, m, wi, qth, Bc, f, b, bsum, R[r])
-
-
-@_njit(cache=True, nogil=True)
-def _rows_equal(P, Q):
-    for r in range(1, P.shape[0]):
-        for j in range(P.shape[1]):
-            if P[r, j] != P[0, j] or Q[r, j] != Q[0, j]:
-                return False
-    return True
 
 
 def wor_step_rows(P: np.ndarray, Q: np.ndarray, X: np.ndarray, g: float = 1.0):

@@ -311,6 +311,8 @@ class ResiSpecWOR(Verifier):
         a = np.empty((B, k))
         p_i, q_i = p, q / q.sum(axis=1, keepdims=True)  # the law the sampler draws
         fused = self._use_fused()
+        if fused:
+            from .._wor_fused import FALLBACK, wor_step_rows
         for i in range(k):
             x = c[:, i]
             if i == k - 1:
@@ -319,8 +321,6 @@ class ResiSpecWOR(Verifier):
                 a[:, i] = np.clip(np.where(qx > 0, m[rows, x] / np.where(qx > 0, qx, 1.0), 0.0), 0.0, 1.0)
                 p_i = reject_update(p_i, m)
             elif fused:
-                from .._wor_fused import FALLBACK, wor_step_rows
-
                 a[:, i], nxt, status, _ = wor_step_rows(p_i, q_i, x, self.scales[0])
                 fb = np.flatnonzero(status == FALLBACK)
                 if fb.size:                      # no rank-one leftover plan: the reference (interval plan)

@@ -1,0 +1,104 @@
+"""Reserve sizes for ResiSpec on without-replacement drafts: is the myopic fixed point (g = 1) the best size?
+
+Exact enumeration (``resispec.acceptance_probability``) at V = 8, k = 4, six nodes per (family, T) of
+``softmax_noise`` and ``zipf`` (``resispec.bench.gap._nodes``, seed 0, the nodes of ``reports/bench_gap.md``'s
+small WOR cases).  Printed side by side, per cell, the fraction of the ``rrs_wor``-to-sequential-optimum gap
+closed (the optimum: the WOR sequential LP, :func:`resispec.bounds.sequential_optimum`) by:
+
+- ``g=...``: the fixed point with a constant reserve scale ``g`` at every non-last step
+  (``get_verifier("resispec", drafting="without_replacement", scales=(g,))``);
+- ``lookahead-scale``: the scale of the iid look-ahead, ``g_i = L_1 / (L_1 - L_2)`` from the look-ahead schedule
+  of ``(p_i, q_i)`` with the candidates left (``resispec.verifiers.lookahead.lookahead_schedule``; ``g = 1`` for the
+  last two candidates): the reserve for every remaining candidate instead of the next one.
+
+Every variant is exact (any scale gives an exact rule); only the acceptance moves.  Source: ResiSpec
+(``docs/RESISPEC.md``), the without-replacement rule of ``resispec.verifiers.resispec_wor``.
+
+Usage::
+
+    python benchmarks/wor_reserve_scales.py          # about 1-2 minutes on 2 shared cores
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import resispec  # noqa: E402
+from resispec._wor_fused import FALLBACK, wor_step_rows  # noqa: E402
+from resispec.bench.gap import _nodes  # noqa: E402
+from resispec.bounds import sequential_optimum  # noqa: E402
+from resispec.verifiers.base import reject_update  # noqa: E402
+from resispec.verifiers.lookahead import lookahead_schedule  # noqa: E402
+from resispec.verifiers.resispec_wor import ResiSpecWOR  # noqa: E402
+
+SCALES = (0.5, 0.75, 1.0, 1.25, 1.5)
+CELLS = [(f, T) for f in ("softmax_noise", "zipf") for T in (0.7, 1.0, 1.5)]
+V, K, NODES = 8, 4, 6
+
+
+class LookaheadScaleWOR(ResiSpecWOR):
+    """The WOR rule with the per-row scale ``g_i = L_1 / (L_1 - L_2)`` of the iid look-ahead schedule."""
+
+    def _chain(self, p, q, c):
+        B, k = c.shape
+        rows = np.arange(B)
+        a = np.empty((B, k))
+        p_i, q_i = p, q / q.sum(axis=1, keepdims=True)
+        for i in range(k):
+            x = c[:, i]
+            left = k - i
+            if i == k - 1:
+                m = np.minimum(p_i, q_i)
+                a[:, i] = np.clip(m[rows, x] / np.where(q_i[rows, x] > 0, q_i[rows, x], 1.0), 0.0, 1.0)
+                p_i = reject_update(p_i, m)
+                continue
+            g = np.ones(B)
+            if left > 2:
+                L = lookahead_schedule(p_i, q_i, left)
+                r2 = L[:, 1] - L[:, 2]
+                g = np.where(r2 > 1e-12, L[:, 1] / np.where(r2 > 1e-12, r2, 1.0), 1.0)
+            nxt = np.empty_like(p_i)
+            for b in range(B):                       # one kernel call per row: each row has its own scale
+                ab, rb, st, _ = wor_step_rows(p_i[b:b + 1].copy(), q_i[b:b + 1].copy(), x[b:b + 1], float(g[b]))
+                if st[0] == FALLBACK:
+                    ab, rb = ResiSpecWOR(scales=(float(g[b]),), solver="reference")._reference_step(
+                        p_i[b:b + 1], q_i[b:b + 1], x[b:b + 1])
+                a[b, i], nxt[b] = ab[0], rb[0]
+            p_i = nxt
+            q_i = q_i.copy()
+            q_i[rows, x] = 0.0
+            q_i = q_i / q_i.sum(axis=1, keepdims=True)
+        return a, p_i
+
+
+def main() -> None:
+    variants = {f"g={g}": resispec.get_verifier("resispec", drafting="without_replacement", scales=(g,))
+                for g in SCALES}
+    variants["lookahead-scale"] = LookaheadScaleWOR()
+    base = resispec.get_verifier("rrs_wor")
+    print(f"fraction of the rrs_wor-to-sequential-optimum gap closed; V = {V}, k = {K}, {NODES} nodes per cell")
+    print("| family | T | " + " | ".join(variants) + " |")
+    print("|---|---|" + "---|" * len(variants))
+    sums = {n: [] for n in variants}
+    for fam, T in CELLS:
+        P, Q = _nodes(fam, 0, V, T, NODES)
+        a0 = np.mean([resispec.acceptance_probability(base, P[b], Q[b], K) for b in range(NODES)])
+        opt = np.mean([sequential_optimum(P[b], Q[b], K, "without_replacement") for b in range(NODES)])
+        row = []
+        for n, v in variants.items():
+            a = np.mean([resispec.acceptance_probability(v, P[b], Q[b], K) for b in range(NODES)])
+            fr = (a - a0) / (opt - a0) if opt - a0 > 1e-4 else float("nan")
+            row.append(fr)
+            if np.isfinite(fr):
+                sums[n].append(fr)
+        print(f"| {fam} | {T} | " + " | ".join(f"{x:.3f}" for x in row) + " |", flush=True)
+    print("| mean | | " + " | ".join(f"{np.mean(s):.3f}" for s in sums.values()) + " |")
+
+
+if __name__ == "__main__":
+    main()
