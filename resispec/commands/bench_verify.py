@@ -41,8 +41,8 @@ def add_arguments(parser):
                         help="torch ResiSpec reserve solvers to time side by side: auto,fused,newton,sort "
                              "(default: auto = fused on CPU, newton on GPU)")
     parser.add_argument("--drafting", default="iid", choices=["iid", "without_replacement"],
-                        help="how candidates are drawn; without_replacement times rrs_wor, target_only and the "
-                             "without-replacement resispec against rrs_wor (default: %(default)s)")
+                        help="how candidates are drawn; without_replacement times rules for such drafts (rrs_wor, "
+                             "target_only, the without-replacement resispec) against rrs_wor (default: %(default)s)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", default="reports/bench_verify.md",
                         help="markdown report; JSON beside it (default: %(default)s)")
