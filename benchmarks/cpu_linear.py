@@ -5,7 +5,8 @@
 Needs the real target (``resispec models fetch qwen2.5-coder-1.5b``) or ``--model PATH``.  On top of a cached
 prompt of ``--prefix`` tokens it times one forward of T new tokens (T = 1, 2, 4, 8, 16; a chain mask) with the
 model's linear layers as torch leaves them (``torch``), rewritten as ``W @ x.T``
-(``small-batch``, :mod:`resispec.decoding.cpu_linear`) and with bfloat16 weights (``bf16``; ``--kinds``).  Kinds and sizes are interleaved call by call, in a
+(``small-batch``, :mod:`resispec.decoding.cpu_linear`), by the compiled kernel that reads each weight block once
+(``streamed``) and with bfloat16 weights (``bf16``; ``--kinds``).  Kinds and sizes are interleaved call by call, in a
 rotated order, so load drift on a shared machine hits both alike; each cell is the median of ``--repeats``.
 Every time is printed as a ratio to the 1-token ``torch`` pass of the same run (what target-only decoding
 pays per token) and to the kind's own 1-token pass; the report also gives the largest logit difference to
@@ -33,7 +34,9 @@ SIZES = (1, 2, 4, 8, 16)
 #: kind -> (weight dtype, linear kernel, description)
 KINDS = {
     "torch": ("float32", "torch", "float32 weights, torch's F.linear"),
-    "small-batch": ("float32", "small-batch", "float32 weights, W @ x.T for 2-64 rows (resispec's default on CPU)"),
+    "small-batch": ("float32", "small-batch", "float32 weights, W @ x.T for 2-64 rows"),
+    "streamed": ("float32", "streamed", "float32 weights, the compiled kernel reading each weight block once for "
+                 "1-12 rows (resispec's default on CPU float32)"),
     "bf16": ("bfloat16", "torch", "bfloat16 weights and activations, torch's kernels (oneDNN)"),
 }
 
@@ -63,12 +66,14 @@ def main(argv=None) -> int:
 
     kinds = list(dict.fromkeys(args.kinds))
     small_cls = cpu_linear._small_batch_linear_class()
+    streamed_cls = cpu_linear._streamed_linear_class()
+    classes = {"torch": torch.nn.Linear, "small-batch": small_cls, "streamed": streamed_cls}
     prompt = list(range(1000, 1000 + args.prefix))
     new = list(range(2000, 2000 + max(SIZES)))
     fp32, P = None, {}
     for k in kinds:
         if KINDS[k][0] == "float32" and fp32 is not None:
-            P[k] = fp32  # the torch and small-batch kinds share one float32 model (the class is switched)
+            P[k] = fp32  # the float32 kinds share one model (the class is switched)
             continue
         model, _ = load_model(args.model, device="cpu", dtype=KINDS[k][0], linear="torch")
         P[k] = CachedModel(model)
@@ -76,11 +81,11 @@ def main(argv=None) -> int:
         P[k].commit(range(args.prefix))
         if KINDS[k][0] == "float32":
             fp32 = P[k]
-    linears = {id(m): [x for x in m.model.modules() if type(x) in (torch.nn.Linear, small_cls)] for m in P.values()}
+    linears = {id(m): [x for x in m.model.modules() if type(x) in tuple(classes.values())] for m in P.values()}
 
     def set_kind(kind):
         for m in linears[id(P[kind])]:
-            m.__class__ = small_cls if KINDS[kind][1] == "small-batch" else torch.nn.Linear
+            m.__class__ = classes[KINDS[kind][1]]
 
     def one(kind, T):
         set_kind(kind)
@@ -150,12 +155,12 @@ def main(argv=None) -> int:
                         + ". Speculative decoding samples from the laws of its tree passes, target-only decoding from "
                         "1-token passes; in float32 the two agree to ~1e-6, in bfloat16 they differ by bf16 rounding "
                         "(each run is exact for the laws it computes; docs/decoding.md).\n"
-                        + f"\nLargest logit difference to `{ref}` at 16 tokens: "
-                        + "; ".join(f"`{k}` {diff[(k, 16)]:.1e}" for k in kinds)
+                        + f"\nLargest logit difference to `{ref}` over every pass size: "
+                        + "; ".join(f"`{k}` {max(diff[(k, T)] for T in SIZES):.1e}" for k in kinds)
                         + f". The 1-token `{ref}` pass took {base * 1e3:.0f} ms here (absolute times move with load; "
-                        "the ratios are what to read). `resispec` uses `small-batch` for 2-64 tokens on CPU float32 and "
-                        "torch's GEMV for one token (`--linear auto`, the default); bfloat16 (`--dtype bfloat16`) "
-                        "uses torch's kernels.\n")
+                        "the ratios are what to read). `resispec` uses `streamed` for 1-12 tokens on CPU float32 when numba "
+                        "is installed (`--linear auto`, the default; `small-batch` without numba); bfloat16 "
+                        "(`--dtype bfloat16`) uses torch's kernels.\n")
     atomic_write(args.out, md)
     atomic_write(args.out.with_suffix(".json"), json.dumps(
         {"model": args.model, "threads": torch.get_num_threads(), "prefix": args.prefix, "repeats": args.repeats,

