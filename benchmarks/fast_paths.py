@@ -8,10 +8,20 @@ side by side in one run:
 - the sampling path ``NodeSampler`` picks (``table``, a fast path of ``exactness.fast_paths``, or
   ``generic``: O(V) ``verify`` per draw);
 - draws per CPU second (``time.process_time``, one process, after a warm-up call that pays the
-  run-time recheck), and the cost of that first call;
+  first run-time recheck), and the cost of that first call.  The timed call is ``--draws`` (default 2^21 =
+  two of the sampler's 2^20-draw chunks, each rechecking 4 draws through ``verify`` and ``chain``, as the
+  first 16 chunks of a long run do): shorter calls are dominated by the O(V) recheck (at 65,536 draws
+  ``rrs_wor`` read 4.7e5 draws/s, at 2^21 1.8e6);
 - the draws ``certify_verifier(..., tv=1e-3)`` plans (``exactness.budget.plan_for_tv``, alpha 1e-3,
   power 0.99) and the projected CPU time on 1 and 2 workers (``workers=2`` splits the draws over two
   processes; wall time on a shared machine is longer by the load).
+
+ResiSpec for without-replacement drafts has no fast path (its residual after a rejection depends on the
+rejected token through an O(V) transport plan, so every distinct rejected prefix costs O(V); see
+``exactness/fast_paths.py``).  Its row is followed by the coupled route (``exactness.certify_coupled``: the
+verifier's ``verify`` against the rule's ``chain`` on the same coins, TV <= P(mismatch), about
+ln(1/alpha) / TV clean draws instead of ~1/TV^2): coupled draws per CPU second with the rule's reference
+(numpy) solver and with its compiled solver as the reference, and the projected time for TV 1e-3.
 
 The node: ``p`` Zipf(1) over the vocabulary, ``q = 0.7 p + 0.3 perm(p)`` (a random permutation, seed 0),
 so the acceptance is high and the residual is rarely drawn -- the pass that matters is the O(k log V)
@@ -20,7 +30,8 @@ workers=2, tree=False)`` for that verifier and prints its wall and CPU time and 
 
 Usage::
 
-    python benchmarks/fast_paths.py [--draws 262144] [--certify rrs_wor] [--out reports/fast_paths.md]
+    python benchmarks/fast_paths.py [--draws 2097152] [--coupled-draws 32] [--certify rrs_wor]
+                                    [--out reports/fast_paths.md]
 """
 
 from __future__ import annotations
@@ -41,6 +52,7 @@ from resispec import available_verifiers, get_verifier  # noqa: E402
 
 K = 4
 TV = 1e-3
+ARGS = ""
 
 
 def node(V: int, seed: int = 0):
@@ -87,15 +99,43 @@ def measure(label, v, p, q, draws: int, generic_draws: int):
             "draws_per_s": rate, "n_for_tv": n, "df": df, "cpu_s_1": n / rate, "cpu_s_2": n / rate / 2}
 
 
+def measure_coupled(p, q, draws: int):
+    """Coupled draws/s of ResiSpec WOR's ``verify`` against its ``chain`` (reference and compiled solvers)."""
+    import math
+
+    import exactness
+
+    v = get_verifier("resispec", drafting="without_replacement")
+    n_tv = math.ceil(math.log(1 / 1e-3) / TV)          # 0 mismatches in n draws: TV <= ln(1/alpha) / n
+    out = []
+    for solver in ("reference", "fused"):
+        t0 = time.process_time()
+        c = exactness.certify_coupled(v, f"resispec[drafting=without_replacement,solver={solver}]", p, q, K, n=draws,
+                                      seed=0)
+        rate = draws / max(time.process_time() - t0, 1e-9)
+        out.append({"verifier": f"coupled: verify vs chain (solver={solver})", "V": p.size, "path": "coupled",
+                    "draws_per_s": rate, "first_call_s": float("nan"), "n_for_tv": n_tv, "passed": c.passed,
+                    "cpu_s_1": n_tv / rate, "cpu_s_2": n_tv / rate / 2})
+    return out
+
+
 def markdown(rows, load, cert=None) -> str:
     lines = ["# Harness fast paths: draws/s and the budget for a detectable TV of 1e-3", "",
-             f"Command: `python benchmarks/fast_paths.py` (k = {K}; load average at the start {load}). CPU seconds",
+             f"Command: `python benchmarks/fast_paths.py{ARGS}` (k = {K}; load average at the start {load}). CPU seconds",
              "of one process (`time.process_time`); projected times are CPU seconds for the planned draws.", "",
              "| verifier | V | path | draws/s (CPU) | first call (recheck) s | n for TV 1e-3 | projected 1 worker | "
              "projected 2 workers |", "|---|---|---|---|---|---|---|---|"]
     for r in rows:
-        lines.append(f"| {r['verifier']} | {r['V']:,} | {r['path']} | {r['draws_per_s']:.3g} | {r['first_call_s']:.2f} | "
+        first = "-" if r["first_call_s"] != r["first_call_s"] else f"{r['first_call_s']:.2f}"
+        lines.append(f"| {r['verifier']} | {r['V']:,} | {r['path']} | {r['draws_per_s']:.3g} | {first} | "
                      f"{r['n_for_tv']:.3g} | {_t(r['cpu_s_1'])} | {_t(r['cpu_s_2'])} |")
+    if any(r["path"] == "coupled" for r in rows):
+        lines += ["", "Coupled rows: ResiSpec for without-replacement drafts has no fast path (each distinct rejected "
+                  "prefix costs an O(V) transport plan). `exactness.certify_coupled` drives its `verify` and the "
+                  "rule's `chain` (reference numpy solver, or the compiled one) with the same coins; 0 mismatches in "
+                  "n draws bound TV <= ln(1/alpha) / n, so n for TV 1e-3 at alpha 1e-3 is 6,908, not ~1/TV^2. "
+                  "It proves `verify` implements the rule; the rule's exactness rests on its proof and the "
+                  "exact-enumeration tests (docs/coupled.md)."]
     if cert:
         lines += ["", f"Measured: `certify_verifier({cert['verifier']}, p, q, 4, tv=1e-3, workers=2, tree=False)`: "
                   f"wall {cert['wall_s']:.0f} s, CPU of this process {cert['cpu_s']:.0f} s, n = {cert['n']:,}, "
@@ -110,14 +150,20 @@ def _t(s: float) -> str:
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--draws", type=int, default=1 << 18, help="draws timed on a fast path (default 2**18)")
+    ap.add_argument("--draws", type=int, default=1 << 21, help="draws timed on a fast path (default 2**21)")
+    ap.add_argument("--coupled-draws", type=int, default=32,
+                    help="coupled draws timed for ResiSpec WOR per solver (default 32; 0 skips)")
     ap.add_argument("--generic-draws", type=int, default=64, help="draws timed on the generic path (default 64)")
     ap.add_argument("--certify", default=None, help="also run certify_verifier(..., tv=1e-3, workers=2) for NAME")
     ap.add_argument("--out", default=None, help="write the table as Markdown here")
     args = ap.parse_args(argv)
+    global ARGS
+    ARGS = "".join(" " + a for a in (sys.argv[1:] if argv is None else argv))
     load = ", ".join(f"{x:.2f}" for x in os.getloadavg())
     big = node(151_936)
     rows = [measure(label, v, *big, args.draws, args.generic_draws) for label, v in verifiers()]
+    if args.coupled_draws > 0:
+        rows += measure_coupled(*big, args.coupled_draws)
     rows.append(measure("black-box rrs (handles_shared_nodes)", BlackBoxRRS(), *node(32_000), args.draws,
                         args.draws))
     print(markdown(rows, load), flush=True)   # the table first: the certificate below takes minutes

@@ -20,9 +20,13 @@ RSD, arXiv 2402.14160)
 ``rejection_proxy`` with its default ``rrs_residual``
     the residuals ignore the rejected token: a per-step table built with the verifier's own proxy.
 
-Not covered: ResiSpec for without-replacement drafts (its candidate-dependent residual routes mass through
-a per-rejection transport plan, O(V) a rejected token) and ``rejection_proxy`` with a user's proxy: they
-keep the generic path.
+Not covered: ResiSpec for without-replacement drafts and ``rejection_proxy`` with a user's proxy: they keep
+the generic path.  ResiSpec WOR's state after rejecting ``x`` is ``r^(x) = alpha(x) q theta + beta(x) b``
+off ``x`` (the rank-one plan), but its next step solves a reserve fixed point whose per-token clip points
+move with ``(alpha, beta, 1 - q(x))`` in two dimensions, so no sorted structure serves every prefix: each
+distinct rejected prefix costs O(V), and a long run visits millions of distinct prefixes.  For it, the
+coupled route (:func:`exactness.certify_coupled`, ``verify`` against the rule's ``chain`` on shared coins)
+needs about ln(1/alpha) / TV draws instead of ~1/TV^2 (``benchmarks/fast_paths.py`` prints both).
 
 Each path returns the tokens and accepted indices :meth:`Verifier.verify` returns for the same
 candidates and uniforms (uniform ``i`` accepts candidate ``i`` when ``u_i < a_i``; uniform ``k`` is the
