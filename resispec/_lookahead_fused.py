@@ -44,7 +44,7 @@ import math
 
 import numpy as np
 
-from ._reserve_fused import AVAILABLE, _njit, _pool, _rows_equal, _threads
+from ._reserve_fused import AVAILABLE, _njit, _rows_equal, _threads, run_chunks
 from ._reserve_tol import LOOKAHEAD_TOL as TOL
 
 __all__ = ["AVAILABLE", "BISECT", "SAT_TOL", "front_load_row", "lookahead_rows", "sub_buckets"]
@@ -545,13 +545,5 @@ def lookahead_rows(p: np.ndarray, q: np.ndarray, k_left: int, *, gamma: float | 
         return (sched, m) if want_m else sched
     sched = np.zeros((B, n + 1))
     sub = sub_buckets(V)
-    threads = min(_threads(), B)
-    if threads <= 1 or B * V < 100_000:
-        _chunk(p, q, n, sub, g, TOL, sched, m, want_m, 0, B)
-    else:
-        bounds = np.linspace(0, B, min(B, 4 * threads) + 1).astype(int)
-        futures = [_pool(threads).submit(_chunk, p, q, n, sub, g, TOL, sched, m, want_m, int(a), int(b))
-                   for a, b in zip(bounds[:-1], bounds[1:])]
-        for f in futures:
-            f.result()
+    run_chunks(_chunk, (p, q, n, sub, g, TOL, sched, m, want_m), B, _threads(), serial=B * V < 100_000)
     return (sched, m) if want_m else sched

@@ -207,6 +207,21 @@ def _pool(n: int):
         return _POOL["pool"]
 
 
+def run_chunks(fn, args: tuple, B: int, threads: int, *, serial: bool = False, bounds=None) -> None:
+    """``fn(*args, lo, hi)`` over ``[0, B)``: in this thread when ``threads <= 1`` or ``serial``, else on the
+    pool, ``bounds`` (ascending ints from 0 to B) or about 4 chunks per thread (load balance); exceptions
+    from a chunk are raised here."""
+    n = min(int(threads), B)
+    if n <= 1 or serial:
+        fn(*args, 0, B)
+        return
+    if bounds is None:
+        bounds = np.linspace(0, B, min(B, 4 * n) + 1).astype(int)
+    futures = [_pool(n).submit(fn, *args, int(a), int(b)) for a, b in zip(bounds[:-1], bounds[1:])]
+    for f in futures:
+        f.result()
+
+
 def solve_reserve_rows(p_i: np.ndarray, q_i: np.ndarray, rho: np.ndarray, gamma: float,
                        init: np.ndarray | None = None, out: np.ndarray | None = None):
     """Reserve ``lambda`` and accepted mass ``m`` for every row, by the fused Newton solver.
@@ -293,14 +308,7 @@ def solve_reserve_rows(p_i: np.ndarray, q_i: np.ndarray, rho: np.ndarray, gamma:
         return lam, m, passes, resid, exact
     eps = float(np.finfo(p_i.dtype).eps)
     args = (p_i, q_i, rho, float(gamma), init_, reserve_tol(eps, gamma), eps, lam, m, passes, resid, exact)
-    n = min(_threads(), B)
-    if n <= 1 or B * V < 100_000:
-        _solve_chunk(*args, 0, B)
-    else:
-        bounds = np.linspace(0, B, min(B, 4 * n) + 1).astype(int)   # a few chunks per thread: balance
-        futures = [_pool(n).submit(_solve_chunk, *args, int(a), int(b)) for a, b in zip(bounds[:-1], bounds[1:])]
-        for f in futures:
-            f.result()
+    run_chunks(_solve_chunk, args, B, _threads(), serial=B * V < 100_000)
     return np.clip(lam, 0.0, gamma), m, passes, resid, exact
 
 

@@ -56,7 +56,7 @@ import math
 
 import numpy as np
 
-from ._reserve_fused import AVAILABLE, MAX_PASSES as _MAX_PASSES, _njit, _pool, _rows_equal, _threads
+from ._reserve_fused import AVAILABLE, MAX_PASSES as _MAX_PASSES, _njit, _rows_equal, _threads, run_chunks
 from ._reserve_tol import OMEGA_TOL
 
 __all__ = ["AVAILABLE", "FALLBACK", "OPTION", "PLAIN", "wor_step_rows"]
@@ -586,13 +586,5 @@ def wor_step_rows(P: np.ndarray, Q: np.ndarray, X: np.ndarray, g: float = 1.0):
     if B > 1 and _rows_equal(P, Q):
         _chunk(P, Q, X, float(g), True, A, R, status, passes, 0, B)
         return A, R, status, passes
-    threads = min(_threads(), B)
-    if threads <= 1 or B * V < 100_000:
-        _chunk(P, Q, X, float(g), False, A, R, status, passes, 0, B)
-    else:
-        bounds = np.linspace(0, B, min(B, 4 * threads) + 1).astype(int)
-        futures = [_pool(threads).submit(_chunk, P, Q, X, float(g), False, A, R, status, passes, int(a), int(b))
-                   for a, b in zip(bounds[:-1], bounds[1:])]
-        for f in futures:
-            f.result()
+    run_chunks(_chunk, (P, Q, X, float(g), False, A, R, status, passes), B, _threads(), serial=B * V < 100_000)
     return A, R, status, passes

@@ -155,14 +155,10 @@ def streamed_matmul(W: np.ndarray, x: np.ndarray, bias: np.ndarray | None = None
     if n <= 1:
         kernel(W, x, b, bias is not None, y, 0, O)
         return y
-    from .._reserve_fused import _pool
+    from .._reserve_fused import run_chunks
 
     step = ((O + n - 1) // n + 3) // 4 * 4                # ceil(O / n) rounded up to a multiple of 4
-    bounds = list(range(0, O, step)) + [O]
-    futs = [_pool(threads).submit(kernel, W, x, b, bias is not None, y, lo, hi)
-            for lo, hi in zip(bounds[:-1], bounds[1:])]
-    for f in futs:
-        f.result()
+    run_chunks(kernel, (W, x, b, bias is not None, y), O, n, bounds=list(range(0, O, step)) + [O])
     return y
 
 
