@@ -165,7 +165,7 @@ def _solve_chunk(p, q, rho, gamma, init, tau, eps, lam, m, passes, resid, exact,
         lam[b], passes[b], resid[b], exact[b] = _solve_row(p[b], q[b], rho[b], gamma, init[b], tau, eps, m[b])
 
 
-_POOL = {"pid": None, "pool": None}
+_POOL = {"pid": None, "pools": {}}
 _POOL_LOCK = threading.Lock()
 
 
@@ -197,27 +197,44 @@ def _threads() -> int:
 
 
 def _pool(n: int):
-    """A thread pool of ``n`` workers owned by this process (a forked child makes its own)."""
+    """A thread pool of ``n`` workers owned by this process (a forked child makes its own); one pool per
+    ``n``, kept, so callers asking for different counts (layers of different sizes) do not rebuild it."""
     from concurrent.futures import ThreadPoolExecutor
 
     with _POOL_LOCK:
-        if _POOL["pid"] != os.getpid() or _POOL["pool"]._max_workers != n:
-            _POOL["pool"] = ThreadPoolExecutor(max_workers=n, thread_name_prefix="resispec-reserve")
-            _POOL["pid"] = os.getpid()
-        return _POOL["pool"]
+        if _POOL["pid"] != os.getpid():
+            _POOL["pools"], _POOL["pid"] = {}, os.getpid()
+        pool = _POOL["pools"].get(n)
+        if pool is None:
+            pool = _POOL["pools"][n] = ThreadPoolExecutor(max_workers=n, thread_name_prefix="resispec-kernel")
+        return pool
 
 
 def run_chunks(fn, args: tuple, B: int, threads: int, *, serial: bool = False, bounds=None) -> None:
     """``fn(*args, lo, hi)`` over ``[0, B)``: in this thread when ``threads <= 1`` or ``serial``, else on the
-    pool, ``bounds`` (ascending ints from 0 to B) or about 4 chunks per thread (load balance); exceptions
-    from a chunk are raised here."""
+    pool, ``bounds`` (ascending ints from 0 to B) or about 4 chunks per thread (load balance).  Every chunk
+    has finished when this returns or raises; the first chunk's exception is raised here.
+
+    Raises
+    ------
+    ValueError
+        ``B < 0``, or ``bounds`` not non-decreasing from 0 to ``B``.
+    """
+    if B < 0:
+        raise ValueError(f"run_chunks: B must be >= 0, got {B}")
     n = min(int(threads), B)
     if n <= 1 or serial:
         fn(*args, 0, B)
         return
     if bounds is None:
         bounds = np.linspace(0, B, min(B, 4 * n) + 1).astype(int)
-    futures = [_pool(n).submit(fn, *args, int(a), int(b)) for a, b in zip(bounds[:-1], bounds[1:])]
+    bounds = [int(b) for b in bounds]
+    if len(bounds) < 2 or bounds[0] != 0 or bounds[-1] != B or any(a > b for a, b in zip(bounds, bounds[1:])):
+        raise ValueError(f"run_chunks: bounds must go from 0 to B = {B} without decreasing, got {bounds}")
+    futures = [_pool(n).submit(fn, *args, a, b) for a, b in zip(bounds[:-1], bounds[1:])]
+    from concurrent.futures import wait
+
+    wait(futures)                      # no chunk still writing into the caller's buffers after an error
     for f in futures:
         f.result()
 

@@ -79,7 +79,7 @@ def test_streamed_bad_input_names_the_argument():
         streamed_matmul(W.astype(np.float64), np.zeros((1, 3), np.float32))
     with pytest.raises(ValueError, match=r"x \(M, I\)"):
         streamed_matmul(W, np.zeros((1, 5), np.float32))
-    with pytest.raises(ValueError, match="bias must be float32"):
+    with pytest.raises(ValueError, match="bias must be a float32 array"):
         streamed_matmul(W, np.zeros((1, 3), np.float32), np.zeros(3, np.float32))
 
 
@@ -158,3 +158,69 @@ def test_load_model_checks_linear_before_loading(tmp_path):
 
     with pytest.raises(ValueError, match="linear must be one of"):
         load_model(str(tmp_path / "absent"), device="cpu", linear="mkl")
+
+
+def _streamed(in_f=16, out_f=9):
+    torch.manual_seed(0)
+    lin = torch.nn.Linear(in_f, out_f)
+    streamed_linear(lin)
+    return lin
+
+
+@pytest.mark.filterwarnings("ignore::DeprecationWarning")
+def test_streamed_falls_back_wherever_torch_semantics_matter():
+    """Bias-only training, forward-mode AD, tracing, autocast and vmap keep F.linear (a breaker's findings)."""
+    import torch.autograd.forward_ad as fwAD
+
+    lin, x, t = _streamed(), torch.randn(3, 16), torch.randn(3, 16)
+    lin.weight.requires_grad_(False)
+    lin(x).sum().backward()                                       # the bias alone is trained
+    assert lin.bias.grad is not None
+    with torch.no_grad(), fwAD.dual_level():
+        tangent = fwAD.unpack_dual(lin(fwAD.make_dual(x, t))).tangent
+    torch.testing.assert_close(tangent, t @ lin.weight.T)
+    lin.requires_grad_(False)
+    traced = torch.jit.trace(lin, x)
+    x2 = torch.randn(3, 16)
+    torch.testing.assert_close(traced(x2), lin(x2))
+    with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
+        assert lin(x).dtype == torch.bfloat16
+    with torch.no_grad():
+        torch.testing.assert_close(torch.func.vmap(lin)(torch.randn(4, 3, 16)).shape, torch.Size([4, 3, 9]))
+        with pytest.raises(RuntimeError):                         # torch's own error for a wrong width
+            lin(torch.randn(3, 15))
+
+
+def test_streamed_matmul_bad_types_name_the_argument():
+    W, x = np.zeros((4, 3), np.float32), np.zeros((1, 3), np.float32)
+    for bad in (0, -3, 2.9, "3", None, True):
+        with pytest.raises(ValueError, match="threads must be an integer >= 1"):
+            streamed_matmul(W, x, threads=bad)
+    with pytest.raises(ValueError, match="bias must be a float32 array"):
+        streamed_matmul(W, x, [0.0] * 4)
+    with pytest.raises(ValueError, match="numpy arrays"):
+        streamed_matmul(torch.zeros(4, 3), x)
+
+
+def test_run_chunks_checks_bounds_and_waits_for_every_chunk():
+    import threading
+    import time
+
+    from resispec._reserve_fused import _pool, run_chunks
+
+    with pytest.raises(ValueError, match="bounds must go from 0"):
+        run_chunks(lambda lo, hi: None, (), 10, 2, bounds=[2, 5])
+    with pytest.raises(ValueError, match="B must be >= 0"):
+        run_chunks(lambda lo, hi: None, (), -3, 2)
+    done = []
+
+    def chunk(lo, hi):
+        if lo == 0:
+            raise RuntimeError("chunk failed")
+        time.sleep(0.2)
+        done.append((lo, hi, threading.current_thread().name))
+
+    with pytest.raises(RuntimeError, match="chunk failed"):
+        run_chunks(chunk, (), 10, 2, bounds=[0, 5, 10])
+    assert [d[:2] for d in done] == [(5, 10)]                     # the sibling finished before the raise
+    assert _pool(2) is _pool(2) and _pool(3) is not _pool(2)      # one pool per size, kept

@@ -150,3 +150,47 @@ def test_subnormal_masses(p, q, c):
     assert np.all(np.isfinite(ch.accept_probs)) and np.all(np.isfinite(ch.residual))
     law = resispec.exact_output_law(FUSED, p, q, len(c))
     assert np.all(np.isfinite(law)) and np.max(np.abs(law - p)) < 1e-12
+
+
+@pytest.mark.parametrize("v", [FUSED, REF], ids=["fused", "reference"])
+@pytest.mark.parametrize("family,V,k", [("softmax_noise", 50, 4), ("zipf", 300, 3), ("softmax_noise", 40, 2),
+                                        ("zipf", 12, 5)])
+def test_verify_skips_decided_rows_with_the_same_tokens(v, family, V, k):
+    """verify (steps only on undecided rows) = decide on the full chain, bit for bit; chain_until_accept
+    equals chain up to each row's first acceptance and on the residual of rows that accept nothing."""
+    rng = np.random.default_rng(11)
+    p, q = get_family(family).sample(rng, n=24, V=V, temperature=1.0)
+    reached = [0]
+    for node in (None, 3):                                       # distinct rows, then one node in every row
+        P, Q = (p, q) if node is None else (np.broadcast_to(p[node], p.shape), np.broadcast_to(q[node], q.shape))
+        c = resispec.draw_candidates(np.ascontiguousarray(Q), k, "without_replacement", rng)
+        U = rng.random((P.shape[0], k + 1))
+        U[::4, 0] = 0.999999                                     # some rows reject early, some reach the residual
+        U[1::4, :k] = 0.999999
+        full = v.chain(P, Q, c)
+        want = base.decide(full.accept_probs, full.residual, c, U)
+        got = v.verify(P, Q, c, uniforms=U)
+        np.testing.assert_array_equal(got.tokens, want.tokens)
+        np.testing.assert_array_equal(got.accepted, want.accepted)
+        cut = v.chain_until_accept(P, Q, c, U)
+        acc = U[:, :k] < full.accept_probs
+        first = np.where(acc.any(axis=1), np.argmax(acc, axis=1), k)
+        for b in range(P.shape[0]):
+            np.testing.assert_array_equal(cut.accept_probs[b, :first[b] + 1], full.accept_probs[b, :first[b] + 1])
+            assert np.all(cut.accept_probs[b, first[b] + 1:] == 0)
+            if first[b] == k:
+                np.testing.assert_array_equal(cut.residual[b], full.residual[b])
+            else:
+                assert not cut.residual[b].any()
+        assert (first < k).any() and (first > 0).any()
+        reached[0] += int((first == k).sum())
+    assert reached[0] > 0 or (family, V) != ("zipf", 300)         # the residual row is compared somewhere
+
+
+def test_chain_until_accept_default_is_the_chain_and_checks_uniforms():
+    p, q = np.array([0.5, 0.3, 0.2]), np.array([0.2, 0.3, 0.5])
+    rrs = resispec.get_verifier("rrs")
+    full, cut = rrs.chain(p, q, [0, 2]), rrs.chain_until_accept(p, q, [0, 2], [[0.1, 0.2, 0.3]])
+    np.testing.assert_array_equal(full.accept_probs, cut.accept_probs)
+    with pytest.raises(ValueError, match="uniforms"):
+        FUSED.chain_until_accept(p, q, [0, 2], [[0.1, 0.2]])

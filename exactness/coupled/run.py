@@ -101,9 +101,16 @@ def run_reference(reference, p, q, c, coins: Coins) -> tuple[np.ndarray, np.ndar
     ``p, q`` (B, V) float64, ``c`` (B, k) int64; ``reference`` is a
     :class:`resispec.Verifier` (its ``chain`` gives the accept
     probabilities and the residual; the decisions follow
-    :func:`exactness.coupled.conventions.decisions`).
+    :func:`exactness.coupled.conventions.decisions`).  Under the
+    ``resispec`` convention ``chain_until_accept`` is used: the same
+    decisions, without the steps after each row's first acceptance.
     """
-    ch = reference.chain(p, q, c)
+    cut = getattr(reference, "chain_until_accept", None)
+    if coins.convention == "resispec" and cut is not None:
+        # the same decisions as reference.chain: steps after a row's first accepted candidate are skipped
+        ch = cut(p, q, c, coins.arrays["uniforms"])
+    else:
+        ch = reference.chain(p, q, c)
     acc, res_u = decisions(coins, ch.accept_probs)
     rows = np.arange(c.shape[0])
     tokens = c[rows, np.maximum(acc, 0)].astype(np.int64)

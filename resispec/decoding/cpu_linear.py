@@ -140,11 +140,18 @@ def streamed_matmul(W: np.ndarray, x: np.ndarray, bias: np.ndarray | None = None
     ValueError
         Shapes or dtypes that do not match (the message names the argument).
     """
+    if not isinstance(W, np.ndarray) or not isinstance(x, np.ndarray):
+        raise ValueError(f"streamed_matmul needs numpy arrays W (O, I) and x (M, I), got W {type(W).__name__} and "
+                         f"x {type(x).__name__} (pass tensor.numpy())")
     if W.dtype != np.float32 or x.dtype != np.float32 or W.ndim != 2 or x.ndim != 2 or x.shape[1] != W.shape[1]:
         raise ValueError(f"streamed_matmul needs W (O, I) and x (M, I) float32, got W {W.dtype}{W.shape} "
                          f"and x {x.dtype}{x.shape}")
-    if bias is not None and (bias.dtype != np.float32 or bias.shape != (W.shape[0],)):
-        raise ValueError(f"bias must be float32 of shape ({W.shape[0]},), got {bias.dtype}{bias.shape}")
+    if bias is not None and (not isinstance(bias, np.ndarray) or bias.dtype != np.float32
+                             or bias.shape != (W.shape[0],)):
+        raise ValueError(f"bias must be a float32 array of shape ({W.shape[0]},), got "
+                         f"{getattr(bias, 'dtype', type(bias).__name__)}{getattr(bias, 'shape', '')}")
+    if isinstance(threads, bool) or not isinstance(threads, (int, np.integer)) or threads < 1:
+        raise ValueError(f"threads must be an integer >= 1, got {threads!r}")
     W = np.ascontiguousarray(W)
     x = np.ascontiguousarray(x)
     O = W.shape[0]
@@ -162,6 +169,33 @@ def streamed_matmul(W: np.ndarray, x: np.ndarray, bias: np.ndarray | None = None
     return y
 
 
+def _kernel_serves(layer, x) -> bool:
+    """True when ``layer(x)`` may go through :func:`streamed_matmul`: a plain strided CPU float32 tensor of
+    1..STREAMED_MAX_ROWS rows and the layer's width, in inference (no gradient wanted for the input or any
+    parameter, no forward-mode AD, vmap / jvp, tracing or autocast).  Anything else keeps ``F.linear``, which
+    also raises torch's own errors (a wrong width is torch's RuntimeError)."""
+    import torch
+
+    if torch.jit.is_tracing():
+        return False
+    if type(x) is not torch.Tensor or x.layout != torch.strided or x.is_nested or x.device.type != "cpu" \
+            or x.dtype != torch.float32 or layer.weight.dtype != torch.float32 or x.dim() == 0 \
+            or x.shape[-1] != layer.in_features or x.is_neg() or x.is_conj():
+        return False
+    rows = x.numel() // max(x.shape[-1], 1)
+    if not 1 <= rows <= STREAMED_MAX_ROWS:
+        return False
+    if torch.is_grad_enabled() and (x.requires_grad or any(p.requires_grad for p in layer.parameters())):
+        return False
+    if torch.is_autocast_enabled("cpu"):
+        return False
+    from torch.autograd import forward_ad
+
+    if forward_ad._current_level >= 0 or torch._C._functorch.is_functorch_wrapped_tensor(x):
+        return False
+    return True
+
+
 def _streamed_linear_class():
     import torch
 
@@ -169,14 +203,12 @@ def _streamed_linear_class():
         """``nn.Linear`` computing 1..STREAMED_MAX_ROWS rows on CPU float32 by :func:`streamed_matmul`."""
 
         def forward(self, x):  # noqa: D401 - nn.Module API
-            rows = x.numel() // max(x.shape[-1], 1)
-            if (x.device.type != "cpu" or not 1 <= rows <= STREAMED_MAX_ROWS or x.dtype != torch.float32
-                    or self.weight.dtype != torch.float32 or (torch.is_grad_enabled() and (
-                        x.requires_grad or self.weight.requires_grad))):
+            if not _kernel_serves(self, x):
                 return super().forward(x)
+            rows = x.numel() // max(x.shape[-1], 1)
             W = self.weight.detach().numpy()
             b = None if self.bias is None else self.bias.detach().numpy()
-            y = streamed_matmul(W, x.detach().reshape(rows, x.shape[-1]).numpy(), b, torch.get_num_threads())
+            y = streamed_matmul(W, x.detach().reshape(rows, x.shape[-1]).numpy(), b, max(1, torch.get_num_threads()))
             return torch.from_numpy(y).reshape(*x.shape[:-1], self.weight.shape[0])
 
     return StreamedLinear

@@ -193,7 +193,7 @@ class Verifier(ABC):
         if self.handles_shared_nodes and shares_one_row(p2) and shares_one_row(q2):
             table, r = self._node_table(p2[:1], q2[:1], c.shape[1])
             return decide_shared(table, r, c, u)
-        a, r = self._chain(p2, q2, c)
+        a, r = self._chain_decided(p2, q2, c, u)
         return decide(a, r, c, u)
 
     #: True when :meth:`_node_table` is valid for this verifier: its chain depends on the candidates only
@@ -276,6 +276,32 @@ class Verifier(ABC):
         """Exact acceptance per node (B,) from :meth:`closed_form_split`, or ``None``."""
         split = self.closed_form_split(p, q, k, drafting)
         return None if split is None else np.clip(split[0].sum(axis=1), 0.0, 1.0)
+
+    def chain_until_accept(self, p, q, candidates, uniforms) -> Chain:
+        """:meth:`chain` cut at each row's first accepted candidate under ``uniforms``.
+
+        Parameters
+        ----------
+        p, q, candidates : as :meth:`chain`
+        uniforms : array_like, shape (B, k + 1), float64 in [0, 1)
+            As in :meth:`verify` (column ``i`` accepts candidate ``i`` when ``u < a_i``).
+
+        Returns
+        -------
+        Chain
+            ``accept_probs`` (B, k) equal to :meth:`chain`'s up to each row's first accepted step ``i``
+            (``u_i < a_i``) and 0 after it; ``residual`` (B, V) equal to :meth:`chain`'s on rows that
+            accept nothing, 0 on the others.  So :func:`decide` gives the same tokens as with
+            :meth:`chain`; a rule whose later steps depend on the rejected candidates (ResiSpec for
+            without-replacement drafts) skips them.  Default: :meth:`chain` itself.
+        """
+        p2, q2, _ = as_node(p, q)
+        c = as_candidates(candidates, q2, drafting=self.drafting)
+        return Chain(*self._chain_decided(p2, q2, c, as_uniforms(uniforms, *c.shape)))
+
+    def _chain_decided(self, p, q, c, u):
+        """``_chain`` cut at the first accepted step under ``u`` (B, k + 1); default the full ``_chain``."""
+        return self._chain(p, q, c)
 
     def _candidate_law(self, drafting: str | None) -> str:
         """``drafting`` resolved against the verifier's (``"any"`` -> ``"iid"``)."""

@@ -306,33 +306,54 @@ class ResiSpecWOR(Verifier):
         return m, opts, pick, best
 
     def _chain(self, p, q, c):
+        return self._chain_decided(p, q, c, None)
+
+    def _chain_decided(self, p, q, c, u):
+        """The chain; with uniforms ``u`` (B, k + 1), each step only on the rows not yet accepted.
+
+        A row accepted at step ``i`` (``u_i < a_i``) keeps ``a = 0`` after ``i`` and a zero residual (see
+        :meth:`Verifier.chain_until_accept`): the later steps, each an O(V) fixed point and plan per row,
+        are skipped.
+        """
         B, k = c.shape
-        rows = np.arange(B)
-        a = np.empty((B, k))
-        p_i, q_i = p, q / q.sum(axis=1, keepdims=True)  # the law the sampler draws
+        a = np.zeros((B, k))
+        idx = np.arange(B)                                  # rows still undecided
+        p_i, q_i = p, q / q.sum(axis=1, keepdims=True)      # the law the sampler draws
+        cc = c
         fused = self._use_fused()
         if fused:
             from .._wor_fused import FALLBACK, wor_step_rows
         for i in range(k):
-            x = c[:, i]
+            rows = np.arange(idx.size)
+            x = cc[:, i]
             if i == k - 1:
                 m = np.minimum(p_i, q_i)
                 qx = q_i[rows, x]
-                a[:, i] = np.clip(np.where(qx > 0, m[rows, x] / np.where(qx > 0, qx, 1.0), 0.0), 0.0, 1.0)
-                p_i = reject_update(p_i, m)
+                a_i = np.clip(np.where(qx > 0, m[rows, x] / np.where(qx > 0, qx, 1.0), 0.0), 0.0, 1.0)
+                nxt = reject_update(p_i, m)
             elif fused:
-                a[:, i], nxt, status, _ = wor_step_rows(p_i, q_i, x, self.scales[0])
+                a_i, nxt, status, _ = wor_step_rows(p_i, q_i, x, self.scales[0])
                 fb = np.flatnonzero(status == FALLBACK)
                 if fb.size:                      # no rank-one leftover plan: the reference (interval plan)
-                    a[fb, i], nxt[fb] = self._reference_step(p_i[fb], q_i[fb], x[fb])
-                p_i = nxt
+                    a_i[fb], nxt[fb] = self._reference_step(p_i[fb], q_i[fb], x[fb])
             else:
-                a[:, i], p_i = self._reference_step(p_i, q_i, x)
+                a_i, nxt = self._reference_step(p_i, q_i, x)
+            a[idx, i] = a_i
+            keep = slice(None) if u is None else np.flatnonzero(~(u[idx, i] < a_i))
+            if u is not None:
+                idx, cc, x = idx[keep], cc[keep], x[keep]
+            p_i = nxt[keep]
             if i + 1 < k:
-                q_i = q_i.copy()
-                q_i[rows, x] = 0.0
+                q_i = q_i[keep].copy() if u is not None else q_i.copy()
+                q_i[np.arange(idx.size), x] = 0.0
                 q_i = q_i / q_i.sum(axis=1, keepdims=True)
-        return a, p_i
+            if idx.size == 0:
+                break
+        if u is None:
+            return a, p_i
+        r = np.zeros((B, p.shape[1]))
+        r[idx] = p_i
+        return a, r
 
     def _use_fused(self) -> bool:
         if self.solver == "reference" or len(self.scales) != 1:
