@@ -228,18 +228,23 @@ def streamed_linear(model) -> int:
         numba is not installed (``pip install numba``, or choose ``linear="small-batch"``).
     """
     global _STREAMED_CLASS
-    import torch
-
     try:
         import numba  # noqa: F401
     except ImportError as exc:  # pragma: no cover - numba is a declared dependency
         raise ImportError("linear='streamed' needs numba: pip install numba, or use linear='small-batch'") from exc
     if _STREAMED_CLASS is None:
         _STREAMED_CLASS = _streamed_linear_class()
+    return _swap_linear_class(model, _STREAMED_CLASS)
+
+
+def _swap_linear_class(model, cls) -> int:
+    """Set the class of every plain ``torch.nn.Linear`` of ``model`` to ``cls``; return how many."""
+    import torch
+
     n = 0
     for mod in model.modules():
         if type(mod) is torch.nn.Linear:
-            mod.__class__ = _STREAMED_CLASS
+            mod.__class__ = cls
             n += 1
     return n
 
@@ -256,16 +261,9 @@ def small_batch_linear(model) -> int:
     LoRA layers) are left alone.
     """
     global _CLASS
-    import torch
-
     if _CLASS is None:
         _CLASS = _small_batch_linear_class()
-    n = 0
-    for mod in model.modules():
-        if type(mod) is torch.nn.Linear:
-            mod.__class__ = _CLASS
-            n += 1
-    return n
+    return _swap_linear_class(model, _CLASS)
 
 
 def _auto(model) -> int:
