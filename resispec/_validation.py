@@ -258,11 +258,18 @@ def as_uniforms(uniforms, B: int, k: int) -> np.ndarray:
     """Validate explicit uniforms: shape (B, k + 1), float64 in [0, 1)."""
     if isinstance(uniforms, (str, bytes)):
         raise TypeError(f"uniforms must be a float array of shape (B, k + 1), got {type(uniforms).__name__}")
-    raw = np.asarray(uniforms)
+    try:
+        raw = np.asarray(uniforms)
+    except ValueError as e:                      # ragged nested lists
+        raise ValueError(f"uniforms must be a rectangular float array of shape (B, k + 1) = ({B}, {k + 1}); "
+                         f"numpy could not make one of it ({e})") from None
     if raw.dtype == object or raw.dtype == bool or not (np.issubdtype(raw.dtype, np.floating)
                                                         or np.issubdtype(raw.dtype, np.integer)):
         raise TypeError(f"uniforms must be a real float array of shape (B, k + 1), got dtype {raw.dtype}")
     u = raw.astype(np.float64, copy=False)
+    if u is not raw and np.all(raw < 1) and np.any(u >= 1):
+        raise ValueError(f"uniforms must lie in [0, 1) in float64: a {raw.dtype} value below 1 rounds to 1.0; "
+                         "draw them as float64 (numpy.random.Generator.random)")
     if u.ndim == 1 and B == 1:
         u = u[None, :]
     if u.shape != (B, k + 1):

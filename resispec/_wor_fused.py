@@ -534,15 +534,23 @@ def _chunk(P, Q, X, g, shared, A_out, R, status, passes, lo, hi):
     f = 0.0
     bsum = 0.0
     for r in range(lo, hi):
+        n = 0 if shared else r              # shared: P, Q hold the one node as row 0
         if r == lo or not shared:
-            st, _, ps, f, bsum = _node(P[r], Q[r], g, inv, A, Bc, cap, m, wi, qth, b, tmp, idx, uc, ec, bc, tc)
+            st, _, ps, f, bsum = _node(P[n], Q[n], g, inv, A, Bc, cap, m, wi, qth, b, tmp, idx, uc, ec, bc, tc)
             passes[r] = ps
         else:
             passes[r] = 0
         status[r] = st
         if st == FALLBACK:
             continue
-        A_out[r] = _emit(P[r], Q[r], X[r], st, m, wi, qth, Bc, f, b, bsum, R[r])
+        A_out[r] = _emit(P[n], Q[n], X[r], st, m, wi, qth, Bc, f, b, bsum, R[r])
+
+
+def _c_writable(a: np.ndarray) -> np.ndarray:
+    """``a`` as a writable C-contiguous float64 array (copied unless it already is one)."""
+    if a.dtype == np.float64 and a.flags.c_contiguous and a.flags.writeable:
+        return a
+    return np.array(a, dtype=np.float64, order="C")
 
 
 def wor_step_rows(P: np.ndarray, Q: np.ndarray, X: np.ndarray, g: float = 1.0):
@@ -550,8 +558,9 @@ def wor_step_rows(P: np.ndarray, Q: np.ndarray, X: np.ndarray, g: float = 1.0):
 
     Parameters
     ----------
-    P, Q : ndarray, shape (B, V), float64, C-contiguous
-        Current residual target and current (renormalised) draft of each row.
+    P, Q : ndarray, shape (B, V), float64, any layout
+        Current residual target and current (renormalised) draft of each row (copied to C order when
+        strided, so the decisions do not depend on the layout).
     X : ndarray, shape (B,), int64
         The candidate drafted at this step in each row.
     g : float >= 0
@@ -583,8 +592,12 @@ def wor_step_rows(P: np.ndarray, Q: np.ndarray, X: np.ndarray, g: float = 1.0):
     status = np.empty(B, dtype=np.int64)
     passes = np.zeros(B, dtype=np.int64)
     X = np.ascontiguousarray(X, dtype=np.int64)
+    # the kernel sums with reassociation (vectorised), so its last bits depend on the array type numba
+    # compiles for (layout, read-only): every row reaches it as one type, so a broadcast (stride-0,
+    # read-only) batch, a copy of it and the torch twin's tensors decide the same at ties (u == a)
     if B > 1 and _rows_equal(P, Q):
-        _chunk(P, Q, X, float(g), True, A, R, status, passes, 0, B)
+        _chunk(_c_writable(P[:1]), _c_writable(Q[:1]), X, float(g), True, A, R, status, passes, 0, B)
         return A, R, status, passes
+    P, Q = _c_writable(P), _c_writable(Q)
     run_chunks(_chunk, (P, Q, X, float(g), False, A, R, status, passes), B, _threads(), serial=B * V < 100_000)
     return A, R, status, passes

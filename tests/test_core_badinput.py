@@ -118,6 +118,12 @@ def test_bad_rng_and_uniforms():
         v.verify(P, Q, [0, 1], uniforms=[0.1, 0.2])
     with pytest.raises(ValueError, match=r"^uniforms must be finite and lie in \[0, 1\)"):
         v.verify(P, Q, [0, 1], uniforms=[0.1, 0.2, 1.0])
+    with pytest.raises(ValueError, match=r"^uniforms must be a rectangular float array of shape \(B, k \+ 1\) = \(2, 3\)"):
+        v.verify(np.tile(P, (2, 1)), np.tile(Q, (2, 1)), [[0, 1], [0, 1]], uniforms=[[0.1, 0.2, 0.3], [0.1]])
+    if np.finfo(np.longdouble).eps < np.finfo(np.float64).eps:          # an 80/128-bit longdouble
+        below_one = np.array([0.1, 0.2, 1 - np.finfo(np.longdouble).eps], dtype=np.longdouble)
+        with pytest.raises(ValueError, match=r"^uniforms must lie in \[0, 1\) in float64: a .* value below 1 rounds"):
+            v.verify(P, Q, [0, 1], uniforms=below_one)
     with pytest.raises(TypeError, match=r"^rng must be"):
         resispec.draw_candidates(Q, 2, "iid", 0)
 

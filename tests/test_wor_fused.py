@@ -187,10 +187,59 @@ def test_verify_skips_decided_rows_with_the_same_tokens(v, family, V, k):
     assert reached[0] > 0 or (family, V) != ("zipf", 300)         # the residual row is compared somewhere
 
 
-def test_chain_until_accept_default_is_the_chain_and_checks_uniforms():
-    p, q = np.array([0.5, 0.3, 0.2]), np.array([0.2, 0.3, 0.5])
+def test_chain_until_accept_default_is_the_chain_cut_and_checks_uniforms():
+    p, q = np.tile([0.6, 0.35, 0.05], (3, 1)), np.tile([0.1, 0.3, 0.6], (3, 1))
     rrs = resispec.get_verifier("rrs")
-    full, cut = rrs.chain(p, q, [0, 2]), rrs.chain_until_accept(p, q, [0, 2], [[0.1, 0.2, 0.3]])
-    np.testing.assert_array_equal(full.accept_probs, cut.accept_probs)
+    full = rrs.chain(p, q, [[2, 1]] * 3)                              # a = (1/12, 1/3.3)
+    u = [[0.9, 0.95, 0.3], [0.01, 0.0, 0.3], [0.9, 0.0, 0.3]]      # rejects both / accepts 0 / accepts 1
+    cut = rrs.chain_until_accept(p, q, [[2, 1]] * 3, u)
+    assert 0.01 < full.accept_probs[0, 0] < 0.9 and 0 < full.accept_probs[0, 1] < 0.95
+    np.testing.assert_array_equal(cut.accept_probs[0], full.accept_probs[0])
+    np.testing.assert_array_equal(cut.residual[0], full.residual[0])
+    np.testing.assert_array_equal(cut.accept_probs[1], [full.accept_probs[1, 0], 0.0])
+    np.testing.assert_array_equal(cut.accept_probs[2], full.accept_probs[2])
+    assert not cut.residual[1:].any() and full.residual[1:].any()
+    a = base.decide(full.accept_probs, full.residual, np.array([[2, 1]] * 3), np.asarray(u))
+    b = base.decide(cut.accept_probs, cut.residual, np.array([[2, 1]] * 3), np.asarray(u))
+    np.testing.assert_array_equal(a.tokens, b.tokens)
+    np.testing.assert_array_equal(b.accepted, [-1, 0, 1])
     with pytest.raises(ValueError, match="uniforms"):
-        FUSED.chain_until_accept(p, q, [0, 2], [[0.1, 0.2]])
+        FUSED.chain_until_accept(p[0], q[0], [0, 2], [[0.1, 0.2]])
+
+
+def test_reference_solver_decides_the_same_wherever_a_row_sits():
+    """A near-tie node (plain vs shaped step ~1e-13 apart) as row 299 of a batch and as row 0 after the lazy
+    chain drops the 299 rows that accept at once: same tokens (a batched searchsorted lost bits by row)."""
+    B, V = 300, 5
+    p, q = np.full((B, V), 0.2), np.full((B, V), 0.2)
+    d1 = 0.12 / (1 + 1e-13)
+    p[-1] = (0.2, 0.2 + d1, 0.6 - d1, 0, 0)
+    q[-1] = (0.5, 0.2, 0.3 - 2e-15, 1e-15, 1e-15)
+    c = np.tile([0, 1, 2], (B, 1))
+    c[-1] = [3, 0, 1]
+    u = np.zeros((B, 4))
+    u[-1] = [0.5, 0.5, 0.99999999999985, 0.5]
+    lazy = REF.verify(p, q, c, uniforms=u)
+    full = REF.chain(p, q, c)
+    eager = base.decide(full.accept_probs, full.residual, c, u)
+    np.testing.assert_array_equal(lazy.tokens, eager.tokens)
+    np.testing.assert_array_equal(lazy.accepted, eager.accepted)
+    np.testing.assert_array_equal(full.accept_probs[-1], REF.chain(p[-1], q[-1], c[-1]).accept_probs[0])
+
+
+def test_fused_kernel_decides_the_same_for_any_memory_layout():
+    """The kernel sums with reassociation: a stride-0 broadcast, a C copy and a Fortran copy of one batch must
+    reach it in one layout, or their last bits (and decisions at u == a) differ."""
+    rng = np.random.default_rng(0)
+    for _ in range(10):
+        V = int(rng.integers(50, 3000))
+        p, q = rng.dirichlet(np.full(V, 0.3)), rng.dirichlet(np.full(V, 0.3))
+        P, Q = np.broadcast_to(p, (4, V)), np.broadcast_to(q, (4, V))
+        X = rng.integers(0, V, 4)
+        a1, r1, s1, _ = _wor_fused.wor_step_rows(P, Q, X)
+        ok = s1 != _wor_fused.FALLBACK                        # FALLBACK rows are not written (the caller's)
+        for P2, Q2 in ((P.copy(), Q.copy()), (np.asfortranarray(P), np.asfortranarray(Q))):
+            a2, r2, s2, _ = _wor_fused.wor_step_rows(P2, Q2, X)
+            np.testing.assert_array_equal(s1, s2)
+            np.testing.assert_array_equal(a1[ok], a2[ok])
+            np.testing.assert_array_equal(r1[ok], r2[ok])

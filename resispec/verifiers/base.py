@@ -293,15 +293,21 @@ class Verifier(ABC):
             (``u_i < a_i``) and 0 after it; ``residual`` (B, V) equal to :meth:`chain`'s on rows that
             accept nothing, 0 on the others.  So :func:`decide` gives the same tokens as with
             :meth:`chain`; a rule whose later steps depend on the rejected candidates (ResiSpec for
-            without-replacement drafts) skips them.  Default: :meth:`chain` itself.
+            without-replacement drafts) skips them.  Default: :meth:`chain`, then cut.
+
+        Raises
+        ------
+        ValueError, TypeError
+            Bad laws, shapes, candidate ids or uniforms (named in the message).
         """
         p2, q2, _ = as_node(p, q)
         c = as_candidates(candidates, q2, drafting=self.drafting)
         return Chain(*self._chain_decided(p2, q2, c, as_uniforms(uniforms, *c.shape)))
 
     def _chain_decided(self, p, q, c, u):
-        """``_chain`` cut at the first accepted step under ``u`` (B, k + 1); default the full ``_chain``."""
-        return self._chain(p, q, c)
+        """``_chain`` cut at the first accepted step under ``u`` (B, k + 1); default: the full ``_chain``, cut."""
+        a, r = self._chain(p, q, c)
+        return cut_at_first_accept(a, r, u)
 
     def _candidate_law(self, drafting: str | None) -> str:
         """``drafting`` resolved against the verifier's (``"any"`` -> ``"iid"``)."""
@@ -325,6 +331,17 @@ def takes_laws(verifier, method: str) -> bool:
     """
     fn = getattr(type(verifier), method, None)
     return isinstance(verifier, Verifier) and getattr(fn, "__module__", "").startswith("resispec.")
+
+
+def cut_at_first_accept(a: np.ndarray, r: np.ndarray, u: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``(a, r)`` with ``a`` zeroed after each row's first accepted step (``u_i < a_i``) and ``r`` zeroed on
+    the rows that accept: the :meth:`Verifier.chain_until_accept` form, same :func:`decide` tokens.
+
+    ``a``: (B, k) float64, ``r``: (B, V) float64, ``u``: (B, k + 1) float64; new arrays are returned.
+    """
+    acc = u[:, : a.shape[1]] < a
+    after = np.cumsum(acc, axis=1) - acc > 0                 # a step after the row's first acceptance
+    return np.where(after, 0.0, a), np.where(acc.any(axis=1)[:, None], 0.0, r)
 
 
 def decide(a: np.ndarray, r: np.ndarray, c: np.ndarray, u: np.ndarray) -> VerifyResult:

@@ -150,11 +150,13 @@ def _plain_next_value(d: np.ndarray, q: np.ndarray, w: np.ndarray) -> np.ndarray
     t = sum_of_others(q)
     live = (w > 0) & (t > 0)
     tt = np.where(live, t, 0.0)
-    # row-wise searchsorted in one call: arctan maps [0, inf] monotonically into
-    # [0, pi/2], and row b is shifted by 4 b (knots with kappa <= t are "capped by q")
-    off = 4.0 * np.arange(B)[:, None]
-    j = np.searchsorted((np.arctan(ks) + off).ravel(), (np.arctan(tt) + off).ravel(), side="right").reshape(B, V)
-    j = j - V * np.arange(B)[:, None]
+    # row-wise searchsorted (side="right": knots with kappa <= t are "capped by q") by one stable sort of
+    # each row's knots followed by its queries: a query's rank is the number of knots sorted before it.
+    # Exact and the same for a row wherever it sits in the batch.
+    o = np.argsort(np.concatenate([ks, tt], axis=1), axis=1, kind="stable")
+    rank = np.empty_like(o)
+    np.put_along_axis(rank, o, np.cumsum(o < V, axis=1), axis=1)
+    j = rank[:, V:]
     rows = np.arange(B)[:, None]
     psi = q_head[rows, j] + tt * r_tail[rows, j]
     inner = (psi - np.minimum(r * tt, q)) / np.where(live, t, 1.0)
