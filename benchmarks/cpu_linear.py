@@ -49,8 +49,13 @@ def main(argv=None) -> int:
     ap.add_argument("--threads", type=int, default=0, help="torch threads (0 = all cores)")
     ap.add_argument("--kinds", nargs="+", choices=list(KINDS), default=list(KINDS),
                     help="kernels / dtypes to compare; the first is the reference (default: all)")
+    ap.add_argument("--sizes", type=int, nargs="+", default=list(SIZES),
+                    help=f"new tokens per pass to time, 1 first (default {' '.join(map(str, SIZES))})")
     ap.add_argument("--out", type=Path, default=Path("cpu_linear.md"), help="markdown report (JSON beside it)")
     args = ap.parse_args(argv)
+    if sorted(set(args.sizes)) != args.sizes or args.sizes[0] != 1:
+        ap.error("--sizes must be increasing distinct token counts starting at 1, e.g. --sizes 1 2 3 4 8")
+    sizes = tuple(args.sizes)
     if args.prefix < 1 or args.repeats < 1 or args.threads < 0:
         ap.error("--prefix and --repeats must be >= 1, --threads >= 0")
     from resispec._io import atomic_write, check_output_path
@@ -69,7 +74,7 @@ def main(argv=None) -> int:
     streamed_cls = cpu_linear._streamed_linear_class()
     classes = {"torch": torch.nn.Linear, "small-batch": small_cls, "streamed": streamed_cls}
     prompt = list(range(1000, 1000 + args.prefix))
-    new = list(range(2000, 2000 + max(SIZES)))
+    new = list(range(2000, 2000 + max(max(sizes), 8)))  # 8: the batch-invariance probe
     fp32, P = None, {}
     for k in kinds:
         if KINDS[k][0] == "float32" and fp32 is not None:
@@ -110,10 +115,10 @@ def main(argv=None) -> int:
         pb, ps = torch.softmax(big.double(), -1), torch.softmax(torch.stack(seq).double(), -1)
         return float(0.5 * (pb - ps).abs().sum(-1).max())  # TV = 1/2 sum |p - p'| per position, max over positions
 
-    cells = [(k, T) for T in SIZES for k in kinds]
+    cells = [(k, T) for T in sizes for k in kinds]
     times = {c: [] for c in cells}
     ref = kinds[0]
-    diff = {(k, T): 0.0 for k in kinds for T in SIZES}
+    diff = {(k, T): 0.0 for k in kinds for T in sizes}
     for k in kinds:
         one(k, 1)  # warm-up
     for r in range(args.repeats):
@@ -128,7 +133,7 @@ def main(argv=None) -> int:
     tvs = {k: batch_tv(k) for k in kinds}
     base = float(np.median(times[(ref, 1)]))
     rows = []
-    for T in SIZES:
+    for T in sizes:
         row = {"tokens": T}
         for k in kinds:
             ts = times[(k, T)]
@@ -139,7 +144,7 @@ def main(argv=None) -> int:
     load = os.getloadavg()[0]
     head = (f"# Target pass cost vs new tokens, by kernel and weight dtype\n\n"
             f"Command: `python3 benchmarks/cpu_linear.py --kinds {' '.join(kinds)} --threads {args.threads} "
-            f"--repeats {args.repeats} --prefix {args.prefix} --out {args.out}` (model "
+            f"--repeats {args.repeats} --prefix {args.prefix} --sizes {' '.join(map(str, sizes))} --out {args.out}` (model "
             f"`{args.model}`, CPU, {torch.get_num_threads()} thread(s), {args.prefix} cached tokens, median of "
             f"{args.repeats} interleaved calls per cell, load average {load:.1f} at the end).\n\n"
             f"Each time is a ratio to the median 1-token `{ref}` pass of the same run (the cost target-only decoding "
@@ -156,7 +161,7 @@ def main(argv=None) -> int:
                         "1-token passes; in float32 the two agree to ~1e-6, in bfloat16 they differ by bf16 rounding "
                         "(each run is exact for the laws it computes; docs/decoding.md).\n"
                         + f"\nLargest logit difference to `{ref}` over every pass size: "
-                        + "; ".join(f"`{k}` {max(diff[(k, T)] for T in SIZES):.1e}" for k in kinds)
+                        + "; ".join(f"`{k}` {max(diff[(k, T)] for T in sizes):.1e}" for k in kinds)
                         + f". The 1-token `{ref}` pass took {base * 1e3:.0f} ms here (absolute times move with load; "
                         "the ratios are what to read). `resispec` uses `streamed` for 1-12 tokens on CPU float32 when numba "
                         "is installed (`--linear auto`, the default; `small-batch` without numba); bfloat16 "

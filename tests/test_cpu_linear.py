@@ -60,6 +60,22 @@ def test_streamed_same_product_as_torch_linear(bias, shape, out):
     torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.parametrize("rows", range(1, STREAMED_MAX_ROWS + 1))
+def test_streamed_every_row_count_and_grouping_agrees_with_float64(rows):
+    """Each input-row count (the kernel groups rows as one, pairs, and a leading triple for odd counts; weight rows
+    in blocks of 4 plus a remainder) gives every output entry, each from its own row and weight row."""
+    rng = np.random.default_rng(rows)
+    W = rng.standard_normal((11, 37)).astype(np.float32)
+    x = rng.standard_normal((rows, 37)).astype(np.float32)
+    b = rng.standard_normal(11).astype(np.float32)
+    want = x.astype(np.float64) @ W.T.astype(np.float64)
+    np.testing.assert_allclose(streamed_matmul(W, x), want, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(streamed_matmul(W, x, b), want + b, rtol=1e-5, atol=1e-5)
+    # each output row depends on its own input row only: permuting the inputs permutes the outputs
+    perm = rng.permutation(rows)
+    np.testing.assert_allclose(streamed_matmul(W, x[perm]), want[perm], rtol=1e-5, atol=1e-5)
+
+
 def test_streamed_threads_and_large_shapes_agree_with_numpy():
     """The thread-pool split (several chunks of output rows) gives the same product as one call, and as numpy."""
     rng = np.random.default_rng(0)

@@ -73,42 +73,90 @@ def _streamed_kernel():
     if _KERNEL is None:
         import numba
 
-        @numba.njit(cache=True, nogil=True, fastmath={"reassoc", "contract", "nsz"})
+        fm = {"reassoc", "contract", "nsz"}
+        f32 = np.float32
+
+        # Dot products of 4 weight rows W[o:o+4] with 1, 2 or 3 input rows x[m:m+g], all accumulators in
+        # registers (4 g vector sums of 8 float32 lanes), so each weight element is loaded once per group.
+        @numba.njit(cache=True, nogil=True, fastmath=fm, inline="always")
+        def dot1(W, x, o, m):  # pragma: no cover - compiled
+            a0 = a1 = a2 = a3 = f32(0.0)
+            for i in range(W.shape[1]):
+                xa = x[m, i]
+                a0 += W[o, i] * xa
+                a1 += W[o + 1, i] * xa
+                a2 += W[o + 2, i] * xa
+                a3 += W[o + 3, i] * xa
+            return a0, a1, a2, a3
+
+        @numba.njit(cache=True, nogil=True, fastmath=fm, inline="always")
+        def dot2(W, x, o, m):  # pragma: no cover - compiled
+            a0 = a1 = a2 = a3 = b0 = b1 = b2 = b3 = f32(0.0)
+            for i in range(W.shape[1]):
+                xa, xb = x[m, i], x[m + 1, i]
+                w0, w1, w2, w3 = W[o, i], W[o + 1, i], W[o + 2, i], W[o + 3, i]
+                a0 += w0 * xa
+                a1 += w1 * xa
+                a2 += w2 * xa
+                a3 += w3 * xa
+                b0 += w0 * xb
+                b1 += w1 * xb
+                b2 += w2 * xb
+                b3 += w3 * xb
+            return a0, a1, a2, a3, b0, b1, b2, b3
+
+        @numba.njit(cache=True, nogil=True, fastmath=fm, inline="always")
+        def dot3(W, x, o, m):  # pragma: no cover - compiled
+            a0 = a1 = a2 = a3 = b0 = b1 = b2 = b3 = c0 = c1 = c2 = c3 = f32(0.0)
+            for i in range(W.shape[1]):
+                xa, xb, xc = x[m, i], x[m + 1, i], x[m + 2, i]
+                w0, w1, w2, w3 = W[o, i], W[o + 1, i], W[o + 2, i], W[o + 3, i]
+                a0 += w0 * xa
+                a1 += w1 * xa
+                a2 += w2 * xa
+                a3 += w3 * xa
+                b0 += w0 * xb
+                b1 += w1 * xb
+                b2 += w2 * xb
+                b3 += w3 * xb
+                c0 += w0 * xc
+                c1 += w1 * xc
+                c2 += w2 * xc
+                c3 += w3 * xc
+            return a0, a1, a2, a3, b0, b1, b2, b3, c0, c1, c2, c3
+
+        @numba.njit(cache=True, nogil=True, fastmath=fm)
+        def put(y, m, o, v, bias, has_bias):  # pragma: no cover - compiled
+            # y[m + t, o + r] = v[4 t + r] (+ bias[o + r]) for the group's rows t and the 4 weight rows r
+            for t in range(len(v) // 4):
+                for r in range(4):
+                    y[m + t, o + r] = v[4 * t + r] + (bias[o + r] if has_bias else f32(0.0))
+
+        @numba.njit(cache=True, nogil=True, fastmath=fm)
         def block(W, x, bias, has_bias, y, o0, o1):  # pragma: no cover - compiled
-            # y[m, o] = sum_i W[o, i] x[m, i] (+ bias[o]) for o in [o0, o1), all m; 4 weight rows at a time
-            I = W.shape[1]
+            # y[m, o] = sum_i W[o, i] x[m, i] (+ bias[o]) for o in [o0, o1), all m: 4 weight rows at a time,
+            # the input rows in pairs (an odd M >= 3 starts with a triple, whose 12 accumulators spill
+            # registers but hide it behind the first read from memory; later groups re-read the block from L1
+            # / L2, where pairs are faster), so each weight block is streamed from memory once
             M = x.shape[0]
             o = o0
             while o + 4 <= o1:
-                for m in range(M):
-                    a0 = np.float32(0.0)
-                    a1 = np.float32(0.0)
-                    a2 = np.float32(0.0)
-                    a3 = np.float32(0.0)
-                    for i in range(I):
-                        xv = x[m, i]
-                        a0 += W[o, i] * xv
-                        a1 += W[o + 1, i] * xv
-                        a2 += W[o + 2, i] * xv
-                        a3 += W[o + 3, i] * xv
-                    if has_bias:
-                        a0 += bias[o]
-                        a1 += bias[o + 1]
-                        a2 += bias[o + 2]
-                        a3 += bias[o + 3]
-                    y[m, o] = a0
-                    y[m, o + 1] = a1
-                    y[m, o + 2] = a2
-                    y[m, o + 3] = a3
+                m = 0
+                if M >= 3 and M % 2 == 1:
+                    put(y, 0, o, dot3(W, x, o, 0), bias, has_bias)
+                    m = 3
+                while M - m >= 2:
+                    put(y, m, o, dot2(W, x, o, m), bias, has_bias)
+                    m += 2
+                if m < M:
+                    put(y, m, o, dot1(W, x, o, m), bias, has_bias)
                 o += 4
             while o < o1:
                 for m in range(M):
-                    a = np.float32(0.0)
-                    for i in range(I):
+                    a = f32(0.0)
+                    for i in range(W.shape[1]):
                         a += W[o, i] * x[m, i]
-                    if has_bias:
-                        a += bias[o]
-                    y[m, o] = a
+                    y[m, o] = a + (bias[o] if has_bias else f32(0.0))
                 o += 1
 
         _KERNEL = block
