@@ -18,11 +18,12 @@ The model's laws are whatever it computes; the verifier's exactness
 
 On an AVX2-only EPYC (no AVX-512) that rewrite still costs 1.6x a 1-token
 pass at 2-4 rows: BLAS's small-M GEMM does not reach memory bandwidth there.
-``streamed`` is a compiled kernel (numba, :func:`streamed_matmul`) that reads
-each block of 4 weight rows once into L1 and takes its dot products with all
-the pass's rows (8 x float32 lanes, re-associated sums): on that CPU it is
-0.82x torch's GEMV at one row, 1.2x at 4 rows and 1.7x at 8 rows
-(``benchmarks/cpu_linear.py --kinds torch small-batch streamed``).  It serves
+``streamed`` is a compiled kernel (numba, :func:`streamed_matmul`) that streams
+each block of 4 weight rows once and takes its dot products with the pass's
+rows in register-resident pairs (8 x float32 lanes, re-associated sums): on
+that CPU a pass of the 1.5B target costs 0.94x torch's 1-token pass at one
+row, 1.10x at 2 rows, 1.24x at 3 and 1.93x at 8
+(``benchmarks/cpu_linear.py --kinds torch streamed --sizes 1 2 3 4 8``).  It serves
 1..``STREAMED_MAX_ROWS`` (12) rows, target-only decoding's one-row passes
 included, so both sides of a speed-up use it.
 
