@@ -58,10 +58,9 @@ def main(argv=None) -> int:
     sizes = tuple(args.sizes)
     if args.prefix < 1 or args.repeats < 1 or args.threads < 0:
         ap.error("--prefix and --repeats must be >= 1, --threads >= 0")
-    from resispec._io import atomic_write, check_output_path
+    from resispec._io import atomic_write, check_report_path
 
-    check_output_path(args.out, "--out")
-    check_output_path(args.out.with_suffix(".json"), "--out (its .json)")
+    check_report_path(args.out, "--out")
     import torch
 
     torch.set_num_threads(args.threads or os.cpu_count() or 1)

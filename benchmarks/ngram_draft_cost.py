@@ -46,10 +46,9 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     if args.prompts < 1 or args.max_new_tokens < 1 or args.threads < 1:
         ap.error("--prompts, --max-new-tokens and --threads must be >= 1")
-    from resispec._io import atomic_write, check_output_path
+    from resispec._io import atomic_write, check_report_path
 
-    check_output_path(args.out, "--out")
-    check_output_path(args.out.with_suffix(".json"), "--out (its .json)")
+    check_report_path(args.out, "--out")
     import torch
 
     torch.set_num_threads(args.threads)

@@ -106,11 +106,10 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     if min(args.prompts, args.tokens, args.every, *args.k) < 1 or min(args.temperatures) <= 0:
         ap.error("--prompts, --tokens, --every and --k must be >= 1 and --temperatures > 0")
-    from resispec._io import atomic_write, check_output_path
+    from resispec._io import atomic_write, check_output_path, check_report_path
 
-    for path, flag in ((args.out, "--out"), (args.out.with_suffix(".json"), "--out (its .json)"),
-                       (args.cache, "--cache")):
-        check_output_path(path, flag)
+    check_report_path(args.out, "--out")
+    check_output_path(args.cache, "--cache")
     import torch
 
     torch.set_num_threads(os.cpu_count() or 1)

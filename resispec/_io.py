@@ -109,3 +109,20 @@ def check_output_path(path, flag: str, *, suffix: str | None = None) -> Path:
     except OSError as exc:
         raise ValueError(f"{flag} {path}: folder {parent} is not writable ({exc.strerror or exc})") from exc
     return p
+
+
+def check_report_path(path, flag: str = "--out") -> Path:
+    """Check a Markdown report path and the JSON written beside it (``path.with_suffix(".json")``).
+
+    Raises
+    ------
+    ValueError
+        As :func:`check_output_path` for either file, or ``path`` itself ends in ``.json`` (the JSON would
+        overwrite the Markdown): the message asks for a ``.md`` path.
+    """
+    p = check_output_path(path, flag)
+    if p.suffix.lower() == ".json":
+        raise ValueError(f"{flag} {str(path)!r} names the Markdown report and the JSON goes beside it with the suffix "
+                         f".json, so both would be {p.name}; give a .md path (e.g. {p.with_suffix('.md')})")
+    check_output_path(p.with_suffix(".json"), f"{flag} (its .json report)")
+    return p

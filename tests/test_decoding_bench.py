@@ -147,6 +147,24 @@ def test_a_killed_benchmark_leaves_a_readable_partial_strict_json(tmp_path, caps
     assert "CPU time" in md.read_text()
 
 
+def test_a_tree_too_large_for_the_context_fails_before_any_run(tmp_path):
+    """Checked for every prompt and tree before target-only decoding starts: no run, no partial report."""
+    pair = ModelPair(tiny_model("qwen2", seed=1, ctx=16), tiny_model("qwen2", seed=2, ctx=16), _Tok(), "t", "d")
+    runs = []
+    with pytest.raises(ValueError, match="tree 4,4 has 20 nodes"):
+        run_bench(pair, [[1, 2, 3]], trees=["2", "4,4"], verifiers=["rrs"], max_new_tokens=2, progress=False,
+                  estimate=False, on_run=lambda partial: runs.append(1))
+    assert not runs
+
+
+def test_bench_decode_out_must_not_be_its_own_json(tmp_path, capsys):
+    from resispec.cli import main
+
+    out = tmp_path / "o.json"
+    assert main(["bench-decode", "--draft", "ngram", "--out", str(out), "--target", "/nonexistent"]) == 2
+    assert "give a .md path" in capsys.readouterr().err and not out.exists()
+
+
 def test_bench_decode_default_output_is_not_the_shipped_report():
     from resispec.cli import build_parser
 

@@ -312,6 +312,9 @@ def test_bad_ngram_options(tmp_path):
         check_draft_spec("ngram:delta=-1")
     with pytest.raises(ValueError, match="power"):
         check_draft_spec("ngram:power=0")
+    for name in ("delta", "prompt_weight"):
+        with pytest.raises(ValueError, match=f"ngram {name} must be at most"):
+            check_draft_spec(f"ngram:{name}=1e305")
     with pytest.raises(ValueError, match="key=value"):
         check_draft_spec("ngram:3")
     with pytest.raises(ValueError, match="does not exist"):
@@ -320,6 +323,20 @@ def test_bad_ngram_options(tmp_path):
         NgramCounts.build([np.arange(4)], 2 ** 20, order=5)
     with pytest.raises(ValueError, match="outside the draft vocabulary"):
         NgramCounts.build([np.array([0, 5])], 4, order=2)
+
+
+@pytest.mark.parametrize("power", [1000.0, 1e5])
+def test_an_extreme_power_underflows_to_zeros_never_nan(tmp_path, power):
+    """L^power underflows for the smallest entries: the law keeps exact zeros (a valid draft law), and a session with
+    a temperature works from the finite logits ``power * log L`` instead of ``log 0``."""
+    d = ngram_draft(tmp_path, power=power, delta=1e-9)
+    law = d.law([0, 1, 2])
+    assert np.all(np.isfinite(law)) and abs(law.sum() - 1) < 1e-12 and np.any(law == 0)
+    assert np.all(np.isfinite(d.log_law([0, 1, 2])))
+    tree = DraftTree()
+    for cfg in (SamplingConfig(), SamplingConfig(temperature=0.7), SamplingConfig(temperature=0.7, top_k=2)):
+        rows = d.session(cfg).level([0, 1, 2], tree, [ROOT])
+        assert rows.shape == (1, 4) and np.all(np.isfinite(rows)) and abs(rows.sum() - 1) < 1e-12
 
 
 def test_cli_rejects_a_bad_draft_before_loading(capsys):

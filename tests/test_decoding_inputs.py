@@ -79,6 +79,21 @@ def test_drafting_law_must_match_the_verifier():
     with pytest.raises(ValueError, match="max_new_tokens"):
         speculative_decode(m, m, [1], get_verifier("rrs"), "2", sampling=S, max_new_tokens=0,
                            rng=np.random.default_rng(0))
+    # a 'wor:' tree asks for without-replacement drafts as plainly as drafting= (it was drafted iid, silently)
+    with pytest.raises(ValueError, match="exact only for 'iid'"):
+        speculative_decode(m, m, [1], get_verifier("rrs"), "wor:2", sampling=S, max_new_tokens=2,
+                           rng=np.random.default_rng(0))
+    res = speculative_decode(m, m, [1], get_verifier("rrs_wor"), "2", sampling=S, max_new_tokens=4,
+                             rng=np.random.default_rng(0), record=True)
+    assert all(len(set(n["candidates"].tolist())) == len(n["candidates"]) for n in res.nodes)
+
+
+def test_cli_decode_rejects_a_wor_tree_for_an_iid_verifier_before_loading(capsys):
+    from resispec.cli import main
+
+    assert main(["decode", "--tree", "wor:2", "--verifier", "rrs", "--target", "/nonexistent"]) == 2
+    err = capsys.readouterr().err
+    assert "--tree wor:2" in err and "exact only for 'iid'" in err
 
 
 def test_missing_model_path(tmp_path):
@@ -94,6 +109,13 @@ def test_missing_model_path(tmp_path):
 def test_bad_sampling_options(kw, match):
     with pytest.raises(ValueError, match=match):
         SamplingConfig(**kw)
+
+
+def test_a_tiny_temperature_is_near_greedy_never_nan():
+    z = torch.tensor([[10.0, 9.0, -3.0], [1.0, 1.0, 0.0]])
+    law = process_logits(z, SamplingConfig(temperature=1e-308))
+    np.testing.assert_array_equal(law, [[1, 0, 0], [0.5, 0.5, 0]])
+    np.testing.assert_array_equal(process_logits(z, SamplingConfig(temperature=1e-308, top_k=2)), law)
 
 
 def test_processing_is_the_documented_law():
@@ -220,3 +242,13 @@ def test_prompt_files(tmp_path):
         load_prompts(str(tmp_path / "none.txt"))
     with pytest.raises(ValueError, match="limit"):
         load_prompts(str(t), limit=0)
+    latin = tmp_path / "latin.txt"
+    latin.write_bytes(b"caf\xe9\n")
+    with pytest.raises(ValueError, match=r"latin.txt is not UTF-8 text .*save it as UTF-8"):
+        load_prompts(str(latin))
+    for rec in ({"prompt": ""}, {"prompt": 5}):
+        bad.write_text(json.dumps({"prompt": "ok"}) + "\n" + json.dumps(rec) + "\n")
+        with pytest.raises(ValueError, match=r"bad.jsonl:2: field 'prompt' must be a non-empty string"):
+            load_prompts(str(bad))
+    bad.write_text(json.dumps({"prompt": None, "text": "t"}) + "\n")      # a later key with a string serves
+    assert load_prompts(str(bad)) == ["t"]

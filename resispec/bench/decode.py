@@ -27,7 +27,8 @@ from .._io import atomic_write as _atomic_write
 from ..trees import TreeShape
 from ..pathlevel.registry import available_path_verifiers, get_any_verifier
 from ..verifiers.registry import get_verifier, is_ours
-from ..decoding.engine import autoregressive_decode, speculative_decode
+from ..decoding.drafts import as_draft
+from ..decoding.engine import autoregressive_decode, check_fits, speculative_decode
 from ..decoding.laws import SamplingConfig
 from ._report import fmt, md_table
 
@@ -357,6 +358,12 @@ def run_bench(pair, prompts: list[list[int]], *, verifiers=DEFAULT_VERIFIERS, tr
               "dtype": str(next(pair.target.parameters()).dtype), "machine": platform.machine(),
               "cpu_count": os.cpu_count(), "cpu": _cpu_support(),
               "order": "methods interleaved per unit, rotated by one per unit"}
+    draft = as_draft(pair.draft)
+    for p in prompts:             # every prompt x tree fits both contexts: checked before the first run writes
+        check_fits(pair.target, len(p), max_new_tokens, None)
+        for s in shapes:
+            check_fits(pair.target, len(p), max_new_tokens, s)
+            check_fits(draft, len(p), max_new_tokens, s, what="draft")
     result = BenchResult(list(rows.values()), config, runs=[], complete=False)
     if estimate:
         print(_estimate(pair, prompts, len(jobs) * len(units), max_new_tokens, sampling), file=sys.stderr)

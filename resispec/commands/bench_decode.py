@@ -57,7 +57,7 @@ def add_arguments(p) -> None:
 
 
 def run(args) -> int:
-    from .._io import check_output_path
+    from .._io import check_output_path, check_report_path
     from ..bench.decode import format_table, run_bench, score_names, write_report
     from ..trees import TreeShape
     from ..pathlevel.registry import available_path_verifiers, get_any_verifier
@@ -88,8 +88,7 @@ def run(args) -> int:
     args.score = score_names(args.score)
     if args.score and args.no_paired:
         raise ValueError("--score needs the paired estimator; drop --no-paired")
-    check_output_path(args.out, "--out")
-    check_output_path(args.out.with_suffix(".json"), "--out (its .json report)")
+    check_report_path(args.out, "--out")
     if args.capture is not None:
         check_output_path(args.capture, "--capture", suffix=".npz")
     positive(args, "limit")

@@ -64,6 +64,16 @@ def run(args) -> int:
     elif args.verifier != "autoregressive":
         opts = {k: v for k, v in (("proxy", args.proxy), ("gamma", args.gamma)) if v is not None}
         verifier = get_verifier(args.verifier, **opts)
+    if verifier is not None:                 # a drafting law the verifier is not exact for: before any model loads
+        from ..decoding.engine import resolve_drafting
+
+        tree = args.tree.strip()
+        asked = args.drafting or ("without_replacement" if tree.startswith("wor:") else None)
+        if asked is not None:
+            try:
+                resolve_drafting(verifier, TreeShape.parse(args.tree, asked), explicit=True)
+            except ValueError as exc:
+                raise ValueError(f"--tree {args.tree} / --drafting: {exc}") from None
     text = args.prompt
     if text is not None and not text:
         raise ValueError("--prompt must be a non-empty string")

@@ -79,7 +79,10 @@ def process_logits(logits, config: SamplingConfig) -> np.ndarray:
         out = torch.zeros_like(z)
         out[torch.arange(N), z.argmax(dim=1)] = 1.0
         return out.numpy()
-    z = z / config.temperature
+    zt = z / config.temperature
+    if not torch.isfinite(zt).all():        # a tiny temperature overflowed: shift first (the max becomes 0, never NaN)
+        zt = (z - z.max(dim=1, keepdim=True).values) / config.temperature
+    z = zt
     if 0 < config.top_k < V:
         kth = torch.topk(z, config.top_k, dim=1).values[:, -1:]
         z = z.masked_fill(z < kth, float("-inf"))

@@ -20,7 +20,8 @@ itself (prompt + emitted tokens + drafted path) are added to the corpus
 counts with that weight (prompt lookup decoding; REST, arXiv 2311.08252, and
 the cache LM of Kuhn & De Mori 1990).  The law is then raised to ``power``
 (default 2: sharper; the verifier is exact for ANY q, so this only moves the
-acceptance rate) and renormalised.  Every law is normalised and covers V;
+acceptance rate) and renormalised.  Every law is normalised and covers V (> 0 on
+all V unless an extreme power underflows the smallest entries, :meth:`NgramDraft.law`);
 it depends only on the corpus, the tokenizer and the parameters (no seed).
 
 The counts are built once and cached (``<model cache>/ngram-draft/<key>.npz``, the key
@@ -44,6 +45,8 @@ from .drafts import Draft, DraftSession, register_draft
 from .laws import SamplingConfig, process_logits
 
 FORMAT = 1
+#: largest ``delta`` / ``prompt_weight`` accepted (pseudo-counts; far above any useful value, far below overflow)
+_MAX_WEIGHT = 1e12
 #: folders left out of the default corpus (third-party code and the very large test suites)
 EXCLUDE_DIRS = ("site-packages", "dist-packages", "test", "tests", "idlelib", "__pycache__")
 
@@ -55,8 +58,8 @@ class NgramConfig:
     Attributes
     ----------
     order : int in [1, 62 // bits(V) + 1] -- n (contexts of up to n - 1 tokens); default 4 (the most 18-bit ids fit)
-    delta : float > 0 -- add-delta floor of the unigram law (counts); default 0.5
-    prompt_weight : float >= 0 -- weight of the context's own n-grams (0 = off); default 4
+    delta : float in (0, 1e12] -- add-delta floor of the unigram law (counts); default 0.5
+    prompt_weight : float in [0, 1e12] -- weight of the context's own n-grams (0 = off); default 4
     power : float > 0 -- the law is raised to this power and renormalised (> 1 sharpens it; the
         verifier is exact for any q, so this only moves acceptance); default 2
     """
@@ -75,6 +78,10 @@ class NgramConfig:
             if isinstance(v, bool) or not isinstance(v, (int, float, np.number)) or not np.isfinite(v) \
                     or v < 0 or (lo_open and v == 0):
                 raise ValueError(f"ngram {name} must be a finite number {'>' if lo_open else '>='} 0, got {v!r}")
+        for name in ("delta", "prompt_weight"):     # counts times these must stay finite (corpus counts ~1e7)
+            if getattr(self, name) > _MAX_WEIGHT:
+                raise ValueError(f"ngram {name} must be at most {_MAX_WEIGHT:g} (a pseudo-count; larger overflows "
+                                 f"the smoothed law), got {getattr(self, name)!r}")
 
 
 def default_corpus() -> Path:
@@ -247,7 +254,31 @@ class NgramDraft(Draft):
         return self._vocab
 
     def law(self, context) -> np.ndarray:
-        """(V,) float64 law of the next token after ``context`` (sequence of int), > 0 everywhere, sum 1."""
+        """(V,) float64 law of the next token after ``context`` (sequence of int), sum 1.
+
+        > 0 everywhere unless ``power`` is so large that ``L(w)^power`` underflows against the largest entry
+        (``power * log(max L / L(w)) > ~700``, e.g. power >= ~48 with the default tables): then those entries
+        are exactly 0 (a valid draft law; the verifier is exact for any q).  No error, no NaN.
+        """
+        L, power = self._smoothed(context), float(self.config.power)
+        if power == 1:
+            return L / L.sum()
+        lo, hi = L.min(), L.max()
+        if power * (np.log(hi) - np.log(lo)) < 700:       # L^power representable: the direct form
+            P = L ** power
+            return P / P.sum()
+        g = power * np.log(L)                             # log L^power, finite; normalised in log space
+        P = np.exp(g - g.max())
+        return P / P.sum()
+
+    def log_law(self, context) -> np.ndarray:
+        """(V,) float64 ``power * log L`` up to a constant: the law's logits, finite even where :meth:`law`
+        underflows to 0 (what temperature / top-k / top-p are applied to)."""
+        L, power = self._smoothed(context), float(self.config.power)
+        return power * np.log(L)
+
+    def _smoothed(self, context) -> np.ndarray:
+        """(V,) float64 interpolated Witten-Bell law before the power (not normalised), > 0 everywhere."""
         ctx = np.asarray(context, dtype=np.int64).reshape(-1)
         cfg, c = self.config, self.counts
         w = float(cfg.prompt_weight)
@@ -263,9 +294,7 @@ class NgramDraft(Draft):
                 if n2.size:
                     nxt, cnt = np.concatenate([nxt, n2]), np.concatenate([cnt, w * c2])
             L = self._mix(L, nxt, cnt, 1.0)
-        if cfg.power != 1:
-            L = L ** cfg.power  # L >= delta-floor > 0, so every power keeps q > 0 on all V
-        return L / L.sum()
+        return L
 
     @staticmethod
     def _mix(L, nxt, cnt, weight):
@@ -296,6 +325,10 @@ class _NgramSession(DraftSession):
         self.calls += 1
         if self.plain:
             return rows
+        if not np.all(rows > 0):              # an extreme power underflowed: the finite logits instead of log 0
+            rows = np.stack([self.draft.log_law(base if i < 0 else base + [tree.tokens[a] for a in tree.ancestors(i)])
+                             for i in nodes])
+            return process_logits(rows, self.sampling)
         return process_logits(np.log(rows), self.sampling)  # the same temperature / top-k / top-p as the target
 
 

@@ -102,10 +102,13 @@ def load_prompts(source: str = "humaneval", *, limit: int | None = None, root: P
         path = Path(source).expanduser()
         if not path.is_file():
             raise FileNotFoundError(f"prompt file {path} does not exist (or pass 'humaneval')")
-        if path.name.endswith((".jsonl", ".jsonl.gz", ".json")):
-            prompts = _read_jsonl(path)
-        else:
-            prompts = _read_text(path)
+        try:
+            prompts = _read_jsonl(path) if path.name.endswith((".jsonl", ".jsonl.gz", ".json")) else _read_text(path)
+        except UnicodeDecodeError as exc:
+            raise ValueError(f"prompt file {path} is not UTF-8 text (byte {exc.start}: {exc.reason}); "
+                             "save it as UTF-8") from None
+        except (OSError, EOFError) as exc:          # unreadable, or a corrupt .gz
+            raise ValueError(f"prompt file {path} cannot be read ({exc}); check the file") from None
     if not prompts:
         raise ValueError(f"no prompts found in {source!r}")
     return prompts[:limit] if limit else prompts
@@ -126,8 +129,12 @@ def _read_jsonl(path: Path) -> list[str]:
         if isinstance(rec, str):
             out.append(rec)
             continue
-        key = next((k for k in PROMPT_KEYS if isinstance(rec, dict) and isinstance(rec.get(k), str)), None)
+        rec = rec if isinstance(rec, dict) else {}
+        key = next((k for k in PROMPT_KEYS if isinstance(rec.get(k), str) and rec[k]), None)
         if key is None:
+            have = next((k for k in PROMPT_KEYS if k in rec), None)
+            if have is not None:
+                raise ValueError(f"{path}:{n}: field {have!r} must be a non-empty string, got {rec[have]!r}")
             raise ValueError(f"{path}:{n}: no prompt field; use one of the keys {PROMPT_KEYS}")
         out.append(rec[key])
     return out
