@@ -67,11 +67,10 @@ def run(args) -> int:
     if verifier is not None:                 # a drafting law the verifier is not exact for: before any model loads
         from ..decoding.engine import resolve_drafting
 
-        tree = args.tree.strip()
-        asked = args.drafting or ("without_replacement" if tree.startswith("wor:") else None)
-        if asked is not None:
+        shape = TreeShape.parse(args.tree, args.drafting or "iid")
+        if args.drafting is not None or shape.drafting == "without_replacement":   # as speculative_decode decides
             try:
-                resolve_drafting(verifier, TreeShape.parse(args.tree, asked), explicit=True)
+                resolve_drafting(verifier, shape, explicit=True)
             except ValueError as exc:
                 raise ValueError(f"--tree {args.tree} / --drafting: {exc}") from None
     text = args.prompt

@@ -264,15 +264,14 @@ def speculative_decode(target, draft, prompt_ids, verifier: Verifier, tree, *, s
     TypeError
         An entry of ``also`` that is not a Verifier.
     """
-    asked_wor = isinstance(tree, str) and tree.strip().startswith("wor:") or \
-        isinstance(tree, TreeShape) and tree.drafting == "without_replacement"
     tree = TreeShape.parse(tree, drafting or "iid")
     if isinstance(verifier, PathVerifier) and not is_chain(tree) and not hasattr(verifier, "verify_tree"):
         raise ValueError(f"verifier {verifier.name!r} is a path-level rule that decides a chain of drafts; tree "
                          f"{','.join(map(str, tree.branching))} is not a chain: use a tree like "
                          f"{','.join(['1'] * tree.depth)} (one draft per depth)")
-    # a 'wor:' tree asks for without-replacement drafts as explicitly as drafting= does
-    mode = resolve_drafting(verifier, tree, explicit=drafting is not None or asked_wor)
+    # a 'wor:' tree (the only way a tree is without-replacement when drafting= is not given) asks for
+    # without-replacement drafts as explicitly as drafting= does
+    mode = resolve_drafting(verifier, tree, explicit=drafting is not None or tree.drafting == "without_replacement")
     draft = as_draft(draft)
     check_pair(target, draft)
     max_new_tokens = _check_max_new(max_new_tokens)

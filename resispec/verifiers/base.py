@@ -302,12 +302,14 @@ class Verifier(ABC):
         """
         p2, q2, _ = as_node(p, q)
         c = as_candidates(candidates, q2, drafting=self.drafting)
-        return Chain(*self._chain_decided(p2, q2, c, as_uniforms(uniforms, *c.shape)))
+        u = as_uniforms(uniforms, *c.shape)
+        return Chain(*cut_at_first_accept(*self._chain_decided(p2, q2, c, u), u))
 
     def _chain_decided(self, p, q, c, u):
-        """``_chain`` cut at the first accepted step under ``u`` (B, k + 1); default: the full ``_chain``, cut."""
-        a, r = self._chain(p, q, c)
-        return cut_at_first_accept(a, r, u)
+        """A chain that agrees with ``_chain`` up to each row's first accepted step under ``u`` (B, k + 1)
+        (what :func:`decide` reads); a rule may skip the later steps.  Default: the full ``_chain`` (``verify``
+        needs no cut; :meth:`chain_until_accept` applies it)."""
+        return self._chain(p, q, c)
 
     def _candidate_law(self, drafting: str | None) -> str:
         """``drafting`` resolved against the verifier's (``"any"`` -> ``"iid"``)."""
