@@ -39,7 +39,17 @@ def test_bench_runs_every_method_and_writes_reports_and_capture(tmp_path):
     md, js = tmp_path / "decode.md", tmp_path / "decode.json"
     write_report(res, md, js, command="resispec bench-decode")
     assert "resispec" in md.read_text() and json.loads(js.read_text())["rows"][0]["method"] == "autoregressive"
-    assert "| method |" in format_table(res)
+    assert "| method |" in format_table(res) and "memory-bound speed-up" in format_table(res)
+    # memory-bound speed-up (arXiv 2402.14160): BE / (1 + c L), c = draft / target weights, L = draft forwards/call
+    c = res.config["draft_weights"] / res.config["target_weights"]
+    assert res.config["draft_weights"] == sum(t.numel() for t in pair.draft.parameters()) > 0
+    assert ar["speedup_memory_bound"] == 1.0
+    for r in table[1:]:
+        runs = [x for x in res.runs if x["tree"] == r["tree"]]
+        L = sum(x["draft_calls"] for x in runs) / sum(x["target_calls"] for x in runs)
+        assert r["draft_forwards_per_call"] == pytest.approx(L) and L >= 1
+        be = r["block_efficiency_rb"] if r["block_efficiency_rb"] is not None else r["block_efficiency"]
+        assert r["speedup_memory_bound"] == pytest.approx(be / (1 + c * L))
     path = save_capture(tmp_path / "c.npz", *(np.concatenate([c[j] for c in cap]) for j in range(4)), {"x": 1})
     c = load_capture(str(path))
     assert len(c) == sum(len(x[0]) for x in cap) > 0

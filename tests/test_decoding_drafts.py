@@ -235,6 +235,13 @@ def test_model_draft_is_one_implementation(target):
     assert parse_draft_spec("ngram:order=2,delta=0.25") == ("ngram", {"order": 2, "delta": 0.25})
     assert parse_draft_spec("qwen2.5-coder-0.5b") == ("model", {"name": "qwen2.5-coder-0.5b"})
     assert check_draft_spec("ngram") == "ngram"
+    # the memory-bound speed-up's draft size: every parameter once (a tied embedding is one tensor)
+    assert d.weights == sum(t.numel() for t in target.parameters()) > 0
+    assert _BadDraft([1.0, 0, 0, 0]).weights is None                 # unknown for a user's draft
+
+
+def test_ngram_draft_reads_no_weights(tmp_path):
+    assert ngram_draft(tmp_path, V=4).weights == 0
 
 
 class _BadDraft(Draft):

@@ -27,7 +27,7 @@ from .._io import atomic_write as _atomic_write
 from ..trees import TreeShape
 from ..pathlevel.registry import available_path_verifiers, get_any_verifier
 from ..verifiers.registry import get_verifier, is_ours
-from ..decoding.drafts import as_draft
+from ..decoding.drafts import as_draft, count_weights
 from ..decoding.engine import autoregressive_decode, check_fits, speculative_decode
 from ..decoding.laws import SamplingConfig
 from ._report import fmt, md_table
@@ -145,6 +145,7 @@ class BenchResult:
                 **_rb_keys(rb.get(r.tree), r.method),
             })
         _project(out, self.runs)
+        _memory_bound(out, self.runs, self.config)
         return out
 
 
@@ -173,6 +174,33 @@ def _project(rows: list, runs: list) -> None:
         if d["speedup_paired_cpu"] is not None:
             r["speedup_projected_cpu"] = d["speedup_paired_cpu"] * f
         r["projected_from"] = d["method"]
+
+
+def _memory_bound(rows: list, runs: list, config: dict) -> None:
+    """Add ``speedup_memory_bound`` (and ``draft_forwards_per_call``) to every row.
+
+    The memory-bound speed-up of Jeon et al. (Recursive Speculative Decoding, arXiv 2402.14160): a forward
+    pass costs in proportion to the weights it reads, so ``MBSU = BE / (1 + c L)`` with ``c`` = draft
+    weights / target weights (``config["draft_weights"] / config["target_weights"]``, 0 for a weight-free
+    draft such as the n-gram) and ``L`` = draft forwards per target call, measured on the tree (all its
+    runs).  ``BE`` is the paired RB block efficiency where there is one, else the observed one.  None
+    where a size is unknown or the tree has no run; 1 for target-only decoding.
+    """
+    tw, dw = config.get("target_weights"), config.get("draft_weights")
+    c = dw / tw if tw and dw is not None else None
+    for r in rows:
+        r.update(speedup_memory_bound=None, draft_forwards_per_call=None)
+        if r["method"] == AUTOREGRESSIVE:
+            r["speedup_memory_bound"] = 1.0 if r["block_efficiency"] is not None else None
+            continue
+        mine = [x for x in runs if x["tree"] == r["tree"] and x["method"] != AUTOREGRESSIVE]
+        calls = sum(x["target_calls"] for x in mine)
+        be = r["block_efficiency_rb"] if r["block_efficiency_rb"] is not None else r["block_efficiency"]
+        if c is None or not calls or be is None:
+            continue
+        L = sum(x.get("draft_calls", x["draft_levels"]) for x in mine) / calls
+        r["draft_forwards_per_call"] = L
+        r["speedup_memory_bound"] = be / (1.0 + c * L)  # MBSU = BE / (1 + c L), arXiv 2402.14160
 
 
 def _cluster_ratio(runs: list, clusters: list, value) -> tuple:
@@ -359,6 +387,7 @@ def run_bench(pair, prompts: list[list[int]], *, verifiers=DEFAULT_VERIFIERS, tr
               "cpu_count": os.cpu_count(), "cpu": _cpu_support(),
               "order": "methods interleaved per unit, rotated by one per unit"}
     draft = as_draft(pair.draft)
+    config.update(target_weights=count_weights(pair.target), draft_weights=draft.weights)
     for p in prompts:             # every prompt x tree fits both contexts: checked before the first run writes
         check_fits(pair.target, len(p), max_new_tokens, None)
         for s in shapes:
@@ -400,7 +429,7 @@ def run_bench(pair, prompts: list[list[int]], *, verifiers=DEFAULT_VERIFIERS, tr
                 row.add(res)
                 run = {"unit": u, "method": method, "tree": row.tree, "prompt": i, "seed": int(seed),
                        "repeat": rep, "tokens": len(res.tokens), "target_calls": res.target_calls,
-                       "draft_levels": res.draft_levels, "seconds": res.seconds,
+                       "draft_levels": res.draft_levels, "draft_calls": res.draft_calls, "seconds": res.seconds,
                        "cpu_seconds": res.cpu_seconds,
                        "target_seconds": res.target_seconds, "draft_seconds": res.draft_seconds}
                 if method != AUTOREGRESSIVE and paired:
@@ -506,7 +535,7 @@ def format_table(result: BenchResult) -> str:
     head = ["method", "tree", "tokens", "target calls", "block eff. (± s.e.)", "tokens/s median [q25, q75]",
             "speed-up vs AR, paired (± s.e.)", "same, CPU time (± s.e.)", "block eff. / best baseline", "tokens/s / best baseline",
             "block eff. RB, pooled (± s.e.)", "RB - best baseline (± s.e.)", "RB - rrs (± s.e.)",
-            "projected speed-up, wall / CPU"]
+            "projected speed-up, wall / CPU", "memory-bound speed-up"]
     rows = ([r["method"], r["tree"], str(r["tokens"]) if r["block_efficiency"] is not None else "- (scored)",
              str(r["target_calls"]) if r["block_efficiency"] is not None else "-",
              _pm(r["block_efficiency"], r["block_efficiency_se"]),
@@ -520,13 +549,18 @@ def format_table(result: BenchResult) -> str:
              _pm(r["rb_vs_rrs"], r["rb_vs_rrs_se"]),
              (f"{_f(r['speedup_projected'])} / {_f(r['speedup_projected_cpu'])}"
               + ("" if r["projected_from"] in (None, r["method"]) else f" (from {r['projected_from']})")
-              if r["speedup_projected"] is not None else "-")] for r in result.table())
+              if r["speedup_projected"] is not None else "-"),
+             _f(r["speedup_memory_bound"])] for r in result.table())
     return "\n".join(md_table(head, rows))
 
 
 def _f(x) -> str:
     """NaN / None (no baseline on this tree, nothing run yet) as ``-``."""
     return fmt(None if x is None or x != x else x, 3)
+
+
+def _ratio(a, b) -> str:
+    return "unknown" if a is None or not b else f"{a:,} / {b:,} = {a / b:.3f}"
 
 
 def _pm(x, se) -> str:
@@ -569,7 +603,10 @@ def write_report(result: BenchResult, md_path: Path, json_path: Path, command: s
         "tree whose drafting the verifier is exact for (unbiased: every exact verifier emits the target's law, so "
         "the visited contexts are target samples whatever verifier drives); s.e. over (seed, prompt) clusters; "
         "differences are paired (same trees). It counts calls before the max-new-tokens cut, so it can sit a "
-        "little above the observed column.", "",
+        "little above the observed column. Memory-bound speed-up (Jeon et al., arXiv 2402.14160): "
+        "BE / (1 + c L), c = draft / target weights "
+        f"({_ratio(cfg.get('draft_weights'), cfg.get('target_weights'))}), L = draft forwards per target call on "
+        "the tree; what a machine whose passes cost in proportion to the weights read would give.", "",
         format_table(result), ""])
     payload = {"config": cfg, "command": command, "complete": result.complete, "rows": result.table(),
                "raw": [asdict(r) for r in result.rows], "runs": result.runs}

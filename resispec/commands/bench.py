@@ -34,6 +34,11 @@ def add_arguments(parser):
     parser.add_argument("--n-samples", type=int, default=128,
                         help="candidate tuples per pair for without-replacement Monte Carlo (default 128)")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--path-rules", action=ListAction, default=None,
+                        help="path-level rules beside the node-level ones (default: all, i.e. block token traversal; "
+                        "'none' leaves them out)")
+    parser.add_argument("--n-trees", type=int, default=128,
+                        help="sampled trees per cell for the path-level rules (default 128)")
     parser.add_argument("--out", default="reports", help="output folder (default reports/)")
     parser.add_argument("--stem", default="bench", help="file name stem (default bench)")
     parser.add_argument("--no-progress", action="store_true", help="hide the progress bar")
@@ -69,12 +74,23 @@ def run(args) -> int:
             raise ValueError(f"{name} must be >= {lo}, got {val}")
     for s in args.shapes:
         TreeShape.parse(s)  # fail before any work
+    from ..bench.path_rules import DEFAULT_PATH_RULES
+    from ..bench.trees import check_path_rules
+
+    rules = DEFAULT_PATH_RULES if args.path_rules is None else \
+        (() if list(args.path_rules) == ["none"] else tuple(args.path_rules))
+    try:
+        check_path_rules(rules, args.n_trees)
+    except ValueError as exc:
+        raise ValueError(f"--path-rules / --n-trees: {exc}") from None
     t0 = time.perf_counter()
     rows = run_bench(families=args.families, temperatures=args.temperatures, shapes=args.shapes, V=args.V,
-                     n=args.n, n_samples=args.n_samples, seed=args.seed, progress=not args.no_progress)
+                     n=args.n, n_samples=args.n_samples, seed=args.seed, progress=not args.no_progress,
+                     path_rules=rules, n_trees=args.n_trees)
     seconds = time.perf_counter() - t0
     settings = {"families": list(args.families), "temperatures": list(args.temperatures), "shapes": list(args.shapes),
-                "V": args.V, "n": args.n, "n_samples": args.n_samples, "seed": args.seed}
+                "V": args.V, "n": args.n, "n_samples": args.n_samples, "seed": args.seed,
+                "path_rules": list(rules), "n_trees": args.n_trees}
     cmd = ("resispec " + " ".join(shlex.quote(a) for a in sys.argv[1:])) if sys.argv[1:2] == ["bench"] else "resispec bench"
     out = Path(args.out)
     md = write_text(out / f"{args.stem}.md", to_markdown(rows, settings, cmd, seconds))

@@ -100,12 +100,15 @@ class Draft(ABC):
     kind : str -- registry kind
     name : str -- label for reports
     vocab_size : int -- size V of the laws it returns
+    weights : int or None -- parameters one draft forward reads (the memory-bound speed-up's draft size,
+        Jeon et al., arXiv 2402.14160); 0 for a draft with no weights (an n-gram table lookup), None unknown
     """
 
     kind = "abstract"
     name = "draft"
     vocab_size = 0
     context_length: int | None = None
+    weights: int | None = None
 
     @abstractmethod
     def session(self, sampling: SamplingConfig) -> DraftSession:
@@ -114,6 +117,11 @@ class Draft(ABC):
     def tokenizer_vocab(self) -> dict | None:
         """The token -> id map the draft was built with (None: unknown; checked when known)."""
         return None
+
+
+def count_weights(model) -> int:
+    """Parameters of a torch module, each shared tensor (tied embeddings) counted once."""
+    return int(sum(p.numel() for p in model.parameters()))  # Module.parameters() yields a tied tensor once
 
 
 def check_draft_laws(q, rows: int, vocab: int, who: str) -> np.ndarray:
@@ -154,6 +162,7 @@ class ModelDraft(Draft):
         self.vocab_size = int(model.get_output_embeddings().weight.shape[0])
         self.context_length = getattr(model.config, "max_position_embeddings", None)
         self._tokenizer = tokenizer
+        self.weights = count_weights(model)
 
     def tokenizer_vocab(self):
         return None if self._tokenizer is None else self._tokenizer.get_vocab()

@@ -239,6 +239,7 @@ class NgramDraft(Draft):
     """
 
     kind = "ngram"
+    weights = 0  # table lookups, no weight matrix read per level
 
     def __init__(self, counts: NgramCounts, config: NgramConfig = NgramConfig(), vocab: dict | None = None,
                  name: str = "ngram"):

@@ -1,0 +1,141 @@
+"""Block efficiency of the path-level rules (``resispec.pathlevel``) on the bench's i.i.d.-node trees.
+
+The node-level verifiers of :mod:`resispec.bench.trees` have closed forms because every node draws its own
+(p, q) pair independently: the block efficiency is ``1 + sum_d prod_j a_j``.  A path-level rule (block
+verification, Sun et al. arXiv 2403.10444; traversal verification, after Weng et al. arXiv 2505.12398)
+decides whole paths, so its acceptance is not a product of per-node rates.  Here it is estimated by a
+PAIRED Rao-Blackwellised Monte Carlo average over sampled trees:
+
+- draw a tree: every node picks one of the ``n`` pairs uniformly (the bench's model), the children of a
+  node are drawn i.i.d. from its ``q``;
+- on that tree compute EXACTLY (no coins) the rule's expected accepted length ``E_rule`` from its plan
+  (``sum_r P(keep row r) depth(r)``) and the node-level ``rrs`` walk's ``E_rrs`` (SpecInfer's recursion,
+  arXiv 2305.09781, with rrs's accept chain);
+- report ``BE_rule = BE_rrs (closed form, exact) + mean(E_rule - E_rrs)``, with the standard error of the
+  paired difference (``E_rrs`` has mean ``BE_rrs - 1``, so the estimate is unbiased; pairing on the same
+  trees removes most of the variance).
+
+Chain-only rules (``block``, ``token``) run on chains (every branching factor 1); rules with a tree plan
+(``traversal``) on every i.i.d. shape.  Without-replacement shapes are left out (the tree rule is exact
+for i.i.d. children only).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..pathlevel.registry import available_path_verifiers, get_path_verifier
+from ..pathlevel.traversal import child_weight, sibling_update
+from ..trees import TreeShape
+
+#: Path-level rules the bench runs by default (every registered one).
+DEFAULT_PATH_RULES = tuple(available_path_verifiers())
+
+
+def serves_shape(rule, shape: TreeShape) -> bool:
+    """True when ``rule`` (a PathVerifier) decides trees of ``shape``: i.i.d. drafting, and a chain unless the
+    rule has a tree plan (``plan_tree``)."""
+    if shape.drafting != "iid":
+        return False
+    return all(k == 1 for k in shape.branching) or hasattr(rule, "plan_tree")
+
+
+def sample_tree(p: np.ndarray, q: np.ndarray, shape: TreeShape, rng: np.random.Generator):
+    """One i.i.d.-node tree of ``shape``: ``(P (N+1, V), Q (N+1, V), parent (N,), tokens (N,), depth (N+1,))``.
+
+    ``p``, ``q``: (n, V) float64 pairs; row 0 of ``P``/``Q`` is the root, row ``i + 1`` drafted node ``i``
+    (parents first, siblings in drawn order), each row one pair drawn uniformly; the children of a node
+    are drawn i.i.d. from its ``Q`` row (inverse CDF).
+    """
+    n = p.shape[0]
+    parent, depth_of = [], [0]
+    frontier = [0]                                              # tree rows of the current depth
+    for d, k in enumerate(shape.branching):
+        nxt = []
+        for v in frontier:
+            for _ in range(k):
+                parent.append(v - 1)                            # node id of the parent (-1 = root)
+                depth_of.append(d + 1)
+                nxt.append(len(parent))                         # tree row of the new node
+        frontier = nxt
+    N = len(parent)
+    pick = rng.integers(0, n, size=N + 1)
+    P, Q = p[pick], q[pick]
+    par = np.asarray(parent, dtype=np.int64)
+    cdf = np.cumsum(Q[par + 1], axis=1)                         # the parent's draft CDF per node
+    u = rng.random(N) * cdf[:, -1]
+    tokens = np.minimum((cdf < u[:, None]).sum(axis=1), p.shape[1] - 1).astype(np.int64)
+    return P, Q, par, tokens, np.asarray(depth_of)
+
+
+def rrs_walk_expected(P, Q, parent, tokens) -> float:
+    """Exact expected accepted nodes of the node-level ``rrs`` walk on one drafted tree (same arrays as
+    :func:`sample_tree`): at node ``v`` with residual ``r`` (``p_v`` at entry), child ``i`` (token ``x``) is
+    accepted with ``w = min(1, r(x) / q_v(x))``, else ``r <- (r - q_v)_+ / |(r - q_v)_+|``;
+    ``E(v) = sum_i prod_{j<i} (1 - w_j) w_i (1 + E(c_i))``."""
+    N = tokens.size
+    kids = [[] for _ in range(N + 1)]
+    for i in range(N):
+        kids[parent[i] + 1].append(i + 1)
+
+    def E(v: int) -> float:
+        if not kids[v]:
+            return 0.0
+        r, go, tot = P[v].copy(), 1.0, 0.0
+        for c in kids[v]:
+            w = child_weight(r, tokens[c - 1], Q[v])             # w = min(1, r(x) / q_v(x))
+            tot += go * w * (1.0 + E(c))
+            go *= 1.0 - w
+            if go <= 0.0:
+                break
+            r = sibling_update(r, Q[v])                         # r <- (r - q_v)_+ / |(r - q_v)_+|
+        return tot
+
+    return E(0)
+
+
+def rule_expected(rule, P, Q, parent, tokens, depth) -> float:
+    """Exact expected accepted nodes of a path-level ``rule`` on one drafted tree: ``sum_r stop[r] depth[r]``."""
+    if hasattr(rule, "plan_tree"):
+        plan = rule.plan_tree(P, Q, parent, tokens)
+    else:                                                       # a chain: rows 0..L are its nodes in order
+        plan = rule.plan(P, Q[:-1], tokens)
+    return float(plan.stop @ depth)                             # E[tau] = sum_r P(keep r) depth(r)
+
+
+def path_efficiency(p: np.ndarray, q: np.ndarray, shape: TreeShape, be_rrs: float, rules=DEFAULT_PATH_RULES,
+                    n_trees: int = 128, rng: np.random.Generator | None = None) -> dict:
+    """``{rule: (block efficiency, standard error)}`` of the path-level ``rules`` serving ``shape``.
+
+    Parameters
+    ----------
+    p, q : ndarray, shape (n, V), float64 -- the (family, T) pairs (each tree node picks one uniformly)
+    shape : TreeShape (i.i.d. drafting; others give ``{}``)
+    be_rrs : float -- the closed-form (exact) block efficiency of ``rrs`` on ``shape`` for these pairs
+    rules : names of registered path-level verifiers
+    n_trees : int >= 2 -- sampled trees (the same trees for every rule)
+    rng : numpy.random.Generator
+
+    Returns
+    -------
+    dict name -> (float, float): ``be_rrs + mean(E_rule - E_rrs)`` and the s.e. of that paired mean
+    (tokens per target call).
+
+    Raises
+    ------
+    ValueError -- ``n_trees`` < 2, an unknown rule name.
+    """
+    if isinstance(n_trees, bool) or not isinstance(n_trees, (int, np.integer)) or n_trees < 2:
+        raise ValueError(f"n_trees must be an integer >= 2 (a standard error needs two trees), got {n_trees!r}")
+    built = {name: get_path_verifier(name) for name in rules}
+    todo = {name: r for name, r in built.items() if serves_shape(r, shape)}
+    if not todo:
+        return {}
+    rng = np.random.default_rng(0) if rng is None else rng
+    diffs = {name: np.empty(n_trees) for name in todo}
+    for t in range(n_trees):
+        P, Q, par, tok, depth = sample_tree(p, q, shape, rng)
+        base = rrs_walk_expected(P, Q, par, tok)
+        for name, r in todo.items():
+            diffs[name][t] = rule_expected(r, P, Q, par, tok, depth) - base
+    return {name: (float(be_rrs + d.mean()), float(d.std(ddof=1) / np.sqrt(n_trees))) for name, d in diffs.items()}

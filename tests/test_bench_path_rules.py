@@ -1,0 +1,138 @@
+"""Path-level rules in ``resispec bench``: the paired Rao-Blackwellised estimator of
+:mod:`resispec.bench.path_rules` (exact per tree, unbiased over trees) and its report."""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pytest
+
+from resispec import get_verifier
+from resispec.bench.path_rules import path_efficiency, rrs_walk_expected, rule_expected, sample_tree
+from resispec.bench.trees import run_bench, to_markdown
+from resispec.decoding.expected import expected_accepted
+from resispec.decoding.tree import ROOT, DraftTree
+from resispec.pathlevel.registry import get_path_verifier
+from resispec.trees import TreeShape
+
+
+def _pairs(n=3, V=4, seed=0):
+    rng = np.random.default_rng(seed)
+    p = rng.dirichlet(np.ones(V) * 0.7, size=n)
+    q = rng.dirichlet(np.ones(V) * 0.7, size=n)
+    return p, q
+
+
+def _as_draft_tree(par, tok):
+    t = DraftTree()
+    for a, x in zip(par, tok):
+        t.add(int(a) if a >= 0 else ROOT, int(x))
+    return t
+
+
+@pytest.mark.parametrize("shape", ["1,1,1", "2,2", "3,1"])
+def test_rrs_walk_matches_the_decoding_estimator(shape):
+    """The bench's rrs recursion equals resispec.decoding.expected on the same drafted trees (independent code)."""
+    p, q = _pairs(V=6)
+    rng = np.random.default_rng(1)
+    rrs = get_verifier("rrs")
+    for _ in range(20):
+        P, Q, par, tok, _ = sample_tree(p, q, TreeShape.parse(shape), rng)
+        tree = _as_draft_tree(par, tok)
+        rows_p = {ROOT: P[0], **{i: P[i + 1] for i in range(tok.size)}}
+        rows_q = {ROOT: Q[0], **{i: Q[i + 1] for i in range(tok.size)}}
+        inner = {n for n, kids in tree.children.items() if kids}
+        want = expected_accepted(tree, {n: rows_p[n] for n in inner}, {n: rows_q[n] for n in inner}, rrs)
+        assert rrs_walk_expected(P, Q, par, tok) == pytest.approx(want, abs=1e-12)
+
+
+def test_token_is_rrs_on_every_chain_and_block_dominates_on_average():
+    p, q = _pairs()
+    rng = np.random.default_rng(2)
+    token = get_path_verifier("token")
+    for _ in range(50):
+        P, Q, par, tok, depth = sample_tree(p, q, TreeShape.parse("1,1,1,1"), rng)
+        assert rule_expected(token, P, Q, par, tok, depth) == pytest.approx(rrs_walk_expected(P, Q, par, tok),
+                                                                            abs=1e-12)
+    # block verification is optimal in expectation over the drafts, not draft by draft (exact enumeration)
+    p, q = _pairs(n=2, V=3, seed=5)
+    assert _exact_path_be(get_path_verifier("block"), p, q, "1,1") > _exact_path_be(token, p, q, "1,1") + 1e-3
+
+
+def _exact_path_be(rule, p, q, shape):
+    """Exact block efficiency by enumeration over every pair pick and every drafted token (tiny sizes only)."""
+    n, V = p.shape
+    sh = TreeShape.parse(shape)
+    P0, Q0, par, tok0, depth = sample_tree(p, q, sh, np.random.default_rng(0))   # the tree's structure
+    N = tok0.size
+    total = 0.0
+    for picks in itertools.product(range(n), repeat=N + 1):
+        P, Q = p[list(picks)], q[list(picks)]
+        for toks in itertools.product(range(V), repeat=N):
+            tok = np.array(toks)
+            w = np.prod(Q[par + 1, tok]) / n ** (N + 1)
+            if w > 0:
+                total += w * rule_expected(rule, P, Q, par, tok, depth)
+    return 1.0 + total
+
+
+@pytest.mark.parametrize("rule,shape", [("block", "1,1"), ("traversal", "2"), ("traversal", "2,1")])
+def test_estimate_is_unbiased_against_exact_enumeration(rule, shape):
+    p, q = _pairs(n=2, V=3, seed=3)
+    exact = _exact_path_be(get_path_verifier(rule), p, q, shape)
+    sh = TreeShape.parse(shape)
+    # the closed-form rrs block efficiency, by the same enumeration
+    be_rrs = 1.0 + _exact_rrs(p, q, sh)
+    est, se = path_efficiency(p, q, sh, be_rrs, rules=(rule,), n_trees=3000, rng=np.random.default_rng(4))[rule]
+    assert se > 0
+    assert abs(est - exact) < 4 * se + 1e-12, (est, exact, se)
+
+
+def _exact_rrs(p, q, sh):
+    n, V = p.shape
+    P0, Q0, par, tok0, depth = sample_tree(p, q, sh, np.random.default_rng(0))
+    N = tok0.size
+    total = 0.0
+    for picks in itertools.product(range(n), repeat=N + 1):
+        P, Q = p[list(picks)], q[list(picks)]
+        for toks in itertools.product(range(V), repeat=N):
+            tok = np.array(toks)
+            w = np.prod(Q[par + 1, tok]) / n ** (N + 1)
+            if w > 0:
+                total += w * rrs_walk_expected(P, Q, par, tok)
+    return total
+
+
+def test_bench_reports_path_rules_and_block_beats_the_per_node_bound():
+    rows = run_bench(families=["zipf"], temperatures=[1.0], shapes=["1,1,1,1", "2,2", "wor:2,2"], V=200, n=8,
+                     n_samples=8, progress=False, n_trees=256)
+    chain = next(r for r in rows if r.shape == "1x4 chain")
+    assert {"block", "token", "traversal"} <= set(chain.efficiency)
+    assert chain.efficiency["token"] == pytest.approx(chain.efficiency["rrs"], abs=1e-9)
+    assert chain.efficiency["block"] - chain.bound > 3 * chain.stderr["block"]   # above the chained alpha* bound
+    tree = next(r for r in rows if r.shape == "2,2")
+    assert "traversal" in tree.efficiency and "block" not in tree.efficiency
+    assert not {"block", "traversal"} & set(next(r for r in rows if r.shape == "wor:2,2").efficiency)
+    assert chain.best_baseline not in ("block", "token", "traversal")            # node-level baselines only
+    md = to_markdown(rows, {"families": ["zipf"], "temperatures": [1.0], "V": 200, "n": 8, "n_samples": 8, "seed": 0})
+    assert "## Path-level rules" in md and "### `block`" in md
+    off = run_bench(families=["zipf"], temperatures=[1.0], shapes=["1,1"], V=50, n=4, n_samples=8, progress=False,
+                    path_rules=())
+    assert "block" not in off[0].efficiency
+
+
+@pytest.mark.parametrize("kw,match", [({"path_rules": ("bogus",)}, "path_rules"), ({"n_trees": 1}, "n_trees"),
+                                      ({"n_trees": True}, "n_trees")])
+def test_bad_path_options(kw, match):
+    with pytest.raises(ValueError, match=match):
+        run_bench(families=["zipf"], temperatures=[1.0], shapes=["1,1"], V=50, n=4, n_samples=8, progress=False, **kw)
+
+
+def test_cli_bad_path_rules(tmp_path, capsys):
+    from resispec.cli import main
+
+    assert main(["bench", "--families", "zipf", "--shapes", "1,1", "--path-rules", "bogus", "--out", str(tmp_path)]) == 2
+    assert "--path-rules" in capsys.readouterr().err
+    assert main(["bench", "--families", "zipf", "--shapes", "1,1", "--n-trees", "1", "--out", str(tmp_path)]) == 2
+    assert not list(tmp_path.iterdir())                                          # nothing half-written
