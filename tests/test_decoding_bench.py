@@ -201,3 +201,34 @@ def test_decode_histogram_counts_only_the_tokens_kept(monkeypatch, capsys):
     err = capsys.readouterr().err
     assert "4 tokens / 2 target calls" in err
     assert "histogram (1..): [1, 0, 1]" in err  # 3 tokens, then 1 of 3 kept; was [0, 0, 2] (6 tokens for 4)
+
+
+def test_from_json_renders_one_table_from_finished_runs(tmp_path, capsys):
+    """``bench-decode --from-json``: the same rows as the runs' own tables, one section per run, strict JSON."""
+    from resispec.bench.decode_summary import load_result
+    from resispec.cli import main
+
+    pair = ModelPair(tiny_model("qwen2", seed=1, scale=3.0), tiny_model("qwen2", seed=2, scale=3.0), _Tok(), "t", "d")
+    paths = []
+    for T in (0.7, 1.0):
+        res = run_bench(pair, [[1, 2, 3], [4, 5]], trees=["1,1", "2"], verifiers=["resispec"], score=["rrs", "block"],
+                        sampling=SamplingConfig(T), max_new_tokens=4, progress=False, estimate=False)
+        write_report(res, tmp_path / f"T{T}.md", tmp_path / f"T{T}.json")
+        paths.append(tmp_path / f"T{T}.json")
+        back = load_result(paths[-1])
+        assert [r["block_efficiency_rb"] for r in back.table()] == [r["block_efficiency_rb"] for r in res.table()]
+        assert [r["speedup_memory_bound"] for r in back.table()] == [r["speedup_memory_bound"] for r in res.table()]
+    out = tmp_path / "sum.md"
+    assert main(["bench-decode", "--from-json", *map(str, paths), "--out", str(out)]) == 0
+    md = out.read_text()
+    assert md.count("## T = ") == 2 and "memory-bound speed-up" in md and "block" in md and "(ran)" in md
+    got = _strict_load(out.with_suffix(".json"))
+    assert [r["config"]["temperature"] for r in got["runs"]] == [0.7, 1.0]
+    # bad input: a missing file, a file that is not a bench-decode JSON, the output naming an input
+    bad = tmp_path / "bad.json"
+    bad.write_text("{\"rows\": []}")
+    for args, msg in (([str(tmp_path / "nope.json")], "does not exist"), ([str(bad)], "not a bench-decode JSON")):
+        assert main(["bench-decode", "--from-json", *args, "--out", str(tmp_path / "x.md")]) == 2
+        assert msg in capsys.readouterr().err and not (tmp_path / "x.md").exists()
+    assert main(["bench-decode", "--from-json", str(paths[0]), "--out", str(tmp_path / "T0.7.md")]) == 2
+    assert "one of the --from-json inputs" in capsys.readouterr().err

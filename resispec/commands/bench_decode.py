@@ -10,6 +10,10 @@ current folder, the strict JSON beside it) after EVERY finished run, marked
 partial until the end, so a killed run keeps what it finished.  The shipped
 ``reports/decode.md`` changes only when asked (``--out reports/decode.md``).
 An estimate is printed before starting and a progress bar (tokens) while running.
+
+    resispec bench-decode --from-json runs/T0.7.json runs/T1.json --out decode.md
+
+renders one table from finished runs (one section per run; nothing recomputed, no model loaded).
 """
 
 from __future__ import annotations
@@ -51,6 +55,10 @@ def add_arguments(p) -> None:
     p.add_argument("--no-paired", action="store_true",
                    help="skip the paired Rao-Blackwellised block efficiency (every verifier's exact expected "
                    "accepted length on every drafted tree; no extra target pass, kept out of the timings)")
+    p.add_argument("--from-json", nargs="+", type=Path, default=None, metavar="JSON",
+                   help="render one summary table from the JSONs of finished bench-decode runs (e.g. one per "
+                   "temperature) into --out: every verifier's paired block efficiency, ratio to the best baseline, "
+                   "projected and memory-bound speed-up; no model is loaded")
     p.add_argument("--out", type=Path, default=Path("bench-decode.md"),
                    help="markdown report, strict JSON beside it (default bench-decode.md; the shipped report is "
                    "reports/decode.md, written only when named here)")
@@ -62,6 +70,8 @@ def run(args) -> int:
     from ..trees import TreeShape
     from ..pathlevel.registry import available_path_verifiers, get_any_verifier
 
+    if args.from_json:
+        return _summarize(args)
     sampling = validate(args)  # every option, then the models, checked before anything is loaded
     for t in args.trees:
         try:
@@ -118,4 +128,28 @@ def run(args) -> int:
         meta = dict(result.config, source="resispec bench-decode", command=command, top_n=64)
         save_capture(args.capture, *(np.concatenate([c[j] for c in captured]) for j in range(4)), meta)
         print(f"captured {sum(len(c[0]) for c in captured)} nodes -> {args.capture}", file=sys.stderr)
+    return 0
+
+
+def _summarize(args) -> int:
+    """``--from-json``: the combined table of finished runs (no model loaded)."""
+    from .._io import atomic_write, check_report_path
+    import json
+
+    from ..bench.decode import strict
+    from ..bench.decode_summary import load_result, summary_markdown
+
+    check_report_path(args.out, "--out")
+    js = args.out.with_suffix(".json")
+    if {args.out.resolve(), js.resolve()} & {p.resolve() for p in args.from_json}:
+        raise ValueError(f"--out {args.out} (or its .json) is one of the --from-json inputs; write the summary to "
+                         "another file")
+    results = [load_result(p) for p in args.from_json]   # every input read before anything is written
+    command = "resispec " + " ".join(shlex.quote(a) for a in sys.argv[1:]) if sys.argv[1:] else ""
+    sources = [str(p) for p in args.from_json]
+    payload = {"command": command, "runs": [{"source": s, "config": r.config, "complete": r.complete,
+                                             "rows": r.table()} for s, r in zip(sources, results)]}
+    atomic_write(js, json.dumps(strict(payload), indent=2, allow_nan=False))
+    atomic_write(args.out, summary_markdown(results, sources, command))
+    print(f"wrote {args.out} and {js}", file=sys.stderr)
     return 0

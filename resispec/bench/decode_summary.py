@@ -1,0 +1,101 @@
+"""One table from several ``bench-decode`` runs (e.g. one per temperature): the real-pair table.
+
+Reads the strict JSON that :func:`resispec.bench.decode.write_report` writes and renders, per run and tree,
+every verifier's paired Rao-Blackwellised block efficiency with its standard error, its ratio to the best
+baseline on the same tree (the seed's headline style), the paired difference, the projected speed-up on the
+machine that ran it (CPU time and wall) and the memory-bound speed-up (Jeon et al., arXiv 2402.14160).
+Nothing is recomputed: the rows are :meth:`BenchResult.table` of the stored runs.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from ._report import md_table
+from .decode import AUTOREGRESSIVE, BenchResult, BenchRow, _f, _is_baseline
+
+
+def load_result(path) -> BenchResult:
+    """The :class:`BenchResult` stored in a ``bench-decode`` JSON.
+
+    Raises ValueError naming ``path`` when the file is missing, not JSON, or not written by ``bench-decode``.
+    """
+    path = Path(path)
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+        rows = [BenchRow(**{k: r[k] for k in BenchRow.__dataclass_fields__}) for r in data["raw"]]
+        return BenchResult(rows, data["config"], runs=list(data["runs"]), complete=bool(data["complete"]))
+    except FileNotFoundError:
+        raise ValueError(f"{str(path)!r} does not exist; pass the .json a 'resispec bench-decode --out X.md' "
+                         "run wrote beside X.md") from None
+    except (OSError, json.JSONDecodeError, UnicodeDecodeError, KeyError, TypeError, AttributeError) as exc:
+        raise ValueError(f"{str(path)!r} is not a bench-decode JSON ({type(exc).__name__}: {exc}); pass the .json "
+                         "a 'resispec bench-decode' run wrote") from None
+
+
+def _order(method: str) -> tuple:
+    """Target-only decoding, then baselines, then path-level rules, then ours; alphabetical within each."""
+    from ..pathlevel.registry import available_path_verifiers
+
+    if method == AUTOREGRESSIVE:
+        return (0, method)
+    if method in available_path_verifiers():
+        return (2, method)
+    return (1 if _is_baseline(method) else 3, method)
+
+
+def summary_rows(result: BenchResult) -> list[list[str]]:
+    """Markdown cells, one row per (tree, verifier) with an RB value, plus the target-only row."""
+    table = result.table()
+    out = []
+    ar = next((r for r in table if r["method"] == AUTOREGRESSIVE), None)
+    if ar is not None:
+        out.append(["-", "target-only decoding", "1.000", "-", "-", "1.000", "1.000"])
+    for tree in dict.fromkeys(r["tree"] for r in table if r["method"] != AUTOREGRESSIVE):
+        rows = sorted((r for r in table if r["tree"] == tree and r["block_efficiency_rb"] is not None),
+                      key=lambda r: _order(r["method"]))
+        best = next((r["rb_best_baseline"] for r in rows if r["rb_best_baseline"]), None)
+        best_be = next((r["block_efficiency_rb"] for r in rows if r["method"] == best), None)
+        for r in rows:
+            ran = " (ran)" if r["block_efficiency"] is not None else ""
+            diff = "-" if r["rb_vs_best_baseline"] is None else (
+                f"{r['rb_vs_best_baseline']:+.3f}" + ("" if r["rb_vs_best_baseline_se"] is None
+                                                      else f" ± {r['rb_vs_best_baseline_se']:.3f}"))
+            se = r["block_efficiency_rb_se"]
+            proj = "-" if r["speedup_projected_cpu"] is None else (
+                f"{_f(r['speedup_projected_cpu'])} ({_f(r['speedup_projected'])})")
+            out.append([f"`{tree}`", f"{r['method']}{ran}" + (" **best baseline**" if r["method"] == best else ""),
+                        _f(r["block_efficiency_rb"]) + ("" if se is None else f" ± {se:.3f}"),
+                        _f(r["block_efficiency_rb"] / best_be) if best_be else "-", diff, proj,
+                        _f(r["speedup_memory_bound"])])
+    return out
+
+
+def summary_markdown(results: list, sources: list, command: str = "") -> str:
+    """The combined report: per input run its settings line and table (see the module docstring)."""
+    head = ["tree", "method", "block eff., paired RB (± s.e.)", "/ best baseline", "- best baseline (± s.e.)",
+            "projected speed-up, CPU time (wall)", "memory-bound speed-up"]
+    md = ["# Real-model speculative decoding: every verifier on the same drafted trees", ""]
+    if command:
+        md += [f"Rendered by `{command}` from the runs below (nothing recomputed).", ""]
+    md += ["How to read it. Every exact verifier emits the target's law, so one run per tree (the `(ran)` row) "
+           "visits target-distributed contexts and every other verifier is scored on the SAME drafted trees by "
+           "its exact expected accepted length (the paired Rao-Blackwellised estimator; s.e. over prompts; "
+           "differences paired). `/ best baseline`: block efficiency over the best published rule on the tree "
+           "(sps, rrs, rrs_wor, kseq, target_only, block, token, traversal), the seed's headline ratio. "
+           "Projected speed-up: the driver's measured paired speed-up over target-only decoding on THIS machine, "
+           "times the ratio of block efficiencies (a verifier's own step cost left out); CPU time is the figure "
+           "to read on a shared machine, wall in brackets. Memory-bound speed-up (Jeon et al., arXiv "
+           "2402.14160): BE / (1 + c L), c = draft / target weights, L = draft forwards per target call -- what "
+           "a machine whose passes cost in proportion to the weights read (a GPU at small batch) would give.", ""]
+    for res, src in zip(results, sources):
+        cfg = res.config
+        c = (cfg.get("draft_weights") or 0) / cfg["target_weights"] if cfg.get("target_weights") else None
+        md += [f"## T = {cfg.get('temperature')}: target `{cfg.get('target')}`, draft `{cfg.get('draft')}`", "",
+               f"Source: `{src}`" + ("" if res.complete else " (**PARTIAL**: the run was stopped)")
+               + f"; {cfg.get('prompts')} prompts x seeds {cfg.get('seeds')}, up to {cfg.get('max_new_tokens')} new "
+               f"tokens, {cfg.get('device')} {cfg.get('dtype')}; c = {'unknown' if c is None else f'{c:.3f}'}.", ""]
+        md += md_table(head, summary_rows(res))
+        md.append("")
+    return "\n".join(md)
