@@ -117,26 +117,31 @@ def main() -> int:
     proj = []
     rep = ROOT / "reports" / "decode.json"
     if rep.is_file():
-        rows = json.loads(rep.read_text())["rows"]
+        data = json.loads(rep.read_text())
+        # reports/decode.json is the summary of several runs (bench-decode --from-json: "runs", one per T)
+        # or one run's report ("rows"); every speculative row is projected, labelled with its temperature
+        runs = data["runs"] if "runs" in data and "rows" not in data else [{"config": data.get("config", {}),
+                                                                          "rows": data["rows"]}]
         tt = res["models"][args.target]["step_seconds"]
         td = res["models"][args.draft]["step_seconds"]
         from resispec.trees import TreeShape
 
-        for r in rows:
-            be = r.get("block_efficiency") or r.get("block_efficiency_rb")  # scored-only rows: the paired exact value
-            if r["method"] == "autoregressive" or not be:
-                continue
-            shape = TreeShape.parse(r["tree"])
-            n = shape.num_nodes
-            nt = min(tt, key=lambda k: abs(k - n))
-            widths, w = [], 1
-            for b in shape.branching[:-1]:
-                w *= b
-                widths.append(w)
-            draft = td[args.nodes[0]] + sum(td[min(td, key=lambda k: abs(k - x))] for x in widths)
-            speed = be * tt[args.nodes[0]] / (tt[nt] + draft)
-            proj.append({"method": r["method"], "tree": r["tree"], "block_efficiency_cpu": be,
-                         "projected_speedup": speed})
+        for run in runs:
+            for r in run["rows"]:
+                be = r.get("block_efficiency_rb") or r.get("block_efficiency")  # the paired exact value first
+                if r["method"] == "autoregressive" or not be:
+                    continue
+                shape = TreeShape.parse(r["tree"])
+                n = shape.num_nodes
+                nt = min(tt, key=lambda k: abs(k - n))
+                widths, w = [], 1
+                for b in shape.branching[:-1]:
+                    w *= b
+                    widths.append(w)
+                draft = td[args.nodes[0]] + sum(td[min(td, key=lambda k: abs(k - x))] for x in widths)
+                speed = be * tt[args.nodes[0]] / (tt[nt] + draft)
+                proj.append({"temperature": run["config"].get("temperature"), "method": r["method"],
+                             "tree": r["tree"], "block_efficiency_cpu": be, "projected_speedup": speed})
     res["projected_end_to_end"] = proj
     lines = ["# Device step times (tree verification cost) and projected end-to-end speed-up", "",
              f"Device {res['gpu'] or args.device}, {args.dtype}, cached prefix {args.prefix} tokens.", "",
@@ -148,10 +153,10 @@ def main() -> int:
                      " | ".join(f"{s * 1e3:.2f} ms ({s / base:.2f}x)" for s in m["step_seconds"].values()) + " |")
     if proj:
         lines += ["", "PROJECTED end-to-end speed-up vs target-only (block efficiency from the CPU run on the real "
-                  "pair x measured step times here):", "", "| method | tree | block eff. (CPU) | projected speed-up |",
-                  "|---|---|---|---|"]
-        lines += [f"| {p['method']} | {p['tree']} | {p['block_efficiency_cpu']:.3f} | {p['projected_speedup']:.2f} |"
-                  for p in proj]
+                  "pair x measured step times here):", "",
+                  "| T | method | tree | block eff. (CPU) | projected speed-up |", "|---|---|---|---|---|"]
+        lines += [f"| {p['temperature']} | {p['method']} | {p['tree']} | {p['block_efficiency_cpu']:.3f} | "
+                  f"{p['projected_speedup']:.2f} |" for p in proj]
     text = "\n".join(lines) + "\n"
     print(text)
     args.out.parent.mkdir(parents=True, exist_ok=True)

@@ -23,7 +23,9 @@ Tree rule (``resispec.pathlevel.traversal``), ``TREE_MUTANTS``:
 - ``traversal_stale_requirement``: after a child's subtree keeps nothing the parent's requirement is
   not updated (the next sibling is weighed against the old ``m``, as if the rejection never happened);
 - ``traversal_normalised_residual``: the update renormalises, ``m <- norm((m - q_v)_+)``, instead of
-  dividing by the rejection chance ``R`` (the token-level residual, right only when ``|m| = 1``).
+  dividing by the rejection chance ``R`` (the token-level residual, right only when ``|m| = 1``);
+- ``traversal_resispec_no_bottom``: ``traversal_resispec`` hands its node rule the normalised requirement
+  ``m / |m|`` without the "keeps nothing" outcome ``⊥`` (right only when ``|m| = 1``, at the root).
 
 Not a bug (so not here): dropping the bonus token after a full acceptance and letting the next
 step draw it -- the emitted ``L`` drafts continued by the target keep the target law; it only wastes
@@ -38,6 +40,7 @@ from resispec.pathlevel.base import normalise_rows
 from resispec.pathlevel.block import BlockVerifier, stop_law
 from resispec.pathlevel.tokenwise import TokenwiseVerifier
 from resispec.pathlevel.traversal import TraversalVerifier
+from resispec.pathlevel.traversal_node import NodeRuleTraversal
 
 
 class SamePositionResidual(BlockVerifier):
@@ -100,9 +103,18 @@ class NormalisedResidual(TraversalVerifier):
         return e / e.sum() if e.sum() > 1e-13 else np.zeros_like(m)          # BUG: norm, not / R
 
 
+class NoBottom(NodeRuleTraversal):
+    @staticmethod
+    def extend(m):
+        if m.sum() <= 1e-13:
+            return np.append(np.zeros_like(m), 1.0)
+        return np.append(m / m.sum(), 0.0)                                   # BUG: no "keeps nothing" outcome
+
+
 TREE_MUTANTS = {
     "traversal_stale_requirement": StaleRequirement,
     "traversal_normalised_residual": NormalisedResidual,
+    "traversal_resispec_no_bottom": NoBottom,
 }
 for _name, _cls in TREE_MUTANTS.items():
     _cls.name = _name

@@ -218,16 +218,52 @@ def test_traversal_exact_on_trees_and_between_rrs_and_the_lp(seed, V, shape):
         assert a.expected_accepted == pytest.approx(walk, abs=1e-12)
 
 
+@pytest.mark.parametrize("seed, V, shape", [(0, 3, (2, 1)), (1, 2, (2, 2)), (2, 3, (1, 2)), (3, 2, (3, 1)),
+                                            (4, 2, (2, 1, 1)), (5, 3, (3,))])
+def test_traversal_resispec_exact_and_traversal_with_rrs(seed, V, shape):
+    """traversal with ResiSpec at the siblings: exact horizon law (TV < 1e-12); with the node rule rrs it IS
+    traversal (same plan); at one level it is the node-level resispec walk."""
+    pair = _pair(seed, V, noise=1.5)
+    a = analyse_tree(get_path_verifier("traversal_resispec"), pair, shape)
+    assert a.tv < 1e-12
+    assert a.expected_accepted <= optimal_accepted(pair, shape).expected_accepted + 1e-8
+    t = analyse_tree(get_path_verifier("traversal"), pair, shape)
+    assert analyse_tree(get_path_verifier("traversal_resispec", node_rule="rrs"), pair, shape).expected_accepted \
+        == pytest.approx(t.expected_accepted, abs=1e-12)
+    if len(shape) == 1:
+        walk = block_efficiency(resispec.get_verifier("resispec"), ",".join(map(str, shape)), pair)
+        assert a.expected_accepted == pytest.approx(walk.block_efficiency - 1, abs=1e-9)
+
+
+def test_traversal_resispec_beats_both_parents_on_a_wide_root():
+    """Measured fact on one pair (docs/pathlevel.md section 10): above traversal and the resispec walk."""
+    pair = _pair(0, 3, noise=1.5)
+    a = analyse_tree(get_path_verifier("traversal_resispec"), pair, (3, 1)).expected_accepted
+    walk = block_efficiency(resispec.get_verifier("resispec"), "3,1", pair).block_efficiency - 1
+    assert a > analyse_tree(get_path_verifier("traversal"), pair, (3, 1)).expected_accepted + 1e-3
+    assert a > walk + 1e-4
+
+
+def test_traversal_resispec_bad_node_rule():
+    with pytest.raises(ValueError, match="i.i.d."):
+        get_path_verifier("traversal_resispec", node_rule="rrs_wor")
+    with pytest.raises(ValueError, match="unknown"):
+        get_path_verifier("traversal_resispec", node_rule="nope")
+    from resispec.verifiers.registry import is_ours
+
+    assert is_ours("traversal_resispec") and not is_ours("traversal")
+
+
 @pytest.mark.parametrize("name", sorted(TREE_MUTANTS))
 def test_tree_mutants_are_biased(name):
     assert analyse_tree(TREE_MUTANTS[name](), _pair(**TREE_MUTANT_PAIR), (2, 1)).tv > 0.1
 
 
-@pytest.mark.parametrize("name", ["traversal"] + sorted(TREE_MUTANTS))
+@pytest.mark.parametrize("name", ["traversal", "traversal_resispec"] + sorted(TREE_MUTANTS))
 def test_tree_monte_carlo_certificate(name):
-    ver = get_path_verifier(name) if name == "traversal" else TREE_MUTANTS[name]()
+    ver = get_path_verifier(name) if name.startswith("traversal") and name not in TREE_MUTANTS else TREE_MUTANTS[name]()
     cert = certify_tree_rule(ver, _pair(**TREE_MUTANT_PAIR), (2, 1), n=2000, seed=2)
-    assert cert.passed == (name == "traversal"), (name, cert.p_value)
+    assert cert.passed == (name not in TREE_MUTANTS), (name, cert.p_value)
 
 
 def test_tree_bad_input():

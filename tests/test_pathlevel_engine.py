@@ -63,7 +63,8 @@ def test_engine_hands_block_the_path_rows(pair):
 
 
 @pytest.mark.slow   # ~3-6 s each on 2 shared cores; the spy tests below are the fast exact checks of the engine
-@pytest.mark.parametrize("name, tree", [("block", "1,1"), ("block_no_full_accept", "1,1"), ("traversal", "2,1")])
+@pytest.mark.parametrize("name, tree", [("block", "1,1"), ("block_no_full_accept", "1,1"), ("traversal", "2,1"),
+                                        ("traversal_resispec", "2,1")])
 def test_engine_block_first_three_tokens_follow_the_target(pair, name, tree):
     """block (chain) and traversal (tree) pass; a planted bug (never keeps the whole chain) is flagged."""
     from exactness.path_mutants import PATH_MUTANTS
@@ -122,6 +123,22 @@ def test_engine_expected_accepted_for_path_rules(pair):
     res = speculative_decode(target, draft, PROMPT, get_verifier("rrs"), "2,1", sampling=SamplingConfig(1.0),
                              max_new_tokens=4, rng=np.random.default_rng(0), also=[block])
     assert set(res.expected) == {"rrs"}
+
+
+def test_engine_runs_traversal_resispec_and_scores_it(pair):
+    """traversal_resispec drives a tree decode; ``also=`` records it beside traversal; with the node rule rrs
+    its recorded E[accepted] is traversal's on the same trees."""
+    target, draft = pair
+    trr = get_path_verifier("traversal_resispec")
+    res = speculative_decode(target, draft, PROMPT, trr, "2,1", sampling=SamplingConfig(1.0), max_new_tokens=8,
+                             rng=np.random.default_rng(0), also=[get_path_verifier("traversal")])
+    assert len(res.tokens) == 8 and set(res.expected) == {"traversal_resispec", "traversal"}
+    assert all(0 <= e <= 2 + 1e-12 for e in res.expected["traversal_resispec"])
+    res = speculative_decode(target, draft, PROMPT, get_verifier("rrs"), "3,1", sampling=SamplingConfig(1.0),
+                             max_new_tokens=8, rng=np.random.default_rng(1),
+                             also=[get_path_verifier("traversal"), get_path_verifier("traversal_resispec",
+                                                                                     node_rule="rrs")])
+    np.testing.assert_allclose(res.expected["traversal_resispec"], res.expected["traversal"], atol=1e-12)
 
 
 def test_engine_rejects_block_on_a_tree(pair):

@@ -320,13 +320,14 @@ def _path_section(rows: list[BenchRow]) -> list[str]:
            "Rao-Blackwellised Monte Carlo of `resispec.bench.path_rules` (exact expected accepted length per "
            "tree, minus `rrs`'s on the same tree, added to `rrs`'s closed form); standard errors in the JSON "
            "`stderr`. `above bound` counts cells where the rule exceeds the chained per-node optimum by more "
-           "than 2 s.e. -- a node-by-node verifier cannot.", ""]
+           "than 2 s.e. (and 1e-9) -- a node-by-node verifier cannot.", ""]
     for lab in labels:
         rs = [r for r in rows if lab in r.efficiency and np.isfinite(r.efficiency[lab])]
         by_shape = defaultdict(list)
         for r in rs:
             by_shape[r.shape].append(r)
-        above = [r for r in rs if r.bound is not None and r.efficiency[lab] - r.bound > 2 * r.stderr.get(lab, 0.0)]
+        above = [r for r in rs if r.bound is not None
+                 and r.efficiency[lab] - r.bound > max(2 * r.stderr.get(lab, 0.0), 1e-9)]   # 1e-9: round-off
         top = max(rs, key=lambda r: r.efficiency[lab] - (r.bound or 0.0))
         out += [f"### `{lab}`", "",
                 f"- Above the chained per-node bound in {len(above)} of {len(rs)} cells; largest excess "

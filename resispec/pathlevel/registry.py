@@ -7,12 +7,19 @@ from typing import Callable
 _PATH_REGISTRY: dict[str, Callable] = {}
 
 
-def register_path(name: str):
-    """Class decorator: register a path-level verifier factory under ``name``."""
+def register_path(name: str, *, ours: bool = False):
+    """Class decorator: register a path-level verifier factory under ``name``.
+
+    ``ours=True`` marks a rule of this project (never a "baseline" in reports: ``resispec.is_ours``).
+    """
 
     def deco(cls):
         _PATH_REGISTRY[name] = cls
         cls.name = name
+        if ours:
+            from ..verifiers.registry import mark_ours
+
+            mark_ours(name)
         return cls
 
     return deco

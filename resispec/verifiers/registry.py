@@ -28,6 +28,11 @@ def register(name: str, backend: str = "numpy", *, ours: bool = False):
     return deco
 
 
+def mark_ours(name: str) -> None:
+    """Mark ``name`` as this project's rule (:func:`is_ours`); used by registries of other kinds of rule."""
+    _OURS.add(name)
+
+
 def is_ours(name: str) -> bool:
     """True for this project's own rules (``resispec``, ``resispec_lookahead``, ``resispec_myopic``,
     ``rejection_proxy``), False for published baselines (``sps``, ``rrs``, ``rrs_wor``, ``kseq``,
