@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from resispec import get_verifier
-from resispec.bench.path_rules import path_efficiency, rrs_walk_expected, rule_expected, sample_tree
+from resispec.bench.path_rules import path_efficiency, rrs_walk_expected, rule_expected, sample_tree, walk_expected
 from resispec.bench.trees import run_bench, to_markdown
 from resispec.decoding.expected import expected_accepted
 from resispec.decoding.tree import ROOT, DraftTree
@@ -32,11 +32,12 @@ def _as_draft_tree(par, tok):
 
 
 @pytest.mark.parametrize("shape", ["1,1,1", "2,2", "3,1"])
-def test_rrs_walk_matches_the_decoding_estimator(shape):
-    """The bench's rrs recursion equals resispec.decoding.expected on the same drafted trees (independent code)."""
+@pytest.mark.parametrize("name", ["rrs", "resispec"])
+def test_walk_matches_the_decoding_estimator(shape, name):
+    """The bench's walk recursion equals resispec.decoding.expected on the same drafted trees (independent code)."""
     p, q = _pairs(V=6)
     rng = np.random.default_rng(1)
-    rrs = get_verifier("rrs")
+    rrs = get_verifier(name)
     for _ in range(20):
         P, Q, par, tok, _ = sample_tree(p, q, TreeShape.parse(shape), rng)
         tree = _as_draft_tree(par, tok)
@@ -44,7 +45,9 @@ def test_rrs_walk_matches_the_decoding_estimator(shape):
         rows_q = {ROOT: Q[0], **{i: Q[i + 1] for i in range(tok.size)}}
         inner = {n for n, kids in tree.children.items() if kids}
         want = expected_accepted(tree, {n: rows_p[n] for n in inner}, {n: rows_q[n] for n in inner}, rrs)
-        assert rrs_walk_expected(P, Q, par, tok) == pytest.approx(want, abs=1e-12)
+        assert walk_expected(P, Q, par, tok, rrs) == pytest.approx(want, abs=1e-12)
+        if name == "rrs":
+            assert rrs_walk_expected(P, Q, par, tok) == pytest.approx(want, abs=1e-12)
 
 
 def test_token_is_rrs_on_every_chain_and_block_dominates_on_average():
@@ -77,19 +80,25 @@ def _exact_path_be(rule, p, q, shape):
     return 1.0 + total
 
 
-@pytest.mark.parametrize("rule,shape", [("block", "1,1"), ("traversal", "2"), ("traversal", "2,1")])
+@pytest.mark.parametrize("rule,shape", [("block", "1,1"), ("traversal", "2"), ("traversal", "2,1"),
+                                        ("traversal_resispec", "2,1"), ("traversal_resispec", "3")])
 def test_estimate_is_unbiased_against_exact_enumeration(rule, shape):
     p, q = _pairs(n=2, V=3, seed=3)
     exact = _exact_path_be(get_path_verifier(rule), p, q, shape)
     sh = TreeShape.parse(shape)
-    # the closed-form rrs block efficiency, by the same enumeration
-    be_rrs = 1.0 + _exact_rrs(p, q, sh)
-    est, se = path_efficiency(p, q, sh, be_rrs, rules=(rule,), n_trees=3000, rng=np.random.default_rng(4))[rule]
-    assert se > 0
-    assert abs(est - exact) < 4 * se + 1e-12, (est, exact, se)
+    # the closed-form block efficiencies of the controls (rrs, resispec walks), by the same enumeration
+    walks = {n: 1.0 + _exact_walk(p, q, sh, get_verifier(n)) for n in ("rrs", "resispec")}
+    est, se = path_efficiency(p, q, sh, walks, rules=(rule,), n_trees=3000, rng=np.random.default_rng(4))[rule]
+    if shape == "3":                                     # one level: traversal_resispec IS the resispec walk
+        assert est == pytest.approx(exact, abs=1e-9) and se < 1e-9
+    else:
+        assert se > 0
+        assert abs(est - exact) < 4 * se + 1e-12, (est, exact, se)
+    with pytest.raises(ValueError, match="rrs"):
+        path_efficiency(p, q, sh, {"resispec": 1.0}, rules=(rule,), n_trees=2)
 
 
-def _exact_rrs(p, q, sh):
+def _exact_walk(p, q, sh, verifier):
     n, V = p.shape
     P0, Q0, par, tok0, depth = sample_tree(p, q, sh, np.random.default_rng(0))
     N = tok0.size
@@ -100,7 +109,7 @@ def _exact_rrs(p, q, sh):
             tok = np.array(toks)
             w = np.prod(Q[par + 1, tok]) / n ** (N + 1)
             if w > 0:
-                total += w * rrs_walk_expected(P, Q, par, tok)
+                total += w * walk_expected(P, Q, par, tok, verifier)
     return total
 
 

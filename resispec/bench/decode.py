@@ -597,7 +597,7 @@ def write_report(result: BenchResult, md_path: Path, json_path: Path, command: s
         "ratio of tokens per CPU-second of this process (time.process_time), which other processes holding the "
         "cores do not inflate. "
         "'best baseline' = best published rule run or scored on the same tree (sps, rrs, rrs_wor, kseq, target_only, "
-        "block, token, traversal; never a ResiSpec rule: resispec, resispec_lookahead, resispec_myopic, rejection_proxy). "
+        "block, token, traversal; never a ResiSpec rule: resispec, resispec_lookahead, resispec_myopic, rejection_proxy, traversal_resispec). "
         "RB columns: the paired Rao-Blackwellised block efficiency, mean over calls of 1 + the EXACT expected "
         "accepted length of each verifier on the SAME drafted trees and target laws, pooled over every run of the "
         "tree whose drafting the verifier is exact for (unbiased: every exact verifier emits the target's law, so "

@@ -9,10 +9,11 @@ PAIRED Rao-Blackwellised Monte Carlo average over sampled trees:
 - draw a tree: every node picks one of the ``n`` pairs uniformly (the bench's model), the children of a
   node are drawn i.i.d. from its ``q``;
 - on that tree compute EXACTLY (no coins) the rule's expected accepted length ``E_rule`` from its plan
-  (``sum_r P(keep row r) depth(r)``) and the node-level ``rrs`` walk's ``E_rrs`` (SpecInfer's recursion,
-  arXiv 2305.09781, with rrs's accept chain);
-- report ``BE_rule = BE_rrs (closed form, exact) + mean(E_rule - E_rrs)``, with the standard error of the
-  paired difference (``E_rrs`` has mean ``BE_rrs - 1``, so the estimate is unbiased; pairing on the same
+  (``sum_r P(keep row r) depth(r)``) and its CONTROL's, the node-level walk of the rule it extends
+  (``rrs``; ``resispec`` for ``traversal_resispec``: its ``node_rule``), ``E_ctl`` (SpecInfer's recursion,
+  arXiv 2305.09781, with the node rule's accept chain);
+- report ``BE_rule = BE_ctl (closed form, exact) + mean(E_rule - E_ctl)``, with the standard error of the
+  paired difference (``E_ctl`` has mean ``BE_ctl - 1``, so the estimate is unbiased; pairing on the same
   trees removes most of the variance).
 
 Chain-only rules (``block``, ``token``) run on chains (every branching factor 1); rules with a tree plan
@@ -25,7 +26,6 @@ from __future__ import annotations
 import numpy as np
 
 from ..pathlevel.registry import available_path_verifiers, get_path_verifier
-from ..pathlevel.traversal import child_weight, sibling_update
 from ..trees import TreeShape
 
 #: Path-level rules the bench runs by default (every registered one).
@@ -68,11 +68,11 @@ def sample_tree(p: np.ndarray, q: np.ndarray, shape: TreeShape, rng: np.random.G
     return P, Q, par, tokens, np.asarray(depth_of)
 
 
-def rrs_walk_expected(P, Q, parent, tokens) -> float:
-    """Exact expected accepted nodes of the node-level ``rrs`` walk on one drafted tree (same arrays as
-    :func:`sample_tree`): at node ``v`` with residual ``r`` (``p_v`` at entry), child ``i`` (token ``x``) is
-    accepted with ``w = min(1, r(x) / q_v(x))``, else ``r <- (r - q_v)_+ / |(r - q_v)_+|``;
-    ``E(v) = sum_i prod_{j<i} (1 - w_j) w_i (1 + E(c_i))``."""
+def walk_expected(P, Q, parent, tokens, verifier) -> float:
+    """Exact expected accepted nodes of a node-level walk (``verifier``: a numpy Verifier exact for i.i.d.
+    candidates) on one drafted tree (arrays of :func:`sample_tree`): with ``a_i`` the verifier's probability
+    of accepting child ``i`` after rejecting ``0..i-1`` (:meth:`Verifier.chain`),
+    ``E(v) = sum_i prod_{j<i} (1 - a_j) a_i (1 + E(c_i))``."""
     N = tokens.size
     kids = [[] for _ in range(N + 1)]
     for i in range(N):
@@ -81,17 +81,27 @@ def rrs_walk_expected(P, Q, parent, tokens) -> float:
     def E(v: int) -> float:
         if not kids[v]:
             return 0.0
-        r, go, tot = P[v].copy(), 1.0, 0.0
-        for c in kids[v]:
-            w = child_weight(r, tokens[c - 1], Q[v])             # w = min(1, r(x) / q_v(x))
-            tot += go * w * (1.0 + E(c))
-            go *= 1.0 - w
-            if go <= 0.0:
-                break
-            r = sibling_update(r, Q[v])                         # r <- (r - q_v)_+ / |(r - q_v)_+|
+        cands = np.array([[tokens[c - 1] for c in kids[v]]], dtype=np.int64)
+        a = verifier.chain(P[v][None, :], Q[v][None, :], cands).accept_probs[0]
+        go, tot = 1.0, 0.0
+        for c, ai in zip(kids[v], a):
+            tot += go * ai * (1.0 + E(c))                       # reach child i, accept it, then its subtree
+            go *= 1.0 - ai
         return tot
 
     return E(0)
+
+
+def rrs_walk_expected(P, Q, parent, tokens) -> float:
+    """:func:`walk_expected` of ``rrs``."""
+    from ..verifiers.registry import get_verifier
+
+    return walk_expected(P, Q, parent, tokens, get_verifier("rrs"))
+
+
+def control_name(rule) -> str:
+    """The node-level rule a path rule extends (its control variate): ``rule.node_rule`` or ``"rrs"``."""
+    return getattr(rule, "node_rule", "rrs")
 
 
 def rule_expected(rule, P, Q, parent, tokens, depth) -> float:
@@ -103,7 +113,7 @@ def rule_expected(rule, P, Q, parent, tokens, depth) -> float:
     return float(plan.stop @ depth)                             # E[tau] = sum_r P(keep r) depth(r)
 
 
-def path_efficiency(p: np.ndarray, q: np.ndarray, shape: TreeShape, be_rrs: float, rules=DEFAULT_PATH_RULES,
+def path_efficiency(p: np.ndarray, q: np.ndarray, shape: TreeShape, exact: dict, rules=DEFAULT_PATH_RULES,
                     n_trees: int = 128, rng: np.random.Generator | None = None) -> dict:
     """``{rule: (block efficiency, standard error)}`` of the path-level ``rules`` serving ``shape``.
 
@@ -111,31 +121,40 @@ def path_efficiency(p: np.ndarray, q: np.ndarray, shape: TreeShape, be_rrs: floa
     ----------
     p, q : ndarray, shape (n, V), float64 -- the (family, T) pairs (each tree node picks one uniformly)
     shape : TreeShape (i.i.d. drafting; others give ``{}``)
-    be_rrs : float -- the closed-form (exact) block efficiency of ``rrs`` on ``shape`` for these pairs
+    exact : dict name -> float -- closed-form (exact) block efficiencies of node-level rules on ``shape`` for
+        these pairs; must hold ``"rrs"``, and the control of every rule (:func:`control_name`) where
+        available (a rule whose control is missing falls back to ``rrs``)
     rules : names of registered path-level verifiers
     n_trees : int >= 2 -- sampled trees (the same trees for every rule)
     rng : numpy.random.Generator
 
     Returns
     -------
-    dict name -> (float, float): ``be_rrs + mean(E_rule - E_rrs)`` and the s.e. of that paired mean
+    dict name -> (float, float): ``exact[ctl] + mean(E_rule - E_ctl)`` and the s.e. of that paired mean
     (tokens per target call).
 
     Raises
     ------
-    ValueError -- ``n_trees`` < 2, an unknown rule name.
+    ValueError -- ``n_trees`` < 2, an unknown rule name, no ``"rrs"`` in ``exact``.
     """
     if isinstance(n_trees, bool) or not isinstance(n_trees, (int, np.integer)) or n_trees < 2:
         raise ValueError(f"n_trees must be an integer >= 2 (a standard error needs two trees), got {n_trees!r}")
+    from ..verifiers.registry import get_verifier
+
+    if "rrs" not in exact:
+        raise ValueError("exact needs the closed-form block efficiency of 'rrs' (the default control)")
     built = {name: get_path_verifier(name) for name in rules}
     todo = {name: r for name, r in built.items() if serves_shape(r, shape)}
     if not todo:
         return {}
+    ctl = {name: control_name(r) if control_name(r) in exact else "rrs" for name, r in todo.items()}
+    walkers = {c: get_verifier(c) for c in set(ctl.values())}
     rng = np.random.default_rng(0) if rng is None else rng
     diffs = {name: np.empty(n_trees) for name in todo}
     for t in range(n_trees):
         P, Q, par, tok, depth = sample_tree(p, q, shape, rng)
-        base = rrs_walk_expected(P, Q, par, tok)
+        base = {c: walk_expected(P, Q, par, tok, w) for c, w in walkers.items()}
         for name, r in todo.items():
-            diffs[name][t] = rule_expected(r, P, Q, par, tok, depth) - base
-    return {name: (float(be_rrs + d.mean()), float(d.std(ddof=1) / np.sqrt(n_trees))) for name, d in diffs.items()}
+            diffs[name][t] = rule_expected(r, P, Q, par, tok, depth) - base[ctl[name]]
+    return {name: (float(exact[ctl[name]] + d.mean()), float(d.std(ddof=1) / np.sqrt(n_trees)))
+            for name, d in diffs.items()}

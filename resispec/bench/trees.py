@@ -206,8 +206,9 @@ def run_bench(*, families=DEFAULT_FAMILIES, temperatures=DEFAULT_TEMPERATURES, s
     verifiers : list of BenchVerifier, optional (default :data:`BENCH_VERIFIERS`)
     path_rules : sequence of str, optional
         Path-level rules (``resispec.pathlevel``; default every registered one: ``block``, ``token``,
-        ``traversal``) added on the i.i.d. shapes they serve, by the paired Rao-Blackwellised Monte Carlo
-        of :func:`resispec.bench.path_rules.path_efficiency` against the closed-form ``rrs`` (needs an
+        ``traversal``, ``traversal_resispec``) added on the i.i.d. shapes they serve, by the paired
+        Rao-Blackwellised Monte Carlo of :func:`resispec.bench.path_rules.path_efficiency` against the
+        closed form of the node rule each extends (``rrs``; ``resispec`` for ``traversal_resispec``; needs an
         ``rrs`` entry); their standard errors are in ``stderr``.  ``()`` leaves them out.
     n_trees : int >= 2
         Sampled trees per (family, T, shape) for the path-level rules.
@@ -276,8 +277,8 @@ def run_bench(*, families=DEFAULT_FAMILIES, temperatures=DEFAULT_TEMPERATURES, s
                     eff[e.label], err[e.label] = _efficiency(acc[e.label], se[e.label], sh.branching)
                 if path_rules and "rrs" in eff and sh.drafting == "iid":
                     bar.set_postfix_str(f"{fam.name} T={T} path rules {shape_label(sh)}")
-                    for lab, (x, sx) in path_efficiency(p, q, sh, eff["rrs"], path_rules, n_trees, rng).items():
-                        eff[lab], err[lab] = x, float(np.hypot(sx, err["rrs"]))
+                    for lab, (x, sx) in path_efficiency(p, q, sh, eff, path_rules, n_trees, rng).items():
+                        eff[lab], err[lab] = x, float(sx)   # its control's closed form is exact (s.e. 0)
                 base = {lab: x for lab, x in eff.items()
                         if any(en.label == lab and en.role == "baseline" for en in entries) and np.isfinite(x)}
                 if not base:
@@ -316,9 +317,11 @@ def _path_section(rows: list[BenchRow]) -> list[str]:
         return []
     out = ["## Path-level rules against the best node-level baseline and the chained per-node bound", "",
            "`block` (Sun et al., arXiv 2403.10444) and `token` decide chains, `traversal` (after arXiv 2505.12398, "
-           "our derivation, docs/pathlevel.md) every i.i.d. tree. Estimated on sampled trees by the paired "
+           "our derivation, docs/pathlevel.md) and `traversal_resispec` (traversal with ResiSpec at the siblings, "
+           "ours, docs/pathlevel.md section 10) every i.i.d. tree. Estimated on sampled trees by the paired "
            "Rao-Blackwellised Monte Carlo of `resispec.bench.path_rules` (exact expected accepted length per "
-           "tree, minus `rrs`'s on the same tree, added to `rrs`'s closed form); standard errors in the JSON "
+           "tree, minus that of the node-level walk the rule extends on the same tree -- `rrs`, or `resispec` for "
+           "`traversal_resispec` -- added to that walk's closed form); standard errors in the JSON "
            "`stderr`. `above bound` counts cells where the rule exceeds the chained per-node optimum by more "
            "than 2 s.e. (and 1e-9) -- a node-by-node verifier cannot.", ""]
     for lab in labels:
