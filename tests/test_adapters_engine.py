@@ -65,6 +65,8 @@ def test_decoder_output_and_seeding(pair):
     ("rrs_wor", "wor:2,1", SamplingConfig(0.7)),
     ("resispec", "3", SamplingConfig(1.0, top_k=3)),
     ("target_only", "wor:1,2", SamplingConfig(1.0)),
+    ("block", "1,1", SamplingConfig(1.0)),                     # path-level rules by name, through the engine
+    ("traversal_resispec", "2,1", SamplingConfig(1.0)),
 ])
 def test_engine_verifiers_pass_the_two_token_law(pair, verifier, tree, sampling):
     target, draft = pair
@@ -83,6 +85,16 @@ class _AlwaysAcceptFirst(Verifier):
         a = np.zeros(c.shape)
         a[:, 0] = 1.0
         return a, p
+
+
+def test_a_biased_tree_rule_fails_through_the_adapter(pair):
+    """The planted traversal_resispec bug (no 'keeps nothing' outcome) is flagged by the same check."""
+    from exactness.path_mutants import TREE_MUTANTS
+
+    target, draft = pair
+    cert = certify_joint(EngineDecoder(target, draft, TREE_MUTANTS["traversal_resispec_no_bottom"](), "2,1"),
+                         engine_target(target), PROMPT, 200, seed=3)
+    assert not cert.passed, cert.summary()
 
 
 def test_a_biased_verifier_fails_through_the_adapter(pair):

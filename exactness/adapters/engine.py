@@ -71,13 +71,13 @@ class EngineDecoder:
     """
 
     def __init__(self, target, draft, verifier, tree, *, sampling=None):
-        from resispec import get_verifier
+        from resispec.pathlevel.registry import get_any_verifier
         from resispec.trees import TreeShape
         from resispec.decoding.engine import check_pair, resolve_drafting
         from resispec.decoding.laws import SamplingConfig
 
         self.target, self.draft = target, draft
-        self.verifier = get_verifier(verifier) if isinstance(verifier, str) else verifier
+        self.verifier = get_any_verifier(verifier) if isinstance(verifier, str) else verifier  # node or path rule
         self.tree = tree if isinstance(tree, TreeShape) else parse_tree(tree)
         self.sampling = SamplingConfig() if sampling is None else sampling
         if not isinstance(self.sampling, SamplingConfig):
