@@ -145,3 +145,49 @@ def test_cli_bad_path_rules(tmp_path, capsys):
     assert "--path-rules" in capsys.readouterr().err
     assert main(["bench", "--families", "zipf", "--shapes", "1,1", "--n-trees", "1", "--out", str(tmp_path)]) == 2
     assert not list(tmp_path.iterdir())                                          # nothing half-written
+
+
+def test_path_rule_options_and_bad_inputs():
+    kw = dict(families=["zipf"], temperatures=[1.0], shapes=["1,1"], V=50, n=4, n_samples=8, progress=False)
+    one = run_bench(path_rules="block", n_trees=4, **kw)[0]                    # a bare name is one rule
+    assert "block" in one.efficiency and "traversal" not in one.efficiency
+    assert "block" not in run_bench(path_rules="none", n_trees=1, **kw)[0].efficiency   # no rules: n_trees unused
+    p, q = _pairs()
+    sh = TreeShape.parse("1,1")
+    for bad, err, match in ((dict(exact={"rrs": float("nan")}), ValueError, "finite"),
+                            (dict(rng=0), TypeError, "Generator"),
+                            (dict(p=p[0]), ValueError, "same shape"),
+                            (dict(q=q[:2]), ValueError, "same shape"),
+                            (dict(shape="1,x"), ValueError, "tree shape"),
+                            (dict(p=p * 2), ValueError, "sum")):
+        args = dict(p=p, q=q, shape=sh, exact={"rrs": 2.0}, rules=("block",), n_trees=4)
+        args.update(bad)
+        with pytest.raises(err, match=match):
+            path_efficiency(**args)
+
+
+def test_bench_from_json_renders_like_the_run(tmp_path):
+    """Re-rendering a stored bench JSON gives the same report (the ResiSpec variants' sections included)."""
+    from resispec.cli import main
+
+    argv = ["bench", "--families", "zipf", "--temperatures", "1", "--shapes", "1,1", "2", "wor:2", "--V", "50",
+            "--n", "4", "--n-samples", "8", "--n-trees", "8", "--no-progress", "--out", str(tmp_path / "a")]
+    assert main(argv) == 0
+    first = (tmp_path / "a" / "bench.md").read_text()
+    assert main(["bench", "--from-json", str(tmp_path / "a" / "bench.json"), "--out", str(tmp_path / "b")]) == 0
+    again = (tmp_path / "b" / "bench.md").read_text()
+    assert again.split("\n", 3)[3] == first.split("\n", 3)[3]                 # same body (the command line differs)
+    assert "resispec_myopic` against the best baseline" in again and "## Path-level rules" in again
+    assert main(["bench", "--from-json", str(tmp_path / "nope.json"), "--out", str(tmp_path / "c")]) == 2
+
+
+def test_traversal_resispec_laws_are_laws():
+    """Every plan row is a law (sums to 1), also where the kept mass is tiny."""
+    p, q = _pairs(n=4, V=5, seed=7)
+    rng = np.random.default_rng(8)
+    rule = get_path_verifier("traversal_resispec")
+    for _ in range(200):
+        P, Q, par, tok, _ = sample_tree(p, q, TreeShape.parse("2,1"), rng)
+        plan = rule.plan_tree(P, Q, par, tok)
+        np.testing.assert_allclose(plan.laws.sum(axis=1), 1.0, atol=1e-12)
+        assert abs(plan.stop.sum() - 1.0) < 1e-12

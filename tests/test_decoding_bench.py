@@ -227,8 +227,34 @@ def test_from_json_renders_one_table_from_finished_runs(tmp_path, capsys):
     # bad input: a missing file, a file that is not a bench-decode JSON, the output naming an input
     bad = tmp_path / "bad.json"
     bad.write_text("{\"rows\": []}")
-    for args, msg in (([str(tmp_path / "nope.json")], "does not exist"), ([str(bad)], "not a bench-decode JSON")):
+    run = json.loads(paths[0].read_text())
+
+    def variant(name, **change):
+        d = json.loads(json.dumps(run))
+        cfg = change.pop("config", {})
+        d["config"] = None if cfg is None else {**d["config"], **cfg}
+        d.update(change)
+        (tmp_path / name).write_text(json.dumps(d))
+        return str(tmp_path / name)
+
+    for args, msg in (([str(tmp_path / "nope.json")], "does not exist"),
+                      ([str(bad)], "not a bench-decode run JSON"),
+                      ([variant("neg.json", config={"target_weights": -10})], "target_weights"),
+                      ([variant("cfg.json", config=None)], "not a bench-decode run JSON"),
+                      ([variant("cpl.json", complete="false")], "complete"),
+                      ([variant("empty.json", runs=[])], "no finished speculative run"),
+                      ([str(out.with_suffix(".json"))], "is a summary"),
+                      ([str(paths[0]), str(paths[0])], "twice"),
+                      ([str(paths[0]), "--trees", "9,9"], "drop --trees")):
         assert main(["bench-decode", "--from-json", *args, "--out", str(tmp_path / "x.md")]) == 2
         assert msg in capsys.readouterr().err and not (tmp_path / "x.md").exists()
     assert main(["bench-decode", "--from-json", str(paths[0]), "--out", str(tmp_path / "T0.7.md")]) == 2
     assert "one of the --from-json inputs" in capsys.readouterr().err
+    # the JSON beside --out holds another RUN: refused, the run kept
+    before = paths[1].read_bytes()
+    assert main(["bench-decode", "--from-json", str(paths[0]), "--out", str(tmp_path / "T1.0.md")]) == 2
+    assert "holds a bench-decode RUN" in capsys.readouterr().err and paths[1].read_bytes() == before
+    # an unknown draft size reads "unknown", never 0
+    assert main(["bench-decode", "--from-json", variant("unk.json", config={"draft_weights": None}),
+                 "--out", str(tmp_path / "u.md")]) == 0
+    assert "c = unknown" in (tmp_path / "u.md").read_text()

@@ -22,16 +22,40 @@ def load_result(path) -> BenchResult:
     Raises ValueError naming ``path`` when the file is missing, not JSON, or not written by ``bench-decode``.
     """
     path = Path(path)
+    what = f"{str(path)!r} is not a bench-decode run JSON"
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
-        rows = [BenchRow(**{k: r[k] for k in BenchRow.__dataclass_fields__}) for r in data["raw"]]
-        return BenchResult(rows, data["config"], runs=list(data["runs"]), complete=bool(data["complete"]))
     except FileNotFoundError:
         raise ValueError(f"{str(path)!r} does not exist; pass the .json a 'resispec bench-decode --out X.md' "
                          "run wrote beside X.md") from None
-    except (OSError, json.JSONDecodeError, UnicodeDecodeError, KeyError, TypeError, AttributeError) as exc:
-        raise ValueError(f"{str(path)!r} is not a bench-decode JSON ({type(exc).__name__}: {exc}); pass the .json "
-                         "a 'resispec bench-decode' run wrote") from None
+    except (OSError, json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise ValueError(f"{what} ({type(exc).__name__}: {exc}); pass the .json a 'resispec bench-decode' run "
+                         "wrote") from None
+    if isinstance(data, dict) and "raw" not in data and isinstance(data.get("runs"), list) \
+            and all(isinstance(r, dict) and "source" in r for r in data["runs"]):
+        raise ValueError(f"{str(path)!r} is a summary written by 'bench-decode --from-json', not a run; pass the "
+                         f"run JSONs it names: {[r['source'] for r in data['runs']]}")
+    try:
+        cfg, raw, runs, complete = data["config"], data["raw"], data["runs"], data["complete"]
+        if not isinstance(cfg, dict) or not isinstance(raw, list) or not isinstance(runs, list):
+            raise TypeError("config must be an object, raw and runs lists")
+        if not isinstance(complete, bool):
+            raise TypeError(f"complete must be true or false, got {complete!r}")
+        for key in ("target_weights", "draft_weights"):
+            w = cfg.get(key)
+            if w is not None and (isinstance(w, bool) or not isinstance(w, int) or w < 0 or
+                                  (key == "target_weights" and w == 0)):
+                raise TypeError(f"config {key} must be a parameter count (int > 0; draft >= 0) or null, got {w!r}")
+        fields = BenchRow.__dataclass_fields__
+        rows = [BenchRow(**{k: r[k] for k in fields if k in r}) for r in raw]   # older files lack draft_calls
+        result = BenchResult(rows, cfg, runs=list(runs), complete=complete)
+        result.table()                                   # every stored run must render: fail here, not later
+    except (KeyError, TypeError, AttributeError, ValueError, ZeroDivisionError) as exc:
+        raise ValueError(f"{what} ({type(exc).__name__}: {exc}); pass the .json a 'resispec bench-decode' run "
+                         "wrote") from None
+    if not any(x.get("method") != AUTOREGRESSIVE for x in result.runs if isinstance(x, dict)):
+        raise ValueError(f"{str(path)!r} holds no finished speculative run; nothing to tabulate")
+    return result
 
 
 def _order(method: str) -> tuple:
@@ -92,7 +116,8 @@ def summary_markdown(results: list, sources: list, command: str = "") -> str:
            "a machine whose passes cost in proportion to the weights read (a GPU at small batch) would give.", ""]
     for res, src in zip(results, sources):
         cfg = res.config
-        c = (cfg.get("draft_weights") or 0) / cfg["target_weights"] if cfg.get("target_weights") else None
+        tw, dw = cfg.get("target_weights"), cfg.get("draft_weights")
+        c = dw / tw if tw and dw is not None else None
         md += [f"## T = {cfg.get('temperature')}: target `{cfg.get('target')}`, draft `{cfg.get('draft')}`", "",
                f"Source: `{src}`" + ("" if res.complete else " (**PARTIAL**: the run was stopped)")
                + f"; {cfg.get('prompts')} prompts x seeds {cfg.get('seeds')}, up to {cfg.get('max_new_tokens')} new "

@@ -135,14 +135,27 @@ def path_efficiency(p: np.ndarray, q: np.ndarray, shape: TreeShape, exact: dict,
 
     Raises
     ------
-    ValueError -- ``n_trees`` < 2, an unknown rule name, no ``"rrs"`` in ``exact``.
+    ValueError -- ``n_trees`` < 2, an unknown rule name, no finite ``"rrs"`` in ``exact``, ``p`` / ``q`` not
+    two (n, V) arrays of laws of one shape, a malformed ``shape``.
+    TypeError -- ``rng`` not a numpy Generator.
     """
     if isinstance(n_trees, bool) or not isinstance(n_trees, (int, np.integer)) or n_trees < 2:
         raise ValueError(f"n_trees must be an integer >= 2 (a standard error needs two trees), got {n_trees!r}")
+    from .._validation import as_law
     from ..verifiers.registry import get_verifier
 
+    if np.ndim(p) != 2 or np.shape(p) != np.shape(q):
+        raise ValueError(f"p and q must be (n, V) arrays of the same shape (n pairs), got {np.shape(p)} and "
+                         f"{np.shape(q)}")
+    p, q = (np.asarray(as_law(x, name=name), dtype=np.float64) for x, name in ((p, "p"), (q, "q")))
+    shape = TreeShape.parse(shape)
+    if not isinstance(exact, dict) or not all(isinstance(v, (int, float, np.floating)) and np.isfinite(v)
+                                              for v in exact.values()):
+        raise ValueError(f"exact must be a dict of finite closed-form block efficiencies, got {exact!r}")
     if "rrs" not in exact:
         raise ValueError("exact needs the closed-form block efficiency of 'rrs' (the default control)")
+    if rng is not None and not isinstance(rng, np.random.Generator):
+        raise TypeError(f"rng must be a numpy.random.Generator (np.random.default_rng(seed)), got {type(rng).__name__}")
     built = {name: get_path_verifier(name) for name in rules}
     todo = {name: r for name, r in built.items() if serves_shape(r, shape)}
     if not todo:

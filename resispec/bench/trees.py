@@ -227,7 +227,7 @@ def run_bench(*, families=DEFAULT_FAMILIES, temperatures=DEFAULT_TEMPERATURES, s
     from .path_rules import DEFAULT_PATH_RULES, path_efficiency
 
     _auto_register()
-    path_rules = DEFAULT_PATH_RULES if path_rules is None else tuple(path_rules)
+    path_rules = normalise_path_rules(path_rules)
     check_path_rules(path_rules, n_trees)
     entries = list(BENCH_VERIFIERS if verifiers is None else verifiers)
     parsed = [TreeShape.parse(s) for s in shapes]  # "wor:" prefix = without replacement
@@ -296,16 +296,46 @@ def run_bench(*, families=DEFAULT_FAMILIES, temperatures=DEFAULT_TEMPERATURES, s
     return rows
 
 
+def normalise_path_rules(path_rules) -> tuple:
+    """``None`` -> every registered path-level rule; ``"none"`` / ``()`` -> none; a name -> that one; names."""
+    from .path_rules import DEFAULT_PATH_RULES
+
+    if path_rules is None:
+        return DEFAULT_PATH_RULES
+    if isinstance(path_rules, str):
+        path_rules = [path_rules]
+    rules = tuple(path_rules)
+    return () if rules == ("none",) else rules
+
+
 def check_path_rules(path_rules, n_trees) -> None:
-    """Raise ValueError (naming the argument) for an unknown path-level rule or ``n_trees`` < 2."""
+    """Raise ValueError (naming the argument) for an unknown path-level rule or, with rules, ``n_trees`` < 2."""
     from ..pathlevel.registry import available_path_verifiers
 
-    bad = [r for r in path_rules if r not in available_path_verifiers()]
+    bad = [r for r in path_rules if not isinstance(r, str) or r not in available_path_verifiers()]
     if bad:
         raise ValueError(f"path_rules: unknown path-level rule(s) {bad}; choose from {available_path_verifiers()} "
-                         "or pass () to leave them out")
+                         "or 'none' to leave them out")
+    if not path_rules:
+        return
     if isinstance(n_trees, bool) or not isinstance(n_trees, (int, np.integer)) or n_trees < 2:
         raise ValueError(f"n_trees must be an integer >= 2 (sampled trees for the path-level rules), got {n_trees!r}")
+
+
+def _against_path_rules(rs: list[BenchRow], lab: str) -> list[str]:
+    """One line: ``lab`` against the best published rule INCLUDING the path-level ``block``/``token``/``traversal``
+    (Monte Carlo estimates, s.e. in the JSON), where they ran."""
+    pub = ("block", "token", "traversal")
+    cells = [(r, max([r.efficiency[r.best_baseline]] + [r.efficiency[x] for x in pub if x in r.efficiency]))
+             for r in rs if any(x in r.efficiency for x in pub)]
+    if not cells:
+        return []
+    ratios = np.array([r.efficiency[lab] / best for r, best in cells])
+    worst = min(cells, key=lambda c: c[0].efficiency[lab] / c[1])[0]
+    return [f"- Against the best published rule including the path-level `block` / `token` / `traversal` "
+            f"(Monte Carlo, {len(cells)} i.i.d. configurations): median ratio {np.median(ratios):.3f}, below 1 in "
+            f"{int(np.sum(ratios < 1 - 1e-9))} (smallest {ratios.min():.3f}, `{worst.family}`, "
+            f"T = {worst.temperature:g}, `{worst.shape}`)."]
 
 
 def _path_section(rows: list[BenchRow]) -> list[str]:
@@ -373,6 +403,7 @@ def _candidates(rows):
 
 def to_markdown(rows: list[BenchRow], settings: dict, command: str = "", seconds: float | None = None) -> str:
     """Report: headline, where the candidates gain and where not, per-shape and per-family means, full table."""
+    _auto_register()                   # the ResiSpec variants' labels, also when re-rendering a stored JSON
     cands = _candidates(rows)
     out = ["# Block-efficiency benchmark", ""]
     if command:
@@ -386,7 +417,8 @@ def to_markdown(rows: list[BenchRow], settings: dict, command: str = "", seconds
         "`1 + a_1 + a_1 a_2 + ...` with `a_d` the mean acceptance with `k_d` candidates "
         "(closed forms; without-replacement baselines `rrs_wor` and `target_only_wor` use a Rao-Blackwellised "
         f"Monte Carlo average over {settings['n_samples']} candidate tuples per pair, standard errors in the JSON). "
-        "Ratio = verifier / best baseline of the shape's drafting (iid shapes: `sps`, `rrs`, `kseq`, `target_only`; "
+        "Ratio = verifier / best node-level baseline of the shape's drafting (iid shapes: `sps`, `rrs`, `kseq`, "
+        "`target_only`; the path-level rules are compared in their own section and in one line per candidate; "
         "`wor:` shapes: `rrs_wor`, `target_only_wor`). `resispec` drafts i.i.d. on every shape, so on `wor:` shapes "
         "it is compared on the same branching factors but with its own drafting. "
         "`bound` = the per-node optimum alpha* chained over the tree (iid shapes).",
@@ -414,6 +446,7 @@ def to_markdown(rows: list[BenchRow], settings: dict, command: str = "", seconds
                 f"- Smallest ratio: {worst.ratio[lab]:.3f} on `{worst.family}`, T = {worst.temperature:g}, shape `{worst.shape}`.",
                 f"- Median ratio {np.median(ratios):.3f} over {len(rs)} configurations; ratio > 1.01 in "
                 f"{int(np.sum(ratios > 1.01))}, no gain (ratio <= 1) in {len(nogain)}.",
+                *_against_path_rules(rs, lab),
                 ""]
         by_shape = defaultdict(list)
         by_fam = defaultdict(list)

@@ -35,8 +35,8 @@ def add_arguments(parser):
                         help="candidate tuples per pair for without-replacement Monte Carlo (default 128)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--path-rules", action=ListAction, default=None,
-                        help="path-level rules beside the node-level ones (default: all, i.e. block token traversal; "
-                        "'none' leaves them out)")
+                        help="path-level rules beside the node-level ones (default: every registered one: block, "
+                        "token, traversal, traversal_resispec; 'none' leaves them out)")
     parser.add_argument("--n-trees", type=int, default=128,
                         help="sampled trees per cell for the path-level rules (default 128)")
     parser.add_argument("--out", default="reports", help="output folder (default reports/)")
@@ -58,7 +58,12 @@ def run(args) -> int:
         import json
 
         try:
-            data = json.loads(Path(args.from_json).read_text())
+            text = Path(args.from_json).read_bytes()
+        except OSError as exc:
+            raise ValueError(f"--from-json {str(args.from_json)!r} cannot be read ({exc.strerror or exc}); pass the "
+                             "bench.json a previous 'resispec bench' wrote") from None
+        try:
+            data = json.loads(text.decode("utf-8"))
             rows = rows_from_json(data["rows"])
             settings = data["settings"]
         except (json.JSONDecodeError, UnicodeDecodeError, KeyError, TypeError, AttributeError) as exc:
@@ -74,11 +79,9 @@ def run(args) -> int:
             raise ValueError(f"{name} must be >= {lo}, got {val}")
     for s in args.shapes:
         TreeShape.parse(s)  # fail before any work
-    from ..bench.path_rules import DEFAULT_PATH_RULES
-    from ..bench.trees import check_path_rules
+    from ..bench.trees import check_path_rules, normalise_path_rules
 
-    rules = DEFAULT_PATH_RULES if args.path_rules is None else \
-        (() if list(args.path_rules) == ["none"] else tuple(args.path_rules))
+    rules = normalise_path_rules(args.path_rules)
     try:
         check_path_rules(rules, args.n_trees)
     except ValueError as exc:

@@ -139,11 +139,30 @@ def _summarize(args) -> int:
     from ..bench.decode import strict
     from ..bench.decode_summary import load_result, summary_markdown
 
+    import argparse
+
+    fresh = argparse.ArgumentParser()
+    add_arguments(fresh)
+    given = [f"--{a.dest.replace('_', '-')}" for a in fresh._actions
+             if a.dest not in ("help", "from_json", "out") and getattr(args, a.dest, a.default) != a.default]
+    if given:
+        raise ValueError(f"--from-json renders finished runs and takes only --out; drop {' '.join(given)}")
     check_report_path(args.out, "--out")
     js = args.out.with_suffix(".json")
-    if {args.out.resolve(), js.resolve()} & {p.resolve() for p in args.from_json}:
+    inputs = [p.resolve() for p in args.from_json]
+    if len(set(inputs)) != len(inputs):
+        raise ValueError("--from-json names the same file twice; pass each run once")
+    if {args.out.resolve(), js.resolve()} & set(inputs):
         raise ValueError(f"--out {args.out} (or its .json) is one of the --from-json inputs; write the summary to "
                          "another file")
+    if js.exists():
+        try:
+            old = json.loads(js.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            old = None
+        if isinstance(old, dict) and "raw" in old:
+            raise ValueError(f"{js} (the JSON --out {args.out} writes) holds a bench-decode RUN; the summary would "
+                             "overwrite it: choose another --out, or move that run first")
     results = [load_result(p) for p in args.from_json]   # every input read before anything is written
     command = "resispec " + " ".join(shlex.quote(a) for a in sys.argv[1:]) if sys.argv[1:] else ""
     sources = [str(p) for p in args.from_json]

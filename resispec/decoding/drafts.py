@@ -100,8 +100,10 @@ class Draft(ABC):
     kind : str -- registry kind
     name : str -- label for reports
     vocab_size : int -- size V of the laws it returns
-    weights : int or None -- parameters one draft forward reads (the memory-bound speed-up's draft size,
-        Jeon et al., arXiv 2402.14160); 0 for a draft with no weights (an n-gram table lookup), None unknown
+    weights : int or None -- the draft's parameter count, its size in the memory-bound speed-up (Jeon et
+        al., arXiv 2402.14160, take model sizes); every tensor once, the input embedding table included
+        although a forward reads only a few of its rows; 0 for a draft with no weights (an n-gram table
+        lookup), None unknown
     """
 
     kind = "abstract"
@@ -120,7 +122,8 @@ class Draft(ABC):
 
 
 def count_weights(model) -> int:
-    """Parameters of a torch module, each shared tensor (tied embeddings) counted once."""
+    """Parameter count of a torch module (its size), each shared tensor (tied embeddings) counted once; an
+    untied input embedding table counts in full (a forward reads only a few of its rows)."""
     return int(sum(p.numel() for p in model.parameters()))  # Module.parameters() yields a tied tensor once
 
 

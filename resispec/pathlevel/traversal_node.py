@@ -12,8 +12,9 @@ with the residual's mass on ``V`` (``1 - residual(⊥)``), emitting ``y ~ residu
 
 With the node rule ``rrs`` this IS ``traversal``; with ``resispec`` (the default) ResiSpec's reserve acts at
 every node with several children, before its first decision, on the requirement the traversal owes there.
-On a chain (one child per node) every exact rule accepts with ``min(1, r(x) / q(x))``, so it is block
-verification (Sun et al., arXiv 2403.10444).  Ours: the composition and its proof (traversal after Weng et
+On a chain (one child per node) ``rrs``, ``resispec`` and ``kseq`` accept a single candidate with
+``min(1, r(x) / q(x))``, so it is block verification (Sun et al., arXiv 2403.10444); ``target_only`` stays
+exact but accepts less.  Ours: the composition and its proof (traversal after Weng et
 al., arXiv 2505.12398; ResiSpec ``docs/RESISPEC.md``).
 """
 
@@ -67,10 +68,10 @@ def node_rule_tree_plan(p: np.ndarray, q: np.ndarray, parent: np.ndarray, tokens
             got = visit(c, ai * p[c], reach * go)                # enter child c with a_i p_c
             kept += go * got
             go *= 1.0 - got
-        mass = max(0.0, 1.0 - float(res[V]))                     # keep v with the residual's mass on V
+        mass = float(res[:V].sum())                              # keep v with the residual's mass on V (= 1 - res(⊥))
         stop[v] = reach * go * mass
         if mass > _RESIDUAL_EPS:
-            laws[v] = res[:V] / mass                             # y ~ residual[:V] / (1 - residual(⊥))
+            laws[v] = res[:V] / mass                             # y ~ residual[:V] / |residual[:V]|
         return kept + go * mass
 
     visit(0, p[0].copy(), 1.0)
