@@ -89,6 +89,36 @@ def step_times(model, device, prefix: int, sizes, repeats: int) -> dict:
     return out
 
 
+def project(data: dict, tt: dict, td: dict, base: int) -> list:
+    """Projected end-to-end speed-up of every speculative row of a bench-decode report.
+
+    ``data``: ``reports/decode.json`` -- a summary of several runs (``bench-decode --from-json``: ``"runs"``,
+    one per temperature) or one run's report (``"rows"``); ``tt`` / ``td``: target / draft step seconds by
+    node count (``base`` the 1-token entry).  ``speed-up = BE * t_target(1) / (t_target(N) + sum over drafted
+    levels of t_draft(width))`` per target call, BE the paired exact value where there is one.
+    """
+    from resispec.trees import TreeShape
+
+    runs = data["runs"] if "runs" in data and "rows" not in data else [{"config": data.get("config", {}),
+                                                                      "rows": data["rows"]}]
+    proj = []
+    for run in runs:
+        for r in run["rows"]:
+            be = r.get("block_efficiency_rb") or r.get("block_efficiency")  # the paired exact value first
+            if r["method"] == "autoregressive" or not be:
+                continue
+            shape = TreeShape.parse(r["tree"])
+            nt = min(tt, key=lambda k: abs(k - shape.num_nodes))
+            widths, w = [], 1
+            for b in shape.branching[:-1]:
+                w *= b
+                widths.append(w)
+            draft = td[base] + sum(td[min(td, key=lambda k: abs(k - x))] for x in widths)
+            proj.append({"temperature": run["config"].get("temperature"), "method": r["method"], "tree": r["tree"],
+                         "block_efficiency_cpu": be, "projected_speedup": be * tt[base] / (tt[nt] + draft)})
+    return proj
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
@@ -114,34 +144,10 @@ def main() -> int:
             torch.cuda.empty_cache()
     # End-to-end, PROJECTED from block efficiency measured on the real pair (reports/decode.json):
     # tokens/s ratio = BE * t_target(1) / (t_target(N) + depth * t_draft(width) ) per target call.
-    proj = []
     rep = ROOT / "reports" / "decode.json"
-    if rep.is_file():
-        data = json.loads(rep.read_text())
-        # reports/decode.json is the summary of several runs (bench-decode --from-json: "runs", one per T)
-        # or one run's report ("rows"); every speculative row is projected, labelled with its temperature
-        runs = data["runs"] if "runs" in data and "rows" not in data else [{"config": data.get("config", {}),
-                                                                          "rows": data["rows"]}]
-        tt = res["models"][args.target]["step_seconds"]
-        td = res["models"][args.draft]["step_seconds"]
-        from resispec.trees import TreeShape
-
-        for run in runs:
-            for r in run["rows"]:
-                be = r.get("block_efficiency_rb") or r.get("block_efficiency")  # the paired exact value first
-                if r["method"] == "autoregressive" or not be:
-                    continue
-                shape = TreeShape.parse(r["tree"])
-                n = shape.num_nodes
-                nt = min(tt, key=lambda k: abs(k - n))
-                widths, w = [], 1
-                for b in shape.branching[:-1]:
-                    w *= b
-                    widths.append(w)
-                draft = td[args.nodes[0]] + sum(td[min(td, key=lambda k: abs(k - x))] for x in widths)
-                speed = be * tt[args.nodes[0]] / (tt[nt] + draft)
-                proj.append({"temperature": run["config"].get("temperature"), "method": r["method"],
-                             "tree": r["tree"], "block_efficiency_cpu": be, "projected_speedup": speed})
+    tt = res["models"][args.target]["step_seconds"]
+    td = res["models"][args.draft]["step_seconds"]
+    proj = project(json.loads(rep.read_text()), tt, td, args.nodes[0]) if rep.is_file() else []
     res["projected_end_to_end"] = proj
     lines = ["# Device step times (tree verification cost) and projected end-to-end speed-up", "",
              f"Device {res['gpu'] or args.device}, {args.dtype}, cached prefix {args.prefix} tokens.", "",

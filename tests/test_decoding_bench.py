@@ -258,3 +258,26 @@ def test_from_json_renders_one_table_from_finished_runs(tmp_path, capsys):
     assert main(["bench-decode", "--from-json", variant("unk.json", config={"draft_weights": None}),
                  "--out", str(tmp_path / "u.md")]) == 0
     assert "c = unknown" in (tmp_path / "u.md").read_text()
+
+
+def test_device_projection_reads_a_summary_and_a_run(tmp_path):
+    """benchmarks/device_decode.py projects every row of reports/decode.json, summary (runs per T) or one run."""
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / "device_decode.py"
+    spec = importlib.util.spec_from_file_location("device_decode", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    rows = [{"method": "autoregressive", "tree": "-", "block_efficiency": 1.0},
+            {"method": "rrs", "tree": "2,1", "block_efficiency": 2.0, "block_efficiency_rb": 2.5},
+            {"method": "block", "tree": "1,1", "block_efficiency": None, "block_efficiency_rb": 2.2}]
+    tt, td = {1: 1.0, 4: 2.0}, {1: 0.5, 4: 0.75}
+    one = mod.project({"config": {"temperature": 1.0}, "rows": rows}, tt, td, 1)
+    assert [(p["method"], p["tree"]) for p in one] == [("rrs", "2,1"), ("block", "1,1")]
+    # 2,1: 3 nodes -> the 4-node target step; draft levels of width 1 (root) and 2 (-> the 1-node entry)
+    assert one[0]["projected_speedup"] == pytest.approx(2.5 * 1.0 / (2.0 + 0.5 + 0.5))
+    summary = {"runs": [{"source": "a", "config": {"temperature": 0.7}, "rows": rows},
+                        {"source": "b", "config": {"temperature": 1.0}, "rows": rows}]}
+    both = mod.project(summary, tt, td, 1)
+    assert [p["temperature"] for p in both] == [0.7, 0.7, 1.0, 1.0]
