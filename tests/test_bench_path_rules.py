@@ -63,11 +63,10 @@ def test_token_is_rrs_on_every_chain_and_block_dominates_on_average():
     assert _exact_path_be(get_path_verifier("block"), p, q, "1,1") > _exact_path_be(token, p, q, "1,1") + 1e-3
 
 
-def _exact_path_be(rule, p, q, shape):
-    """Exact block efficiency by enumeration over every pair pick and every drafted token (tiny sizes only)."""
+def _exact_mean(value, p, q, shape):
+    """E[value(P, Q, parent, tokens, depth)] by enumeration over every pair pick and drafted token (tiny sizes)."""
     n, V = p.shape
-    sh = TreeShape.parse(shape)
-    P0, Q0, par, tok0, depth = sample_tree(p, q, sh, np.random.default_rng(0))   # the tree's structure
+    P0, Q0, par, tok0, depth = sample_tree(p, q, TreeShape.parse(shape), np.random.default_rng(0))  # structure
     N = tok0.size
     total = 0.0
     for picks in itertools.product(range(n), repeat=N + 1):
@@ -76,8 +75,13 @@ def _exact_path_be(rule, p, q, shape):
             tok = np.array(toks)
             w = np.prod(Q[par + 1, tok]) / n ** (N + 1)
             if w > 0:
-                total += w * rule_expected(rule, P, Q, par, tok, depth)
-    return 1.0 + total
+                total += w * value(P, Q, par, tok, depth)
+    return total
+
+
+def _exact_path_be(rule, p, q, shape):
+    """Exact block efficiency of a path rule."""
+    return 1.0 + _exact_mean(lambda P, Q, par, tok, depth: rule_expected(rule, P, Q, par, tok, depth), p, q, shape)
 
 
 @pytest.mark.parametrize("rule,shape", [("block", "1,1"), ("traversal", "2"), ("traversal", "2,1"),
@@ -99,18 +103,8 @@ def test_estimate_is_unbiased_against_exact_enumeration(rule, shape):
 
 
 def _exact_walk(p, q, sh, verifier):
-    n, V = p.shape
-    P0, Q0, par, tok0, depth = sample_tree(p, q, sh, np.random.default_rng(0))
-    N = tok0.size
-    total = 0.0
-    for picks in itertools.product(range(n), repeat=N + 1):
-        P, Q = p[list(picks)], q[list(picks)]
-        for toks in itertools.product(range(V), repeat=N):
-            tok = np.array(toks)
-            w = np.prod(Q[par + 1, tok]) / n ** (N + 1)
-            if w > 0:
-                total += w * walk_expected(P, Q, par, tok, verifier)
-    return total
+    """Exact expected accepted nodes of a node-level walk."""
+    return _exact_mean(lambda P, Q, par, tok, depth: walk_expected(P, Q, par, tok, verifier), p, q, sh)
 
 
 def test_bench_reports_path_rules_and_block_beats_the_per_node_bound():

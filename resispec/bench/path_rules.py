@@ -26,6 +26,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..pathlevel.registry import available_path_verifiers, get_path_verifier
+from ..pathlevel.traversal import children_rows
 from ..trees import TreeShape
 
 #: Path-level rules the bench runs by default (every registered one).
@@ -73,10 +74,7 @@ def walk_expected(P, Q, parent, tokens, verifier) -> float:
     candidates) on one drafted tree (arrays of :func:`sample_tree`): with ``a_i`` the verifier's probability
     of accepting child ``i`` after rejecting ``0..i-1`` (:meth:`Verifier.chain`),
     ``E(v) = sum_i prod_{j<i} (1 - a_j) a_i (1 + E(c_i))``."""
-    N = tokens.size
-    kids = [[] for _ in range(N + 1)]
-    for i in range(N):
-        kids[parent[i] + 1].append(i + 1)
+    kids = children_rows(parent)
 
     def E(v: int) -> float:
         if not kids[v]:

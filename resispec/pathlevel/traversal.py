@@ -97,6 +97,14 @@ def sibling_update(m: np.ndarray, qv: np.ndarray) -> np.ndarray:
     return excess / R if R > _RESIDUAL_EPS else np.zeros_like(m)
 
 
+def children_rows(parent) -> list[list[int]]:
+    """Tree rows of each row's children (row 0 the root, row ``n + 1`` node ``n``), in node-id (drawn) order."""
+    kids = [[] for _ in range(len(parent) + 1)]
+    for n, a in enumerate(parent):
+        kids[int(a) + 1].append(n + 1)
+    return kids
+
+
 def tree_plan(p: np.ndarray, q: np.ndarray, parent: np.ndarray, tokens: np.ndarray, *,
               weight=child_weight, update=sibling_update) -> PathPlan:
     """Exact law of the kept node and the emitted token for validated tree arrays (see :func:`check_tree`).
@@ -106,9 +114,7 @@ def tree_plan(p: np.ndarray, q: np.ndarray, parent: np.ndarray, tokens: np.ndarr
     rule (:func:`child_weight`, :func:`sibling_update`; the planted bugs replace one).
     """
     N = tokens.size
-    kids = [[] for _ in range(N + 1)]
-    for n in range(N):
-        kids[parent[n] + 1].append(n + 1)
+    kids = children_rows(parent)
     stop = np.zeros(N + 1)
     laws = p.copy()
 

@@ -24,7 +24,7 @@ import numpy as np
 
 from .base import _RESIDUAL_EPS, PathPlan
 from .registry import register_path
-from .traversal import TraversalVerifier
+from .traversal import TraversalVerifier, children_rows
 
 
 def extend_requirement(m: np.ndarray) -> np.ndarray:
@@ -44,9 +44,7 @@ def node_rule_tree_plan(p: np.ndarray, q: np.ndarray, parent: np.ndarray, tokens
     ``N + 1`` tree rows.
     """
     N, V = tokens.size, p.shape[1]
-    kids = [[] for _ in range(N + 1)]
-    for n in range(N):
-        kids[parent[n] + 1].append(n + 1)
+    kids = children_rows(parent)
     stop = np.zeros(N + 1)
     laws = p.copy()
 
