@@ -244,6 +244,14 @@ def test_traversal_resispec_beats_both_parents_on_a_wide_root():
     assert a > walk + 1e-4
 
 
+def test_analyse_tree_takes_a_shape_string():
+    pair = _pair(0, 3, noise=1.5)
+    v = get_path_verifier("traversal_resispec")
+    assert analyse_tree(v, pair, "2,1").expected_accepted == analyse_tree(v, pair, (2, 1)).expected_accepted
+    with pytest.raises(ValueError, match="malformed tree shape"):
+        analyse_tree(v, pair, "2,x")
+
+
 def test_traversal_resispec_bad_node_rule():
     with pytest.raises(ValueError, match="i.i.d."):
         get_path_verifier("traversal_resispec", node_rule="rrs_wor")

@@ -372,9 +372,10 @@ def _path_section(rows: list[BenchRow]) -> list[str]:
                   f"{np.mean([r.efficiency[r.best_baseline] for r in rr]):.3f}",
                   f"{np.mean([r.ratio[lab] for r in rr]):.3f}", f"{min(r.ratio[lab] for r in rr):.3f}",
                   f"{np.mean([r.bound for r in rr]):.3f}" if all(r.bound is not None for r in rr) else "-",
+                  f"{np.mean([r.stderr.get(lab, 0.0) for r in rr]):.3f}",
                   f"{sum(r in above for r in rr)} / {len(rr)}"] for sh, rr in by_shape.items()]
         out += md_table(["shape", "nodes", f"mean `{lab}` tokens/call", "mean best baseline", "mean ratio",
-                         "min ratio", "mean bound", "above bound"], table)
+                         "min ratio", "mean bound", "mean s.e.", "above bound"], table)
         out.append("")
     return out
 

@@ -6,7 +6,7 @@ Shapes are branching factors per depth ("4,2,2,1"); prefix "wor:" for
 without-replacement drafting ("wor:8,4").
 
 Example:
-  resispec bench                                  # full default run (~3 min on 2 cores)
+  resispec bench                                  # full default run (~18 min on 2 shared cores)
   resispec bench --families zipf --temperatures 1.0 --shapes 4,2,2,1 wor:8,4
 """
 

@@ -118,7 +118,8 @@ def enumerate_trees(laws: dict, V: int, parent: list[int]):
 
 def analyse_tree(verifier, pair, branching, context=()) -> PathAnalysis:
     """Exact horizon law, TV and ``E[accepted]`` of a tree rule (``get_path_verifier("traversal")``) on
-    iid-drafted trees of shape ``branching`` (tuple of int), by enumeration of every drafted tree.
+    iid-drafted trees of shape ``branching`` (tuple of int, or a string such as ``"2,1"``), by enumeration of
+    every drafted tree.
 
     The rule's :meth:`plan_tree` is read at each tree; the horizon is ``D + 1`` tokens (``D`` the depth).
     Raises TypeError / ValueError for a bad pair, a rule without ``plan_tree``, or ``V^(N + D + 1)`` over
@@ -126,7 +127,9 @@ def analyse_tree(verifier, pair, branching, context=()) -> PathAnalysis:
     """
     if not hasattr(verifier, "plan_tree"):
         raise TypeError(f"{type(verifier).__name__} has no plan_tree; tree rules: get_path_verifier('traversal')")
-    branching = tuple(int(k) for k in branching)
+    from ..trees import TreeShape
+
+    branching = TreeShape.parse(branching if isinstance(branching, str) else tuple(branching)).branching
     D = len(branching)
     V = check_pair(pair, D)
     parent, depth = tree_nodes(branching)
