@@ -325,7 +325,10 @@ def check_path_rules(path_rules, n_trees) -> None:
 def _against_path_rules(rs: list[BenchRow], lab: str) -> list[str]:
     """One line: ``lab`` against the best published rule INCLUDING the path-level ``block``/``token``/``traversal``
     (Monte Carlo estimates, s.e. in the JSON), where they ran."""
-    pub = ("block", "token", "traversal")
+    from ..pathlevel.registry import available_path_verifiers
+    from ..verifiers.registry import is_ours
+
+    pub = tuple(n for n in available_path_verifiers() if not is_ours(n))   # the published path rules
     cells = [(r, max([r.efficiency[r.best_baseline]] + [r.efficiency[x] for x in pub if x in r.efficiency]))
              for r in rs if any(x in r.efficiency for x in pub)]
     if not cells:
