@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from resispec import get_verifier
-from resispec.bench.path_rules import path_efficiency, rrs_walk_expected, rule_expected, sample_tree, walk_expected
+from resispec.bench.path_rules import path_efficiency, rule_expected, sample_tree, walk_expected
 from resispec.bench.trees import run_bench, to_markdown
 from resispec.decoding.expected import expected_accepted
 from resispec.decoding.tree import ROOT, DraftTree
@@ -34,7 +34,8 @@ def _as_draft_tree(par, tok):
 @pytest.mark.parametrize("shape", ["1,1,1", "2,2", "3,1"])
 @pytest.mark.parametrize("name", ["rrs", "resispec"])
 def test_walk_matches_the_decoding_estimator(shape, name):
-    """The bench's walk recursion equals resispec.decoding.expected on the same drafted trees (independent code)."""
+    """The bench's sampled trees map onto the engine's DraftTree rows as the decoder's estimator reads them
+    (tree built here independently of ``walk_expected``'s own mapping)."""
     p, q = _pairs(V=6)
     rng = np.random.default_rng(1)
     rrs = get_verifier(name)
@@ -46,8 +47,6 @@ def test_walk_matches_the_decoding_estimator(shape, name):
         inner = {n for n, kids in tree.children.items() if kids}
         want = expected_accepted(tree, {n: rows_p[n] for n in inner}, {n: rows_q[n] for n in inner}, rrs)
         assert walk_expected(P, Q, par, tok, rrs) == pytest.approx(want, abs=1e-12)
-        if name == "rrs":
-            assert rrs_walk_expected(P, Q, par, tok) == pytest.approx(want, abs=1e-12)
 
 
 def test_token_is_rrs_on_every_chain_and_block_dominates_on_average():
@@ -56,8 +55,8 @@ def test_token_is_rrs_on_every_chain_and_block_dominates_on_average():
     token = get_path_verifier("token")
     for _ in range(50):
         P, Q, par, tok, depth = sample_tree(p, q, TreeShape.parse("1,1,1,1"), rng)
-        assert rule_expected(token, P, Q, par, tok, depth) == pytest.approx(rrs_walk_expected(P, Q, par, tok),
-                                                                            abs=1e-12)
+        want = walk_expected(P, Q, par, tok, get_verifier("rrs"))
+        assert rule_expected(token, P, Q, par, tok, depth) == pytest.approx(want, abs=1e-12)
     # block verification is optimal in expectation over the drafts, not draft by draft (exact enumeration)
     p, q = _pairs(n=2, V=3, seed=5)
     assert _exact_path_be(get_path_verifier("block"), p, q, "1,1") > _exact_path_be(token, p, q, "1,1") + 1e-3

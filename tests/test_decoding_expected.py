@@ -179,7 +179,16 @@ def test_bench_decode_reports_the_paired_rb_estimator(tmp_path):
     # a paired difference is tighter than the two separate s.e. combined (same trees)
     assert rows["resispec"]["rb_vs_rrs_se"] < math.hypot(rows["resispec"]["block_efficiency_rb_se"],
                                                          rows["rrs"]["block_efficiency_rb_se"])
+    # the observed difference to the best baseline (both drove runs here): its s.e. from the two verifiers' own
+    # runs, paired by cluster only; the RB difference on the same trees is tighter
+    r = rows["resispec"]
+    best = rows[r["rb_best_baseline"]]
+    assert r["obs_vs_best_baseline"] == pytest.approx(r["block_efficiency_calls"] - best["block_efficiency_calls"])
+    assert r["rb_diff_se_gain"] == pytest.approx(r["obs_vs_best_baseline_se"] / r["rb_vs_best_baseline_se"])
+    assert r["rb_diff_se_gain"] > 1
+    assert best["obs_vs_best_baseline"] is None and best["rb_diff_se_gain"] is None   # not against itself
     for col in ("block eff. RB, pooled (± s.e.)", "RB - best baseline (± s.e.)", "RB - rrs (± s.e.)",
+                "observed - best baseline (± s.e.)", "s.e. gain of RB: level / difference",
                 "block eff. (± s.e.)", "same, CPU time (± s.e.)"):
         assert col in format_table(res) and col in md.read_text()
     off = run_bench(pair, [[1, 2, 3]], **{**kw, "seeds": [0], "paired": False})

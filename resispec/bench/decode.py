@@ -102,7 +102,10 @@ class BenchResult:
         of the published baselines on the tree (never a ResiSpec rule: ``is_ours``), named in ``rb_best_baseline``) and ``rb_vs_rrs``
         with ``_se``; the observed counterpart
         ``block_efficiency_calls`` (this method's own (1 + accepted) per call, before the max-new-tokens
-        cut) with ``_se``, and ``rb_se_gain`` = its s.e. / the RB s.e.  Standard errors are over
+        cut) with ``_se``, and ``rb_se_gain`` = its s.e. / the RB s.e.; when the best baseline also drove
+        runs on the tree, ``obs_vs_best_baseline`` (± ``_se``) = the same difference from observed counts
+        (different trajectories, paired by cluster only) and ``rb_diff_se_gain`` = its s.e. / the RB
+        difference's (what the paired estimator buys when comparing two verifiers).  Standard errors are over
         (seed, prompt) clusters, the independent units (calls within a decode share a context, and
         repeats repeat the same tokens), by the delta method for a ratio of sums (Cochran 1977, sec. 6.3):
         ``z_u = (S_u - R N_u) / mean(N)``, s.e. = sd(z) / sqrt(n); a difference uses ``z_a - z_b`` on the
@@ -244,7 +247,8 @@ def _rb_keys(t: dict | None, method: str) -> dict:
     """The paired Rao-Blackwellised keys of one (method, tree) row (see :meth:`BenchResult.table`)."""
     keys = dict.fromkeys(["block_efficiency_rb", "block_efficiency_rb_se", "rb_calls", "rb_best_baseline",
                           "rb_vs_best_baseline", "rb_vs_best_baseline_se", "rb_vs_rrs", "rb_vs_rrs_se",
-                          "block_efficiency_calls", "block_efficiency_calls_se", "rb_se_gain"])
+                          "block_efficiency_calls", "block_efficiency_calls_se", "rb_se_gain",
+                          "obs_vs_best_baseline", "obs_vs_best_baseline_se", "rb_diff_se_gain"])
     if t is None:
         return keys
     R, z, calls = t["rb"].get(method, (None, None, 0))
@@ -263,6 +267,14 @@ def _rb_keys(t: dict | None, method: str) -> dict:
             Rb, zb, _ = t["rb"][other]
             keys[name], keys[name + "_se"] = R - Rb, _z_se(z - zb)
     keys["rb_best_baseline"] = best
+    # the same difference from observed counts, when the best baseline ALSO drove runs on this tree: different
+    # trajectories on the same (seed, prompt) clusters, so only the prompts pair it; its s.e. over the paired
+    # RB difference's is what the paired estimator buys when telling two verifiers apart
+    if best is not None and best != method and zo is not None and t["obs"].get(best, (None,))[0] is not None:
+        Ob, zob, _ = t["obs"][best]
+        keys["obs_vs_best_baseline"], keys["obs_vs_best_baseline_se"] = O - Ob, _z_se(zo - zob)
+        if keys["rb_vs_best_baseline_se"] and keys["obs_vs_best_baseline_se"] is not None:
+            keys["rb_diff_se_gain"] = keys["obs_vs_best_baseline_se"] / keys["rb_vs_best_baseline_se"]
     return keys
 
 
@@ -535,6 +547,7 @@ def format_table(result: BenchResult) -> str:
     head = ["method", "tree", "tokens", "target calls", "block eff. (± s.e.)", "tokens/s median [q25, q75]",
             "speed-up vs AR, paired (± s.e.)", "same, CPU time (± s.e.)", "block eff. / best baseline", "tokens/s / best baseline",
             "block eff. RB, pooled (± s.e.)", "RB - best baseline (± s.e.)", "RB - rrs (± s.e.)",
+            "observed - best baseline (± s.e.)", "s.e. gain of RB: level / difference",
             "projected speed-up, wall / CPU", "memory-bound speed-up"]
     rows = ([r["method"], r["tree"], str(r["tokens"]) if r["block_efficiency"] is not None else "- (scored)",
              str(r["target_calls"]) if r["block_efficiency"] is not None else "-",
@@ -547,6 +560,8 @@ def format_table(result: BenchResult) -> str:
              _pm(r["rb_vs_best_baseline"], r["rb_vs_best_baseline_se"])
              + (f" ({r['rb_best_baseline']})" if r["rb_best_baseline"] else ""),
              _pm(r["rb_vs_rrs"], r["rb_vs_rrs_se"]),
+             _pm(r["obs_vs_best_baseline"], r["obs_vs_best_baseline_se"]),
+             f"{_f(r['rb_se_gain'])} / {_f(r['rb_diff_se_gain'])}",
              (f"{_f(r['speedup_projected'])} / {_f(r['speedup_projected_cpu'])}"
               + ("" if r["projected_from"] in (None, r["method"]) else f" (from {r['projected_from']})")
               if r["speedup_projected"] is not None else "-"),
@@ -602,7 +617,7 @@ def write_report(result: BenchResult, md_path: Path, json_path: Path, command: s
         "accepted length of each verifier on the SAME drafted trees and target laws, pooled over every run of the "
         "tree whose drafting the verifier is exact for (unbiased: every exact verifier emits the target's law, so "
         "the visited contexts are target samples whatever verifier drives); s.e. over (seed, prompt) clusters; "
-        "differences are paired (same trees). It counts calls before the max-new-tokens cut, so it can sit a "
+        "differences are paired (same trees). 'observed - best baseline': the same difference from the two verifiers' own runs (different trajectories, paired by prompt only; needs both to drive, --verifiers A B). s.e. gain: observed s.e. / RB s.e., of one verifier's level and of that difference. It counts calls before the max-new-tokens cut, so it can sit a "
         "little above the observed column. Memory-bound speed-up (Jeon et al., arXiv 2402.14160): "
         "BE / (1 + c L), c = draft / target weights "
         f"({_ratio(cfg.get('draft_weights'), cfg.get('target_weights'))}), L = draft forwards per target call on "

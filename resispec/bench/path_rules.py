@@ -26,7 +26,6 @@ from __future__ import annotations
 import numpy as np
 
 from ..pathlevel.registry import available_path_verifiers, get_path_verifier
-from ..pathlevel.traversal import children_rows
 from ..trees import TreeShape
 
 #: Path-level rules the bench runs by default (every registered one).
@@ -71,30 +70,17 @@ def sample_tree(p: np.ndarray, q: np.ndarray, shape: TreeShape, rng: np.random.G
 
 def walk_expected(P, Q, parent, tokens, verifier) -> float:
     """Exact expected accepted nodes of a node-level walk (``verifier``: a numpy Verifier exact for i.i.d.
-    candidates) on one drafted tree (arrays of :func:`sample_tree`): with ``a_i`` the verifier's probability
-    of accepting child ``i`` after rejecting ``0..i-1`` (:meth:`Verifier.chain`),
-    ``E(v) = sum_i prod_{j<i} (1 - a_j) a_i (1 + E(c_i))``."""
-    kids = children_rows(parent)
+    candidates) on one drafted tree (arrays of :func:`sample_tree`; row 0 = the root, node ``i`` = row
+    ``i + 1``, ``parent`` in node ids with -1 = the root): the engine's own recursion,
+    :func:`resispec.decoding.expected.expected_accepted`, ``E(v) = sum_i prod_{j<i} (1 - a_j) a_i (1 + E(c_i))``."""
+    from ..decoding.expected import expected_accepted
+    from ..decoding.tree import DraftTree
 
-    def E(v: int) -> float:
-        if not kids[v]:
-            return 0.0
-        cands = np.array([[tokens[c - 1] for c in kids[v]]], dtype=np.int64)
-        a = verifier.chain(P[v][None, :], Q[v][None, :], cands).accept_probs[0]
-        go, tot = 1.0, 0.0
-        for c, ai in zip(kids[v], a):
-            tot += go * ai * (1.0 + E(c))                       # reach child i, accept it, then its subtree
-            go *= 1.0 - ai
-        return tot
-
-    return E(0)
-
-
-def rrs_walk_expected(P, Q, parent, tokens) -> float:
-    """:func:`walk_expected` of ``rrs``."""
-    from ..verifiers.registry import get_verifier
-
-    return walk_expected(P, Q, parent, tokens, get_verifier("rrs"))
+    tree = DraftTree()
+    for pa, tok in zip(parent, tokens):                     # breadth first: a parent precedes its children
+        tree.add(int(pa), int(tok))
+    return expected_accepted(tree, {n: P[n + 1] for n in tree.children}, {n: Q[n + 1] for n in tree.children},
+                             verifier)
 
 
 def control_name(rule) -> str:

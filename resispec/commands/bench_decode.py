@@ -143,8 +143,9 @@ def _summarize(args) -> int:
 
     fresh = argparse.ArgumentParser()
     add_arguments(fresh)
-    given = [f"--{a.dest.replace('_', '-')}" for a in fresh._actions
-             if a.dest not in ("help", "from_json", "out") and getattr(args, a.dest, a.default) != a.default]
+    defaults = vars(fresh.parse_args([]))               # every option of the command at its default
+    given = [f"--{k.replace('_', '-')}" for k, v in defaults.items()
+             if k not in ("from_json", "out") and getattr(args, k, v) != v]
     if given:
         raise ValueError(f"--from-json renders finished runs and takes only --out; drop {' '.join(given)}")
     check_report_path(args.out, "--out")
