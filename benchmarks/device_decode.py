@@ -95,7 +95,9 @@ def project(data: dict, tt: dict, td: dict, base: int) -> list:
     ``data``: ``reports/decode.json`` -- a summary of several runs (``bench-decode --from-json``: ``"runs"``,
     one per temperature) or one run's report (``"rows"``); ``tt`` / ``td``: target / draft step seconds by
     node count (``base`` the 1-token entry).  ``speed-up = BE * t_target(1) / (t_target(N) + sum over drafted
-    levels of t_draft(width))`` per target call, BE the paired exact value where there is one.
+    levels of t_draft(width))`` per target call, BE the paired exact value where there is one.  A run whose
+    draft has no weights (``config["draft_weights"] == 0``: the n-gram draft, a few vector operations on the
+    host per level) is projected with a draft cost of 0; each entry names the run's draft.
     """
     from resispec.trees import TreeShape
 
@@ -103,6 +105,8 @@ def project(data: dict, tt: dict, td: dict, base: int) -> list:
                                                                       "rows": data["rows"]}]
     proj = []
     for run in runs:
+        cfg = run.get("config", {})
+        free = cfg.get("draft_weights") == 0                         # a weightless draft: no device forward
         for r in run["rows"]:
             be = r.get("block_efficiency_rb") or r.get("block_efficiency")  # the paired exact value first
             if r["method"] == "autoregressive" or not be:
@@ -113,8 +117,9 @@ def project(data: dict, tt: dict, td: dict, base: int) -> list:
             for b in shape.branching[:-1]:
                 w *= b
                 widths.append(w)
-            draft = td[base] + sum(td[min(td, key=lambda k: abs(k - x))] for x in widths)
-            proj.append({"temperature": run["config"].get("temperature"), "method": r["method"], "tree": r["tree"],
+            draft = 0.0 if free else td[base] + sum(td[min(td, key=lambda k: abs(k - x))] for x in widths)
+            proj.append({"temperature": cfg.get("temperature"), "draft": cfg.get("draft"),
+                         "method": r["method"], "tree": r["tree"],
                          "block_efficiency_cpu": be, "projected_speedup": be * tt[base] / (tt[nt] + draft)})
     return proj
 
@@ -158,10 +163,11 @@ def main() -> int:
         lines.append(f"| {name} | {'real' if m['real_weights'] else 'random'} | " +
                      " | ".join(f"{s * 1e3:.2f} ms ({s / base:.2f}x)" for s in m["step_seconds"].values()) + " |")
     if proj:
-        lines += ["", "PROJECTED end-to-end speed-up vs target-only (block efficiency from the CPU run on the real "
-                  "pair x measured step times here):", "",
-                  "| T | method | tree | block eff. (CPU) | projected speed-up |", "|---|---|---|---|---|"]
-        lines += [f"| {p['temperature']} | {p['method']} | {p['tree']} | {p['block_efficiency_cpu']:.3f} | "
+        lines += ["", "PROJECTED end-to-end speed-up vs target-only (block efficiency from the CPU runs in "
+                  "reports/decode.json, per draft, x measured step times here; the n-gram draft costs no device "
+                  "forward):", "",
+                  "| T | draft | method | tree | block eff. (CPU) | projected speed-up |", "|---|---|---|---|---|---|"]
+        lines += [f"| {p['temperature']} | {p['draft']} | {p['method']} | {p['tree']} | {p['block_efficiency_cpu']:.3f} | "
                   f"{p['projected_speedup']:.2f} |" for p in proj]
     text = "\n".join(lines) + "\n"
     print(text)

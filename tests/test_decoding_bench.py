@@ -281,3 +281,7 @@ def test_device_projection_reads_a_summary_and_a_run(tmp_path):
                         {"source": "b", "config": {"temperature": 1.0}, "rows": rows}]}
     both = mod.project(summary, tt, td, 1)
     assert [p["temperature"] for p in both] == [0.7, 0.7, 1.0, 1.0]
+    # a weightless draft (the n-gram) costs no device forward: only the target's tree step counts
+    ngram = mod.project({"config": {"temperature": 1.0, "draft": "ngram", "draft_weights": 0}, "rows": rows},
+                        tt, td, 1)
+    assert ngram[0]["projected_speedup"] == pytest.approx(2.5 * 1.0 / 2.0) and ngram[0]["draft"] == "ngram"
