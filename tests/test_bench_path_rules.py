@@ -184,3 +184,18 @@ def test_traversal_resispec_laws_are_laws():
         plan = rule.plan_tree(P, Q, par, tok)
         np.testing.assert_allclose(plan.laws.sum(axis=1), 1.0, atol=1e-12)
         assert abs(plan.stop.sum() - 1.0) < 1e-12
+
+
+def test_walk_expected_refuses_malformed_trees():
+    """Breaker finding: a parent of -2 wrapped around, mismatched lengths were cut by zip, float ids truncated."""
+    p, q = _pairs(V=4)
+    P, Q, par, tok, _ = sample_tree(p, q, TreeShape.parse("2,1"), np.random.default_rng(0))
+    rrs = get_verifier("rrs")
+    for bad_par, bad_tok, msg in ((np.array([-1, -2, 0, 1]), tok, "parent"),
+                                  (par, tok[:-1], "one length"),
+                                  (par.astype(float), tok, "integer"),
+                                  (np.array([-1, 2, 0, 1]), tok, "parent")):
+        with pytest.raises(ValueError, match=msg):
+            walk_expected(P, Q, bad_par, bad_tok, rrs)
+    with pytest.raises(ValueError, match="one row per node"):
+        walk_expected(P[:-1], Q, par, tok, rrs)

@@ -1,6 +1,7 @@
 """bench-decode and capture plumbing on tiny models; the captured family reads the file."""
 
 import json
+import os
 
 import numpy as np
 import pytest
@@ -248,6 +249,34 @@ def test_from_json_renders_one_table_from_finished_runs(tmp_path, capsys):
                       ([str(paths[0]), "--trees", "9,9"], "drop --trees")):
         assert main(["bench-decode", "--from-json", *args, "--out", str(tmp_path / "x.md")]) == 2
         assert msg in capsys.readouterr().err and not (tmp_path / "x.md").exists()
+    # corrupt runs (breaker findings): NaN, a negative count, a huge integer, a duplicated run, an older file
+    # with no per-run data, deep nesting, a hard link to an input, a FIFO
+    spec = next(i for i, x in enumerate(run["runs"]) if "rb" in x)
+    nan = paths[0].read_text().replace('"calls": ', '"calls": NaN, "x": ', 1)
+    (tmp_path / "nan.json").write_text(nan)
+    neg, huge = json.loads(json.dumps(run["runs"])), json.loads(json.dumps(run["runs"]))
+    neg[spec]["calls"] = -5
+    huge[spec]["calls"] = 10 ** 400
+    (tmp_path / "deep.json").write_text("[" * 100000 + "]" * 100000)
+    (tmp_path / "hard.json").hardlink_to(paths[0])
+    os.mkfifo(tmp_path / "fifo.json")
+    old = json.loads(json.dumps(run))
+    del old["runs"]
+    (tmp_path / "old.json").write_text(json.dumps(old))
+    for args, msg in (([str(tmp_path / "nan.json")], "non-finite"),
+                      ([variant("negc.json", runs=neg)], "finite numbers >= 0"),
+                      ([variant("huge.json", runs=huge)], "not a bench-decode run JSON"),
+                      ([variant("dup.json", runs=run["runs"] + run["runs"][1:2])], "repeats"),
+                      ([str(tmp_path / "old.json")], "older bench-decode"),
+                      ([str(tmp_path / "deep.json")], "not a bench-decode run JSON"),
+                      ([str(paths[0]), str(tmp_path / "hard.json")], "twice"),
+                      ([str(tmp_path / "fifo.json")], "not a regular file")):
+        assert main(["bench-decode", "--from-json", *args, "--out", str(tmp_path / "x.md")]) == 2, msg
+        assert msg in capsys.readouterr().err and not (tmp_path / "x.md").exists()
+    # --from-json given twice: both lists are rendered, none dropped
+    assert main(["bench-decode", "--from-json", str(paths[0]), "--from-json", str(paths[1]),
+                 "--out", str(tmp_path / "two.md")]) == 0
+    assert (tmp_path / "two.md").read_text().count("## T = ") == 2
     assert main(["bench-decode", "--from-json", str(paths[0]), "--out", str(tmp_path / "T0.7.md")]) == 2
     assert "one of the --from-json inputs" in capsys.readouterr().err
     # the JSON beside --out holds another RUN: refused, the run kept

@@ -251,3 +251,39 @@ def test_tree_shape_reads_the_wor_prefix():
     assert TreeShape.parse(s.label) == s and TreeShape.parse("4,1").label == "4,1"
     with pytest.raises(ValueError, match="malformed tree shape"):
         TreeShape.parse("wor:")
+
+
+def _run(method, prompt, calls, obs, rb):
+    return {"method": method, "tree": "2,1", "seed": 0, "prompt": prompt, "calls": calls, "obs": obs, "rb": rb}
+
+
+def test_observed_difference_uses_only_the_prompts_both_verifiers_drove():
+    """Breaker finding: resispec drove prompts 0-2, rrs only prompt 0; the observed difference must compare the
+    two on prompt 0 alone (both make 3 tokens per call there), not the easy prompts only one of them ran."""
+    from resispec.bench.decode import _rb_keys, _rb_tree
+
+    runs = [_run("resispec", 0, 10, 30.0, {"resispec": 30.0, "rrs": 29.0}),
+            _run("resispec", 1, 10, 10.0, {"resispec": 10.0, "rrs": 9.5}),
+            _run("resispec", 2, 10, 20.0, {"resispec": 20.0, "rrs": 19.0}),
+            _run("rrs", 0, 10, 30.0, {"resispec": 31.0, "rrs": 30.0})]
+    keys = _rb_keys(_rb_tree(runs, "2,1"), "resispec")
+    assert keys["rb_best_baseline"] == "rrs"
+    assert keys["obs_vs_best_baseline"] == pytest.approx(0.0)
+    assert keys["obs_vs_best_baseline_se"] is None and keys["rb_diff_se_gain"] is None   # one shared prompt
+    # two shared prompts: the difference and its s.e. from those two only
+    runs.append(_run("rrs", 1, 10, 12.0, {"resispec": 12.5, "rrs": 12.0}))
+    keys = _rb_keys(_rb_tree(runs, "2,1"), "resispec")
+    assert keys["obs_vs_best_baseline"] == pytest.approx((30 + 10) / 20 - (30 + 12) / 20)
+    assert keys["obs_vs_best_baseline_se"] > 0 and keys["rb_diff_se_gain"] > 0
+
+
+def test_no_se_gain_from_a_rounding_level_tie():
+    """Two verifiers whose RB values agree to rounding (a chain, where rules tie): no 1e15 'gain'."""
+    from resispec.bench.decode import _rb_keys, _rb_tree
+
+    e = 1e-15
+    runs = [_run(m, u, 10, 20.0 + u + (m == "kseq"), {"kseq": 20.0 + u + e * u, "rrs": 20.0 + u})
+            for u in range(4) for m in ("kseq", "rrs")]
+    keys = _rb_keys(_rb_tree(runs, "2,1"), "kseq" if _rb_keys(_rb_tree(runs, "2,1"), "rrs")["rb_best_baseline"]
+                    == "rrs" else "rrs")
+    assert keys["obs_vs_best_baseline_se"] is not None and keys["rb_diff_se_gain"] is None

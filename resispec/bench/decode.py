@@ -232,15 +232,31 @@ def _z_se(z) -> float | None:
     return float(np.std(z, ddof=1) / math.sqrt(len(z))) if z is not None and len(z) >= 2 else None
 
 
+#: an RB difference whose s.e. is below this (relative) is a tie to rounding: no s.e. gain is formed from it
+_TIE_SE = 1e-9
+
+
 def _rb_tree(runs: list, tree: str) -> dict:
-    """Per method on ``tree``: (RB estimate, z), (observed per-call estimate, z) over (seed, prompt) clusters."""
+    """Per method on ``tree``: (RB estimate, z), (observed per-call estimate, z) over (seed, prompt) clusters,
+    and ``obs_common[a][b]``: both observed estimates on the clusters where a AND b drove runs."""
     mine = [x for x in runs if x["tree"] == tree and "rb" in x]
     clusters = sorted({(x["seed"], x["prompt"]) for x in mine})
     names = dict.fromkeys(m for x in mine for m in x["rb"])
     out = {m: _cluster_ratio(mine, clusters, lambda x, m=m: x["rb"].get(m)) for m in names}
+    drivers = list(dict.fromkeys(x["method"] for x in mine))
     obs = {m: _cluster_ratio(mine, clusters, lambda x, m=m: x["obs"] if x["method"] == m else None)
-           for m in dict.fromkeys(x["method"] for x in mine)}
-    return {"rb": out, "obs": obs}
+           for m in drivers}
+    drove = {m: {(x["seed"], x["prompt"]) for x in mine if x["method"] == m} for m in drivers}
+    common = {}
+    for a in drivers:
+        for b in drivers:
+            both = sorted(drove[a] & drove[b])
+            if a != b and both:
+                runs_ab = [x for x in mine if (x["seed"], x["prompt"]) in drove[a] & drove[b]]
+                common.setdefault(a, {})[b] = tuple(
+                    _cluster_ratio(runs_ab, both, lambda x, m=m: x["obs"] if x["method"] == m else None)
+                    for m in (a, b))
+    return {"rb": out, "obs": obs, "obs_common": common}
 
 
 def _rb_keys(t: dict | None, method: str) -> dict:
@@ -270,11 +286,13 @@ def _rb_keys(t: dict | None, method: str) -> dict:
     # the same difference from observed counts, when the best baseline ALSO drove runs on this tree: different
     # trajectories on the same (seed, prompt) clusters, so only the prompts pair it; its s.e. over the paired
     # RB difference's is what the paired estimator buys when telling two verifiers apart
-    if best is not None and best != method and zo is not None and t["obs"].get(best, (None,))[0] is not None:
-        Ob, zob, _ = t["obs"][best]
-        keys["obs_vs_best_baseline"], keys["obs_vs_best_baseline_se"] = O - Ob, _z_se(zo - zob)
-        if keys["rb_vs_best_baseline_se"] and keys["obs_vs_best_baseline_se"] is not None:
-            keys["rb_diff_se_gain"] = keys["obs_vs_best_baseline_se"] / keys["rb_vs_best_baseline_se"]
+    # only on the (seed, prompt) clusters BOTH drove (else the difference compares prompt sets, not verifiers)
+    if best is not None and best != method and best in t["obs_common"].get(method, {}):
+        (Om, zm, _), (Ob, zob, _) = t["obs_common"][method][best]
+        keys["obs_vs_best_baseline"], keys["obs_vs_best_baseline_se"] = Om - Ob, _z_se(zm - zob)
+        rb_se = keys["rb_vs_best_baseline_se"]
+        if rb_se is not None and rb_se > _TIE_SE * max(1.0, abs(R)) and keys["obs_vs_best_baseline_se"] is not None:
+            keys["rb_diff_se_gain"] = keys["obs_vs_best_baseline_se"] / rb_se
     return keys
 
 

@@ -10,6 +10,7 @@ Nothing is recomputed: the rows are :meth:`BenchResult.table` of the stored runs
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 from ._report import md_table
@@ -23,18 +24,24 @@ def load_result(path) -> BenchResult:
     """
     path = Path(path)
     what = f"{str(path)!r} is not a bench-decode run JSON"
+    def _no_nan(token):
+        raise ValueError(f"non-finite number {token} (bench-decode writes strict JSON)")
+
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
+        data = json.loads(path.read_text(encoding="utf-8"), parse_constant=_no_nan)
     except FileNotFoundError:
         raise ValueError(f"{str(path)!r} does not exist; pass the .json a 'resispec bench-decode --out X.md' "
                          "run wrote beside X.md") from None
-    except (OSError, json.JSONDecodeError, UnicodeDecodeError) as exc:
+    except (OSError, ValueError, RecursionError) as exc:          # JSONDecodeError, UnicodeDecodeError: ValueError
         raise ValueError(f"{what} ({type(exc).__name__}: {exc}); pass the .json a 'resispec bench-decode' run "
                          "wrote") from None
     if isinstance(data, dict) and "raw" not in data and isinstance(data.get("runs"), list) \
             and all(isinstance(r, dict) and "source" in r for r in data["runs"]):
         raise ValueError(f"{str(path)!r} is a summary written by 'bench-decode --from-json', not a run; pass the "
                          f"run JSONs it names: {[r['source'] for r in data['runs']]}")
+    if isinstance(data, dict) and "raw" in data and "runs" not in data:
+        raise ValueError(f"{str(path)!r} was written by an older bench-decode that kept no per-run data (no 'runs'); "
+                         "the summary needs them: rerun that bench-decode")
     try:
         cfg, raw, runs, complete = data["config"], data["raw"], data["runs"], data["complete"]
         if not isinstance(cfg, dict) or not isinstance(raw, list) or not isinstance(runs, list):
@@ -46,16 +53,40 @@ def load_result(path) -> BenchResult:
             if w is not None and (isinstance(w, bool) or not isinstance(w, int) or w < 0 or
                                   (key == "target_weights" and w == 0)):
                 raise TypeError(f"config {key} must be a parameter count (int > 0; draft >= 0) or null, got {w!r}")
+        _check_runs(runs)
         fields = BenchRow.__dataclass_fields__
         rows = [BenchRow(**{k: r[k] for k in fields if k in r}) for r in raw]   # older files lack draft_calls
         result = BenchResult(rows, cfg, runs=list(runs), complete=complete)
         result.table()                                   # every stored run must render: fail here, not later
-    except (KeyError, TypeError, AttributeError, ValueError, ZeroDivisionError) as exc:
+    except (KeyError, TypeError, AttributeError, ValueError, ZeroDivisionError, OverflowError) as exc:
         raise ValueError(f"{what} ({type(exc).__name__}: {exc}); pass the .json a 'resispec bench-decode' run "
                          "wrote") from None
     if not any(x.get("method") != AUTOREGRESSIVE for x in result.runs if isinstance(x, dict)):
         raise ValueError(f"{str(path)!r} holds no finished speculative run; nothing to tabulate")
     return result
+
+
+#: per-run counts and times: finite numbers >= 0 where present
+_NONNEG = ("tokens", "target_calls", "calls", "obs", "seconds", "cpu_seconds", "rb_seconds")
+
+
+def _check_runs(runs: list) -> None:
+    """TypeError / ValueError for a run that could not come from bench-decode: not an object, a count or time
+    that is negative or not a finite number, an RB value likewise, or the same (method, tree, seed, prompt,
+    repeat) twice (it would shrink every standard error)."""
+    seen = set()
+    for i, x in enumerate(runs):
+        if not isinstance(x, dict) or not isinstance(x.get("method"), str) or not isinstance(x.get("tree"), str):
+            raise TypeError(f"runs[{i}] must be an object with string 'method' and 'tree'")
+        vals = [(k, x[k]) for k in _NONNEG if x.get(k) is not None]
+        vals += [(f"rb.{k}", v) for k, v in (x.get("rb") or {}).items()]
+        for k, v in vals:
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0:
+                raise ValueError(f"runs[{i}] {k} = {v!r}: counts and times are finite numbers >= 0")
+        key = (x["method"], x["tree"], x.get("seed"), x.get("prompt"), x.get("repeat"))
+        if key in seen:
+            raise ValueError(f"runs[{i}] repeats (method, tree, seed, prompt, repeat) = {key}")
+        seen.add(key)
 
 
 def _order(method: str) -> tuple:

@@ -76,6 +76,15 @@ def walk_expected(P, Q, parent, tokens, verifier) -> float:
     from ..decoding.expected import expected_accepted
     from ..decoding.tree import DraftTree
 
+    parent, tokens = np.asarray(parent), np.asarray(tokens)
+    n = parent.size
+    if parent.ndim != 1 or tokens.shape != (n,) or parent.dtype.kind not in "iu" or tokens.dtype.kind not in "iu":
+        raise ValueError(f"parent and tokens must be 1-D integer arrays of one length (sample_tree's), got "
+                         f"{parent.dtype}{parent.shape} and {tokens.dtype}{tokens.shape}")
+    if n and (np.any(parent < -1) or np.any(parent >= np.arange(n))):
+        raise ValueError("parent[i] must be -1 (the root) or a node before i (sample_tree's breadth-first order)")
+    if len(P) != n + 1 or len(Q) != n + 1:
+        raise ValueError(f"P and Q need one row per node plus the root ({n + 1}), got {len(P)} and {len(Q)}")
     tree = DraftTree()
     for pa, tok in zip(parent, tokens):                     # breadth first: a parent precedes its children
         tree.add(int(pa), int(tok))

@@ -55,7 +55,7 @@ def add_arguments(p) -> None:
     p.add_argument("--no-paired", action="store_true",
                    help="skip the paired Rao-Blackwellised block efficiency (every verifier's exact expected "
                    "accepted length on every drafted tree; no extra target pass, kept out of the timings)")
-    p.add_argument("--from-json", nargs="+", type=Path, default=None, metavar="JSON",
+    p.add_argument("--from-json", nargs="+", action="extend", type=Path, default=None, metavar="JSON",
                    help="render one summary table from the JSONs of finished bench-decode runs (e.g. one per "
                    "temperature) into --out: every verifier's paired block efficiency, ratio to the best baseline, "
                    "projected and memory-bound speed-up; no model is loaded")
@@ -150,8 +150,14 @@ def _summarize(args) -> int:
         raise ValueError(f"--from-json renders finished runs and takes only --out; drop {' '.join(given)}")
     check_report_path(args.out, "--out")
     js = args.out.with_suffix(".json")
+    import os
+
+    for p in args.from_json:                             # a FIFO or a device would block or never end
+        if p.exists() and not p.is_file():
+            raise ValueError(f"--from-json {p} is not a regular file; pass the .json a bench-decode run wrote")
     inputs = [p.resolve() for p in args.from_json]
-    if len(set(inputs)) != len(inputs):
+    ids = [(st.st_dev, st.st_ino) for st in (os.stat(p) for p in inputs if p.exists())]
+    if len(set(inputs)) != len(inputs) or len(set(ids)) != len(ids):   # also a hard link to the same file
         raise ValueError("--from-json names the same file twice; pass each run once")
     if {args.out.resolve(), js.resolve()} & set(inputs):
         raise ValueError(f"--out {args.out} (or its .json) is one of the --from-json inputs; write the summary to "
