@@ -237,26 +237,28 @@ _TIE_SE = 1e-9
 
 
 def _rb_tree(runs: list, tree: str) -> dict:
-    """Per method on ``tree``: (RB estimate, z), (observed per-call estimate, z) over (seed, prompt) clusters,
-    and ``obs_common[a][b]``: both observed estimates on the clusters where a AND b drove runs."""
+    """Per method on ``tree``: (RB estimate, z), (observed per-call estimate, z) over (seed, prompt) clusters;
+    also the tree's runs and, per driver, the clusters it drove (for :func:`_obs_common`)."""
     mine = [x for x in runs if x["tree"] == tree and "rb" in x]
     clusters = sorted({(x["seed"], x["prompt"]) for x in mine})
     names = dict.fromkeys(m for x in mine for m in x["rb"])
     out = {m: _cluster_ratio(mine, clusters, lambda x, m=m: x["rb"].get(m)) for m in names}
-    drivers = list(dict.fromkeys(x["method"] for x in mine))
-    obs = {m: _cluster_ratio(mine, clusters, lambda x, m=m: x["obs"] if x["method"] == m else None)
-           for m in drivers}
-    drove = {m: {(x["seed"], x["prompt"]) for x in mine if x["method"] == m} for m in drivers}
-    common = {}
-    for a in drivers:
-        for b in drivers:
-            both = sorted(drove[a] & drove[b])
-            if a != b and both:
-                runs_ab = [x for x in mine if (x["seed"], x["prompt"]) in drove[a] & drove[b]]
-                common.setdefault(a, {})[b] = tuple(
-                    _cluster_ratio(runs_ab, both, lambda x, m=m: x["obs"] if x["method"] == m else None)
-                    for m in (a, b))
-    return {"rb": out, "obs": obs, "obs_common": common}
+    drove = {}
+    for x in mine:
+        drove.setdefault(x["method"], set()).add((x["seed"], x["prompt"]))
+    obs = {m: _cluster_ratio(mine, clusters, lambda x, m=m: x["obs"] if x["method"] == m else None) for m in drove}
+    return {"rb": out, "obs": obs, "runs": mine, "drove": drove}
+
+
+def _obs_common(t: dict, a: str, b: str):
+    """Observed per-call estimates ``(R, z, calls)`` of drivers ``a`` and ``b`` on the clusters BOTH drove
+    (else a difference would compare prompt sets, not verifiers); None when they share none."""
+    both = t["drove"].get(a, set()) & t["drove"].get(b, set())
+    if not both:
+        return None
+    runs = [x for x in t["runs"] if (x["seed"], x["prompt"]) in both]
+    return tuple(_cluster_ratio(runs, sorted(both), lambda x, m=m: x["obs"] if x["method"] == m else None)
+                 for m in (a, b))
 
 
 def _rb_keys(t: dict | None, method: str) -> dict:
@@ -284,11 +286,11 @@ def _rb_keys(t: dict | None, method: str) -> dict:
             keys[name], keys[name + "_se"] = R - Rb, _z_se(z - zb)
     keys["rb_best_baseline"] = best
     # the same difference from observed counts, when the best baseline ALSO drove runs on this tree: different
-    # trajectories on the same (seed, prompt) clusters, so only the prompts pair it; its s.e. over the paired
-    # RB difference's is what the paired estimator buys when telling two verifiers apart
-    # only on the (seed, prompt) clusters BOTH drove (else the difference compares prompt sets, not verifiers)
-    if best is not None and best != method and best in t["obs_common"].get(method, {}):
-        (Om, zm, _), (Ob, zob, _) = t["obs_common"][method][best]
+    # trajectories on the prompts both ran, so only the prompts pair it; its s.e. over the paired RB
+    # difference's is what the paired estimator buys when telling two verifiers apart
+    common = _obs_common(t, method, best) if best is not None and best != method else None
+    if common is not None:
+        (Om, zm, _), (Ob, zob, _) = common
         keys["obs_vs_best_baseline"], keys["obs_vs_best_baseline_se"] = Om - Ob, _z_se(zm - zob)
         rb_se = keys["rb_vs_best_baseline_se"]
         if rb_se is not None and rb_se > _TIE_SE * max(1.0, abs(R)) and keys["obs_vs_best_baseline_se"] is not None:

@@ -24,6 +24,7 @@ def load_result(path) -> BenchResult:
     """
     path = Path(path)
     what = f"{str(path)!r} is not a bench-decode run JSON"
+
     def _no_nan(token):
         raise ValueError(f"non-finite number {token} (bench-decode writes strict JSON)")
 

@@ -72,7 +72,12 @@ def walk_expected(P, Q, parent, tokens, verifier) -> float:
     """Exact expected accepted nodes of a node-level walk (``verifier``: a numpy Verifier exact for i.i.d.
     candidates) on one drafted tree (arrays of :func:`sample_tree`; row 0 = the root, node ``i`` = row
     ``i + 1``, ``parent`` in node ids with -1 = the root): the engine's own recursion,
-    :func:`resispec.decoding.expected.expected_accepted`, ``E(v) = sum_i prod_{j<i} (1 - a_j) a_i (1 + E(c_i))``."""
+    :func:`resispec.decoding.expected.expected_accepted`, ``E(v) = sum_i prod_{j<i} (1 - a_j) a_i (1 + E(c_i))``
+    (SpecInfer, arXiv 2305.09781).
+
+    Shapes: ``P``, ``Q`` (N + 1, V) float64 target / draft laws, ``parent`` (N,) int (each -1 or an earlier
+    node), ``tokens`` (N,) int.  Returns the expected number of accepted nodes (float, in [0, depth]).
+    Raises ValueError for arrays that are not of that form."""
     from ..decoding.expected import expected_accepted
     from ..decoding.tree import DraftTree
 
@@ -88,7 +93,7 @@ def walk_expected(P, Q, parent, tokens, verifier) -> float:
     tree = DraftTree()
     for pa, tok in zip(parent, tokens):                     # breadth first: a parent precedes its children
         tree.add(int(pa), int(tok))
-    return expected_accepted(tree, {n: P[n + 1] for n in tree.children}, {n: Q[n + 1] for n in tree.children},
+    return expected_accepted(tree, {v: P[v + 1] for v in tree.children}, {v: Q[v + 1] for v in tree.children},
                              verifier)
 
 

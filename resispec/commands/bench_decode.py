@@ -140,6 +140,7 @@ def _summarize(args) -> int:
     from ..bench.decode_summary import load_result, summary_markdown
 
     import argparse
+    import os
 
     fresh = argparse.ArgumentParser()
     add_arguments(fresh)
@@ -150,8 +151,6 @@ def _summarize(args) -> int:
         raise ValueError(f"--from-json renders finished runs and takes only --out; drop {' '.join(given)}")
     check_report_path(args.out, "--out")
     js = args.out.with_suffix(".json")
-    import os
-
     for p in args.from_json:                             # a FIFO or a device would block or never end
         if p.exists() and not p.is_file():
             raise ValueError(f"--from-json {p} is not a regular file; pass the .json a bench-decode run wrote")
