@@ -287,3 +287,14 @@ def test_no_se_gain_from_a_rounding_level_tie():
     keys = _rb_keys(_rb_tree(runs, "2,1"), "kseq" if _rb_keys(_rb_tree(runs, "2,1"), "rrs")["rb_best_baseline"]
                     == "rrs" else "rrs")
     assert keys["obs_vs_best_baseline_se"] is not None and keys["rb_diff_se_gain"] is None
+
+
+def test_no_se_gain_when_two_drivers_followed_identical_paths():
+    """New-user finding: kseq and rrs drove the same tokens on every prompt (observed s.e. 0): no '0.000' gain."""
+    from resispec.bench.decode import _rb_keys, _rb_tree
+
+    runs = [_run(m, u, 10, 20.0 + u, {"kseq": 20.0 + u - 0.1 * u * u, "rrs": 20.0 + u}) for u in range(4)
+            for m in ("kseq", "rrs")]
+    keys = _rb_keys(_rb_tree(runs, "2,1"), "kseq")
+    assert keys["rb_best_baseline"] == "rrs" and keys["obs_vs_best_baseline_se"] == 0
+    assert keys["rb_vs_best_baseline_se"] > 0 and keys["rb_diff_se_gain"] is None

@@ -293,7 +293,9 @@ def _rb_keys(t: dict | None, method: str) -> dict:
         (Om, zm, _), (Ob, zob, _) = common
         keys["obs_vs_best_baseline"], keys["obs_vs_best_baseline_se"] = Om - Ob, _z_se(zm - zob)
         rb_se = keys["rb_vs_best_baseline_se"]
-        if rb_se is not None and rb_se > _TIE_SE * max(1.0, abs(R)) and keys["obs_vs_best_baseline_se"] is not None:
+        obs_se = keys["obs_vs_best_baseline_se"]
+        # no gain from a tie: RB s.e. at rounding level, or observed s.e. 0 (the two drove identical paths)
+        if rb_se is not None and rb_se > _TIE_SE * max(1.0, abs(R)) and obs_se:
             keys["rb_diff_se_gain"] = keys["obs_vs_best_baseline_se"] / rb_se
     return keys
 

@@ -128,6 +128,15 @@ def summary_rows(result: BenchResult) -> list[list[str]]:
     return out
 
 
+def _prompts(res: BenchResult) -> str:
+    """The prompt count; for a stopped run, how many finished of those asked for."""
+    asked = res.config.get("prompts")
+    if res.complete:
+        return str(asked)
+    done = {x.get("prompt") for x in res.runs if x.get("method") == AUTOREGRESSIVE}
+    return f"{len(done)} (of {asked} asked)"
+
+
 def summary_markdown(results: list, sources: list, command: str = "") -> str:
     """The combined report: per input run its settings line and table (see the module docstring)."""
     head = ["tree", "method", "block eff., paired RB (± s.e.)", "/ best baseline", "- best baseline (± s.e.)",
@@ -152,7 +161,7 @@ def summary_markdown(results: list, sources: list, command: str = "") -> str:
         c = dw / tw if tw and dw is not None else None
         md += [f"## T = {cfg.get('temperature')}: target `{cfg.get('target')}`, draft `{cfg.get('draft')}`", "",
                f"Source: `{src}`" + ("" if res.complete else " (**PARTIAL**: the run was stopped)")
-               + f"; {cfg.get('prompts')} prompts x seeds {cfg.get('seeds')}, up to {cfg.get('max_new_tokens')} new "
+               + f"; {_prompts(res)} prompts x seeds {cfg.get('seeds')}, up to {cfg.get('max_new_tokens')} new "
                f"tokens, {cfg.get('device')} {cfg.get('dtype')}; c = {'unknown' if c is None else f'{c:.3f}'}.", ""]
         md += md_table(head, summary_rows(res))
         md.append("")
