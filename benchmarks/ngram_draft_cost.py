@@ -1,12 +1,14 @@
-"""The n-gram draft on the real target: cost per drafted level vs a target pass, single-draft acceptance at T = 1.
+"""A cheap draft on the real target: cost per drafted level vs a target pass, single-draft acceptance at T = 1.
 
     python3 benchmarks/ngram_draft_cost.py --prompts 3 --max-new-tokens 32 --out reports/ngram_draft.md
+    python3 benchmarks/ngram_draft_cost.py --draft head --prompts 3 --max-new-tokens 32 --out reports/head_draft.md
 
-Needs the real target (``resispec models fetch qwen2.5-coder-1.5b``); builds the n-gram draft once (cached).
+Needs the real target (``resispec models fetch qwen2.5-coder-1.5b``); builds the draft once (cached): the n-gram
+(``ngram``) or the feature head (``head``, :mod:`resispec.decoding.feature`, which reads the target's features).
 Measured in one run, on this machine:
 
 - target pass time: 1 new token, and a 4-node tree, on top of the cached first prompt (median of 8 each);
-- draft level time: the n-gram's laws for 1 node (the root) and for a 4-node level (median of 20 each);
+- draft level time: the draft's laws for 1 node (the root) and for a 4-node level (median of 20 each);
 - single-draft acceptance at T = 1 on the target's own samples (``sps``, tree ``1``): the exact per-node
   acceptance ``sum(min(p, q))`` (mean and s.e. over the visited nodes) and the empirical acceptance rate.
 
@@ -66,15 +68,18 @@ def main(argv=None) -> int:
     texts = load_prompts("humaneval")[:args.prompts]
     S = SamplingConfig(1.0)
     ids = pair.encode(texts[0])
-    P = CachedModel(pair.target)
+    feats = bool(getattr(pair.draft, "needs_target_features", False))
+    P = CachedModel(pair.target, keep_features=feats)
     P.forward(ids, np.arange(len(ids)), np.tril(np.ones((len(ids), len(ids)), dtype=bool)))
     P.commit(range(len(ids)))
+    s = pair.draft.session(S)
+    if feats:  # a feature-reading draft times its real laws, not its no-feature floor law
+        s.observe_target(P.features[-2])
 
     def target_pass(n):
         P.forward(ids[-n:], [len(ids)] * n, np.eye(n, dtype=bool))
         P.commit([])  # drop the probe tokens again
     tp1, tp4 = median_time(lambda: target_pass(1), 8), median_time(lambda: target_pass(4), 8)
-    s = pair.draft.session(S)
     tree = DraftTree()
     nodes = [tree.add(ROOT, t) for t in ids[-4:]]
     d1, d4 = median_time(lambda: s.level(ids, tree, [ROOT]), 20), median_time(lambda: s.level(ids, tree, nodes), 20)
@@ -94,7 +99,7 @@ def main(argv=None) -> int:
            if len(acc) > 1 else None, "nodes": len(acc), "accept_rate_empirical": float(np.mean(emp)),
            "target_calls": len(emp), "command": "python3 " + " ".join(sys.argv)}
     md = "\n".join([
-        "# The n-gram draft on the real target: cost per drafted level and single-draft acceptance", "",
+        f"# The draft `{out['draft']}` on the real target: cost per drafted level and single-draft acceptance", "",
         f"Command: `{out['command']}`", "",
         f"Target `{out['target']}` (CPU float32, {args.threads} thread(s), shared machine), draft `{out['draft']}`; "
         f"HumanEval prompts 0-{args.prompts - 1}, {args.max_new_tokens} new tokens, T = 1, `sps`, tree `1`.", "",

@@ -1,4 +1,4 @@
-"""Exact per-node acceptance of every iid verifier at REAL target nodes, weak n-gram draft vs the 0.5B draft.
+"""Exact per-node acceptance of every iid verifier at REAL target nodes: weak drafts (n-gram, feature head) vs the 0.5B draft.
 
     python3 benchmarks/weak_draft_acceptance.py --prompts 8 --tokens 32 --every 4 --out reports/weak_draft_acceptance.md
 
@@ -9,8 +9,8 @@ No wall clock is involved, so load cannot move these numbers.  Needs the real ta
    context and the FULL target logits (V = 151,936) at every position; every ``--every``-th position is kept;
    the capture is cached in ``--cache`` (npz) and reused when its settings match;
 2. draft laws at the same contexts: each ``--drafts`` spec (default ``ngram`` and the 0.5B model
-   ``qwen2.5-coder-0.5b``), through the engine's draft interface (``resispec.decoding.drafts``), with the same
-   temperature processing as the target;
+   ``qwen2.5-coder-0.5b``; ``head`` for the feature head, fed the target's feature at the node), through the
+   engine's draft interface (``resispec.decoding.drafts``), with the same temperature processing as the target;
 3. exact acceptance at each node (``resispec.bench.accept.node_acceptance``: the verifiers' step acceptances or
    closed forms, full V) for every iid verifier and ``k`` in ``--k``, at T in ``--temperatures``, next to
    ``alpha*`` (``resispec.optimal_acceptance``).
@@ -86,11 +86,32 @@ def draft_rows(spec: str, target, tok, ctxs, sampling):
     from resispec.decoding.tree import ROOT, DraftTree
 
     d = make_draft(spec, target=target, tokenizer=tok, device="cpu", progress=True)
+    feats = _features(target, ctxs) if getattr(d, "needs_target_features", False) else None
     rows = []
-    for c in ctxs:
+    for i, c in enumerate(ctxs):
         s = d.session(sampling)  # a fresh session per context: no KV state carried between prompts
+        if feats is not None:    # a feature-reading draft (head): the target's feature before the last token
+            s.observe_target(feats[i])
         rows.append(s.level(list(c), DraftTree(), [ROOT])[0])
     return d.name, np.stack(rows)
+
+
+def _features(target, ctxs) -> list:
+    """(H,) target feature at position len(c) - 2 of every context: one cache-free forward per longest context
+    (the contexts of one prompt are prefixes of each other, and causal attention makes a prefix's features
+    those of the longer sequence)."""
+    from resispec.decoding.feature import target_features
+
+    out, i = [None] * len(ctxs), 0
+    while i < len(ctxs):
+        j = i
+        while j + 1 < len(ctxs) and ctxs[j + 1][:len(ctxs[j])] == ctxs[j]:
+            j += 1
+        F = target_features(target, ctxs[j])
+        for a in range(i, j + 1):
+            out[a] = F[len(ctxs[a]) - 2]
+        i = j + 1
+    return out
 
 
 def main(argv=None) -> int:

@@ -20,8 +20,11 @@ model forwards, or level calls for a model-free draft) and ``seconds``.
 
 Implementations are registered by kind (:func:`register_draft`, no
 if-chains): ``model`` (a transformers causal LM sharing the target's
-tokenizer, :class:`ModelDraft`) and ``ngram`` (:mod:`.ngram`, a smoothed
-n-gram over the target's own tokenizer, built from the Python standard library).
+tokenizer, :class:`ModelDraft`), ``ngram`` (:mod:`.ngram`, a smoothed
+n-gram over the target's own tokenizer, built from the Python standard library)
+and ``head`` (:mod:`.feature`, an EAGLE-style head that reads the target's own
+features: its sessions set ``needs_target_features`` and the engine calls
+``observe_target`` after every verification).
 """
 
 from __future__ import annotations
@@ -90,6 +93,14 @@ class DraftSession(ABC):
 
     def commit(self, ids: list, tree: DraftTree, path: list) -> None:
         """Called after verification with the committed ``ids`` (before extension) and the accepted node path."""
+
+    #: True for a draft that reads the target's features (:mod:`.feature`): the engine then keeps the target's
+    #: last hidden states and calls :meth:`observe_target` after every verification, before :meth:`commit`.
+    needs_target_features = False
+
+    def observe_target(self, feature) -> None:
+        """``feature`` (H,) float32: the target's last hidden state (after its final norm) at the position
+        before the next token to be fed (the last accepted node, or the tree's root when none was accepted)."""
 
 
 class Draft(ABC):
@@ -213,7 +224,7 @@ DRAFT_CHECKS: dict[str, Callable] = {}
 
 
 #: Modules that register built-in draft kinds on import (loaded on first lookup: no import cycle).
-BUILTIN_KIND_MODULES = ("resispec.decoding.ngram",)
+BUILTIN_KIND_MODULES = ("resispec.decoding.ngram", "resispec.decoding.feature")
 
 
 def _load_builtin_kinds() -> None:

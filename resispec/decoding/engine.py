@@ -281,7 +281,9 @@ def speculative_decode(target, draft, prompt_ids, verifier: Verifier, tree, *, s
     eos = _eos_set(eos_token_id)
     scored = _scored(verifier, also, mode, tree)
     leaves = any(isinstance(v, PathVerifier) for v in scored)
-    P, S = CachedModel(target), draft.session(sampling)
+    S = draft.session(sampling)
+    feats = bool(getattr(S, "needs_target_features", False))
+    P = CachedModel(target, keep_features=feats)
     res = DecodeResult(expected={v.name: [] for v in scored})
     t0, c0 = time.perf_counter(), time.process_time()
     spent = spent_cpu = 0.0
@@ -296,7 +298,10 @@ def speculative_decode(target, draft, prompt_ids, verifier: Verifier, tree, *, s
             spent, spent_cpu = spent + time.perf_counter() - e0, spent_cpu + time.process_time() - ec0
         walk = verify_path if isinstance(verifier, PathVerifier) else _verify_walk
         emitted, path = walk(dtree, p_logits, q_rows, verifier, sampling, rng, res.nodes if record else None)
-        P.commit(list(range(len(ids) - P.length)) + [len(ids) - P.length + i for i in path])
+        n_pend = len(ids) - P.length
+        if feats:  # the target's feature before the next pending token: last accepted node, else the tree's root
+            S.observe_target(P.features[n_pend + path[-1] if path else n_pend - 1])
+        P.commit(list(range(n_pend)) + [n_pend + i for i in path])
         S.commit(ids, dtree, path)
         res.accepted.append(len(path))
         room = max_new_tokens - len(res.tokens)

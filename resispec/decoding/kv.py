@@ -27,9 +27,12 @@ class CachedModel:
         Forward passes made.
     seconds : float
         Wall-clock time spent in forward passes.
+    features : torch.Tensor (T, H) float32 or None
+        With ``keep_features=True``: the last forward's hidden states after the final norm (what the
+        lm_head reads), one row per fed token; None otherwise.
     """
 
-    def __init__(self, model):
+    def __init__(self, model, keep_features: bool = False):
         import torch
         from transformers import DynamicCache
 
@@ -43,6 +46,16 @@ class CachedModel:
         params = inspect.signature(model.forward).parameters
         self._cache_kw = "cache" if "cache" in params else "past_key_values"
         self._torch = torch
+        self.features = None
+        self._norm = None
+        if keep_features:
+            self._norm = getattr(getattr(model, "base_model", None), "norm", None)
+            if self._norm is None:
+                raise ValueError(f"{type(model).__name__} has no final norm at .base_model.norm: a draft that reads "
+                                 "the target's features needs a Llama/Qwen-style decoder")
+
+    def _keep(self, _module, _inputs, output):
+        self.features = output[0].detach().float().cpu()
 
     def forward(self, tokens, positions, visible) -> "torch.Tensor":
         """Run new tokens through the model on top of the cache.
@@ -67,10 +80,15 @@ class CachedModel:
         pos = torch.as_tensor(np.asarray(positions, dtype=np.int64), device=self.device)[None]
         mask = attention_mask(self.length, visible, self.dtype, self.device)
         t0 = time.perf_counter()
-        with torch.inference_mode():
-            out = self.model(input_ids=ids, position_ids=pos, attention_mask=mask, use_cache=True,
-                             **{self._cache_kw: self.cache})
-            logits = out.logits[0].float().cpu()
+        hook = self._norm.register_forward_hook(self._keep) if self._norm is not None else None  # only this pass
+        try:
+            with torch.inference_mode():
+                out = self.model(input_ids=ids, position_ids=pos, attention_mask=mask, use_cache=True,
+                                 **{self._cache_kw: self.cache})
+                logits = out.logits[0].float().cpu()
+        finally:
+            if hook is not None:
+                hook.remove()
         self.seconds += time.perf_counter() - t0
         self.calls += 1
         return logits

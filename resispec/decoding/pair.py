@@ -57,7 +57,8 @@ def load_pair(target: str = DEFAULT_TARGET, draft: str = DEFAULT_DRAFT, *, dtype
     ``linear``: the linear-layer kernel of both models (:func:`~resispec.decoding.models.load_model`).
 
     ``draft``: a model name/path, or a draft kind of :mod:`.drafts` such as
-    ``"ngram"`` / ``"ngram:order=4"`` (built over the target's tokenizer).
+    ``"ngram"`` / ``"ngram:order=4"`` (built over the target's tokenizer) or ``"head"`` (trained on the
+    target's features, :mod:`.feature`).
 
     Both models are checked to be present (and the device valid) before
     either is loaded; nothing is downloaded unless ``download=True``.
