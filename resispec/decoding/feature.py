@@ -70,7 +70,7 @@ class HeadConfig:
     seq_len: int = 256
     vocab: int = 8192
     hidden: int = 2048
-    epochs: int = 6
+    epochs: int = 4
     lr: float = 1e-3
     floor: float = 0.01
     seed: int = 0
@@ -485,7 +485,7 @@ def load_head(target, tokenizer, config: HeadConfig = HeadConfig(), *, corpus=No
 
 @register_draft("head", check=_check_options)
 def _head_factory(opts, *, target=None, tokenizer=None, progress: bool = True, **_load):
-    """``head[:tokens=24576,vocab=16384,hidden=2048,epochs=6,lr=0.001,floor=0.01,seed=0,corpus=PATH]``."""
+    """``head[:tokens=98304,vocab=8192,hidden=2048,epochs=4,lr=0.001,floor=0.01,seed=0,corpus=PATH]``."""
     if tokenizer is None or target is None:
         raise ValueError("the head draft reads the target's features: pass target= and tokenizer=")
     cfg, corpus = _check_options(opts)
