@@ -408,22 +408,10 @@ def train_head(target, data: dict, S: np.ndarray, config: HeadConfig, base: np.n
 
 
 def _check_options(opts) -> tuple[HeadConfig, object]:
-    """(config, corpus) of head draft options; ValueError for an unknown option or bad value."""
-    from .ngram import default_corpus
+    """(config, corpus) of head draft options; ValueError for an unknown option, a bad value or corpus."""
+    from .ngram import corpus_options
 
-    opts = dict(opts)
-    corpus = opts.pop("corpus", None)
-    fields = set(HeadConfig.__dataclass_fields__)
-    unknown = set(opts) - fields
-    if unknown:
-        raise ValueError(f"head draft: unknown option(s) {sorted(unknown)}; known: {sorted(fields | {'corpus'})}")
-    cfg = HeadConfig(**opts)
-    if corpus is not None and not str(corpus).strip():
-        raise ValueError("head draft: corpus= is empty; give corpus=PATH (a folder of .py sources) or leave it out")
-    root = Path(str(corpus)).expanduser() if corpus is not None else default_corpus()
-    if not root.exists():
-        raise ValueError(f"corpus {str(root)!r} does not exist; give a folder of .py sources")
-    return cfg, corpus
+    return corpus_options(opts, HeadConfig, "head")
 
 
 def load_head(target, tokenizer, config: HeadConfig = HeadConfig(), *, corpus=None, cache: Path | None = None,

@@ -416,28 +416,38 @@ def load_counts(tokenizer, vocab_size: int, *, corpus=None, order: int = 3, cach
 MAX_ORDER = _max_order(2)
 
 
+def corpus_options(opts, config_cls, who: str) -> tuple:
+    """(config, corpus) of a corpus-built draft's options: ``corpus`` popped, the rest given to ``config_cls``.
+
+    Raises ValueError naming ``who`` for an unknown option, a bad value (``config_cls`` checks), an empty
+    ``corpus=`` or a corpus path that does not exist.
+    """
+    opts = dict(opts)
+    corpus = opts.pop("corpus", None)
+    fields = set(config_cls.__dataclass_fields__)
+    unknown = set(opts) - fields
+    if unknown:
+        raise ValueError(f"{who} draft: unknown option(s) {sorted(unknown)}; known: {sorted(fields | {'corpus'})}")
+    cfg = config_cls(**opts)
+    if corpus is not None and not str(corpus).strip():
+        raise ValueError(f"{who} draft: corpus= is empty; give corpus=PATH (a folder of .py sources) or leave it "
+                         "out for the Python standard library")
+    root = Path(str(corpus)).expanduser() if corpus is not None else default_corpus()
+    if not root.exists():
+        raise ValueError(f"corpus {str(root)!r} does not exist; give a folder of .py sources")
+    return cfg, corpus
+
+
 def _check_options(opts) -> tuple[NgramConfig, object]:
     """(config, corpus) of ngram draft options, checked before any model loads.
 
     Raises ValueError for an unknown option, a bad value, an ``order`` outside
     ``[1, MAX_ORDER]`` (no vocabulary fits more), an empty ``corpus=`` or a missing corpus.
     """
-    opts = dict(opts)
-    corpus = opts.pop("corpus", None)
-    fields = set(NgramConfig.__dataclass_fields__)
-    unknown = set(opts) - fields
-    if unknown:
-        raise ValueError(f"ngram draft: unknown option(s) {sorted(unknown)}; known: {sorted(fields | {'corpus'})}")
-    cfg = NgramConfig(**opts)
+    cfg, corpus = corpus_options(opts, NgramConfig, "ngram")
     if cfg.order > MAX_ORDER:
         raise ValueError(f"ngram order must be at most {MAX_ORDER} (contexts are packed in 62 bits; a real "
                          f"tokenizer allows about 4-5), got {cfg.order}")
-    if corpus is not None and not str(corpus).strip():
-        raise ValueError("ngram draft: corpus= is empty; give corpus=PATH (a folder of .py sources) or leave it "
-                         "out for the Python standard library")
-    root = Path(str(corpus)).expanduser() if corpus is not None else default_corpus()
-    if not root.exists():
-        raise ValueError(f"corpus {str(root)!r} does not exist; give a folder of .py sources")
     return cfg, corpus
 
 
