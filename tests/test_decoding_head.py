@@ -143,7 +143,7 @@ def test_build_is_cached_and_checksummed(target, tmp_path, monkeypatch):
     root, cache = _corpus(tmp_path), tmp_path / "cache"
     load_head(target, CharTok(V), CFG, corpus=root, cache=cache, progress=False)
     heads, feats = sorted(cache.glob("head-*.npz")), sorted(cache.glob("features-*.npz"))
-    assert len(heads) == len(feats) == 1 and all(p.with_suffix(".sha256").is_file() for p in heads + feats)
+    assert len(heads) == len(feats) == 1 and all(feature._load_checked(p) is not None for p in heads + feats)
 
     def boom(*a, **k):
         raise AssertionError("rebuilt although cached")
@@ -159,7 +159,10 @@ def test_build_is_cached_and_checksummed(target, tmp_path, monkeypatch):
 
 @pytest.mark.parametrize("opts,match", [
     ("head:tokens=0", "tokens must be an integer >= 64"),
-    ("head:floor=1", r"floor must be a number in \(0, 1\)"),
+    ("head:floor=1", r"floor must be a number in \[1e-06, 1\)"),
+    ("head:floor=1e-320", "floor must be"),
+    ("head:seed=100000000000000000000", r"seed must be an integer in \[0, 4294967295\]"),
+    ("head:hidden=99999999999", "hidden must be an integer in"),
     ("head:floor=nan", "floor must be"),
     ("head:lr=-1", "lr must be"),
     ("head:vocab=2.5", "vocab must be an integer"),
@@ -242,3 +245,39 @@ def test_laws_sum_to_one_in_float64_at_a_large_vocabulary():
     d = HeadDraft(tgt, state, np.full(16384, 1 / 16384), CFG)
     q, _ = d.laws(torch.randn(3, 32) * 30, [1, 2, 3])
     assert q.shape == (3, 16384) and np.abs(q.sum(1) - 1).max() < 1e-12 and q.min() > 0
+
+
+def test_numpy_numbers_are_accepted_as_plain_ones():
+    cfg = HeadConfig(tokens=np.int64(256), lr=np.float32(0.01))
+    assert type(cfg.tokens) is int and type(cfg.lr) is float
+
+
+def test_a_head_refuses_another_target_and_a_wrong_feature(target, head):
+    other = tiny_model("qwen2", vocab=V, seed=6, scale=3.0)          # same V and H, other weights
+    with pytest.raises(ValueError, match="built on another target model"):
+        speculative_decode(other, head, PROMPT, get_verifier("rrs"), "1", sampling=SamplingConfig(1.0),
+                           max_new_tokens=2, rng=np.random.default_rng(0))
+    with pytest.raises(ValueError, match=r"expected \(32,\)"):
+        head.session(SamplingConfig(1.0)).observe_target(np.zeros(16))
+
+
+def test_seq_len_above_the_targets_context_is_refused(tmp_path):
+    short = tiny_model("qwen2", vocab=V, seed=5, ctx=32)
+    with pytest.raises(ValueError, match="seq_len=64 exceeds the target's context of 32"):
+        load_head(short, CharTok(V), HeadConfig(**{**CFG.__dict__, "seq_len": 64}), corpus=_corpus(tmp_path),
+                  cache=tmp_path / "c", progress=False)
+
+
+def test_a_killed_save_or_a_garbled_sidecar_is_a_cache_miss_never_an_error(target, tmp_path):
+    from resispec.decoding import ngram
+
+    root, cache = _corpus(tmp_path), tmp_path / "cache"
+    load_head(target, CharTok(V), CFG, corpus=root, cache=cache, progress=False)
+    feats = next(cache.glob("features-*.npz"))
+    assert feature._load_checked(feats) is not None
+    feats.write_bytes(feats.read_bytes()[:1000])                       # a truncated file: a miss
+    assert feature._load_checked(feats) is None
+    for stamp in cache.glob("*.sha256"):                               # the n-gram counts' sidecar
+        stamp.write_bytes(b"\xff\xfe")
+    counts = ngram.load_counts(CharTok(V), V, corpus=root, order=1, cache=cache, progress=False)
+    assert counts.unigram.sum() > 0

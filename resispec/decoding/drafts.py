@@ -280,7 +280,7 @@ def parse_draft_spec(spec: str) -> tuple[str, dict]:
     for item in rest.split(",") if rest else []:
         key, eq, val = item.partition("=")
         if not eq or not key.strip():
-            raise ValueError(f"draft {spec!r}: option {item!r} must be key=value (e.g. {kind}:order=3)")
+            raise ValueError(f"draft {spec!r}: option {item!r} must be key=value (e.g. {kind}:name=value; docs/decoding.md lists each kind's options)")
         if key.strip() in opts:
             raise ValueError(f"draft {spec!r}: option {key.strip()!r} is given twice; give each option once")
         opts[key.strip()] = _value(val.strip())

@@ -178,6 +178,8 @@ def check_pair(target, draft, target_tokenizer=None, draft_tokenizer=None) -> No
     if vt != vd:
         raise ValueError(f"target has a {vt}-token vocabulary but the draft has {vd}; speculative decoding needs "
                          "a draft over the target's tokenizer and vocabulary")
+    if isinstance(draft, Draft) and callable(getattr(draft, "check_target", None)):
+        draft.check_target(target)    # a draft built on one target model (the feature head) refuses another
     if draft_tokenizer is None and isinstance(draft, Draft):
         b = draft.tokenizer_vocab()
     else:

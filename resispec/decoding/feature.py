@@ -59,11 +59,11 @@ class HeadConfig:
     tokens : int >= 64 -- training positions: target forwards over this many corpus tokens (the build's cost)
     seq_len : int in [16, 4096] -- tokens per teacher-forced target forward
     vocab : int >= 2 -- |S|, the head's sub-vocabulary (most frequent corpus tokens)
-    hidden : int >= 4 -- width of the residual MLP
+    hidden : int in [4, 65536] -- width of the residual MLP
     epochs : int >= 1
     lr : float in (0, 1] -- AdamW learning rate
-    floor : float in (0, 1) -- mass of the unigram law b mixed in, so q covers all V
-    seed : int >= 0 -- chunk order and initialisation (the built head is deterministic given it)
+    floor : float in [1e-6, 1) -- mass of the unigram law b mixed in, so q covers all V
+    seed : int in [0, 2**32 - 1] -- chunk order and initialisation (the built head is deterministic given it)
     """
 
     tokens: int = 98304
@@ -76,19 +76,21 @@ class HeadConfig:
     seed: int = 0
 
     def __post_init__(self):
-        ints = {"tokens": (64, None), "seq_len": (16, 4096), "vocab": (2, None), "hidden": (4, None),
-                "epochs": (1, 1000), "seed": (0, None)}
+        ints = {"tokens": (64, None), "seq_len": (16, 4096), "vocab": (2, None), "hidden": (4, 65536),
+                "epochs": (1, 1000), "seed": (0, 2 ** 32 - 1)}
         for name, (lo, hi) in ints.items():
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < lo or (hi is not None and v > hi):
                 rng = f"in [{lo}, {hi}]" if hi is not None else f">= {lo}"
                 raise ValueError(f"head draft: {name} must be an integer {rng}, got {v!r}")
-        for name, lo, hi, hi_open in (("lr", 0, 1, False), ("floor", 0, 1, True)):
+            object.__setattr__(self, name, int(v))               # numpy ints -> int (JSON cache keys)
+        for name, lo, hi, lo_open, hi_open in (("lr", 0, 1, True, False), ("floor", 1e-6, 1, False, True)):
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, (int, float, np.number)) or not np.isfinite(v) \
-                    or not (lo < v < hi if hi_open else lo < v <= hi):
-                raise ValueError(f"head draft: {name} must be a number in ({lo}, {hi}{')' if hi_open else ']'}, "
-                                 f"got {v!r}")
+                    or not ((lo < v if lo_open else lo <= v) and (v < hi if hi_open else v <= hi)):
+                raise ValueError(f"head draft: {name} must be a number in {'(' if lo_open else '['}{lo:g}, {hi}"
+                                 f"{')' if hi_open else ']'}, got {v!r}")
+            object.__setattr__(self, name, float(v))
 
 
 # ----------------------------------------------------------------- the head (torch)
@@ -130,7 +132,9 @@ def target_features(target, ids) -> "np.ndarray":
     import torch
 
     with torch.inference_mode():
-        out = target.base_model(input_ids=torch.as_tensor(np.asarray(ids, dtype=np.int64))[None], use_cache=False)
+        dev = target.get_input_embeddings().weight.device
+        out = target.base_model(input_ids=torch.as_tensor(np.asarray(ids, dtype=np.int64), device=dev)[None],
+                                use_cache=False)
     return out.last_hidden_state[0].float().cpu().numpy()
 
 
@@ -156,6 +160,7 @@ class HeadDraft(Draft):
 
         emb, lm, normw, eps = _parts(target)
         self.vocab_size = int(lm.shape[0])
+        self.target_key = target_fingerprint(target)
         base = np.asarray(base, dtype=np.float64)
         if base.shape != (self.vocab_size,) or not np.all(np.isfinite(base)) or base.min() <= 0:
             raise ValueError(f"head draft: floor law must be ({self.vocab_size},) finite and > 0, got shape "
@@ -166,11 +171,12 @@ class HeadDraft(Draft):
         if self.S.numel() == 0 or int(self.S.min()) < 0 or int(self.S.max()) >= self.vocab_size:
             raise ValueError("head draft: its sub-vocabulary lies outside the target's vocabulary; rebuild it")
         H = int(emb.shape[1])
-        self.head = _head_module(H, config.hidden, normw, eps)
+        self.H = H
+        self.head = _head_module(H, config.hidden, normw.float().cpu(), eps)   # the head runs on the CPU
         self.head.load_state_dict({k: torch.as_tensor(v) for k, v in state.items() if k != "vocab"})
         self.head.eval()
         self.emb = emb
-        self.W_S = lm.detach()[self.S].float().clone()          # (|S|, H) rows of the target's lm_head
+        self.W_S = lm.detach()[self.S.to(lm.device)].float().cpu()   # (|S|, H) rows of the target's lm_head
         self.name = name or "head:" + ",".join(f"{k}={v}" for k, v in asdict(config).items()
                                                if k in ("tokens", "vocab", "hidden"))
         self.weights = int(sum(p.numel() for p in self.head.parameters()) + self.W_S.numel())
@@ -178,6 +184,17 @@ class HeadDraft(Draft):
 
     def tokenizer_vocab(self):
         return self._vocab
+
+    def check_target(self, target) -> None:
+        """ValueError unless ``target`` is the model this head was built on (its embeddings and lm_head rows)."""
+        try:
+            same = target_fingerprint(target) == self.target_key
+        except ValueError:
+            same = False
+        if not same:
+            raise ValueError("head draft: it was built on another target model (it reads that model's embeddings "
+                             "and lm_head rows); build the head draft with this target (make_draft('head', "
+                             "target=..., tokenizer=...))")
 
     def laws(self, f, tokens) -> tuple:
         """Next-token laws and predicted features.
@@ -195,8 +212,8 @@ class HeadDraft(Draft):
         import torch
 
         with torch.inference_mode():
-            e = self.emb[torch.as_tensor(np.asarray(tokens, dtype=np.int64))].float()
-            f_hat = self.head(f.float(), e)
+            e = self.emb[torch.as_tensor(np.asarray(tokens, dtype=np.int64), device=self.emb.device)].float().cpu()
+            f_hat = self.head(f.float().cpu(), e)
             qs = torch.softmax((f_hat @ self.W_S.T).double(), dim=-1).numpy()  # q_S = softmax(W_lm[S] f_hat), float64
         fl = float(self.config.floor)
         q = np.tile(fl * self.base, (len(qs), 1))                           # floor * b
@@ -221,7 +238,11 @@ class _HeadSession(DraftSession):
         last committed token (the last accepted node, or the last token before the tree)."""
         import torch
 
-        self.feature = torch.as_tensor(np.asarray(feature, dtype=np.float32)).reshape(1, -1)
+        f = torch.as_tensor(np.asarray(feature, dtype=np.float32))
+        if f.numel() != self.draft.H:
+            raise ValueError(f"head draft: observe_target got a feature of shape {tuple(f.shape)}, expected "
+                             f"({self.draft.H},): the target's last hidden state at one position")
+        self.feature = f.reshape(1, -1)
 
     def _level(self, ids, tree, nodes):
         self.calls += 1
@@ -251,21 +272,32 @@ class _HeadSession(DraftSession):
 
 
 # ----------------------------------------------------------------- build: features -> trained head, cached
-def _load_checked(path: Path):
-    from .ngram import _sha256_file
+def _digest(arrays: dict) -> str:
+    """sha256 over the arrays' names, dtypes, shapes and bytes, in sorted key order."""
+    h = hashlib.sha256()
+    for k in sorted(arrays):
+        a = np.ascontiguousarray(arrays[k])
+        h.update(f"{k}|{a.dtype.str}|{a.shape}|".encode())
+        h.update(a.tobytes())
+    return h.hexdigest()
 
-    stamp = path.with_suffix(".sha256")
-    if path.is_file() and stamp.is_file() and stamp.read_text().strip() == _sha256_file(path):
-        return np.load(path)
-    return None
+
+def _load_checked(path: Path):
+    """The arrays of ``path`` (dict) when it reads and its embedded sha256 matches, else None (rebuild)."""
+    if not path.is_file():
+        return None
+    try:
+        with np.load(path) as z:
+            arrays = {k: z[k] for k in z.files}
+        want = str(arrays.pop("sha256"))
+    except Exception:   # truncated / not an npz / no checksum: a cache miss, never an error
+        return None
+    return arrays if want == _digest(arrays) else None
 
 
 def _save_checked(path: Path, arrays: dict) -> None:
-    from .._io import atomic_write
-    from .ngram import _sha256_file
-
-    _save_arrays(path, arrays)
-    atomic_write(path.with_suffix(".sha256"), _sha256_file(path) + "\n")
+    """Write ``arrays`` and their sha256 in ONE file, atomically (a kill leaves the old file or the new one)."""
+    _save_arrays(path, {**arrays, "sha256": np.array(_digest(arrays))})
 
 
 def target_fingerprint(target) -> str:
@@ -330,7 +362,7 @@ def evaluate_head(head, pairs, lm, S, base, floor: float) -> dict:
     """
     import torch
 
-    W = lm.detach().float()
+    W = lm.detach().float().cpu()
     b = torch.as_tensor(base, dtype=torch.float32)
     acc, top1 = [], []
     with torch.no_grad():
@@ -358,9 +390,9 @@ def train_head(target, data: dict, S: np.ndarray, config: HeadConfig, base: np.n
     emb, lm, normw, eps = _parts(target)
     H = int(emb.shape[1])
     torch.manual_seed(config.seed)
-    head = _head_module(H, config.hidden, normw, eps)
+    head = _head_module(H, config.hidden, normw.float().cpu(), eps)
     St = torch.as_tensor(S, dtype=torch.long)
-    W_S = lm.detach()[St].float()
+    W_S = lm.detach()[St.to(lm.device)].float().cpu()
     ids = torch.as_tensor(data["ids"])
     F = torch.as_tensor(data["feats"]).float()
     C = ids.shape[0]
@@ -371,7 +403,7 @@ def train_head(target, data: dict, S: np.ndarray, config: HeadConfig, base: np.n
         x = ids[rows, 1:].reshape(-1)                        # x_i
         f_next = F[rows, 1:].reshape(-1, H)                  # f_i
         with torch.no_grad():
-            e = emb.detach()[x].float()
+            e = emb.detach()[x.to(emb.device)].float().cpu()
         return f_prev, e, f_next
 
     tr = pairs(list(range(C - n_val))) if C - n_val > 0 else pairs(list(range(C)))
@@ -425,6 +457,10 @@ def load_head(target, tokenizer, config: HeadConfig = HeadConfig(), *, corpus=No
     from .ngram import _tokenise, cache_key, corpus_files, default_corpus, load_counts, vocab_fingerprint
 
     V = int(target.get_output_embeddings().weight.shape[0])
+    ctx = getattr(getattr(target, "config", None), "max_position_embeddings", None)
+    if ctx is not None and config.seq_len > int(ctx):
+        raise ValueError(f"head draft: seq_len={config.seq_len} exceeds the target's context of {ctx} tokens; "
+                         f"give seq_len <= {ctx}")
     root = Path(corpus).expanduser() if corpus is not None else default_corpus()
     files = corpus_files(root)
     folder = Path(cache) if cache is not None else cache_dir() / "feature-draft"
@@ -447,8 +483,7 @@ def load_head(target, tokenizer, config: HeadConfig = HeadConfig(), *, corpus=No
         fpath = folder / f"features-{fkey}.npz"
         have = _load_checked(fpath)
         if have is not None:
-            have = {"ids": have["ids"], "feats": have["feats"],
-                    "complete": have["complete"] if "complete" in have.files else np.array(False)}
+            have = {"ids": have["ids"], "feats": have["feats"], "complete": have.get("complete", np.array(False))}
         want = -(-config.tokens // config.seq_len)
         if have is not None and (len(have["ids"]) >= want or bool(have["complete"])):
             data = {k: have[k][:want] for k in ("ids", "feats")}
@@ -467,7 +502,7 @@ def load_head(target, tokenizer, config: HeadConfig = HeadConfig(), *, corpus=No
             print(f"head draft: held-out single-draft acceptance sum min(p, q) = {report['accept']:.3f}, top-1 agreement "
                   f"{report['top1']:.3f} over {report['positions']} positions -> {hpath}", file=sys.stderr)
         z = _load_checked(hpath)
-    state = {k: z[k] for k in z.files if k != "report"}
+    state = {k: v for k, v in z.items() if k != "report"}
     return HeadDraft(target, state, base, config, tokenizer.get_vocab())
 
 

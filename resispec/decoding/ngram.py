@@ -362,6 +362,14 @@ def cache_key(files: list[Path], root: Path, fingerprint: str, vocab_size: int, 
     return hashlib.sha256(blob.encode("utf-8")).hexdigest()
 
 
+def _read_stamp(stamp: Path) -> str | None:
+    """The sidecar's hex digest, or None when it cannot be read as text (then the cache is rebuilt)."""
+    try:
+        return stamp.read_text(encoding="utf-8").strip()
+    except (OSError, UnicodeDecodeError):
+        return None
+
+
 def _sha256_file(path: Path) -> str:
     h = hashlib.sha256()
     with open(path, "rb") as fh:
@@ -400,7 +408,7 @@ def load_counts(tokenizer, vocab_size: int, *, corpus=None, order: int = 3, cach
     key = cache_key(files, root, vocab_fingerprint(tokenizer), vocab_size, order)
     folder = Path(cache) if cache is not None else cache_dir() / "ngram-draft"
     path, stamp = folder / f"{key}.npz", folder / f"{key}.sha256"
-    if path.is_file() and stamp.is_file() and stamp.read_text().strip() == _sha256_file(path):
+    if path.is_file() and stamp.is_file() and _read_stamp(stamp) == _sha256_file(path):
         with np.load(path) as z:
             return NgramCounts.from_arrays(z)
     counts = NgramCounts.build(_tokenise(files, tokenizer, progress), vocab_size, order)
