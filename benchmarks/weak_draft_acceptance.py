@@ -183,7 +183,7 @@ def main(argv=None) -> int:
                      + " |")
     cmd = "python3 benchmarks/weak_draft_acceptance.py " + " ".join(argv if argv is not None else sys.argv[1:])
     md = "\n".join([
-        "# Exact acceptance at real target nodes: the weak n-gram draft vs the 0.5B draft", "",
+        f"# Exact acceptance at real target nodes, by draft: {', '.join(args.drafts)}", "",
         f"Command: `{cmd}` ({time.perf_counter() - t_start:.0f} s).", "",
         f"Target `qwen2.5-coder-1.5b` (CPU float32), {len(ctxs)} nodes: every {args.every}-th position of target-only "
         f"T = 1 decoding of HumanEval prompts 0-{args.prompts - 1} ({args.tokens} tokens each); at each node the "

@@ -502,6 +502,8 @@ def load_head(target, tokenizer, config: HeadConfig = HeadConfig(), *, corpus=No
             print(f"head draft: held-out single-draft acceptance sum min(p, q) = {report['accept']:.3f}, top-1 agreement "
                   f"{report['top1']:.3f} over {report['positions']} positions -> {hpath}", file=sys.stderr)
         z = _load_checked(hpath)
+    elif progress:
+        print(f"head draft: loaded {hpath}", file=sys.stderr)
     state = {k: v for k, v in z.items() if k != "report"}
     return HeadDraft(target, state, base, config, tokenizer.get_vocab())
 
