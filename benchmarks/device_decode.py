@@ -89,7 +89,7 @@ def step_times(model, device, prefix: int, sizes, repeats: int) -> dict:
     return out
 
 
-def project(data: dict, tt: dict, td: dict, base: int) -> list:
+def project(data: dict, tt: dict, td: dict, base: int, measured_draft: str | None = None) -> list:
     """Projected end-to-end speed-up of every speculative row of a bench-decode report.
 
     ``data``: ``reports/decode.json`` -- a summary of several runs (``bench-decode --from-json``: ``"runs"``,
@@ -97,7 +97,11 @@ def project(data: dict, tt: dict, td: dict, base: int) -> list:
     node count (``base`` the 1-token entry).  ``speed-up = BE * t_target(1) / (t_target(N) + sum over drafted
     levels of t_draft(width))`` per target call, BE the paired exact value where there is one.  A run whose
     draft has no weights (``config["draft_weights"] == 0``: the n-gram draft, a few vector operations on the
-    host per level) is projected with a draft cost of 0; each entry names the run's draft.
+    host per level) is projected with a draft cost of 0.  A run whose draft is not ``measured_draft`` (the model
+    whose step times ``td`` holds; None: every draft is) but has weights (the feature head, 1.3 % of the
+    target) is costed by weights read: ``t_draft = draft_weights / target_weights * t_target(1)`` per level
+    (memory-bound, Jeon et al., arXiv 2402.14160).  Each entry names the run's draft and how its cost was
+    obtained (``draft_cost``: "measured", "none" or "by weights").
     """
     from resispec.trees import TreeShape
 
@@ -107,6 +111,8 @@ def project(data: dict, tt: dict, td: dict, base: int) -> list:
     for run in runs:
         cfg = run.get("config", {})
         free = cfg.get("draft_weights") == 0                         # a weightless draft: no device forward
+        measured = measured_draft is None or cfg.get("draft") in (None, measured_draft)
+        ratio = (cfg.get("draft_weights") or 0) / (cfg.get("target_weights") or 1)
         for r in run["rows"]:
             be = r.get("block_efficiency_rb") or r.get("block_efficiency")  # the paired exact value first
             if r["method"] == "autoregressive" or not be:
@@ -117,8 +123,13 @@ def project(data: dict, tt: dict, td: dict, base: int) -> list:
             for b in shape.branching[:-1]:
                 w *= b
                 widths.append(w)
-            draft = 0.0 if free else td[base] + sum(td[min(td, key=lambda k: abs(k - x))] for x in widths)
-            proj.append({"temperature": cfg.get("temperature"), "draft": cfg.get("draft"),
+            if free:
+                draft, how = 0.0, "none"
+            elif measured:
+                draft, how = td[base] + sum(td[min(td, key=lambda k: abs(k - x))] for x in widths), "measured"
+            else:                                                    # t_draft = (draft / target weights) t_target(1)
+                draft, how = ratio * tt[base] * (1 + len(widths)), "by weights"
+            proj.append({"temperature": cfg.get("temperature"), "draft": cfg.get("draft"), "draft_cost": how,
                          "method": r["method"], "tree": r["tree"],
                          "block_efficiency_cpu": be, "projected_speedup": be * tt[base] / (tt[nt] + draft)})
     return proj
@@ -152,7 +163,7 @@ def main() -> int:
     rep = ROOT / "reports" / "decode.json"
     tt = res["models"][args.target]["step_seconds"]
     td = res["models"][args.draft]["step_seconds"]
-    proj = project(json.loads(rep.read_text()), tt, td, args.nodes[0]) if rep.is_file() else []
+    proj = project(json.loads(rep.read_text()), tt, td, args.nodes[0], args.draft) if rep.is_file() else []
     res["projected_end_to_end"] = proj
     lines = ["# Device step times (tree verification cost) and projected end-to-end speed-up", "",
              f"Device {res['gpu'] or args.device}, {args.dtype}, cached prefix {args.prefix} tokens.", "",
@@ -164,11 +175,13 @@ def main() -> int:
                      " | ".join(f"{s * 1e3:.2f} ms ({s / base:.2f}x)" for s in m["step_seconds"].values()) + " |")
     if proj:
         lines += ["", "PROJECTED end-to-end speed-up vs target-only (block efficiency from the CPU runs in "
-                  "reports/decode.json, per draft, x measured step times here; the n-gram draft costs no device "
-                  "forward):", "",
-                  "| T | draft | method | tree | block eff. (CPU) | projected speed-up |", "|---|---|---|---|---|---|"]
-        lines += [f"| {p['temperature']} | {p['draft']} | {p['method']} | {p['tree']} | {p['block_efficiency_cpu']:.3f} | "
-                  f"{p['projected_speedup']:.2f} |" for p in proj]
+                  "reports/decode.json, per draft, x measured step times here; draft cost: measured = the draft model's "
+                  "own step times, none = the n-gram draft (no device forward), by weights = draft / target weights "
+                  "x the target's 1-token step, per level):", "",
+                  "| T | draft | draft cost | method | tree | block eff. (CPU) | projected speed-up |",
+                  "|---|---|---|---|---|---|---|"]
+        lines += [f"| {p['temperature']} | {p['draft']} | {p['draft_cost']} | {p['method']} | {p['tree']} | "
+                  f"{p['block_efficiency_cpu']:.3f} | {p['projected_speedup']:.2f} |" for p in proj]
     text = "\n".join(lines) + "\n"
     print(text)
     args.out.parent.mkdir(parents=True, exist_ok=True)

@@ -314,3 +314,10 @@ def test_device_projection_reads_a_summary_and_a_run(tmp_path):
     ngram = mod.project({"config": {"temperature": 1.0, "draft": "ngram", "draft_weights": 0}, "rows": rows},
                         tt, td, 1)
     assert ngram[0]["projected_speedup"] == pytest.approx(2.5 * 1.0 / 2.0) and ngram[0]["draft"] == "ngram"
+    assert ngram[0]["draft_cost"] == "none" and one[0]["draft_cost"] == "measured"
+    # a weighted draft other than the measured model (the feature head) is costed by weights read per level:
+    # 2,1 has two drafted levels, each 0.01 x t_target(1); never the measured 0.5B draft's step times
+    head = mod.project({"config": {"temperature": 1.0, "draft": "head", "draft_weights": 10, "target_weights": 1000},
+                        "rows": rows}, tt, td, 1, "qwen2.5-coder-0.5b")
+    assert head[0]["projected_speedup"] == pytest.approx(2.5 * 1.0 / (2.0 + 2 * 0.01 * 1.0))
+    assert head[0]["draft_cost"] == "by weights"

@@ -298,3 +298,36 @@ def test_no_se_gain_when_two_drivers_followed_identical_paths():
     keys = _rb_keys(_rb_tree(runs, "2,1"), "kseq")
     assert keys["rb_best_baseline"] == "rrs" and keys["obs_vs_best_baseline_se"] == 0
     assert keys["rb_vs_best_baseline_se"] > 0 and keys["rb_diff_se_gain"] is None
+
+
+def test_draft_cost_per_level_and_measured_speedup_in_the_summary():
+    """The draft's measured cost per drafted level over a 1-token target pass (issue 19's "draft cost per level
+    as a fraction of a target pass, measured in the same run"), and the (ran) row's measured speed-up with its
+    s.e. in the --from-json summary."""
+    from resispec.bench.decode import BenchResult, BenchRow
+    from resispec.bench.decode_summary import summary_rows
+
+    def run(method, tree, unit, seconds, target_seconds, draft_seconds, calls, levels):
+        return {"unit": unit, "method": method, "tree": tree, "seed": 0, "prompt": unit, "repeat": 0, "tokens": 8,
+                "target_calls": calls, "draft_levels": levels, "draft_calls": levels, "seconds": seconds,
+                "cpu_seconds": seconds, "target_seconds": target_seconds, "draft_seconds": draft_seconds,
+                "calls": calls, "obs": 8.0, "rb": {"resispec": 8.0, "rrs": 7.5}}
+
+    runs = []
+    for u, slow in enumerate((1.0, 1.5)):
+        runs.append(run("autoregressive", "-", u, 8 * slow, 8 * slow, 0.0, 8, 0))     # 1 s per 1-token pass
+        runs[-1].pop("rb")
+        runs.append(run("resispec", "1,1", u, 4 * slow, 4 * slow, 0.08 * slow, 4, 8))
+    rows = [BenchRow("autoregressive", "-"), BenchRow("resispec", "1,1")]
+    for r in rows:
+        for x in runs:
+            if x["method"] == r.method:
+                r.tokens += x["tokens"]; r.target_calls += x["target_calls"]; r.seconds += x["seconds"]
+                r.cpu_seconds += x["cpu_seconds"]; r.runs += 1
+    res = BenchResult(rows, {"temperature": 1.0}, runs=runs, complete=True)
+    spec = next(r for r in res.table() if r["method"] == "resispec")
+    # draft 0.2 s over 16 levels / (20 s over 16 one-token target calls)
+    assert spec["draft_cost_per_level"] == pytest.approx((0.08 + 0.12) / 16 / ((8 + 12) / 16))
+    assert spec["speedup_paired"] == pytest.approx(2.0) and spec["speedup_paired_se"] == pytest.approx(0.0)
+    ran = next(c for c in summary_rows(res) if c[1].startswith("resispec (ran)"))
+    assert ran[5] == "2.000 ± 0.000 (2.000 ± 0.000) measured"

@@ -120,6 +120,9 @@ class BenchResult:
         ar_tps = {x["unit"]: _tps(x) for x in self.runs if x["method"] == AUTOREGRESSIVE}
         ar_cps = {x["unit"]: _tps(x, "cpu_seconds") for x in self.runs if x["method"] == AUTOREGRESSIVE}
         rb = {r.tree: _rb_tree(self.runs, r.tree) for r in self.rows if r.method != AUTOREGRESSIVE}
+        ar_runs = [x for x in self.runs if x["method"] == AUTOREGRESSIVE]
+        ar_calls = sum(x["target_calls"] for x in ar_runs)
+        ar_pass = sum(x["target_seconds"] for x in ar_runs) / ar_calls if ar_calls else None  # s per 1-token pass
         out = []
         for r in self.rows:
             peers = [x for x in self.rows if x.tree == r.tree and _is_baseline(x.method) and x.runs]
@@ -131,6 +134,10 @@ class BenchResult:
             ratios = [_tps(x) / ar_tps[x["unit"]] for x in mine if ar_tps.get(x["unit"])]
             cpu_ratios = [_tps(x, "cpu_seconds") / ar_cps[x["unit"]] for x in mine if ar_cps.get(x["unit"])]
             q = np.percentile(tps, [25, 50, 75]) if tps else [None] * 3
+            levels = sum(x.get("draft_levels", 0) for x in mine)
+            # draft cost per drafted level / one 1-token target pass, both measured in this run
+            cost = (sum(x["draft_seconds"] for x in mine) / levels / ar_pass
+                    if levels and ar_pass and r.method != AUTOREGRESSIVE else None)
             out.append({
                 "method": r.method, "tree": r.tree, "tokens": r.tokens, "target_calls": r.target_calls,
                 "draft_calls": r.draft_calls, "block_efficiency": r.block_efficiency if r.runs else None,
@@ -138,6 +145,7 @@ class BenchResult:
                 "tokens_per_second": r.tokens_per_second if r.runs else None, "seconds": r.seconds,
                 "tps_q25": q[0], "tps_median": q[1], "tps_q75": q[2],
                 "target_seconds": r.target_seconds, "draft_seconds": r.draft_seconds,
+                "draft_cost_per_level": cost,
                 "speedup_vs_autoregressive": (r.tokens_per_second / ar.tokens_per_second) if ar and ar.runs and r.runs
                 else float("nan"),
                 "speedup_paired": float(np.mean(ratios)) if ratios else None, "speedup_paired_se": _se(ratios),
@@ -547,17 +555,22 @@ def _explicit(shape: TreeShape) -> str | None:
 
 
 def _estimate(pair, prompts, runs: int, max_new_tokens: int, sampling) -> str:
-    """One-line time estimate from a probe: one prefill and one 1-token target step on the first prompt."""
+    """One-line time estimate from a probe: one prefill and one 1-token target step on the first prompt.
+
+    A first, unmeasured decode warms the target up (weight packing, the compiled linear kernel), which
+    otherwise lands in the probe and inflated the estimate 5-7x on short runs.
+    """
     import time
 
-    t0 = time.perf_counter()
-    autoregressive_decode(pair.target, prompts[0], sampling=sampling, max_new_tokens=2,
-                          rng=np.random.default_rng(0))
-    probe = time.perf_counter() - t0
-    t0 = time.perf_counter()
-    autoregressive_decode(pair.target, prompts[0], sampling=sampling, max_new_tokens=1, rng=np.random.default_rng(0))
-    prefill = time.perf_counter() - t0
-    step = max(probe - prefill, 1e-6)
+    def timed(n: int) -> float:
+        t0 = time.perf_counter()
+        autoregressive_decode(pair.target, prompts[0], sampling=sampling, max_new_tokens=n,
+                              rng=np.random.default_rng(0))
+        return time.perf_counter() - t0
+
+    timed(2)                                                   # warm-up, not measured
+    probe, prefill = timed(2), timed(1)
+    step = max(probe - prefill, 1e-6)                          # one 1-token target pass
     per_run = prefill + max_new_tokens * step
     return (f"bench-decode: {runs} runs x up to {max_new_tokens} tokens; probe: prefill {prefill:.2f} s, one "
             f"target step {step * 1000:.0f} ms -> estimate ~{runs * per_run / 60:.1f} min, assuming each method "
@@ -570,7 +583,7 @@ def format_table(result: BenchResult) -> str:
             "speed-up vs AR, paired (± s.e.)", "same, CPU time (± s.e.)", "block eff. / best baseline", "tokens/s / best baseline",
             "block eff. RB, pooled (± s.e.)", "RB - best baseline (± s.e.)", "RB - rrs (± s.e.)",
             "observed - best baseline (± s.e.)", "s.e. gain of RB: level / difference",
-            "projected speed-up, wall / CPU", "memory-bound speed-up"]
+            "projected speed-up, wall / CPU", "memory-bound speed-up", "draft cost / level (x 1-token target pass)"]
     rows = ([r["method"], r["tree"], str(r["tokens"]) if r["block_efficiency"] is not None else "- (scored)",
              str(r["target_calls"]) if r["block_efficiency"] is not None else "-",
              _pm(r["block_efficiency"], r["block_efficiency_se"]),
@@ -587,7 +600,7 @@ def format_table(result: BenchResult) -> str:
              (f"{_f(r['speedup_projected'])} / {_f(r['speedup_projected_cpu'])}"
               + ("" if r["projected_from"] in (None, r["method"]) else f" (from {r['projected_from']})")
               if r["speedup_projected"] is not None else "-"),
-             _f(r["speedup_memory_bound"])] for r in result.table())
+             _f(r["speedup_memory_bound"]), _f(r["draft_cost_per_level"])] for r in result.table())
     return "\n".join(md_table(head, rows))
 
 
@@ -643,7 +656,9 @@ def write_report(result: BenchResult, md_path: Path, json_path: Path, command: s
         "little above the observed column. Memory-bound speed-up (Jeon et al., arXiv 2402.14160): "
         "BE / (1 + c L), c = draft / target weights "
         f"({_ratio(cfg.get('draft_weights'), cfg.get('target_weights'))}), L = draft forwards per target call on "
-        "the tree; what a machine whose passes cost in proportion to the weights read would give.", "",
+        "the tree; what a machine whose passes cost in proportion to the weights read would give. Draft cost / "
+        "level: the driver's measured draft seconds per drafted level over target-only decoding's target seconds "
+        "per (1-token) call, both from this run.", "",
         format_table(result), ""])
     payload = {"config": cfg, "command": command, "complete": result.complete, "rows": result.table(),
                "raw": [asdict(r) for r in result.rows], "runs": result.runs}

@@ -14,7 +14,7 @@ import math
 from pathlib import Path
 
 from ._report import md_table
-from .decode import AUTOREGRESSIVE, BenchResult, BenchRow, _f, _is_baseline
+from .decode import AUTOREGRESSIVE, BenchResult, BenchRow, _f, _is_baseline, _pm
 
 
 def load_result(path) -> BenchResult:
@@ -119,8 +119,12 @@ def summary_rows(result: BenchResult) -> list[list[str]]:
                 f"{r['rb_vs_best_baseline']:+.3f}" + ("" if r["rb_vs_best_baseline_se"] is None
                                                       else f" ± {r['rb_vs_best_baseline_se']:.3f}"))
             se = r["block_efficiency_rb_se"]
-            proj = "-" if r["speedup_projected_cpu"] is None else (
-                f"{_f(r['speedup_projected_cpu'])} ({_f(r['speedup_projected'])})")
+            if r["block_efficiency"] is not None and r["speedup_paired_cpu"] is not None:   # measured: with s.e.
+                proj = (f"{_pm(r['speedup_paired_cpu'], r['speedup_paired_cpu_se'])} "
+                        f"({_pm(r['speedup_paired'], r['speedup_paired_se'])}) measured")
+            else:
+                proj = "-" if r["speedup_projected_cpu"] is None else (
+                    f"{_f(r['speedup_projected_cpu'])} ({_f(r['speedup_projected'])})")
             out.append([f"`{tree}`", f"{r['method']}{ran}" + (" **best baseline**" if r["method"] == best else ""),
                         _f(r["block_efficiency_rb"]) + ("" if se is None else f" ± {se:.3f}"),
                         _f(r["block_efficiency_rb"] / best_be) if best_be else "-", diff, proj,
@@ -140,7 +144,7 @@ def _prompts(res: BenchResult) -> str:
 def summary_markdown(results: list, sources: list, command: str = "") -> str:
     """The combined report: per input run its settings line and table (see the module docstring)."""
     head = ["tree", "method", "block eff., paired RB (± s.e.)", "/ best baseline", "- best baseline (± s.e.)",
-            "projected speed-up, CPU time (wall)", "memory-bound speed-up"]
+            "speed-up vs target-only, CPU time (wall)", "memory-bound speed-up"]
     md = ["# Real-model speculative decoding: every verifier on the same drafted trees", ""]
     if command:
         md += [f"Rendered by `{command}` from the runs below (nothing recomputed).", ""]
@@ -150,19 +154,23 @@ def summary_markdown(results: list, sources: list, command: str = "") -> str:
            "differences paired). `/ best baseline`: block efficiency over the best published rule on the tree "
            "(sps, rrs, rrs_wor, kseq, target_only, block, token, traversal; never one of ours: resispec*, "
            "traversal_resispec), the seed's headline ratio. "
-           "Projected speed-up: the driver's measured paired speed-up over target-only decoding on THIS machine, "
-           "times the ratio of block efficiencies (a verifier's own step cost left out); CPU time is the figure "
-           "to read on a shared machine, wall in brackets. Memory-bound speed-up (Jeon et al., arXiv "
+           "Speed-up: on the `(ran)` row, MEASURED -- the mean over prompts of tokens/s over target-only "
+           "decoding's on the same prompt, run interleaved (± s.e. over prompts); on the other rows PROJECTED -- "
+           "the driver's measured speed-up times the ratio of block efficiencies (a verifier's own step cost left "
+           "out). CPU time is the figure to read on a shared machine, wall in brackets. Memory-bound speed-up (Jeon et al., arXiv "
            "2402.14160): BE / (1 + c L), c = draft / target weights, L = draft forwards per target call -- what "
            "a machine whose passes cost in proportion to the weights read (a GPU at small batch) would give.", ""]
     for res, src in zip(results, sources):
         cfg = res.config
         tw, dw = cfg.get("target_weights"), cfg.get("draft_weights")
         c = dw / tw if tw and dw is not None else None
+        costs = [r["draft_cost_per_level"] for r in res.table() if r.get("draft_cost_per_level") is not None]
+        cost = ("" if not costs else f"; draft cost per drafted level, measured: {min(costs):.3f}"
+                + ("" if max(costs) - min(costs) < 5e-4 else f"-{max(costs):.3f}") + " of a 1-token target pass")
         md += [f"## T = {cfg.get('temperature')}: target `{cfg.get('target')}`, draft `{cfg.get('draft')}`", "",
                f"Source: `{src}`" + ("" if res.complete else " (**PARTIAL**: the run was stopped)")
                + f"; {_prompts(res)} prompts x seeds {cfg.get('seeds')}, up to {cfg.get('max_new_tokens')} new "
-               f"tokens, {cfg.get('device')} {cfg.get('dtype')}; c = {'unknown' if c is None else f'{c:.3f}'}.", ""]
+               f"tokens, {cfg.get('device')} {cfg.get('dtype')}; c = {'unknown' if c is None else f'{c:.3f}'}{cost}.", ""]
         md += md_table(head, summary_rows(res))
         md.append("")
     return "\n".join(md)
