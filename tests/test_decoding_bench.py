@@ -321,3 +321,57 @@ def test_device_projection_reads_a_summary_and_a_run(tmp_path):
                         "rows": rows}, tt, td, 1, "qwen2.5-coder-0.5b")
     assert head[0]["projected_speedup"] == pytest.approx(2.5 * 1.0 / (2.0 + 2 * 0.01 * 1.0))
     assert head[0]["draft_cost"] == "by weights"
+
+
+def test_resume_keeps_finished_units_and_reruns_the_rest(tmp_path):
+    """--resume: a run killed mid-unit keeps its finished units (not run again), reruns the half-done unit whole,
+    and ends with the same tokens and counts as an uninterrupted run; other settings are refused by name."""
+    from resispec.bench.decode_summary import load_result
+
+    pair = ModelPair(tiny_model("qwen2", seed=1, scale=3.0), tiny_model("qwen2", seed=2, scale=3.0), _Tok(), "t", "d")
+    kw = dict(trees=["2,1"], verifiers=["rrs", "resispec"], sampling=SamplingConfig(1.0), max_new_tokens=5,
+              seeds=[0], progress=False, estimate=False, stop_at_eos=False)
+    prompts = [[1, 2, 3], [4, 5], [6, 7, 8]]
+    full = run_bench(pair, prompts, **kw)
+    md, js = tmp_path / "r.md", tmp_path / "r.json"
+
+    class Killed(Exception):
+        pass
+
+    def kill_after(n):
+        def on_run(partial):
+            write_report(partial, md, js)
+            if len(partial.runs) == n:
+                raise Killed
+        return on_run
+
+    with pytest.raises(Killed):                       # 3 methods per unit: unit 0 done, unit 1 half-done
+        run_bench(pair, prompts, on_run=kill_after(5), **kw)
+    old = load_result(js, need_speculative=True)
+    assert not old.complete and len(old.runs) == 5
+    ran = []
+    res = run_bench(pair, prompts, resume=old, on_run=lambda r: ran.append((r.runs[-1]["unit"], r.runs[-1]["method"])),
+                    **kw)
+    assert res.complete and res.config["resumed_units"] == 1
+    assert {u for u, _ in ran} == {1, 2} and len(ran) == 6          # unit 0 kept, unit 1 rerun whole
+    key = lambda x: (x["unit"], x["method"], x["tree"])             # noqa: E731
+    got, want = sorted(res.runs, key=key), sorted(full.runs, key=key)
+    assert [(key(x), x["tokens"], x["target_calls"], x.get("obs"), x.get("rb")) for x in got] == \
+        [(key(x), x["tokens"], x["target_calls"], x.get("obs"), x.get("rb")) for x in want]
+    assert [(r["method"], r["tokens"], r["target_calls"]) for r in res.table()] == \
+        [(r["method"], r["tokens"], r["target_calls"]) for r in full.table()]
+    with pytest.raises(ValueError, match="max_new_tokens: 5 there, 6 now"):
+        run_bench(pair, prompts, resume=old, **{**kw, "max_new_tokens": 6})
+    with pytest.raises(ValueError, match="stop_at_eos"):
+        run_bench(pair, prompts, resume=old, **{**kw, "stop_at_eos": True})
+    with pytest.raises(ValueError, match="complete"):
+        run_bench(pair, prompts, resume=res, **kw)
+    with pytest.raises(ValueError, match="--capture"):
+        run_bench(pair, prompts, resume=old, capture=[], **kw)
+    # the command: a complete run or a missing JSON is refused before any model is loaded
+    from resispec.cli import main
+
+    write_report(res, md, js)
+    assert main(["bench-decode", "--resume", "--ignore-eos", "--out", str(md)]) == 2
+    assert main(["bench-decode", "--resume", "--out", str(tmp_path / "none.md")]) == 2
+    assert not (tmp_path / "none.json").exists()

@@ -70,6 +70,15 @@ class BenchRow:
         self.draft_seconds += res.draft_seconds
         self.runs += 1
 
+    def add_run(self, run: dict) -> None:
+        """Add one stored run (a ``BenchResult.runs`` entry; ``--resume``)."""
+        self.tokens += run["tokens"]
+        self.target_calls += run["target_calls"]
+        self.draft_calls += run.get("draft_calls", 0)
+        for k in ("seconds", "cpu_seconds", "target_seconds", "draft_seconds"):
+            setattr(self, k, getattr(self, k) + run.get(k, 0.0))
+        self.runs += 1
+
 
 @dataclass
 class BenchResult:
@@ -349,7 +358,7 @@ def run_bench(pair, prompts: list[list[int]], *, verifiers=DEFAULT_VERIFIERS, tr
               sampling: SamplingConfig = SamplingConfig(), max_new_tokens: int = 48, seeds=(0,),
               proxy: str | None = None, progress: bool = True, stop_at_eos: bool = True,
               capture: list | None = None, capture_top_n: int = 64, repeats: int = 1, on_run=None,
-              estimate: bool = True, paired: bool = True, score=()) -> BenchResult:
+              estimate: bool = True, paired: bool = True, score=(), resume: BenchResult | None = None) -> BenchResult:
     """Run target-only decoding and every verifier on the same prompts/seeds/trees.
 
     Parameters
@@ -384,6 +393,12 @@ def run_bench(pair, prompts: list[list[int]], *, verifiers=DEFAULT_VERIFIERS, tr
         count on that run's tree (``speculative_decode(..., also=)``; no extra target pass; the time is kept
         out of the run's timings) for the paired Rao-Blackwellised columns.  Verifiers sharing one
         ``Verifier.name`` (e.g. two resispec variants) get no paired value.
+    resume : BenchResult, optional
+        A stopped run of the SAME benchmark (``--resume``): its units (prompt x seed x repeat) whose every
+        method finished are kept as they are and not run again; a unit it left half-done is run again whole
+        (so every unit's methods stay interleaved in one stretch of time).  Raises ValueError naming the
+        settings that differ (model, draft, trees, verifiers, sampling, prompts, token budget, EOS handling,
+        device, dtype, paired columns), or when it is already complete, or with ``capture``.
 
     Timing on a shared machine: the methods are interleaved unit by unit (a
     unit = one (seed, prompt, repeat)), in an order ROTATED by one method per
@@ -427,20 +442,32 @@ def run_bench(pair, prompts: list[list[int]], *, verifiers=DEFAULT_VERIFIERS, tr
               "device": str(next(pair.target.parameters()).device),
               "dtype": str(next(pair.target.parameters()).dtype), "machine": platform.machine(),
               "cpu_count": os.cpu_count(), "cpu": _cpu_support(),
-              "order": "methods interleaved per unit, rotated by one per unit"}
+              "order": "methods interleaved per unit, rotated by one per unit",
+              "stop_at_eos": bool(stop_at_eos), "paired": bool(paired)}
     draft = as_draft(pair.draft)
     config.update(target_weights=count_weights(pair.target), draft_weights=draft.weights)
+    kept = {} if resume is None else _resumable(resume, config, jobs, units, capture is not None)
     for p in prompts:             # every prompt x tree fits both contexts: checked before the first run writes
         check_fits(pair.target, len(p), max_new_tokens, None)
         for s in shapes:
             check_fits(pair.target, len(p), max_new_tokens, s)
             check_fits(draft, len(p), max_new_tokens, s, what="draft")
     result = BenchResult(list(rows.values()), config, runs=[], complete=False)
-    if estimate:
-        print(_estimate(pair, prompts, len(jobs) * len(units), max_new_tokens, sampling), file=sys.stderr)
-    total = len(jobs) * len(units) * max_new_tokens
+    for u in sorted(kept):                                     # --resume: the finished units, as they were
+        for run in kept[u]:
+            rows[(run["method"], run["tree"])].add_run(run)
+            result.runs.append(run)
+    if kept:
+        config["resumed_units"] = len(kept)
+        print(f"bench-decode: resuming: {len(kept)} of {len(units)} units (prompt x seed x repeat) kept from the "
+              "stopped run; the rest run now", file=sys.stderr)
+    todo = [u for u in range(len(units)) if u not in kept]
+    if estimate and todo:
+        print(_estimate(pair, prompts, len(jobs) * len(todo), max_new_tokens, sampling), file=sys.stderr)
+    total = len(jobs) * len(todo) * max_new_tokens
     with tqdm(total=total, desc="bench-decode", unit="tok", disable=not progress, file=sys.stderr) as bar:
-        for u, (seed, i, rep) in enumerate(units):
+        for u in todo:
+            seed, i, rep = units[u]
             ids = prompts[i]
             for method, shape in jobs[u % len(jobs):] + jobs[:u % len(jobs)]:
                 row = rows[(method, shape.label if shape else "-")]
@@ -484,6 +511,38 @@ def run_bench(pair, prompts: list[list[int]], *, verifiers=DEFAULT_VERIFIERS, tr
                     on_run(result)
     result.complete = True
     return result
+
+
+#: settings a resumed run must share with the stopped one (everything that changes what a run measures)
+RESUME_KEYS = ("target", "draft", "trees", "verifiers", "scored", "temperature", "top_k", "top_p", "max_new_tokens",
+               "seeds", "repeats", "prompts", "prompt_tokens", "proxy", "device", "dtype", "target_weights",
+               "draft_weights", "stop_at_eos", "paired")
+
+
+def _resumable(old: BenchResult, config: dict, jobs: list, units: list, capture: bool) -> dict:
+    """``{unit index: [stored runs]}`` of the units of ``old`` whose every method finished (``--resume``)."""
+    if capture:
+        raise ValueError("--resume cannot be combined with --capture (the stopped run's nodes were not kept); "
+                         "drop one of them")
+    if old.complete:
+        raise ValueError("--resume: that run is complete; nothing to resume (choose another --out for a new run)")
+    prev = dict(old.config)
+    if "paired" not in prev:                                   # older files: from whether runs carry RB sums
+        prev["paired"] = any("rb" in x for x in old.runs if x.get("method") != AUTOREGRESSIVE) or None
+    diff = [k for k in RESUME_KEYS if prev.get(k) is not None and prev.get(k) != config.get(k)]
+    missing = [k for k in ("target", "draft", "trees", "temperature", "max_new_tokens", "prompts") if k not in prev]
+    if diff or missing:
+        told = ", ".join(f"{k}: {prev.get(k)!r} there, {config.get(k)!r} now" for k in diff)
+        raise ValueError("--resume: the stopped run was made with other settings (" + (told or f"it lacks {missing}")
+                         + "); rerun with the same options as its command, or choose another --out")
+    want = {(m, s.label if s else "-") for m, s in jobs}
+    by_unit: dict = {}
+    for x in old.runs:
+        u = x.get("unit")
+        if isinstance(u, int) and 0 <= u < len(units) and (x.get("seed"), x.get("prompt"), x.get("repeat")) \
+                == tuple(units[u]):
+            by_unit.setdefault(u, {})[(x["method"], x["tree"])] = x
+    return {u: [got[j] for j in sorted(want)] for u, got in by_unit.items() if set(got) >= want}
 
 
 def shape_verifiers(names, shape: TreeShape, proxy: str | None = None) -> dict:

@@ -17,10 +17,11 @@ from ._report import md_table
 from .decode import AUTOREGRESSIVE, BenchResult, BenchRow, _f, _is_baseline, _pm
 
 
-def load_result(path) -> BenchResult:
+def load_result(path, need_speculative: bool = True) -> BenchResult:
     """The :class:`BenchResult` stored in a ``bench-decode`` JSON.
 
-    Raises ValueError naming ``path`` when the file is missing, not JSON, or not written by ``bench-decode``.
+    Raises ValueError naming ``path`` when the file is missing, not JSON, or not written by ``bench-decode``,
+    or (``need_speculative``) holds no finished speculative run.
     """
     path = Path(path)
     what = f"{str(path)!r} is not a bench-decode run JSON"
@@ -62,7 +63,7 @@ def load_result(path) -> BenchResult:
     except (KeyError, TypeError, AttributeError, ValueError, ZeroDivisionError, OverflowError) as exc:
         raise ValueError(f"{what} ({type(exc).__name__}: {exc}); pass the .json a 'resispec bench-decode' run "
                          "wrote") from None
-    if not any(x.get("method") != AUTOREGRESSIVE for x in result.runs if isinstance(x, dict)):
+    if need_speculative and not any(x.get("method") != AUTOREGRESSIVE for x in result.runs if isinstance(x, dict)):
         raise ValueError(f"{str(path)!r} holds no finished speculative run; nothing to tabulate")
     return result
 

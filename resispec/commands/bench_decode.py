@@ -59,6 +59,9 @@ def add_arguments(p) -> None:
                    help="render one summary table from the JSONs of finished bench-decode runs (e.g. one per "
                    "temperature) into --out: every verifier's paired block efficiency, ratio to the best baseline, "
                    "projected and memory-bound speed-up; no model is loaded")
+    p.add_argument("--resume", action="store_true",
+                   help="continue the stopped run whose report is --out: keep its finished prompts (every method "
+                   "done), run the rest; the same options are required (a different one is an error naming it)")
     p.add_argument("--out", type=Path, default=Path("bench-decode.md"),
                    help="markdown report, strict JSON beside it (default bench-decode.md; the shipped report is "
                    "reports/decode.md, written only when named here)")
@@ -99,6 +102,7 @@ def run(args) -> int:
     if args.score and args.no_paired:
         raise ValueError("--score needs the paired estimator; drop --no-paired")
     check_report_path(args.out, "--out")
+    previous = _stopped_run(args) if args.resume else None
     if args.capture is not None:
         check_output_path(args.capture, "--capture", suffix=".npz")
     positive(args, "limit")
@@ -115,7 +119,7 @@ def run(args) -> int:
     result = run_bench(pair, prompts, verifiers=args.verifiers, trees=args.trees, sampling=sampling,
                        max_new_tokens=args.max_new_tokens, seeds=args.seeds or [args.seed], proxy=args.proxy,
                        stop_at_eos=not args.ignore_eos, capture=captured, repeats=args.repeats,
-                       paired=not args.no_paired, score=args.score,
+                       paired=not args.no_paired, score=args.score, resume=previous,
                        on_run=lambda partial: write_report(partial, args.out, js, command=command))
     print(format_table(result))
     write_report(result, args.out, js, command=command)
@@ -129,6 +133,32 @@ def run(args) -> int:
         save_capture(args.capture, *(np.concatenate([c[j] for c in captured]) for j in range(4)), meta)
         print(f"captured {sum(len(c[0]) for c in captured)} nodes -> {args.capture}", file=sys.stderr)
     return 0
+
+
+def _stopped_run(args):
+    """``--resume``: the stopped run in ``--out``'s JSON, read and checked before any model is loaded."""
+    import json
+
+    from ..bench.decode_summary import load_result
+
+    js = args.out.with_suffix(".json")
+    if not js.is_file():
+        raise ValueError(f"--resume: {js} (the JSON beside --out {args.out}) does not exist; give the --out of "
+                         "the stopped run, or drop --resume")
+    if args.capture is not None:
+        raise ValueError("--resume cannot be combined with --capture (the stopped run's nodes were not kept); "
+                         "drop one of them")
+    old = load_result(js, need_speculative=False)
+    if old.complete:
+        raise ValueError(f"--resume: {js} is a complete run; nothing to resume (choose another --out for a new run)")
+    if "stop_at_eos" not in old.config:                 # files from before the key: read it off their command
+        try:
+            command = json.loads(js.read_text(encoding="utf-8")).get("command") or ""
+        except (OSError, ValueError, AttributeError):
+            command = ""
+        if command:
+            old.config["stop_at_eos"] = "--ignore-eos" not in command
+    return old
 
 
 def _summarize(args) -> int:
