@@ -101,7 +101,8 @@ def project(data: dict, tt: dict, td: dict, base: int, measured_draft: str | Non
     whose step times ``td`` holds; None: every draft is) but has weights (the feature head, 1.3 % of the
     target) is costed by weights read: ``t_draft = draft_weights / target_weights * t_target(1)`` per level
     (memory-bound, Jeon et al., arXiv 2402.14160).  Each entry names the run's draft and how its cost was
-    obtained (``draft_cost``: "measured", "none" or "by weights").
+    obtained (``draft_cost``: "measured", "none", "by weights", or "unknown" when a weight count is missing or
+    invalid: then ``projected_speedup`` is None).
     """
     from resispec.trees import TreeShape
 
@@ -110,9 +111,10 @@ def project(data: dict, tt: dict, td: dict, base: int, measured_draft: str | Non
     proj = []
     for run in runs:
         cfg = run.get("config", {})
-        free = cfg.get("draft_weights") == 0                         # a weightless draft: no device forward
+        dw, tw = cfg.get("draft_weights"), cfg.get("target_weights")
+        counted = all(isinstance(w, int) and not isinstance(w, bool) for w in (dw, tw)) and dw >= 0 and tw > 0
+        free = dw == 0 and not isinstance(dw, bool)                  # a weightless draft: no device forward
         measured = measured_draft is None or cfg.get("draft") in (None, measured_draft)
-        ratio = (cfg.get("draft_weights") or 0) / (cfg.get("target_weights") or 1)
         for r in run["rows"]:
             be = r.get("block_efficiency_rb") or r.get("block_efficiency")  # the paired exact value first
             if r["method"] == "autoregressive" or not be:
@@ -127,11 +129,13 @@ def project(data: dict, tt: dict, td: dict, base: int, measured_draft: str | Non
                 draft, how = 0.0, "none"
             elif measured:
                 draft, how = td[base] + sum(td[min(td, key=lambda k: abs(k - x))] for x in widths), "measured"
-            else:                                                    # t_draft = (draft / target weights) t_target(1)
-                draft, how = ratio * tt[base] * (1 + len(widths)), "by weights"
+            elif counted:                                            # t_draft = (draft / target weights) t_target(1)
+                draft, how = dw / tw * tt[base] * (1 + len(widths)), "by weights"
+            else:                                                    # weights not recorded: no projection
+                draft, how = None, "unknown"
             proj.append({"temperature": cfg.get("temperature"), "draft": cfg.get("draft"), "draft_cost": how,
-                         "method": r["method"], "tree": r["tree"],
-                         "block_efficiency_cpu": be, "projected_speedup": be * tt[base] / (tt[nt] + draft)})
+                         "method": r["method"], "tree": r["tree"], "block_efficiency_cpu": be,
+                         "projected_speedup": None if draft is None else be * tt[base] / (tt[nt] + draft)})
     return proj
 
 
@@ -181,7 +185,8 @@ def main() -> int:
                   "| T | draft | draft cost | method | tree | block eff. (CPU) | projected speed-up |",
                   "|---|---|---|---|---|---|---|"]
         lines += [f"| {p['temperature']} | {p['draft']} | {p['draft_cost']} | {p['method']} | {p['tree']} | "
-                  f"{p['block_efficiency_cpu']:.3f} | {p['projected_speedup']:.2f} |" for p in proj]
+                  f"{p['block_efficiency_cpu']:.3f} | "
+                  + ("-" if p["projected_speedup"] is None else f"{p['projected_speedup']:.2f}") + " |" for p in proj]
     text = "\n".join(lines) + "\n"
     print(text)
     args.out.parent.mkdir(parents=True, exist_ok=True)

@@ -321,6 +321,11 @@ def test_device_projection_reads_a_summary_and_a_run(tmp_path):
                         "rows": rows}, tt, td, 1, "qwen2.5-coder-0.5b")
     assert head[0]["projected_speedup"] == pytest.approx(2.5 * 1.0 / (2.0 + 2 * 0.01 * 1.0))
     assert head[0]["draft_cost"] == "by weights"
+    for bad in ({"draft_weights": 10}, {"draft_weights": 10, "target_weights": 0}, {"target_weights": 1000},
+                {"draft_weights": -10, "target_weights": 1000}, {"draft_weights": None, "target_weights": 1000}):
+        p = mod.project({"config": {"temperature": 1.0, "draft": "head", **bad}, "rows": rows}, tt, td, 1,
+                        "qwen2.5-coder-0.5b")[0]
+        assert p["draft_cost"] == "unknown" and p["projected_speedup"] is None, bad
 
 
 def test_resume_keeps_finished_units_and_reruns_the_rest(tmp_path):
@@ -375,3 +380,67 @@ def test_resume_keeps_finished_units_and_reruns_the_rest(tmp_path):
     assert main(["bench-decode", "--resume", "--ignore-eos", "--out", str(md)]) == 2
     assert main(["bench-decode", "--resume", "--out", str(tmp_path / "none.md")]) == 2
     assert not (tmp_path / "none.json").exists()
+
+
+def test_resume_refuses_what_it_cannot_vouch_for(tmp_path, capsys):
+    """Breaker findings: a setting stored as null (proxy) or another machine / thread count / prompt text, stray
+    stored runs, impossible counts and non-finite times are refused; the command checks its options against the
+    stopped run before any model is loaded."""
+    from resispec.bench.decode_summary import load_result
+    from resispec.cli import main
+
+    pair = ModelPair(tiny_model("qwen2", seed=1, scale=3.0), tiny_model("qwen2", seed=2, scale=3.0), _Tok(), "t", "d")
+    kw = dict(trees=["2,1"], verifiers=["rrs"], sampling=SamplingConfig(1.0), max_new_tokens=4, seeds=[0],
+              progress=False, estimate=False, stop_at_eos=False)
+    prompts = [[1, 2, 3], [4, 5]]
+    md, js = tmp_path / "r.md", tmp_path / "r.json"
+
+    def stopped(**edit):
+        res = run_bench(pair, prompts, **kw)
+        res.complete = False
+        res.runs = res.runs[:3]
+        res.config.update(edit)
+        write_report(res, md, js, command="resispec bench-decode --ignore-eos --max-new-tokens 4 --trees 2,1")
+        return load_result(js, need_speculative=False)
+
+    assert stopped()  # sanity: a clean stopped run resumes
+    assert run_bench(pair, prompts, resume=stopped(), **kw).config["resumed_units"] == 1
+    with pytest.raises(ValueError, match="proxy: None there, 'coverage' now"):
+        run_bench(pair, prompts, resume=stopped(), **{**kw, "verifiers": ["resispec"], "proxy": "coverage"})
+    with pytest.raises(ValueError, match="machine: 'aarch64' there"):
+        run_bench(pair, prompts, resume=stopped(machine="aarch64"), **kw)
+    with pytest.raises(ValueError, match="threads"):
+        run_bench(pair, prompts, resume=stopped(threads=64), **kw)
+    with pytest.raises(ValueError, match="prompt_sha256"):
+        run_bench(pair, [[9, 9, 9], [8, 8]], resume=stopped(), **kw)
+    old = stopped()
+    old.runs[0]["seed"] = "0"
+    with pytest.raises(ValueError, match="match no"):
+        run_bench(pair, prompts, resume=old, **kw)
+    # impossible stored counts are refused when the file is read
+    good = json.loads(js.read_text())
+    for field, value, why in (("draft_seconds", -5, ">= 0"), ("tokens", 500, "exceeds"), ("tokens", 2.5, "integer"),
+                              ("target_seconds", "x", ">= 0"), ("draft_seconds", 1e999, ">= 0")):
+        bad = json.loads(json.dumps(good))
+        run = next(x for x in bad["runs"] if x["method"] != "autoregressive")
+        run[field] = value
+        (tmp_path / "bad.json").write_text(json.dumps(bad).replace("Infinity", "1e999"))
+        with pytest.raises(ValueError, match=why):
+            load_result(tmp_path / "bad.json", need_speculative=False)
+    bad = json.loads(json.dumps(good))
+    next(x for x in bad["runs"] if x["method"] == "autoregressive")["target_calls"] = 0
+    (tmp_path / "bad.json").write_text(json.dumps(bad))
+    with pytest.raises(ValueError, match="one token per call"):
+        load_result(tmp_path / "bad.json", need_speculative=False)
+    # an unmeasured target-only run (0 CPU seconds) leaves its unit out of the mean AND the s.e., no NaN
+    res = run_bench(pair, prompts, **kw)
+    next(x for x in res.runs if x["method"] == "autoregressive")["cpu_seconds"] = 0.0
+    row = next(r for r in res.table() if r["method"] == "rrs")
+    assert row["speedup_paired_cpu"] == row["speedup_paired_cpu"] and row["speedup_paired_cpu_se"] is None
+    # the command: options checked against the stopped run before any model is loaded
+    stopped()
+    capsys.readouterr()
+    assert main(["bench-decode", "--resume", "--ignore-eos", "--target", "t", "--draft", "d", "--trees", "2,1",
+                 "--verifiers", "rrs", "--max-new-tokens", "7", "--out", str(md)]) == 2
+    err = capsys.readouterr().err
+    assert "max_new_tokens: 4 there, 7 now" in err and "its command was" in err

@@ -140,8 +140,10 @@ class BenchResult:
             mine = [x for x in self.runs if x["method"] == r.method and x["tree"] == r.tree]
             tps = [_tps(x) for x in mine]
             be = [x["tokens"] / max(x["target_calls"], 1) for x in mine]
-            ratios = [_tps(x) / ar_tps[x["unit"]] for x in mine if ar_tps.get(x["unit"])]
-            cpu_ratios = [_tps(x, "cpu_seconds") / ar_cps[x["unit"]] for x in mine if ar_cps.get(x["unit"])]
+            ratios = [v for v in (_tps(x) / ar_tps[x["unit"]] for x in mine if ar_tps.get(x["unit"]))
+                      if math.isfinite(v)]                     # an unmeasured run (0 s) leaves its unit out
+            cpu_ratios = [v for v in (_tps(x, "cpu_seconds") / ar_cps[x["unit"]] for x in mine
+                                      if ar_cps.get(x["unit"])) if math.isfinite(v)]
             q = np.percentile(tps, [25, 50, 75]) if tps else [None] * 3
             levels = sum(x.get("draft_levels", 0) for x in mine)
             # draft cost per drafted level / one 1-token target pass, both measured in this run
@@ -432,6 +434,8 @@ def run_bench(pair, prompts: list[list[int]], *, verifiers=DEFAULT_VERIFIERS, tr
         names = [v.name for v in vs.values()]
         labels[lab] = {v.name: m for m, v in vs.items() if names.count(v.name) == 1}  # Verifier.name -> method
         scorers[lab] = [vs[m] for m in labels[lab].values()]
+    import torch
+
     units = [(seed, i, r) for seed in seeds for i in range(len(prompts)) for r in range(repeats)]
     config = {"target": pair.target_name, "draft": pair.draft_name,
               "trees": [s.label for s in shapes], "verifiers": list(verifiers), "scored": score,
@@ -443,7 +447,8 @@ def run_bench(pair, prompts: list[list[int]], *, verifiers=DEFAULT_VERIFIERS, tr
               "dtype": str(next(pair.target.parameters()).dtype), "machine": platform.machine(),
               "cpu_count": os.cpu_count(), "cpu": _cpu_support(),
               "order": "methods interleaved per unit, rotated by one per unit",
-              "stop_at_eos": bool(stop_at_eos), "paired": bool(paired)}
+              "stop_at_eos": bool(stop_at_eos), "paired": bool(paired), "threads": torch.get_num_threads(),
+              "prompt_sha256": prompts_digest(prompts)}
     draft = as_draft(pair.draft)
     config.update(target_weights=count_weights(pair.target), draft_weights=draft.weights)
     kept = {} if resume is None else _resumable(resume, config, jobs, units, capture is not None)
@@ -457,10 +462,10 @@ def run_bench(pair, prompts: list[list[int]], *, verifiers=DEFAULT_VERIFIERS, tr
         for run in kept[u]:
             rows[(run["method"], run["tree"])].add_run(run)
             result.runs.append(run)
-    if kept:
+    if resume is not None:
         config["resumed_units"] = len(kept)
         print(f"bench-decode: resuming: {len(kept)} of {len(units)} units (prompt x seed x repeat) kept from the "
-              "stopped run; the rest run now", file=sys.stderr)
+              "stopped run (a unit is kept when every method finished it); the rest run now", file=sys.stderr)
     todo = [u for u in range(len(units)) if u not in kept]
     if estimate and todo:
         print(_estimate(pair, prompts, len(jobs) * len(todo), max_new_tokens, sampling), file=sys.stderr)
@@ -513,10 +518,25 @@ def run_bench(pair, prompts: list[list[int]], *, verifiers=DEFAULT_VERIFIERS, tr
     return result
 
 
-#: settings a resumed run must share with the stopped one (everything that changes what a run measures)
+#: settings a resumed run must share with the stopped one (everything that changes what a run measures, or its
+#: timings: the machine and the thread count)
 RESUME_KEYS = ("target", "draft", "trees", "verifiers", "scored", "temperature", "top_k", "top_p", "max_new_tokens",
-               "seeds", "repeats", "prompts", "prompt_tokens", "proxy", "device", "dtype", "target_weights",
-               "draft_weights", "stop_at_eos", "paired")
+               "seeds", "repeats", "prompts", "prompt_tokens", "prompt_sha256", "proxy", "device", "dtype",
+               "target_weights", "draft_weights", "stop_at_eos", "paired", "machine", "cpu_count", "threads")
+
+
+def prompts_digest(prompts) -> str:
+    """sha256 of the prompts' token ids (``--resume`` refuses other prompts of the same lengths)."""
+    import hashlib
+
+    return hashlib.sha256(json.dumps([[int(t) for t in p] for p in prompts]).encode()).hexdigest()
+
+
+def config_differences(prev: dict, now: dict, keys=RESUME_KEYS) -> list:
+    """``"key: <there> there, <now> now"`` for every key of ``keys`` stored in ``prev`` (even as null) whose
+    value differs in ``now``; a key the stopped run's file lacks (older files) is not compared."""
+    return [f"{k}: {prev[k]!r} there, {now.get(k)!r} now" for k in keys if k in prev and k in now
+            and prev[k] != now[k]]
 
 
 def _resumable(old: BenchResult, config: dict, jobs: list, units: list, capture: bool) -> dict:
@@ -526,22 +546,30 @@ def _resumable(old: BenchResult, config: dict, jobs: list, units: list, capture:
                          "drop one of them")
     if old.complete:
         raise ValueError("--resume: that run is complete; nothing to resume (choose another --out for a new run)")
-    prev = dict(old.config)
-    if "paired" not in prev:                                   # older files: from whether runs carry RB sums
-        prev["paired"] = any("rb" in x for x in old.runs if x.get("method") != AUTOREGRESSIVE) or None
-    diff = [k for k in RESUME_KEYS if prev.get(k) is not None and prev.get(k) != config.get(k)]
-    missing = [k for k in ("target", "draft", "trees", "temperature", "max_new_tokens", "prompts") if k not in prev]
-    if diff or missing:
-        told = ", ".join(f"{k}: {prev.get(k)!r} there, {config.get(k)!r} now" for k in diff)
-        raise ValueError("--resume: the stopped run was made with other settings (" + (told or f"it lacks {missing}")
+    prev = old.config
+    missing = [k for k in ("target", "draft", "trees", "verifiers", "temperature", "max_new_tokens", "seeds",
+                           "prompts", "stop_at_eos", "paired") if k not in prev]
+    if missing:
+        raise ValueError(f"--resume: the stopped run's file does not record {', '.join(missing)}, so it cannot be "
+                         "checked to match this run; start a new run (another --out)")
+    diff = config_differences(prev, config)
+    if diff:
+        raise ValueError("--resume: the stopped run was made with other settings (" + "; ".join(diff)
                          + "); rerun with the same options as its command, or choose another --out")
     want = {(m, s.label if s else "-") for m, s in jobs}
     by_unit: dict = {}
+    stray = 0
     for x in old.runs:
         u = x.get("unit")
-        if isinstance(u, int) and 0 <= u < len(units) and (x.get("seed"), x.get("prompt"), x.get("repeat")) \
-                == tuple(units[u]):
+        if isinstance(u, int) and not isinstance(u, bool) and 0 <= u < len(units) \
+                and (x.get("seed"), x.get("prompt"), x.get("repeat")) == tuple(int(v) for v in units[u]) \
+                and (x.get("method"), x.get("tree")) in want:
             by_unit.setdefault(u, {})[(x["method"], x["tree"])] = x
+        else:
+            stray += 1
+    if stray:
+        raise ValueError(f"--resume: {stray} stored run(s) match no (prompt, seed, repeat, method, tree) of this "
+                         "run; the file was not written by this benchmark as configured: start a new run")
     return {u: [got[j] for j in sorted(want)] for u, got in by_unit.items() if set(got) >= want}
 
 
@@ -717,7 +745,8 @@ def write_report(result: BenchResult, md_path: Path, json_path: Path, command: s
         f"({_ratio(cfg.get('draft_weights'), cfg.get('target_weights'))}), L = draft forwards per target call on "
         "the tree; what a machine whose passes cost in proportion to the weights read would give. Draft cost / "
         "level: the driver's measured draft seconds per drafted level over target-only decoding's target seconds "
-        "per (1-token) call, both from this run.", "",
+        "per (1-token) call, both from this run (the prompt's prefill counts as one of those calls, which "
+        "understates the draft's share by a few per cent).", "",
         format_table(result), ""])
     payload = {"config": cfg, "command": command, "complete": result.complete, "rows": result.table(),
                "raw": [asdict(r) for r in result.rows], "runs": result.runs}

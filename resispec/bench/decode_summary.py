@@ -55,7 +55,7 @@ def load_result(path, need_speculative: bool = True) -> BenchResult:
             if w is not None and (isinstance(w, bool) or not isinstance(w, int) or w < 0 or
                                   (key == "target_weights" and w == 0)):
                 raise TypeError(f"config {key} must be a parameter count (int > 0; draft >= 0) or null, got {w!r}")
-        _check_runs(runs)
+        _check_runs(runs, cfg.get("max_new_tokens"))
         fields = BenchRow.__dataclass_fields__
         rows = [BenchRow(**{k: r[k] for k in fields if k in r}) for r in raw]   # older files lack draft_calls
         result = BenchResult(rows, cfg, runs=list(runs), complete=complete)
@@ -69,13 +69,17 @@ def load_result(path, need_speculative: bool = True) -> BenchResult:
 
 
 #: per-run counts and times: finite numbers >= 0 where present
-_NONNEG = ("tokens", "target_calls", "calls", "obs", "seconds", "cpu_seconds", "rb_seconds")
+_NONNEG = ("tokens", "target_calls", "calls", "obs", "seconds", "cpu_seconds", "rb_seconds", "target_seconds",
+           "draft_seconds", "draft_levels", "draft_calls")
+#: of those, the counts: integers
+_COUNTS = ("tokens", "target_calls", "calls", "draft_levels", "draft_calls")
 
 
-def _check_runs(runs: list) -> None:
+def _check_runs(runs: list, max_new_tokens=None) -> None:
     """TypeError / ValueError for a run that could not come from bench-decode: not an object, a count or time
-    that is negative or not a finite number, an RB value likewise, or the same (method, tree, seed, prompt,
-    repeat) twice (it would shrink every standard error)."""
+    that is negative or not a finite number (or a count that is not an integer), an RB value likewise, more
+    tokens than ``max_new_tokens``, target-only decoding with tokens != target calls (one token per call), or
+    the same (method, tree, seed, prompt, repeat) twice (it would shrink every standard error)."""
     seen = set()
     for i, x in enumerate(runs):
         if not isinstance(x, dict) or not isinstance(x.get("method"), str) or not isinstance(x.get("tree"), str):
@@ -85,6 +89,13 @@ def _check_runs(runs: list) -> None:
         for k, v in vals:
             if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0:
                 raise ValueError(f"runs[{i}] {k} = {v!r}: counts and times are finite numbers >= 0")
+            if k in _COUNTS and not isinstance(v, int):
+                raise ValueError(f"runs[{i}] {k} = {v!r}: a count is an integer")
+        if isinstance(max_new_tokens, int) and isinstance(x.get("tokens"), int) and x["tokens"] > max_new_tokens:
+            raise ValueError(f"runs[{i}] tokens = {x['tokens']} exceeds the run's max_new_tokens {max_new_tokens}")
+        if x["method"] == AUTOREGRESSIVE and x.get("tokens") != x.get("target_calls"):
+            raise ValueError(f"runs[{i}] target-only decoding made {x.get('tokens')!r} tokens in "
+                             f"{x.get('target_calls')!r} target calls; it makes one token per call")
         key = (x["method"], x["tree"], x.get("seed"), x.get("prompt"), x.get("repeat"))
         if key in seen:
             raise ValueError(f"runs[{i}] repeats (method, tree, seed, prompt, repeat) = {key}")

@@ -102,7 +102,7 @@ def run(args) -> int:
     if args.score and args.no_paired:
         raise ValueError("--score needs the paired estimator; drop --no-paired")
     check_report_path(args.out, "--out")
-    previous = _stopped_run(args) if args.resume else None
+    previous, first = _stopped_run(args, sampling) if args.resume else (None, None)
     if args.capture is not None:
         check_output_path(args.capture, "--capture", suffix=".npz")
     positive(args, "limit")
@@ -115,6 +115,8 @@ def run(args) -> int:
     prompts = encode_prompts(pair, texts, args)
     captured = [] if args.capture is not None else None
     command = "resispec " + " ".join(shlex.quote(a) for a in sys.argv[1:]) if sys.argv[1:] else ""
+    if first:                       # a resumed run keeps the command that started it (rerunnable from scratch)
+        command = first
     js = args.out.with_suffix(".json")
     result = run_bench(pair, prompts, verifiers=args.verifiers, trees=args.trees, sampling=sampling,
                        max_new_tokens=args.max_new_tokens, seeds=args.seeds or [args.seed], proxy=args.proxy,
@@ -135,11 +137,14 @@ def run(args) -> int:
     return 0
 
 
-def _stopped_run(args):
-    """``--resume``: the stopped run in ``--out``'s JSON, read and checked before any model is loaded."""
+def _stopped_run(args, sampling):
+    """``--resume``: the stopped run in ``--out``'s JSON, read and checked against every setting known before a
+    model is loaded (the rest -- dtype, weights, prompts, machine -- is checked by ``run_bench``)."""
     import json
 
+    from ..bench.decode import config_differences
     from ..bench.decode_summary import load_result
+    from ..trees import TreeShape
 
     js = args.out.with_suffix(".json")
     if not js.is_file():
@@ -151,14 +156,36 @@ def _stopped_run(args):
     old = load_result(js, need_speculative=False)
     if old.complete:
         raise ValueError(f"--resume: {js} is a complete run; nothing to resume (choose another --out for a new run)")
-    if "stop_at_eos" not in old.config:                 # files from before the key: read it off their command
+    try:
+        command = json.loads(js.read_text(encoding="utf-8")).get("command") or ""
+    except (OSError, ValueError, AttributeError):
+        command = ""
+    if not isinstance(command, str) or not command.startswith(f"resispec {NAME}"):
+        raise ValueError(f"--resume: {js} does not record the bench-decode command that made it; start a new run")
+    if "stop_at_eos" not in old.config or "paired" not in old.config:   # older files: parse their command
+        import argparse
+        import shlex as _sh
+
+        parser = argparse.ArgumentParser(add_help=False)
+        add_arguments(parser)
         try:
-            command = json.loads(js.read_text(encoding="utf-8")).get("command") or ""
-        except (OSError, ValueError, AttributeError):
-            command = ""
-        if command:
-            old.config["stop_at_eos"] = "--ignore-eos" not in command
-    return old
+            before = parser.parse_args(_sh.split(command)[2:])
+        except (SystemExit, ValueError):
+            raise ValueError(f"--resume: the command stored in {js} does not parse; start a new run") from None
+        old.config.setdefault("stop_at_eos", not before.ignore_eos)
+        old.config.setdefault("paired", not before.no_paired)
+    now = {"target": str(args.target), "draft": str(args.draft), "trees": [TreeShape.parse(t).label for t in args.trees],
+           "verifiers": list(args.verifiers), "scored": [m for m in args.score if m not in args.verifiers],
+           "temperature": sampling.temperature, "top_k": sampling.top_k, "top_p": sampling.top_p,
+           "max_new_tokens": args.max_new_tokens, "seeds": list(args.seeds or [args.seed]), "repeats": args.repeats,
+           "proxy": args.proxy, "stop_at_eos": not args.ignore_eos, "paired": not args.no_paired}
+    if args.threads:
+        now["threads"] = args.threads
+    diff = config_differences(old.config, now)
+    if diff:
+        raise ValueError(f"--resume: {js} was made with other settings (" + "; ".join(diff) + "); its command was: "
+                         f"{command}")
+    return old, command
 
 
 def _summarize(args) -> int:
