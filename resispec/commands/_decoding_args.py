@@ -22,7 +22,8 @@ def add_model_args(p) -> None:
                    f"{DEFAULT_DRAFT}), or 'ngram' (a cheap smoothed n-gram over the target's tokenizer, built once "
                    "from the Python standard library; options as ngram:order=4,delta=0.5,prompt_weight=4,power=2), "
                    "or 'head' (an EAGLE-style head reading the target's own features, trained once here on the "
-                   "standard library: ~1 h of target forwards plus ~10-20 min of training on 2 cores; docs/decoding.md)")
+                   "standard library: ~30 min on 2 idle cores (target forwards, then training; over 1 h when the cores are "
+                   "busy); docs/decoding.md)")
     g.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"],
                    help="weight dtype (default float32; on a CPU without AVX512-BF16 / AMX half precision is "
                         "emulated and multi-token passes are slow: a warning says so, docs/decoding.md)")
