@@ -444,3 +444,33 @@ def test_resume_refuses_what_it_cannot_vouch_for(tmp_path, capsys):
                  "--verifiers", "rrs", "--max-new-tokens", "7", "--out", str(md)]) == 2
     err = capsys.readouterr().err
     assert "max_new_tokens: 4 there, 7 now" in err and "its command was" in err
+
+
+def test_ctrl_c_keeps_the_report_and_names_the_resume_command(tmp_path, monkeypatch, capsys):
+    """New-user finding: Ctrl-C printed a raw KeyboardInterrupt traceback; now a line says what was kept and the
+    command that continues it (rc 130), and the PARTIAL report is there."""
+    import resispec.bench.decode as bd
+    import resispec.commands.bench_decode as cmd
+    from resispec.cli import main
+
+    pair = ModelPair(tiny_model("qwen2", seed=1, scale=3.0), tiny_model("qwen2", seed=2, scale=3.0), _Tok(), "t", "d")
+    monkeypatch.setattr(cmd, "check_models", lambda args: None)
+    monkeypatch.setattr(cmd, "prompt_texts", lambda args: ["a", "b"])
+    monkeypatch.setattr(cmd, "load_pair", lambda args: pair)
+    monkeypatch.setattr(cmd, "encode_prompts", lambda p, texts, args: [[1, 2, 3], [4, 5]])
+    real = bd.run_bench
+
+    def interrupted(*a, on_run=None, **k):
+        def stop(partial):
+            on_run(partial)
+            if len(partial.runs) == 2:
+                raise KeyboardInterrupt
+        return real(*a, on_run=stop, **k)
+
+    monkeypatch.setattr(bd, "run_bench", interrupted)
+    md = tmp_path / "r.md"
+    assert main(["bench-decode", "--trees", "2,1", "--verifiers", "rrs", "--max-new-tokens", "3", "--ignore-eos",
+                 "--out", str(md)]) == 130
+    err = capsys.readouterr().err
+    assert "interrupted:" in err and "2 finished runs" in err and "--resume" in err and "Traceback" not in err
+    assert "PARTIAL" in md.read_text() and json.loads(md.with_suffix(".json").read_text())["complete"] is False

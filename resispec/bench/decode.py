@@ -721,7 +721,11 @@ def write_report(result: BenchResult, md_path: Path, json_path: Path, command: s
     done = len(result.runs)
     md = "\n".join([
         "# Real-model tree speculative decoding: every verifier vs target-only decoding", "",
-        "" if result.complete else f"**PARTIAL: {done} runs finished when this was written.**", "",
+        "" if result.complete else f"**PARTIAL: {done} runs finished when this was written** (a prompt some "
+        "methods have not finished yet runs again whole under --resume).", "",
+        "" if not cfg.get("resumed_units") else f"Resumed: {cfg['resumed_units']} unit(s) (prompt x seed x repeat) "
+        "were kept from a stopped run and timed then; the rest ran in this session (speed-ups stay paired within "
+        "each unit).", "",
         f"Command: `{command}`" if command else "", "",
         f"Regime: {regime}. Target `{cfg.get('target')}`, draft `{cfg.get('draft')}`; "
         f"T = {cfg.get('temperature')}, top-k = {cfg.get('top_k')}, top-p = {cfg.get('top_p')}; "

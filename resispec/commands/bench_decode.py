@@ -118,11 +118,23 @@ def run(args) -> int:
     if first:                       # a resumed run keeps the command that started it (rerunnable from scratch)
         command = first
     js = args.out.with_suffix(".json")
-    result = run_bench(pair, prompts, verifiers=args.verifiers, trees=args.trees, sampling=sampling,
-                       max_new_tokens=args.max_new_tokens, seeds=args.seeds or [args.seed], proxy=args.proxy,
-                       stop_at_eos=not args.ignore_eos, capture=captured, repeats=args.repeats,
-                       paired=not args.no_paired, score=args.score, resume=previous,
-                       on_run=lambda partial: write_report(partial, args.out, js, command=command))
+    finished = []
+
+    def on_run(partial):
+        write_report(partial, args.out, js, command=command)
+        finished[:] = [len(partial.runs)]
+
+    try:
+        result = run_bench(pair, prompts, verifiers=args.verifiers, trees=args.trees, sampling=sampling,
+                           max_new_tokens=args.max_new_tokens, seeds=args.seeds or [args.seed], proxy=args.proxy,
+                           stop_at_eos=not args.ignore_eos, capture=captured, repeats=args.repeats,
+                           paired=not args.no_paired, score=args.score, resume=previous, on_run=on_run)
+    except KeyboardInterrupt:
+        kept = (f"{args.out} and {js} keep the {finished[0]} finished runs (marked PARTIAL)" if finished
+                else "no run had finished, nothing was written")
+        again = command + ("" if " --resume" in f" {command} " or not finished else " --resume")
+        print(f"\ninterrupted: {kept}" + (f"; continue with: {again}" if finished else ""), file=sys.stderr)
+        return 130
     print(format_table(result))
     write_report(result, args.out, js, command=command)
     print(f"wrote {args.out} and {args.out.with_suffix('.json')}", file=sys.stderr)
