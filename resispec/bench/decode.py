@@ -522,7 +522,7 @@ def run_bench(pair, prompts: list[list[int]], *, verifiers=DEFAULT_VERIFIERS, tr
 #: timings: the machine and the thread count)
 RESUME_KEYS = ("target", "draft", "trees", "verifiers", "scored", "temperature", "top_k", "top_p", "max_new_tokens",
                "seeds", "repeats", "prompts", "prompt_tokens", "prompt_sha256", "proxy", "device", "dtype",
-               "target_weights", "draft_weights", "stop_at_eos", "paired", "machine", "cpu_count", "threads")
+               "target_weights", "draft_weights", "stop_at_eos", "paired", "machine", "cpu_count", "cpu", "threads")
 
 
 def prompts_digest(prompts) -> str:
