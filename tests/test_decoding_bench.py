@@ -476,3 +476,39 @@ def test_ctrl_c_keeps_the_report_and_names_the_resume_command(tmp_path, monkeypa
     err = capsys.readouterr().err
     assert "interrupted:" in err and "2 finished runs" in err and "--resume" in err and "Traceback" not in err
     assert "PARTIAL" in md.read_text() and json.loads(md.with_suffix(".json").read_text())["complete"] is False
+
+
+def test_probe_step_is_the_difference_over_the_steps_and_none_under_load(monkeypatch):
+    """The start-up estimate's step time: (longer decode - fastest prefill) / steps; a loaded probe whose
+    difference is not positive says so instead of printing "0 ms" (a user's loaded run did)."""
+    from resispec.bench import decode as bd
+
+    assert bd._probe_step([3.0, 3.2], 5.0, steps=4) == pytest.approx(0.5)
+    assert bd._probe_step([3.4, 3.0], 2.9, steps=4) is None
+    clock = iter([0.0, 2.0, 10.0, 13.3, 20.0, 23.0, 30.0, 32.9])   # warm-up, two prefills, the 5-token decode
+    monkeypatch.setattr(bd, "autoregressive_decode", lambda *a, **k: None)
+    monkeypatch.setattr("time.perf_counter", lambda: next(clock))
+
+    class _Pair:
+        target = None
+    msg = bd._estimate(_Pair(), [[1, 2]], runs=3, max_new_tokens=8, sampling=None)
+    assert "not measurable" in msg and "0 ms" not in msg
+    clock = iter([0.0, 2.0, 10.0, 13.3, 20.0, 23.0, 30.0, 35.0])
+    msg = bd._estimate(_Pair(), [[1, 2]], runs=6, max_new_tokens=14, sampling=None)
+    assert "one target step 500 ms" in msg and "estimate ~1.0 min" in msg    # 6 x (3.0 + 14 x 0.5) s
+
+
+def test_best_baseline_ties_and_zero_formatting():
+    """Rules that coincide on a tree (block and traversal on a chain; every iid rule on one candidate) tie to
+    round-off: the best-baseline label goes to a node-level rule first, then by name, not to whichever rounding
+    came out larger; a difference that rounds to zero prints without a sign (no "-0.000")."""
+    from resispec.bench._report import fmt
+    from resispec.bench.decode import _best_baseline
+    from resispec.bench.decode_summary import _signed
+
+    assert _best_baseline({"traversal": 1.4480000000000002, "block": 1.448, "rrs": 1.445}) == "block"
+    assert _best_baseline({"traversal": 1.4, "rrs": 1.4 + 1e-15, "kseq": 1.4}) == "kseq"
+    assert _best_baseline({"rrs": 1.40, "traversal": 1.41}) == "traversal"
+    assert _best_baseline({}) is None
+    assert fmt(-1e-12, 3) == "0.000" and fmt(-0.0004, 3) == "0.000" and fmt(-0.0006, 3) == "-0.001"
+    assert _signed(-1e-12) == "0.000" == _signed(1e-12) and _signed(0.0123) == "+0.012" and _signed(-0.02) == "-0.020"

@@ -17,7 +17,10 @@ __all__ = ["command_lines", "fmt", "md_row", "md_table", "stats_table", "write_m
 
 def fmt(x: float | None, nd: int = 4) -> str:
     """``x`` with ``nd`` decimals, ``"-"`` for a missing value (``None``)."""
-    return "-" if x is None else f"{x:.{nd}f}"
+    if x is None:
+        return "-"
+    s = f"{x:.{nd}f}"
+    return s[1:] if s.startswith("-") and float(s) == 0 else s          # no "-0.000"
 
 
 def md_row(cells: Iterable[str]) -> str:

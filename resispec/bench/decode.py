@@ -298,7 +298,7 @@ def _rb_keys(t: dict | None, method: str) -> dict:
     if se and keys["block_efficiency_calls_se"] is not None:
         keys["rb_se_gain"] = keys["block_efficiency_calls_se"] / se
     base = {m: v for m, v in t["rb"].items() if _is_baseline(m) and v[0] is not None}
-    best = max(base, key=lambda m: base[m][0], default=None)
+    best = _best_baseline({m: v[0] for m, v in base.items()})
     for name, other in (("rb_vs_best_baseline", best), ("rb_vs_rrs", "rrs" if "rrs" in t["rb"] else None)):
         if other is not None:
             Rb, zb, _ = t["rb"][other]
@@ -641,8 +641,22 @@ def _explicit(shape: TreeShape) -> str | None:
     return shape.drafting if shape.drafting == "without_replacement" else None
 
 
+#: target steps in the probe's longer decode: the step time is a difference of two decodes, and one step
+#: (~0.5 s) against a ~3 s prefill is lost in load noise (a user's loaded run printed "0 ms")
+_PROBE_STEPS = 4
+
+
+def _probe_step(prefills: list, longer: float, steps: int = _PROBE_STEPS):
+    """One target step (s) from decode timings: ``(longer - min(prefills)) / steps``, where ``prefills`` are
+    1-token decodes and ``longer`` a ``1 + steps``-token decode; None when that is not positive (other
+    processes held the cores during the probe)."""
+    step = (longer - min(prefills)) / steps
+    return step if step > 0 else None
+
+
 def _estimate(pair, prompts, runs: int, max_new_tokens: int, sampling) -> str:
-    """One-line time estimate from a probe: one prefill and one 1-token target step on the first prompt.
+    """One-line time estimate from a probe: 1-token decodes (the prefill) and a ``1 + _PROBE_STEPS``-token
+    decode on the first prompt; the step is their difference over ``_PROBE_STEPS``.
 
     A first, unmeasured decode warms the target up (weight packing, the compiled linear kernel), which
     otherwise lands in the probe and inflated the estimate 5-7x on short runs.
@@ -656,8 +670,13 @@ def _estimate(pair, prompts, runs: int, max_new_tokens: int, sampling) -> str:
         return time.perf_counter() - t0
 
     timed(2)                                                   # warm-up, not measured
-    probe, prefill = timed(2), timed(1)
-    step = max(probe - prefill, 1e-6)                          # one 1-token target pass
+    prefills = [timed(1), timed(1)]
+    step = _probe_step(prefills, timed(1 + _PROBE_STEPS))
+    prefill = min(prefills)
+    if step is None:
+        return (f"bench-decode: {runs} runs x up to {max_new_tokens} tokens; probe: prefill {prefill:.2f} s, one "
+                "target step not measurable (other processes held the cores during the probe), so no estimate; "
+                "results are written as they come")
     per_run = prefill + max_new_tokens * step
     return (f"bench-decode: {runs} runs x up to {max_new_tokens} tokens; probe: prefill {prefill:.2f} s, one "
             f"target step {step * 1000:.0f} ms -> estimate ~{runs * per_run / 60:.1f} min, assuming each method "
@@ -689,6 +708,20 @@ def format_table(result: BenchResult) -> str:
               if r["speedup_projected"] is not None else "-"),
              _f(r["speedup_memory_bound"]), _f(r["draft_cost_per_level"])] for r in result.table())
     return "\n".join(md_table(head, rows))
+
+
+def _best_baseline(values: dict):
+    """The baseline with the largest value; ties (equal to round-off: rules that coincide on the tree, such as
+    ``block`` and ``traversal`` on a chain) go to a node-level rule before a path-level one, then by name, so
+    the pick does not depend on which rounding came out larger."""
+    from ..pathlevel.registry import available_path_verifiers
+
+    if not values:
+        return None
+    top = max(values.values())
+    tied = [m for m, v in values.items() if v >= top - 1e-9 * max(1.0, abs(top))]
+    path = set(available_path_verifiers())
+    return min(tied, key=lambda m: (m in path, m))
 
 
 def _f(x) -> str:

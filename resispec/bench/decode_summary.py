@@ -113,6 +113,12 @@ def _order(method: str) -> tuple:
     return (1 if _is_baseline(method) else 3, method)
 
 
+def _signed(x: float) -> str:
+    """``x`` with a sign and 3 decimals; ``0.000`` (no sign) for what rounds to zero (a tie)."""
+    s = f"{x:+.3f}"
+    return "0.000" if float(s) == 0 else s
+
+
 def summary_rows(result: BenchResult) -> list[list[str]]:
     """Markdown cells, one row per (tree, verifier) with an RB value, plus the target-only row."""
     table = result.table()
@@ -128,7 +134,7 @@ def summary_rows(result: BenchResult) -> list[list[str]]:
         for r in rows:
             ran = " (ran)" if r["block_efficiency"] is not None else ""
             diff = "-" if r["rb_vs_best_baseline"] is None else (
-                f"{r['rb_vs_best_baseline']:+.3f}" + ("" if r["rb_vs_best_baseline_se"] is None
+                _signed(r["rb_vs_best_baseline"]) + ("" if r["rb_vs_best_baseline_se"] is None
                                                       else f" ± {r['rb_vs_best_baseline_se']:.3f}"))
             se = r["block_efficiency_rb_se"]
             if r["block_efficiency"] is not None and r["speedup_paired_cpu"] is not None:   # measured: with s.e.
@@ -177,8 +183,9 @@ def summary_markdown(results: list, sources: list, command: str = "") -> str:
         tw, dw = cfg.get("target_weights"), cfg.get("draft_weights")
         c = dw / tw if tw and dw is not None else None
         costs = [r["draft_cost_per_level"] for r in res.table() if r.get("draft_cost_per_level") is not None]
-        cost = ("" if not costs else f"; draft cost per drafted level, measured: {min(costs):.3f}"
-                + ("" if max(costs) - min(costs) < 5e-4 else f"-{max(costs):.3f}") + " of a 1-token target pass")
+        lo, hi = (f"{min(costs):.3f}", f"{max(costs):.3f}") if costs else ("", "")
+        cost = ("" if not costs else f"; draft cost per drafted level, measured: {lo}"
+                + ("" if hi == lo else f"-{hi}") + " of a 1-token target pass")
         md += [f"## T = {cfg.get('temperature')}: target `{cfg.get('target')}`, draft `{cfg.get('draft')}`", "",
                f"Source: `{src}`" + ("" if res.complete else " (**PARTIAL**: the run was stopped)")
                + f"; {_prompts(res)} prompts x seeds {cfg.get('seeds')}, up to {cfg.get('max_new_tokens')} new "
