@@ -66,6 +66,11 @@ def plan_for_tv(law, tv: float, *, alpha: float, power: float, sequential: bool 
     return n, df
 
 
+class BudgetError(ValueError):
+    """A planned or requested sample count over the time or memory limit: nothing was drawn (no verdict on the
+    verifier); the message gives the estimate and the fixes."""
+
+
 def check_planned_budget(draw, n: int, *, tv: float, workers: int, max_samples: int,
                          what: str = "the verifier", fixed_seconds: float = 0.0) -> float:
     """Time a pilot of ``PILOT`` draws and refuse a plan over ``MAX_SECONDS`` or ``max_samples``.
@@ -107,7 +112,7 @@ def check_planned_budget(draw, n: int, *, tv: float, workers: int, max_samples: 
         fix = "ask for a larger tv (n grows like 1/tv^2)" + (
             ", allow more time by raising exactness.certificate.MAX_SECONDS, or pass workers= (processes)"
             if est > _cert.MAX_SECONDS else " (more workers do not reduce the memory)")
-        raise ValueError(f"tv = {tv:g} needs n = {n_txt} draws (timed pilot of {PILOT:,} draws of {what}): "
+        raise BudgetError(f"tv = {tv:g} needs n = {n_txt} draws (timed pilot of {PILOT:,} draws of {what}): "
                          + "; ".join(over) + "; " + fix)
     msg = f"tv = {tv:g}: planned n = {n:,} draws, estimated {_hours(est)} on this machine ({workers} worker(s))"
     log.log(logging.WARNING if est > 10 else logging.INFO, msg)

@@ -72,6 +72,29 @@ def register_fast_path(name: str, cls: type):
     return deco
 
 
+#: The methods a fast path or accept table stands in for: the harness samples through ``verify`` itself (the
+#: generic path) when any of them is not this project's own code.
+_SAMPLING_METHODS = ("verify", "chain", "_chain", "masses", "step", "_chain_decided", "chain_until_accept")
+
+
+def pristine(verifier) -> bool:
+    """Whether ``verifier``'s sampling methods are this project's own: none set on the instance, and each one
+    its class resolves still the function its ``resispec`` class was created with.  A built-in whose ``verify`` a user replaced (on the
+    instance, by a subclass, or by patching the class) fails this, so the harness draws through that ``verify``
+    instead of a table that mirrors the built-in rule."""
+    inst = getattr(verifier, "__dict__", {})
+    for name in _SAMPLING_METHODS:
+        if name in inst:
+            return False
+        owner = next((c for c in type(verifier).__mro__ if name in vars(c)), None)
+        if owner is None:
+            continue
+        if not owner.__module__.startswith("resispec.") or \
+                vars(owner).get("_as_defined", {}).get(name) is not vars(owner)[name]:
+            return False                     # defined outside resispec, or replaced after the class was made
+    return True
+
+
 def fast_path_for(verifier, p: np.ndarray, q: np.ndarray, k: int):
     """The registered fast path of ``verifier`` at node ``p, q`` (V,) float64 with ``k`` candidates, or None.
 
@@ -80,7 +103,7 @@ def fast_path_for(verifier, p: np.ndarray, q: np.ndarray, k: int):
     """
     _load_builtins()
     entry = _FAST.get(type(verifier))
-    if entry is None or hasattr(verifier, "draft_law") or hasattr(verifier, "bonus_law"):
+    if entry is None or hasattr(verifier, "draft_law") or hasattr(verifier, "bonus_law") or not pristine(verifier):
         return None
     if p.size * k <= FAST_MIN_ELEMS:
         return None

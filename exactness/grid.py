@@ -201,6 +201,10 @@ def _failure_reason(exc: BaseException) -> str:
     """``"error: RuntimeError: boom (in verify, mine.py:12)"``: the exception and its innermost frame."""
     import traceback
 
+    from .budget import BudgetError
+
+    if isinstance(exc, BudgetError):         # nothing drawn: not a verdict on the verifier; the whole fix shown
+        return "not run: " + " ".join(str(exc).split())
     if isinstance(exc, SystemExit):
         what = f"SystemExit: called sys.exit({exc.code!r})"
     else:

@@ -276,6 +276,10 @@ def accept_table(verifier, p: np.ndarray, q: np.ndarray, k: int):
     """
     if type(verifier) not in _table_types() or getattr(verifier, "drafting", None) != "iid":
         return None
+    from .fast_paths import pristine
+
+    if not pristine(verifier):               # a replaced verify (instance, patched class): sample through it
+        return None
     if hasattr(verifier, "draft_law") or hasattr(verifier, "bonus_law"):
         return None
     from resispec.verifiers.kseq import KSeq, kseq_rho
@@ -433,9 +437,10 @@ class NodeSampler:
         warm = copy.copy(self)
         warm.draws(np.random.default_rng(1), GUARD)
         t0 = time.perf_counter()
-        if self.fast_path is not None:
+        fast = self.fast_path is not None or self.table is not None
+        if fast:
             warm.draws(np.random.default_rng(2), RECHECK)
-        per_chunk = time.perf_counter() - t0 if self.fast_path is not None else 0.0
+        per_chunk = time.perf_counter() - t0 if fast else 0.0
         quiet = copy.copy(warm)
         quiet._recheck = False
         if quiet.fast_path is not None:  # time the loops a long run uses (compiled), not the small-call ones
@@ -467,7 +472,8 @@ class NodeSampler:
         # fast paths: GUARD draws of the first call, then RECHECK of every later call (chunk) through verify
         self._calls += 1
         if self._guarded:
-            g = min(n, RECHECK) if (self.fast_path is not None and self._recheck and rechecked(self._calls)) else 0
+            g = min(n, RECHECK) if ((self.fast_path is not None or self.table is not None) and self._recheck
+                                    and rechecked(self._calls)) else 0
         else:
             g = min(n, GUARD)
         if fast_cand is None and self.drafting != "without_replacement":

@@ -53,6 +53,7 @@ from ._checks import as_seed_sequence, check_alpha, check_n
 from .certificate import (MAX_SECONDS, PILOT, PILOT_ABOVE, Certificate, _hours, certificate_from_counts,
                           pilot_seconds)
 from .exact import MAX_TUPLES, ChainError, certify_exact, enumerable, exact_tol
+from .budget import BudgetError
 from .gof import gof_test
 from .sampling import (_ELEMS, Draws, NodeSampler, UnsupportedK, _checked_result, as_numpy_verifier, candidate_law,
                        draw_node_candidates, drafting_of, has_chain, k_support, rechecks_in, takes_laws,
@@ -71,6 +72,9 @@ TREE_N = 50_000
 BATCH_ROWS = 16
 #: Largest number of draws in the black-box ``batched_rows`` check.
 BATCH_N = 50_000
+#: Draws of the black-box ``small_batches`` check (verify on batches of 1..``SMALL_B`` rows of the node).
+SMALL_N = 2_000
+SMALL_B = 8
 #: Largest ``n`` for a sequential certify_verifier: the tokens and accepted indices are kept (16 bytes per draw,
 #: 2 GiB here).
 MAX_SAMPLES = 1 << 27
@@ -178,6 +182,32 @@ def _batched_rows(verifier, p, q, k, n, rng) -> tuple[float, dict]:
     return pv, info
 
 
+def _small_batches(sampler: NodeSampler, p, n: int, rng) -> tuple[float | None, dict]:
+    """Black-box check: ``n`` draws through ``verify`` on batches of 1, 2, .., ``SMALL_B`` rows (the main sample
+    and ``batched_rows`` call it with thousands of rows or at least ``BATCH_ROWS``), tested against ``p`` by the
+    pooled chi-square.  Catches a ``verify`` that is wrong only on small batches (a single-row fast path, a
+    padding bug): with ``SMALL_N`` draws, a bias of TV ~0.1 or more.  ``(None, details)`` when df is 0."""
+    k, V = sampler.k, sampler.V
+    toks, s, b = [], 0, 0
+    while s < n:
+        B = min(1 + b % SMALL_B, n - s)
+        uc, uv = rng.random((B, k)), rng.random((B, k + 1))
+        cand = draw_node_candidates(sampler.cand_law, k, sampler.drafting, uc)
+        toks.append(sampler._generic(cand, uv, rng).tokens)
+        s, b = s + B, b + 1
+    counts = np.bincount(np.concatenate(toks), minlength=V)
+    r = gof_test(counts, p)
+    info = {"statistic": r.statistic, "df": r.df, "n": int(n), "largest_batch": SMALL_B,
+            "tv": 0.5 * float(np.abs(counts / n - p).sum())}
+    if r.impossible:
+        info["reason"] = "a small batch emitted a token the target gives probability 0"
+        return 0.0, info
+    if r.df == 0:
+        return None, info
+    info["pvalue"] = r.pvalue
+    return r.pvalue, info
+
+
 def _support(law) -> int:
     return int(np.count_nonzero(np.asarray(law) > 0))
 
@@ -226,16 +256,17 @@ def _check_budget(sampler: NodeSampler, n: int, workers: int = 1, limit: int = M
     gib = n * 16 / 2**30
     if n > limit or est > MAX_SECONDS:
         which = "MAX_SAMPLES" if limit == MAX_SAMPLES else "MAX_COUNTED"
-        raise ValueError(f"n = {n:.3g} would take ~{_hours(est)} (timed pilot of {PILOT:,} draws) and "
+        raise BudgetError(f"n = {n:.3g} would take ~{_hours(est)} (timed pilot of {PILOT:,} draws) and "
                          f"{gib:.3g} GiB were the tokens and accepted indices kept (limits: {which} = {limit:,} "
                          f"draws, {_hours(MAX_SECONDS)}; MAX_SAMPLES = {MAX_SAMPLES:,} when sequential); pass a "
                          "smaller n or use tv= / exactness.samples_for_tv to plan the n you need")
 
 
-def _max_checks(exact: bool, chain_ok: bool, tree: bool, V: int) -> int:
+def _max_checks(exact: bool, chain_ok: bool, tree: bool, V: int, black_box: bool = False) -> int:
     """Most p-values Holm can count in one certificate: marginal, exact_law + joint + accepted_count + residual
-    (with a chain), determinism, batched or batched_rows, and the two tree checks (V <= ``TREE_MAX_V``)."""
-    return 1 + (4 if exact and chain_ok else 0) + 2 + (2 if tree and V <= TREE_MAX_V else 0)
+    (with a chain), determinism, batched (a Verifier taking uniforms) or else batched_rows and small_batches
+    (``black_box``), and the two tree checks (V <= ``TREE_MAX_V``)."""
+    return 1 + (4 if exact and chain_ok else 0) + 1 + (2 if black_box else 1) + (2 if tree and V <= TREE_MAX_V else 0)
 
 
 def certify_verifier(verifier, p, q, k: int, *, n: int | None = None, alpha: float = 1e-3, seed=0,
@@ -410,7 +441,8 @@ def certify_verifier(verifier, p, q, k: int, *, n: int | None = None, alpha: flo
         raise TypeError(f"sequential must be True or False, got {sequential!r}")
     sampler = NodeSampler(verifier, node, None, k)
     # the e-process runs at alpha / (the most checks Holm can count here): its stop is always a FAIL
-    m_max = _max_checks(exact, has_chain(verifier), tree, p1.size)
+    m_max = _max_checks(exact, has_chain(verifier), tree, p1.size,
+                        black_box=not (isinstance(verifier, Verifier) and takes_uniforms(verifier)))
     alpha_seq = alpha / m_max if sequential else alpha
     plan = None
     if n is None and tv is not None:
@@ -429,6 +461,10 @@ def certify_verifier(verifier, p, q, k: int, *, n: int | None = None, alpha: flo
     checks: dict[str, float] = {}
     skipped: dict[str, str] = {}
     details: dict = {"path": sampler.path, "V": int(p1.size), "k": k}
+    if drafting_of(verifier) == "any":         # one verifier, two candidate laws: only iid is drawn here
+        skipped["without_replacement_drafts"] = ("drafting 'any': candidates were drawn iid only; set drafting = "
+                                                 "'without_replacement' on the verifier and certify again to test "
+                                                 "that law")
     chain_ok = has_chain(verifier)
     V = p1.size
 
@@ -528,6 +564,13 @@ def certify_verifier(verifier, p, q, k: int, *, n: int | None = None, alpha: flo
             skipped["batched_rows"] = f"df 0 after pooling ({info['n']:,} draws over {BATCH_ROWS} rows)"
         else:
             checks["batched_rows"] = b
+        sb, info = _small_batches(sampler, p1, min(n, SMALL_N), np.random.default_rng(s_batch.spawn(1)[0]))
+        details["small_batches"] = info
+        mc_df["small_batches"] = info["df"]
+        if sb is None:
+            skipped["small_batches"] = f"df 0 after pooling ({info['n']:,} draws)"
+        else:
+            checks["small_batches"] = sb
     tree_names = ("tree_bonus", "tree_two_level")
     if not tree:
         skipped.update({t: "tree=False" for t in tree_names})

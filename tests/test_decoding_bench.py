@@ -512,3 +512,35 @@ def test_best_baseline_ties_and_zero_formatting():
     assert _best_baseline({}) is None
     assert fmt(-1e-12, 3) == "0.000" and fmt(-0.0004, 3) == "0.000" and fmt(-0.0006, 3) == "-0.001"
     assert _signed(-1e-12) == "0.000" == _signed(1e-12) and _signed(0.0123) == "+0.012" and _signed(-0.02) == "-0.020"
+
+
+def test_bench_decode_refuses_what_would_lose_data_or_fake_a_standard_error(tmp_path, capsys):
+    """Breaker findings: a new run silently overwrote a stopped run in --out; repeated --trees / --seeds counted
+    one unit twice (an s.e. of 0.000); a --score rule no tree serves was dropped without a word; --proxy with no
+    resispec verifier was ignored. Each is refused before any model loads."""
+    from resispec.cli import main
+
+    base = ["bench-decode", "--target", "t", "--draft", "d", "--ignore-eos"]
+    md = tmp_path / "run.md"
+    md.with_suffix(".json").write_text(json.dumps({"raw": [], "runs": [{"method": "rrs"}], "complete": False}))
+    assert main(base + ["--trees", "2,1", "--out", str(md)]) == 2
+    assert "holds a stopped bench-decode run" in capsys.readouterr().err
+    out = str(tmp_path / "x.md")
+    for extra, msg in ((["--trees", "1,1", "1,1"], "--trees names 1,1 more than once"),
+                       (["--trees", "2,1", "--seeds", "1", "1"], "--seeds names 1 more than once"),
+                       (["--trees", "2,1", "--verifiers", "resispec", "--score", "block"], "--score block: exact for none"),
+                       (["--trees", "wor:2", "--verifiers", "resispec", "--score", "rrs"], "--score rrs: exact for none"),
+                       (["--trees", "1,1", "--verifiers", "traversal", "--proxy", "nosuch"], "applies to the resispec")):
+        assert main(base + extra + ["--out", out]) == 2, extra
+        assert msg in capsys.readouterr().err, extra
+
+
+def test_decode_refuses_resispec_options_for_other_verifiers(capsys):
+    from resispec.cli import main
+
+    for extra in (["--verifier", "traversal_resispec", "--tree", "2,1", "--gamma", "nan"],
+                  ["--verifier", "block", "--tree", "1,1", "--proxy", "nosuch"]):
+        assert main(["decode", "--target", "t", "--draft", "d", "--prompt", "x"] + extra) == 2
+        assert "takes none" in capsys.readouterr().err
+    assert main(["decode", "--target", "t", "--draft", "d", "--prompt", "x", "--verifier", "rrs", "--gamma", "2"]) == 2
+    assert "does not take --gamma" in capsys.readouterr().err

@@ -98,7 +98,47 @@ def _rrs_on_wor(v):
     return v
 
 
-def test_a_biased_chain_is_caught_through_the_fast_path():
+def test_a_replaced_method_sends_a_built_in_to_the_generic_path():
+    """A built-in whose sampling methods were replaced (on the instance, by patching the class, even with
+    functools.wraps keeping the name and module) is sampled through its own verify, never a table or fast path
+    that mirrors the built-in rule (a breaker's class-level patch of rrs' verify passed every cell before)."""
+    import functools
+
+    from exactness.fast_paths import pristine
+    from resispec.verifiers.baselines import RecursiveRejection
+
+    p, q = _laws(300, 4)
+    assert all(pristine(get_verifier(n)) for n in ("rrs", "sps", "kseq", "rrs_wor", "target_only", "resispec"))
+    v = _rrs_on_wor(get_verifier("rrs_wor"))
+    assert not pristine(v) and NodeSampler(v, p, q, 4).path == "generic"
+    orig = RecursiveRejection.verify
+
+    @functools.wraps(orig)
+    def verify(self, P, Q, c, rng=None, **kw):
+        res = orig(self, P, Q, c, rng, **kw)
+        if c.shape[0] > 1024:                  # wrong only on large batches: the 64 guard draws would not see it
+            res.tokens[:], res.accepted[:] = 0, -1
+        return res
+
+    had = "verify" in vars(RecursiveRejection)
+    RecursiveRejection.verify = verify
+    try:
+        w = get_verifier("rrs")
+        assert not pristine(w) and NodeSampler(w, p, q, 2).path == "generic"
+        assert not exactness.certify_verifier(w, p, q, 2, n=20_000, tree=False).passed
+    finally:
+        if had:
+            RecursiveRejection.verify = orig
+        else:
+            del RecursiveRejection.verify
+    assert pristine(get_verifier("rrs"))
+
+
+def test_a_biased_chain_is_caught_through_the_fast_path(monkeypatch):
+    """The run-time recheck (for a bug inside this project's own code, where ``pristine`` holds)."""
+    from exactness import fast_paths
+
+    monkeypatch.setattr(fast_paths, "pristine", lambda v: True)
     p, q = _laws(300, 4)
     v = _rrs_on_wor(get_verifier("rrs_wor"))
     s = NodeSampler(v, p, q, 4)
@@ -107,9 +147,13 @@ def test_a_biased_chain_is_caught_through_the_fast_path():
         exactness.certify_verifier(v, p, q, 4, n=20_000, tree=False)
 
 
-def test_a_rare_bug_in_verify_is_caught_by_the_per_chunk_recheck(monkeypatch):
+@pytest.mark.parametrize("name", ["target_only", "rrs"])        # a fast path; the accept table
+def test_a_rare_bug_in_verify_is_caught_by_the_per_chunk_recheck(monkeypatch, name):
+    from exactness import fast_paths
+
+    monkeypatch.setattr(fast_paths, "pristine", lambda v: True)    # as if the bug were in this project's code
     p, q = _laws(300, 5)
-    v = get_verifier("target_only")
+    v = get_verifier(name)
     inner = v.verify
     calls = []
 
@@ -123,7 +167,7 @@ def test_a_rare_bug_in_verify_is_caught_by_the_per_chunk_recheck(monkeypatch):
     v.verify = late_bug
     s = NodeSampler(v, p, q, 3)
     monkeypatch.setattr(sampling, "CHUNK", 1_000)
-    with pytest.raises(RuntimeError, match="disagrees"):
+    with pytest.raises((RuntimeError, ValueError), match="disagrees|accepted"):
         s.draws(np.random.default_rng(0), 10_000)
 
 

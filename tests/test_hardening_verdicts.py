@@ -283,3 +283,53 @@ def test_node_sampler_draws_in_chunks_with_the_same_stream_below_a_chunk(monkeyp
     monkeypatch.setattr(sampling, "CHUNK", 128)
     big = s.draws(np.random.default_rng(5), 1_000)
     assert big.tokens.shape == (1_000,) and max(sizes[1:]) <= 128
+
+
+# ---------------------------------------------------------------- session 33 breaker: verdicts and bad input
+class _SmallBatchBias:
+    """A black box right on large batches and wrong (token 0) on batches of at most 8 rows."""
+    drafting = "iid"
+
+    def __init__(self, wrong=True):
+        self.v, self.wrong = resispec.get_verifier("rrs"), wrong
+
+    def verify(self, p, q, c, rng):
+        r = self.v.verify(p, q, c, rng)
+        if self.wrong and c.shape[0] <= 8:
+            r.tokens[:], r.accepted[:] = 0, -1
+        return r
+
+
+def test_a_black_box_wrong_only_on_small_batches_fails_by_the_small_batches_check():
+    p, q = _pq(50, 3)
+    bad = exactness.certify_verifier(_SmallBatchBias(), p, q, 2, tree=False)
+    assert not bad.passed and bad.checks["small_batches"] == 0.0
+    good = exactness.certify_verifier(_SmallBatchBias(wrong=False), p, q, 2, tree=False)
+    assert good.passed and "small_batches" in good.checks and good.details["small_batches"]["n"] == 2_000
+
+
+def test_drafting_any_says_without_replacement_drafts_were_not_drawn():
+    class AnyRRS(_SmallBatchBias):
+        drafting = "any"
+    cert = exactness.certify_verifier(AnyRRS(wrong=False), P, Q, 2, tree=False)
+    assert "without_replacement_drafts" in cert.skipped and "iid only" in cert.skipped["without_replacement_drafts"]
+
+
+def test_a_budget_refusal_is_a_failed_cell_that_says_not_run_and_keeps_the_whole_fix():
+    from exactness.budget import BudgetError
+    from exactness.grid import _failure_reason
+
+    msg = "tv = 1e-09 needs n = ~1e18 draws (timed pilot of 2,000 draws of rrs): " + "x" * 300 + "; ask for a larger tv"
+    why = _failure_reason(BudgetError(msg))
+    assert why.startswith("not run: tv = 1e-09") and why.endswith("ask for a larger tv")
+    with pytest.raises(BudgetError, match="larger tv"):
+        exactness.certify_verifier(resispec.get_verifier("rrs"), *_pq(50), 2, tv=1e-9)
+
+
+def test_certify_refuses_an_astronomical_samples_and_coupled_a_vacuous_n(capsys):
+    from resispec.cli import main
+
+    assert main(["certify", "--samples", "1e400"]) == 2
+    assert "~1e400 exceeds the limit" in capsys.readouterr().err
+    with pytest.raises(ValueError, match="pass n >= 10"):
+        exactness.certify_coupled(resispec.get_verifier("rrs"), "rrs", P, Q, 2, n=1)

@@ -217,6 +217,10 @@ def certify_coupled(kernel, reference, p, q, k: int, *, n: int = 100_000, alpha:
     p2, q2 = np.ascontiguousarray(p2), np.ascontiguousarray(q2)
     R, V = p2.shape
     k, n, alpha = check_k(k), check_n(n), check_alpha(alpha)
+    n_min = int(np.ceil(np.log(alpha) / np.log(0.5)))      # 0 mismatches bound TV by 1 - alpha^(1/n) <= 0.5
+    if n < n_min:
+        raise ValueError(f"n = {n} draws bound TV only by {1 - alpha ** (1 / n):.3f} even with no mismatch; at "
+                         f"alpha = {alpha:g} pass n >= {n_min} (n = ln(1/alpha) / tv draws bound TV by tv)")
     if stop_after is not None:
         stop_after = check_n(stop_after, name="stop_after")
     if time_limit is not None and (isinstance(time_limit, bool) or not isinstance(time_limit, (int, float))

@@ -98,11 +98,34 @@ def run(args) -> int:
             raise ValueError(f"--trees {t}: none of --verifiers {','.join(args.verifiers)} is exact for this tree "
                              "(a wor: tree needs a without-replacement rule: rrs_wor, resispec or target_only; "
                              "block and token need a chain)")
+    labels = [TreeShape.parse(t).label for t in args.trees]
+    for what, vals in (("--trees", labels), ("--seeds", list(args.seeds or []))):
+        twice = sorted({str(v) for v in vals if vals.count(v) > 1})
+        if twice:                   # a repeat would count one unit twice and shrink every standard error
+            raise ValueError(f"{what} names {', '.join(twice)} more than once; give each once (--repeats repeats "
+                             "runs on purpose)")
+    named = [m for m in args.score if m != "all"]
     args.score = score_names(args.score)
+    if args.proxy is not None and "resispec" not in args.verifiers and "resispec" not in args.score:
+        raise ValueError(f"--proxy {args.proxy} applies to the resispec verifier only, which neither --verifiers "
+                         "nor --score names; add resispec or drop --proxy")
+    if named:                       # a scored rule no tree's drafting serves would be dropped without a word
+        from ..bench.decode import _servable
+
+        shapes = [TreeShape.parse(t) for t in args.trees]
+        runners = {s.label: shape_verifiers(args.verifiers, s, args.proxy) for s in shapes}
+        served = {m for s in shapes for m in _servable(shape_verifiers(named, s, args.proxy), runners[s.label], s)}
+        unserved = [m for m in dict.fromkeys(named) if m not in served and m not in args.verifiers]
+        if unserved:
+            raise ValueError(f"--score {' '.join(unserved)}: exact for none of --trees {' '.join(args.trees)} "
+                             "(block and token need a chain; rrs, kseq and the tree rules need iid drafts, not "
+                             "'wor:'); drop them or add a tree they fit")
     if args.score and args.no_paired:
         raise ValueError("--score needs the paired estimator; drop --no-paired")
     check_report_path(args.out, "--out")
     previous, first = _stopped_run(args, sampling) if args.resume else (None, None)
+    if not args.resume:
+        _refuse_overwriting_a_stopped_run(args.out)
     if args.capture is not None:
         check_output_path(args.capture, "--capture", suffix=".npz")
     positive(args, "limit")
@@ -147,6 +170,23 @@ def run(args) -> int:
         save_capture(args.capture, *(np.concatenate([c[j] for c in captured]) for j in range(4)), meta)
         print(f"captured {sum(len(c[0]) for c in captured)} nodes -> {args.capture}", file=sys.stderr)
     return 0
+
+
+def _refuse_overwriting_a_stopped_run(out) -> None:
+    """ValueError when ``out``'s JSON holds a stopped (PARTIAL) bench-decode run: a new run would overwrite the
+    hours it holds; ``--resume`` continues it, another ``--out`` keeps it."""
+    import json
+
+    js = out.with_suffix(".json")
+    if not js.is_file():
+        return
+    try:
+        data = json.loads(js.read_text(encoding="utf-8"))
+    except (OSError, ValueError, RecursionError):
+        return
+    if isinstance(data, dict) and "raw" in data and data.get("complete") is False:
+        raise ValueError(f"{js} holds a stopped bench-decode run ({len(data.get('runs') or [])} runs kept); a new "
+                         "run would overwrite it: add --resume to continue it, or choose another --out")
 
 
 def _stopped_run(args, sampling):

@@ -129,6 +129,9 @@ def _check_samples(n: int, ks) -> None:
     from exactness.certify_run import MAX_SAMPLES, sample_memory
 
     kmax = max(ks)
+    if n > 10**15:              # no float overflow below, and no 400-digit number in the message
+        raise ValueError(f"--samples ~1e{len(str(n)) - 1} exceeds the limit of {MAX_SAMPLES:,} draws per cell; pass "
+                         "a smaller --samples (the default 200,000 detects TV ~ 0.01)")
     mem = sample_memory(n, kmax)
     try:
         ram = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")

@@ -55,6 +55,10 @@ def run(args) -> int:
     if args.index < 0:
         raise ValueError(f"--index must be >= 0, got {args.index}")
     verifier = None
+    given = [f"--{k}" for k in ("proxy", "gamma") if getattr(args, k) is not None]
+    if given and args.verifier in available_path_verifiers() + ["autoregressive"]:
+        raise ValueError(f"{' '.join(given)} set ResiSpec's options and --verifier {args.verifier} takes none; "
+                         "drop them (or use --verifier resispec)")
     if args.verifier in available_path_verifiers():
         shape = TreeShape.parse(args.tree)
         if any(k != 1 for k in shape.branching) and not hasattr(get_path_verifier(args.verifier), "verify_tree"):
@@ -63,7 +67,13 @@ def run(args) -> int:
         verifier = get_path_verifier(args.verifier)
     elif args.verifier != "autoregressive":
         opts = {k: v for k, v in (("proxy", args.proxy), ("gamma", args.gamma)) if v is not None}
-        verifier = get_verifier(args.verifier, **opts)
+        try:
+            verifier = get_verifier(args.verifier, **opts)
+        except TypeError as exc:
+            if not opts:
+                raise
+            raise ValueError(f"--verifier {args.verifier} does not take {' / '.join('--' + k for k in opts)} "
+                             f"({exc}); drop them, they set ResiSpec's options") from None
     if verifier is not None:                 # a drafting law the verifier is not exact for: before any model loads
         from ..decoding.engine import resolve_drafting
 

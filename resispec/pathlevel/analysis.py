@@ -59,7 +59,10 @@ def check_pair(pair, L) -> int:
                         "simulators.autoregressive.MarkovPair.random(rng, 3)")
     if isinstance(L, bool) or not isinstance(L, (int, np.integer)) or L < 1:
         raise ValueError(f"L must be an integer >= 1 (drafted tokens per step), got {L!r}")
-    return int(pair.vocab_size)
+    V = pair.vocab_size
+    if isinstance(V, bool) or not isinstance(V, (int, np.integer)) or V < 1:
+        raise ValueError(f"pair.vocab_size must be an integer >= 1, got {V!r}")
+    return int(V)
 
 
 def prefix_laws(pair, depth: int, context=()) -> dict:
@@ -69,6 +72,15 @@ def prefix_laws(pair, depth: int, context=()) -> dict:
     prefixes = [pre for n in range(depth + 1) for pre in itertools.product(range(V), repeat=n)]
     p, q = pair.laws([ctx + pre for pre in prefixes])
     p, q = np.asarray(p, dtype=np.float64), np.asarray(q, dtype=np.float64)
+    for name, a in (("p", p), ("q", q)):           # the laws every analysis and the LP bound rest on
+        if a.shape != (len(prefixes), V):
+            raise ValueError(f"pair.laws returned {name} of shape {a.shape} for {len(prefixes)} contexts; "
+                             f"expected ({len(prefixes)}, {V}) = (contexts, vocab_size)")
+        bad = ~np.isfinite(a).all(axis=1) | (a < 0).any(axis=1) | (np.abs(a.sum(axis=1) - 1.0) > 1e-9)
+        if bad.any():
+            j = int(np.flatnonzero(bad)[0])
+            raise ValueError(f"pair.laws returned a {name} row that is not a probability law (finite, >= 0, sum "
+                             f"1 within 1e-9) at context {ctx + prefixes[j]}: sum {float(a[j].sum())!r}; fix the pair")
     return {pre: (p[j], q[j]) for j, pre in enumerate(prefixes)}
 
 
@@ -129,7 +141,13 @@ def analyse_tree(verifier, pair, branching, context=()) -> PathAnalysis:
         raise TypeError(f"{type(verifier).__name__} has no plan_tree; tree rules: get_path_verifier('traversal')")
     from ..trees import TreeShape
 
-    branching = TreeShape.parse(branching if isinstance(branching, str) else tuple(branching)).branching
+    if branching is None or not isinstance(branching, (str, tuple, list, TreeShape)):
+        raise TypeError(f"branching must be a tree shape such as '2,1' or (2, 1), got {branching!r}")
+    shape = TreeShape.parse(branching if isinstance(branching, (str, TreeShape)) else tuple(branching))
+    if shape.drafting != "iid":
+        raise ValueError(f"analyse_tree models iid-drafted trees only; {branching!r} drafts without replacement "
+                         "(the tree rules are exact for iid siblings): drop the 'wor:' prefix")
+    branching = shape.branching
     D = len(branching)
     V = check_pair(pair, D)
     parent, depth = tree_nodes(branching)

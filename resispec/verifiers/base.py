@@ -431,6 +431,16 @@ def reject_update(p_i: np.ndarray, m: np.ndarray) -> np.ndarray:
     return np.where(ok, resid / np.where(ok, z, 1.0), p_i)
 
 
+def _record_methods(cls) -> None:
+    """Keep the methods ``cls`` was created with (``_as_defined``), so that the exactness harness can tell a
+    built-in rule from one whose methods were replaced later (``exactness.fast_paths.pristine``)."""
+    cls._as_defined = {n: v for n, v in vars(cls).items() if callable(v)}
+
+
+_record_methods(Verifier)
+Verifier.__init_subclass__ = classmethod(lambda cls, **kw: _record_methods(cls))
+
+
 class MassVerifier(Verifier):
     """A sequential verifier defined by its accepted-mass rule ``m_i``.
 
