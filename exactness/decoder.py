@@ -360,6 +360,10 @@ def _pit_checks(pits, m, orders, alpha):
 
 
 # --------------------------------------------------------------------------- planning
+#: Most tokens (continuations x prompts x new tokens) certify_decoder draws and keeps: 1 GiB of int64.
+MAX_DECODER_TOKENS = 1 << 27
+
+
 def _default_n(laws, tv: float, alpha: float) -> int:
     """Continuations per prompt at which every prompt's joint test detects ``tv`` (power ``POWER``).
 
@@ -486,6 +490,15 @@ def certify_decoder(decoder, target, prompts, *, new_tokens: int = 2, n: int | N
     laws = [joint_law(tgt, prompts[i], mj) for i in range(P)] if mj else []
     if n is None:
         n = _default_n(laws, goal, alpha)
+    if n * P * m > MAX_DECODER_TOKENS:        # the drawn tokens are kept: refuse before a draw, not an OOM
+        from .budget import BudgetError
+
+        n_txt = f"{n:,}" if n < 10**15 else f"~1e{len(str(n)) - 1}"
+        raise BudgetError(f"{'tv = ' + format(goal, 'g') + ' needs ' if tv is not None and n else ''}n = {n_txt} "
+                          f"continuations per prompt x {P} prompt(s) x {m} new tokens, over the "
+                          f"{MAX_DECODER_TOKENS:,} tokens (8 bytes each) the certificate may keep "
+                          "(exactness.decoder.MAX_DECODER_TOKENS); ask for a larger tv (n grows like 1/tv^2), "
+                          "fewer prompts or new_tokens, or a smaller n")
     checks, details, skipped, notes = {}, {}, {}, []
 
     seqs, flat = _draw_mixed(draw, batched, prompts, n, m, r_main, V, events=ev_fn)

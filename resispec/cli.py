@@ -54,6 +54,9 @@ def main(argv: list[str] | None = None) -> int:
     except (ValueError, TypeError, OSError) as exc:  # OSError: unwritable --out, missing input file, ...
         print(f"resispec {args.command}: error: {exc}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:     # Ctrl-C: one line, not a traceback
+        print(f"resispec {args.command}: interrupted (Ctrl-C)", file=sys.stderr)
+        return 130
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -130,3 +130,13 @@ def test_pit_memory_is_streamed(monkeypatch):
     b = exactness.certify_decoder(dec, target, prompts, n=300, seed=2, new_tokens=3)
     assert {k: v for k, v in a.checks.items() if k.startswith("pit")} == \
         {k: v for k, v in b.checks.items() if k.startswith("pit")}
+
+
+@pytest.mark.parametrize("kw", [{"tv": 1e-9}, {"tv": 1e-4}, {"n": 10**9}])
+def test_a_budget_over_the_kept_tokens_is_refused_before_any_draw(kw):
+    """Breaker: tv=1e-4 died with a 112 GiB allocation error, tv=1e-9 with an OverflowError."""
+    from exactness.budget import BudgetError
+
+    dec, target, prompts = _good()
+    with pytest.raises(BudgetError, match="MAX_DECODER_TOKENS"):
+        exactness.certify_decoder(dec, target, prompts, **kw)

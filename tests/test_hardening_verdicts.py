@@ -333,3 +333,16 @@ def test_certify_refuses_an_astronomical_samples_and_coupled_a_vacuous_n(capsys)
     assert "~1e400 exceeds the limit" in capsys.readouterr().err
     with pytest.raises(ValueError, match="pass n >= 10"):
         exactness.certify_coupled(resispec.get_verifier("rrs"), "rrs", P, Q, 2, n=1)
+
+
+def test_ctrl_c_in_a_command_is_one_line_and_rc_130(monkeypatch, capsys):
+    from resispec import cli
+    from resispec.commands import certify
+
+    def stop(args):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(certify, "run", stop)
+    rc = cli.main(["certify"])
+    err = capsys.readouterr().err
+    assert rc == 130 and err.strip() == "resispec certify: interrupted (Ctrl-C)"
