@@ -347,8 +347,13 @@ def _pit_values(tgt, decoder, prompts, seqs, lookup, rng, orders, V):
     return out, imp
 
 
-def _pit_checks(pits, m, orders, alpha):
-    """One PIT check per position and order, pooled over prompts and contexts."""
+def _pit_checks(pits, m, orders, alpha, P: int = 1, covered: int = 0):
+    """One PIT check per position and order, pooled over prompts and contexts; with several prompts, also
+    ``pit[j,id,by_prompt]`` at the positions past the joint check's ``covered`` first tokens: each prompt's PIT
+    binned and tested on its own, chi-squares and df summed (as the joint check does per prompt), so a bias that
+    depends on the prompt and cancels in the pooled PIT still shows."""
+    from scipy import stats
+
     checks, det = {}, {}
     for j in range(m):
         for o in orders:
@@ -356,6 +361,14 @@ def _pit_checks(pits, m, orders, alpha):
             label = f"pit[{j + 1},{o}]"
             checks[label] = d["pvalue"]
             det[label] = d
+        if P > 1 and j >= covered:
+            parts = [_pit_check(u, alpha) for u in np.split(pits[(j, "id")], P)]   # prompt-major rows
+            stat, df = sum(d["statistic"] for d in parts), sum(d["df"] for d in parts)
+            if df > 0:
+                label = f"pit[{j + 1},id,by_prompt]"
+                checks[label] = float(stats.chi2.sf(stat, df))
+                det[label] = {"statistic": stat, "df": df, "pvalue": checks[label], "prompts": P,
+                              "tv": max(d["tv"] for d in parts), "n": int(pits[(j, "id")].size)}
     return checks, det
 
 
@@ -526,7 +539,7 @@ def certify_decoder(decoder, target, prompts, *, new_tokens: int = 2, n: int | N
     checks["impossible"] = 0.0 if imp else 1.0
     details["impossible"] = {"count": imp, "reason": f"{imp} sampled tokens have target probability 0"
                              if imp else "no sampled token has target probability 0"}
-    c, d = _pit_checks(pits, m, orders, alpha)
+    c, d = _pit_checks(pits, m, orders, alpha, P=P, covered=mj)
     checks.update(c)
     details.update(d)
     details["positions"] = [

@@ -55,3 +55,48 @@ def test_a_reused_output_buffer_is_copied():
         cert = exactness.certify_decoder(ReusedBuffer(token_chain_kernel, model), target, prompts, n=3000,
                                          new_tokens=2, seed=4)
     assert cert.passed, cert.summary()
+
+
+def test_a_prompt_dependent_bias_past_the_joint_window_fails_by_prompt():
+    """Breaker: exact except token 4, where prompt [0] moves mass from each row's likeliest token to its second
+    likeliest and prompt [1] moves it back, tuned so the pooled PIT cancels (per-prompt TV 0.16 passed). The PIT
+    binned per prompt (chi-squares summed) catches it."""
+    from exactness.chain import chain_target
+    from simulators.autoregressive import MarkovPair
+
+    pair = MarkovPair.random(np.random.default_rng(0), 4, noise=2)
+    P = pair.P
+    V = P.shape[0]
+    prompts = np.array([[0], [1], [3]])
+
+    def after(start, steps):
+        d = np.zeros(V)
+        d[start] = 1
+        for _ in range(steps):
+            d = d @ P
+        return d
+
+    wA, wB = after(0, 3), after(1, 3)
+    hi, lo = P.argmax(1), np.argsort(P, 1)[:, -2]
+    eps = 0.9 * np.minimum(wA, wB) * np.minimum(P.max(1), P[np.arange(V), lo])
+    shift = {0: eps / wA, 1: -eps / wB}
+
+    class Cancel:
+        def sample(self, pr, new_tokens, rng):
+            pr = np.asarray(pr)
+            out, last = np.empty((len(pr), new_tokens), np.int64), pr[:, -1].copy()
+            for j in range(new_tokens):
+                law = P[last].copy()
+                if j == 3:
+                    for s, dd in shift.items():
+                        r = np.flatnonzero(pr[:, 0] == s)
+                        law[r, hi[last[r]]] -= dd[last[r]]
+                        law[r, lo[last[r]]] += dd[last[r]]
+                c = law.cumsum(1)
+                t = np.minimum((c < rng.random(len(c))[:, None] * c[:, -1:]).sum(1), V - 1)
+                out[:, j], last = t, t
+            return out
+
+    cert = exactness.certify_decoder(Cancel(), chain_target(pair), prompts, new_tokens=4, seed=0)
+    assert not cert.passed and cert.checks["pit[4,id,by_prompt]"] < 1e-6
+    assert cert.checks["pit[4,id]"] > 1e-3                     # the pooled PIT alone is blind to it
