@@ -93,7 +93,10 @@ def test_cli_decode_rejects_a_wor_tree_for_an_iid_verifier_before_loading(capsys
 
     assert main(["decode", "--tree", "wor:2", "--verifier", "rrs", "--target", "/nonexistent"]) == 2
     err = capsys.readouterr().err
-    assert "--tree wor:2" in err and "exact only for 'iid'" in err
+    assert "--tree wor:2" in err and "not exact for without-replacement drafts" in err
+    # resispec has a without-replacement form: decode picks it on a wor: tree, as bench-decode does
+    assert main(["decode", "--tree", "wor:2", "--verifier", "resispec", "--target", "/nonexistent"]) == 2
+    assert "--target" in capsys.readouterr().err          # got past the verifier to the missing model
 
 
 def test_missing_model_path(tmp_path):

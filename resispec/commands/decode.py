@@ -55,6 +55,11 @@ def run(args) -> int:
     if args.index < 0:
         raise ValueError(f"--index must be >= 0, got {args.index}")
     verifier = None
+    from ..verifiers.registry import available_verifiers
+
+    known = available_verifiers() + available_path_verifiers() + ["autoregressive"]
+    if args.verifier not in known:
+        raise ValueError(f"unknown --verifier {args.verifier!r}; choose one of {sorted(known)}")
     given = [f"--{k}" for k in ("proxy", "gamma") if getattr(args, k) is not None]
     if given and args.verifier in available_path_verifiers() + ["autoregressive"]:
         raise ValueError(f"{' '.join(given)} set ResiSpec's options and --verifier {args.verifier} takes none; "
@@ -78,10 +83,20 @@ def run(args) -> int:
         from ..decoding.engine import resolve_drafting
 
         shape = TreeShape.parse(args.tree, args.drafting or "iid")
+        if (shape.drafting == "without_replacement" and getattr(verifier, "drafting", None) == "iid"
+                and args.verifier not in available_path_verifiers()):
+            try:                             # the rule's without-replacement form, as bench-decode picks on wor: trees
+                verifier = get_verifier(args.verifier, drafting="without_replacement", **opts)
+            except (TypeError, ValueError):
+                pass                         # none (rrs, kseq): resolve_drafting below says so
         if args.drafting is not None or shape.drafting == "without_replacement":   # as speculative_decode decides
             try:
                 resolve_drafting(verifier, shape, explicit=True)
             except ValueError as exc:
+                if args.drafting is None:    # the 'wor:' prefix asked for it, not --drafting
+                    raise ValueError(f"--tree {args.tree}: --verifier {args.verifier} is not exact for "
+                                     "without-replacement drafts; drop 'wor:' or use rrs_wor, resispec or "
+                                     "target_only") from None
                 raise ValueError(f"--tree {args.tree} / --drafting: {exc}") from None
     text = args.prompt
     if text is not None and not text:
