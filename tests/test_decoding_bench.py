@@ -544,3 +544,20 @@ def test_decode_refuses_resispec_options_for_other_verifiers(capsys):
         assert "takes none" in capsys.readouterr().err
     assert main(["decode", "--target", "t", "--draft", "d", "--prompt", "x", "--verifier", "rrs", "--gamma", "2"]) == 2
     assert "does not take --gamma" in capsys.readouterr().err
+
+
+def test_a_run_with_more_tokens_than_its_calls_can_emit_is_refused(tmp_path):
+    """Breaker: a tampered stopped run (4 tokens in 0 target calls) resumed and reported block efficiency 2.667."""
+    from pathlib import Path
+
+    from resispec.bench.decode_summary import load_result
+
+    src = Path(__file__).resolve().parents[1] / "reports" / "decode_head_T1.json"
+    data = json.loads(src.read_text())
+    run = next(x for x in data["runs"] if x["method"] != "autoregressive")
+    run["target_calls"] = 0
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps(data))
+    with pytest.raises(ValueError, match="target calls on tree"):
+        load_result(bad)
+    assert load_result(src).complete

@@ -93,6 +93,16 @@ def _check_runs(runs: list, max_new_tokens=None) -> None:
                 raise ValueError(f"runs[{i}] {k} = {v!r}: a count is an integer")
         if isinstance(max_new_tokens, int) and isinstance(x.get("tokens"), int) and x["tokens"] > max_new_tokens:
             raise ValueError(f"runs[{i}] tokens = {x['tokens']} exceeds the run's max_new_tokens {max_new_tokens}")
+        if x["method"] != AUTOREGRESSIVE and isinstance(x.get("tokens"), int) and isinstance(x.get("target_calls"), int):
+            from ..trees import TreeShape
+
+            try:
+                depth = TreeShape.parse(x["tree"]).depth
+            except ValueError:
+                raise ValueError(f"runs[{i}] tree = {x['tree']!r} is not a tree shape") from None
+            if x["tokens"] > x["target_calls"] * (depth + 1):     # a call emits at most depth + 1 tokens
+                raise ValueError(f"runs[{i}] made {x['tokens']} tokens in {x['target_calls']} target calls on "
+                                 f"tree {x['tree']} (at most {depth + 1} a call)")
         if x["method"] == AUTOREGRESSIVE and x.get("tokens") != x.get("target_calls"):
             raise ValueError(f"runs[{i}] target-only decoding made {x.get('tokens')!r} tokens in "
                              f"{x.get('target_calls')!r} target calls; it makes one token per call")

@@ -153,7 +153,8 @@ def analyse_tree(verifier, pair, branching, context=()) -> PathAnalysis:
     parent, depth = tree_nodes(branching)
     N = len(parent) - 1
     if V ** (N + D + 1) > 10 * MAX_CELLS:
-        raise ValueError(f"V^(N + D + 1) = {V ** (N + D + 1)} exceeds {10 * MAX_CELLS}; use a smaller V or tree")
+        raise ValueError(f"V^(N + D + 1) = {V}^{N + D + 1} ~ {float(V) ** (N + D + 1):.3g} exceeds {10 * MAX_CELLS:,}; "
+                         "use a smaller V or tree")
     laws = prefix_laws(pair, D, context)
     cont = continuation(laws, V, D + 1)
     horizon = np.zeros((V,) * (D + 1))

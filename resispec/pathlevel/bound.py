@@ -93,7 +93,7 @@ def optimal_accepted(pair, branching, context=()) -> PathBound:
     N = len(parent) - 1
     n_var = V ** N * (N + 1) * V
     if n_var > MAX_VARIABLES:
-        raise ValueError(f"the LP would have {n_var} variables (V = {V}, {N} drafted nodes), over {MAX_VARIABLES}; "
+        raise ValueError(f"the LP would have ~{float(n_var):.3g} variables (V = {V}, {N} drafted nodes), over {MAX_VARIABLES}; "
                          "use a smaller V or tree")
     laws = prefix_laws(pair, D, context)
     cont = continuation(laws, V, D + 1)
