@@ -555,22 +555,19 @@ def certify_verifier(verifier, p, q, k: int, *, n: int | None = None, alpha: flo
         checks["batched"] = b
         if info:
             details["batched"] = info
-    if "batched" in skipped:  # black box: rows of distinct nodes in one batch, each tested against its own law
-        b, info = _batched_rows(verifier, p1, q1, k, min(n, BATCH_N),
-                                np.random.default_rng(s_batch.spawn(1)[0]))
-        details["batched_rows"] = info
-        mc_df["batched_rows"] = info["df"]
-        if b is None:
-            skipped["batched_rows"] = f"df 0 after pooling ({info['n']:,} draws over {BATCH_ROWS} rows)"
-        else:
-            checks["batched_rows"] = b
-        sb, info = _small_batches(sampler, p1, min(n, SMALL_N), np.random.default_rng(s_batch.spawn(1)[0]))
-        details["small_batches"] = info
-        mc_df["small_batches"] = info["df"]
-        if sb is None:
-            skipped["small_batches"] = f"df 0 after pooling ({info['n']:,} draws)"
-        else:
-            checks["small_batches"] = sb
+    if "batched" in skipped:  # black box: rows of distinct nodes in one batch, each tested against its own law;
+        # and the node on batches of 1..SMALL_B rows
+        for name, (pv, info), why in (
+                ("batched_rows", _batched_rows(verifier, p1, q1, k, min(n, BATCH_N),
+                                               np.random.default_rng(s_batch.spawn(1)[0])), f" over {BATCH_ROWS} rows"),
+                ("small_batches", _small_batches(sampler, p1, min(n, SMALL_N),
+                                                 np.random.default_rng(s_batch.spawn(1)[0])), "")):
+            details[name] = info
+            mc_df[name] = info["df"]
+            if pv is None:
+                skipped[name] = f"df 0 after pooling ({info['n']:,} draws{why})"
+            else:
+                checks[name] = pv
     tree_names = ("tree_bonus", "tree_two_level")
     if not tree:
         skipped.update({t: "tree=False" for t in tree_names})
