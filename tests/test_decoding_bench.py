@@ -488,14 +488,18 @@ def test_probe_step_is_the_difference_over_the_steps_and_none_under_load(monkeyp
     clock = iter([0.0, 2.0, 10.0, 13.3, 20.0, 23.0, 30.0, 32.9])   # warm-up, two prefills, the 5-token decode
     monkeypatch.setattr(bd, "autoregressive_decode", lambda *a, **k: None)
     monkeypatch.setattr("time.perf_counter", lambda: next(clock))
+    from resispec.trees import TreeShape
 
     class _Pair:
         target = None
-    msg = bd._estimate(_Pair(), [[1, 2]], runs=3, max_new_tokens=8, sampling=None)
+    jobs = [("autoregressive", None), ("resispec", TreeShape.parse("1,1,1"))]
+    msg = bd._estimate(_Pair(), [[1, 2]], jobs, units=1, max_new_tokens=8, sampling=None)
     assert "not measurable" in msg and "0 ms" not in msg
-    clock = iter([0.0, 2.0, 10.0, 13.3, 20.0, 23.0, 30.0, 35.0])
-    msg = bd._estimate(_Pair(), [[1, 2]], runs=6, max_new_tokens=14, sampling=None)
-    assert "one target step 500 ms" in msg and "estimate ~1.0 min" in msg    # 6 x (3.0 + 14 x 0.5) s
+    # step 0.5 s; the 1,1,1 tree's prefill with 3 more tokens takes 1 s more: a 1.5 s verify pass
+    clock = iter([0.0, 2.0, 10.0, 13.3, 20.0, 23.0, 30.0, 35.0, 40.0, 44.0])
+    msg = bd._estimate(_Pair(), [[1, 2]], jobs, units=2, max_new_tokens=16, sampling=None)
+    # per unit: target-only 3 + 16 x 0.5 = 11 s; the tree 3 + 16/4 x 1.5 = 9 s .. 3 + 16 x 1.5 = 27 s
+    assert "one target step 500 ms, a `1,1,1` verify pass 1500 ms" in msg and "estimate ~0.7-1.3 min" in msg, msg
 
 
 def test_best_baseline_ties_and_zero_formatting():

@@ -468,7 +468,7 @@ def run_bench(pair, prompts: list[list[int]], *, verifiers=DEFAULT_VERIFIERS, tr
               "stopped run (a unit is kept when every method finished it); the rest run now", file=sys.stderr)
     todo = [u for u in range(len(units)) if u not in kept]
     if estimate and todo:
-        print(_estimate(pair, prompts, len(jobs) * len(todo), max_new_tokens, sampling), file=sys.stderr)
+        print(_estimate(pair, prompts, jobs, len(todo), max_new_tokens, sampling), file=sys.stderr)
     total = len(jobs) * len(todo) * max_new_tokens
     with tqdm(total=total, desc="bench-decode", unit="tok", disable=not progress, file=sys.stderr) as bar:
         for u in todo:
@@ -654,33 +654,51 @@ def _probe_step(prefills: list, longer: float, steps: int = _PROBE_STEPS):
     return step if step > 0 else None
 
 
-def _estimate(pair, prompts, runs: int, max_new_tokens: int, sampling) -> str:
-    """One-line time estimate from a probe: 1-token decodes (the prefill) and a ``1 + _PROBE_STEPS``-token
-    decode on the first prompt; the step is their difference over ``_PROBE_STEPS``.
+def _estimate(pair, prompts, jobs, units: int, max_new_tokens: int, sampling) -> str:
+    """One-line time estimate from a probe on the first prompt: 1-token decodes (the prefill), a
+    ``1 + _PROBE_STEPS``-token decode (the step is their difference over ``_PROBE_STEPS``), and per tree shape a
+    prefill with ``N`` more tokens (``N`` its drafted nodes: the extra cost of a verify pass over a 1-token step).
 
+    ``jobs`` are the (method, shape) runs of one unit (shape None: target-only decoding), ``units`` the units
+    to run.  A tree run makes between ``max_new_tokens / (depth + 1)`` calls (every call accepts a whole path)
+    and ``max_new_tokens`` (one token a call), so the estimate is that range; draft passes are left out.
     A first, unmeasured decode warms the target up (weight packing, the compiled linear kernel), which
     otherwise lands in the probe and inflated the estimate 5-7x on short runs.
     """
     import time
 
-    def timed(n: int) -> float:
+    def timed(n: int, ids=None) -> float:
         t0 = time.perf_counter()
-        autoregressive_decode(pair.target, prompts[0], sampling=sampling, max_new_tokens=n,
-                              rng=np.random.default_rng(0))
+        autoregressive_decode(pair.target, prompts[0] if ids is None else ids, sampling=sampling,
+                              max_new_tokens=n, rng=np.random.default_rng(0))
         return time.perf_counter() - t0
 
     timed(2)                                                   # warm-up, not measured
     prefills = [timed(1), timed(1)]
     step = _probe_step(prefills, timed(1 + _PROBE_STEPS))
     prefill = min(prefills)
+    head = f"bench-decode: {len(jobs) * units} runs x up to {max_new_tokens} tokens; probe: prefill {prefill:.2f} s, one "
     if step is None:
-        return (f"bench-decode: {runs} runs x up to {max_new_tokens} tokens; probe: prefill {prefill:.2f} s, one "
-                "target step not measurable (other processes held the cores during the probe), so no estimate; "
-                "results are written as they come")
-    per_run = prefill + max_new_tokens * step
-    return (f"bench-decode: {runs} runs x up to {max_new_tokens} tokens; probe: prefill {prefill:.2f} s, one "
-            f"target step {step * 1000:.0f} ms -> estimate ~{runs * per_run / 60:.1f} min, assuming each method "
-            "costs about as much per token as target-only decoding (a rough guide; results are written as they come)")
+        return (head + "target step not measurable (other processes held the cores during the probe), so no "
+                "estimate; results are written as they come")
+    passes = {}                                                # shape label -> seconds of one verify pass
+    for _, shape in jobs:
+        if shape is not None and shape.label not in passes:
+            longer = list(prompts[0]) + [int(prompts[0][-1])] * shape.num_nodes
+            passes[shape.label] = step + max(0.0, timed(1, longer) - prefill)
+    lo = hi = 0.0
+    for _, shape in jobs:
+        if shape is None:
+            lo += prefill + max_new_tokens * step
+            hi += prefill + max_new_tokens * step
+        else:
+            lo += prefill + max_new_tokens / (shape.depth + 1) * passes[shape.label]
+            hi += prefill + max_new_tokens * passes[shape.label]
+    biggest = max(passes.items(), key=lambda kv: kv[1], default=None)
+    tree = "" if biggest is None else f", a `{biggest[0]}` verify pass {biggest[1] * 1000:.0f} ms"
+    return (head + f"target step {step * 1000:.0f} ms{tree} -> estimate ~{units * lo / 60:.1f}-{units * hi / 60:.1f} "
+            "min (every call accepting a whole path .. one token a call; draft passes left out; a rough guide; "
+            "results are written as they come)")
 
 
 def format_table(result: BenchResult) -> str:
