@@ -46,7 +46,8 @@ CELLS = [(f, T) for f in ("softmax_noise", "zipf") for T in (0.7, 1.0, 1.5)]
 
 
 def without(q: np.ndarray, x: int) -> np.ndarray:
-    """``q^(x)``: the next successive-sampling draft after ``x`` is drafted (zero vector if nothing is left)."""
+    """``q^(x)`` (V,) float64: the next successive-sampling draft after ``x`` is drafted from ``q`` (V,) float64
+    (zero vector if nothing is left).  Successive sampling as in RSD (arXiv 2402.14160)."""
     q2 = q.copy()
     q2[x] = 0.0
     s = q2.sum()
@@ -54,7 +55,8 @@ def without(q: np.ndarray, x: int) -> np.ndarray:
 
 
 def inclusion(q: np.ndarray, n: int) -> np.ndarray:
-    """Probability that each token is among ``n`` successive draws from ``q`` (exact enumeration, small V)."""
+    """(V,) float64: probability that each token is among ``n`` successive draws from ``q`` (V,) float64
+    (exact enumeration over V!/(V-n)! sequences: small V only)."""
     pi = np.zeros(q.size)
 
     def walk(qq, left, pr):
@@ -122,7 +124,9 @@ def _step_common(lp: _LP, p, q):
 
 
 def step_capacity(p, q, cap):
-    """max ``|m| + sum_{x,y} min(R(x,y), (q(x) - m(x)) cap(x,y))``; ``cap`` (V, V) per unit of branch mass."""
+    """max ``|m| + sum_{x,y} min(R(x,y), (q(x) - m(x)) cap(x,y))`` for ``p, q`` (V,) float64 and ``cap`` (V, V)
+    float64 (capacity per unit of branch mass).  Returns ``m`` (V,) and ``R`` (V, V) float64; RuntimeError if the
+    LP fails."""
     lp = _LP()
     m, R = _step_common(lp, p, q)
     V = p.size
@@ -136,7 +140,9 @@ def step_capacity(p, q, cap):
 
 
 def step_iid_model(p, q, n):
-    """The step whose branches are valued by the best iid verifier with ``n - 1`` candidates from ``q^(x)``."""
+    """The step whose branches are valued by the best iid verifier (the LP of
+    :func:`resispec.bounds.sequential_optimum_iid`) with ``n - 1`` candidates from ``q^(x)``.  ``p, q`` (V,)
+    float64; returns ``m`` (V,) and ``R`` (V, V) float64; RuntimeError if the LP fails."""
     lp = _LP()
     m, R = _step_common(lp, p, q)
     V = p.size
@@ -154,7 +160,8 @@ def step_iid_model(p, q, n):
 
 
 def acceptance(p, q, n, model) -> float:
-    """Exact acceptance of the LP rule with ``n`` candidates left (recursion over rejected prefixes)."""
+    """Exact acceptance probability (float) of the LP rule ``model`` ("iid" or "inclusion") with ``n``
+    candidates left at ``p, q`` (V,) float64 (recursion over rejected prefixes: V^(n-1) LPs)."""
     if n == 1:
         return float(np.minimum(p, q).sum())
     V = p.size

@@ -66,6 +66,11 @@ def plan_for_tv(law, tv: float, *, alpha: float, power: float, sequential: bool 
     return n, df
 
 
+def count_text(n: int) -> str:
+    """``n`` with thousands separators, or ``~1eK`` from 10^15 on (a tiny tv: not a 300-digit number)."""
+    return f"{n:,}" if n < 10**15 else f"~1e{len(str(n)) - 1}"
+
+
 class BudgetError(ValueError):
     """A planned or requested sample count over the time or memory limit: nothing was drawn (no verdict on the
     verifier); the message gives the estimate and the fixes."""
@@ -99,7 +104,7 @@ def check_planned_budget(draw, n: int, *, tv: float, workers: int, max_samples: 
     huge = n > 10**300  # beyond the float range (a tiny tv): refused below, without an OverflowError
     est = math.inf if huge else (pilot_seconds(draw, n) + fixed_seconds) / workers
     gib = math.inf if huge else n * BYTES_PER_DRAW / 2**30
-    n_txt = f"{n:,}" if n < 10**15 else f"~1e{len(str(n)) - 1}"  # a tiny tv: not a 300-digit number
+    n_txt = count_text(n)
     over = []
     if n > max_samples:
         over.append(f"{gib:.3g} GiB for {n_txt} draws exceeds the memory limit of {max_samples:,} draws "

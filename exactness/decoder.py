@@ -504,10 +504,9 @@ def certify_decoder(decoder, target, prompts, *, new_tokens: int = 2, n: int | N
     if n is None:
         n = _default_n(laws, goal, alpha)
     if n * P * m > MAX_DECODER_TOKENS:        # the drawn tokens are kept: refuse before a draw, not an OOM
-        from .budget import BudgetError
+        from .budget import BudgetError, count_text
 
-        n_txt = f"{n:,}" if n < 10**15 else f"~1e{len(str(n)) - 1}"
-        raise BudgetError(f"{'tv = ' + format(goal, 'g') + ' needs ' if tv is not None and n else ''}n = {n_txt} "
+        raise BudgetError(f"{'tv = ' + format(goal, 'g') + ' needs ' if tv is not None else ''}n = {count_text(n)} "
                           f"continuations per prompt x {P} prompt(s) x {m} new tokens, over the "
                           f"{MAX_DECODER_TOKENS:,} tokens (8 bytes each) the certificate may keep "
                           "(exactness.decoder.MAX_DECODER_TOKENS); ask for a larger tv (n grows like 1/tv^2), "

@@ -79,9 +79,11 @@ _SAMPLING_METHODS = ("verify", "chain", "_chain", "masses", "step", "_chain_deci
 
 def pristine(verifier) -> bool:
     """Whether ``verifier``'s sampling methods are this project's own: none set on the instance, and each one
-    its class resolves still the function its ``resispec`` class was created with.  A built-in whose ``verify`` a user replaced (on the
-    instance, by a subclass, or by patching the class) fails this, so the harness draws through that ``verify``
-    instead of a table that mirrors the built-in rule."""
+    its class resolves still the function its ``resispec`` class was created with.
+
+    A built-in whose ``verify`` a user replaced (on the instance, by a subclass, or by patching the class, even
+    with ``functools.wraps``) fails this, so the harness draws through that ``verify`` instead of a table that
+    mirrors the built-in rule.  Returns a bool; raises nothing."""
     inst = getattr(verifier, "__dict__", {})
     for name in _SAMPLING_METHODS:
         if name in inst:

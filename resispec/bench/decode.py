@@ -732,8 +732,6 @@ def _best_baseline(values: dict):
     """The baseline with the largest value; ties (equal to round-off: rules that coincide on the tree, such as
     ``block`` and ``traversal`` on a chain) go to a node-level rule before a path-level one, then by name, so
     the pick does not depend on which rounding came out larger."""
-    from ..pathlevel.registry import available_path_verifiers
-
     if not values:
         return None
     top = max(values.values())

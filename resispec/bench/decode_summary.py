@@ -13,6 +13,7 @@ import json
 import math
 from pathlib import Path
 
+from ..trees import TreeShape
 from ._report import md_table
 from .decode import AUTOREGRESSIVE, BenchResult, BenchRow, _f, _is_baseline, _pm
 
@@ -94,8 +95,6 @@ def _check_runs(runs: list, max_new_tokens=None) -> None:
         if isinstance(max_new_tokens, int) and isinstance(x.get("tokens"), int) and x["tokens"] > max_new_tokens:
             raise ValueError(f"runs[{i}] tokens = {x['tokens']} exceeds the run's max_new_tokens {max_new_tokens}")
         if x["method"] != AUTOREGRESSIVE and isinstance(x.get("tokens"), int) and isinstance(x.get("target_calls"), int):
-            from ..trees import TreeShape
-
             try:
                 depth = TreeShape.parse(x["tree"]).depth
             except ValueError:

@@ -98,7 +98,8 @@ def run(args) -> int:
             raise ValueError(f"--trees {t}: none of --verifiers {','.join(args.verifiers)} is exact for this tree "
                              "(a wor: tree needs a without-replacement rule: rrs_wor, resispec or target_only; "
                              "block and token need a chain)")
-    labels = [TreeShape.parse(t).label for t in args.trees]
+    shapes = [TreeShape.parse(t) for t in args.trees]
+    labels = [s.label for s in shapes]
     for what, vals in (("--trees", labels), ("--seeds", list(args.seeds or []))):
         twice = sorted({str(v) for v in vals if vals.count(v) > 1})
         if twice:                   # a repeat would count one unit twice and shrink every standard error
@@ -112,7 +113,6 @@ def run(args) -> int:
     if named:                       # a scored rule no tree's drafting serves would be dropped without a word
         from ..bench.decode import _servable
 
-        shapes = [TreeShape.parse(t) for t in args.trees]
         runners = {s.label: shape_verifiers(args.verifiers, s, args.proxy) for s in shapes}
         served = {m for s in shapes for m in _servable(shape_verifiers(named, s, args.proxy), runners[s.label], s)}
         unserved = [m for m in dict.fromkeys(named) if m not in served and m not in args.verifiers]

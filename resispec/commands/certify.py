@@ -126,11 +126,12 @@ def _check_samples(n: int, ks) -> None:
     largest k) above half of this machine's physical memory (headroom for the
     checks' working copies).  The message states the estimate.
     """
+    from exactness.budget import count_text
     from exactness.certify_run import MAX_SAMPLES, sample_memory
 
     kmax = max(ks)
     if n > 10**15:              # no float overflow below, and no 400-digit number in the message
-        raise ValueError(f"--samples ~1e{len(str(n)) - 1} exceeds the limit of {MAX_SAMPLES:,} draws per cell; pass "
+        raise ValueError(f"--samples {count_text(n)} exceeds the limit of {MAX_SAMPLES:,} draws per cell; pass "
                          "a smaller --samples (the default 200,000 detects TV ~ 0.01)")
     mem = sample_memory(n, kmax)
     try:

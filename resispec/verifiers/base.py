@@ -120,6 +120,10 @@ class Verifier(ABC):
     #: Listed by the benchmark tables that take every registered verifier by default (``bench-accept``).
     bench_default: bool = True
 
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        _record_methods(cls)             # the methods it was created with: exactness.fast_paths.pristine
+
     def __repr__(self) -> str:
         opts = ", ".join(f"{k}={v!r}" for k, v in self.options().items())
         return f"{type(self).__name__}({opts})" if opts else f"{type(self).__name__}()"
@@ -438,7 +442,6 @@ def _record_methods(cls) -> None:
 
 
 _record_methods(Verifier)
-Verifier.__init_subclass__ = classmethod(lambda cls, **kw: _record_methods(cls))
 
 
 class MassVerifier(Verifier):
