@@ -40,6 +40,10 @@ Checks (each a p-value; the verdict is Holm over all of them, ``statsmodels``):
     not enumerate): batch of B and B batches of 1 must both follow the target.  The main sample
     is drawn in heterogeneous batches (prompts interleaved in random order, up to
     ``BATCH`` rows), so a decoder that mixes rows is tested against each row's own law.
+``small_batches``
+    When the decoder has ``sample``: a sample drawn in batches of 2 to 8 rows, each row position
+    (and the last row of its batch) tested on its own, Bonferroni over the groups
+    (:mod:`exactness.decoder_batches`): a decoder wrong at one row position of a batch.
 ``seeded``
     Two runs with the same seed give the same continuations.  A decoder that ignores its seed is
     skipped with the reason (``seeded=None``) or is a ``ValueError`` (``seeded=True``).
@@ -72,7 +76,8 @@ from scipy import stats
 
 from ._checks import ExactnessWarning, as_generator, check_alpha, check_n, check_tv
 from .certificate import Certificate, holm
-from .gof import gof_test, pool_cells, tv_bounds
+from .decoder_batches import per_row_check, small_batch_check
+from .gof import gof_test, pool_cells, pooled_gof_test, tv_bounds
 from .pit import BATCH, PIT_BINS, POWER
 from .pit import draft_laws as _draft_laws
 from .pit import pit as _pit
@@ -274,25 +279,12 @@ def markov_joint_law(pair, prompt, m: int) -> np.ndarray:
     return law
 
 
-def _pooled_gof(counts_list, laws):
-    """Per-prompt gof_test, and the pooled chi-square / G (statistics and df summed)."""
-    per = [gof_test(c, law) for c, law in zip(counts_list, laws)]
-    if any(r.impossible for r in per):
-        return per, dict(statistic=math.inf, df=sum(r.df for r in per), pvalue=0.0, g_statistic=math.inf, g_pvalue=0.0)
-    df = sum(r.df for r in per)
-    chi = sum(r.statistic for r in per)
-    g = sum(r.g_statistic for r in per)
-    pv = float(stats.chi2.sf(chi, df)) if df else 1.0
-    gp = float(stats.chi2.sf(g, df)) if df else 1.0
-    return per, dict(statistic=chi, df=df, pvalue=pv, g_statistic=g, g_pvalue=gp)
-
-
 def _joint_check(seqs, laws, V, m, alpha, label):
     """Joint test on (P, n, m') sequences: checks, details."""
     P, n, _ = seqs.shape
     idx = np.ravel_multi_index(tuple(seqs[:, :, j] for j in range(m)), (V,) * m) if m else np.zeros((P, n), int)
     counts = [np.bincount(idx[i], minlength=V ** m) for i in range(P)]
-    per, pooled = _pooled_gof(counts, laws)
+    per, pooled = pooled_gof_test(counts, laws)
     checks, det = {}, {}
     tvs = [tv_bounds(c, law, alpha) for c, law in zip(counts, laws)]
     for i, r in enumerate(per):
@@ -493,7 +485,7 @@ def certify_decoder(decoder, target, prompts, *, new_tokens: int = 2, n: int | N
     else:
         as_generator(seed)  # TypeError / ValueError naming seed
         ss = np.random.SeedSequence(seed)
-    r_main, r_single, r_pit, r_seed, r_cond = [np.random.default_rng(s) for s in ss.spawn(5)]
+    r_main, r_single, r_pit, r_seed, r_cond, r_small = [np.random.default_rng(s) for s in ss.spawn(6)]
     ev_fn, ev_skip = _events_mode(decoder)
 
     mj = 0
@@ -557,8 +549,15 @@ def certify_decoder(decoder, target, prompts, *, new_tokens: int = 2, n: int | N
             sp, _ = _pit_values(tgt, decoder, prompts, single[:, :, :1], None, r_pit, ["id"], V)
             d = _pit_check(sp[(0, "id")], alpha)
             checks["single"], details["single"] = d["pvalue"], d
+        pv, d = small_batch_check(lambda pr, mm, r: _call(draw, True, pr, mm, r, V), prompts, m, mj, laws, tgt, V,
+                                  r_small, P * ns, alpha)
+        if pv is None:
+            skipped["small_batches"] = d["reason"]
+        else:
+            checks["small_batches"], details["small_batches"] = pv, d
     else:
         skipped["single"] = "the decoder has no sample(prompts, ...): every draw is already one prompt per call"
+        skipped["small_batches"] = "the decoder has no sample(prompts, ...): every draw is one prompt per call"
     if ev_fn is None:
         skipped["conditional"] = ev_skip
     else:
@@ -587,7 +586,8 @@ def certify_decoder(decoder, target, prompts, *, new_tokens: int = 2, n: int | N
                                  "be reproduced; draw every random number from the rng argument")
 
     if getattr(decoder, "per_row_rng", False) and batched:
-        c, d = _per_row_check(decoder, prompts, m, int(ss.generate_state(1)[0]), V)
+        c, d = per_row_check(decoder, prompts, m, int(ss.generate_state(1)[0]),
+                             lambda out, B, what: _check_tokens(out, B, m, V, what))
         checks["batch_rows"], details["batch_rows"] = c, d
     else:
         skipped["batch_rows"] = ("the decoder does not declare per_row_rng = True (sample(prompts (B, L), new_tokens, "
@@ -664,38 +664,6 @@ def _events_probe(draw, ev_fn, prompts, m, seed, V):
     if b is None or not np.array_equal(np.asarray(b), a):
         raise ValueError("decoder.sample_events and decoder.sample return different tokens under the same rng: "
                          "sample_events must run the same decoder (same random draws) and only add the events")
-
-
-def _per_row_check(decoder, prompts, m, seed, V):
-    """Batch of B equals B batches of 1 under fixed per-row seeds: ``(p-value 1 or 0, details)``.
-
-    ``B = max(8, 2 P)`` rows cycle through the prompts (a heterogeneous batch); row ``i`` gets
-    ``numpy.random.default_rng([seed, 11, i])`` in the batch and again alone.
-    """
-    B = max(8, 2 * prompts.shape[0])
-    pr = prompts[np.arange(B) % prompts.shape[0]]
-    gens = lambda rows: [np.random.default_rng([seed, 11, i]) for i in rows]  # noqa: E731
-    what = "decoder.sample(prompts, new_tokens, [Generator] * B) (per_row_rng = True)"
-    def run(rows):
-        try:
-            return decoder.sample(pr[rows], m, gens(rows))
-        except Exception as exc:
-            raise ValueError(f"the decoder declares per_row_rng = True but {what} raised {type(exc).__name__}: "
-                             f"{exc}; accept a list of B numpy Generators as rng (one per row), or drop "
-                             "per_row_rng") from exc
-
-    batch = _check_tokens(run(np.arange(B)), B, m, V, what)
-    alone = np.concatenate([_check_tokens(run(np.array([i])), 1, m, V, what) for i in range(B)])
-    diff = np.flatnonzero((batch != alone).any(axis=1))
-    if diff.size:
-        i = int(diff[0])
-        return 0.0, {"rows": B, "first_row": i, "prompt": pr[i].tolist(), "batch": batch[i].tolist(),
-                     "alone": alone[i].tolist(),
-                     "reason": f"row {i} of a heterogeneous batch of {B} (prompt {pr[i].tolist()}) gave "
-                               f"{batch[i].tolist()} but {alone[i].tolist()} alone under the same per-row seed "
-                               f"({diff.size} rows differ)"}
-    return 1.0, {"rows": B, "reason": f"each of {B} rows of a heterogeneous batch equals that row alone under the "
-                                      "same per-row seed"}
 
 
 def _joint_lookup(laws, V, mj):

@@ -16,6 +16,7 @@ any sample there is an impossible token, and the test returns statistic
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -153,3 +154,22 @@ def tv_bounds(counts, law, alpha: float) -> tuple[float, float]:
     S = int(np.count_nonzero(law > 0)) + int(np.any(law <= 0))  # data-independent cells (docstring)
     eps = np.sqrt(2.0 * (S * np.log(2.0) + np.log(1.0 / alpha)) / n)
     return tv, float(min(1.0, tv + 0.5 * eps))
+
+
+def pooled_gof_test(counts_list, laws):
+    """:func:`gof_test` per group (a prompt, a batch position) and the pooled test over the groups.
+
+    ``counts_list``: G arrays of counts, ``laws``: the G exact laws (each (V,) float64).  Returns
+    ``(per-group GofResults, pooled dict)``: the chi-square and G statistics and their df summed over
+    the groups (independent samples), ``pvalue`` / ``g_pvalue`` of the sums; any impossible cell
+    makes the pooled p-value 0.
+    """
+    per = [gof_test(c, law) for c, law in zip(counts_list, laws)]
+    if any(r.impossible for r in per):
+        return per, dict(statistic=math.inf, df=sum(r.df for r in per), pvalue=0.0, g_statistic=math.inf, g_pvalue=0.0)
+    df = sum(r.df for r in per)
+    chi = sum(r.statistic for r in per)
+    g = sum(r.g_statistic for r in per)
+    pv = float(stats.chi2.sf(chi, df)) if df else 1.0
+    gp = float(stats.chi2.sf(g, df)) if df else 1.0
+    return per, dict(statistic=chi, df=df, pvalue=pv, g_statistic=g, g_pvalue=gp)

@@ -1,0 +1,132 @@
+"""The batch checks of :func:`exactness.certify_decoder`: ``small_batches`` and ``batch_rows``.
+
+The main sample is drawn in heterogeneous batches of up to 4,096 rows, so a decoder wrong only at
+one row position of a batch (row 2, the last row: a stride or indexing bug) spoils a few dozen
+rows in 150,000 and passes the pooled tests.  ``small_batches`` draws its own sample in batches of
+2 to 8 rows and tests each row position on its own; ``batch_rows`` (decoders that take one
+generator per row) compares a batch with its rows decoded alone under the same seeds.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .gof import pooled_gof_test
+from .pit import POWER, pit, pit_check
+from .power import detectable_tv
+
+#: Batch sizes of the ``small_batches`` sample, one call after another.
+SMALL_SIZES = (2, 3, 4, 5, 6, 7, 8)
+
+
+def small_batch_check(call, prompts, m: int, mj: int, laws, target, V: int, rng, calls: int, alpha: float):
+    """Each row position of small heterogeneous batches against the target: ``(p-value, details)``.
+
+    Parameters
+    ----------
+    call : callable
+        ``call(prompts (b, L) int64, m, rng) -> (b, m) int64``: the decoder's ``sample``, its output
+        already checked.
+    prompts : ndarray, shape (P, L), int64
+    m, mj : int
+        New tokens per continuation; tokens covered by the exact joint laws ``laws`` (0: none).
+    laws : list of P ndarrays, shape (V^mj,), float64
+        The exact law of the first ``mj`` tokens after each prompt (``mj > 0``).
+    target : callable
+        ``target(contexts (B, L) int64) -> (B, V) float64``, used when ``mj == 0``.
+    V : int
+        Vocabulary size.
+    rng : numpy.random.Generator
+        Prompts of each row and the decoder's randomness.
+    calls : int
+        Calls to ``call``; call ``c`` has ``SMALL_SIZES[c % 7]`` rows (2..8, about 5 on average),
+        each with a prompt drawn uniformly.
+    alpha : float
+        Level at which the per-position detectable TV is stated.
+
+    Returns
+    -------
+    (float or None, dict)
+        None (with ``details["reason"]``) when no group keeps a degree of freedom after pooling (the
+        check could not fail: the caller lists it as skipped).  Otherwise Bonferroni over the groups (row positions 0..7 and "last row of its batch") of each group's
+        test: the pooled joint test over prompts when ``mj > 0`` (chi-square, statistics and df
+        summed), else the randomised PIT of the first token in token-id order (16 bins).  Details
+        give per group its rows, p-value and detectable TV (power 0.99), and the worst group.
+    """
+    P = prompts.shape[0]
+    who, seqs, pos, last = [], [], [], []
+    for c in range(calls):
+        b = SMALL_SIZES[c % len(SMALL_SIZES)]
+        idx = rng.integers(P, size=b)
+        seqs.append(call(prompts[idx], m, rng))
+        who.append(idx)
+        pos.append(np.arange(b))
+        last.append(np.arange(b) == b - 1)
+    who, seqs, pos, last = (np.concatenate(a) for a in (who, seqs, pos, last))
+    groups = [(f"row {j}", pos == j) for j in range(max(SMALL_SIZES))] + [("last row", last)]
+    rows = []
+    for name, sel in groups:
+        if not sel.any():
+            continue
+        if mj:
+            idx = _seq_index(seqs[sel, :mj], V)
+            counts = [np.bincount(idx[who[sel] == i], minlength=laws[i].size) for i in range(P)]
+            _, d = pooled_gof_test(counts, laws)
+        else:
+            d = pit_check(pit(target(prompts[who[sel]]), seqs[sel, 0], None, rng.random(int(sel.sum()))), alpha)
+        n = int(sel.sum())
+        rows.append({"group": name, "rows": n, "pvalue": float(d["pvalue"]), "df": int(d["df"]),
+                     "detectable_tv": detectable_tv(n, d["df"], alpha=alpha, power=POWER) if d["df"] else 1.0})
+    if all(r["df"] == 0 for r in rows):                  # nothing could fail: skipped, never a pass
+        return None, {"calls": calls, "rows": int(pos.size),
+                      "reason": f"{pos.size:,} rows in {calls:,} batches of 2-8 rows leave no degree of freedom in "
+                                "any row group after pooling: raise n"}
+    rows = [r for r in rows if r["df"] > 0]
+    worst = min(rows, key=lambda r: r["pvalue"])
+    pvalue = min(1.0, len(rows) * worst["pvalue"])               # Bonferroni over the row groups
+    return pvalue, {"calls": calls, "rows": int(pos.size), "n": int(pos.size), "groups": rows, "worst": worst["group"],
+                    "pvalue": pvalue, "detectable_tv": max(r["detectable_tv"] for r in rows),
+                    "reason": f"{pos.size:,} rows in {calls:,} batches of 2-8 rows; worst row group "
+                              f"{worst['group']} ({worst['rows']:,} rows), p = {worst['pvalue']:.3g} "
+                              f"before Bonferroni over {len(rows)} groups"}
+
+
+def _seq_index(seqs, V):
+    """Row-major index of (N, mj) token sequences in the V^mj enumeration of :func:`joint_law`."""
+    idx = np.zeros(seqs.shape[0], dtype=np.int64)
+    for j in range(seqs.shape[1]):
+        idx = idx * V + seqs[:, j]
+    return idx
+
+
+def per_row_check(decoder, prompts, m, seed, check):
+    """Batch of B equals B batches of 1 under fixed per-row seeds: ``(p-value 1 or 0, details)``.
+
+    ``B = max(8, 2 P)`` rows cycle through the prompts (a heterogeneous batch); row ``i`` gets
+    ``numpy.random.default_rng([seed, 11, i])`` in the batch and again alone.  ``check(out, B, what)``
+    validates a returned (B, m) array of token ids and returns it as int64.
+    """
+    B = max(8, 2 * prompts.shape[0])
+    pr = prompts[np.arange(B) % prompts.shape[0]]
+    gens = lambda rows: [np.random.default_rng([seed, 11, i]) for i in rows]  # noqa: E731
+    what = "decoder.sample(prompts, new_tokens, [Generator] * B) (per_row_rng = True)"
+    def run(rows):
+        try:
+            return decoder.sample(pr[rows], m, gens(rows))
+        except Exception as exc:
+            raise ValueError(f"the decoder declares per_row_rng = True but {what} raised {type(exc).__name__}: "
+                             f"{exc}; accept a list of B numpy Generators as rng (one per row), or drop "
+                             "per_row_rng") from exc
+
+    batch = check(run(np.arange(B)), B, what)
+    alone = np.concatenate([check(run(np.array([i])), 1, what) for i in range(B)])
+    diff = np.flatnonzero((batch != alone).any(axis=1))
+    if diff.size:
+        i = int(diff[0])
+        return 0.0, {"rows": B, "first_row": i, "prompt": pr[i].tolist(), "batch": batch[i].tolist(),
+                     "alone": alone[i].tolist(),
+                     "reason": f"row {i} of a heterogeneous batch of {B} (prompt {pr[i].tolist()}) gave "
+                               f"{batch[i].tolist()} but {alone[i].tolist()} alone under the same per-row seed "
+                               f"({diff.size} rows differ)"}
+    return 1.0, {"rows": B, "reason": f"each of {B} rows of a heterogeneous batch equals that row alone under the "
+                                      "same per-row seed"}

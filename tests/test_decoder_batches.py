@@ -1,0 +1,90 @@
+"""The ``small_batches`` check: a decoder wrong at one row position of a batch fails; exact ones pass."""
+
+import warnings
+
+import numpy as np
+import pytest
+from scipy import stats
+
+import exactness
+import exactness.decoder as dec
+from exactness.chain import ChainDecoder, token_chain_kernel
+from exactness.decoder_batches import small_batch_check
+
+from _decoder_cases import setup
+
+
+class WrongAtRow(ChainDecoder):
+    """Exact except one row position of every batch (a stride or indexing bug): that row's tokens shift by one.
+
+    No events and no per-row generators, so neither the conditional checks nor ``batch_rows`` can see it."""
+
+    sample_events = None
+    per_row_rng = False
+
+    def __init__(self, model, row):
+        super().__init__(token_chain_kernel, model)
+        self.row = row
+
+    def sample(self, prompts, new_tokens, rng):
+        out = np.array(super().sample(prompts, new_tokens, rng))
+        B, V = out.shape[0], self.model.vocab_size if hasattr(self.model, "vocab_size") else self.model.P.shape[0]
+        r = B - 1 if self.row == "last" else self.row
+        if B > 1 and r < B:
+            out[r] = (out[r] + 1) % V
+        return out
+
+
+def _certify(decoder, target, prompts, **kw):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", exactness.ExactnessWarning)
+        return exactness.certify_decoder(decoder, target, prompts, **kw)
+
+
+@pytest.mark.parametrize("seed", [2, 3])
+def test_a_decoder_wrong_only_in_batch_row_2_fails_small_batches(seed):
+    """Breaker (session 33): row 2 of each 4,096-row batch is 38 of 153,528 rows, which the pooled joint test
+    cannot see (these seeds passed before); the small batches test row 2 on its own (514 rows)."""
+    model, target, prompts = setup()
+    cert = _certify(WrongAtRow(model, 2), target, prompts, new_tokens=3, seed=seed)
+    assert not cert.passed and "small_batches" in cert.failed_checks(), cert.summary()
+    assert cert.details["small_batches"]["worst"] == "row 2"
+    assert cert.checks["joint"] >= 1e-3           # the pooled test alone would have passed
+
+
+def test_a_decoder_wrong_only_in_the_last_row_fails_through_the_pit_at_large_vocabulary(monkeypatch):
+    monkeypatch.setattr(dec, "JOINT_MAX", 1)      # no joint law: the PIT of the first token, per row group
+    model, target, prompts = setup(V=8)
+    cert = _certify(WrongAtRow(model, "last"), target, prompts, new_tokens=2, n=3000, seed=1)
+    assert not cert.passed and "small_batches" in cert.failed_checks(), cert.summary()
+    assert cert.details["small_batches"]["worst"] == "last row"
+
+
+def test_exact_decoders_pass_and_the_row_groups_are_calibrated():
+    """Under exactness every row group's p-value is uniform (KS over 30 seeds x 9 groups) and the Bonferroni
+    p-value is never below alpha."""
+    model, target, prompts = setup()
+    laws = [dec.joint_law(target, prompts[i], 2) for i in range(prompts.shape[0])]
+    d = ChainDecoder(token_chain_kernel, model)
+    raw, combined = [], []
+    for seed in range(30):
+        pv, det = small_batch_check(d.sample, prompts, 2, 2, laws, target, 4, np.random.default_rng(seed), 150, 1e-3)
+        combined.append(pv)
+        raw += [g["pvalue"] for g in det["groups"]]
+    assert min(combined) >= 1e-3
+    assert stats.kstest(raw, "uniform").pvalue > 1e-3, sorted(raw)[:10]
+
+
+def test_too_few_rows_give_no_verdict_which_the_certificate_lists_as_skipped():
+    model, target, prompts = setup()
+    d = ChainDecoder(token_chain_kernel, model)
+    pv, det = small_batch_check(d.sample, prompts, 2, 0, [], target, 4, np.random.default_rng(0), 2, 1e-3)
+    assert pv is None and "no degree of freedom" in det["reason"]
+
+
+def test_an_unbatched_decoder_says_why_small_batches_is_skipped():
+    model, target, prompts = setup()
+    d = ChainDecoder(token_chain_kernel, model)
+    cert = _certify(lambda prompt, m, rng: d.sample(prompt[None], m, rng)[0], target, prompts, new_tokens=2,
+                    n=2000, seeded=False)
+    assert "one prompt per call" in cert.skipped["small_batches"]
