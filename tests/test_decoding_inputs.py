@@ -51,6 +51,18 @@ def test_tree_larger_than_context():
                            rng=np.random.default_rng(0))
 
 
+def test_a_tree_whose_laws_exceed_the_memory_is_refused_before_any_forward(monkeypatch):
+    """A huge tree was an out-of-memory kill mid-run (only the context bounded it): now refused up front."""
+    import resispec.decoding.engine as eng
+
+    m = tiny_model(ctx=4096)
+    monkeypatch.setattr(eng, "_physical_memory", lambda: 40 * 64 * eng.TREE_BYTES_PER_ENTRY)   # room for 20 nodes
+    speculative_decode(m, m, [1], get_verifier("rrs"), "19", sampling=S, max_new_tokens=2, rng=np.random.default_rng(0))
+    with pytest.raises(ValueError, match=r"tree 21 has 21 nodes.*use a smaller tree \(at most 19 nodes"):
+        speculative_decode(m, m, [1], get_verifier("rrs"), "21", sampling=S, max_new_tokens=2,
+                           rng=np.random.default_rng(0))
+
+
 def test_prompt_longer_than_context():
     m = tiny_model(ctx=16)
     with pytest.raises(ValueError, match="prompt has 20 tokens"):

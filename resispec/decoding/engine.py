@@ -32,6 +32,7 @@ verifiers' own references are in :mod:`resispec.verifiers`.
 
 from __future__ import annotations
 
+import os
 import time
 from dataclasses import dataclass, field
 
@@ -121,15 +122,41 @@ def context_length(model) -> int | None:
     return getattr(model.config, "max_position_embeddings", None)
 
 
+#: Bytes a tree pass holds per node and vocabulary entry (the node's target and draft laws, float64), an
+#: upper estimate: a 200-node star at V = 151,936 added 1.1 MB a node to the peak RSS (7.4 bytes an entry).
+TREE_BYTES_PER_ENTRY = 16
+#: Share of this machine's physical memory a tree's laws may take (the models need the rest).
+TREE_MEMORY_SHARE = 0.5
+
+
+def _physical_memory() -> int | None:
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):
+        return None
+
+
 def check_fits(model, prompt_len: int, max_new_tokens: int, tree: TreeShape | None = None, *, what="target"):
-    """Raise ValueError when the prompt, the new tokens or a tree pass exceed the context.
+    """Raise ValueError when the prompt, the new tokens or a tree pass exceed the context or the memory.
 
     A tree pass needs ``prompt_len + max_new_tokens + depth`` positions and
-    holds ``num_nodes`` tree tokens in one forward.
+    holds ``num_nodes`` tree tokens in one forward, and the laws of every node:
+    ``(num_nodes + 1) V TREE_BYTES_PER_ENTRY`` bytes, refused above
+    ``TREE_MEMORY_SHARE`` of this machine's physical memory (before any
+    forward, instead of an out-of-memory kill mid-run).
     """
     ctx = context_length(model)
     if prompt_len < 1:
         raise ValueError("prompt is empty; pass at least one token")
+    mem = _physical_memory()
+    if tree is not None and mem:
+        need = (tree.num_nodes + 1) * _vocab(model) * TREE_BYTES_PER_ENTRY   # laws of every node, float64 p and q
+        if need > TREE_MEMORY_SHARE * mem:
+            raise ValueError(f"tree {tree} has {tree.num_nodes:,} nodes: their laws over V = {_vocab(model):,} "
+                             f"tokens need ~{need / 2**30:.1f} GiB, over half of this machine's "
+                             f"{mem / 2**30:.1f} GiB; use a smaller tree (at most "
+                             f"{int(TREE_MEMORY_SHARE * mem / (_vocab(model) * TREE_BYTES_PER_ENTRY)) - 1:,} nodes "
+                             "here)")
     if ctx is None:
         return
     if prompt_len >= ctx:
