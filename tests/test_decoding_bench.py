@@ -508,14 +508,14 @@ def test_best_baseline_ties_and_zero_formatting():
     came out larger; a difference that rounds to zero prints without a sign (no "-0.000")."""
     from resispec.bench._report import fmt
     from resispec.bench.decode import _best_baseline
-    from resispec.bench.decode_summary import _signed
 
     assert _best_baseline({"traversal": 1.4480000000000002, "block": 1.448, "rrs": 1.445}) == "block"
     assert _best_baseline({"traversal": 1.4, "rrs": 1.4 + 1e-15, "kseq": 1.4}) == "kseq"
     assert _best_baseline({"rrs": 1.40, "traversal": 1.41}) == "traversal"
     assert _best_baseline({}) is None
     assert fmt(-1e-12, 3) == "0.000" and fmt(-0.0004, 3) == "0.000" and fmt(-0.0006, 3) == "-0.001"
-    assert _signed(-1e-12) == "0.000" == _signed(1e-12) and _signed(0.0123) == "+0.012" and _signed(-0.02) == "-0.020"
+    signed = lambda x: fmt(x, 3, sign=True)  # noqa: E731
+    assert signed(-1e-12) == "0.000" == signed(1e-12) and signed(0.0123) == "+0.012" and signed(-0.02) == "-0.020"
 
 
 def test_bench_decode_refuses_what_would_lose_data_or_fake_a_standard_error(tmp_path, capsys):

@@ -15,12 +15,15 @@ from .._io import write_markdown_and_json
 __all__ = ["command_lines", "fmt", "md_row", "md_table", "stats_table", "write_markdown_and_json"]
 
 
-def fmt(x: float | None, nd: int = 4) -> str:
-    """``x`` with ``nd`` decimals, ``"-"`` for a missing value (``None``)."""
+def fmt(x: float | None, nd: int = 4, *, sign: bool = False) -> str:
+    """``x`` with ``nd`` decimals (``sign``: with ``+`` / ``-``), ``"-"`` for a missing value (``None``).
+
+    What rounds to zero prints without a sign (``0.000``, never ``-0.000`` or ``+0.000``: a tie).
+    """
     if x is None:
         return "-"
-    s = f"{x:.{nd}f}"
-    return s[1:] if s.startswith("-") and float(s) == 0 else s          # no "-0.000"
+    s = f"{x:+.{nd}f}" if sign else f"{x:.{nd}f}"
+    return s[1:] if s[0] in "+-" and float(s) == 0 else s
 
 
 def md_row(cells: Iterable[str]) -> str:

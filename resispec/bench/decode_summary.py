@@ -14,7 +14,7 @@ import math
 from pathlib import Path
 
 from ..trees import TreeShape
-from ._report import md_table
+from ._report import fmt, md_table
 from .decode import AUTOREGRESSIVE, BenchResult, BenchRow, _f, _is_baseline, _pm
 
 
@@ -122,12 +122,6 @@ def _order(method: str) -> tuple:
     return (1 if _is_baseline(method) else 3, method)
 
 
-def _signed(x: float) -> str:
-    """``x`` with a sign and 3 decimals; ``0.000`` (no sign) for what rounds to zero (a tie)."""
-    s = f"{x:+.3f}"
-    return "0.000" if float(s) == 0 else s
-
-
 def summary_rows(result: BenchResult) -> list[list[str]]:
     """Markdown cells, one row per (tree, verifier) with an RB value, plus the target-only row."""
     table = result.table()
@@ -143,7 +137,7 @@ def summary_rows(result: BenchResult) -> list[list[str]]:
         for r in rows:
             ran = " (ran)" if r["block_efficiency"] is not None else ""
             diff = "-" if r["rb_vs_best_baseline"] is None else (
-                _signed(r["rb_vs_best_baseline"]) + ("" if r["rb_vs_best_baseline_se"] is None
+                fmt(r["rb_vs_best_baseline"], 3, sign=True) + ("" if r["rb_vs_best_baseline_se"] is None
                                                       else f" ± {r['rb_vs_best_baseline_se']:.3f}"))
             se = r["block_efficiency_rb_se"]
             if r["block_efficiency"] is not None and r["speedup_paired_cpu"] is not None:   # measured: with s.e.
