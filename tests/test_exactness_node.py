@@ -96,6 +96,25 @@ def test_black_box_own_bonus_draws_are_tested():
     assert not bad.passed and "tree_bonus" in bad.failed_checks()
 
 
+class StaleBonus(Box):
+    """Breaker (session 34): its own bonus sampler is right on its first call only (a stale cache: every later
+    call draws from the first call's first node law). One call drew every bonus token, so it passed."""
+
+    def sample_bonus(self, p, q, rng):
+        if getattr(self, "_cache", None) is None:
+            self._cache = np.array(p[0])
+            return _inverse_cdf(p, rng)
+        return _inverse_cdf(np.broadcast_to(self._cache, p.shape).copy(), rng)
+
+
+def test_a_bonus_sampler_right_only_on_its_first_call_fails():
+    from exactness.tree import BONUS_CALLS
+
+    bad = exactness.certify_verifier(StaleBonus(), P, Q, 2, n=N, seed=0)
+    assert not bad.passed and "tree_bonus" in bad.failed_checks(), bad.summary()
+    assert BONUS_CALLS >= 2
+
+
 def test_sample_bonus_returning_floats_is_an_error():
     class FloatBonus(Box):
         def sample_bonus(self, p, q, rng):
