@@ -92,6 +92,8 @@ JOINT_TOKENS = 3
 PIT_CHUNK = 4096
 #: TV the default ``n`` is planned to detect (power 0.99 at ``alpha``) on the joint test.
 DEFAULT_TV = 0.02
+#: Groups of the ``pit[j,id,by_previous]`` check: the most frequent previous tokens each alone, the rest together.
+CONTEXT_GROUPS = 16
 #: Continuations per prompt drawn one per call for the ``single`` check (at most ``n``).
 SINGLE_N = 200
 #: A target row must sum to 1 within this tolerance.
@@ -339,13 +341,16 @@ def _pit_values(tgt, decoder, prompts, seqs, lookup, rng, orders, V):
     return out, imp
 
 
-def _pit_checks(pits, m, orders, alpha, P: int = 1, covered: int = 0):
-    """One PIT check per position and order, pooled over prompts and contexts; with several prompts, also
-    ``pit[j,id,by_prompt]`` at the positions past the joint check's ``covered`` first tokens: each prompt's PIT
-    binned and tested on its own, chi-squares and df summed (as the joint check does per prompt), so a bias that
-    depends on the prompt and cancels in the pooled PIT still shows."""
-    from scipy import stats
+def _pit_checks(pits, m, orders, alpha, P: int = 1, covered: int = 0, seqs=None):
+    """One PIT check per position and order, pooled over prompts and contexts; past the joint check's
+    ``covered`` first tokens also the id-order PIT split by context, each part binned and tested on its own,
+    chi-squares and df summed (as the joint check does per prompt), so that a bias whose direction depends
+    on the context and cancels in the pooled PIT still shows:
 
+    ``pit[j,id,by_prompt]`` (several prompts) splits by prompt; ``pit[j,id,by_previous]`` (j >= 2, with
+    ``seqs`` (P, n, m)) by the previous emitted token (the ``CONTEXT_GROUPS - 1`` most frequent previous
+    tokens each on its own, the rest together).
+    """
     checks, det = {}, {}
     for j in range(m):
         for o in orders:
@@ -353,14 +358,27 @@ def _pit_checks(pits, m, orders, alpha, P: int = 1, covered: int = 0):
             label = f"pit[{j + 1},{o}]"
             checks[label] = d["pvalue"]
             det[label] = d
-        if P > 1 and j >= covered:
-            parts = [_pit_check(u, alpha) for u in np.split(pits[(j, "id")], P)]   # prompt-major rows
+        if j < covered:
+            continue
+        u = pits[(j, "id")]
+        splits = []
+        if P > 1:
+            splits.append(("by_prompt", np.split(u, P), P))                      # prompt-major rows
+        if seqs is not None and j >= 1:
+            prev = seqs[:, :, j - 1].reshape(-1)
+            tok, cnt = np.unique(prev, return_counts=True)
+            top = tok[np.argsort(-cnt, kind="stable")[:CONTEXT_GROUPS - 1]]
+            group = np.where(np.isin(prev, top), np.searchsorted(np.sort(top), prev), len(top))
+            parts = [u[group == g] for g in range(len(top) + 1)]
+            splits.append(("by_previous", [x for x in parts if x.size], len(tok)))
+        for name, parts, groups in splits:
+            parts = [_pit_check(x, alpha) for x in parts]
             stat, df = sum(d["statistic"] for d in parts), sum(d["df"] for d in parts)
             if df > 0:
-                label = f"pit[{j + 1},id,by_prompt]"
+                label = f"pit[{j + 1},id,{name}]"
                 checks[label] = float(stats.chi2.sf(stat, df))
-                det[label] = {"statistic": stat, "df": df, "pvalue": checks[label], "prompts": P,
-                              "tv": max(d["tv"] for d in parts), "n": int(pits[(j, "id")].size)}
+                det[label] = {"statistic": stat, "df": df, "pvalue": checks[label], "groups": len(parts),
+                              "contexts": groups, "tv": max(d["tv"] for d in parts), "n": int(u.size)}
     return checks, det
 
 
@@ -530,7 +548,7 @@ def certify_decoder(decoder, target, prompts, *, new_tokens: int = 2, n: int | N
     checks["impossible"] = 0.0 if imp else 1.0
     details["impossible"] = {"count": imp, "reason": f"{imp} sampled tokens have target probability 0"
                              if imp else "no sampled token has target probability 0"}
-    c, d = _pit_checks(pits, m, orders, alpha, P=P, covered=mj)
+    c, d = _pit_checks(pits, m, orders, alpha, P=P, covered=mj, seqs=seqs)
     checks.update(c)
     details.update(d)
     details["positions"] = [

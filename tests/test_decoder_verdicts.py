@@ -100,3 +100,44 @@ def test_a_prompt_dependent_bias_past_the_joint_window_fails_by_prompt():
     cert = exactness.certify_decoder(Cancel(), chain_target(pair), prompts, new_tokens=4, seed=0)
     assert not cert.passed and cert.checks["pit[4,id,by_prompt]"] < 1e-6
     assert cert.checks["pit[4,id]"] > 1e-3                     # the pooled PIT alone is blind to it
+
+
+def test_a_bias_whose_direction_depends_on_the_previous_token_fails_by_previous():
+    """Breaker (session 34): exact for tokens 1-3; at token 4 mass moves from token 2 to 3 after token 0 and back
+    after token 1 (tokens 0 and 1 exchangeable), so the pooled and per-prompt PITs see an exact mixture (TV 0.15
+    given the context passed). The PIT split by the previous token catches it."""
+    from simulators.autoregressive import MarkovPair
+    from exactness.chain import chain_target
+    from exactness.tree_decoder import TreeDecoder
+
+    rng = np.random.default_rng(0)
+
+    def sym_rows(conc):
+        M = rng.dirichlet(np.full(3, conc), size=3)
+        R = np.empty((4, 4))
+        for a, s in enumerate([0, 0, 1, 2]):
+            R[a] = [M[s, 0] / 2, M[s, 0] / 2, M[s, 1], M[s, 2]]
+        return R
+
+    P = sym_rows(3.0)
+    Q = 0.5 * P + 0.5 * sym_rows(1.0)
+    P[[0, 1]] = [[0.15, 0.15, 0.35, 0.35]] * 2
+    pair = MarkovPair(P, Q)
+
+    class LateStep(TreeDecoder):
+        def sample(self, prompts, new_tokens, rng):
+            out = [super().sample(np.asarray(prompts), 3, rng)]
+            last = out[0][:, -1]
+            p = P[last].copy()
+            s = np.where(last == 0, 0.15, np.where(last == 1, -0.15, 0.0))
+            p[:, 2] -= s
+            p[:, 3] += s
+            u = rng.random(len(last))
+            out.append((np.cumsum(p, 1) < u[:, None]).sum(1).clip(0, 3)[:, None])
+            return np.concatenate(out, 1)
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", exactness.ExactnessWarning)
+        cert = exactness.certify_decoder(LateStep(pair, (2, 1), "rrs"), chain_target(pair), np.array([[0], [2], [3]]),
+                                         new_tokens=4, seed=1)
+    assert not cert.passed and list(cert.failed_checks()) == ["pit[4,id,by_previous]"], cert.summary()
