@@ -132,3 +132,46 @@ class SlotOneCoinSGLang:
 def test_positional_bug_in_the_sglang_layout_shows_at_its_depth_and_slot():
     cert = certify_coupled_tree(SlotOneCoinSGLang(), "rrs", PR, QR, PC, QC, K, n=4000, convention="sglang")
     assert not cert.passed and cert.first_mismatch["depth"] == 2 and cert.first_mismatch["slot"] == 2, cert.verdict
+
+
+class _AlwaysFirst:
+    """Accepts candidate 0 at both levels: grossly biased."""
+
+    def verify_tree(self, p0, q0, p1, q1, c0, c1, *, uniforms):
+        B = c0.shape[0]
+        return type("R", (), {"tokens": np.stack([c0[:, 0], c1[:, 0, 0]], 1),
+                              "accepted": np.zeros((B, 2), np.int64)})()
+
+
+def _tree_case():
+    rng = np.random.default_rng(0)
+    V, k = 6, 2
+    return (rng.dirichlet(np.ones(V)), rng.dirichlet(np.ones(V)), rng.dirichlet(np.ones(V), size=k),
+            rng.dirichlet(np.ones(V), size=k), k)
+
+
+def test_too_few_coupled_paths_are_refused_not_passed():
+    """Breaker (session 34): a grossly biased tree kernel passed at n = 1 ("TV <= 0.999")."""
+    from exactness.coupled.tree import certify_coupled_tree
+
+    p, q, pc, qc, k = _tree_case()
+    with pytest.raises(ValueError, match="pass n >= 10"):
+        certify_coupled_tree(_AlwaysFirst(), "rrs", p, q, pc, qc, k, n=3, seed=3)
+
+
+def test_a_tree_kernel_that_ignores_its_coins_fails():
+    from exactness.coupled.tree import certify_coupled_tree
+
+    class OwnRandomness:
+        def __init__(self):
+            self.rng = np.random.default_rng(1)
+
+        def verify_tree(self, p0, q0, p1, q1, c0, c1, *, uniforms):
+            B = c0.shape[0]
+            j = self.rng.integers(0, c0.shape[1], size=B)
+            return type("R", (), {"tokens": np.stack([c0[np.arange(B), j], c1[np.arange(B), j, 0]], 1),
+                                  "accepted": np.stack([j, np.zeros(B, np.int64)], 1)})()
+
+    p, q, pc, qc, k = _tree_case()
+    cert = certify_coupled_tree(OwnRandomness(), "rrs", p, q, pc, qc, k, n=200, seed=0)
+    assert not cert.passed and "ignores the coins" in cert.verdict

@@ -36,6 +36,20 @@ SHARED_ROWS = 1 << 16
 LAW_DRAWS = 200_000
 
 
+def check_min_draws(n: int, alpha: float) -> None:
+    """Refuse ``n`` coupled draws too few for 0 mismatches to bound TV by 0.5 (a pass that says nothing).
+
+    Raises
+    ------
+    ValueError
+        ``n < log2(1 / alpha)``, naming the smallest ``n``.
+    """
+    n_min = int(np.ceil(np.log(alpha) / np.log(0.5)))      # 0 mismatches bound TV by 1 - alpha^(1/n) <= 0.5
+    if n < n_min:
+        raise ValueError(f"n = {n} draws bound TV only by {1 - alpha ** (1 / n):.3f} even with no mismatch; at "
+                         f"alpha = {alpha:g} pass n >= {n_min} (n = ln(1/alpha) / tv draws bound TV by tv)")
+
+
 def tv_upper_bound(mismatches: int, n: int, alpha: float) -> float:
     """Exact one-sided Clopper-Pearson upper bound on the mismatch probability at confidence ``1 - alpha``.
 
@@ -217,10 +231,7 @@ def certify_coupled(kernel, reference, p, q, k: int, *, n: int = 100_000, alpha:
     p2, q2 = np.ascontiguousarray(p2), np.ascontiguousarray(q2)
     R, V = p2.shape
     k, n, alpha = check_k(k), check_n(n), check_alpha(alpha)
-    n_min = int(np.ceil(np.log(alpha) / np.log(0.5)))      # 0 mismatches bound TV by 1 - alpha^(1/n) <= 0.5
-    if n < n_min:
-        raise ValueError(f"n = {n} draws bound TV only by {1 - alpha ** (1 / n):.3f} even with no mismatch; at "
-                         f"alpha = {alpha:g} pass n >= {n_min} (n = ln(1/alpha) / tv draws bound TV by tv)")
+    check_min_draws(n, alpha)
     if stop_after is not None:
         stop_after = check_n(stop_after, name="stop_after")
     if time_limit is not None and (isinstance(time_limit, bool) or not isinstance(time_limit, (int, float))

@@ -63,7 +63,7 @@ from resispec._validation import as_laws, check_k
 
 from .._checks import as_generator, check_alpha, check_n
 from ..sampling import draw_node_candidates
-from .certify import tv_upper_bound
+from .certify import check_min_draws, tv_upper_bound
 from .conventions import Coins, check_convention
 from .run import run_reference
 
@@ -220,6 +220,22 @@ def _tree_laws(p_root, q_root, p_child, q_child, k):
     return p0, q0, a.reshape(R, k, V), b.reshape(R, k, V)
 
 
+def _run_tree_kernel(kernel, args, coins: dict, convention: str, B: int):
+    """``kernel.verify_tree`` on copies of the inputs: ``(tokens (B, 2), accepted (B, 2))`` int, checked."""
+    try:
+        res = kernel.verify_tree(*(np.array(a) for a in args), **{m: np.array(a) for m, a in coins.items()})
+    except Exception as exc:
+        raise TypeError(f"tree kernel {type(kernel).__name__} raised {type(exc).__name__}: {exc} (called in the "
+                        f"{convention!r} tree layout, see exactness.coupled.tree)") from exc
+    kt, ka = np.asarray(getattr(res, "tokens", None)), np.asarray(getattr(res, "accepted", None))
+    for name, x in (("tokens", kt), ("accepted", ka)):
+        if x.dtype == object or x.dtype == bool or not np.issubdtype(x.dtype, np.integer):
+            raise TypeError(f"tree kernel returned {name} of dtype {x.dtype}; expected int64 of shape ({B}, 2)")
+        if x.shape != (B, 2):
+            raise ValueError(f"tree kernel returned {name} of shape {x.shape}; expected ({B}, 2)")
+    return kt, ka
+
+
 def certify_coupled_tree(kernel, reference, p_root, q_root, p_child, q_child, k: int, *, n: int = 20_000,
                          alpha: float = 1e-3, seed=0, convention: str = "resispec") -> TreeCertificate:
     """Coupled certification of a depth-2 tree kernel against a registry rule (see the module docstring).
@@ -258,6 +274,7 @@ def certify_coupled_tree(kernel, reference, p_root, q_root, p_child, q_child, k:
     if check_convention(convention) not in TREE_CONVENTIONS:
         raise ValueError(f"tree convention must be one of {list(TREE_CONVENTIONS)}, got {convention!r}")
     k, n, alpha = check_k(k), check_n(n), check_alpha(alpha)
+    check_min_draws(n, alpha)
     p0, q0, p1, q1 = _tree_laws(p_root, q_root, p_child, q_child, k)
     R, V = p0.shape
     N = 1 + k + k * k
@@ -283,17 +300,16 @@ def certify_coupled_tree(kernel, reference, p_root, q_root, p_child, q_child, k:
         else:
             coins = {"uniform_samples": rng.random((B, N)), "uniform_samples_for_final_sampling": rng.random(B)}
             args = tuple(sglang_tree(P0, Q0, P1, Q1, c0, c1).values())
-        try:
-            res = kernel.verify_tree(*(np.array(a) for a in args), **{m: np.array(a) for m, a in coins.items()})
-        except Exception as exc:
-            raise TypeError(f"tree kernel {type(kernel).__name__} raised {type(exc).__name__}: {exc} (called in the "
-                            f"{convention!r} tree layout, see exactness.coupled.tree)") from exc
-        kt, ka = np.asarray(getattr(res, "tokens", None)), np.asarray(getattr(res, "accepted", None))
-        for name, x in (("tokens", kt), ("accepted", ka)):
-            if x.dtype == object or x.dtype == bool or not np.issubdtype(x.dtype, np.integer):
-                raise TypeError(f"tree kernel returned {name} of dtype {x.dtype}; expected int64 of shape ({B}, 2)")
-            if x.shape != (B, 2):
-                raise ValueError(f"tree kernel returned {name} of shape {x.shape}; expected ({B}, 2)")
+        kt, ka = _run_tree_kernel(kernel, args, coins, convention, B)
+        if done == 0:                       # the first batch twice: a kernel must be a function of its coins
+            kt2, ka2 = _run_tree_kernel(kernel, args, coins, convention, B)
+            if not (np.array_equal(kt, kt2) and np.array_equal(ka, ka2)):
+                name = getattr(ref, "name", ref)
+                return TreeCertificate(False, 0, 0, 1.0, time.perf_counter() - t_start, None,
+                                       f"FAIL: tree kernel vs {name!r}: the kernel returned different outputs for "
+                                       "the same inputs and coins (it ignores the coins it is given, or draws its "
+                                       "own randomness); coupled certification needs a kernel that is a function "
+                                       "of its coins", convention)
         rt, ra = reference_tree(ref, P0, Q0, P1, Q1, c0, c1, convention=convention, coins=coins)
         bad = (kt != rt) | (ka != ra)
         rows = np.flatnonzero(bad.any(axis=1))
