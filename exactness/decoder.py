@@ -177,8 +177,11 @@ class _Target:
             try:
                 raw = self.fn(c)
             except Exception as exc:
-                raise ValueError(f"target(contexts) raised {type(exc).__name__}: {exc} (contexts of shape {c.shape}; "
-                                 "do the prompts hold ids outside the target's vocabulary?)") from exc
+                hint = ("; do the prompts hold ids outside the target's vocabulary?"
+                        if isinstance(exc, (IndexError, KeyError)) else "")
+                raise ValueError(f"target(contexts) raised {type(exc).__name__}: {exc} (the harness called it on "
+                                 f"int64 contexts of shape {c.shape}: prompt + tokens drawn so far{hint}); a failing "
+                                 "target is an error, never a pass") from exc
             r = _check_target_out(raw, c.shape[0], self.V)
             self.V = r.shape[1]
             out.append(r)
@@ -521,6 +524,15 @@ def certify_decoder(decoder, target, prompts, *, new_tokens: int = 2, n: int | N
                           f"{MAX_DECODER_TOKENS:,} tokens (8 bytes each) the certificate may keep "
                           "(exactness.decoder.MAX_DECODER_TOKENS); ask for a larger tv (n grows like 1/tv^2), "
                           "fewer prompts or new_tokens, or a smaller n")
+    # the main check's df after pooling depends on n and the laws only: refuse before drawing (a breaker's
+    # new_tokens = 2000 at n = 2 sampled for 9 s, 20,000 for minutes, before this message)
+    main_df = (sum(int(pool_cells(n * law).max()) for law in laws) if mj
+               else int(pool_cells(np.full(PIT_BINS, n * P / PIT_BINS)).max()))
+    if main_df <= 0:
+        raise ValueError(f"n = {n:,} continuations per prompt are too few: the main check "
+                         f"{'joint' if mj else 'pit[1,id]'} has no degree of freedom after pooling, so the "
+                         "certificate would pass without testing anything; raise n (n=None plans it for a "
+                         f"detectable TV of {DEFAULT_TV:g})")
     checks, details, skipped, notes = {}, {}, {}, []
 
     seqs, flat = _draw_mixed(draw, batched, prompts, n, m, r_main, V, events=ev_fn)

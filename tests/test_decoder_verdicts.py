@@ -141,3 +141,29 @@ def test_a_bias_whose_direction_depends_on_the_previous_token_fails_by_previous(
         cert = exactness.certify_decoder(LateStep(pair, (2, 1), "rrs"), chain_target(pair), np.array([[0], [2], [3]]),
                                          new_tokens=4, seed=1)
     assert not cert.passed and list(cert.failed_checks()) == ["pit[4,id,by_previous]"], cert.summary()
+
+
+def test_too_few_continuations_are_refused_before_any_draw():
+    """Breaker (session 34): new_tokens = 2000 at n = 2 sampled 9 s (20,000: minutes) before refusing."""
+    model, target, prompts = setup()
+    calls = []
+
+    class Counting(ChainDecoder):
+        def sample(self, prompts, new_tokens, rng):
+            calls.append(1)
+            return super().sample(prompts, new_tokens, rng)
+
+    with pytest.raises(ValueError, match="no degree of freedom"):
+        exactness.certify_decoder(Counting(token_chain_kernel, model), target, prompts, n=2, new_tokens=2000)
+    assert not calls
+
+
+def test_a_target_that_raises_is_named_without_blaming_the_prompts():
+    model, _, prompts = setup()
+
+    def target(contexts):
+        raise ZeroDivisionError("division by zero")
+
+    with pytest.raises(ValueError, match=r"target\(contexts\) raised ZeroDivisionError") as err:
+        exactness.certify_decoder(ChainDecoder(token_chain_kernel, model), target, prompts, n=100)
+    assert "vocabulary" not in str(err.value)
