@@ -12,10 +12,18 @@ non-centrality ``n sum (h - p)^2 / p`` is large; a planted bug of ``exactness.pa
 with horizon TV >= 0.02 on the test pairs is flagged at n = 4000 (``tests/test_pathlevel.py``).
 What it cannot: biases that vanish in the law of ``L + 1`` tokens (e.g. a wasted bonus token).
 The exact check is :func:`resispec.pathlevel.analyse_path` (TV by enumeration).
+
+Every :class:`PathCertificate` states what it could detect: ``detectable_tv``, the smallest horizon TV
+flagged with probability ``power`` (0.99) at its ``alpha`` (:func:`exactness.power.detectable_tv` on the
+pooled df).  Refused up front, never passed: an ``alpha`` outside (0, 1), an ``n`` so small that pooling
+leaves the test no degree of freedom (it could not fail); a rule output that is no valid step (``accepted``
+outside ``0..L``, a token outside ``[0, V)``, kept nodes that are no root path of the tree) is a ValueError
+naming the method that returned it.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -23,26 +31,135 @@ import numpy as np
 from resispec.pathlevel.analysis import check_pair, continuation, prefix_laws, tree_nodes
 from resispec.sampling import _inverse_cdf
 
-from .gof import gof_test
+from ._checks import as_generator, check_alpha, check_n
+from .certificate import check_min_expected, no_df_message
+from .gof import MIN_EXPECTED, gof_test, pool_cells, tv_bounds
+from .power import detectable_tv
+
+#: Power at which ``detectable_tv`` is stated (as ``exactness.pit`` / ``exactness.prefix_law``).
+POWER = 0.99
 
 
 @dataclass(frozen=True)
 class PathCertificate:
-    """Outcome of :func:`certify_path`: ``passed`` (p-value >= alpha), ``p_value``, ``n``, ``counts`` (V^(L+1),)."""
+    """Outcome of :func:`certify_path` / :func:`certify_tree_rule` (chi-square of the horizon outcomes).
+
+    Attributes
+    ----------
+    passed : bool
+        ``p_value >= alpha``.
+    p_value : float
+        Pearson chi-square p-value of the pooled horizon outcomes (0 when an outcome of target
+        probability 0 was sampled); also readable as ``pvalue``.
+    n : int
+        Decoding steps sampled.
+    counts : ndarray, (V^(L+1),) int64
+        Count per horizon outcome (row-major flat index).
+    statistic : float
+        Pearson chi-square statistic (``inf`` for an impossible outcome).
+    df : int
+        Degrees of freedom after pooling (pooled cells - 1; always >= 1 when the target has two or more
+        outcomes: a test with none is refused).
+    detectable_tv : float
+        Smallest horizon TV detected with probability ``power`` at ``alpha`` by ``n`` steps
+        (:func:`exactness.power.detectable_tv`); >= 1 means a pass is no evidence.
+    alpha, power : float
+        Test level and the power ``detectable_tv`` is stated at.
+    tv_estimate, tv_upper : float
+        Plug-in horizon TV and its ``1 - alpha`` upper bound (:func:`exactness.gof.tv_bounds`).
+    """
 
     passed: bool
     p_value: float
     n: int
     counts: np.ndarray
+    statistic: float
+    df: int
+    detectable_tv: float
+    alpha: float
+    power: float
+    tv_estimate: float
+    tv_upper: float
+
+    @property
+    def pvalue(self) -> float:
+        """Alias of ``p_value`` (the name of :class:`exactness.certificate.Certificate`)."""
+        return self.p_value
+
+    def summary(self) -> str:
+        """One line: verdict, p-value, chi-square (df), TV estimate, detectable TV at alpha and power, n."""
+        stat = f"{self.statistic:.4g}" if math.isfinite(self.statistic) else str(self.statistic)
+        out = (f"{'PASS' if self.passed else 'FAIL'}: p = {self.p_value:.3g}; horizon chi2 = {stat} (df {self.df}), "
+               f"TV ~ {self.tv_estimate:.3g} (<= {self.tv_upper:.3g}), detectable TV {self.detectable_tv:.3g} at "
+               f"alpha {self.alpha:g}, power {self.power:g}, n = {self.n:,}")
+        if self.passed and self.detectable_tv >= 1:
+            out += "; note: no power (detectable TV >= 1): a pass here is no evidence of exactness"
+        return out
+
+
+def _method(verifier, name: str, what: str):
+    """``verifier.<name>`` if callable, else a TypeError naming the method the certificate needs."""
+    f = getattr(verifier, name, None)
+    if not callable(f):
+        raise TypeError(f"verifier must have a {name}(...) method ({what}); {type(verifier).__name__} has none")
+    return f
+
+
+def _int_in(x, lo: int, hi: int, what: str) -> int:
+    """``x`` as an int in ``[lo, hi]``, else ValueError naming ``what``."""
+    if isinstance(x, (bool, np.bool_)) or not isinstance(x, (int, np.integer)) or not lo <= x <= hi:
+        raise ValueError(f"{what} must be an integer in [{lo}, {hi}], got {x!r}")
+    return int(x)
+
+
+def _tree_shape(branching) -> tuple[int, ...]:
+    """``branching`` (``"2,1"``, (2, 1), [2, 1] or a TreeShape, iid drafting) as a tuple of ints >= 1."""
+    from resispec.trees import TreeShape
+
+    if branching is None or not isinstance(branching, (str, tuple, list, TreeShape)):
+        raise TypeError(f"branching must be a tree shape such as '2,1' or (2, 1), got {branching!r}")
+    try:
+        shape = TreeShape.parse(branching if isinstance(branching, (str, TreeShape)) else tuple(branching))
+    except (TypeError, ValueError) as e:
+        raise type(e)(f"branching {branching!r} is not a tree shape: {e}") from None
+    if shape.drafting != "iid":
+        raise ValueError(f"branching {branching!r} drafts without replacement; the tree certificate drafts iid "
+                         "siblings (the tree rules are exact for iid trees): drop the 'wor:' prefix")
+    return shape.branching
+
+
+def _pooled_df(target: np.ndarray, n: int, min_expected: float, what: str) -> int:
+    """Degrees of freedom of :func:`exactness.gof.gof_test` at ``n`` (pooling of ``n * target``); ValueError
+    when it is 0 although the target has two or more outcomes (the test could not fail)."""
+    cell = pool_cells(n * target, min_expected)
+    df = int(cell.max()) if np.any(cell >= 0) else 0
+    if df == 0 and np.count_nonzero(target > 0) > 1:
+        raise ValueError("n is too small: " + no_df_message(target, n, min_expected, what))
+    return df
+
+
+def _certificate(counts: np.ndarray, target: np.ndarray, n: int, df: int, alpha: float,
+                 min_expected: float) -> PathCertificate:
+    res = gof_test(counts, target, min_expected=min_expected)
+    p_value = float(res.pvalue)
+    tv_hat, tv_up = tv_bounds(counts, target, alpha)
+    det = detectable_tv(n, max(1, df), alpha=alpha, power=POWER)
+    return PathCertificate(passed=bool(p_value >= alpha), p_value=p_value, n=int(n), counts=counts,
+                           statistic=float(res.statistic), df=int(df), detectable_tv=float(det), alpha=alpha,
+                           power=POWER, tv_estimate=float(tv_hat), tv_upper=float(tv_up))
 
 
 def sample_horizon(verifier, pair, L: int, n: int, rng: np.random.Generator, context=()) -> np.ndarray:
     """``n`` sampled first-``L+1``-token outcomes, (n,) int64 flat indices into ``V^(L+1)`` (row-major).
 
     Each: drafts ``d_{i+1} ~ q(. | d_1..d_i)``, ``verifier.verify(p rows (L+1, V), q rows (L, V), d, rng)``,
-    then the target continues the emitted tokens to ``L + 1``.
+    then the target continues the emitted tokens to ``L + 1``.  ValueError when ``verify`` returns
+    ``accepted`` outside ``0..L`` or a token outside ``[0, V)``; TypeError without ``verify``.
     """
+    verify = _method(verifier, "verify", "verify(p, q, drafts, rng) -> PathResult(accepted, token), e.g. "
+                                         "resispec.pathlevel.get_path_verifier('block')")
     V = check_pair(pair, L)
+    n = check_n(n)
     laws = prefix_laws(pair, L, context)
     one = np.empty(1)
     out = np.empty(n, dtype=np.int64)
@@ -53,8 +170,14 @@ def sample_horizon(verifier, pair, L: int, n: int, rng: np.random.Generator, con
             d.append(int(_inverse_cdf(laws[tuple(d)][1][None, :], one)[0]))
         p = np.stack([laws[tuple(d[:i])][0] for i in range(L + 1)])
         q = np.stack([laws[tuple(d[:i])][1] for i in range(L)])
-        r = verifier.verify(p, q, np.array(d, dtype=np.int64), rng)
-        z = d[: r.accepted] + [r.token]
+        r = verify(p, q, np.array(d, dtype=np.int64), rng)
+        if not hasattr(r, "accepted") or not hasattr(r, "token"):
+            raise TypeError(f"{type(verifier).__name__}.verify must return a PathResult(accepted, token), "
+                            f"got {type(r).__name__}")
+        acc = _int_in(r.accepted, 0, L, f"{type(verifier).__name__}.verify(...).accepted (drafts kept, L = {L})")
+        tok = _int_in(r.token, 0, V - 1, f"{type(verifier).__name__}.verify(...).token (a token id of the "
+                                         f"pair's vocabulary, V = {V})")
+        z = d[:acc] + [tok]
         while len(z) < L + 1:
             one[0] = rng.random()
             z.append(int(_inverse_cdf(laws[tuple(z)][0][None, :], one)[0]))
@@ -62,52 +185,69 @@ def sample_horizon(verifier, pair, L: int, n: int, rng: np.random.Generator, con
     return out
 
 
-def certify_path(verifier, pair, L: int, *, n: int = 4000, alpha: float = 1e-3, seed=0, context=()) -> PathCertificate:
+def certify_path(verifier, pair, L: int, *, n: int = 4000, alpha: float = 1e-3, seed=0, context=(),
+                 min_expected: float = MIN_EXPECTED) -> PathCertificate:
     """Chi-square test of the first ``L + 1`` output tokens of ``verifier`` against the target's law.
 
     Parameters
     ----------
     verifier : resispec.pathlevel.PathVerifier
+        Anything with ``verify(p, q, drafts, rng) -> PathResult(accepted, token)``.
     pair : object with ``vocab_size`` and ``laws(contexts)`` (e.g. ``MarkovPair``)
     L : int >= 1
         Drafts per step.
-    n : int
-        Decoding steps sampled.
-    alpha : float
+    n : int >= 1
+        Decoding steps sampled; must leave the pooled test at least one degree of freedom.
+    alpha : float in (0, 1)
         False-alarm rate of an exact rule.
-    seed : int or numpy.random.Generator
+    seed : int >= 0, sequence of ints, SeedSequence or numpy.random.Generator
     context : sequence of int
+    min_expected : float > 0
+        Pooling threshold of the chi-square (:mod:`exactness.gof`, Cochran's 5).
 
     Returns
     -------
     PathCertificate
+        With ``detectable_tv`` (power 0.99 at ``alpha``) and ``summary()``.
 
     Raises
     ------
     TypeError, ValueError
-        Bad pair, L or n; laws the rule rejects.
+        Bad pair, L, n, alpha or seed; a verifier without ``verify``; an ``n`` too small for one degree of
+        freedom (the test could not fail); a ``verify`` result outside the step (``accepted`` not in
+        ``0..L``, a token not in ``[0, V)``); laws the rule rejects.
     """
-    if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 1:
-        raise ValueError(f"n must be an integer >= 1 (decoding steps to sample), got {n!r}")
+    _method(verifier, "verify", "verify(p, q, drafts, rng) -> PathResult(accepted, token), e.g. "
+                                "resispec.pathlevel.get_path_verifier('block')")
+    n = check_n(n)
+    alpha = check_alpha(alpha)
+    min_expected = check_min_expected(min_expected)
     V = check_pair(pair, L)
-    rng = seed if isinstance(seed, np.random.Generator) else np.random.default_rng(seed)
+    rng = as_generator(seed)
     target = continuation(prefix_laws(pair, L, context), V, L + 1)[0].ravel()
+    df = _pooled_df(target, n, min_expected, f"the horizon test (V^(L+1) = {V}^{L + 1} outcomes)")
     counts = np.bincount(sample_horizon(verifier, pair, L, n, rng, context), minlength=target.size)
-    res = gof_test(counts, target)
-    p_value = float(res.pvalue)
-    return PathCertificate(bool(p_value >= alpha), p_value, int(n), counts)
+    return _certificate(counts, target, n, df, alpha, min_expected)
 
 
 def sample_tree_horizon(verifier, pair, branching, n: int, rng: np.random.Generator, context=()) -> np.ndarray:
-    """As :func:`sample_horizon` for a tree rule (``verify_tree``) on iid-drafted trees of shape ``branching``:
-    (n,) int64 flat indices into ``V^(D+1)`` of the emitted tokens continued by the target."""
-    branching = tuple(int(k) for k in branching)
+    """As :func:`sample_horizon` for a tree rule (``verify_tree``) on iid-drafted trees of shape ``branching``
+    (``"2,1"`` or (2, 1)): (n,) int64 flat indices into ``V^(D+1)`` of the emitted tokens continued by the target.
+
+    ValueError when ``verify_tree`` returns kept nodes that are not a root path of the tree (ids in ``[0, N)``,
+    each the child of the one before) or a token outside ``[0, V)``; TypeError without ``verify_tree``.
+    """
+    verify_tree = _method(verifier, "verify_tree", "verify_tree(p, q, parent, tokens, rng) -> (kept node ids, "
+                                                   "token), e.g. resispec.pathlevel.get_path_verifier('traversal')")
+    branching = _tree_shape(branching)
     D = len(branching)
     V = check_pair(pair, D)
+    n = check_n(n)
     laws = prefix_laws(pair, D, context)
     parent, _ = tree_nodes(branching)
     N = len(parent) - 1
     par_ids = np.array(parent[1:], dtype=np.int64) - 1
+    name = f"{type(verifier).__name__}.verify_tree"
     one = np.empty(1)
     out = np.empty(n, dtype=np.int64)
     for s in range(n):
@@ -119,8 +259,24 @@ def sample_tree_horizon(verifier, pair, branching, n: int, rng: np.random.Genera
             paths.append(paths[parent[r]] + (t,))
         p = np.stack([laws[paths[r]][0] for r in range(N + 1)])
         q = np.stack([laws[paths[r]][1] for r in range(N + 1)])
-        kept, token = verifier.verify_tree(p, q, par_ids, np.array(toks, dtype=np.int64), rng)
-        z = [toks[i] for i in kept] + [token]
+        res = verify_tree(p, q, par_ids, np.array(toks, dtype=np.int64), rng)
+        try:
+            kept, token = res
+            kept = list(kept)
+        except (TypeError, ValueError):
+            raise TypeError(f"{name} must return (kept node ids, token), got {res!r}") from None
+        if len(kept) > D:
+            raise ValueError(f"{name} kept {len(kept)} nodes {kept!r}; a root path of a depth-{D} tree has at most "
+                             f"{D}")
+        up = -1
+        for j, k in enumerate(kept):
+            k = _int_in(k, 0, N - 1, f"{name} kept node ids (drafted nodes 0..N-1, N = {N}); entry {j}")
+            if par_ids[k] != up:
+                raise ValueError(f"{name} kept nodes {kept!r} are not a root path: node {k} is a child of "
+                                 f"{int(par_ids[k])}, not of {up} (-1 = root)")
+            up = k
+        token = _int_in(token, 0, V - 1, f"{name} token (a token id of the pair's vocabulary, V = {V})")
+        z = [toks[int(i)] for i in kept] + [token]
         while len(z) < D + 1:
             one[0] = rng.random()
             z.append(int(_inverse_cdf(laws[tuple(z)][0][None, :], one)[0]))
@@ -129,20 +285,26 @@ def sample_tree_horizon(verifier, pair, branching, n: int, rng: np.random.Genera
 
 
 def certify_tree_rule(verifier, pair, branching, *, n: int = 4000, alpha: float = 1e-3, seed=0,
-                      context=()) -> PathCertificate:
+                      context=(), min_expected: float = MIN_EXPECTED) -> PathCertificate:
     """Chi-square test of the first ``D + 1`` output tokens of a tree rule against the target's law.
 
     Same contract as :func:`certify_path`, for ``verifier.verify_tree`` on iid-drafted trees of shape
-    ``branching`` (tuple of int).  Detects biases of the sampled step (drafting, the rule's draws, the
-    continuation) large enough for the chi-square at ``n``; the exact check is
-    :func:`resispec.pathlevel.analyse_tree`.
+    ``branching`` (``"2,1"``, (2, 1), [2, 1] or a ``resispec.trees.TreeShape``; every factor >= 1).  Detects
+    biases of the sampled step (drafting, the rule's draws, the continuation) of horizon TV at least
+    ``detectable_tv`` (power 0.99 at ``alpha``); the exact check is :func:`resispec.pathlevel.analyse_tree`.
+    Raises as :func:`certify_path`, plus TypeError / ValueError for a bad ``branching``, a verifier without
+    ``verify_tree`` or kept nodes that are no root path.
     """
-    if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 1:
-        raise ValueError(f"n must be an integer >= 1 (decoding steps to sample), got {n!r}")
-    D = len(tuple(branching))
+    _method(verifier, "verify_tree", "verify_tree(p, q, parent, tokens, rng) -> (kept node ids, token), e.g. "
+                                     "resispec.pathlevel.get_path_verifier('traversal')")
+    n = check_n(n)
+    alpha = check_alpha(alpha)
+    min_expected = check_min_expected(min_expected)
+    branching = _tree_shape(branching)
+    D = len(branching)
     V = check_pair(pair, D)
-    rng = seed if isinstance(seed, np.random.Generator) else np.random.default_rng(seed)
+    rng = as_generator(seed)
     target = continuation(prefix_laws(pair, D, context), V, D + 1)[0].ravel()
+    df = _pooled_df(target, n, min_expected, f"the horizon test (V^(D+1) = {V}^{D + 1} outcomes)")
     counts = np.bincount(sample_tree_horizon(verifier, pair, branching, n, rng, context), minlength=target.size)
-    res = gof_test(counts, target)
-    return PathCertificate(bool(res.pvalue >= alpha), float(res.pvalue), int(n), counts)
+    return _certificate(counts, target, n, df, alpha, min_expected)
