@@ -70,7 +70,7 @@ from ._checks import ExactnessWarning, as_generator, check_alpha, check_law, che
 CELLS = 16
 #: Token orders the cells are cut in.
 ORDERS = ("id", "target", "ratio")
-#: Paths computed at once (rows of one ``step_law`` call); memory ~8 PATH_BATCH V float64.
+#: Paths computed at once (rows of one ``step_law`` call); memory ~6 PATH_BATCH V float64.
 PATH_BATCH = 16
 #: Paths of the timed pilot that plans ``n`` when it is not given.
 PILOT = 48
@@ -182,9 +182,7 @@ def _paths(step, p, q, k: int, n: int, wor: bool, rng) -> np.ndarray:
             w = np.maximum(Q - m, 0.0)                                    # drafted and rejected: q_i - m_i
             W = w.sum(axis=1)
             live = W > 0
-            u = rng.random(b) * W                                          # x ~ w / W by inverse CDF, per row
-            x = np.minimum((np.cumsum(w, axis=1) <= u[:, None]).sum(axis=1), V - 1)
-            x = np.where(live & (w[rows, x] > 0), x, np.where(live, np.argmax(w, axis=1), x0))
+            x = np.array([rng.choice(V, p=w[r] / W[r]) if live[r] else x0[r] for r in rows])
             a, nxt, _ = step(i, k, P, Q, qb, rejected, x, False)
             qx = Q[rows, x]
             a_m = np.clip(np.where(qx > 0, m[rows, x] / np.where(qx > 0, qx, 1.0), 0.0), 0.0, 1.0)

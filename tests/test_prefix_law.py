@@ -78,11 +78,11 @@ def test_the_paths_average_to_the_chains_law_not_to_p():
     bad = WrongRow()
     law = resispec.exact_output_law(bad, p, q, 3)
     assert 0.5 * np.abs(law - p).sum() > 1e-3
-    paths = _paths(_stepper(bad), p, q, 3, 4_000, True, np.random.default_rng(0))
+    paths = _paths(_stepper(bad), p, q, 3, 20_000, True, np.random.default_rng(0))
     se = paths.std(axis=0) / np.sqrt(paths.shape[0])
     assert np.all(np.abs(paths.mean(axis=0) - law) <= 5 * se + 1e-12)
-    good = _paths(_stepper(WOR), p, q, 3, 4_000, True, np.random.default_rng(0))
-    assert np.all(np.abs(good.mean(axis=0) - p) <= 5 * good.std(axis=0) / np.sqrt(4_000) + 1e-12)
+    good = _paths(_stepper(WOR), p, q, 3, 20_000, True, np.random.default_rng(0))
+    assert np.all(np.abs(good.mean(axis=0) - p) <= 5 * good.std(axis=0) / np.sqrt(20_000) + 1e-12)
 
 
 def test_exact_rules_are_not_called_biased_over_many_seeds():
