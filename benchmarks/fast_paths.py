@@ -217,7 +217,7 @@ def main(argv=None):
                     "check": c.details.get("fast_path_check")}
     text = markdown(rows, load, cert)
     if cert:
-        print(text[len(markdown(rows, load)):].lstrip("\n"))     # what follows the table printed above
+        print(text.rsplit("\n\n", 1)[-1])
     if args.out:
         Path(args.out).write_text(text)
 
