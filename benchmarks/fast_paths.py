@@ -22,8 +22,6 @@ rejected token through an O(V) transport plan, so every distinct rejected prefix
 verifier's ``verify`` against the rule's ``chain`` on the same coins, TV <= P(mismatch), about
 ln(1/alpha) / TV clean draws instead of ~1/TV^2): coupled draws per CPU second with the rule's reference
 (numpy) solver and with its compiled solver as the reference, and the projected time for TV 1e-3.
-``--certify two_part_wor`` runs ``exactness.certify_two_part`` on it: the rule's output law from its own
-arithmetic (``exactness.certify_prefix_law``) plus the coupled pass, ``TV(verify, p) <= 1e-3``.
 
 The node: ``p`` Zipf(1) over the vocabulary, ``q = 0.7 p + 0.3 perm(p)`` (a random permutation, seed 0),
 so the acceptance is high and the residual is rarely drawn -- the pass that matters is the O(k log V)
@@ -32,8 +30,7 @@ workers=2, tree=False)`` for that verifier and prints its wall and CPU time and 
 
 Usage::
 
-    python benchmarks/fast_paths.py [--draws 2097152] [--coupled-draws 32]
-                                    [--certify rrs_wor|coupled_wor|two_part_wor]
+    python benchmarks/fast_paths.py [--draws 2097152] [--coupled-draws 32] [--certify rrs_wor|coupled_wor]
                                     [--out reports/fast_paths.md]
 """
 
@@ -140,13 +137,7 @@ def markdown(rows, load, cert=None) -> str:
                   "n draws bound TV <= ln(1/alpha) / n, so n for TV 1e-3 at alpha 1e-3 is 6,908, not ~1/TV^2. "
                   "It proves `verify` implements the rule; the rule's exactness rests on its proof and the "
                   "exact-enumeration tests (docs/coupled.md)."]
-    if cert and cert.get("two_part"):
-        lines += ["", f"Measured: `certify_two_part(resispec[drafting=without_replacement], p, q, 4, tv=1e-3)`: "
-                  f"wall {cert['wall_s']:.0f} s, CPU {cert['cpu_s']:.0f} s (the rule's law: {cert['paths']:,} "
-                  f"rejected-prefix paths in {cert['law_s']:.0f} s; verify vs the rule: {cert['coupled_n']:,} coupled "
-                  f"draws in {cert['coupled_s']:.0f} s), TV(verify, p) <= {cert['tv_bound']:.2g}, passed "
-                  f"{cert['passed']}.", "", cert["summary"]]
-    elif cert and cert.get("coupled"):
+    if cert and cert.get("coupled"):
         lines += ["", f"Measured: `certify_coupled(resispec[drafting=without_replacement], "
                   f"'resispec[drafting=without_replacement,solver={cert['solver']}]', p, q, 4, n={cert['n']})`: "
                   f"wall {cert['wall_s']:.0f} s, CPU {cert['cpu_s']:.0f} s, mismatches {cert['mismatches']}, "
@@ -171,8 +162,7 @@ def main(argv=None):
     ap.add_argument("--generic-draws", type=int, default=64, help="draws timed on the generic path (default 64)")
     ap.add_argument("--certify", default=None,
                     help="also run certify_verifier(..., tv=1e-3, workers=2) for NAME (a verifier of the table or "
-                    "blackbox_rrs), coupled_wor[:reference] for ResiSpec WOR's coupled route at TV 1e-3, or "
-                    "two_part_wor for its two-part certificate (rule's law + verify vs the rule) at TV 1e-3")
+                    "blackbox_rrs), or coupled_wor[:reference] for ResiSpec WOR's coupled route at TV 1e-3")
     ap.add_argument("--out", default=None, help="write the table as Markdown here")
     args = ap.parse_args(argv)
     global ARGS
@@ -190,14 +180,7 @@ def main(argv=None):
         import exactness
 
         t0, c0 = time.time(), time.process_time()
-        if args.certify == "two_part_wor":
-            c = exactness.certify_two_part(get_verifier("resispec", drafting="without_replacement"), *big, K, tv=TV,
-                                           seed=0)
-            cert = {"two_part": True, "wall_s": time.time() - t0, "cpu_s": time.process_time() - c0,
-                    "summary": c.summary(), "passed": c.passed, "tv_bound": c.tv_bound,
-                    "paths": c.prefix_law.n, "law_s": c.prefix_law.seconds, "coupled_n": c.coupled.n,
-                    "coupled_s": c.coupled.seconds}
-        elif args.certify.startswith("coupled_wor"):      # coupled_wor or coupled_wor:reference
+        if args.certify.startswith("coupled_wor"):      # coupled_wor or coupled_wor:reference
             import math
 
             solver = args.certify.partition(":")[2] or "fused"

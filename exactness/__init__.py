@@ -15,7 +15,6 @@ The contract::
     certify_decoder(decoder, target, prompts, *, new_tokens=2, n=None, tv=None, alpha=1e-3, seed=0)  # exactness.decoder
     certify_coupled(kernel, reference, p, q, k, *, n, alpha, seed, convention="resispec")  # exactness.coupled
     certify_prefix_law(verifier, p, q, k, *, n=None, tv=1e-3, alpha=1e-3, seed=0)  # a rule's law at any V
-    certify_two_part(verifier, p, q, k, *, tv=1e-3, alpha=1e-3, seed=0)  # + verify vs the rule: TV(verify, p) <= tv
     mutants.CATALOGUE  # name -> biased Verifier
     assert_exact(verifier, ...)  # AssertionError listing failing cells + p-values
     validate_proxy(proxy, p, q, k, *, n=None, seed=0) -> ProxyValidation  # a rejection-dependent proxy
@@ -56,7 +55,7 @@ def __getattr__(name):  # lazy: keep ``import exactness`` light
         from . import assertions
 
         return getattr(assertions, name)
-    if name in ("certify_prefix_law", "PrefixLawCertificate", "certify_two_part", "TwoPartCertificate"):
+    if name in ("certify_prefix_law", "PrefixLawCertificate"):
         from . import prefix_law
 
         return getattr(prefix_law, name)
@@ -68,4 +67,4 @@ def __getattr__(name):  # lazy: keep ``import exactness`` light
 
 
 __all__ = ["Certificate", "ExactnessWarning", "assert_coupled", "assert_exact", "certify_counts", "certify_coupled", "certify_decoder",
-           "certify_prefix_law", "certify_samples", "certify_two_part", "certify_sampler", "certify_verifier", "chi2_power", "detectable_tv", "samples_for_tv", "validate_proxy"]
+           "certify_prefix_law", "certify_samples", "certify_sampler", "certify_verifier", "chi2_power", "detectable_tv", "samples_for_tv", "validate_proxy"]

@@ -269,18 +269,6 @@ def _max_checks(exact: bool, chain_ok: bool, tree: bool, V: int, black_box: bool
     return 1 + (4 if exact and chain_ok else 0) + 1 + (2 if black_box else 1) + (2 if tree and V <= TREE_MAX_V else 0)
 
 
-def _two_part_hint(verifier, sampler) -> str:
-    """The two-part route for a white-box rule on the O(V)-a-draw generic path (empty otherwise)."""
-    from resispec.verifiers.base import MassVerifier
-
-    if sampler.path != "generic" or not (callable(getattr(verifier, "step_law", None))
-                                         or isinstance(verifier, MassVerifier)):
-        return ""
-    return ("; or certify this white-box rule in two parts, its law from its own arithmetic and verify against "
-            "it under shared coins: exactness.certify_two_part(verifier, p, q, k, tv=...) (minutes at "
-            "V = 151,936; docs/certify.md)")
-
-
 def certify_verifier(verifier, p, q, k: int, *, n: int | None = None, alpha: float = 1e-3, seed=0,
                      power: float = 0.99, tv: float | None = None, tree: bool = True,
                      exact: bool = True, workers: int = 1, executor="process",
@@ -465,7 +453,7 @@ def certify_verifier(verifier, p, q, k: int, *, n: int | None = None, alpha: flo
         est = check_planned_budget(pilot.draws, n, tv=float(tv), workers=workers,
                                    fixed_seconds=per_chunk * rechecks_in(n),
                                    max_samples=MAX_SAMPLES if sequential else MAX_COUNTED,
-                                   what=type(verifier).__name__, hint=_two_part_hint(verifier, sampler))
+                                   what=type(verifier).__name__)
         plan = {"tv": float(tv), "n": n, "df": df_plan, "estimated_seconds": est, "sequential": bool(sequential)}
     n = default_n(sampler) if n is None else check_n(n)
     if plan is None:  # a tv plan was timed and checked just above

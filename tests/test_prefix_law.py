@@ -163,16 +163,3 @@ def test_the_two_part_certificate_fails_a_verify_that_departs_from_its_rule():
     p, q = node(2_000)
     cert = certify_two_part(LateBug(), p, q, 3, tv=0.05)
     assert not cert.passed and cert.coupled.mismatches > 0 and cert.prefix_law.passed, cert.summary()
-
-
-def test_a_histogram_plan_out_of_reach_points_to_the_two_part_route(monkeypatch):
-    import exactness
-    import exactness.certificate as cert_mod
-
-    monkeypatch.setattr(cert_mod, "MAX_SECONDS", 1e-3)
-    p, q = node(2_000)
-    with pytest.raises(BudgetError, match="certify_two_part"):
-        exactness.certify_verifier(WOR, p, q, 4, tv=1e-3, tree=False)
-    with pytest.raises(BudgetError) as err:                       # a table-path rule: no such hint
-        exactness.certify_verifier(resispec.get_verifier("rrs"), p, q, 4, tv=1e-4, tree=False)
-    assert "certify_two_part" not in str(err.value)
