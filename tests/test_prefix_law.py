@@ -137,29 +137,3 @@ def test_inconsistent_steps_are_a_defect_never_a_pass():
         certify_prefix_law(Lies(), p, q, 3, n=MIN_PATHS)
     with pytest.raises(RuntimeError, match="non-finite"):
         certify_prefix_law(NaNs(), p, q, 3, n=MIN_PATHS)
-
-
-def test_the_two_part_certificate_bounds_verify_against_p():
-    """ResiSpec WOR at V = 20,000: the rule's law (prefix law) and verify against the same rule (coupled)."""
-    from exactness.prefix_law import certify_two_part
-
-    p, q = node(20_000)
-    cert = certify_two_part(WOR, p, q, 4, tv=0.02)
-    assert cert.passed and cert.tv_bound <= 0.02, cert.summary()
-    assert cert.coupled.mismatches == 0 and cert.coupled.tv_upper <= 0.01 and cert.prefix_law.detectable_tv <= 0.01
-
-
-def test_the_two_part_certificate_fails_a_verify_that_departs_from_its_rule():
-    from exactness.prefix_law import certify_two_part
-
-    class LateBug(ResiSpecWOR):
-        """verify returns the last candidate instead of a residual token when all are rejected."""
-
-        def verify(self, p, q, candidates, rng=None, *, uniforms=None):
-            r = super().verify(p, q, candidates, rng, uniforms=uniforms)
-            tokens = np.where(r.accepted < 0, np.asarray(candidates)[:, -1], r.tokens)
-            return type(r)(tokens=tokens, accepted=r.accepted)
-
-    p, q = node(2_000)
-    cert = certify_two_part(LateBug(), p, q, 3, tv=0.05)
-    assert not cert.passed and cert.coupled.mismatches > 0 and cert.prefix_law.passed, cert.summary()
