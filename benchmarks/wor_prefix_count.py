@@ -58,7 +58,7 @@ def main(argv=None) -> None:
     xs = rng.choice(V, size=a.samples, p=w1 / W1)
     est, rej2 = [], []
     for x in xs:
-        _, nxt, _ = v._reference_step(p[None], q[None], np.array([x]))
+        _, nxt = v._reference_step(p[None], q[None], np.array([x]))
         q2 = q.copy()
         q2[x] = 0.0
         q2 /= q2.sum()

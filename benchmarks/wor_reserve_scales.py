@@ -66,7 +66,7 @@ class LookaheadScaleWOR(ResiSpecWOR):
             for b in range(B):                       # one kernel call per row: each row has its own scale
                 ab, rb, st, _ = wor_step_rows(p_i[b:b + 1].copy(), q_i[b:b + 1].copy(), x[b:b + 1], float(g[b]))
                 if st[0] == FALLBACK:
-                    ab, rb, _ = ResiSpecWOR(scales=(float(g[b]),), solver="reference")._reference_step(
+                    ab, rb = ResiSpecWOR(scales=(float(g[b]),), solver="reference")._reference_step(
                         p_i[b:b + 1], q_i[b:b + 1], x[b:b + 1])
                 a[b, i], nxt[b] = ab[0], rb[0]
             p_i = nxt

@@ -514,7 +514,7 @@ def _emit(p, q, x, status, m, wi, qth, u0, f, b, bsum, out):
 
 
 @_njit(cache=True, nogil=True)
-def _chunk(P, Q, X, g, shared, A_out, R, status, passes, M, want_m, lo, hi):
+def _chunk(P, Q, X, g, shared, A_out, R, status, passes, lo, hi):
     V = P.shape[1]
     inv = np.empty(V)
     A = np.empty(V)
@@ -543,9 +543,6 @@ def _chunk(P, Q, X, g, shared, A_out, R, status, passes, M, want_m, lo, hi):
         status[r] = st
         if st == FALLBACK:
             continue
-        if want_m:                          # the accepted mass of every token (the prefix-law check)
-            for j in range(V):
-                M[r, j] = m[j]
         A_out[r] = _emit(P[n], Q[n], X[r], st, m, wi, qth, Bc, f, b, bsum, R[r])
 
 
@@ -556,7 +553,7 @@ def _c_writable(a: np.ndarray) -> np.ndarray:
     return np.array(a, dtype=np.float64, order="C")
 
 
-def wor_step_rows(P: np.ndarray, Q: np.ndarray, X: np.ndarray, g: float = 1.0, *, masses: bool = False):
+def wor_step_rows(P: np.ndarray, Q: np.ndarray, X: np.ndarray, g: float = 1.0):
     """One non-last step of the without-replacement ResiSpec rule for every row.
 
     Parameters
@@ -568,8 +565,6 @@ def wor_step_rows(P: np.ndarray, Q: np.ndarray, X: np.ndarray, g: float = 1.0, *
         The candidate drafted at this step in each row.
     g : float >= 0
         Reserve scale of the fixed point (1 = the rule's default).
-    masses : bool, default False
-        Also return the accepted mass ``m`` of every token (``M`` below).
 
     Returns
     -------
@@ -583,9 +578,6 @@ def wor_step_rows(P: np.ndarray, Q: np.ndarray, X: np.ndarray, g: float = 1.0, *
     passes : ndarray (B,) int64
         Passes over the row spent by the two solvers (0 for a row that reused
         the previous identical row's node).
-    M : ndarray (B, V) float64, only with ``masses=True``
-        The accepted mass of every token at each row's node (what ``a`` is
-        read from); not written (NaN) on ``FALLBACK`` rows.
 
     Raises
     ------
@@ -599,15 +591,13 @@ def wor_step_rows(P: np.ndarray, Q: np.ndarray, X: np.ndarray, g: float = 1.0, *
     R = np.empty((B, V))
     status = np.empty(B, dtype=np.int64)
     passes = np.zeros(B, dtype=np.int64)
-    M = np.full((B, V) if masses else (1, 1), np.nan)
     X = np.ascontiguousarray(X, dtype=np.int64)
     # the kernel sums with reassociation (vectorised), so its last bits depend on the array type numba
     # compiles for (layout, read-only): every row reaches it as one type, so a broadcast (stride-0,
     # read-only) batch, a copy of it and the torch twin's tensors decide the same at ties (u == a)
     if B > 1 and _rows_equal(P, Q):
-        _chunk(_c_writable(P[:1]), _c_writable(Q[:1]), X, float(g), True, A, R, status, passes, M, masses, 0, B)
-    else:
-        P, Q = _c_writable(P), _c_writable(Q)
-        run_chunks(_chunk, (P, Q, X, float(g), False, A, R, status, passes, M, masses), B, _threads(),
-                   serial=B * V < 100_000)
-    return (A, R, status, passes, M) if masses else (A, R, status, passes)
+        _chunk(_c_writable(P[:1]), _c_writable(Q[:1]), X, float(g), True, A, R, status, passes, 0, B)
+        return A, R, status, passes
+    P, Q = _c_writable(P), _c_writable(Q)
+    run_chunks(_chunk, (P, Q, X, float(g), False, A, R, status, passes), B, _threads(), serial=B * V < 100_000)
+    return A, R, status, passes

@@ -322,9 +322,24 @@ class ResiSpecWOR(Verifier):
         idx = np.arange(B)                                  # rows still undecided
         p_i, q_i = p, q / q.sum(axis=1, keepdims=True)      # the law the sampler draws
         cc = c
+        fused = self._use_fused()
+        if fused:
+            from .._wor_fused import FALLBACK, wor_step_rows
         for i in range(k):
+            rows = np.arange(idx.size)
             x = cc[:, i]
-            a_i, nxt, _ = self.step_law(p_i, q_i, x, last=i == k - 1)
+            if i == k - 1:
+                m = np.minimum(p_i, q_i)
+                qx = q_i[rows, x]
+                a_i = np.clip(np.where(qx > 0, m[rows, x] / np.where(qx > 0, qx, 1.0), 0.0), 0.0, 1.0)
+                nxt = reject_update(p_i, m)
+            elif fused:
+                a_i, nxt, status, _ = wor_step_rows(p_i, q_i, x, self.scales[0])
+                fb = np.flatnonzero(status == FALLBACK)
+                if fb.size:                      # no rank-one leftover plan: the reference (interval plan)
+                    a_i[fb], nxt[fb] = self._reference_step(p_i[fb], q_i[fb], x[fb])
+            else:
+                a_i, nxt = self._reference_step(p_i, q_i, x)
             a[idx, i] = a_i
             keep = slice(None) if u is None else np.flatnonzero(~(u[idx, i] < a_i))
             if u is not None:
@@ -342,50 +357,6 @@ class ResiSpecWOR(Verifier):
         r[idx] = p_i
         return a, r
 
-    def step_law(self, p_i: np.ndarray, q_i: np.ndarray, x: np.ndarray, *, last: bool = False,
-                 masses: bool = False):
-        """One step of :meth:`chain`, through the same solver: accept probability, residual, accepted masses.
-
-        Parameters
-        ----------
-        p_i, q_i : ndarray, shape (B, V), float64
-            The current residual target and the current (renormalised) draft of each row.
-        x : ndarray, shape (B,), int64
-            The candidate drafted at this step.
-        last : bool
-            The last candidate (greedy: ``m = min(p_i, q_i)``, residual ``norm((p_i - m)_+)``).
-        masses : bool
-            Also return the accepted mass ``m`` (B, V) of every token, from which ``a`` is read
-            (``a = m(x) / q_i(x)``): the prefix-law check (``exactness.certify_prefix_law``) sums it
-            along sampled rejected prefixes.
-
-        Returns
-        -------
-        (a (B,), nxt (B, V), m (B, V) or None)
-            ``a``: the probability of accepting ``x``; ``nxt``: the target after rejecting it.
-        """
-        rows = np.arange(x.size)
-        if last:
-            m = np.minimum(p_i, q_i)
-            qx = q_i[rows, x]
-            a_i = np.clip(np.where(qx > 0, m[rows, x] / np.where(qx > 0, qx, 1.0), 0.0), 0.0, 1.0)
-            return a_i, reject_update(p_i, m), (m if masses else None)
-        if self._use_fused():
-            from .._wor_fused import FALLBACK, wor_step_rows
-
-            out = wor_step_rows(p_i, q_i, x, self.scales[0], masses=masses)
-            a_i, nxt, status = out[0], out[1], out[2]
-            m = out[4] if masses else None
-            fb = np.flatnonzero(status == FALLBACK)
-            if fb.size:                      # no rank-one leftover plan: the reference (interval plan)
-                a_fb, nxt_fb, m_fb = self._reference_step(p_i[fb], q_i[fb], x[fb])
-                a_i[fb], nxt[fb] = a_fb, nxt_fb
-                if masses:
-                    m[fb] = m_fb
-            return a_i, nxt, m
-        a_i, nxt, m = self._reference_step(p_i, q_i, x)
-        return a_i, nxt, (m if masses else None)
-
     def _use_fused(self) -> bool:
         if self.solver == "reference" or len(self.scales) != 1:
             return False
@@ -396,8 +367,7 @@ class ResiSpecWOR(Verifier):
         return AVAILABLE
 
     def _reference_step(self, p_i, q_i, x):
-        """Accept probabilities (B,), residuals (B, V) and accepted masses (B, V) of one non-last step, numpy
-        reference."""
+        """Accept probabilities (B,) and residuals (B, V) of one non-last step, numpy reference."""
         rows = np.arange(x.size)
         m, opts, pick, _ = self.step(p_i, q_i)
         qx = q_i[rows, x]
@@ -408,4 +378,4 @@ class ResiSpecWOR(Verifier):
             sel = (pick == j) & (o.w[rows, x] > 0)
             if np.any(sel):
                 nxt[sel] = o.residual(x)[sel]
-        return a, nxt, m
+        return a, nxt
