@@ -92,6 +92,11 @@ JOINT_TOKENS = 3
 PIT_CHUNK = 4096
 #: TV the default ``n`` is planned to detect (power 0.99 at ``alpha``) on the joint test.
 DEFAULT_TV = 0.02
+#: Rows of the main sample's batches, one call after another: a decoder wrong only for some batch sizes (a
+#: breaker's: every size from 9 to 4,095 rows) is tested at several (``small_batches`` covers 2-8, ``single`` 1).
+MAIN_SIZES = (BATCH, 1531, 509, 127, 31, 9)
+#: Rows of the probe that ``sample_events`` returns the tokens ``sample`` returns (at most the main sample's).
+EVENTS_PROBE_ROWS = 4096
 #: Groups of the ``pit[j,id,by_previous]`` check: the most frequent previous tokens each alone, the rest together.
 CONTEXT_GROUPS = 16
 #: Continuations per prompt drawn one per call for the ``single`` check (at most ``n``).
@@ -228,9 +233,13 @@ def _draw_mixed(draw, batched, prompts, n, m, rng, V, events=None):
     rows = np.repeat(np.arange(P), n)
     rng.shuffle(rows)
     out = np.empty((P * n, m), dtype=np.int64)
-    step = BATCH if batched else max(1, P * n)
+    sizes = MAIN_SIZES if batched else (max(1, P * n),)
     parts, calls = [], 0
-    for s in range(0, rows.size, step):
+    cycle = np.array(sizes)                              # batch c has sizes[c % len(sizes)] rows
+    ends = np.cumsum(np.tile(cycle, rows.size // int(cycle.sum()) + 1))
+    bounds = [0] + [int(e) for e in ends[ends < rows.size]] + [rows.size]
+    for s, e in zip(bounds[:-1], bounds[1:]):
+        step = e - s
         idx = rows[s:s + step]
         if events is None:
             out[s:s + step] = _call(draw, batched, prompts[idx], m, rng, V)
@@ -606,7 +615,8 @@ def certify_decoder(decoder, target, prompts, *, new_tokens: int = 2, n: int | N
             checks["seeded"] = 1.0
             details["seeded"] = {"reason": "two runs with the same seed gave the same continuations"}
             if ev_fn is not None:
-                _events_probe(draw, ev_fn, prompts, m, int(ss.generate_state(1)[0]), V)
+                _events_probe(draw, ev_fn, prompts, m, int(ss.generate_state(1)[0]), V,
+                              rows=min(EVENTS_PROBE_ROWS, n * P))
         elif seeded:
             raise ValueError("the decoder ignores its seed: two runs with the same rng seed gave different "
                              "continuations; draw every random number from the rng argument (seed torch / global "
@@ -685,9 +695,11 @@ def _events_mode(decoder):
     return fn, None
 
 
-def _events_probe(draw, ev_fn, prompts, m, seed, V):
-    """ValueError unless ``sample_events`` returns the tokens ``sample`` returns under the same seed."""
-    pr = prompts[np.arange(max(8, 2 * prompts.shape[0])) % prompts.shape[0]]
+def _events_probe(draw, ev_fn, prompts, m, seed, V, rows: int = 8):
+    """ValueError unless ``sample_events`` returns the tokens ``sample`` returns under the same seed, on ``rows``
+    rows cycling through the prompts (the main sample is drawn through ``sample_events``: a ``sample`` that
+    differs on 9 % of the rows passed an 8-row probe, breaker)."""
+    pr = prompts[np.arange(max(rows, 2 * prompts.shape[0])) % prompts.shape[0]]
     a = _call(draw, True, pr, m, np.random.default_rng([seed, 9]), V)
     res = ev_fn(pr, m, np.random.default_rng([seed, 9]))
     b = res[0] if isinstance(res, tuple) and len(res) == 2 else None
