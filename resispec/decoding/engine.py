@@ -130,10 +130,19 @@ TREE_MEMORY_SHARE = 0.5
 
 
 def _physical_memory() -> int | None:
+    """Bytes this process may use: physical memory, or a smaller cgroup limit (containers); None if unknown."""
     try:
-        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+        mem = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
     except (ValueError, OSError, AttributeError):
-        return None
+        mem = None
+    for path in ("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes"):
+        try:
+            with open(path) as f:
+                limit = int(f.read().strip())          # "max" (no limit) is not an int
+        except (OSError, ValueError):
+            continue
+        mem = limit if mem is None else min(mem, limit)
+    return mem
 
 
 def check_fits(model, prompt_len: int, max_new_tokens: int, tree: TreeShape | None = None, *, what="target"):
@@ -142,8 +151,9 @@ def check_fits(model, prompt_len: int, max_new_tokens: int, tree: TreeShape | No
     A tree pass needs ``prompt_len + max_new_tokens + depth`` positions and
     holds ``num_nodes`` tree tokens in one forward, and the laws of every node:
     ``(num_nodes + 1) V TREE_BYTES_PER_ENTRY`` bytes, refused above
-    ``TREE_MEMORY_SHARE`` of this machine's physical memory (before any
-    forward, instead of an out-of-memory kill mid-run).
+    ``TREE_MEMORY_SHARE`` of this machine's physical memory or of a smaller
+    cgroup limit (before any forward, instead of an out-of-memory kill
+    mid-run; not checked where neither is known).
     """
     ctx = context_length(model)
     if prompt_len < 1:
@@ -154,7 +164,7 @@ def check_fits(model, prompt_len: int, max_new_tokens: int, tree: TreeShape | No
         if need > TREE_MEMORY_SHARE * mem:
             raise ValueError(f"tree {tree} has {tree.num_nodes:,} nodes: their laws over V = {_vocab(model):,} "
                              f"tokens need ~{need / 2**30:.1f} GiB, over half of this machine's "
-                             f"{mem / 2**30:.1f} GiB; use a smaller tree (at most "
+                             f"{mem / 2**30:.1f} GiB (physical or cgroup limit); use a smaller tree (at most "
                              f"{int(TREE_MEMORY_SHARE * mem / (_vocab(model) * TREE_BYTES_PER_ENTRY)) - 1:,} nodes "
                              "here)")
     if ctx is None:
