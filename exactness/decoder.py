@@ -42,8 +42,11 @@ Checks (each a p-value; the verdict is Holm over all of them, ``statsmodels``):
     ``BATCH`` rows), so a decoder that mixes rows is tested against each row's own law.
 ``small_batches``
     When the decoder has ``sample``: a sample drawn in batches of 2 to 8 rows, each row position
-    (and the last row of its batch) tested on its own, Bonferroni over the groups
+    (and the last row of its batch) tested on its own at every token, Bonferroni over the groups
     (:mod:`exactness.decoder_batches`): a decoder wrong at one row position of a batch.
+``homogeneous``
+    With several prompts: the main sample's first batches (one prompt each) tested on their own: a
+    decoder wrong only when the rows of a batch share a prompt.
 ``seeded``
     Two runs with the same seed give the same continuations.  A decoder that ignores its seed is
     skipped with the reason (``seeded=None``) or is a ``ValueError`` (``seeded=True``).
@@ -88,13 +91,19 @@ from .power import detectable_tv, samples_for_tv
 JOINT_MAX = 1_000_000
 #: Most new tokens in the joint test (the default budget is planned for it).
 JOINT_TOKENS = 3
-#: Rows of conditional laws held at once by the PIT pass (memory O(PIT_CHUNK V)).
+#: Rows of conditional laws held at once by the PIT pass (memory O(PIT_CHUNK V)), at most PIT_ELEMS / V rows:
+#: 4,096 rows of V = 151,936 made 4.6 GiB arrays, several at once (a breaker's out-of-memory at new_tokens = 1).
 PIT_CHUNK = 4096
+PIT_ELEMS = 1 << 22
 #: TV the default ``n`` is planned to detect (power 0.99 at ``alpha``) on the joint test.
 DEFAULT_TV = 0.02
 #: Rows of the main sample's batches, one call after another: a decoder wrong only for some batch sizes (a
 #: breaker's: every size from 9 to 4,095 rows) is tested at several (``small_batches`` covers 2-8, ``single`` 1).
 MAIN_SIZES = (BATCH, 1531, 509, 127, 31, 9)
+#: Rows of one homogeneous batch per prompt at the start of the main sample (all rows one prompt), also tested on
+#: their own (``homogeneous``): a decoder wrong only when a batch of 9+ rows shares a prompt (prefix sharing,
+#: parallel sampling) passed with several prompts, whose shuffled batches are never homogeneous (breaker).
+HOMOGENEOUS = 509
 #: Rows of the probe that ``sample_events`` returns the tokens ``sample`` returns (at most the main sample's).
 EVENTS_PROBE_ROWS = 4096
 #: Groups of the ``pit[j,id,by_previous]`` check: the most frequent previous tokens each alone, the rest together.
@@ -177,8 +186,9 @@ class _Target:
 
     def __call__(self, contexts: np.ndarray) -> np.ndarray:
         out = []
-        for s in range(0, contexts.shape[0], BATCH):
-            c = np.ascontiguousarray(contexts[s:s + BATCH], dtype=np.int64)
+        rows = BATCH if self.V is None else max(1, min(BATCH, PIT_ELEMS // self.V))   # (rows, V) a call
+        for s in range(0, contexts.shape[0], rows):
+            c = np.ascontiguousarray(contexts[s:s + rows], dtype=np.int64)
             try:
                 raw = self.fn(c)
             except Exception as exc:
@@ -230,14 +240,17 @@ def _draw_mixed(draw, batched, prompts, n, m, rng, V, events=None):
     from .decoder_events import DecoderEvents, check_events
 
     P = prompts.shape[0]
-    rows = np.repeat(np.arange(P), n)
-    rng.shuffle(rows)
+    h = min(n, HOMOGENEOUS) if batched and P > 1 else 0   # first, one batch of h rows of each prompt alone
+    rest = np.repeat(np.arange(P), n - h)
+    rng.shuffle(rest)
+    rows = np.concatenate([np.repeat(np.arange(P), h), rest])
     out = np.empty((P * n, m), dtype=np.int64)
     sizes = MAIN_SIZES if batched else (max(1, P * n),)
     parts, calls = [], 0
-    cycle = np.array(sizes)                              # batch c has sizes[c % len(sizes)] rows
-    ends = np.cumsum(np.tile(cycle, rows.size // int(cycle.sum()) + 1))
-    bounds = [0] + [int(e) for e in ends[ends < rows.size]] + [rows.size]
+    cycle = np.array(sizes)                              # then batch c has sizes[c % len(sizes)] rows
+    ends = P * h + np.cumsum(np.tile(cycle, rest.size // int(cycle.sum()) + 1))
+    bounds = [h * i for i in range(P + 1 if h else 1)] + [int(e) for e in ends[ends < rows.size]] + [rows.size]
+    bounds = sorted(set(bounds))
     for s, e in zip(bounds[:-1], bounds[1:]):
         step = e - s
         idx = rows[s:s + step]
@@ -335,8 +348,9 @@ def _pit_values(tgt, decoder, prompts, seqs, lookup, rng, orders, V):
         u = rng.random(P * n)
         vals = {o: np.empty(P * n) for o in orders}
         exact = lookup is not None and j in lookup
-        for s in range(0, P * n, PIT_CHUNK):
-            sl = slice(s, s + PIT_CHUNK)
+        rows = max(1, min(PIT_CHUNK, PIT_ELEMS // V))         # (rows, V) float64 arrays, several at once
+        for s in range(0, P * n, rows):
+            sl = slice(s, s + rows)
             ctx = np.concatenate([prompts[who[sl]], y[sl, :j]], axis=1)
             p = lookup[j](who[sl], y[sl, :j]) if exact else tgt(ctx)
             yj = y[sl, j]
@@ -581,13 +595,18 @@ def certify_decoder(decoder, target, prompts, *, new_tokens: int = 2, n: int | N
         ns = min(n, SINGLE_N)
         single = np.stack([np.concatenate([_call(draw, True, prompts[i:i + 1], m, r_single, V) for _ in range(ns)])
                            for i in range(P)])
-        if mj:
-            c, d = _joint_check(single[:, :, :mj], laws, V, mj, alpha, "single")
-            checks["single"], details["single"] = c["single"], d["single"]
-        else:
-            sp, _ = _pit_values(tgt, decoder, prompts, single[:, :, :1], None, r_pit, ["id"], V)
-            d = _pit_check(sp[(0, "id")], alpha)
-            checks["single"], details["single"] = d["pvalue"], d
+        sub = [("single", single)]
+        h = min(n, HOMOGENEOUS)
+        if P > 1 and h:
+            sub.append(("homogeneous", seqs[:, :h]))     # the main sample's first batches: one prompt each
+        for label, part in sub:
+            if mj:
+                c, d = _joint_check(part[:, :, :mj], laws, V, mj, alpha, label)
+                checks[label], details[label] = c[label], d[label]
+            else:
+                sp, _ = _pit_values(tgt, decoder, prompts, part[:, :, :1], None, r_pit, ["id"], V)
+                d = _pit_check(sp[(0, "id")], alpha)
+                checks[label], details[label] = d["pvalue"], d
         pv, d = small_batch_check(lambda pr, mm, r: _call(draw, True, pr, mm, r, V), prompts, m, mj, laws, tgt, V,
                                   r_small, P * ns, alpha)
         if pv is None:
@@ -624,6 +643,11 @@ def certify_decoder(decoder, target, prompts, *, new_tokens: int = 2, n: int | N
         else:
             skipped["seeded"] = ("the decoder ignores its seed (two runs with the same seed differ): the run cannot "
                                  "be reproduced; draw every random number from the rng argument")
+            if ev_fn is not None:
+                skipped["events_vs_sample"] = ("sample ignores its seed, so its tokens could not be compared with "
+                                               "sample_events' (the main sample and the joint / PIT checks used "
+                                               "sample_events; sample itself was tested only by single and "
+                                               "small_batches)")
 
     if getattr(decoder, "per_row_rng", False) and batched:
         c, d = per_row_check(decoder, prompts, m, int(ss.generate_state(1)[0]),
@@ -696,16 +720,19 @@ def _events_mode(decoder):
 
 
 def _events_probe(draw, ev_fn, prompts, m, seed, V, rows: int = 8):
-    """ValueError unless ``sample_events`` returns the tokens ``sample`` returns under the same seed, on ``rows``
-    rows cycling through the prompts (the main sample is drawn through ``sample_events``: a ``sample`` that
-    differs on 9 % of the rows passed an 8-row probe, breaker)."""
-    pr = prompts[np.arange(max(rows, 2 * prompts.shape[0])) % prompts.shape[0]]
-    a = _call(draw, True, pr, m, np.random.default_rng([seed, 9]), V)
-    res = ev_fn(pr, m, np.random.default_rng([seed, 9]))
-    b = res[0] if isinstance(res, tuple) and len(res) == 2 else None
-    if b is None or not np.array_equal(np.asarray(b), a):
-        raise ValueError("decoder.sample_events and decoder.sample return different tokens under the same rng: "
-                         "sample_events must run the same decoder (same random draws) and only add the events")
+    """ValueError unless ``sample_events`` returns the tokens ``sample`` returns under the same seed: batches of
+    the main sample's sizes (``MAIN_SIZES``, each at most ``rows``), prompts cycled.  The main sample is drawn
+    through ``sample_events``; a ``sample`` that differed on 9 % of the rows passed an 8-row probe, and one that
+    differed only in batches of 9 to 4,095 rows passed a single 4,096-row probe (breaker)."""
+    for i, size in enumerate(sorted({min(max(rows, 2 * prompts.shape[0]), s) for s in MAIN_SIZES})):
+        pr = prompts[np.arange(size) % prompts.shape[0]]
+        a = _call(draw, True, pr, m, np.random.default_rng([seed, 9, i]), V)
+        res = ev_fn(pr, m, np.random.default_rng([seed, 9, i]))
+        b = res[0] if isinstance(res, tuple) and len(res) == 2 else None
+        if b is None or not np.array_equal(np.asarray(b), a):
+            raise ValueError(f"decoder.sample_events and decoder.sample return different tokens under the same rng "
+                             f"(a batch of {size} rows): sample_events must run the same decoder (same random "
+                             "draws) and only add the events")
 
 
 def _joint_lookup(laws, V, mj):

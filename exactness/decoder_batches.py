@@ -75,20 +75,26 @@ def small_batch_check(call, prompts, m: int, mj: int, laws, target, V: int, rng,
         else:
             d = pit_check(pit(target(prompts[who[sel]]), seqs[sel, 0], None, rng.random(int(sel.sum()))), alpha)
         n = int(sel.sum())
-        rows.append({"group": name, "rows": n, "pvalue": float(d["pvalue"]), "df": int(d["df"]),
-                     "detectable_tv": detectable_tv(n, d["df"], alpha=alpha, power=POWER) if d["df"] else 1.0})
+        tests = [("joint" if mj else "token 1", d)]
+        for j in range(max(mj, 1), m):                    # later tokens: PIT at the sampled prefix (id order)
+            ctx = np.concatenate([prompts[who[sel]], seqs[sel, :j]], axis=1)
+            tests.append((f"token {j + 1}", pit_check(pit(target(ctx), seqs[sel, j], None, rng.random(n)), alpha)))
+        for what, d in tests:
+            rows.append({"group": name, "test": what, "rows": n, "pvalue": float(d["pvalue"]), "df": int(d["df"]),
+                         "detectable_tv": detectable_tv(n, d["df"], alpha=alpha, power=POWER) if d["df"] else 1.0})
     if all(r["df"] == 0 for r in rows):                  # nothing could fail: skipped, never a pass
         return None, {"calls": calls, "rows": int(pos.size),
                       "reason": f"{pos.size:,} rows in {calls:,} batches of 2-8 rows leave no degree of freedom in "
                                 "any row group after pooling: raise n"}
     rows = [r for r in rows if r["df"] > 0]
     worst = min(rows, key=lambda r: r["pvalue"])
-    pvalue = min(1.0, len(rows) * worst["pvalue"])               # Bonferroni over the row groups
+    pvalue = min(1.0, len(rows) * worst["pvalue"])               # Bonferroni over the row groups and tests
     return pvalue, {"calls": calls, "rows": int(pos.size), "n": int(pos.size), "groups": rows, "worst": worst["group"],
-                    "pvalue": pvalue, "detectable_tv": max(r["detectable_tv"] for r in rows),
-                    "reason": f"{pos.size:,} rows in {calls:,} batches of 2-8 rows; worst row group "
-                              f"{worst['group']} ({worst['rows']:,} rows), p = {worst['pvalue']:.3g} "
-                              f"before Bonferroni over {len(rows)} groups"}
+                    "worst_test": worst["test"], "pvalue": pvalue,
+                    "detectable_tv": max(r["detectable_tv"] for r in rows),
+                    "reason": f"{pos.size:,} rows in {calls:,} batches of 2-8 rows; worst: {worst['group']}, "
+                              f"{worst['test']} ({worst['rows']:,} rows), p = {worst['pvalue']:.3g} before "
+                              f"Bonferroni over {len(rows)} tests (row groups x tokens)"}
 
 
 def _seq_index(seqs, V):

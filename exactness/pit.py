@@ -52,9 +52,10 @@ def pit_check(uvals: np.ndarray, alpha: float) -> dict:
 
 def draft_laws(decoder, ctx, V):
     out = []
-    for s in range(0, ctx.shape[0], BATCH):
-        q = np.asarray(decoder.draft_law(ctx[s:s + BATCH]), dtype=np.float64)
-        if q.shape != (min(BATCH, ctx.shape[0] - s), V) or not np.all(np.isfinite(q)) or np.any(q < 0):
+    rows = max(1, min(BATCH, (1 << 22) // V))                      # (rows, V) float64 a call
+    for s in range(0, ctx.shape[0], rows):
+        q = np.asarray(decoder.draft_law(ctx[s:s + rows]), dtype=np.float64)
+        if q.shape != (min(rows, ctx.shape[0] - s), V) or not np.all(np.isfinite(q)) or np.any(q < 0):
             raise ValueError(f"decoder.draft_law(contexts) returned shape {q.shape} or non-finite / negative values; "
                              f"it must return the (B, V) = (.., {V}) draft law handed to the verifier")
         out.append(q)

@@ -124,3 +124,64 @@ def test_sample_must_match_sample_events_on_a_large_probe():
     model, target, prompts = setup()
     with pytest.raises(ValueError, match="sample_events and decoder.sample return different tokens"):
         _certify(Differs(token_chain_kernel, model), target, prompts, new_tokens=2, n=3000, seed=0)
+
+
+class _Late(ChainDecoder):
+    """Exact except a row position or batch shape, at the LAST token only (new_tokens = 4 > the joint's 3)."""
+
+    sample_events = None
+    per_row_rng = False
+
+    def __init__(self, model, when):
+        super().__init__(token_chain_kernel, model)
+        self.when = when
+
+    def sample(self, prompts, new_tokens, rng):
+        out = np.array(super().sample(prompts, new_tokens, rng))
+        rows = self.when(np.asarray(prompts), out.shape[0])
+        out[rows, -1] = (out[rows, -1] + 1) % self.model.P.shape[0]
+        return out
+
+
+def test_row_2_wrong_only_at_the_last_token_fails_small_batches():
+    """Breaker (session 34): small_batches tested only the first tokens of each row group."""
+    model, target, prompts = setup()
+    dec = _Late(model, lambda pr, B: np.arange(B) == 2)
+    cert = _certify(dec, target, prompts, new_tokens=4, seed=0)
+    assert not cert.passed and "small_batches" in cert.failed_checks(), cert.summary()
+    assert cert.details["small_batches"]["worst_test"] == "token 4"
+
+
+def test_a_decoder_wrong_only_in_batches_sharing_one_prompt_fails():
+    """Breaker (session 34): wrong only when 9+ rows of a batch share a prompt; with several prompts the shuffled
+    batches never did. The main sample starts with one batch of each prompt alone, also tested on its own."""
+    model, target, prompts = setup()
+    dec = _Late(model, lambda pr, B: np.full(B, B >= 9 and bool((pr == pr[0]).all())))
+    cert = _certify(dec, target, prompts, new_tokens=3, seed=0)
+    assert not cert.passed and "homogeneous" in cert.failed_checks(), cert.summary()
+
+
+def test_sample_events_is_compared_with_sample_at_every_main_batch_size():
+    """Breaker (session 34): a sample() that differs from sample_events only in batches of 9-4,095 rows passed a
+    single 4,096-row probe."""
+
+    class MidSizes(ChainDecoder):
+        def sample(self, prompts, new_tokens, rng):
+            out = np.array(super().sample(prompts, new_tokens, rng))
+            if 9 <= out.shape[0] < 4096:
+                out[:, -1] = (out[:, -1] + 1) % self.model.P.shape[0]
+            return out
+
+    model, target, prompts = setup()
+    with pytest.raises(ValueError, match="return different tokens under the same rng"):
+        _certify(MidSizes(token_chain_kernel, model), target, prompts, new_tokens=2, n=3000, seed=0)
+
+
+def test_an_unseeded_sample_beside_sample_events_says_the_comparison_did_not_run():
+    class Unseeded(ChainDecoder):
+        def sample(self, prompts, new_tokens, rng):
+            return super().sample(prompts, new_tokens, np.random.default_rng())
+
+    model, target, prompts = setup()
+    cert = _certify(Unseeded(token_chain_kernel, model), target, prompts, new_tokens=2, n=3000, seed=0)
+    assert "events_vs_sample" in cert.skipped and "seeded" in cert.skipped
