@@ -38,8 +38,9 @@ Checks (each a p-value; the verdict is Holm over all of them, ``statsmodels``):
     When the decoder has ``sample``: continuations drawn one prompt per call
     (``sample(prompt[None], ...)``) tested like ``joint`` (or ``pit[1, id]`` when the joint does
     not enumerate): batch of B and B batches of 1 must both follow the target.  The main sample
-    is drawn in heterogeneous batches (prompts interleaved in random order, up to
-    ``BATCH`` rows), so a decoder that mixes rows is tested against each row's own law.
+    is drawn (after one batch of each prompt alone, ``homogeneous``) in heterogeneous batches
+    (prompts interleaved in random order) of the sizes ``MAIN_SIZES`` (4,096 down to 9 rows), so a
+    decoder that mixes rows, or is wrong for some batch sizes, is tested against each row's own law.
 ``small_batches``
     When the decoder has ``sample``: a sample drawn in batches of 2 to 8 rows, each row position
     (and the last row of its batch) tested on its own at every token, Bonferroni over the groups
