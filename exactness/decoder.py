@@ -375,8 +375,8 @@ def _pit_checks(pits, m, orders, alpha, P: int = 1, covered: int = 0, seqs=None)
     on the context and cancels in the pooled PIT still shows:
 
     ``pit[j,id,by_prompt]`` (several prompts) splits by prompt; ``pit[j,id,by_previous]`` (j >= 2, with
-    ``seqs`` (P, n, m)) by the previous emitted token (the ``CONTEXT_GROUPS - 1`` most frequent previous
-    tokens each on its own, the rest together).
+    ``seqs`` (P, n, m)) by the previous emitted token and ``pit[j,id,by_previous2]`` (j >= 3) by the last two
+    (the ``CONTEXT_GROUPS - 1`` most frequent contexts each on its own, the rest together).
     """
     checks, det = {}, {}
     for j in range(m):
@@ -391,13 +391,17 @@ def _pit_checks(pits, m, orders, alpha, P: int = 1, covered: int = 0, seqs=None)
         splits = []
         if P > 1:
             splits.append(("by_prompt", np.split(u, P), P))                      # prompt-major rows
-        if seqs is not None and j >= 1:
-            prev = seqs[:, :, j - 1].reshape(-1)
-            tok, cnt = np.unique(prev, return_counts=True)
-            top = tok[np.argsort(-cnt, kind="stable")[:CONTEXT_GROUPS - 1]]
-            group = np.where(np.isin(prev, top), np.searchsorted(np.sort(top), prev), len(top))
+        for back, name in ((1, "by_previous"), (2, "by_previous2")):
+            if seqs is None or j < back:
+                continue
+            ctx = np.zeros(u.size, dtype=np.int64)
+            for b in range(back, 0, -1):                 # the last `back` tokens as one context id
+                ctx = ctx * (int(seqs.max()) + 1) + seqs[:, :, j - b].reshape(-1)
+            tok, cnt = np.unique(ctx, return_counts=True)
+            top = np.sort(tok[np.argsort(-cnt, kind="stable")[:CONTEXT_GROUPS - 1]])
+            group = np.where(np.isin(ctx, top), np.searchsorted(top, ctx), len(top))
             parts = [u[group == g] for g in range(len(top) + 1)]
-            splits.append(("by_previous", [x for x in parts if x.size], len(tok)))
+            splits.append((name, [x for x in parts if x.size], len(tok)))
         for name, parts, groups in splits:
             parts = [_pit_check(x, alpha) for x in parts]
             stat, df = sum(d["statistic"] for d in parts), sum(d["df"] for d in parts)
