@@ -606,11 +606,14 @@ def certify_decoder(decoder, target, prompts, *, new_tokens: int = 2, n: int | N
             sub.append(("homogeneous", seqs[:, :h]))     # the main sample's first batches: one prompt each
         for label, part in sub:
             if mj:
-                c, d = _joint_check(part[:, :, :mj], laws, V, mj, alpha, label)
-                checks[label], details[label] = c[label], d[label]
+                d = _joint_check(part[:, :, :mj], laws, V, mj, alpha, label)[1][label]
             else:
                 sp, _ = _pit_values(tgt, decoder, prompts, part[:, :, :1], None, r_pit, ["id"], V)
                 d = _pit_check(sp[(0, "id")], alpha)
+            if d["df"] == 0:                             # could not fail: skipped, never a pass
+                skipped[label] = (f"{part.shape[1]:,} continuations per prompt leave no degree of freedom after "
+                                  "pooling: raise n")
+            else:
                 checks[label], details[label] = d["pvalue"], d
         pv, d = small_batch_check(lambda pr, mm, r: _call(draw, True, pr, mm, r, V), prompts, m, mj, laws, tgt, V,
                                   r_small, P * ns, alpha)
