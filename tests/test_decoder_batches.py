@@ -14,25 +14,29 @@ from exactness.decoder_batches import small_batch_check
 from _decoder_cases import setup
 
 
-class WrongAtRow(ChainDecoder):
-    """Exact except one row position of every batch (a stride or indexing bug): that row's tokens shift by one.
+class Shifted(ChainDecoder):
+    """Exact except the rows ``when(prompts (B, L), B) -> (B,) bool`` picks (a stride, indexing or batch-shape bug):
+    their tokens in ``tokens`` (a slice, default all) shift by one.
 
     No events and no per-row generators, so neither the conditional checks nor ``batch_rows`` can see it."""
 
     sample_events = None
     per_row_rng = False
 
-    def __init__(self, model, row):
+    def __init__(self, model, when, tokens=slice(None)):
         super().__init__(token_chain_kernel, model)
-        self.row = row
+        self.when, self.tokens = when, tokens
 
     def sample(self, prompts, new_tokens, rng):
         out = np.array(super().sample(prompts, new_tokens, rng))
-        B, V = out.shape[0], self.model.vocab_size if hasattr(self.model, "vocab_size") else self.model.P.shape[0]
-        r = B - 1 if self.row == "last" else self.row
-        if B > 1 and r < B:
-            out[r] = (out[r] + 1) % V
+        rows = np.asarray(self.when(np.asarray(prompts), out.shape[0]), dtype=bool)
+        out[rows, self.tokens] = (out[rows, self.tokens] + 1) % self.model.P.shape[0]
         return out
+
+
+def _row(r):
+    """Row ``r`` of every batch that has it (``"last"``: the last row of batches of 2 or more)."""
+    return lambda pr, B: (np.arange(B) == (B - 1 if r == "last" else r)) & (B > 1)
 
 
 def _certify(decoder, target, prompts, **kw):
@@ -47,7 +51,7 @@ def test_a_decoder_wrong_only_in_batch_row_2_fails_small_batches(seed):
     could not see (these seeds passed); the small batches test row 2 on its own (514 rows). (The main sample now
     also cycles batch sizes down to 9 rows, so its joint test sees more of row 2 too.)"""
     model, target, prompts = setup()
-    cert = _certify(WrongAtRow(model, 2), target, prompts, new_tokens=3, seed=seed)
+    cert = _certify(Shifted(model, _row(2)), target, prompts, new_tokens=3, seed=seed)
     assert not cert.passed and "small_batches" in cert.failed_checks(), cert.summary()
     assert cert.details["small_batches"]["worst"] == "row 2"
 
@@ -55,7 +59,7 @@ def test_a_decoder_wrong_only_in_batch_row_2_fails_small_batches(seed):
 def test_a_decoder_wrong_only_in_the_last_row_fails_through_the_pit_at_large_vocabulary(monkeypatch):
     monkeypatch.setattr(dec, "JOINT_MAX", 1)      # no joint law: the PIT of the first token, per row group
     model, target, prompts = setup(V=8)
-    cert = _certify(WrongAtRow(model, "last"), target, prompts, new_tokens=2, n=3000, seed=1)
+    cert = _certify(Shifted(model, _row("last")), target, prompts, new_tokens=2, n=3000, seed=1)
     assert not cert.passed and "small_batches" in cert.failed_checks(), cert.summary()
     assert cert.details["small_batches"]["worst"] == "last row"
 
@@ -90,23 +94,12 @@ def test_an_unbatched_decoder_says_why_small_batches_is_skipped():
     assert "one prompt per call" in cert.skipped["small_batches"]
 
 
-class WrongInMidSizedBatches(ChainDecoder):
+def test_a_decoder_wrong_only_in_mid_sized_batches_fails():
     """Breaker (session 34): exact in batches of 1-8 and of 4,096 rows, every token shifted in batches of 9 to
     4,095 rows; the main sample ran in 4,096-row batches only and passed it."""
-
-    sample_events = None
-    per_row_rng = False
-
-    def sample(self, prompts, new_tokens, rng):
-        out = np.array(super().sample(prompts, new_tokens, rng))
-        if 9 <= out.shape[0] < 4096:
-            out = (out + 1) % self.model.P.shape[0]
-        return out
-
-
-def test_a_decoder_wrong_only_in_mid_sized_batches_fails():
     model, target, prompts = setup()
-    cert = _certify(WrongInMidSizedBatches(token_chain_kernel, model), target, prompts, new_tokens=2, n=4096, seed=0)
+    cert = _certify(Shifted(model, lambda pr, B: np.full(B, 9 <= B < 4096)), target, prompts, new_tokens=2, n=4096,
+                    seed=0)
     assert not cert.passed and "joint" in cert.failed_checks(), cert.summary()
 
 
@@ -126,27 +119,10 @@ def test_sample_must_match_sample_events_on_a_large_probe():
         _certify(Differs(token_chain_kernel, model), target, prompts, new_tokens=2, n=3000, seed=0)
 
 
-class _Late(ChainDecoder):
-    """Exact except a row position or batch shape, at the LAST token only (new_tokens = 4 > the joint's 3)."""
-
-    sample_events = None
-    per_row_rng = False
-
-    def __init__(self, model, when):
-        super().__init__(token_chain_kernel, model)
-        self.when = when
-
-    def sample(self, prompts, new_tokens, rng):
-        out = np.array(super().sample(prompts, new_tokens, rng))
-        rows = self.when(np.asarray(prompts), out.shape[0])
-        out[rows, -1] = (out[rows, -1] + 1) % self.model.P.shape[0]
-        return out
-
-
 def test_row_2_wrong_only_at_the_last_token_fails_small_batches():
     """Breaker (session 34): small_batches tested only the first tokens of each row group."""
     model, target, prompts = setup()
-    dec = _Late(model, lambda pr, B: np.arange(B) == 2)
+    dec = Shifted(model, lambda pr, B: np.arange(B) == 2, tokens=-1)
     cert = _certify(dec, target, prompts, new_tokens=4, seed=0)
     assert not cert.passed and "small_batches" in cert.failed_checks(), cert.summary()
     assert cert.details["small_batches"]["worst_test"] == "token 4"
@@ -156,7 +132,7 @@ def test_a_decoder_wrong_only_in_batches_sharing_one_prompt_fails():
     """Breaker (session 34): wrong only when 9+ rows of a batch share a prompt; with several prompts the shuffled
     batches never did. The main sample starts with one batch of each prompt alone, also tested on its own."""
     model, target, prompts = setup()
-    dec = _Late(model, lambda pr, B: np.full(B, B >= 9 and bool((pr == pr[0]).all())))
+    dec = Shifted(model, lambda pr, B: np.full(B, B >= 9 and bool((pr == pr[0]).all())), tokens=-1)
     cert = _certify(dec, target, prompts, new_tokens=3, seed=0)
     assert not cert.passed and "homogeneous" in cert.failed_checks(), cert.summary()
 
@@ -185,3 +161,11 @@ def test_an_unseeded_sample_beside_sample_events_says_the_comparison_did_not_run
     model, target, prompts = setup()
     cert = _certify(Unseeded(token_chain_kernel, model), target, prompts, new_tokens=2, n=3000, seed=0)
     assert "events_vs_sample" in cert.skipped and "seeded" in cert.skipped
+
+
+def test_a_homogeneous_sample_with_no_degree_of_freedom_is_skipped_not_passed(monkeypatch):
+    monkeypatch.setattr(dec, "HOMOGENEOUS", 1)        # one row per prompt: pooling leaves nothing to test
+    model, target, prompts = setup()
+    cert = _certify(ChainDecoder(token_chain_kernel, model), target, prompts, new_tokens=1, n=200, seeded=False)
+    assert "homogeneous" not in cert.checks and "no degree of freedom" in cert.skipped["homogeneous"]
+    assert cert.details["single"]["df"] > 0
