@@ -379,6 +379,7 @@ def _pit_checks(pits, m, orders, alpha, P: int = 1, covered: int = 0, seqs=None)
     (the ``CONTEXT_GROUPS - 1`` most frequent contexts each on its own, the rest together).
     """
     checks, det = {}, {}
+    base = int(seqs.max()) + 1 if seqs is not None else 0       # context ids of the last tokens, base V
     for j in range(m):
         for o in orders:
             d = _pit_check(pits[(j, o)], alpha)
@@ -396,7 +397,7 @@ def _pit_checks(pits, m, orders, alpha, P: int = 1, covered: int = 0, seqs=None)
                 continue
             ctx = np.zeros(u.size, dtype=np.int64)
             for b in range(back, 0, -1):                 # the last `back` tokens as one context id
-                ctx = ctx * (int(seqs.max()) + 1) + seqs[:, :, j - b].reshape(-1)
+                ctx = ctx * base + seqs[:, :, j - b].reshape(-1)
             tok, cnt = np.unique(ctx, return_counts=True)
             top = np.sort(tok[np.argsort(-cnt, kind="stable")[:CONTEXT_GROUPS - 1]])
             group = np.where(np.isin(ctx, top), np.searchsorted(top, ctx), len(top))

@@ -69,7 +69,7 @@ def small_batch_check(call, prompts, m: int, mj: int, laws, target, V: int, rng,
         if not sel.any():
             continue
         if mj:
-            idx = _seq_index(seqs[sel, :mj], V)
+            idx = np.ravel_multi_index(tuple(seqs[sel, j] for j in range(mj)), (V,) * mj)   # joint_law's order
             counts = [np.bincount(idx[who[sel] == i], minlength=laws[i].size) for i in range(P)]
             _, d = pooled_gof_test(counts, laws)
         else:
@@ -95,14 +95,6 @@ def small_batch_check(call, prompts, m: int, mj: int, laws, target, V: int, rng,
                     "reason": f"{pos.size:,} rows in {calls:,} batches of 2-8 rows; worst: {worst['group']}, "
                               f"{worst['test']} ({worst['rows']:,} rows), p = {worst['pvalue']:.3g} before "
                               f"Bonferroni over {len(rows)} tests (row groups x tokens)"}
-
-
-def _seq_index(seqs, V):
-    """Row-major index of (N, mj) token sequences in the V^mj enumeration of :func:`joint_law`."""
-    idx = np.zeros(seqs.shape[0], dtype=np.int64)
-    for j in range(seqs.shape[1]):
-        idx = idx * V + seqs[:, j]
-    return idx
 
 
 def per_row_check(decoder, prompts, m, seed, check):

@@ -32,6 +32,7 @@ verifiers' own references are in :mod:`resispec.verifiers`.
 
 from __future__ import annotations
 
+import functools
 import os
 import time
 from dataclasses import dataclass, field
@@ -129,6 +130,7 @@ TREE_BYTES_PER_ENTRY = 16
 TREE_MEMORY_SHARE = 0.5
 
 
+@functools.lru_cache(maxsize=1)
 def _physical_memory() -> int | None:
     """Bytes this process may use: physical memory, or a smaller cgroup limit (containers); None if unknown."""
     try:
@@ -158,15 +160,15 @@ def check_fits(model, prompt_len: int, max_new_tokens: int, tree: TreeShape | No
     ctx = context_length(model)
     if prompt_len < 1:
         raise ValueError("prompt is empty; pass at least one token")
-    mem = _physical_memory()
-    if tree is not None and mem:
-        need = (tree.num_nodes + 1) * _vocab(model) * TREE_BYTES_PER_ENTRY   # laws of every node, float64 p and q
+    mem = _physical_memory() if tree is not None else None
+    if mem:
+        V = _vocab(model)
+        need = (tree.num_nodes + 1) * V * TREE_BYTES_PER_ENTRY   # laws of every node, float64 p and q
         if need > TREE_MEMORY_SHARE * mem:
-            raise ValueError(f"tree {tree} has {tree.num_nodes:,} nodes: their laws over V = {_vocab(model):,} "
-                             f"tokens need ~{need / 2**30:.1f} GiB, over half of this machine's "
-                             f"{mem / 2**30:.1f} GiB (physical or cgroup limit); use a smaller tree (at most "
-                             f"{int(TREE_MEMORY_SHARE * mem / (_vocab(model) * TREE_BYTES_PER_ENTRY)) - 1:,} nodes "
-                             "here)")
+            most = int(TREE_MEMORY_SHARE * mem / (V * TREE_BYTES_PER_ENTRY)) - 1
+            raise ValueError(f"tree {tree} has {tree.num_nodes:,} nodes: their laws over V = {V:,} tokens need "
+                             f"~{need / 2**30:.1f} GiB, over half of this machine's {mem / 2**30:.1f} GiB (physical "
+                             f"or cgroup limit); use a smaller tree (at most {most:,} nodes here)")
     if ctx is None:
         return
     if prompt_len >= ctx:
