@@ -8,7 +8,8 @@ side by side in one run:
 - the sampling path ``NodeSampler`` picks (``table``, a fast path of ``exactness.fast_paths``, or
   ``generic``: O(V) ``verify`` per draw);
 - draws per CPU second (``time.process_time``, one process, after a warm-up call that pays the
-  first run-time recheck), and the cost of that first call.  The timed call is ``--draws`` (default 2^21 =
+  first run-time recheck; the faster of two timed calls on a fast path), and the cost of that first call.
+  The timed call is ``--draws`` (default 2^21 =
   two of the sampler's 2^20-draw chunks, each rechecking 4 draws through ``verify`` and ``chain``, as the
   first 16 chunks of a long run do): shorter calls are dominated by the O(V) recheck (at 65,536 draws
   ``rrs_wor`` read 4.7e5 draws/s, at 2^21 1.8e6);
@@ -21,16 +22,23 @@ rejected token through an O(V) transport plan, so every distinct rejected prefix
 ``exactness/fast_paths.py``).  Its row is followed by the coupled route (``exactness.certify_coupled``: the
 verifier's ``verify`` against the rule's ``chain`` on the same coins, TV <= P(mismatch), about
 ln(1/alpha) / TV clean draws instead of ~1/TV^2): coupled draws per CPU second with the rule's reference
-(numpy) solver and with its compiled solver as the reference, and the projected time for TV 1e-3.
+(numpy) solver and with its compiled solver as the reference, and the projected time for TV 1e-3.  Then the
+stepwise route (``exactness.certify_stepwise``: the rule declares each step in O(V) form, every state a
+run visits is checked to emit its target and ``verify`` is coupled to the declared chain, so TV(verify, p)
+<= P(event) and 0 events in ln(1/alpha) / TV draws bound it, without trusting the rule's proof): draws per
+CPU second over the first ``--coupled-draws`` draws (each a fresh state: pessimistic, a long run reuses
+states).
 
 The node: ``p`` Zipf(1) over the vocabulary, ``q = 0.7 p + 0.3 perm(p)`` (a random permutation, seed 0),
 so the acceptance is high and the residual is rarely drawn -- the pass that matters is the O(k log V)
 candidate and accept step.  ``--certify NAME`` also runs ``certify_verifier(verifier, p, q, 4, tv=1e-3,
-workers=2, tree=False)`` for that verifier and prints its wall and CPU time and verdict (minutes).
+workers=2, tree=False)`` for that verifier and prints its wall and CPU time and verdict (minutes);
+``--certify stepwise_wor`` runs ``certify_stepwise(resispec[drafting=without_replacement], p, q, 4,
+tv=1e-3)``, ``coupled_wor`` the coupled route.
 
 Usage::
 
-    python benchmarks/fast_paths.py [--draws 2097152] [--coupled-draws 32] [--certify rrs_wor|coupled_wor]
+    python benchmarks/fast_paths.py [--draws 2097152] [--coupled-draws 32] [--certify rrs_wor|coupled_wor|stepwise_wor]
                                     [--out reports/fast_paths.md]
 """
 
@@ -91,9 +99,12 @@ def measure(label, v, p, q, draws: int, generic_draws: int):
     t0 = time.process_time()
     s.draws(np.random.default_rng(1), min(m, 4096) if fast else 8)   # first call: GUARD recheck through verify
     first = time.process_time() - t0
-    t0 = time.process_time()
-    s.draws(np.random.default_rng(2), m)
-    rate = m / max(time.process_time() - t0, 1e-9)
+    best = np.inf
+    for rep in range(2 if fast else 1):        # the faster of two timed calls: a pause of the machine cannot slow it
+        t0 = time.process_time()
+        s.draws(np.random.default_rng(2 + rep), m)
+        best = min(best, time.process_time() - t0)
+    rate = m / max(best, 1e-9)
     n, df = plan_for_tv(p, TV, alpha=1e-3, power=0.99)
     return {"verifier": label, "V": p.size, "path": s.path, "build_s": build, "first_call_s": first,
             "draws_per_s": rate, "n_for_tv": n, "df": df, "cpu_s_1": n / rate, "cpu_s_2": n / rate / 2}
@@ -119,6 +130,19 @@ def measure_coupled(p, q, draws: int):
     return out
 
 
+def measure_stepwise(p, q, draws: int):
+    """Stepwise draws/s of ResiSpec WOR (compiled solver) over its first ``draws`` draws (fresh states)."""
+    from exactness.stepwise import certify_stepwise, draws_for_tv
+
+    t0 = time.process_time()
+    c = certify_stepwise(get_verifier("resispec", drafting="without_replacement"), p, q, K, n=draws, seed=0)
+    rate = c.n / max(time.process_time() - t0, 1e-9)
+    n_tv = draws_for_tv(TV, 1e-3, 0.99)
+    return [{"verifier": "stepwise: declared steps checked, verify coupled to them", "V": p.size,
+             "path": "stepwise", "draws_per_s": rate, "first_call_s": float("nan"), "n_for_tv": n_tv,
+             "passed": c.passed, "cpu_s_1": n_tv / rate, "cpu_s_2": float("nan")}]
+
+
 def markdown(rows, load, cert=None) -> str:
     lines = ["# Harness fast paths: draws/s and the budget for a detectable TV of 1e-3", "",
              f"Command: `python benchmarks/fast_paths.py{ARGS}` (k = {K}; load average at the start {load}). CPU seconds",
@@ -137,7 +161,18 @@ def markdown(rows, load, cert=None) -> str:
                   "n draws bound TV <= ln(1/alpha) / n, so n for TV 1e-3 at alpha 1e-3 is 6,908, not ~1/TV^2. "
                   "It proves `verify` implements the rule; the rule's exactness rests on its proof and the "
                   "exact-enumeration tests (docs/coupled.md)."]
-    if cert and cert.get("coupled"):
+    if any(r["path"] == "stepwise" for r in rows):
+        lines += ["", "Stepwise row: `exactness.certify_stepwise` checks, at every state a run visits, that the "
+                  "step ResiSpec WOR declares (`step_plan`: accepted mass and rank-two residual rows) emits its "
+                  "target (an O(V) balance), and that `verify` takes the declared steps on the same coins; "
+                  "TV(verify, p) <= P(event), so 0 events in 6,905 draws bound TV <= 1e-3 at confidence 1 - 1e-3 "
+                  "(power 0.99 for TV 1e-3). Unlike the coupled route it does not rest on the rule's proof. "
+                  "One process (no 2-worker column); the rate is over the first draws, each a fresh state, so the "
+                  "projection is pessimistic (docs/certify.md)."]
+    if cert and cert.get("stepwise"):
+        lines += ["", f"Measured: `certify_stepwise(resispec[drafting=without_replacement], p, q, 4, tv=1e-3)`: "
+                  f"{cert['summary']} (wall {cert['wall_s']:.0f} s, CPU {cert['cpu_s']:.0f} s)"]
+    elif cert and cert.get("coupled"):
         lines += ["", f"Measured: `certify_coupled(resispec[drafting=without_replacement], "
                   f"'resispec[drafting=without_replacement,solver={cert['solver']}]', p, q, 4, n={cert['n']})`: "
                   f"wall {cert['wall_s']:.0f} s, CPU {cert['cpu_s']:.0f} s, mismatches {cert['mismatches']}, "
@@ -151,6 +186,8 @@ def markdown(rows, load, cert=None) -> str:
 
 
 def _t(s: float) -> str:
+    if s != s:
+        return "-"
     return f"{s:.0f} s" if s < 7200 else f"{s / 3600:.1f} h"
 
 
@@ -162,7 +199,8 @@ def main(argv=None):
     ap.add_argument("--generic-draws", type=int, default=64, help="draws timed on the generic path (default 64)")
     ap.add_argument("--certify", default=None,
                     help="also run certify_verifier(..., tv=1e-3, workers=2) for NAME (a verifier of the table or "
-                    "blackbox_rrs), or coupled_wor[:reference] for ResiSpec WOR's coupled route at TV 1e-3")
+                    "blackbox_rrs), coupled_wor[:reference] for ResiSpec WOR's coupled route at TV 1e-3, or "
+                    "stepwise_wor for its stepwise route (certify_stepwise, tv=1e-3)")
     ap.add_argument("--out", default=None, help="write the table as Markdown here")
     args = ap.parse_args(argv)
     global ARGS
@@ -172,6 +210,7 @@ def main(argv=None):
     rows = [measure(label, v, *big, args.draws, args.generic_draws) for label, v in verifiers()]
     if args.coupled_draws > 0:
         rows += measure_coupled(*big, args.coupled_draws)
+        rows += measure_stepwise(*big, max(args.coupled_draws, 64))
     rows.append(measure("black-box rrs (handles_shared_nodes)", BlackBoxRRS(), *node(32_000), args.draws,
                         args.draws))
     print(markdown(rows, load), flush=True)   # the table first: the certificate below takes minutes
@@ -180,7 +219,13 @@ def main(argv=None):
         import exactness
 
         t0, c0 = time.time(), time.process_time()
-        if args.certify.startswith("coupled_wor"):      # coupled_wor or coupled_wor:reference
+        if args.certify == "stepwise_wor":
+            from exactness.stepwise import certify_stepwise
+
+            c = certify_stepwise(get_verifier("resispec", drafting="without_replacement"), *big, K, tv=TV, seed=0)
+            cert = {"stepwise": True, "summary": c.summary, "wall_s": time.time() - t0,
+                    "cpu_s": time.process_time() - c0, "passed": c.passed}
+        elif args.certify.startswith("coupled_wor"):      # coupled_wor or coupled_wor:reference
             import math
 
             solver = args.certify.partition(":")[2] or "fused"

@@ -14,6 +14,7 @@ The contract::
     certify_samples(tokens, p, *, accepted=None, candidates=None, q=None, k=None, alpha=1e-3) -> Certificate
     certify_decoder(decoder, target, prompts, *, new_tokens=2, n=None, tv=None, alpha=1e-3, seed=0)  # exactness.decoder
     certify_coupled(kernel, reference, p, q, k, *, n, alpha, seed, convention="resispec")  # exactness.coupled
+    certify_stepwise(verifier, p, q, k, *, n=None, tv=None, alpha=1e-3, seed=0)  # declared steps, O(V) a state
     mutants.CATALOGUE  # name -> biased Verifier
     assert_exact(verifier, ...)  # AssertionError listing failing cells + p-values
     validate_proxy(proxy, p, q, k, *, n=None, seed=0) -> ProxyValidation  # a rejection-dependent proxy
@@ -31,7 +32,8 @@ multiple testing, calibration), :mod:`~exactness.mutants`,
 :mod:`~exactness.decoder` (whole decoders: multi-token laws),
 :mod:`~exactness.decoder_events` (a decoder's reported node decisions: conditional checks), :mod:`~exactness.chain`
 (serving-engine chain kernels), :mod:`~exactness.adapters` (Hugging Face ``generate``,
-this project's engine), :mod:`~exactness.coupled` (kernel vs reference under the same coins).
+this project's engine), :mod:`~exactness.coupled` (kernel vs reference under the same coins),
+:mod:`~exactness.stepwise` (a verifier's declared steps checked at every state a run visits).
 """
 
 from ._checks import ExactnessWarning
@@ -52,6 +54,9 @@ def __getattr__(name):  # lazy: keep ``import exactness`` light
         from . import assertions
 
         return getattr(assertions, name)
+    if name in ("certify_stepwise", "StepwiseCertificate", "stepwise"):
+        stepwise = importlib.import_module(f"{__name__}.stepwise")
+        return stepwise if name == "stepwise" else getattr(stepwise, name)
     if name in ("validate_proxy", "ProxyValidation"):
         from . import proxy_validation
 
@@ -60,4 +65,4 @@ def __getattr__(name):  # lazy: keep ``import exactness`` light
 
 
 __all__ = ["Certificate", "ExactnessWarning", "assert_coupled", "assert_exact", "certify_counts", "certify_coupled", "certify_decoder",
-           "certify_samples", "certify_sampler", "certify_verifier", "chi2_power", "detectable_tv", "samples_for_tv", "validate_proxy"]
+           "certify_samples", "certify_sampler", "certify_stepwise", "certify_verifier", "chi2_power", "detectable_tv", "samples_for_tv", "validate_proxy"]

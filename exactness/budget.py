@@ -77,7 +77,7 @@ class BudgetError(ValueError):
 
 
 def check_planned_budget(draw, n: int, *, tv: float, workers: int, max_samples: int,
-                         what: str = "the verifier", fixed_seconds: float = 0.0) -> float:
+                         what: str = "the verifier", fixed_seconds: float = 0.0, hint: str = "") -> float:
     """Time a pilot of ``PILOT`` draws and refuse a plan over ``MAX_SECONDS`` or ``max_samples``.
 
     Parameters
@@ -89,6 +89,7 @@ def check_planned_budget(draw, n: int, *, tv: float, workers: int, max_samples: 
     max_samples : int, memory limit in draws
     fixed_seconds : float, seconds added to the pilot's estimate before dividing by ``workers`` (e.g. a fast
         path's per-chunk recheck, :meth:`exactness.sampling.NodeSampler.pilot_sampler`)
+    hint : str, appended to the refusal (another route to the same bound)
 
     Returns
     -------
@@ -118,7 +119,7 @@ def check_planned_budget(draw, n: int, *, tv: float, workers: int, max_samples: 
             ", allow more time by raising exactness.certificate.MAX_SECONDS, or pass workers= (processes)"
             if est > _cert.MAX_SECONDS else " (more workers do not reduce the memory)")
         raise BudgetError(f"tv = {tv:g} needs n = {n_txt} draws (timed pilot of {PILOT:,} draws of {what}): "
-                         + "; ".join(over) + "; " + fix)
+                         + "; ".join(over) + "; " + fix + hint)
     msg = f"tv = {tv:g}: planned n = {n:,} draws, estimated {_hours(est)} on this machine ({workers} worker(s))"
     log.log(logging.WARNING if est > 10 else logging.INFO, msg)
     return est

@@ -246,6 +246,14 @@ def parallel_draws(sampler: NodeSampler, seed_seq: np.random.SeedSequence, n: in
     return Draws(np.concatenate([d.tokens for d in parts]), np.concatenate([d.accepted for d in parts]))
 
 
+def _stepwise_hint(verifier) -> str:
+    """The other route for a verifier that declares its steps (a refusal's last words)."""
+    if not callable(getattr(verifier, "step_plan", None)):
+        return ""
+    return ("; this verifier declares its steps: exactness.certify_stepwise(verifier, p, q, k, tv=...) bounds its "
+            "TV at O(V) per visited state (docs/certify.md)")
+
+
 def _check_budget(sampler: NodeSampler, n: int, workers: int = 1, limit: int = MAX_SAMPLES) -> None:
     """Refuse up front an ``n`` over ``limit`` (``MAX_SAMPLES`` when the draws are kept, ``MAX_COUNTED`` when
     they are only counted) or estimated (timed pilot) above ``MAX_SECONDS``."""
@@ -259,7 +267,8 @@ def _check_budget(sampler: NodeSampler, n: int, workers: int = 1, limit: int = M
         raise BudgetError(f"n = {n:.3g} would take ~{_hours(est)} (timed pilot of {PILOT:,} draws) and "
                          f"{gib:.3g} GiB were the tokens and accepted indices kept (limits: {which} = {limit:,} "
                          f"draws, {_hours(MAX_SECONDS)}; MAX_SAMPLES = {MAX_SAMPLES:,} when sequential); pass a "
-                         "smaller n or use tv= / exactness.samples_for_tv to plan the n you need")
+                         "smaller n or use tv= / exactness.samples_for_tv to plan the n you need"
+                         + _stepwise_hint(sampler.verifier))
 
 
 def _max_checks(exact: bool, chain_ok: bool, tree: bool, V: int, black_box: bool = False) -> int:
@@ -453,7 +462,7 @@ def certify_verifier(verifier, p, q, k: int, *, n: int | None = None, alpha: flo
         est = check_planned_budget(pilot.draws, n, tv=float(tv), workers=workers,
                                    fixed_seconds=per_chunk * rechecks_in(n),
                                    max_samples=MAX_SAMPLES if sequential else MAX_COUNTED,
-                                   what=type(verifier).__name__)
+                                   what=type(verifier).__name__, hint=_stepwise_hint(verifier))
         plan = {"tv": float(tv), "n": n, "df": df_plan, "estimated_seconds": est, "sequential": bool(sequential)}
     n = default_n(sampler) if n is None else check_n(n)
     if plan is None:  # a tv plan was timed and checked just above

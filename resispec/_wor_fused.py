@@ -59,7 +59,7 @@ import numpy as np
 from ._reserve_fused import AVAILABLE, MAX_PASSES as _MAX_PASSES, _njit, _rows_equal, _threads, run_chunks
 from ._reserve_tol import OMEGA_TOL
 
-__all__ = ["AVAILABLE", "FALLBACK", "OPTION", "PLAIN", "wor_step_rows"]
+__all__ = ["AVAILABLE", "FALLBACK", "OPTION", "PLAIN", "wor_step_rows", "wor_step_state"]
 
 #: Row status: the shaped option was used / plain ``rrs_wor`` step / the caller must run the reference.
 OPTION, PLAIN, FALLBACK = 0, 1, 2
@@ -601,3 +601,39 @@ def wor_step_rows(P: np.ndarray, Q: np.ndarray, X: np.ndarray, g: float = 1.0):
     P, Q = _c_writable(P), _c_writable(Q)
     run_chunks(_chunk, (P, Q, X, float(g), False, A, R, status, passes), B, _threads(), serial=B * V < 100_000)
     return A, R, status, passes
+
+
+def wor_step_state(p: np.ndarray, q: np.ndarray, g: float = 1.0) -> dict:
+    """The step :func:`wor_step_rows` takes at one node, as data (what :meth:`ResiSpecWOR.step_plan` declares).
+
+    Parameters
+    ----------
+    p, q : ndarray, shape (V,), float64
+        Current residual target and current (renormalised) draft of one node.
+    g : float >= 0
+        Reserve scale (1 = the rule's default).
+
+    Returns
+    -------
+    dict with ``status`` (``OPTION`` / ``PLAIN`` / ``FALLBACK``) and the (V,) float64 arrays the kernel
+    emits its rows from: ``m`` (accepted mass), ``wi`` (``(q - m) / (1 - q)``), ``qth`` (``q theta``),
+    ``u`` (leftover supplies before the equalising factor), ``b`` (rank-one leftover plan), and the scalars
+    ``f`` (equalising factor) and ``bsum``.  On ``OPTION`` the row after rejecting ``x`` is, for ``y != x``,
+    ``wi(x) qth(y) + f u(x) b(y) / sum_{z != x} b(z)``, normalised (:func:`_emit`); on ``PLAIN`` it is
+    ``norm((p - m)_+)``.  The same compiled :func:`_node` as :func:`wor_step_rows` on the same C-ordered
+    writable arrays, so the same decisions.
+
+    Raises
+    ------
+    ImportError
+        numba is not installed.
+    """
+    if not AVAILABLE:
+        raise ImportError("the fused without-replacement kernel needs numba (pip install numba)")
+    p = np.array(p, dtype=np.float64, order="C")
+    q = np.array(q, dtype=np.float64, order="C")
+    V = p.shape[0]
+    inv, A, Bc, cap, m, wi, qth, b, tmp, uc, ec, bc, tc = (np.empty(V) for _ in range(13))
+    idx = np.empty(V, dtype=np.int64)
+    st, _, _, f, bsum = _node(p, q, float(g), inv, A, Bc, cap, m, wi, qth, b, tmp, idx, uc, ec, bc, tc)
+    return {"status": int(st), "m": m, "wi": wi, "qth": qth, "u": Bc, "b": b, "f": float(f), "bsum": float(bsum)}

@@ -80,6 +80,7 @@ import numpy as np
 
 from .._reserve_tol import OMEGA_TOL
 from .base import Verifier, reject_update, sum_of_others
+from .step_plan import StepPlan
 from .zero_diagonal import LeftoverPlan
 
 _BISECT = 60
@@ -365,6 +366,59 @@ class ResiSpecWOR(Verifier):
         if not AVAILABLE and self.solver == "fused":
             raise ImportError("solver='fused' needs numba (pip install numba); use solver='reference'")
         return AVAILABLE
+
+    def step_plan(self, p_i: np.ndarray, q_i: np.ndarray, *, last: bool) -> StepPlan | None:
+        """The step :meth:`verify` takes at one node, declared for :func:`exactness.certify_stepwise`.
+
+        Parameters
+        ----------
+        p_i, q_i : ndarray, shape (V,), float64
+            Current target and current (renormalised, without the rejected candidates) draft.
+        last : bool
+            The node's last candidate (greedy: ``m = min(p_i, q_i)``, plain residual).
+
+        Returns
+        -------
+        StepPlan, or None where the step uses the interval leftover plan (not declared in
+        O(V) form: the checker counts such a state as unverified).  The same solver as :meth:`verify`
+        (the compiled kernel's :func:`resispec._wor_fused.wor_step_state`, or the numpy reference), so
+        the same decisions.
+        """
+        p_i = np.asarray(p_i, dtype=np.float64)
+        q_i = np.asarray(q_i, dtype=np.float64)
+        if last:
+            return StepPlan.plain_step(np.minimum(p_i, q_i))
+        if self._use_fused():
+            from .._wor_fused import FALLBACK, OPTION, wor_step_state
+
+            s = wor_step_state(p_i, q_i, self.scales[0])
+            if s["status"] == FALLBACK:
+                return None
+            if s["status"] != OPTION:
+                return StepPlan.plain_step(s["m"])
+            w = np.maximum(q_i - s["m"], 0.0)
+            zb = sum_of_others(s["b"][None])[0]
+            # rows of _emit: R(x, y) = wi(x) q theta(y) + f u(x) b(y) / sum_{z != x} b(z), y != x
+            beta = np.where(zb > 0, s["f"] * s["u"] / np.where(zb > 0, zb, 1.0), 0.0)
+            return self._declared(s["m"], w, s["qth"], s["b"], s["wi"], beta)
+        m, opts, pick, _ = self.step(p_i[None], q_i[None])
+        if pick[0] < 0:
+            return StepPlan.plain_step(m[0])
+        o = opts[int(pick[0])]
+        if not o.plan.rank_one[0]:
+            return None
+        b = o.plan.b[0]
+        zb = sum_of_others(b[None])[0]
+        # rows of _Option.residual: R(x, y) = w(x) inv(x) q theta(y) + u(x) b(y) / sum_{z != x} b(z), y != x
+        beta = np.where(zb > 0, o.plan.u[0] / np.where(zb > 0, zb, 1.0), 0.0)
+        return self._declared(m[0], o.w[0], o.q[0] * o.theta[0], b, o.w[0] * o.inv[0], beta)
+
+    @staticmethod
+    def _declared(m, w, g, h, alpha, beta) -> StepPlan:
+        """A rank-two plan; rows the code leaves plain (never-rejected ``w = 0``, or an empty row) marked so."""
+        tot = alpha * sum_of_others(g[None])[0] + beta * sum_of_others(h[None])[0]
+        plain = ~(w > 0) | ~(tot > 0)
+        return StepPlan(m=m, plain=plain, g=g, h=h, alpha=alpha, beta=beta)
 
     def _reference_step(self, p_i, q_i, x):
         """Accept probabilities (B,) and residuals (B, V) of one non-last step, numpy reference."""

@@ -1,0 +1,484 @@
+"""``certify_stepwise``: bound TV(verify's law, p) by checking each step a run takes, in O(V) a state.
+
+For a verifier whose histogram test is out of reach (ResiSpec for
+without-replacement drafts at V = 151,936: every distinct rejected prefix
+costs O(V), 7.5e8 draws visit ~2.6e7 of them; ``docs/certify.md``).
+
+How.  A sequential verifier (``docs/RESISPEC.md`` s.2) declares, at each
+state ``s = (p_i, q_i)`` it reaches, its step as a
+:class:`resispec.verifiers.step_plan.StepPlan`: the accepted mass ``m`` and
+residual rows ``r^(x)`` in a form whose column sums cost O(V).  Per draw
+(candidates by the verifier's drafting, uniforms ``u`` (k + 1,)), this module
+
+1. checks every state the draw visits: ``0 <= m <= q_i``, rows non-negative
+   laws, and ``|| m + sum_x w(x) r^(x) - p_i ||_1 <= TOL`` (``w = q_i - m``),
+   the condition for the step to emit ``p_i`` (section 2's lemma);
+2. follows its own chain ``I``: accept candidate ``x`` iff
+   ``u_i < m(x) / q_i(x)``, else continue from the declared ``r^(x)``; at the
+   end draw from the last residual by inverse CDF with ``u_k``;
+3. runs the verifier's ``verify`` on the same candidates and uniforms.
+
+An *event* is a state whose check fails (a defect), a draw where ``verify``
+and ``I`` emit different (token, accepted index) (a mismatch), or a state
+the verifier does not declare (unverified).  Define ``I*`` as ``I`` except
+that at a state failing its check it emits ``p_i`` directly: ``I*`` is exact
+up to ``TOL / 2`` in TV per step (induction from the last step), and it
+coincides with ``verify`` on every draw without an event.  Hence
+(coupling inequality)::
+
+    TV(law of verify, p) <= P(event) + k TOL / 2,
+
+and ``x`` events in ``n`` independent draws bound ``P(event)`` by the exact
+one-sided Clopper-Pearson bound at confidence ``1 - alpha``: 0 events in
+``n = ln(1/alpha) / tv`` draws give TV <= tv.  Conversely a verifier with
+TV(law, p) >= eps + k TOL / 2 has P(event) >= eps, so ``n`` draws see an
+event with probability ``1 - (1 - eps)^n`` (the detectable TV at
+``power``).  A defect or mismatch is a FAIL naming the state (replay it with
+:func:`replay_state`); unverified states only widen the bound.
+
+It checks ``verify`` and the declared steps; it trusts nothing else.  It
+assumes the candidates are drawn as the verifier's ``drafting`` says (the
+harness draws them) and that ``verify`` is a function of its inputs and
+uniforms (one that ignores them mismatches).  Cost: O(V) per visited state
+(``step_plan`` plus the check), shared states computed once.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections import OrderedDict
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from resispec._validation import as_laws, check_k
+from resispec.verifiers.base import sum_of_others
+from resispec.verifiers.step_plan import StepPlan
+
+from . import _stepwise_kernel as _kernel
+from ._checks import as_generator, check_alpha, check_n, check_tv
+from .coupled.certify import check_min_draws, tv_upper_bound
+from .sampling import candidate_law, draw_node_candidates, drafting_of
+
+#: Largest L1 error of a state's balance ``m + sum_x w(x) r^(x) = p_i`` (and of a row's mass) taken as
+#: round-off; each step adds at most ``TOL / 2`` to the TV bound.
+TOL = 1e-9
+#: Rows per ``verify`` call (memory: the verifier's (B, V) arrays).
+BATCH = 64
+#: Bytes of visited states kept for reuse (a peaked draft revisits the same rejected prefixes).
+CACHE_BYTES = 1 << 28
+#: Below this remaining mass the plain residual is ``p_i`` itself (as ``reject_update``).
+_RESIDUAL_EPS = 1e-13
+
+
+@dataclass(frozen=True)
+class StepwiseCertificate:
+    """Verdict of :func:`certify_stepwise` (scipy-style result object).
+
+    Attributes
+    ----------
+    passed : bool
+        No defect, no mismatch, and ``tv_upper <= tv`` (when ``tv`` was asked) or no unverified state (when
+        ``n`` was given).
+    verdict : str
+        ``"PASS"``, ``"FAIL"`` (a defect or a mismatch was seen) or ``"INCONCLUSIVE"`` (no defect or mismatch,
+        but unverified states or a ``time_limit`` stop leave ``tv_upper`` above the asked ``tv``; with ``n``
+        given, any unverified state).
+    n : int
+        Draws run.
+    events, defects, mismatches, unverified : int
+        Draws with an event; of them, with a failing state check, with ``verify`` != the declared chain,
+        reaching a state the verifier does not declare.
+    tv_upper : float
+        Bound on TV(law of ``verify``, p) at confidence ``1 - alpha``: Clopper-Pearson on ``events / n``
+        plus ``k TOL / 2``.
+    detectable_tv : float
+        A verifier with TV(law, p) above this (plus ``k TOL / 2``) shows an event with probability >= ``power``.
+    alpha, power : float
+    tv : float or None
+        The asked bound.
+    states, seconds : int, float
+        States checked (each distinct state once), wall time.
+    largest_defect : float
+        Largest L1 balance error of a checked state (round-off on an exact rule: ~1e-15).
+    first_event : dict or None
+        ``kind`` (``"defect"``, ``"mismatch"``, ``"unverified"``), ``draw``, ``step``, ``rejected`` (the
+        candidates rejected before the state), ``candidates``, ``uniforms``, ``detail``; replay the state
+        with :func:`replay_state` (``verifier, p, q, rejected, k``).
+    summary : str
+        One paragraph for people.
+    """
+
+    passed: bool
+    verdict: str
+    n: int
+    events: int
+    defects: int
+    mismatches: int
+    unverified: int
+    tv_upper: float
+    detectable_tv: float
+    alpha: float
+    power: float
+    tv: float | None
+    states: int
+    seconds: float
+    largest_defect: float
+    first_event: dict | None = None
+    summary: str = field(default="", repr=False)
+
+    def __str__(self) -> str:
+        return self.summary
+
+
+_NAMES = ("m", "g", "h", "alpha", "beta")
+
+
+def check_plan(plan, p_i: np.ndarray, q_i: np.ndarray) -> tuple[float, str | None]:
+    """Check one declared step: returns ``(L1 balance error, reason it is not exact or None)``.
+
+    Parameters
+    ----------
+    plan : StepPlan
+        Arrays of shape (V,) (``plain`` bool, the rest float64).
+    p_i, q_i : ndarray, shape (V,), float64
+        The state's target and draft.
+
+    The balance is ``m(y) + g(y) sum_{x != y} A(x) + h(y) sum_{x != y} B(x) + W_plain r_plain(y) = p_i(y)``
+    with ``A = w alpha / tot``, ``B = w beta / tot`` on the non-plain rows, ``W_plain`` the rejection mass
+    of the plain rows and ``r_plain = norm((p_i - m)_+)``: O(V) (compiled in :mod:`exactness._stepwise_kernel`
+    when numba is present, else :func:`_balance_reference`).
+    """
+    if not isinstance(plan, StepPlan):
+        return math.inf, f"step_plan returned {type(plan).__name__}, not a StepPlan or None"
+    V = p_i.size
+    arrs = [np.asarray(getattr(plan, n)) for n in _NAMES]
+    plain = np.asarray(plan.plain)
+    for name, a in list(zip(_NAMES, arrs)) + [("plain", plain)]:
+        if a.shape != (V,):
+            return math.inf, f"StepPlan.{name} has shape {a.shape}, expected ({V},)"
+    if plain.dtype != bool:
+        return math.inf, f"StepPlan.plain must be a bool array, got dtype {plain.dtype}"
+    for name, a in zip(_NAMES, arrs):
+        if not np.issubdtype(a.dtype, np.floating):
+            return math.inf, f"StepPlan.{name} must be finite, non-negative float64, got dtype {a.dtype}"
+    args = [np.ascontiguousarray(a, dtype=np.float64) for a in (p_i, q_i, arrs[0])]
+    args += [np.ascontiguousarray(plain)] + [np.ascontiguousarray(a, dtype=np.float64) for a in arrs[1:]]
+    run = _kernel.balance if _kernel.AVAILABLE else _balance_reference
+    code, which, y, defect, a, b = run(*args, TOL, _RESIDUAL_EPS)
+    if code == _kernel.OK:
+        return float(defect), None
+    if code == _kernel.BAD_VALUE:
+        return math.inf, f"StepPlan.{_NAMES[which]} must be finite, non-negative float64 (token {y}: {a!r})"
+    if code == _kernel.ABOVE_DRAFT:
+        return float(defect), f"accepted mass above the draft at token {y}: m = {a:.6g} > q_i = {b:.6g}"
+    if code == _kernel.EMPTY_ROW:
+        return math.inf, f"the residual after rejecting token {y} is empty (alpha g + beta h is 0 off {y})"
+    return float(defect), (f"m + sum_x w(x) r^(x) differs from p_i by {defect:.3g} in L1 (largest at token {y}: "
+                           f"{a:.6g} vs p_i = {b:.6g})")
+
+
+def _balance_reference(p_i, q_i, m, plain, g, h, al, be, tol, eps):
+    """Numpy twin of :func:`exactness._stepwise_kernel.balance` (same returns)."""
+    for j, a in enumerate((m, g, h, al, be)):
+        bad = ~(a >= 0) | ~np.isfinite(a)
+        if bad.any():
+            x = int(np.flatnonzero(bad)[0])
+            return _kernel.BAD_VALUE, j, x, math.inf, float(a[x]), 0.0
+    over = m - q_i
+    yo = int(np.argmax(over))
+    if over[yo] > tol:
+        return _kernel.ABOVE_DRAFT, 0, yo, float(over[yo]), float(m[yo]), float(q_i[yo])
+    w = np.maximum(q_i - m, 0.0)
+    tot = al * sum_of_others(g[None])[0] + be * sum_of_others(h[None])[0]     # row mass off the diagonal
+    shaped = ~plain & (w > 0)
+    if np.any(shaped & ~(tot > 0)):
+        return _kernel.EMPTY_ROW, 0, int(np.flatnonzero(shaped & ~(tot > 0))[0]), math.inf, 0.0, 0.0
+    safe = np.where(shaped, tot, 1.0)
+    A = np.where(shaped, w * al / safe, 0.0)                                   # w(x) alpha(x) / tot(x)
+    B = np.where(shaped, w * be / safe, 0.0)                                   # w(x) beta(x) / tot(x)
+    d = np.maximum(p_i - m, 0.0)
+    D = d.sum()
+    r_plain = d / D if D > eps else p_i                                        # norm((p_i - m)_+)
+    col = g * sum_of_others(A[None])[0] + h * sum_of_others(B[None])[0] + w[plain].sum() * r_plain  # sum_x w r^(x)
+    err = np.abs(m + col - p_i)                                                # |m + sum_x w r^(x) - p_i|
+    defect = float(err.sum())
+    y = int(np.argmax(err))
+    if not defect <= tol:
+        return _kernel.UNBALANCED, 0, y, defect, float(m[y] + col[y]), float(p_i[y])
+    return _kernel.OK, 0, 0, defect, 0.0, 0.0
+
+
+def next_target(plan: StepPlan, p_i: np.ndarray, x: int) -> np.ndarray:
+    """``r^(x)`` (V,) float64: the declared target after rejecting token ``x``."""
+    if plan.plain[x]:
+        d = np.maximum(p_i - plan.m, 0.0)
+        z = d.sum()
+        return d / z if z > _RESIDUAL_EPS else p_i.copy()
+    r = plan.alpha[x] * plan.g + plan.beta[x] * plan.h                         # alpha(x) g + beta(x) h
+    r[x] = 0.0                                                                 # r^(x)(x) = 0
+    return r / r.sum()
+
+
+def _next_draft(q_i: np.ndarray, x: int, drafting: str) -> np.ndarray:
+    """The draft of the next candidate: ``q_i`` (iid) or ``norm(q_i`` without ``x)`` (as ``verify``)."""
+    if drafting != "without_replacement":
+        return q_i
+    nq = q_i.copy()
+    nq[x] = 0.0
+    return nq / nq.sum()
+
+
+def _inverse_cdf(r: np.ndarray, u: float) -> int:
+    """Token ``#{y: cdf(y) <= u cdf(V-1)}``, capped at the last token with mass (as ``resispec``'s sampler)."""
+    cdf = np.cumsum(r)
+    t = int(np.searchsorted(cdf, u * cdf[-1], side="right"))
+    return min(t, int(np.flatnonzero(r > 0)[-1]))
+
+
+def _plan(verifier, p_i, q_i, last: bool, step: int):
+    try:
+        return verifier.step_plan(p_i, q_i, last=last)
+    except Exception as exc:                                   # a plug-in that fails is an error, never a pass
+        raise RuntimeError(f"{type(verifier).__name__}.step_plan raised at step {step}: "
+                           f"{type(exc).__name__}: {exc}") from exc
+
+
+class _States:
+    """Visited states by rejected prefix: ``(p_i, q_i, plan, defect, reason)``, kept up to ``CACHE_BYTES``."""
+
+    def __init__(self, verifier, p, q, k, drafting, V):
+        self.v, self.k, self.drafting = verifier, k, drafting
+        self.root = (p, q / q.sum())                            # the law verify's sampler draws from
+        self.cache: OrderedDict = OrderedDict()
+        self.keep = max(2, CACHE_BYTES // (8 * V * 8))
+        self.checked = 0
+        self.largest = 0.0
+
+    def get(self, prefix: tuple, parent):
+        hit = self.cache.get(prefix)
+        if hit is not None:
+            self.cache.move_to_end(prefix)
+            return hit
+        i = len(prefix)
+        if i == 0:
+            p_i, q_i = self.root
+        else:
+            pp, pq, pplan = parent[:3]
+            x = prefix[-1]
+            p_i, q_i = next_target(pplan, pp, x), _next_draft(pq, x, self.drafting)
+        plan = _plan(self.v, p_i, q_i, i == self.k - 1, i)
+        defect, why = (0.0, None) if plan is None else check_plan(plan, p_i, q_i)
+        self.checked += 1
+        if np.isfinite(defect):
+            self.largest = max(self.largest, defect)
+        out = (p_i, q_i, plan, defect, why)
+        self.cache[prefix] = out
+        if len(self.cache) > self.keep:
+            self.cache.popitem(last=False)
+        return out
+
+
+def _walk(states: _States, c: np.ndarray, u: np.ndarray):
+    """Follow the declared chain on one draw: ``(token, accepted, event)`` (event ``(kind, step, detail)``)."""
+    k = c.size
+    prefix: tuple = ()
+    st = states.get(prefix, None)
+    for i in range(k):
+        p_i, q_i, plan, _, why = st
+        if plan is None:
+            return None, None, ("unverified", i, "the verifier declares no O(V) plan for this state")
+        if why is not None:
+            return None, None, ("defect", i, why)
+        x = int(c[i])
+        qx = q_i[x]
+        a = min(max(plan.m[x] / qx, 0.0), 1.0) if qx > 0 else 0.0            # accept with m(x) / q_i(x)
+        if u[i] < a:
+            return x, i, None
+        if i == k - 1:
+            return _inverse_cdf(next_target(plan, p_i, x), float(u[k])), -1, None
+        prefix = prefix + (x,)
+        st = states.get(prefix, st)
+    raise AssertionError("unreachable")
+
+
+def replay_state(verifier, p, q, rejected, k: int):
+    """Recompute the state after ``rejected`` candidates: ``(p_i, q_i, plan, defect, reason)``.
+
+    Parameters
+    ----------
+    verifier : a verifier with ``step_plan``; p, q : (V,) laws; rejected : sequence of int token ids
+    (from ``first_event["rejected"]``); k : the node's candidates.
+    """
+    p2, q2, _ = as_laws(p, q)
+    states = _States(verifier, p2[0], q2[0], check_k(k), drafting_of(verifier), p2.shape[1])
+    st = states.get((), None)
+    rej = tuple(int(x) for x in rejected)
+    for j in range(1, len(rej) + 1):
+        st = states.get(rej[:j], st)
+    return st
+
+
+def _check_verifier(verifier):
+    if isinstance(verifier, type):
+        raise TypeError(f"verifier must be an instance, got the class {verifier.__name__}: pass {verifier.__name__}()")
+    sp = getattr(verifier, "step_plan", None)
+    if not callable(sp):
+        raise TypeError(f"{type(verifier).__name__} declares no step_plan(p_i, q_i, *, last): certify_stepwise needs "
+                        "a verifier that declares its steps (ResiSpec for without-replacement drafts does); use "
+                        "exactness.certify_verifier (histogram) or exactness.certify_coupled (against a rule)")
+    if not callable(getattr(verifier, "verify", None)):
+        raise TypeError(f"{type(verifier).__name__} has no verify(p, q, candidates, uniforms=...)")
+
+
+def draws_for_tv(tv: float, alpha: float, power: float) -> int:
+    """Draws for which 0 events bound TV by ``tv`` at confidence ``1 - alpha`` and a TV of ``tv`` shows an
+    event with probability ``power``: ``ceil(ln(1 / min(alpha, 1 - power)) / -ln(1 - tv))``."""
+    return int(math.ceil(math.log(1.0 / min(alpha, 1.0 - power)) / -math.log1p(-tv)))
+
+
+def certify_stepwise(verifier, p, q, k: int, *, n: int | None = None, tv: float | None = None,
+                     alpha: float = 1e-3, power: float = 0.99, seed=0,
+                     time_limit: float | None = None) -> StepwiseCertificate:
+    """Bound TV(law of ``verifier.verify``, p) at one node by checking the steps it takes (module docstring).
+
+    Parameters
+    ----------
+    verifier : resispec.Verifier with ``step_plan(p_i, q_i, *, last) -> StepPlan | None``
+        and ``verify(p, q, candidates, uniforms=...)`` (``get_verifier("resispec",
+        drafting="without_replacement")``).
+    p, q : array_like, shape (V,), float64
+        Target and draft laws of the node.
+    k : int >= 1
+        Candidates.
+    n : int, optional
+        Draws.  Default: planned from ``tv`` (:func:`draws_for_tv`); pass ``n`` or ``tv``, not both.
+    tv : float in (0, 1), optional
+        The TV bound to certify (default 1e-3 when ``n`` is not given): PASS needs ``tv_upper <= tv``.
+    alpha : float in (0, 1)
+        1 - confidence of ``tv_upper``.
+    power : float in (0, 1)
+        Probability of an event when TV(law, p) >= ``tv`` (plans ``n``; states ``detectable_tv``).
+    seed : int, SeedSequence or Generator
+        Candidates and uniforms.
+    time_limit : float, optional
+        Stop after this many seconds; the bound uses the draws run.
+
+    Returns
+    -------
+    StepwiseCertificate
+
+    Raises
+    ------
+    TypeError
+        A verifier without ``step_plan`` or ``verify``.
+    ValueError
+        Bad laws, k, n, tv, alpha, power or time_limit; both ``n`` and ``tv``; ``n`` too small to bound TV
+        below 0.5; more than one node; k above the draft support (without-replacement drafting).
+    RuntimeError
+        ``verify`` or ``step_plan`` raised, or ``verify`` returned the wrong shape.
+
+    Source: the sequential lemma of ``docs/RESISPEC.md`` s.2 and the coupling inequality; the rule certified
+    here is ResiSpec for without-replacement drafts (ResiSpec, arXiv 2608.24411; RSD, arXiv 2402.14160).
+    """
+    t0 = time.perf_counter()
+    _check_verifier(verifier)
+    p2, q2, _ = as_laws(p, q)
+    if p2.shape[0] != 1:
+        raise ValueError(f"p and q must be one node of shape (V,), got {p2.shape[0]} rows; certify each node")
+    V = p2.shape[1]
+    k = check_k(k)
+    alpha = check_alpha(alpha)
+    if isinstance(power, bool) or not isinstance(power, (int, float)) or not 0 < power < 1:
+        raise ValueError(f"power must be a float in (0, 1), got {power!r}")
+    if n is not None and tv is not None:
+        raise ValueError("pass n (draws) or tv (the bound to certify; n is planned from it), not both")
+    if n is None:
+        tv = 1e-3 if tv is None else tv
+        check_tv(tv)
+        if not float(tv) < 1:
+            raise ValueError(f"tv must lie in (0, 1) for certify_stepwise (TV <= 1 holds for every law), got {tv!r}")
+        n = draws_for_tv(float(tv), alpha, float(power))
+    else:
+        n = check_n(n)
+    check_min_draws(n, alpha)
+    if time_limit is not None and (isinstance(time_limit, bool) or not isinstance(time_limit, (int, float))
+                                   or not time_limit > 0):
+        raise ValueError(f"time_limit must be a number of seconds > 0, got {time_limit!r}")
+    drafting = drafting_of(verifier)
+    if drafting not in ("iid", "without_replacement"):
+        raise ValueError(f"certify_stepwise needs iid or without-replacement drafting, got {drafting!r}")
+    if drafting == "without_replacement" and int(np.count_nonzero(q2[0] > 0)) < k:
+        raise ValueError(f"k = {k} exceeds the draft support ({int(np.count_nonzero(q2[0] > 0))} tokens) for "
+                         "without-replacement drafting")
+    rng = as_generator(seed)
+    cl = candidate_law(verifier, q2)[0]
+    states = _States(verifier, p2[0], q2[0], k, drafting, V)
+    P, Q = np.broadcast_to(p2[0], (BATCH, V)), np.broadcast_to(q2[0], (BATCH, V))
+    done = defects = mism = unver = 0
+    first = None
+    while done < n:
+        B = min(BATCH, n - done)
+        c = draw_node_candidates(cl, k, drafting, rng.random((B, k)))
+        u = rng.random((B, k + 1))
+        try:
+            res = verifier.verify(P[:B], Q[:B], c, uniforms=u)
+            vt, va = np.asarray(res.tokens), np.asarray(res.accepted)
+        except Exception as exc:                           # a plug-in that fails is an error, never a pass
+            raise RuntimeError(f"{type(verifier).__name__}.verify raised: {type(exc).__name__}: {exc}") from exc
+        if vt.shape != (B,) or va.shape != (B,):
+            raise RuntimeError(f"{type(verifier).__name__}.verify returned tokens {vt.shape} / accepted {va.shape} "
+                               f"for {B} rows; expected ({B},) each")
+        for b in range(B):
+            tok, acc, ev = _walk(states, c[b], u[b])
+            if ev is None and (tok != int(vt[b]) or acc != int(va[b])):
+                ev = ("mismatch", acc if acc >= 0 else k,
+                      f"verify emitted token {int(vt[b])} (accepted {int(va[b])}), the declared chain token {tok} "
+                      f"(accepted {acc}): verify does not take its declared steps (or ignores the uniforms)")
+            if ev is None:
+                continue
+            kind, step, detail = ev
+            defects += kind == "defect"
+            mism += kind == "mismatch"
+            unver += kind == "unverified"
+            if first is None or (first["kind"] == "unverified" and kind != "unverified"):
+                first = {"kind": kind, "draw": done + b, "step": int(step),
+                         "rejected": [int(x) for x in c[b, :min(step, k)]],
+                         "candidates": c[b].tolist(), "uniforms": u[b].tolist(), "detail": detail}
+        done += B
+        if defects or mism or (time_limit is not None and time.perf_counter() - t0 > time_limit):
+            break
+    events = defects + mism + unver
+    tol_term = k * TOL / 2
+    tv_up = min(1.0, tv_upper_bound(events, done, alpha) + tol_term)
+    detect = 1.0 - (1.0 - power) ** (1.0 / done)
+    if defects or mism:
+        verdict = "FAIL"
+    elif (tv_up > tv) if tv is not None else unver > 0:          # n given: PASS only with no event at all
+        verdict = "INCONCLUSIVE"
+    else:
+        verdict = "PASS"
+    secs = time.perf_counter() - t0
+    name = getattr(verifier, "name", type(verifier).__name__)
+    head = (f"{verdict}: {name} ({drafting} drafting), V = {V:,}, k = {k}: {done:,} draws, {states.checked:,} "
+            f"states checked (largest balance error {states.largest:.2g}), {events} event(s) "
+            f"({defects} defect, {mism} mismatch, {unver} unverified), {secs:.1f} s.")
+    if verdict == "FAIL":
+        fe = first
+        tail = (f" First: a {fe['kind']} at draw {fe['draw']:,}, step {fe['step']} after rejecting {fe['rejected']}: "
+                f"{fe['detail']}. Replay: exactness.stepwise.replay_state(verifier, p, q, {fe['rejected']}, {k}).")
+    else:
+        tail = (f" TV(law of verify, p) <= {tv_up:.3g} at confidence {1 - alpha:g} (coupling to the declared "
+                f"chain, exact binomial bound, + k TOL / 2 = {tol_term:.1g}); a TV above {detect:.3g} shows an "
+                f"event with probability >= {power:g}.")
+        if verdict == "INCONCLUSIVE":
+            why = (f"{unver} draw(s) reached states the verifier does not declare" if unver else
+                   f"time_limit stopped it after {done:,} of {n:,} draws")
+            goal = f"the asked tv = {tv:g}" if tv is not None else "a bound from checked states only"
+            tail += f" Not {goal}: {why}."
+    return StepwiseCertificate(passed=verdict == "PASS", verdict=verdict, n=done, events=events, defects=defects,
+                               mismatches=mism, unverified=unver, tv_upper=tv_up, detectable_tv=detect, alpha=alpha,
+                               power=float(power), tv=None if tv is None else float(tv), states=states.checked,
+                               seconds=secs, largest_defect=states.largest, first_event=first,
+                               summary=head + tail)

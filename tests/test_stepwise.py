@@ -1,0 +1,368 @@
+"""exactness.certify_stepwise: declared steps checked in O(V), verify coupled to them.
+
+Exact enumeration: the O(V) balance of ``check_plan`` equals the O(V^2) sum of the declared rows, and the
+law of the declared chain (enumerated over every candidate tuple) is ``p`` wherever every state balances.
+Monte Carlo: exact rules PASS; planted bugs (a wrong declared step, a verify off its declared steps, a verify
+that ignores the uniforms, a biased verify) FAIL with a replayable state; unverified states never PASS.
+"""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pytest
+
+from exactness import certify_stepwise
+from exactness.stepwise import TOL, check_plan, draws_for_tv, next_target, replay_state
+from resispec import get_verifier
+from resispec.verifiers.baselines import RecursiveRejection
+from resispec.verifiers.resispec_wor import ResiSpecWOR
+from resispec.verifiers.step_plan import StepPlan
+
+SOLVERS = ["fused", "reference"]
+
+
+def _node(V, seed, conc=0.7):
+    rng = np.random.default_rng(seed)
+    return rng.dirichlet(np.full(V, conc)), rng.dirichlet(np.full(V, conc))
+
+
+# nodes (V = 8, seeds) whose every state the WOR rule declares (no interval plan) and where it shapes rows
+SHAPED = [(8, 0), (8, 2), (12, 1)]
+
+
+def _shaped_node(seed=0):
+    V, s = SHAPED[seed]
+    rng = np.random.default_rng(0)
+    for _ in range(s + 1):
+        p, q = rng.dirichlet(np.full(V, 0.7)), rng.dirichlet(np.full(V, 0.7))
+    return p, q
+
+
+def _wor(solver="fused"):
+    return get_verifier("resispec", drafting="without_replacement", solver=solver)
+
+
+def _rows(plan: StepPlan, p_i):
+    """The declared rows r^(x) as a (V, V) matrix: O(V^2), the brute force."""
+    return np.stack([next_target(plan, p_i, x) for x in range(p_i.size)])
+
+
+def _declared_law(v, p_i, q_i, k, i=0):
+    """Exact law of the declared chain from a state (enumerates every candidate; small V only)."""
+    plan = v.step_plan(p_i, q_i, last=i == k - 1)
+    assert plan is not None
+    assert check_plan(plan, p_i, q_i)[1] is None
+    out = np.zeros_like(p_i)
+    for x in np.flatnonzero(q_i > 0):
+        a = min(plan.m[x] / q_i[x], 1.0)
+        out[x] += q_i[x] * a                                                   # accept x
+        r = next_target(plan, p_i, x)
+        if i == k - 1:
+            out += q_i[x] * (1 - a) * r                                        # last: draw from the residual
+        else:
+            nq = q_i.copy()
+            if v.drafting == "without_replacement":
+                nq[x] = 0.0
+                nq /= nq.sum()
+            out += q_i[x] * (1 - a) * _declared_law(v, r, nq, k, i + 1)
+    return out
+
+
+class PlainRRS(RecursiveRejection):
+    """rrs (iid drafts, SpecInfer) declaring its steps: m = min(p_i, q), plain residual."""
+
+    def step_plan(self, p_i, q_i, *, last):
+        return StepPlan.plain_step(np.minimum(p_i, q_i))
+
+
+# ---------------------------------------------------------------- exact enumeration
+
+
+@pytest.mark.parametrize("solver", SOLVERS)
+@pytest.mark.parametrize("case", range(len(SHAPED)))
+def test_balance_equals_brute_force_rows(solver, case):
+    """check_plan's O(V) balance is the O(V^2) m + sum_x w(x) r^(x) - p_i, on exact and perturbed plans."""
+    p, q = _shaped_node(case)
+    plan = _wor(solver).step_plan(p, q, last=False)
+    assert plan is not None and not plan.plain.all(), "the node must exercise the shaped rows"
+    for bad in (None, "beta", "alpha", "m"):
+        pl = plan
+        if bad is not None:
+            arr = getattr(plan, bad).copy()
+            arr *= np.linspace(0.6, 1.0, arr.size)
+            pl = StepPlan(**{**plan.__dict__, bad: arr})
+        err, why = check_plan(pl, p, q)
+        w = np.maximum(q - pl.m, 0)
+        brute = np.abs(pl.m + w @ _rows(pl, p) - p).sum()                     # m + sum_x w(x) r^(x) - p_i
+        assert err == pytest.approx(brute, abs=1e-12)
+        assert (why is None) == (bad is None), (bad, err)
+
+
+@pytest.mark.parametrize("solver", SOLVERS)
+@pytest.mark.parametrize("k", [2, 3])
+def test_declared_chain_law_is_p(solver, k):
+    """Enumerating every candidate tuple, the chain the WOR rule declares emits exactly p."""
+    p, q = _shaped_node(0)
+    law = _declared_law(_wor(solver), p, q / q.sum(), k)
+    np.testing.assert_allclose(law, p, atol=1e-12)
+
+
+def test_declared_chain_law_iid():
+    p, q = _node(6, 3)
+    np.testing.assert_allclose(_declared_law(PlainRRS(), p, q, 3), p, atol=1e-12)
+
+
+def test_draws_for_tv_planner():
+    n = draws_for_tv(1e-3, 1e-3, 0.99)
+    assert (1 - 1e-3) ** n <= 1e-3 < (1 - 1e-3) ** (n - 1)                    # 0 events in n: P <= alpha at TV 1e-3
+    assert draws_for_tv(1e-3, 0.05, 0.999) == draws_for_tv(1e-3, 1e-3, 0.95)
+
+
+# ---------------------------------------------------------------- Monte Carlo: exact rules pass
+
+
+@pytest.mark.parametrize("solver", SOLVERS)
+def test_wor_rule_passes(solver):
+    p, q = _shaped_node(0)
+    c = certify_stepwise(_wor(solver), p, q, 3, tv=0.02, seed=1)
+    assert c.verdict == "PASS" and c.passed and c.events == 0
+    assert c.n == draws_for_tv(0.02, 1e-3, 0.99)
+    assert c.tv_upper <= 0.02 and c.detectable_tv <= 0.02
+    assert c.states > 3 and c.largest_defect < 1e-12
+    assert "PASS" in str(c) and "TV(law of verify, p) <=" in str(c)
+
+
+def test_iid_verifier_passes():
+    p, q = _node(10, 4)
+    c = certify_stepwise(PlainRRS(), p, q, 3, n=800, seed=0)
+    assert c.verdict == "PASS" and c.n == 800 and c.states >= 3
+
+
+def test_default_plans_tv_1e3():
+    p, q = _node(5, 1)
+    c = certify_stepwise(PlainRRS(), p, q, 2, seed=0)
+    assert c.tv == 1e-3 and c.n == draws_for_tv(1e-3, 1e-3, 0.99) and c.passed
+
+
+# ---------------------------------------------------------------- planted bugs fail
+
+
+class WrongBeta(ResiSpecWOR):
+    """Declares the shaped rows with beta 30% too large: rows still laws, the balance breaks."""
+
+    def step_plan(self, p_i, q_i, *, last):
+        pl = super().step_plan(p_i, q_i, last=last)
+        if pl is None or pl.plain.all():
+            return pl
+        return StepPlan(**{**pl.__dict__, "beta": pl.beta * 1.3})
+
+
+class LowM(ResiSpecWOR):
+    """Declares an accepted mass 10% below what it uses."""
+
+    def step_plan(self, p_i, q_i, *, last):
+        pl = super().step_plan(p_i, q_i, last=last)
+        return pl if pl is None else StepPlan(**{**pl.__dict__, "m": pl.m * 0.9})
+
+
+class OffPlanVerify(ResiSpecWOR):
+    """Declares ResiSpec's steps, verifies with rrs_wor: exact, but not the declared steps."""
+
+    def verify(self, p, q, candidates, *, uniforms=None, rng=None):
+        return get_verifier("rrs_wor").verify(p, q, candidates, uniforms=uniforms, rng=rng)
+
+
+class OwnCoins(ResiSpecWOR):
+    """Ignores the uniforms it is given."""
+
+    def verify(self, p, q, candidates, *, uniforms=None, rng=None):
+        return super().verify(p, q, candidates, rng=np.random.default_rng(123))
+
+
+class BiasedVerify(PlainRRS):
+    """Declares rrs's steps; verify uses the bf16-rounded ratio (a precision bug)."""
+
+    def verify(self, p, q, candidates, *, uniforms=None, rng=None):
+        from exactness.mutants import CATALOGUE
+
+        return CATALOGUE["bf16_ratio"].verify(p, q, candidates, uniforms=uniforms, rng=rng)
+
+
+@pytest.mark.parametrize("cls,kind", [(WrongBeta, "defect"), (LowM, "defect"),
+                                      (OffPlanVerify, "mismatch"), (OwnCoins, "mismatch")])
+def test_planted_bugs_fail(cls, kind):
+    p, q = _shaped_node(0)
+    c = certify_stepwise(cls(), p, q, 3, tv=0.02, seed=0)
+    assert c.verdict == "FAIL" and not c.passed
+    assert c.first_event["kind"] == kind
+    assert c.n < draws_for_tv(0.02, 1e-3, 0.99), "stops at the first defect or mismatch"
+    assert "Replay" in str(c)
+
+
+def test_defect_replays():
+    p, q = _shaped_node(0)
+    v = WrongBeta()
+    c = certify_stepwise(v, p, q, 3, tv=0.02, seed=0)
+    fe = c.first_event
+    p_i, q_i, plan, defect, why = replay_state(v, p, q, fe["rejected"], 3)
+    assert why is not None and defect > TOL
+    assert why in fe["detail"]
+    assert len(fe["rejected"]) == fe["step"] and len(fe["candidates"]) == 3 and len(fe["uniforms"]) == 4
+
+
+def test_small_bias_caught_with_power():
+    """bf16-rounded ratio, TV 1.6e-4 (exact): P(mismatch) >= TV, so the n planned for TV 3e-4 catches it."""
+    from exactness.exact import joint_law
+    from exactness.mutants import CATALOGUE
+
+    p, q = _node(8, 5)
+    tv = 0.5 * np.abs(joint_law(CATALOGUE["bf16_ratio"], p, q, 2).sum(0) - p).sum()
+    assert 1e-4 < tv < 3e-4
+    for s in range(3):
+        c = certify_stepwise(BiasedVerify(), p, q, 2, tv=3e-4, seed=s)
+        assert c.verdict == "FAIL" and c.first_event["kind"] == "mismatch"
+
+
+def test_exact_rule_false_alarm_rate():
+    """Many seeds of an exact rule: never a FAIL (events are impossible up to round-off)."""
+    p, q = _shaped_node(1)
+    for s in range(10):
+        assert certify_stepwise(_wor(), p, q, 3, n=200, seed=s).verdict == "PASS"
+
+
+# ---------------------------------------------------------------- unverified states never pass
+
+
+class Undeclared(ResiSpecWOR):
+    def step_plan(self, p_i, q_i, *, last):
+        return None
+
+
+def test_unverified_is_not_a_pass():
+    p, q = _shaped_node(0)
+    v = Undeclared()
+    c = certify_stepwise(v, p, q, 3, tv=0.05, seed=0)
+    assert c.verdict == "INCONCLUSIVE" and not c.passed and c.unverified == c.n and c.tv_upper == 1.0
+    c = certify_stepwise(v, p, q, 3, n=300, seed=0)
+    assert c.verdict == "INCONCLUSIVE" and not c.passed
+
+
+def test_time_limit_is_inconclusive_for_asked_tv():
+    p, q = _shaped_node(0)
+    c = certify_stepwise(_wor(), p, q, 3, tv=1e-5, seed=0, time_limit=0.2)
+    assert c.verdict == "INCONCLUSIVE" and c.n < draws_for_tv(1e-5, 1e-3, 0.99)
+    assert "time_limit" in str(c)
+
+
+# ---------------------------------------------------------------- bad plans and plug-ins
+
+
+def _with_plan(make):
+    class Bad(ResiSpecWOR):
+        def step_plan(self, p_i, q_i, *, last):
+            return make(super().step_plan(p_i, q_i, last=last), p_i)
+    return Bad()
+
+
+@pytest.mark.parametrize("make,msg", [
+    (lambda pl, p: StepPlan(**{**pl.__dict__, "m": pl.m[:-1]}), "shape"),
+    (lambda pl, p: StepPlan(**{**pl.__dict__, "m": np.where(np.arange(p.size) == 0, np.nan, pl.m)}), "finite"),
+    (lambda pl, p: StepPlan(**{**pl.__dict__, "g": pl.g - 1.0}), "non-negative"),
+    (lambda pl, p: StepPlan(**{**pl.__dict__, "plain": pl.plain.astype(int)}), "bool"),
+    (lambda pl, p: StepPlan(**{**pl.__dict__, "m": pl.m + 1.0}), "above the draft"),
+    (lambda pl, p: "a plan", "not a StepPlan"),
+])
+def test_bad_plans_are_defects(make, msg):
+    p, q = _shaped_node(0)
+    c = certify_stepwise(_with_plan(make), p, q, 3, n=100, seed=0)
+    assert c.verdict == "FAIL" and c.first_event["kind"] == "defect" and msg in c.first_event["detail"]
+
+
+def test_raising_plugins_are_errors():
+    p, q = _shaped_node(0)
+
+    class RaisePlan(ResiSpecWOR):
+        def step_plan(self, p_i, q_i, *, last):
+            raise ZeroDivisionError("boom")
+
+    class RaiseVerify(ResiSpecWOR):
+        def verify(self, *a, **kw):
+            raise KeyError("bang")
+
+    class WrongShape(ResiSpecWOR):
+        def verify(self, p, q, candidates, *, uniforms=None, rng=None):
+            r = super().verify(p, q, candidates, uniforms=uniforms)
+            return type(r)(tokens=r.tokens[:-1], accepted=r.accepted[:-1]) if hasattr(r, "tokens") else r
+
+    for cls, match in [(RaisePlan, "step_plan raised"), (RaiseVerify, "verify raised")]:
+        with pytest.raises(RuntimeError, match=match):
+            certify_stepwise(cls(), p, q, 3, n=100)
+    with pytest.raises(RuntimeError):
+        certify_stepwise(WrongShape(), p, q, 3, n=100)
+
+
+def test_bad_input():
+    p, q = _shaped_node(0)
+    v = _wor()
+    with pytest.raises(TypeError, match="step_plan"):
+        certify_stepwise(get_verifier("rrs_wor"), p, q, 2, n=100)
+    with pytest.raises(ValueError, match="not both"):
+        certify_stepwise(v, p, q, 2, n=100, tv=0.1)
+    for tv in (0, 1, 1.5, float("nan")):
+        with pytest.raises(ValueError, match="tv"):
+            certify_stepwise(v, p, q, 2, tv=tv)
+    with pytest.raises(ValueError, match="one node"):
+        certify_stepwise(v, np.stack([p, p]), np.stack([q, q]), 2, n=100)
+    with pytest.raises(ValueError, match="draft support"):
+        certify_stepwise(v, p, np.where(np.arange(p.size) < 2, q, 0) / q[:2].sum(), 3, n=100)
+    for bad in (dict(power=1.0), dict(power=True), dict(alpha=0), dict(time_limit=-1), dict(time_limit="1")):
+        with pytest.raises((TypeError, ValueError)):
+            certify_stepwise(v, p, q, 2, n=100, **bad)
+    with pytest.raises(ValueError):
+        certify_stepwise(v, p, q, 0, n=100)
+    with pytest.raises(ValueError):
+        certify_stepwise(v, p, q, 2, n=1)                                     # too few draws to bound TV < 0.5
+    with pytest.raises(ValueError):
+        certify_stepwise(v, -p, q, 2, n=100)
+
+
+def test_budget_refusal_points_to_stepwise(monkeypatch):
+    """certify_verifier refusing a plan for a verifier that declares its steps names certify_stepwise."""
+    import exactness.certificate as cert
+    from exactness import certify_verifier
+    from exactness.budget import BudgetError
+
+    monkeypatch.setattr(cert, "MAX_SECONDS", 1e-9)
+    p, q = _shaped_node(0)
+    with pytest.raises(BudgetError, match="certify_stepwise"):
+        certify_verifier(_wor(), p, q, 3, tv=0.01)
+    with pytest.raises(BudgetError) as e:
+        certify_verifier(get_verifier("rrs_wor"), p, q, 3, tv=0.01)
+    assert "certify_stepwise" not in str(e.value)
+
+
+def test_compiled_balance_matches_reference():
+    """exactness._stepwise_kernel.balance and the numpy _balance_reference agree on exact, perturbed and bad plans."""
+    from exactness import _stepwise_kernel as kern
+    from exactness.stepwise import _RESIDUAL_EPS, _balance_reference
+
+    if not kern.AVAILABLE:
+        pytest.skip("numba not installed")
+    seen = set()
+    for case in range(len(SHAPED)):
+        p, q = _shaped_node(case)
+        for last in (False, True):
+            pl = _wor().step_plan(p, q, last=last)
+            variants = [pl, StepPlan(**{**pl.__dict__, "beta": pl.beta * 1.2}),
+                        StepPlan(**{**pl.__dict__, "m": pl.m + np.where(np.arange(p.size) == 3, 0.5, 0.0)}),
+                        StepPlan(**{**pl.__dict__, "h": np.where(np.arange(p.size) == 2, -1.0, pl.h)}),
+                        StepPlan(**{**pl.__dict__, "alpha": pl.alpha * 0, "beta": pl.beta * 0})]
+            for v in variants:
+                args = (p, q, v.m, v.plain, v.g, v.h, v.alpha, v.beta, TOL, _RESIDUAL_EPS)
+                got, ref = kern.balance(*args), _balance_reference(*args)
+                assert got[:3] == ref[:3]
+                np.testing.assert_allclose(got[3:], ref[3:], rtol=1e-9, atol=1e-12)
+                seen.add(got[0])
+    assert seen == {kern.OK, kern.BAD_VALUE, kern.ABOVE_DRAFT, kern.EMPTY_ROW, kern.UNBALANCED}
