@@ -11,16 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
-try:
-    import numba
-
-    _njit = numba.njit
-    AVAILABLE = True
-except ImportError:  # pragma: no cover - numba is a declared dependency
-    AVAILABLE = False
-
-    def _njit(*args, **kwargs):
-        return lambda f: f
+from ._fast_kernels import AVAILABLE, _njit
 
 #: Result codes of :func:`balance`.
 OK, BAD_VALUE, ABOVE_DRAFT, EMPTY_ROW, UNBALANCED = 0, 1, 2, 3, 4

@@ -553,6 +553,11 @@ def _c_writable(a: np.ndarray) -> np.ndarray:
     return np.array(a, dtype=np.float64, order="C")
 
 
+def _need_numba() -> None:
+    if not AVAILABLE:
+        raise ImportError("the fused without-replacement kernel needs numba (pip install numba)")
+
+
 def wor_step_rows(P: np.ndarray, Q: np.ndarray, X: np.ndarray, g: float = 1.0):
     """One non-last step of the without-replacement ResiSpec rule for every row.
 
@@ -584,8 +589,7 @@ def wor_step_rows(P: np.ndarray, Q: np.ndarray, X: np.ndarray, g: float = 1.0):
     ImportError
         numba is not installed.
     """
-    if not AVAILABLE:
-        raise ImportError("the fused without-replacement kernel needs numba (pip install numba)")
+    _need_numba()
     B, V = P.shape
     A = np.zeros(B)
     R = np.empty((B, V))
@@ -628,8 +632,7 @@ def wor_step_state(p: np.ndarray, q: np.ndarray, g: float = 1.0) -> dict:
     ImportError
         numba is not installed.
     """
-    if not AVAILABLE:
-        raise ImportError("the fused without-replacement kernel needs numba (pip install numba)")
+    _need_numba()
     p = np.array(p, dtype=np.float64, order="C")
     q = np.array(q, dtype=np.float64, order="C")
     V = p.shape[0]
