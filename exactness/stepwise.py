@@ -22,24 +22,32 @@ An *event* is a state whose check fails (a defect), a draw where ``verify``
 and ``I`` emit different (token, accepted index) (a mismatch), or a state
 the verifier does not declare (unverified).  Define ``I*`` as ``I`` except
 that at a state failing its check it emits ``p_i`` directly: ``I*`` is exact
-up to ``TOL / 2`` in TV per step (induction from the last step), and it
+up to ``TOL`` in TV per step (induction from the last step; ``TOL / 2`` from the balance, as much again
+from clipping ``m`` to ``q_i``), and it
 coincides with ``verify`` on every draw without an event.  Hence
 (coupling inequality)::
 
-    TV(law of verify, p) <= P(event) + k TOL / 2,
+    TV(law of verify, p) <= P(event) + k TOL,
 
 and ``x`` events in ``n`` independent draws bound ``P(event)`` by the exact
 one-sided Clopper-Pearson bound at confidence ``1 - alpha``: 0 events in
 ``n = ln(1/alpha) / tv`` draws give TV <= tv.  Conversely a verifier with
-TV(law, p) >= eps + k TOL / 2 has P(event) >= eps, so ``n`` draws see an
+TV(law, p) >= eps + k TOL has P(event) >= eps, so ``n`` draws see an
 event with probability ``1 - (1 - eps)^n`` (the detectable TV at
 ``power``).  A defect or mismatch is a FAIL naming the state (replay it with
 :func:`replay_state`); unverified states only widen the bound.
 
 It checks ``verify`` and the declared steps; it trusts nothing else.  It
 assumes the candidates are drawn as the verifier's ``drafting`` says (the
-harness draws them) and that ``verify`` is a function of its inputs and
-uniforms (one that ignores them mismatches).  Cost: O(V) per visited state
+harness draws them, from the ``draft_law`` hook's law when the verifier has
+one, and the chain is checked against that law) and that ``verify`` is a
+function of its inputs and uniforms (one that ignores them mismatches).
+``verify`` gets private copies of the candidates and uniforms and read-only
+``p`` (normalised), ``q``; ``step_plan`` gets read-only states, and its plans
+are copied when checked.  What it does not see: ``verify`` is only called on
+batches of this one node with ``uniforms=`` (a bug that mixes rows of
+different nodes, or one only on the ``rng=`` path, is for
+:func:`exactness.certify_verifier`'s batched and determinism checks).  Cost: O(V) per visited state
 (``step_plan`` plus the check), shared states computed once.
 """
 
@@ -62,10 +70,12 @@ from .coupled.certify import check_min_draws, tv_upper_bound
 from .sampling import candidate_law, draw_node_candidates, drafting_of
 
 #: Largest L1 error of a state's balance ``m + sum_x w(x) r^(x) = p_i`` (and of a row's mass) taken as
-#: round-off; each step adds at most ``TOL / 2`` to the TV bound.
+#: round-off; each step adds at most ``TOL`` to the TV bound.
 TOL = 1e-9
 #: Rows per ``verify`` call (memory: the verifier's (B, V) arrays).
 BATCH = 64
+#: Draws timed before a run projected over ``exactness.certificate.MAX_SECONDS`` is refused (without time_limit).
+PILOT = 4 * BATCH
 #: Bytes of visited states kept for reuse (a peaked draft revisits the same rejected prefixes).
 CACHE_BYTES = 1 << 28
 #: Below this remaining mass the plain residual is ``p_i`` itself (as ``reject_update``).
@@ -92,9 +102,9 @@ class StepwiseCertificate:
         reaching a state the verifier does not declare.
     tv_upper : float
         Bound on TV(law of ``verify``, p) at confidence ``1 - alpha``: Clopper-Pearson on ``events / n``
-        plus ``k TOL / 2``.
+        plus ``k TOL``.
     detectable_tv : float
-        A verifier with TV(law, p) above this (plus ``k TOL / 2``) shows an event with probability >= ``power``.
+        A verifier with TV(law, p) above this (plus ``k TOL``) shows an event with probability >= ``power``.
     alpha, power : float
     tv : float or None
         The asked bound.
@@ -150,6 +160,26 @@ def check_plan(plan, p_i: np.ndarray, q_i: np.ndarray) -> tuple[float, str | Non
     of the plain rows and ``r_plain = norm((p_i - m)_+)``: O(V) (compiled in :mod:`exactness._stepwise_kernel`
     when numba is present, else :func:`_balance_reference`).
     """
+    p_i, q_i = _state_arrays(p_i, q_i)
+    return _check_plan(plan, p_i, q_i)
+
+
+def _state_arrays(p_i, q_i):
+    """``check_plan``'s ``p_i``, ``q_i`` as (V,) float64, finite and >= 0; ValueError naming the argument."""
+    out = []
+    for name, a in (("p_i", p_i), ("q_i", q_i)):
+        a = np.asarray(a)
+        if a.ndim != 1 or not np.issubdtype(a.dtype, np.number) or not np.all(np.isfinite(a)) or np.any(a < 0):
+            raise ValueError(f"{name} must be a (V,) array of finite, non-negative floats (one state's law), got "
+                             f"shape {a.shape}, dtype {a.dtype}")
+        out.append(np.asarray(a, dtype=np.float64))
+    if out[0].shape != out[1].shape:
+        raise ValueError(f"p_i {out[0].shape} and q_i {out[1].shape} must have the same shape")
+    return out
+
+
+def _check_plan(plan, p_i: np.ndarray, q_i: np.ndarray) -> tuple[float, str | None]:
+    """:func:`check_plan` on trusted state arrays (the certifier's own)."""
     if not isinstance(plan, StepPlan):
         return math.inf, f"step_plan returned {type(plan).__name__}, not a StepPlan or None"
     V = p_i.size
@@ -161,8 +191,8 @@ def check_plan(plan, p_i: np.ndarray, q_i: np.ndarray) -> tuple[float, str | Non
     if plain.dtype != bool:
         return math.inf, f"StepPlan.plain must be a bool array, got dtype {plain.dtype}"
     for name, a in zip(_NAMES, arrs):
-        if not np.issubdtype(a.dtype, np.floating):
-            return math.inf, f"StepPlan.{name} must be finite, non-negative float64, got dtype {a.dtype}"
+        if a.dtype != np.float64:
+            return math.inf, f"StepPlan.{name} must be a float64 array (finite, non-negative), got dtype {a.dtype}"
     args = [np.ascontiguousarray(a, dtype=np.float64) for a in (p_i, q_i, arrs[0])]
     args += [np.ascontiguousarray(plain)] + [np.ascontiguousarray(a, dtype=np.float64) for a in arrs[1:]]
     run = _kernel.balance if _kernel.AVAILABLE else _balance_reference
@@ -237,20 +267,39 @@ def _inverse_cdf(r: np.ndarray, u: float) -> int:
     return min(t, int(np.flatnonzero(r > 0)[-1]))
 
 
+def _frozen(a: np.ndarray) -> np.ndarray:
+    """A read-only private copy (a plug-in can neither change a checked state nor keep writing into it)."""
+    a = np.array(a, copy=True)
+    a.setflags(write=False)
+    return a
+
+
+def _read_only(a: np.ndarray) -> np.ndarray:
+    """``a`` (an array this module owns) made read-only in place."""
+    a.setflags(write=False)
+    return a
+
+
 def _plan(verifier, p_i, q_i, last: bool, step: int):
+    """``verifier.step_plan`` on read-only state arrays; a returned StepPlan is copied and frozen."""
     try:
-        return verifier.step_plan(p_i, q_i, last=last)
+        plan = verifier.step_plan(p_i, q_i, last=last)
     except Exception as exc:                                   # a plug-in that fails is an error, never a pass
         raise RuntimeError(f"{type(verifier).__name__}.step_plan raised at step {step}: "
                            f"{type(exc).__name__}: {exc}") from exc
+    if isinstance(plan, StepPlan):                             # checked once, so kept as checked (no shared buffer)
+        plan = StepPlan(**{n: _frozen(getattr(plan, n)) for n in ("m", "plain", "g", "h", "alpha", "beta")})
+    return plan
 
 
 class _States:
     """Visited states by rejected prefix: ``(p_i, q_i, plan, defect, reason)``, kept up to ``CACHE_BYTES``."""
 
     def __init__(self, verifier, p, q, k, drafting, V):
+        """``p``: the node's target; ``q``: the law the candidates are drawn from (the verifier's ``draft_law``
+        hook applied), both normalised here."""
         self.v, self.k, self.drafting = verifier, k, drafting
-        self.root = (p, q / q.sum())                            # the law verify's sampler draws from
+        self.root = (_frozen(p / p.sum()), _frozen(q / q.sum()))
         self.cache: OrderedDict = OrderedDict()
         self.keep = max(2, CACHE_BYTES // (8 * V * 8))
         self.checked = 0
@@ -267,9 +316,9 @@ class _States:
         else:
             pp, pq, pplan = parent[:3]
             x = prefix[-1]
-            p_i, q_i = next_target(pplan, pp, x), _next_draft(pq, x, self.drafting)
+            p_i, q_i = _read_only(next_target(pplan, pp, x)), _read_only(_next_draft(pq, x, self.drafting))
         plan = _plan(self.v, p_i, q_i, i == self.k - 1, i)
-        defect, why = (0.0, None) if plan is None else check_plan(plan, p_i, q_i)
+        defect, why = (0.0, None) if plan is None else _check_plan(plan, p_i, q_i)
         self.checked += 1
         if np.isfinite(defect):
             self.largest = max(self.largest, defect)
@@ -308,15 +357,40 @@ def replay_state(verifier, p, q, rejected, k: int):
 
     Parameters
     ----------
-    verifier : a verifier with ``step_plan``; p, q : (V,) laws; rejected : sequence of int token ids
-    (from ``first_event["rejected"]``); k : the node's candidates.
+    verifier : a verifier with ``step_plan`` (as :func:`certify_stepwise`)
+    p, q : array_like, shape (V,), float64 -- the node
+    rejected : sequence of int token ids in ``[0, V)``, fewer than ``k`` (``first_event["rejected"]``;
+        distinct under without-replacement drafting)
+    k : int -- the node's candidates
+
+    Raises
+    ------
+    TypeError, ValueError
+        As :func:`certify_stepwise` for the verifier, laws and ``k``; ``rejected`` not a sequence of token ids
+        in range, ``k`` or more of them, or a repeat under without-replacement drafting.
     """
+    _check_verifier(verifier)
     p2, q2, _ = as_laws(p, q)
-    states = _States(verifier, p2[0], q2[0], check_k(k), drafting_of(verifier), p2.shape[1])
+    if p2.shape[0] != 1:
+        raise ValueError(f"p and q must be one node of shape (V,), got {p2.shape[0]} rows")
+    k = check_k(k)
+    V = p2.shape[1]
+    if isinstance(rejected, (str, bytes)) or not hasattr(rejected, "__len__"):
+        raise TypeError(f"rejected must be a sequence of token ids (first_event['rejected']), got {rejected!r}")
+    rej = []
+    for x in rejected:
+        if isinstance(x, bool) or not isinstance(x, (int, np.integer)) or not 0 <= x < V:
+            raise ValueError(f"rejected must hold token ids in [0, {V}), got {x!r}")
+        rej.append(int(x))
+    if len(rej) >= k:
+        raise ValueError(f"rejected holds {len(rej)} tokens; a state of a k = {k} node follows at most {k - 1}")
+    drafting = drafting_of(verifier)
+    if drafting == "without_replacement" and len(set(rej)) < len(rej):
+        raise ValueError(f"rejected repeats a token ({rej}); without-replacement candidates are distinct")
+    states = _States(verifier, p2[0], candidate_law(verifier, q2)[0], k, drafting, V)
     st = states.get((), None)
-    rej = tuple(int(x) for x in rejected)
     for j in range(1, len(rej) + 1):
-        st = states.get(rej[:j], st)
+        st = states.get(tuple(rej[:j]), st)
     return st
 
 
@@ -332,10 +406,65 @@ def _check_verifier(verifier):
         raise TypeError(f"{type(verifier).__name__} has no verify(p, q, candidates, uniforms=...)")
 
 
-def draws_for_tv(tv: float, alpha: float, power: float) -> int:
+def _check_power(power) -> float:
+    if isinstance(power, bool) or not isinstance(power, (int, float, np.integer, np.floating)) or not 0 < power < 1:
+        raise ValueError(f"power must be a float in (0, 1), got {power!r}")
+    return float(power)
+
+
+def _check_tv(tv) -> float:
+    tv = check_tv(tv)
+    if not tv < 1:
+        raise ValueError(f"tv must lie in (0, 1) for certify_stepwise (TV <= 1 holds for every law), got {tv!r}")
+    return tv
+
+
+def draws_for_tv(tv: float, alpha: float = 1e-3, power: float = 0.99) -> int:
     """Draws for which 0 events bound TV by ``tv`` at confidence ``1 - alpha`` and a TV of ``tv`` shows an
-    event with probability ``power``: ``ceil(ln(1 / min(alpha, 1 - power)) / -ln(1 - tv))``."""
-    return int(math.ceil(math.log(1.0 / min(alpha, 1.0 - power)) / -math.log1p(-tv)))
+    event with probability ``power``: ``ceil(ln(1 / min(alpha, 1 - power)) / -ln(1 - tv))``.
+
+    Raises ValueError / TypeError for ``tv`` outside (0, 1), ``alpha`` or ``power`` outside (0, 1).
+    """
+    tv, alpha, power = _check_tv(tv), check_alpha(alpha), _check_power(power)
+    return int(math.ceil(math.log(1.0 / min(alpha, 1.0 - power)) / -math.log1p(-tv)))   # (1 - tv)^n <= min(alpha, 1-power)
+
+
+def _run_verify(verifier, P, Q, c, u, V: int, k: int):
+    """``verify`` on one batch; its tokens (B,) and accepted indices (B,) int64, checked."""
+    name = type(verifier).__name__
+    B = c.shape[0]
+    try:
+        res = verifier.verify(P, Q, c, uniforms=u)
+    except Exception as exc:                               # a plug-in that fails is an error, never a pass
+        raise RuntimeError(f"{name}.verify raised: {type(exc).__name__}: {exc}") from exc
+    if not (hasattr(res, "tokens") and hasattr(res, "accepted")):
+        raise RuntimeError(f"{name}.verify returned {type(res).__name__}; expected an object with .tokens and "
+                           ".accepted (resispec.VerifyResult)")
+    vt, va = np.asarray(res.tokens), np.asarray(res.accepted)
+    if vt.shape != (B,) or va.shape != (B,):
+        raise RuntimeError(f"{name}.verify returned tokens {vt.shape} / accepted {va.shape} for {B} rows; "
+                           f"expected ({B},) each")
+    for what, a, lo, hi in (("tokens", vt, 0, V), ("accepted", va, -1, k)):
+        if not np.issubdtype(a.dtype, np.integer):
+            raise RuntimeError(f"{name}.verify returned {what} of dtype {a.dtype}; expected integers")
+        if a.size and (a.min() < lo or a.max() >= hi):
+            raise RuntimeError(f"{name}.verify returned {what} outside [{lo}, {hi}): {a.min()}..{a.max()}")
+    return vt.astype(np.int64), va.astype(np.int64)
+
+
+def _check_time(elapsed: float, done: int, n: int, tv) -> None:
+    """Refuse a run projected over ``exactness.certificate.MAX_SECONDS`` from its first ``PILOT`` draws (fresh
+    states: pessimistic)."""
+    from . import certificate as _cert
+    from .budget import BudgetError
+
+    est = elapsed / done * n
+    if est > _cert.MAX_SECONDS:
+        asked = f"tv = {tv:g}" if tv is not None else f"n = {n:,}"
+        raise BudgetError(f"{asked} needs {n:,} draws, ~{est / 3600:.1f} h at the rate of the first {done:,} "
+                          f"(limit exactness.certificate.MAX_SECONDS = {_cert.MAX_SECONDS / 3600:g} h); ask a larger tv, "
+                          "raise MAX_SECONDS, or pass time_limit= (seconds) to run that long and bound TV by the "
+                          "draws run")
 
 
 def certify_stepwise(verifier, p, q, k: int, *, n: int | None = None, tv: float | None = None,
@@ -390,16 +519,15 @@ def certify_stepwise(verifier, p, q, k: int, *, n: int | None = None, tv: float 
     V = p2.shape[1]
     k = check_k(k)
     alpha = check_alpha(alpha)
-    if isinstance(power, bool) or not isinstance(power, (int, float)) or not 0 < power < 1:
-        raise ValueError(f"power must be a float in (0, 1), got {power!r}")
+    power = _check_power(power)
     if n is not None and tv is not None:
         raise ValueError("pass n (draws) or tv (the bound to certify; n is planned from it), not both")
     if n is None:
-        tv = 1e-3 if tv is None else tv
-        check_tv(tv)
-        if not float(tv) < 1:
-            raise ValueError(f"tv must lie in (0, 1) for certify_stepwise (TV <= 1 holds for every law), got {tv!r}")
-        n = draws_for_tv(float(tv), alpha, float(power))
+        tv = _check_tv(1e-3 if tv is None else tv)
+        if not tv > k * TOL:
+            raise ValueError(f"tv = {tv:g} is not above the round-off term k * TOL = {k * TOL:g} of the bound: no "
+                             "number of draws certifies it; ask a larger tv")
+        n = draws_for_tv(tv, alpha, power)
     else:
         n = check_n(n)
     check_min_draws(n, alpha)
@@ -413,23 +541,16 @@ def certify_stepwise(verifier, p, q, k: int, *, n: int | None = None, tv: float 
         raise ValueError(f"k = {k} exceeds the draft support ({int(np.count_nonzero(q2[0] > 0))} tokens) for "
                          "without-replacement drafting")
     rng = as_generator(seed)
-    cl = candidate_law(verifier, q2)[0]
-    states = _States(verifier, p2[0], q2[0], k, drafting, V)
-    P, Q = np.broadcast_to(p2[0], (BATCH, V)), np.broadcast_to(q2[0], (BATCH, V))
+    cl = candidate_law(verifier, q2)[0]                    # the law the candidates are drawn from (draft_law hook)
+    states = _States(verifier, p2[0], cl, k, drafting, V)
+    P, Q = np.broadcast_to(states.root[0], (BATCH, V)), np.broadcast_to(q2[0], (BATCH, V))
     done = defects = mism = unver = 0
     first = None
     while done < n:
         B = min(BATCH, n - done)
         c = draw_node_candidates(cl, k, drafting, rng.random((B, k)))
         u = rng.random((B, k + 1))
-        try:
-            res = verifier.verify(P[:B], Q[:B], c, uniforms=u)
-            vt, va = np.asarray(res.tokens), np.asarray(res.accepted)
-        except Exception as exc:                           # a plug-in that fails is an error, never a pass
-            raise RuntimeError(f"{type(verifier).__name__}.verify raised: {type(exc).__name__}: {exc}") from exc
-        if vt.shape != (B,) or va.shape != (B,):
-            raise RuntimeError(f"{type(verifier).__name__}.verify returned tokens {vt.shape} / accepted {va.shape} "
-                               f"for {B} rows; expected ({B},) each")
+        vt, va = _run_verify(verifier, P[:B], Q[:B], c.copy(), u.copy(), V, k)   # copies: verify may write
         for b in range(B):
             tok, acc, ev = _walk(states, c[b], u[b])
             if ev is None and (tok != int(vt[b]) or acc != int(va[b])):
@@ -449,13 +570,16 @@ def certify_stepwise(verifier, p, q, k: int, *, n: int | None = None, tv: float 
         done += B
         if defects or mism or (time_limit is not None and time.perf_counter() - t0 > time_limit):
             break
+        if done == PILOT and time_limit is None:
+            _check_time(time.perf_counter() - t0, done, n, tv)
     events = defects + mism + unver
-    tol_term = k * TOL / 2
+    stopped = done < n and not (defects or mism)
+    tol_term = k * TOL
     tv_up = min(1.0, tv_upper_bound(events, done, alpha) + tol_term)
     detect = 1.0 - (1.0 - power) ** (1.0 / done)
     if defects or mism:
         verdict = "FAIL"
-    elif (tv_up > tv) if tv is not None else unver > 0:          # n given: PASS only with no event at all
+    elif stopped or ((tv_up > tv) if tv is not None else unver > 0):   # n given: PASS only with no event at all
         verdict = "INCONCLUSIVE"
     else:
         verdict = "PASS"
@@ -470,12 +594,13 @@ def certify_stepwise(verifier, p, q, k: int, *, n: int | None = None, tv: float 
                 f"{fe['detail']}. Replay: exactness.stepwise.replay_state(verifier, p, q, {fe['rejected']}, {k}).")
     else:
         tail = (f" TV(law of verify, p) <= {tv_up:.3g} at confidence {1 - alpha:g} (coupling to the declared "
-                f"chain, exact binomial bound, + k TOL / 2 = {tol_term:.1g}); a TV above {detect:.3g} shows an "
+                f"chain, exact binomial bound, + k TOL = {tol_term:.1g}); a TV above {detect:.3g} shows an "
                 f"event with probability >= {power:g}.")
         if verdict == "INCONCLUSIVE":
-            why = (f"{unver} draw(s) reached states the verifier does not declare" if unver else
-                   f"time_limit stopped it after {done:,} of {n:,} draws")
-            goal = f"the asked tv = {tv:g}" if tv is not None else "a bound from checked states only"
+            why = (f"time_limit stopped it after {done:,} of {n:,} draws" if stopped else
+                   f"{unver} draw(s) reached states the verifier does not declare")
+            goal = (f"the asked tv = {tv:g}" if tv is not None else
+                    f"the asked n = {n:,}" if stopped else "a bound from checked states only")
             tail += f" Not {goal}: {why}."
     return StepwiseCertificate(passed=verdict == "PASS", verdict=verdict, n=done, events=events, defects=defects,
                                mismatches=mism, unverified=unver, tv_upper=tv_up, detectable_tv=detect, alpha=alpha,

@@ -366,3 +366,158 @@ def test_compiled_balance_matches_reference():
                 np.testing.assert_allclose(got[3:], ref[3:], rtol=1e-9, atol=1e-12)
                 seen.add(got[0])
     assert seen == {kern.OK, kern.BAD_VALUE, kern.ABOVE_DRAFT, kern.EMPTY_ROW, kern.UNBALANCED}
+
+
+# ---------------------------------------------------------------- side channels (a breaker's findings)
+
+
+class _Plain:
+    """Mixin: declare rrs's steps (m = min(p_i, q_i), plain residual)."""
+
+    def step_plan(self, p_i, q_i, *, last):
+        return StepPlan.plain_step(np.minimum(p_i, q_i))
+
+
+def test_draft_law_hook_is_the_checked_draft():
+    """Candidates drawn from draft_law's law: the chain is checked against it, so a top-k draft FAILs."""
+    from exactness.exact import joint_law
+    from exactness.mutants import TopKDraft
+
+    class TopKWithPlan(_Plain, TopKDraft):
+        pass
+
+    p, q = _node(8, 0)
+    v = TopKWithPlan("topk", top_k=2)
+    assert 0.5 * np.abs(joint_law(v, p, q, 2).sum(0) - p).sum() > 0.1
+    assert certify_stepwise(v, p, q, 2, tv=0.01).verdict == "FAIL"
+
+
+def test_verify_writing_its_inputs_cannot_steer_the_chain():
+    from resispec._validation import as_laws, as_uniforms
+    from resispec.verifiers.base import decide
+
+    class ReuseUniformInPlace(_Plain, RecursiveRejection):
+        def verify(self, p, q, candidates, rng=None, *, uniforms=None):
+            p2, q2, _ = as_laws(p, q)
+            c = np.asarray(candidates)
+            u = as_uniforms(uniforms, *c.shape)
+            u[:, -1] = u[:, -2]                                                  # the bug, written in place
+            return decide(*self._chain(p2, q2, c), c, u)
+
+    class SortInPlace(_Plain, RecursiveRejection):
+        def verify(self, p, q, candidates, rng=None, *, uniforms=None):
+            candidates.sort(axis=1)
+            return super().verify(p, q, candidates, rng, uniforms=uniforms)
+
+    p, q = _node(5, 0, conc=1.0)
+    assert certify_stepwise(ReuseUniformInPlace(), p, q, 1, tv=0.01).verdict == "FAIL"
+    assert certify_stepwise(SortInPlace(), p, q, 2, tv=0.01).verdict == "FAIL"
+
+
+def test_step_plan_gets_read_only_states_and_plans_are_kept_as_checked():
+    class Truncating(RecursiveRejection):
+        def step_plan(self, p_i, q_i, *, last):
+            p_i[p_i < np.sort(p_i)[-2]] = 0.0                                    # writes the state in place
+            return StepPlan.plain_step(np.minimum(p_i, q_i))
+
+    class Buffered(_Plain, RecursiveRejection):
+        """Exact rrs whose plans are views of one reused buffer."""
+
+        def step_plan(self, p_i, q_i, *, last):
+            self.buf = getattr(self, "buf", np.empty_like(p_i))
+            np.minimum(p_i, q_i, out=self.buf)
+            return StepPlan.plain_step(self.buf)
+
+    p, q = _node(6, 0, conc=1.0)
+    keep = p.copy()
+    with pytest.raises(RuntimeError, match="step_plan raised"):
+        certify_stepwise(Truncating(), p, q, 2, tv=0.01)
+    assert np.array_equal(p, keep)
+    assert certify_stepwise(Buffered(), p, q, 3, n=640, seed=0).verdict == "PASS"
+
+
+def test_float32_laws_pass():
+    """Laws summing to 1 within float32 round-off (accepted by as_laws) are renormalised, not a defect."""
+    rng = np.random.default_rng(0)
+
+    def sm(x):
+        e = np.exp(x - x.max())
+        return (e / e.sum()).astype(np.float32)
+
+    p, q = sm(3 * rng.normal(size=300).astype(np.float32)), sm(3 * rng.normal(size=300).astype(np.float32))
+    assert abs(float(p.astype(np.float64).sum()) - 1) > 1e-9
+    c = certify_stepwise(_wor(), p, q, 2, n=200, seed=0)
+    assert c.defects == 0 and c.mismatches == 0
+
+
+def test_fused_fallback_states_are_declared_by_the_reference():
+    """Where the compiled kernel hands a row to the numpy reference, step_plan declares the reference step."""
+    rng = np.random.default_rng(0)
+    V = 50
+    q = rng.dirichlet(np.full(V, 0.7))
+    p = np.zeros(V)
+    p[0] = 1.0
+    fused = certify_stepwise(_wor("fused"), p, q, 3, tv=0.05, seed=0)
+    ref = certify_stepwise(_wor("reference"), p, q, 3, tv=0.05, seed=0)
+    assert fused.verdict == ref.verdict == "PASS" and fused.unverified == 0
+
+
+def test_bad_verify_results_are_errors():
+    p, q = _shaped_node(0)
+
+    def make(fn):
+        class Bad(ResiSpecWOR):
+            def verify(self, p, q, candidates, rng=None, *, uniforms=None):
+                return fn(super().verify(p, q, candidates, uniforms=uniforms))
+        return Bad()
+
+    from resispec.verifiers.base import VerifyResult
+
+    for fn, msg in [(lambda r: VerifyResult(r.tokens + 0.5, r.accepted), "dtype"),
+                    (lambda r: VerifyResult(np.full(r.tokens.shape, np.nan), r.accepted), "dtype"),
+                    (lambda r: VerifyResult(r.tokens + 100, r.accepted), "outside"),
+                    (lambda r: VerifyResult(r.tokens, r.accepted - 5), "outside"),
+                    (lambda r: (r.tokens, r.accepted), "expected an object")]:
+        with pytest.raises(RuntimeError, match=msg):
+            certify_stepwise(make(fn), p, q, 3, n=100)
+
+
+def test_stops_and_budgets(monkeypatch):
+    import exactness.certificate as cert
+    from exactness.budget import BudgetError
+
+    p, q = _shaped_node(0)
+    with pytest.raises(ValueError, match="round-off"):
+        certify_stepwise(_wor(), p, q, 4, tv=3e-9)
+    c = certify_stepwise(_wor(), p, q, 3, n=10**6, seed=0, time_limit=0.2)
+    assert c.verdict == "INCONCLUSIVE" and c.n < 10**6 and "time_limit" in str(c)
+    monkeypatch.setattr(cert, "MAX_SECONDS", 1e-6)
+    with pytest.raises(BudgetError, match="time_limit"):
+        certify_stepwise(_wor(), p, q, 3, n=10**6, seed=0)
+    assert certify_stepwise(_wor(), p, q, 3, tv=0.05, power=np.float32(0.9)).passed
+
+
+def test_helpers_validate_their_input():
+    p, q = _shaped_node(0)
+    for bad in (dict(tv=0), dict(tv=1), dict(tv=float("nan")), dict(tv=-1), dict(tv=0.1, alpha=0),
+                dict(tv=0.1, power=1)):
+        with pytest.raises((TypeError, ValueError)):
+            draws_for_tv(**bad)
+    with pytest.raises(TypeError):
+        draws_for_tv("0.1")
+    v = _wor()
+    for rej, err in [([99], ValueError), ([-1], ValueError), ([1, 1], ValueError), ([1, 2, 3], ValueError),
+                     ([1.7], ValueError), ("12", TypeError)]:
+        with pytest.raises(err):
+            replay_state(v, p, q, rej, 3)
+    with pytest.raises(ValueError, match="one node"):
+        replay_state(v, np.stack([p, p]), np.stack([q, q]), [1], 3)
+    with pytest.raises(TypeError, match="step_plan"):
+        replay_state(get_verifier("rrs_wor"), p, q, [1], 3)
+    plan = v.step_plan(p, q, last=False)
+    assert check_plan(plan, list(p), list(q))[1] is None
+    for pi, qi in [(np.stack([p, p]), q), (p, np.where(np.arange(p.size) == 0, np.nan, q)), (-p, q), (p, q[:-1])]:
+        with pytest.raises(ValueError):
+            check_plan(plan, pi, qi)
+    f32 = StepPlan(**{**plan.__dict__, "m": plan.m.astype(np.float32)})
+    assert "float64" in check_plan(f32, p, q)[1]

@@ -381,26 +381,26 @@ class ResiSpecWOR(Verifier):
         -------
         StepPlan, or None where the step uses the interval leftover plan (not declared in
         O(V) form: the checker counts such a state as unverified).  The same solver as :meth:`verify`
-        (the compiled kernel's :func:`resispec._wor_fused.wor_step_state`, or the numpy reference), so
-        the same decisions.
+        (the compiled kernel's :func:`resispec._wor_fused.wor_step_state`, or the numpy reference, which
+        :meth:`verify` also runs on the rows the kernel hands back), so the same decisions.
         """
         p_i = np.asarray(p_i, dtype=np.float64)
         q_i = np.asarray(q_i, dtype=np.float64)
         if last:
             return StepPlan.plain_step(np.minimum(p_i, q_i))
         if self._use_fused():
-            from .._wor_fused import FALLBACK, OPTION, wor_step_state
+            from .._wor_fused import OPTION, PLAIN, wor_step_state
 
             s = wor_step_state(p_i, q_i, self.scales[0])
-            if s["status"] == FALLBACK:
-                return None
-            if s["status"] != OPTION:
+            if s["status"] == PLAIN:
                 return StepPlan.plain_step(s["m"])
-            w = np.maximum(q_i - s["m"], 0.0)
-            zb = sum_of_others(s["b"][None])[0]
-            # rows of _emit: R(x, y) = wi(x) q theta(y) + f u(x) b(y) / sum_{z != x} b(z), y != x
-            beta = np.where(zb > 0, s["f"] * s["u"] / np.where(zb > 0, zb, 1.0), 0.0)
-            return self._declared(s["m"], w, s["qth"], s["b"], s["wi"], beta)
+            if s["status"] == OPTION:
+                w = np.maximum(q_i - s["m"], 0.0)
+                zb = sum_of_others(s["b"][None])[0]
+                # rows of _emit: R(x, y) = wi(x) q theta(y) + f u(x) b(y) / sum_{z != x} b(z), y != x
+                beta = np.where(zb > 0, s["f"] * s["u"] / np.where(zb > 0, zb, 1.0), 0.0)
+                return self._declared(s["m"], w, s["qth"], s["b"], s["wi"], beta)
+            # FALLBACK: verify runs the numpy reference on this row, so the reference step is declared below
         m, opts, pick, _ = self.step(p_i[None], q_i[None])
         if pick[0] < 0:
             return StepPlan.plain_step(m[0])
