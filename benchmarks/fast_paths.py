@@ -167,8 +167,8 @@ def markdown(rows, load, cert=None) -> str:
                   "target (an O(V) balance), and that `verify` takes the declared steps on the same coins; "
                   "TV(verify, p) <= P(event), so 0 events in 6,905 draws bound TV <= 1e-3 at confidence 1 - 1e-3 "
                   "(power 0.99 for TV 1e-3). Unlike the coupled route it does not rest on the rule's proof. "
-                  "One process (no 2-worker column); the rate is over the first draws, each a fresh state, so the "
-                  "projection is pessimistic (docs/certify.md)."]
+                  "Projected for one worker (`workers=2` measured in `benchmarks/stepwise_wor.py`); the rate is over the "
+                  "first draws, each a fresh state, so the projection is pessimistic (docs/certify.md)."]
     if cert and cert.get("stepwise"):
         lines += ["", f"Measured: `certify_stepwise(resispec[drafting=without_replacement], p, q, 4, tv=1e-3)`: "
                   f"{cert['summary']} (wall {cert['wall_s']:.0f} s, CPU {cert['cpu_s']:.0f} s)"]
@@ -223,7 +223,7 @@ def main(argv=None):
             from exactness.stepwise import certify_stepwise
 
             c = certify_stepwise(get_verifier("resispec", drafting="without_replacement"), *big, K, tv=TV, seed=0)
-            cert = {"stepwise": True, "summary": c.summary, "wall_s": time.time() - t0,
+            cert = {"stepwise": True, "summary": c.summary(), "wall_s": time.time() - t0,
                     "cpu_s": time.process_time() - c0, "passed": c.passed}
         elif args.certify.startswith("coupled_wor"):      # coupled_wor or coupled_wor:reference
             import math

@@ -119,7 +119,7 @@ def check_planned_budget(draw, n: int, *, tv: float, workers: int, max_samples: 
             ", allow more time by raising exactness.certificate.MAX_SECONDS, or pass workers= (processes)"
             if est > _cert.MAX_SECONDS else " (more workers do not reduce the memory)")
         raise BudgetError(f"tv = {tv:g} needs n = {n_txt} draws (timed pilot of {PILOT:,} draws of {what}): "
-                         + "; ".join(over) + "; " + fix + hint)
+                         + "; ".join(over) + hint + "; " + ("else " if hint else "") + fix)
     msg = f"tv = {tv:g}: planned n = {n:,} draws, estimated {_hours(est)} on this machine ({workers} worker(s))"
     log.log(logging.WARNING if est > 10 else logging.INFO, msg)
     return est

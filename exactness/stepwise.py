@@ -57,6 +57,7 @@ import math
 import time
 from collections import OrderedDict
 from dataclasses import dataclass, field
+from functools import partial
 
 import numpy as np
 
@@ -65,7 +66,9 @@ from resispec.verifiers.base import sum_of_others
 from resispec.verifiers.step_plan import StepPlan
 
 from . import _stepwise_kernel as _kernel
-from ._checks import as_generator, check_alpha, check_n, check_tv
+from ._checks import as_generator, as_seed_sequence, check_alpha, check_n, check_tv
+from .chunks import chunk_jobs
+from .verifier_cert import check_workers
 from .coupled.certify import check_min_draws, tv_upper_bound
 from .sampling import candidate_law, draw_node_candidates, drafting_of
 
@@ -114,10 +117,11 @@ class StepwiseCertificate:
         Largest L1 balance error of a checked state (round-off on an exact rule: ~1e-15).
     first_event : dict or None
         ``kind`` (``"defect"``, ``"mismatch"``, ``"unverified"``), ``draw``, ``step``, ``rejected`` (the
-        candidates rejected before the state), ``candidates``, ``uniforms``, ``detail``; replay the state
-        with :func:`replay_state` (``verifier, p, q, rejected, k``).
-    summary : str
-        One paragraph for people.
+        candidates rejected before the state), ``candidates``, ``uniforms``, ``detail``; recompute the state
+        with :func:`replay_state` (``verifier, p, q, rejected, k``), rerun the draw with :func:`replay_draw`
+        (``verifier, p, q, candidates, uniforms``).
+    report : str
+        One paragraph for people (:meth:`summary`, ``str(cert)``).
     """
 
     passed: bool
@@ -136,10 +140,14 @@ class StepwiseCertificate:
     seconds: float
     largest_defect: float
     first_event: dict | None = None
-    summary: str = field(default="", repr=False)
+    report: str = field(default="", repr=False)
+
+    def summary(self) -> str:
+        """The verdict in one paragraph (as ``Certificate.summary()``)."""
+        return self.report
 
     def __str__(self) -> str:
-        return self.summary
+        return self.report
 
 
 _NAMES = ("m", "g", "h", "alpha", "beta")
@@ -394,6 +402,50 @@ def replay_state(verifier, p, q, rejected, k: int):
     return st
 
 
+def replay_draw(verifier, p, q, candidates, uniforms) -> dict:
+    """Rerun one draw: what ``verify`` emits and what the declared chain emits on the same coins.
+
+    Parameters
+    ----------
+    verifier, p, q : as :func:`certify_stepwise` (one node)
+    candidates : sequence of k int token ids (``first_event["candidates"]``)
+    uniforms : sequence of k + 1 floats in [0, 1) (``first_event["uniforms"]``)
+
+    Returns
+    -------
+    dict: ``verify`` ``(token, accepted)``; ``declared`` ``(token, accepted)`` of the declared chain (``None``
+    where it stopped at an event); ``event`` ``(kind, step, detail)`` of a defect or unverified state, or
+    ``None``; ``match`` whether the two agree.
+
+    Raises
+    ------
+    TypeError, ValueError
+        As :func:`certify_stepwise`; candidates not k distinct-as-drafted token ids, uniforms not k + 1 floats
+        in [0, 1).
+    """
+    _check_verifier(verifier)
+    p2, q2, _ = as_laws(p, q)
+    if p2.shape[0] != 1:
+        raise ValueError(f"p and q must be one node of shape (V,), got {p2.shape[0]} rows")
+    V = p2.shape[1]
+    c = np.asarray(candidates)
+    u = np.asarray(uniforms, dtype=np.float64) if np.asarray(uniforms).dtype.kind in "fiu" else None
+    if c.ndim != 1 or c.size < 1 or not np.issubdtype(c.dtype, np.integer) or c.min() < 0 or c.max() >= V:
+        raise ValueError(f"candidates must be a sequence of k token ids in [0, {V}), got {candidates!r}")
+    k = c.size
+    if u is None or u.shape != (k + 1,) or not np.all((u >= 0) & (u < 1)):
+        raise ValueError(f"uniforms must be k + 1 = {k + 1} floats in [0, 1), got {uniforms!r}")
+    drafting = drafting_of(verifier)
+    if drafting == "without_replacement" and np.unique(c).size < k:
+        raise ValueError(f"candidates repeat a token ({c.tolist()}); without-replacement candidates are distinct")
+    states = _States(verifier, p2[0], candidate_law(verifier, q2)[0], k, drafting, V)
+    vt, va = _run_verify(verifier, states.root[0][None], q2[:1], c[None].astype(np.int64), u[None].copy(), V, k)
+    tok, acc, ev = _walk(states, c.astype(np.int64), u)
+    declared = None if ev is not None else (tok, acc)
+    return {"verify": (int(vt[0]), int(va[0])), "declared": declared, "event": ev,
+            "match": declared == (int(vt[0]), int(va[0]))}
+
+
 def _check_verifier(verifier):
     if isinstance(verifier, type):
         raise TypeError(f"verifier must be an instance, got the class {verifier.__name__}: pass {verifier.__name__}()")
@@ -467,9 +519,62 @@ def _check_time(elapsed: float, done: int, n: int, tv) -> None:
                           "draws run")
 
 
+@dataclass(frozen=True)
+class _Chunk:
+    """What one chunk of draws saw (merged by :func:`certify_stepwise`)."""
+
+    n: int
+    defects: int
+    mismatches: int
+    unverified: int
+    first: dict | None
+    states: int
+    largest: float
+
+
+def _run_chunk(verifier, p, q, cl, k, drafting, deadline, tv, job) -> _Chunk:
+    """Draw ``job = (seed or Generator, draws)`` and walk each draw; stops at its first defect or mismatch, at
+    ``deadline`` (``time.monotonic``), or refuses after ``PILOT`` draws a projection over ``MAX_SECONDS``."""
+    seed, n = job
+    rng = seed if isinstance(seed, np.random.Generator) else np.random.default_rng(seed)
+    t0 = time.monotonic()
+    V = p.size
+    states = _States(verifier, p, cl, k, drafting, V)
+    P, Q = np.broadcast_to(states.root[0], (BATCH, V)), np.broadcast_to(q, (BATCH, V))
+    done = defects = mism = unver = 0
+    first = None
+    while done < n:
+        B = min(BATCH, n - done)
+        c = draw_node_candidates(cl, k, drafting, rng.random((B, k)))
+        u = rng.random((B, k + 1))
+        vt, va = _run_verify(verifier, P[:B], Q[:B], c.copy(), u.copy(), V, k)   # copies: verify may write
+        for b in range(B):
+            tok, acc, ev = _walk(states, c[b], u[b])
+            if ev is None and (tok != int(vt[b]) or acc != int(va[b])):
+                ev = ("mismatch", acc if acc >= 0 else k,
+                      f"verify emitted token {int(vt[b])} (accepted {int(va[b])}), the declared chain token {tok} "
+                      f"(accepted {acc}): verify does not take its declared steps (or ignores the uniforms)")
+            if ev is None:
+                continue
+            kind, step, detail = ev
+            defects += kind == "defect"
+            mism += kind == "mismatch"
+            unver += kind == "unverified"
+            if first is None or (first["kind"] == "unverified" and kind != "unverified"):
+                first = {"kind": kind, "draw": done + b, "step": int(step),
+                         "rejected": [int(x) for x in c[b, :min(step, k)]],
+                         "candidates": c[b].tolist(), "uniforms": u[b].tolist(), "detail": detail}
+        done += B
+        if defects or mism or (deadline is not None and time.monotonic() > deadline):
+            break
+        if done == PILOT and deadline is None:
+            _check_time(time.monotonic() - t0, done, n, tv)
+    return _Chunk(done, defects, mism, unver, first, states.checked, states.largest)
+
+
 def certify_stepwise(verifier, p, q, k: int, *, n: int | None = None, tv: float | None = None,
-                     alpha: float = 1e-3, power: float = 0.99, seed=0,
-                     time_limit: float | None = None) -> StepwiseCertificate:
+                     alpha: float = 1e-3, power: float = 0.99, seed=0, time_limit: float | None = None,
+                     workers: int = 1, executor="process") -> StepwiseCertificate:
     """Bound TV(law of ``verifier.verify``, p) at one node by checking the steps it takes (module docstring).
 
     Parameters
@@ -492,7 +597,13 @@ def certify_stepwise(verifier, p, q, k: int, *, n: int | None = None, tv: float 
     seed : int, SeedSequence or Generator
         Candidates and uniforms.
     time_limit : float, optional
-        Stop after this many seconds; the bound uses the draws run.
+        Stop after this many seconds; the bound uses the draws run (INCONCLUSIVE if short of the plan).
+    workers : int >= 1
+        Processes sharing the draws (chunk ``i`` seeded by ``SeedSequence(seed).spawn(workers)[i]``, as
+        ``certify_verifier``; each keeps its own states).  1: in this process, from ``default_rng(seed)``.
+    executor : str or Executor
+        How the chunks run when ``workers > 1``: ``"process"`` (default), ``"local"`` or ``"ray"``
+        (:mod:`exactness.executors`).
 
     Returns
     -------
@@ -531,6 +642,7 @@ def certify_stepwise(verifier, p, q, k: int, *, n: int | None = None, tv: float 
     else:
         n = check_n(n)
     check_min_draws(n, alpha)
+    workers = check_workers(workers)
     if time_limit is not None and (isinstance(time_limit, bool) or not isinstance(time_limit, (int, float))
                                    or not time_limit > 0):
         raise ValueError(f"time_limit must be a number of seconds > 0, got {time_limit!r}")
@@ -540,38 +652,29 @@ def certify_stepwise(verifier, p, q, k: int, *, n: int | None = None, tv: float 
     if drafting == "without_replacement" and int(np.count_nonzero(q2[0] > 0)) < k:
         raise ValueError(f"k = {k} exceeds the draft support ({int(np.count_nonzero(q2[0] > 0))} tokens) for "
                          "without-replacement drafting")
-    rng = as_generator(seed)
     cl = candidate_law(verifier, q2)[0]                    # the law the candidates are drawn from (draft_law hook)
-    states = _States(verifier, p2[0], cl, k, drafting, V)
-    P, Q = np.broadcast_to(states.root[0], (BATCH, V)), np.broadcast_to(q2[0], (BATCH, V))
-    done = defects = mism = unver = 0
-    first = None
-    while done < n:
-        B = min(BATCH, n - done)
-        c = draw_node_candidates(cl, k, drafting, rng.random((B, k)))
-        u = rng.random((B, k + 1))
-        vt, va = _run_verify(verifier, P[:B], Q[:B], c.copy(), u.copy(), V, k)   # copies: verify may write
-        for b in range(B):
-            tok, acc, ev = _walk(states, c[b], u[b])
-            if ev is None and (tok != int(vt[b]) or acc != int(va[b])):
-                ev = ("mismatch", acc if acc >= 0 else k,
-                      f"verify emitted token {int(vt[b])} (accepted {int(va[b])}), the declared chain token {tok} "
-                      f"(accepted {acc}): verify does not take its declared steps (or ignores the uniforms)")
-            if ev is None:
-                continue
-            kind, step, detail = ev
-            defects += kind == "defect"
-            mism += kind == "mismatch"
-            unver += kind == "unverified"
-            if first is None or (first["kind"] == "unverified" and kind != "unverified"):
-                first = {"kind": kind, "draw": done + b, "step": int(step),
-                         "rejected": [int(x) for x in c[b, :min(step, k)]],
-                         "candidates": c[b].tolist(), "uniforms": u[b].tolist(), "detail": detail}
-        done += B
-        if defects or mism or (time_limit is not None and time.perf_counter() - t0 > time_limit):
-            break
-        if done == PILOT and time_limit is None:
-            _check_time(time.perf_counter() - t0, done, n, tv)
+    deadline = None if time_limit is None else time.monotonic() + float(time_limit)
+    run = partial(_run_chunk, verifier, p2[0], q2[0], cl, k, drafting, deadline, tv)
+    if workers == 1:
+        jobs = [(as_generator(seed), n)]
+        parts = [run(jobs[0])]
+    else:
+        from .executors import executor_for
+
+        jobs = chunk_jobs(as_seed_sequence(seed), n, workers)
+        with executor_for(executor, workers=workers) as ex:
+            parts = ex.map_chunks(run, jobs)
+        if len(parts) != len(jobs) or not all(isinstance(r, _Chunk) and r.n <= m for r, (_, m) in zip(parts, jobs)):
+            raise RuntimeError(f"executor {executor!r} returned {len(parts)} results for {len(jobs)} chunks, or not "
+                               "the chunks' own: map_chunks must return fn(job) for each job, in order")
+    done = sum(r.n for r in parts)
+    defects, mism, unver = (sum(getattr(r, a) for r in parts) for a in ("defects", "mismatches", "unverified"))
+    first, offset = None, 0
+    for r, (_, m) in zip(parts, jobs):                     # the first event in draw order, unverified ones last
+        if r.first is not None and (first is None or (first["kind"] == "unverified" and r.first["kind"] != "unverified")):
+            first = {**r.first, "draw": r.first["draw"] + offset}
+        offset += m
+    checked, largest = sum(r.states for r in parts), max(r.largest for r in parts)
     events = defects + mism + unver
     stopped = done < n and not (defects or mism)
     tol_term = k * TOL
@@ -585,13 +688,17 @@ def certify_stepwise(verifier, p, q, k: int, *, n: int | None = None, tv: float 
         verdict = "PASS"
     secs = time.perf_counter() - t0
     name = getattr(verifier, "name", type(verifier).__name__)
-    head = (f"{verdict}: {name} ({drafting} drafting), V = {V:,}, k = {k}: {done:,} draws, {states.checked:,} "
-            f"states checked (largest balance error {states.largest:.2g}), {events} event(s) "
+    head = (f"{verdict}: {name} ({drafting} drafting), V = {V:,}, k = {k}: {done:,} draws, {checked:,} "
+            f"states checked (largest balance error {largest:.2g}), {events} event(s) "
             f"({defects} defect, {mism} mismatch, {unver} unverified), {secs:.1f} s.")
     if verdict == "FAIL":
         fe = first
+        replay = (f"exactness.stepwise.replay_state(verifier, p, q, {fe['rejected']}, {k}) recomputes the state"
+                  if fe["kind"] == "defect" else
+                  "exactness.stepwise.replay_draw(verifier, p, q, cert.first_event['candidates'], "
+                  "cert.first_event['uniforms']) reruns the draw")
         tail = (f" First: a {fe['kind']} at draw {fe['draw']:,}, step {fe['step']} after rejecting {fe['rejected']}: "
-                f"{fe['detail']}. Replay: exactness.stepwise.replay_state(verifier, p, q, {fe['rejected']}, {k}).")
+                f"{fe['detail']}. Replay: {replay}.")
     else:
         tail = (f" TV(law of verify, p) <= {tv_up:.3g} at confidence {1 - alpha:g} (coupling to the declared "
                 f"chain, exact binomial bound, + k TOL = {tol_term:.1g}); a TV above {detect:.3g} shows an "
@@ -604,6 +711,6 @@ def certify_stepwise(verifier, p, q, k: int, *, n: int | None = None, tv: float 
             tail += f" Not {goal}: {why}."
     return StepwiseCertificate(passed=verdict == "PASS", verdict=verdict, n=done, events=events, defects=defects,
                                mismatches=mism, unverified=unver, tv_upper=tv_up, detectable_tv=detect, alpha=alpha,
-                               power=float(power), tv=None if tv is None else float(tv), states=states.checked,
-                               seconds=secs, largest_defect=states.largest, first_event=first,
-                               summary=head + tail)
+                               power=float(power), tv=None if tv is None else float(tv), states=checked,
+                               seconds=secs, largest_defect=largest, first_event=first,
+                               report=head + tail)

@@ -250,8 +250,8 @@ def _stepwise_hint(verifier) -> str:
     """The other route for a verifier that declares its steps (a refusal's last words)."""
     if not callable(getattr(verifier, "step_plan", None)):
         return ""
-    return ("; this verifier declares its steps: exactness.certify_stepwise(verifier, p, q, k, tv=...) bounds its "
-            "TV at O(V) per visited state (docs/certify.md)")
+    return ("; this verifier declares its steps: use exactness.certify_stepwise(verifier, p, q, k, tv=...), which "
+            "bounds its TV from ~ln(1/alpha)/tv draws at O(V) per visited state (docs/certify.md)")
 
 
 def _check_budget(sampler: NodeSampler, n: int, workers: int = 1, limit: int = MAX_SAMPLES) -> None:

@@ -521,3 +521,31 @@ def test_helpers_validate_their_input():
             check_plan(plan, pi, qi)
     f32 = StepPlan(**{**plan.__dict__, "m": plan.m.astype(np.float32)})
     assert "float64" in check_plan(f32, p, q)[1]
+
+
+def test_replay_draw_reproduces_a_mismatch():
+    from exactness.stepwise import replay_draw
+
+    p, q = _shaped_node(0)
+    c = certify_stepwise(OffPlanVerify(), p, q, 3, tv=0.02, seed=0)
+    fe = c.first_event
+    assert fe["kind"] == "mismatch" and "replay_draw" in c.summary()
+    r = replay_draw(OffPlanVerify(), p, q, fe["candidates"], fe["uniforms"])
+    assert not r["match"] and r["event"] is None
+    ok = replay_draw(_wor(), p, q, fe["candidates"], fe["uniforms"])
+    assert ok["match"] and ok["declared"] == r["declared"]
+    for cands, us in [([0, 0, 1], fe["uniforms"]), ([0, 1, 99], fe["uniforms"]), (fe["candidates"], [0.5] * 3),
+                      (fe["candidates"], [0.5, 0.5, 1.5, 0.1]), ("abc", fe["uniforms"])]:
+        with pytest.raises(ValueError):
+            replay_draw(_wor(), p, q, cands, us)
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_workers_give_the_same_verdicts(workers):
+    p, q = _shaped_node(0)
+    ok = certify_stepwise(_wor(), p, q, 3, tv=0.02, seed=5, workers=workers)
+    assert ok.verdict == "PASS" and ok.n == draws_for_tv(0.02)
+    bad = certify_stepwise(WrongBeta(), p, q, 3, tv=0.02, seed=5, workers=workers)
+    assert bad.verdict == "FAIL" and bad.first_event["kind"] == "defect"
+    with pytest.raises((TypeError, ValueError)):
+        certify_stepwise(_wor(), p, q, 3, tv=0.02, workers=0)
