@@ -174,3 +174,23 @@ def count(text: str) -> int:
     if d is None or not d.is_finite() or d != d.to_integral_value():
         raise argparse.ArgumentTypeError(f"expected a whole number such as 200000 or 1e6, got {text!r}")
     return int(d)
+
+
+def load_node(args, *, default_V: int):
+    """``(p, q)`` of a command's node: the arrays ``p``, ``q`` of ``--pq FILE.npz``, or a random Dirichlet pair
+    of ``--V`` tokens (``--concentration``, drawn from ``default_rng(--seed)``).  ValueError naming the flag."""
+    import numpy as np
+
+    if args.pq and args.V is not None:
+        raise ValueError("--V conflicts with --pq: the vocabulary is that of the arrays in --pq; drop --V")
+    if args.pq:
+        try:
+            with np.load(args.pq) as z:
+                return z["p"], z["q"]
+        except (OSError, KeyError, ValueError) as exc:
+            raise ValueError(f"--pq {args.pq!r}: need an .npz with arrays 'p' and 'q' ({exc})") from exc
+    V = default_V if args.V is None else args.V
+    if V < 2 or not args.concentration > 0:
+        raise ValueError("--V must be >= 2 and --concentration > 0")
+    rng = np.random.default_rng(args.seed)
+    return rng.dirichlet(np.full(V, args.concentration)), rng.dirichlet(np.full(V, args.concentration))

@@ -53,9 +53,9 @@ def add_arguments(parser) -> None:
 
 
 def run(args) -> int:
-    import numpy as np
-
     import exactness
+
+    from ._args import load_node
 
     if args.k < 1:
         raise ValueError(f"--k must be >= 1, got {args.k}")
@@ -68,20 +68,7 @@ def run(args) -> int:
         from .._io import check_output_path
 
         check_output_path(args.counterexample, "--counterexample")
-    if args.pq and args.V is not None:
-        raise ValueError("--V conflicts with --pq: the vocabulary is that of the arrays in --pq; drop --V")
-    if args.pq:
-        try:
-            with np.load(args.pq) as z:
-                p, q = z["p"], z["q"]
-        except (OSError, KeyError, ValueError) as exc:
-            raise ValueError(f"--pq {args.pq!r}: need an .npz with arrays 'p' and 'q' ({exc})") from exc
-    else:
-        V = 50 if args.V is None else args.V
-        if V < 2 or not args.concentration > 0:
-            raise ValueError("--V must be >= 2 and --concentration > 0")
-        rng = np.random.default_rng(args.seed)
-        p, q = rng.dirichlet(np.full(V, args.concentration)), rng.dirichlet(np.full(V, args.concentration))
+    p, q = load_node(args, default_V=50)
     cert = exactness.certify_coupled(args.kernel, args.reference, p, q, args.k, n=args.n, alpha=args.alpha,
                                      seed=args.seed, convention=args.convention, fallback=args.fallback,
                                      stop_after=args.stop_after, kernel_spec=args.kernel, copies=args.copies)
