@@ -14,7 +14,7 @@ import numpy as np
 from ._fast_kernels import AVAILABLE, _njit
 
 #: Result codes of :func:`balance`.
-OK, BAD_VALUE, ABOVE_DRAFT, EMPTY_ROW, UNBALANCED = 0, 1, 2, 3, 4
+OK, BAD_VALUE, ABOVE_DRAFT, EMPTY_ROW, UNBALANCED, ROW_MASS = 0, 1, 2, 3, 4, 5
 
 
 @_njit(cache=True, nogil=True)
@@ -48,7 +48,8 @@ def balance(p, q, m, plain, g, h, al, be, tol, eps):  # pragma: no cover - compi
 
     Returns ``(code, which, idx, defect, a, b)``: ``code`` one of ``OK`` / ``BAD_VALUE`` (array ``which`` of
     ``m, g, h, alpha, beta`` at ``idx``) / ``ABOVE_DRAFT`` (``m(idx) = a > q_i(idx) = b``, ``defect`` the excess) /
-    ``EMPTY_ROW`` (row ``idx``) / ``UNBALANCED`` (``defect`` the L1 error, largest at ``idx``: ``a`` vs ``p_i = b``).
+    ``EMPTY_ROW`` (row ``idx``) / ``ROW_MASS`` (row ``idx`` formed as ``(alpha/tot) g + (beta/tot) h`` has mass
+    ``a``, not 1: its scale is lost to round-off) / ``UNBALANCED`` (``defect`` the L1 error, largest at ``idx``: ``a`` vs ``p_i = b``).
     On ``OK`` ``defect`` is the L1 error.
     """
     V = p.size
@@ -78,9 +79,14 @@ def balance(p, q, m, plain, g, h, al, be, tol, eps):  # pragma: no cover - compi
         if plain[x]:
             wp += w
         elif w > 0.0:
-            tot = al[x] * _others(g, sg, tg, rg, x) + be[x] * _others(h, sh, th, rh, x)   # row mass off x
+            og = _others(g, sg, tg, rg, x)
+            oh = _others(h, sh, th, rh, x)
+            tot = al[x] * og + be[x] * oh                                      # row mass off x
             if not tot > 0.0:
                 return EMPTY_ROW, 0, x, np.inf, 0.0, 0.0
+            mass = (al[x] / tot) * og + (be[x] / tot) * oh                     # the row as the chain forms it: 1
+            if not abs(mass - 1.0) <= tol:
+                return ROW_MASS, 0, x, abs(mass - 1.0), mass, 0.0
             A[x] = w * al[x] / tot                                             # w(x) alpha(x) / tot(x)
             B[x] = w * be[x] / tot                                             # w(x) beta(x) / tot(x)
     sa, ta, ra = _sum_top_rest(A)

@@ -186,21 +186,27 @@ def _state_arrays(p_i, q_i):
     return out
 
 
+def _plan_form(plan, V: int) -> str | None:
+    """Why ``plan`` is not a StepPlan of (V,) arrays (``plain`` bool, the rest float64), or None."""
+    if not isinstance(plan, StepPlan):
+        return f"returned {type(plan).__name__}, not a StepPlan or None"
+    for name in _NAMES + ("plain",):
+        a = np.asarray(getattr(plan, name))
+        if a.shape != (V,):
+            return f"StepPlan.{name} has shape {a.shape}, expected ({V},)"
+        want = bool if name == "plain" else np.float64
+        if a.dtype != want:
+            return f"StepPlan.{name} must be a {np.dtype(want).name} array, got dtype {a.dtype}"
+    return None
+
+
 def _check_plan(plan, p_i: np.ndarray, q_i: np.ndarray) -> tuple[float, str | None]:
     """:func:`check_plan` on trusted state arrays (the certifier's own)."""
-    if not isinstance(plan, StepPlan):
-        return math.inf, f"step_plan returned {type(plan).__name__}, not a StepPlan or None"
-    V = p_i.size
+    why = _plan_form(plan, p_i.size)
+    if why is not None:
+        return math.inf, why
     arrs = [np.asarray(getattr(plan, n)) for n in _NAMES]
     plain = np.asarray(plan.plain)
-    for name, a in list(zip(_NAMES, arrs)) + [("plain", plain)]:
-        if a.shape != (V,):
-            return math.inf, f"StepPlan.{name} has shape {a.shape}, expected ({V},)"
-    if plain.dtype != bool:
-        return math.inf, f"StepPlan.plain must be a bool array, got dtype {plain.dtype}"
-    for name, a in zip(_NAMES, arrs):
-        if a.dtype != np.float64:
-            return math.inf, f"StepPlan.{name} must be a float64 array (finite, non-negative), got dtype {a.dtype}"
     args = [np.ascontiguousarray(a, dtype=np.float64) for a in (p_i, q_i, arrs[0])]
     args += [np.ascontiguousarray(plain)] + [np.ascontiguousarray(a, dtype=np.float64) for a in arrs[1:]]
     run = _kernel.balance if _kernel.AVAILABLE else _balance_reference
@@ -213,6 +219,9 @@ def _check_plan(plan, p_i: np.ndarray, q_i: np.ndarray) -> tuple[float, str | No
         return float(defect), f"accepted mass above the draft at token {y}: m = {a:.6g} > q_i = {b:.6g}"
     if code == _kernel.EMPTY_ROW:
         return math.inf, f"the residual after rejecting token {y} is empty (alpha g + beta h is 0 off {y})"
+    if code == _kernel.ROW_MASS:
+        return float(defect), (f"the residual after rejecting token {y}, (alpha g + beta h) / tot, has mass {a:.17g}, "
+                               "not 1 (alpha, beta or tot lost to round-off: rescale them)")
     return float(defect), (f"m + sum_x w(x) r^(x) differs from p_i by {defect:.3g} in L1 (largest at token {y}: "
                            f"{a:.6g} vs p_i = {b:.6g})")
 
@@ -234,6 +243,11 @@ def _balance_reference(p_i, q_i, m, plain, g, h, al, be, tol, eps):
     if np.any(shaped & ~(tot > 0)):
         return _kernel.EMPTY_ROW, 0, int(np.flatnonzero(shaped & ~(tot > 0))[0]), math.inf, 0.0, 0.0
     safe = np.where(shaped, tot, 1.0)
+    mass = np.where(shaped, (al / safe) * sum_of_others(g[None])[0] + (be / safe) * sum_of_others(h[None])[0], 1.0)
+    off = ~(np.abs(mass - 1.0) <= tol)                                         # the chain's row must be a law
+    if off.any():
+        x = int(np.flatnonzero(off)[0])
+        return _kernel.ROW_MASS, 0, x, float(abs(mass[x] - 1.0)), float(mass[x]), 0.0
     A = np.where(shaped, w * al / safe, 0.0)                                   # w(x) alpha(x) / tot(x)
     B = np.where(shaped, w * be / safe, 0.0)                                   # w(x) beta(x) / tot(x)
     d = np.maximum(p_i - m, 0.0)
@@ -248,13 +262,27 @@ def _balance_reference(p_i, q_i, m, plain, g, h, al, be, tol, eps):
     return _kernel.OK, 0, 0, defect, 0.0, 0.0
 
 
+def _others_at(v: np.ndarray, x: int) -> float:
+    """``sum_{y != x} v(y)`` without cancellation (as :func:`resispec.verifiers.base.sum_of_others`)."""
+    s = float(v.sum())
+    if v[x] >= 0.5 * s:                                                        # x holds most of the row
+        return float(v[:x].sum() + v[x + 1:].sum())
+    return max(s - float(v[x]), 0.0)
+
+
 def next_target(plan: StepPlan, p_i: np.ndarray, x: int) -> np.ndarray:
-    """``r^(x)`` (V,) float64: the declared target after rejecting token ``x``."""
+    """``r^(x)`` (V,) float64: the declared target after rejecting token ``x``.
+
+    A shaped row is formed as ``(alpha(x) / tot(x)) g + (beta(x) / tot(x)) h`` with ``tot(x) = alpha(x)
+    sum_{y != x} g(y) + beta(x) sum_{y != x} h(y)``: the coefficients the balance of :func:`check_plan` uses
+    (``alpha(x) g`` formed token by token would round differently where the product is subnormal).
+    """
     if plan.plain[x]:
         d = np.maximum(p_i - plan.m, 0.0)
         z = d.sum()
         return d / z if z > _RESIDUAL_EPS else p_i.copy()
-    r = plan.alpha[x] * plan.g + plan.beta[x] * plan.h                         # alpha(x) g + beta(x) h
+    tot = plan.alpha[x] * _others_at(plan.g, x) + plan.beta[x] * _others_at(plan.h, x)
+    r = (plan.alpha[x] / tot) * plan.g + (plan.beta[x] / tot) * plan.h         # (alpha g + beta h) / tot
     r[x] = 0.0                                                                 # r^(x)(x) = 0
     return r / r.sum()
 
@@ -295,9 +323,13 @@ def _plan(verifier, p_i, q_i, last: bool, step: int):
     except Exception as exc:                                   # a plug-in that fails is an error, never a pass
         raise RuntimeError(f"{type(verifier).__name__}.step_plan raised at step {step}: "
                            f"{type(exc).__name__}: {exc}") from exc
-    if isinstance(plan, StepPlan):                             # checked once, so kept as checked (no shared buffer)
-        plan = StepPlan(**{n: _frozen(getattr(plan, n)) for n in ("m", "plain", "g", "h", "alpha", "beta")})
-    return plan
+    if plan is None:
+        return None
+    why = _plan_form(plan, p_i.size)
+    if why is not None:                                        # a malformed plan is the plug-in's error, not a bias
+        raise RuntimeError(f"{type(verifier).__name__}.step_plan at step {step}: {why}")
+    # checked once, so kept as checked (no shared buffer)
+    return StepPlan(**{n: _frozen(getattr(plan, n)) for n in ("m", "plain", "g", "h", "alpha", "beta")})
 
 
 class _States:
@@ -392,10 +424,12 @@ def replay_state(verifier, p, q, rejected, k: int):
         rej.append(int(x))
     if len(rej) >= k:
         raise ValueError(f"rejected holds {len(rej)} tokens; a state of a k = {k} node follows at most {k - 1}")
-    drafting = drafting_of(verifier)
+    drafting, cl = _drafting_and_law(verifier, q2, k)
     if drafting == "without_replacement" and len(set(rej)) < len(rej):
         raise ValueError(f"rejected repeats a token ({rej}); without-replacement candidates are distinct")
-    states = _States(verifier, p2[0], candidate_law(verifier, q2)[0], k, drafting, V)
+    if any(cl[x] <= 0 for x in rej):
+        raise ValueError(f"rejected holds a token the draft never proposes (q = 0): {[x for x in rej if cl[x] <= 0]}")
+    states = _States(verifier, p2[0], cl, k, drafting, V)
     st = states.get((), None)
     for j in range(1, len(rej) + 1):
         st = states.get(tuple(rej[:j]), st)
@@ -435,15 +469,30 @@ def replay_draw(verifier, p, q, candidates, uniforms) -> dict:
     k = c.size
     if u is None or u.shape != (k + 1,) or not np.all((u >= 0) & (u < 1)):
         raise ValueError(f"uniforms must be k + 1 = {k + 1} floats in [0, 1), got {uniforms!r}")
-    drafting = drafting_of(verifier)
+    drafting, cl = _drafting_and_law(verifier, q2, k)
     if drafting == "without_replacement" and np.unique(c).size < k:
         raise ValueError(f"candidates repeat a token ({c.tolist()}); without-replacement candidates are distinct")
-    states = _States(verifier, p2[0], candidate_law(verifier, q2)[0], k, drafting, V)
+    states = _States(verifier, p2[0], cl, k, drafting, V)
     vt, va = _run_verify(verifier, states.root[0][None], q2[:1], c[None].astype(np.int64), u[None].copy(), V, k)
     tok, acc, ev = _walk(states, c.astype(np.int64), u)
     declared = None if ev is not None else (tok, acc)
     return {"verify": (int(vt[0]), int(va[0])), "declared": declared, "event": ev,
             "match": declared == (int(vt[0]), int(va[0]))}
+
+
+def _drafting_and_law(verifier, q2: np.ndarray, k: int):
+    """``(drafting, law the candidates are drawn from)`` (the ``draft_law`` hook's when defined), checked."""
+    drafting = drafting_of(verifier)
+    if drafting not in ("iid", "without_replacement"):
+        raise ValueError(f"certify_stepwise needs iid or without-replacement drafting, got {drafting!r}")
+    with np.errstate(invalid="ignore", divide="ignore"):
+        cl = candidate_law(verifier, q2)[0]
+    if not np.all(np.isfinite(cl)):
+        raise ValueError(f"{type(verifier).__name__}.draft_law(q) returned a law with no mass (all zeros)")
+    support = int(np.count_nonzero(cl > 0))
+    if drafting == "without_replacement" and support < k:
+        raise ValueError(f"k = {k} exceeds the draft support ({support} tokens) for without-replacement drafting")
+    return drafting, cl
 
 
 def _check_verifier(verifier):
@@ -504,16 +553,15 @@ def _run_verify(verifier, P, Q, c, u, V: int, k: int):
     return vt.astype(np.int64), va.astype(np.int64)
 
 
-def _check_time(elapsed: float, done: int, n: int, tv) -> None:
-    """Refuse a run projected over ``exactness.certificate.MAX_SECONDS`` from its first ``PILOT`` draws (fresh
-    states: pessimistic)."""
+def _check_time(est: float, n: int, tv) -> None:
+    """Refuse a run projected (``est`` seconds, from a chunk's first ``PILOT`` draws: fresh states, pessimistic)
+    over ``exactness.certificate.MAX_SECONDS``."""
     from . import certificate as _cert
     from .budget import BudgetError
 
-    est = elapsed / done * n
     if est > _cert.MAX_SECONDS:
         asked = f"tv = {tv:g}" if tv is not None else f"n = {n:,}"
-        raise BudgetError(f"{asked} needs {n:,} draws, ~{est / 3600:.1f} h at the rate of the first {done:,} "
+        raise BudgetError(f"{asked} needs {n:,} draws, ~{est / 3600:.1f} h at the rate of the first {PILOT:,} "
                           f"(limit exactness.certificate.MAX_SECONDS = {_cert.MAX_SECONDS / 3600:g} h); ask a larger tv, "
                           "raise MAX_SECONDS, or pass time_limit= (seconds) to run that long and bound TV by the "
                           "draws run")
@@ -532,9 +580,10 @@ class _Chunk:
     largest: float
 
 
-def _run_chunk(verifier, p, q, cl, k, drafting, deadline, tv, job) -> _Chunk:
+def _run_chunk(verifier, p, q, cl, k, drafting, deadline, plan, job) -> _Chunk:
     """Draw ``job = (seed or Generator, draws)`` and walk each draw; stops at its first defect or mismatch, at
-    ``deadline`` (``time.monotonic``), or refuses after ``PILOT`` draws a projection over ``MAX_SECONDS``."""
+    ``deadline`` (``time.monotonic``), or refuses after ``PILOT`` draws a projection over ``MAX_SECONDS``
+    (``plan = (tv, total draws, chunks running at once)``)."""
     seed, n = job
     rng = seed if isinstance(seed, np.random.Generator) else np.random.default_rng(seed)
     t0 = time.monotonic()
@@ -568,7 +617,8 @@ def _run_chunk(verifier, p, q, cl, k, drafting, deadline, tv, job) -> _Chunk:
         if defects or mism or (deadline is not None and time.monotonic() > deadline):
             break
         if done == PILOT and deadline is None:
-            _check_time(time.monotonic() - t0, done, n, tv)
+            tv, total, parallel = plan
+            _check_time((time.monotonic() - t0) / done * total / parallel, total, tv)
     return _Chunk(done, defects, mism, unver, first, states.checked, states.largest)
 
 
@@ -646,15 +696,15 @@ def certify_stepwise(verifier, p, q, k: int, *, n: int | None = None, tv: float 
     if time_limit is not None and (isinstance(time_limit, bool) or not isinstance(time_limit, (int, float))
                                    or not time_limit > 0):
         raise ValueError(f"time_limit must be a number of seconds > 0, got {time_limit!r}")
-    drafting = drafting_of(verifier)
-    if drafting not in ("iid", "without_replacement"):
-        raise ValueError(f"certify_stepwise needs iid or without-replacement drafting, got {drafting!r}")
-    if drafting == "without_replacement" and int(np.count_nonzero(q2[0] > 0)) < k:
-        raise ValueError(f"k = {k} exceeds the draft support ({int(np.count_nonzero(q2[0] > 0))} tokens) for "
-                         "without-replacement drafting")
-    cl = candidate_law(verifier, q2)[0]                    # the law the candidates are drawn from (draft_law hook)
+    workers = min(workers, n)                              # a chunk per worker, none empty
+    if workers > 1:
+        from .executors import check_executor
+
+        check_executor(executor)
+    drafting, cl = _drafting_and_law(verifier, q2, k)
     deadline = None if time_limit is None else time.monotonic() + float(time_limit)
-    run = partial(_run_chunk, verifier, p2[0], q2[0], cl, k, drafting, deadline, tv)
+    parallel = 1 if workers == 1 or executor == "local" else workers   # chunks running at once
+    run = partial(_run_chunk, verifier, p2[0], q2[0], cl, k, drafting, deadline, (tv, n, parallel))
     if workers == 1:
         jobs = [(as_generator(seed), n)]
         parts = [run(jobs[0])]
@@ -682,7 +732,7 @@ def certify_stepwise(verifier, p, q, k: int, *, n: int | None = None, tv: float 
     detect = 1.0 - (1.0 - power) ** (1.0 / done)
     if defects or mism:
         verdict = "FAIL"
-    elif stopped or ((tv_up > tv) if tv is not None else unver > 0):   # n given: PASS only with no event at all
+    elif (tv_up > tv) if tv is not None else (stopped or unver > 0):   # n given: PASS only with every draw clean
         verdict = "INCONCLUSIVE"
     else:
         verdict = "PASS"

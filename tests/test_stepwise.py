@@ -254,6 +254,10 @@ def test_time_limit_is_inconclusive_for_asked_tv():
     c = certify_stepwise(_wor(), p, q, 3, tv=1e-5, seed=0, time_limit=0.2)
     assert c.verdict == "INCONCLUSIVE" and c.n < draws_for_tv(1e-5, 1e-3, 0.99)
     assert "time_limit" in str(c)
+    # a stop after the bound is already below tv (power above 1 - alpha plans more draws than the bound needs)
+    c = certify_stepwise(_wor(), p, q, 3, tv=0.05, power=1 - 1e-12, seed=0, time_limit=1e-9)
+    assert c.n < draws_for_tv(0.05, 1e-3, 1 - 1e-12)
+    assert c.verdict == ("PASS" if c.tv_upper <= 0.05 else "INCONCLUSIVE")
 
 
 # ---------------------------------------------------------------- bad plans and plug-ins
@@ -267,17 +271,75 @@ def _with_plan(make):
 
 
 @pytest.mark.parametrize("make,msg", [
-    (lambda pl, p: StepPlan(**{**pl.__dict__, "m": pl.m[:-1]}), "shape"),
     (lambda pl, p: StepPlan(**{**pl.__dict__, "m": np.where(np.arange(p.size) == 0, np.nan, pl.m)}), "finite"),
     (lambda pl, p: StepPlan(**{**pl.__dict__, "g": pl.g - 1.0}), "non-negative"),
-    (lambda pl, p: StepPlan(**{**pl.__dict__, "plain": pl.plain.astype(int)}), "bool"),
     (lambda pl, p: StepPlan(**{**pl.__dict__, "m": pl.m + 1.0}), "above the draft"),
-    (lambda pl, p: "a plan", "not a StepPlan"),
 ])
-def test_bad_plans_are_defects(make, msg):
+def test_bad_plan_values_are_defects(make, msg):
     p, q = _shaped_node(0)
     c = certify_stepwise(_with_plan(make), p, q, 3, n=100, seed=0)
     assert c.verdict == "FAIL" and c.first_event["kind"] == "defect" and msg in c.first_event["detail"]
+
+
+@pytest.mark.parametrize("make,msg", [
+    (lambda pl, p: StepPlan(**{**pl.__dict__, "m": pl.m[:-1]}), "shape"),
+    (lambda pl, p: StepPlan(**{**pl.__dict__, "plain": pl.plain.astype(int)}), "bool"),
+    (lambda pl, p: StepPlan(**{**pl.__dict__, "m": pl.m.astype(np.float32)}), "float64"),
+    (lambda pl, p: "a plan", "not a StepPlan"),
+])
+def test_malformed_plans_are_plugin_errors(make, msg):
+    """A plan of the wrong type, shape or dtype is the plug-in's error (RuntimeError), not a verdict."""
+    p, q = _shaped_node(0)
+    with pytest.raises(RuntimeError, match=msg):
+        certify_stepwise(_with_plan(make), p, q, 3, n=100, seed=0)
+
+
+def test_subnormal_row_scale_is_not_trusted():
+    """alpha(x) g formed token by token in the subnormal range changes the row's shape: the chain forms the rows
+    the balance checked, so a verify built on the rounded rows mismatches (exact TV 0.047), and a row whose scale
+    is lost to round-off is a defect."""
+    from exactness.exact import joint_law
+    from resispec.verifiers.base import Verifier
+
+    q = np.array([0.5, 0.25, 0.125, 0.125])
+    m = np.array([0.125, 0.25, 0.125, 0.125])
+    p = np.array([0.125, 0.25, 0.265625, 0.359375])
+    plan = StepPlan(m=m, plain=np.zeros(4, bool), g=np.array([0.0, 0.0, 1.5, 2.5]) * 2.0**-14, h=np.zeros(4),
+                    alpha=np.full(4, 2.0**-1060), beta=np.zeros(4))
+
+    class SubnormalRow(Verifier):
+        name, drafting = "subnormal_row", "iid"
+
+        def step_plan(self, p_i, q_i, *, last):
+            return plan
+
+        def _chain(self, P, Q, c):
+            rows = np.arange(c.shape[0])
+            r = plan.alpha[c[:, -1], None] * plan.g + plan.beta[c[:, -1], None] * plan.h    # rounded per token
+            r[rows, c[:, -1]] = 0
+            return m[c] / Q[rows[:, None], c], r / r.sum(1, keepdims=True)
+
+    v = SubnormalRow()
+    assert 0.5 * np.abs(joint_law(v, p, q, 1).sum(0) - p).sum() > 0.04
+    assert certify_stepwise(v, p, q, 1, tv=1e-3).verdict == "FAIL"
+    lost = StepPlan(**{**plan.__dict__, "alpha": np.full(4, 2.0**-1070)})            # alpha g underflows to 0
+    assert "empty" in check_plan(lost, p, q)[1]
+    tiny = StepPlan(**{**plan.__dict__, "alpha": np.ones(4), "g": np.array([0.0, 0.0, 3.0, 2.0]) * 2.0**-1074})
+    assert "mass" in check_plan(tiny, p, q)[1]                                    # 1 / tot overflows
+
+
+def test_near_greedy_draft_with_subnormal_masses_passes():
+    """1 / (1 - q(x)) overflows when 1 - q(x) is subnormal: the fused rule still declares its (exact) step."""
+    lg = np.array([3.0, 1.5, 1.0, 0.5, -0.2, -1.0])
+
+    def softmax(z):
+        e = np.exp(z - z.max())
+        return e / e.sum()
+
+    p, q = softmax(lg), softmax(lg / 0.0021)
+    assert 0 < q[1] < 1e-300
+    for solver in SOLVERS:
+        assert certify_stepwise(_wor(solver), p, q, 2, tv=0.02).verdict == "PASS"
 
 
 def test_raising_plugins_are_errors():
@@ -358,14 +420,18 @@ def test_compiled_balance_matches_reference():
             variants = [pl, StepPlan(**{**pl.__dict__, "beta": pl.beta * 1.2}),
                         StepPlan(**{**pl.__dict__, "m": pl.m + np.where(np.arange(p.size) == 3, 0.5, 0.0)}),
                         StepPlan(**{**pl.__dict__, "h": np.where(np.arange(p.size) == 2, -1.0, pl.h)}),
-                        StepPlan(**{**pl.__dict__, "alpha": pl.alpha * 0, "beta": pl.beta * 0})]
+                        StepPlan(**{**pl.__dict__, "alpha": pl.alpha * 0, "beta": pl.beta * 0}),
+                        StepPlan(**{**pl.__dict__, "g": pl.g * 2.0**-1074 / max(pl.g.max(), 1e-300),
+                                    "h": pl.h * 2.0**-1074 / max(pl.h.max(), 1e-300),
+                                    "alpha": np.where(pl.alpha > 0, 1.0, 0.0),
+                                    "beta": np.where(pl.beta > 0, 1.0, 0.0)})]
             for v in variants:
                 args = (p, q, v.m, v.plain, v.g, v.h, v.alpha, v.beta, TOL, _RESIDUAL_EPS)
                 got, ref = kern.balance(*args), _balance_reference(*args)
                 assert got[:3] == ref[:3]
                 np.testing.assert_allclose(got[3:], ref[3:], rtol=1e-9, atol=1e-12)
                 seen.add(got[0])
-    assert seen == {kern.OK, kern.BAD_VALUE, kern.ABOVE_DRAFT, kern.EMPTY_ROW, kern.UNBALANCED}
+    assert seen == {kern.OK, kern.BAD_VALUE, kern.ABOVE_DRAFT, kern.EMPTY_ROW, kern.UNBALANCED, kern.ROW_MASS}
 
 
 # ---------------------------------------------------------------- side channels (a breaker's findings)
@@ -376,6 +442,24 @@ class _Plain:
 
     def step_plan(self, p_i, q_i, *, last):
         return StepPlan.plain_step(np.minimum(p_i, q_i))
+
+
+def test_draft_law_support_and_mass_are_checked():
+    class TopTwo(PlainRRS):
+        drafting = "without_replacement"
+
+        def draft_law(self, q):
+            return np.where(q >= np.sort(q, axis=1)[:, -2:-1], q, 0.0)
+
+    class NoMass(PlainRRS):
+        def draft_law(self, q):
+            return np.zeros_like(q)
+
+    p, q = _node(8, 0)
+    with pytest.raises(ValueError, match="support"):
+        certify_stepwise(TopTwo(), p, q, 3, n=100)
+    with pytest.raises(ValueError, match="draft_law"):
+        certify_stepwise(NoMass(), p, q, 2, n=100)
 
 
 def test_draft_law_hook_is_the_checked_draft():
@@ -512,6 +596,9 @@ def test_helpers_validate_their_input():
             replay_state(v, p, q, rej, 3)
     with pytest.raises(ValueError, match="one node"):
         replay_state(v, np.stack([p, p]), np.stack([q, q]), [1], 3)
+    q0 = np.where(np.arange(p.size) == 1, 0.0, q)
+    with pytest.raises(ValueError, match="never proposes"):
+        replay_state(v, p, q0 / q0.sum(), [1], 3)
     with pytest.raises(TypeError, match="step_plan"):
         replay_state(get_verifier("rrs_wor"), p, q, [1], 3)
     plan = v.step_plan(p, q, last=False)
@@ -549,3 +636,7 @@ def test_workers_give_the_same_verdicts(workers):
     assert bad.verdict == "FAIL" and bad.first_event["kind"] == "defect"
     with pytest.raises((TypeError, ValueError)):
         certify_stepwise(_wor(), p, q, 3, tv=0.02, workers=0)
+    with pytest.raises(ValueError, match="executor"):
+        certify_stepwise(_wor(), p, q, 3, tv=0.02, workers=2, executor="nope")
+    c = certify_stepwise(_wor(), p, q, 3, n=200, workers=10**9)       # capped at one chunk a draw, no huge spawn
+    assert c.n == 200

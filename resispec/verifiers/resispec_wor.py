@@ -415,10 +415,17 @@ class ResiSpecWOR(Verifier):
 
     @staticmethod
     def _declared(m, w, g, h, alpha, beta) -> StepPlan:
-        """A rank-two plan; rows the code leaves plain (never-rejected ``w = 0``, or an empty row) marked so."""
+        """A rank-two plan; rows the code leaves plain (never-rejected ``w = 0``, or an empty row) marked so.
+
+        Only the ratio ``alpha(x) : beta(x)`` shapes a row: where one is infinite (``1 / (1 - q(x))`` overflows
+        when ``1 - q(x)`` is subnormal) the row is that part alone, so it is declared ``(1, 0)`` or ``(0, 1)``.
+        """
+        a_inf, b_inf = np.isinf(alpha), np.isinf(beta)
+        alpha = np.where(a_inf, 1.0, np.where(b_inf, 0.0, alpha))
+        beta = np.where(b_inf, np.where(a_inf, beta, 1.0), np.where(a_inf, 0.0, beta))
         tot = alpha * sum_of_others(g[None])[0] + beta * sum_of_others(h[None])[0]
-        plain = ~(w > 0) | ~(tot > 0)
-        return StepPlan(m=m, plain=plain, g=g, h=h, alpha=alpha, beta=beta)
+        plain = ~(w > 0) | ~(tot > 0) | ~np.isfinite(tot)
+        return StepPlan(m=m, plain=plain, g=g, h=h, alpha=np.where(plain, 0.0, alpha), beta=np.where(plain, 0.0, beta))
 
     def _reference_step(self, p_i, q_i, x):
         """Accept probabilities (B,) and residuals (B, V) of one non-last step, numpy reference."""
