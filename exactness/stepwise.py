@@ -48,7 +48,7 @@ are copied when checked.  What it does not see: ``verify`` is only called on
 batches of this one node with ``uniforms=`` (a bug that mixes rows of
 different nodes, or one only on the ``rng=`` path, is for
 :func:`exactness.certify_verifier`'s batched and determinism checks).  Cost: O(V) per visited state
-(``step_plan`` plus the check), shared states computed once.
+(``step_plan`` plus the check), shared states computed once while cached.
 """
 
 from __future__ import annotations
@@ -70,7 +70,8 @@ from ._checks import as_generator, as_seed_sequence, check_alpha, check_n, check
 from .chunks import chunk_jobs
 from .verifier_cert import check_workers
 from .coupled.certify import check_min_draws, tv_upper_bound
-from .sampling import candidate_law, draw_node_candidates, drafting_of
+from .power import _check_power
+from .sampling import _checked_result, candidate_law, draw_node_candidates, drafting_of
 
 #: Largest L1 error of a state's balance ``m + sum_x w(x) r^(x) = p_i`` (and of a row's mass) taken as
 #: round-off; each step adds at most ``TOL`` to the TV bound.
@@ -112,7 +113,7 @@ class StepwiseCertificate:
     tv : float or None
         The asked bound.
     states, seconds : int, float
-        States checked (each distinct state once), wall time.
+        States checked (a state evicted from the cache and visited again counts again), wall time.
     largest_defect : float
         Largest L1 balance error of a checked state (round-off on an exact rule: ~1e-15).
     first_event : dict or None
@@ -205,6 +206,11 @@ def _check_plan(plan, p_i: np.ndarray, q_i: np.ndarray) -> tuple[float, str | No
     why = _plan_form(plan, p_i.size)
     if why is not None:
         return math.inf, why
+    return _balance(plan, p_i, q_i)
+
+
+def _balance(plan: StepPlan, p_i: np.ndarray, q_i: np.ndarray) -> tuple[float, str | None]:
+    """The balance of :func:`check_plan` on a plan whose form :func:`_plan_form` has passed."""
     arrs = [np.asarray(getattr(plan, n)) for n in _NAMES]
     plain = np.asarray(plan.plain)
     args = [np.ascontiguousarray(a, dtype=np.float64) for a in (p_i, q_i, arrs[0])]
@@ -238,12 +244,13 @@ def _balance_reference(p_i, q_i, m, plain, g, h, al, be, tol, eps):
     if over[yo] > tol:
         return _kernel.ABOVE_DRAFT, 0, yo, float(over[yo]), float(m[yo]), float(q_i[yo])
     w = np.maximum(q_i - m, 0.0)
-    tot = al * sum_of_others(g[None])[0] + be * sum_of_others(h[None])[0]     # row mass off the diagonal
+    g_off, h_off = sum_of_others(g[None])[0], sum_of_others(h[None])[0]      # sum_{y != x} g(y), sum_{y != x} h(y)
+    tot = al * g_off + be * h_off                                              # row mass off the diagonal
     shaped = ~plain & (w > 0)
     if np.any(shaped & ~(tot > 0)):
         return _kernel.EMPTY_ROW, 0, int(np.flatnonzero(shaped & ~(tot > 0))[0]), math.inf, 0.0, 0.0
     safe = np.where(shaped, tot, 1.0)
-    mass = np.where(shaped, (al / safe) * sum_of_others(g[None])[0] + (be / safe) * sum_of_others(h[None])[0], 1.0)
+    mass = np.where(shaped, (al / safe) * g_off + (be / safe) * h_off, 1.0)  # (alpha g + beta h)/tot off x: 1
     off = ~(np.abs(mass - 1.0) <= tol)                                         # the chain's row must be a law
     if off.any():
         x = int(np.flatnonzero(off)[0])
@@ -358,7 +365,7 @@ class _States:
             x = prefix[-1]
             p_i, q_i = _read_only(next_target(pplan, pp, x)), _read_only(_next_draft(pq, x, self.drafting))
         plan = _plan(self.v, p_i, q_i, i == self.k - 1, i)
-        defect, why = (0.0, None) if plan is None else _check_plan(plan, p_i, q_i)
+        defect, why = (0.0, None) if plan is None else _balance(plan, p_i, q_i)   # _plan checked its form
         self.checked += 1
         if np.isfinite(defect):
             self.largest = max(self.largest, defect)
@@ -410,9 +417,7 @@ def replay_state(verifier, p, q, rejected, k: int):
         in range, ``k`` or more of them, or a repeat under without-replacement drafting.
     """
     _check_verifier(verifier)
-    p2, q2, _ = as_laws(p, q)
-    if p2.shape[0] != 1:
-        raise ValueError(f"p and q must be one node of shape (V,), got {p2.shape[0]} rows")
+    p2, q2 = _one_node(p, q)
     k = check_k(k)
     V = p2.shape[1]
     if isinstance(rejected, (str, bytes)) or not hasattr(rejected, "__len__"):
@@ -458,9 +463,7 @@ def replay_draw(verifier, p, q, candidates, uniforms) -> dict:
         in [0, 1).
     """
     _check_verifier(verifier)
-    p2, q2, _ = as_laws(p, q)
-    if p2.shape[0] != 1:
-        raise ValueError(f"p and q must be one node of shape (V,), got {p2.shape[0]} rows")
+    p2, q2 = _one_node(p, q)
     V = p2.shape[1]
     c = np.asarray(candidates)
     u = np.asarray(uniforms, dtype=np.float64) if np.asarray(uniforms).dtype.kind in "fiu" else None
@@ -478,6 +481,14 @@ def replay_draw(verifier, p, q, candidates, uniforms) -> dict:
     declared = None if ev is not None else (tok, acc)
     return {"verify": (int(vt[0]), int(va[0])), "declared": declared, "event": ev,
             "match": declared == (int(vt[0]), int(va[0]))}
+
+
+def _one_node(p, q):
+    """``p``, ``q`` checked as one node: (1, V) float64 each; ValueError for more than one row."""
+    p2, q2, _ = as_laws(p, q)
+    if p2.shape[0] != 1:
+        raise ValueError(f"p and q must be one node of shape (V,), got {p2.shape[0]} rows; certify each node")
+    return p2, q2
 
 
 def _drafting_and_law(verifier, q2: np.ndarray, k: int):
@@ -507,12 +518,6 @@ def _check_verifier(verifier):
         raise TypeError(f"{type(verifier).__name__} has no verify(p, q, candidates, uniforms=...)")
 
 
-def _check_power(power) -> float:
-    if isinstance(power, bool) or not isinstance(power, (int, float, np.integer, np.floating)) or not 0 < power < 1:
-        raise ValueError(f"power must be a float in (0, 1), got {power!r}")
-    return float(power)
-
-
 def _check_tv(tv) -> float:
     tv = check_tv(tv)
     if not tv < 1:
@@ -531,9 +536,9 @@ def draws_for_tv(tv: float, alpha: float = 1e-3, power: float = 0.99) -> int:
 
 
 def _run_verify(verifier, P, Q, c, u, V: int, k: int):
-    """``verify`` on one batch; its tokens (B,) and accepted indices (B,) int64, checked."""
+    """``verify`` on one batch; its tokens (B,) and accepted indices (B,) int64, checked
+    (:func:`exactness.sampling._checked_result`); a result outside the contract is the plug-in's error."""
     name = type(verifier).__name__
-    B = c.shape[0]
     try:
         res = verifier.verify(P, Q, c, uniforms=u)
     except Exception as exc:                               # a plug-in that fails is an error, never a pass
@@ -541,16 +546,10 @@ def _run_verify(verifier, P, Q, c, u, V: int, k: int):
     if not (hasattr(res, "tokens") and hasattr(res, "accepted")):
         raise RuntimeError(f"{name}.verify returned {type(res).__name__}; expected an object with .tokens and "
                            ".accepted (resispec.VerifyResult)")
-    vt, va = np.asarray(res.tokens), np.asarray(res.accepted)
-    if vt.shape != (B,) or va.shape != (B,):
-        raise RuntimeError(f"{name}.verify returned tokens {vt.shape} / accepted {va.shape} for {B} rows; "
-                           f"expected ({B},) each")
-    for what, a, lo, hi in (("tokens", vt, 0, V), ("accepted", va, -1, k)):
-        if not np.issubdtype(a.dtype, np.integer):
-            raise RuntimeError(f"{name}.verify returned {what} of dtype {a.dtype}; expected integers")
-        if a.size and (a.min() < lo or a.max() >= hi):
-            raise RuntimeError(f"{name}.verify returned {what} outside [{lo}, {hi}): {a.min()}..{a.max()}")
-    return vt.astype(np.int64), va.astype(np.int64)
+    try:
+        return _checked_result(res, c.shape[0], k, V, verifier, candidates=c)
+    except (TypeError, ValueError) as exc:
+        raise RuntimeError(f"{name}.verify returned a result outside its contract: {exc}") from exc
 
 
 def _check_time(est: float, n: int, tv) -> None:
@@ -674,9 +673,7 @@ def certify_stepwise(verifier, p, q, k: int, *, n: int | None = None, tv: float 
     """
     t0 = time.perf_counter()
     _check_verifier(verifier)
-    p2, q2, _ = as_laws(p, q)
-    if p2.shape[0] != 1:
-        raise ValueError(f"p and q must be one node of shape (V,), got {p2.shape[0]} rows; certify each node")
+    p2, q2 = _one_node(p, q)
     V = p2.shape[1]
     k = check_k(k)
     alpha = check_alpha(alpha)
