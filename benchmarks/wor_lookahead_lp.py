@@ -12,7 +12,11 @@ side by side per (family, T), the fraction of the ``rrs_wor``-to-sequential-opti
   capacity LP below with ``q^(x)``), whose value the shipped rule attains;
 - ``inclusion-capacity LP``: the same step with the branch value modelled by the upper bound
   ``sum_y min(r(y), pi(y))``, ``pi`` the inclusion probability of ``y`` in ``n - 1`` successive draws from ``q^(x)``
-  (a look-ahead that believes later candidates take whatever they may draft).
+  (a look-ahead that believes later candidates take whatever they may draft);
+- ``best scale per state``: the shipped rule's own step with its reserve scale ``g`` (``m = min(q, (p - g c(m))_+)``,
+  the matched residual) or the plain ``rrs_wor`` step, the best chosen at every state with ``n >= 3`` candidates
+  left by exact dynamic programming over the rest of the chain (``--scales``): the best any look-ahead that sizes
+  the reserve per state (the literal "look-ahead reserve") can do with the shipped residual.
 
 Every variant is exact (any ``m <= min(p, q)`` with a zero-diagonal plan ``R`` of row sums ``q - m`` and column
 sums ``p - m`` is, ``docs/RESISPEC.md`` section 4); only the acceptance moves.  The LP rules are not practical
@@ -22,7 +26,7 @@ sequential optimum is :func:`resispec.bounds.sequential_optimum` (WOR), acceptan
 Usage::
 
     python benchmarks/wor_lookahead_lp.py                  # V = 8, k = 4, 6 nodes per cell: ~1 min
-    python benchmarks/wor_lookahead_lp.py --V 7 --k 5      # ~2-3 min
+    python benchmarks/wor_lookahead_lp.py --V 7 --k 5      # ~2-3 min (the scale DP: minutes more)
 """
 
 from __future__ import annotations
@@ -39,8 +43,11 @@ from scipy.sparse import coo_matrix
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import resispec  # noqa: E402
+from resispec._wor_fused import FALLBACK, wor_step_rows  # noqa: E402
 from resispec.bench.gap import _nodes  # noqa: E402
 from resispec.bounds import sequential_optimum  # noqa: E402
+from resispec.verifiers.base import reject_update  # noqa: E402
+from resispec.verifiers.resispec_wor import ResiSpecWOR  # noqa: E402
 
 CELLS = [(f, T) for f in ("softmax_noise", "zipf") for T in (0.7, 1.0, 1.5)]
 
@@ -179,18 +186,60 @@ def acceptance(p, q, n, model) -> float:
     return value
 
 
+def scale_step(p, q, g):
+    """One non-last step at ``p, q`` (V,) float64 for every draftable candidate: ``(xs, a, R)`` with ``xs`` the
+    tokens with ``q > 0``, ``a`` (len(xs),) their acceptance probabilities ``m(x) / q(x)`` and ``R`` (len(xs), V)
+    the residual after rejecting each.  ``g > 0``: the shipped rule with reserve scale ``g`` (its kernel, which
+    itself keeps the better of the shaped and plain steps by next-step value; the numpy reference where the
+    kernel hands a row back); ``g = 0``: the plain ``rrs_wor`` step."""
+    xs = np.flatnonzero(q > 0)
+    P, Q = np.tile(p, (xs.size, 1)), np.tile(q, (xs.size, 1))
+    if g == 0:
+        m = np.minimum(P, Q)
+        return xs, m[np.arange(xs.size), xs] / q[xs], reject_update(P, m)
+    a, R, status, _ = wor_step_rows(P, Q, xs.astype(np.int64), float(g))
+    back = status == FALLBACK
+    if back.any():
+        a[back], R[back] = ResiSpecWOR(scales=(float(g),), solver="reference")._reference_step(P[back], Q[back],
+                                                                                              xs[back])
+    return xs, a, R
+
+
+def acceptance_best_scale(p, q, n, scales) -> float:
+    """Exact acceptance (float) with ``n`` candidates left at ``p, q`` (V,) float64 when every state with ``n >= 3``
+    takes the best of ``scale_step(., ., g)`` over ``g`` in ``scales`` (0 = plain ``rrs_wor``), by dynamic
+    programming over the whole rest of the chain; states with 2 left take the shipped step (``g = 1``)."""
+    if n == 1:
+        return float(np.minimum(p, q).sum())
+    best = -np.inf
+    for g in (scales if n >= 3 else (1.0,)):
+        xs, a, R = scale_step(p, q, g)
+        val = 0.0
+        for j, x in enumerate(xs):
+            val += q[x] * a[j]                                          # accept x: m(x) = q(x) a(x)
+            if a[j] < 1:                                                # reject x: continue from R(x, .)
+                val += q[x] * (1 - a[j]) * acceptance_best_scale(R[j], without(q, x), n - 1, scales)
+        best = max(best, val)
+    return best
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--V", type=int, default=8, help="vocabulary size (default 8; the LPs grow like V^2 k)")
     ap.add_argument("--k", type=int, default=4, help="candidates (default 4; 3 <= k <= V)")
     ap.add_argument("--nodes", type=int, default=6, help="nodes per (family, T) cell (default 6)")
+    ap.add_argument("--scales", default="0,0.5,0.75,1,1.25,1.5,2",
+                    help="reserve scales the per-state DP chooses from (0 = plain rrs_wor; default 0,0.5,...,2)")
     a = ap.parse_args(argv)
     if not 3 <= a.k <= a.V or a.V > 10 or a.nodes < 1:
         ap.error("need 3 <= --k <= --V <= 10 and --nodes >= 1 (the sequential optimum is an LP over V^(k-1) prefixes)")
     t0 = time.time()
     shipped = resispec.get_verifier("resispec", drafting="without_replacement")
     base = resispec.get_verifier("rrs_wor")
-    names = ("shipped", "iid-model LP", "inclusion-capacity LP")
+    scales = tuple(float(g) for g in a.scales.split(","))
+    if 1.0 not in scales or any(g < 0 for g in scales):
+        ap.error("--scales must be non-negative and include 1 (the shipped scale)")
+    names = ("shipped", "iid-model LP", "inclusion-capacity LP", "best scale per state")
     print(f"fraction of the rrs_wor-to-sequential-optimum gap closed; V = {a.V}, k = {a.k}, {a.nodes} nodes per cell")
     print("| family | T | gap (opt - rrs_wor) | " + " | ".join(names) + " |")
     print("|---|---|---|" + "---|" * len(names))
@@ -205,6 +254,7 @@ def main(argv=None) -> int:
             acc["shipped"].append(resispec.acceptance_probability(shipped, p, q, a.k))
             acc["iid-model LP"].append(acceptance(p, q, a.k, "iid"))
             acc["inclusion-capacity LP"].append(acceptance(p, q, a.k, "inclusion"))
+            acc["best scale per state"].append(acceptance_best_scale(p, q, a.k, scales))
         gap = np.mean(opt) - np.mean(a0)
         row = {n: (np.mean(v) - np.mean(a0)) / gap if gap > 1e-4 else float("nan") for n, v in acc.items()}
         for n, f in row.items():

@@ -11,12 +11,20 @@ closed (the optimum: the WOR sequential LP, :func:`resispec.bounds.sequential_op
   of ``(p_i, q_i)`` with the candidates left (``resispec.verifiers.lookahead.lookahead_schedule``; ``g = 1`` for the
   last two candidates): the reserve for every remaining candidate instead of the next one.
 
+With ``--k8``, the same question at k = 8 (the issue's "0.46 of the gap at k = 8, T = 0.7"), V = 1000, four
+nodes per (family, T) of ``softmax_noise`` and ``zipf`` at T in {0.7, 1} (the nodes of ``reports/bench_gap.md``'s
+Monte Carlo WOR cells), by Monte Carlo: per-step scale schedules ``g_1..g_7`` (constant, front-loaded from a larger
+or smaller scale down to 1, the plain ``rrs_wor`` step first then g = 1), every schedule on the same candidates
+(successive sampling), each step's acceptance taken in expectation over its coin (Rao-Blackwellised); printed:
+acceptance and the paired difference to g = 1 with its standard error.
+
 Every variant is exact (any scale gives an exact rule); only the acceptance moves.  Source: ResiSpec
 (``docs/RESISPEC.md``), the without-replacement rule of ``resispec.verifiers.resispec_wor``.
 
 Usage::
 
     python benchmarks/wor_reserve_scales.py          # about 1-2 minutes on 2 shared cores
+    python benchmarks/wor_reserve_scales.py --k8     # about 2 minutes (k = 8, V = 1000, Monte Carlo)
 """
 
 from __future__ import annotations
@@ -76,7 +84,74 @@ class LookaheadScaleWOR(ResiSpecWOR):
         return a, p_i
 
 
+K8, V8, NODES8, DRAWS8 = 8, 1000, 4, 3000
+SCHEDULES = {"g=1 (shipped)": [1.0] * 7, "g=0.75": [0.75] * 7, "g=1.25": [1.25] * 7,
+             "1.5->1": list(np.linspace(1.5, 1.0, 7)), "1.25->1": list(np.linspace(1.25, 1.0, 7)),
+             "0.75->1": list(np.linspace(0.75, 1.0, 7)), "plain, then 1": [0.0] + [1.0] * 6, "rrs_wor": [0.0] * 7}
+
+
+def expected_acceptance(p, q, c, schedule) -> np.ndarray:
+    """Per draw (n,) float64: the acceptance probability of the WOR rule with reserve scale ``schedule[i]`` at
+    non-last step ``i`` (0 = the plain ``rrs_wor`` step) given the candidates ``c`` (n, k) int64 drawn by successive
+    sampling from ``q`` (V,); ``p`` (V,) the target.  Each step's coin is integrated out:
+    ``sum_i prod_{j<i} (1 - a_j) a_i`` with ``a_i = m_i(x_i) / q_i(x_i)``."""
+    n, k = c.shape
+    rows = np.arange(n)
+    P, Q = np.tile(p, (n, 1)), np.tile(q / q.sum(), (n, 1))
+    alive, acc = np.ones(n), np.zeros(n)
+    for i in range(k):
+        x = c[:, i]
+        g = 0.0 if i == k - 1 else float(schedule[i])
+        if g == 0.0:
+            m = np.minimum(P, Q)
+            a = m[rows, x] / Q[rows, x]
+            R = reject_update(P, m)
+        else:
+            a, R, status, _ = wor_step_rows(P, Q, x, g)
+            back = status == FALLBACK
+            if back.any():
+                a[back], R[back] = ResiSpecWOR(scales=(g,), solver="reference")._reference_step(P[back], Q[back],
+                                                                                               x[back])
+        a = np.clip(a, 0.0, 1.0)
+        acc += alive * a                          # P(reach step i) P(accept x_i)
+        alive = alive * (1.0 - a)
+        P, Q = R, Q.copy()
+        Q[rows, x] = 0.0
+        Q /= Q.sum(axis=1, keepdims=True)         # q_{i+1} = norm(q_i without x_i)
+    return acc
+
+
+def main_k8() -> None:
+    from exactness.sampling import draw_node_candidates
+    from resispec.wor_bound import alpha_star_wor
+
+    print(f"acceptance at V = {V8}, k = {K8}, {NODES8} nodes per cell, {DRAWS8} candidate draws per node "
+          "(the same draws for every schedule); in brackets the paired difference to g=1 (shipped), +- 1 s.e.")
+    print("| family | T | alpha*_wor | " + " | ".join(SCHEDULES) + " |")
+    print("|---|---|---|" + "---|" * len(SCHEDULES))
+    for fam in ("softmax_noise", "zipf"):
+        for T in (0.7, 1.0):
+            P, Q = _nodes(fam, 0, V8, T, NODES8)
+            per = {s: [] for s in SCHEDULES}
+            for b in range(NODES8):
+                q = Q[b] / Q[b].sum()
+                c = draw_node_candidates(q, K8, "without_replacement", np.random.default_rng(b).random((DRAWS8, K8)))
+                for s, sched in SCHEDULES.items():
+                    per[s].append(expected_acceptance(P[b], q, c, sched))
+            ref = np.concatenate(per["g=1 (shipped)"])
+            astar = np.mean([alpha_star_wor(P[b], Q[b], K8).statistic for b in range(NODES8)])
+            cells = []
+            for s, v in per.items():
+                a = np.concatenate(v)
+                d = a - ref
+                cells.append(f"{a.mean():.4f}" + ("" if s.startswith("g=1 ") else
+                                                   f" ({d.mean():+.4f} +- {d.std(ddof=1) / np.sqrt(d.size):.4f})"))
+            print(f"| {fam} | {T} | {astar:.4f} | " + " | ".join(cells) + " |", flush=True)
+
+
 def main() -> None:
+    if "--k8" in sys.argv[1:]:
+        return main_k8()
     variants = {f"g={g}": resispec.get_verifier("resispec", drafting="without_replacement", scales=(g,))
                 for g in SCALES}
     variants["lookahead-scale"] = LookaheadScaleWOR()
