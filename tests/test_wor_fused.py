@@ -243,3 +243,29 @@ def test_fused_kernel_decides_the_same_for_any_memory_layout():
             np.testing.assert_array_equal(s1, s2)
             np.testing.assert_array_equal(a1[ok], a2[ok])
             np.testing.assert_array_equal(r1[ok], r2[ok])
+
+
+@pytest.mark.parametrize("v", [FUSED, REF], ids=["fused", "reference"])
+def test_blocks_of_rows_give_the_same_chain_and_tokens(v, monkeypatch):
+    """A batch run in blocks of rows (large B x V) gives the chain and tokens of one block, bit for bit, in numpy
+    and in the torch twin (which skips decided rows in float64 too)."""
+    rng = np.random.default_rng(5)
+    p, q = get_family("softmax_noise").sample(rng, n=23, V=200, temperature=1.0)
+    c = resispec.draw_candidates(q, 4, "without_replacement", rng)
+    U = rng.random((23, 5))
+    U[::3, :4] = 0.999999                                        # some rows reach the residual
+    whole_chain, whole = v.chain(p, q, c), v.verify(p, q, c, uniforms=U)
+    whole_cut = v.chain_until_accept(p, q, c, U)
+    monkeypatch.setattr(resispec_wor, "_BLOCK_BYTES", 8 * 200 * 5)   # blocks of 5 rows: 5 blocks, the last of 3
+    ch, res, cut = v.chain(p, q, c), v.verify(p, q, c, uniforms=U), v.chain_until_accept(p, q, c, U)
+    np.testing.assert_array_equal(ch.accept_probs, whole_chain.accept_probs)
+    np.testing.assert_array_equal(ch.residual, whole_chain.residual)
+    np.testing.assert_array_equal(cut.accept_probs, whole_cut.accept_probs)
+    np.testing.assert_array_equal(cut.residual, whole_cut.residual)
+    np.testing.assert_array_equal(res.tokens, whole.tokens)
+    np.testing.assert_array_equal(res.accepted, whole.accepted)
+    torch = pytest.importorskip("torch")
+    vt = resispec.get_verifier("resispec", backend="torch", drafting="without_replacement", solver=v.solver)
+    t = vt.verify(torch.from_numpy(p), torch.from_numpy(q), torch.from_numpy(c), uniforms=torch.from_numpy(U))
+    np.testing.assert_array_equal(t.tokens.numpy(), whole.tokens)
+    np.testing.assert_array_equal(t.accepted.numpy(), whole.accepted)

@@ -150,7 +150,7 @@ class TorchVerifier(ABC):
                            device=p2.device)
         else:
             u = as_uniforms_t(uniforms, B, k, p2.device)
-        a, r = self._chain_t(p2, q2, c)
+        a, r = self._chain_decided_t(p2, q2, c, u)
         return decide(a, r, c, u)
 
     def conditional_law(self, p, q, candidates) -> torch.Tensor:
@@ -173,6 +173,12 @@ class TorchVerifier(ABC):
         """:meth:`chain` as a numpy :class:`resispec.Chain` (float64)."""
         ch = self.chain(p, q, candidates)
         return NumpyChain(ch.accept_probs.double().cpu().numpy(), ch.residual.double().cpu().numpy())
+
+    def _chain_decided_t(self, p: torch.Tensor, q: torch.Tensor, c: torch.Tensor, u: torch.Tensor):
+        """A chain that agrees with :meth:`_chain_t` up to each row's first accepted step under ``u``
+        (B, k + 1) float64 (all that :func:`decide` reads); a rule may skip the later steps (the numpy
+        :meth:`resispec.verifiers.base.Verifier._chain_decided`).  Default: the full chain."""
+        return self._chain_t(p, q, c)
 
     # ------------------------------------------------------ implementation
     @abstractmethod

@@ -54,10 +54,23 @@ class ResiSpecWORTorch(TorchVerifier):
         return {**self._rule.options(), "dtype": str(self.dtype).replace("torch.", ""), "device": str(self.device)}
 
     def _chain_t(self, p: torch.Tensor, q: torch.Tensor, c: torch.Tensor):
+        return self._host_chain(p, q, c, None)
+
+    def _chain_decided_t(self, p: torch.Tensor, q: torch.Tensor, c: torch.Tensor, u: torch.Tensor):
+        """In float64 the steps after a row's first acceptance are skipped (as the numpy ``verify``): the same
+        accept probabilities decide on both sides.  In float32 :func:`decide` compares the uniforms with the
+        probabilities rounded to float32, so the full chain is kept."""
+        if p.dtype != torch.float64:
+            return self._chain_t(p, q, c)
+        return self._host_chain(p, q, c, u.to("cpu").numpy())
+
+    def _host_chain(self, p, q, c, u):
+        """The numpy rule's chain on the host in float64 (``u`` (B, k + 1) float64 or None: the decided chain
+        or the full one), returned on ``p``'s device in its dtype."""
         host = p.device.type == "cpu" and p.dtype == torch.float64
         P = p if host else p.to(device="cpu", dtype=torch.float64)
         Q = q if host else q.to(device="cpu", dtype=torch.float64)
-        a, r = self._rule._chain(np.ascontiguousarray(P.numpy()), np.ascontiguousarray(Q.numpy()),
-                                 c.to("cpu").numpy().astype(np.int64, copy=False))
+        a, r = self._rule._chain_decided(np.ascontiguousarray(P.numpy()), np.ascontiguousarray(Q.numpy()),
+                                         c.to("cpu").numpy().astype(np.int64, copy=False), u)
         return (torch.from_numpy(a).to(device=p.device, dtype=p.dtype),
                 torch.from_numpy(r).to(device=p.device, dtype=p.dtype))
