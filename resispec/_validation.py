@@ -158,6 +158,9 @@ def as_law(x, *, name: str) -> np.ndarray:
         raise ValueError(f"{name} must have shape (V,) or (B, V), got shape {arr.shape}")
     if arr.shape[1] < 1 or arr.shape[0] < 1:
         raise ValueError(f"{name} must have at least one row and one token, got shape {arr.shape}")
+    # C order (a copy only for Fortran-ordered or strided input): row sums along axis 1 round by layout, and a
+    # verifier must decide the same whatever the layout
+    arr = np.ascontiguousarray(arr)
     if not np.all(np.isfinite(arr)):
         raise ValueError(f"{name} contains NaN or inf; pass finite probabilities")
     if np.any(arr < 0):

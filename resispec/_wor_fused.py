@@ -67,7 +67,7 @@ OPTION, PLAIN, FALLBACK = 0, 1, 2
 _TINY = 1e-13              # as resispec.verifiers.resispec_wor._TINY (checked in tests)
 _MARGIN_TOL = 1e-14        # as resispec.verifiers.zero_diagonal._MARGIN_TOL
 _RESIDUAL_EPS = 1e-13      # as resispec.verifiers.base._RESIDUAL_EPS (checked in tests)
-_FM = {"reassoc", "contract", "nsz"}     # vectorised sums; NaN / inf semantics kept; no reciprocal
+_FM = {"contract", "nsz"}     # sums in source order (reassoc made the last bits depend on memory placement); NaN / inf kept; no reciprocal
 # multiplies ("arcp"): 1 / tot overflows for a subnormal row total where x / tot does not
 
 
@@ -596,9 +596,10 @@ def wor_step_rows(P: np.ndarray, Q: np.ndarray, X: np.ndarray, g: float = 1.0):
     status = np.empty(B, dtype=np.int64)
     passes = np.zeros(B, dtype=np.int64)
     X = np.ascontiguousarray(X, dtype=np.int64)
-    # the kernel sums with reassociation (vectorised), so its last bits depend on the array type numba
-    # compiles for (layout, read-only): every row reaches it as one type, so a broadcast (stride-0,
-    # read-only) batch, a copy of it and the torch twin's tensors decide the same at ties (u == a)
+    # every row reaches the kernel as one array type (C order, writable), so a broadcast (stride-0,
+    # read-only) batch, a copy of it and the torch twin's tensors run the same compiled code and decide the
+    # same at ties (u == a); its sums run in source order (no reassoc), so neither memory placement nor
+    # alignment moves their last bits (tests/test_wor_fused.py)
     if B > 1 and _rows_equal(P, Q):
         _chunk(_c_writable(P[:1]), _c_writable(Q[:1]), X, float(g), True, A, R, status, passes, 0, B)
         return A, R, status, passes

@@ -158,3 +158,20 @@ def test_draw_candidates_checks():
                         torch.Generator().manual_seed(0))
     with pytest.raises(ValueError, match="rng"):
         draw_candidates(q, 2, "iid")
+
+
+def test_ragged_uniforms_name_the_argument_and_analysis_does_not_warn():
+    """Breaker (session 37): ragged uniforms raised numpy's bare message; exact_output_law on a torch verifier
+    warned about wrapping a read-only array."""
+    import warnings
+
+    import resispec
+
+    vt = resispec.get_verifier("resispec", backend="torch", drafting="without_replacement")
+    p, q = np.array([.4, .3, .2, .1]), np.array([.1, .2, .3, .4])
+    with pytest.raises(ValueError, match="uniforms"):
+        vt.verify(torch.tensor(p), torch.tensor(q), torch.tensor([0, 1]), uniforms=[[0.1, 0.2], [0.3]])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", UserWarning)
+        law = resispec.exact_output_law(vt, p, q, 3, drafting="without_replacement")
+    assert np.abs(law - p).max() < 1e-12

@@ -269,3 +269,46 @@ def test_blocks_of_rows_give_the_same_chain_and_tokens(v, monkeypatch):
     t = vt.verify(torch.from_numpy(p), torch.from_numpy(q), torch.from_numpy(c), uniforms=torch.from_numpy(U))
     np.testing.assert_array_equal(t.tokens.numpy(), whole.tokens)
     np.testing.assert_array_equal(t.accepted.numpy(), whole.accepted)
+
+
+def _tie_batch(B=150, V=64, k=8, seed=0):
+    rng = np.random.default_rng(seed)
+    logits = rng.standard_normal((B, V)) * 2
+    p = np.exp(logits / 1.5)
+    p /= p.sum(1, keepdims=True)
+    q = np.exp((logits + rng.standard_normal((B, V))) / 1.5)
+    q /= q.sum(1, keepdims=True)
+    return p, q, resispec.draw_candidates(q, k, "without_replacement", rng)
+
+
+def test_fused_step_is_deterministic_in_the_last_bit():
+    """Breaker (session 37): the kernel was compiled with ``reassoc``, so its sums took a vectorised or a scalar
+    loop by where the arrays sat in memory; 2-3.5 % of identical small calls differed by an ulp, and at a tie
+    (u == a) verify, chain + decide and the torch twin chose different tokens."""
+    p, q, c = _tie_batch()
+    junk = []
+    for b in range(p.shape[0]):
+        for s in (slice(b, b + 1), slice(b, b + 2)):
+            one = FUSED.chain(p[s], q[s], c[s])
+            junk.append(np.empty(17 + b))                         # move the next allocations
+            two = FUSED.chain(p[s], q[s], c[s])
+            np.testing.assert_array_equal(one.accept_probs, two.accept_probs)
+            np.testing.assert_array_equal(one.residual, two.residual)
+
+
+@pytest.mark.parametrize("name,drafting", [("resispec", "without_replacement"), ("resispec", "iid"),
+                                           ("resispec_myopic", "iid"), ("rrs", "iid")])
+def test_fortran_ordered_laws_decide_as_c_ordered(name, drafting):
+    """Breaker (session 37): Fortran-ordered p, q kept their layout, so the row sums (and the accept
+    probabilities) differed in the last bits from C order and tie uniforms chose other tokens."""
+    v = resispec.get_verifier(name, **({"drafting": drafting} if drafting != "iid" else {}))
+    p, q, c = _tie_batch(B=30, V=300, k=4, seed=1)
+    if drafting == "iid":
+        c = resispec.draw_candidates(q, 4, "iid", np.random.default_rng(2))
+    a = v.chain(p, q, c).accept_probs
+    U = np.concatenate([np.minimum(a, np.nextafter(1.0, 0.0)), np.full((30, 1), 0.5)], axis=1)   # u_i = a_i
+    pF, qF = np.asfortranarray(p), np.asfortranarray(q)
+    np.testing.assert_array_equal(v.chain(pF, qF, c).accept_probs, a)
+    r, rF = v.verify(p, q, c, uniforms=U), v.verify(pF, qF, c, uniforms=U)
+    np.testing.assert_array_equal(rF.tokens, r.tokens)
+    np.testing.assert_array_equal(rF.accepted, r.accepted)

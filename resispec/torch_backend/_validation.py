@@ -193,7 +193,11 @@ def as_uniforms_t(uniforms, B: int, k: int, device) -> torch.Tensor:
             raise TypeError(f"uniforms must be a floating tensor (float64), got {uniforms.dtype}")
         u = uniforms.to(device=device, dtype=torch.float64)
     else:
-        raw = np.asarray(uniforms) if not isinstance(uniforms, (str, bytes)) else np.asarray(object())
+        try:
+            raw = np.asarray(uniforms) if not isinstance(uniforms, (str, bytes)) else np.asarray(object())
+        except ValueError as exc:                          # ragged rows
+            raise ValueError(f"uniforms must be a (B, k + 1) array of floats in [0, 1); could not read it as one: "
+                             f"{exc}") from None
         if raw.dtype == object or raw.dtype == bool or not (np.issubdtype(raw.dtype, np.floating)
                                                             or np.issubdtype(raw.dtype, np.integer)):
             raise TypeError(f"uniforms must be a real float array or tensor of shape (B, k + 1), got "

@@ -163,8 +163,8 @@ class TorchVerifier(ABC):
         """numpy adapter for :mod:`resispec.analysis`: float64 numpy in and out."""
         dev = getattr(self, "device", torch.device("cpu"))
         dt = getattr(self, "dtype", torch.float64)
-        P = torch.as_tensor(np.ascontiguousarray(p, dtype=np.float64), device=dev).to(dt)
-        Q = torch.as_tensor(np.ascontiguousarray(q, dtype=np.float64), device=dev).to(dt)
+        P = torch.as_tensor(_writable(p), device=dev).to(dt)
+        Q = torch.as_tensor(_writable(q), device=dev).to(dt)
         C = torch.as_tensor(np.ascontiguousarray(c, dtype=np.int64), device=dev)
         a, r = self._chain_t(P, Q, C)
         return a.to(torch.float64).cpu().numpy(), r.to(torch.float64).cpu().numpy()
@@ -184,6 +184,12 @@ class TorchVerifier(ABC):
     @abstractmethod
     def _chain_t(self, p: torch.Tensor, q: torch.Tensor, c: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Return ``(accept_probs (B, k), residual (B, V))`` for validated tensors."""
+
+
+def _writable(a) -> np.ndarray:
+    """``a`` as C-ordered float64 that torch may wrap without its read-only warning (copied only if needed)."""
+    a = np.ascontiguousarray(a, dtype=np.float64)
+    return a if a.flags.writeable else a.copy()
 
 
 def decide(a: torch.Tensor, r: torch.Tensor, c: torch.Tensor, u: torch.Tensor) -> TorchVerifyResult:
