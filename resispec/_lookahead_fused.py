@@ -535,7 +535,7 @@ def lookahead_rows(p: np.ndarray, q: np.ndarray, k_left: int, *, gamma: float | 
                              "with p or q")
     n = int(k_left)
     g = float(gamma) if want_m else 0.0
-    m = (np.empty_like(p) if out is None else out) if want_m else np.empty((B, 0))
+    m = (np.empty(p.shape) if out is None else out) if want_m else np.empty((B, 0))
     if B > 1 and _rows_equal(p, q):               # identical nodes (a tiled Monte Carlo batch): one solve
         sched = np.zeros((1, n + 1))
         _chunk(p[:1], q[:1], n, sub_buckets(V), g, TOL, sched, m[:1], want_m, 0, 1)

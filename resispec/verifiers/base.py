@@ -545,7 +545,7 @@ class MassVerifier(Verifier):
         p2, q2, _ = as_node(p, q)
         k = check_k(k)
         B = p2.shape[0]
-        M = np.zeros_like(p2)
+        M = np.zeros(p2.shape)
         reach = np.ones(B)
         p_i = p2
         empty = np.zeros((B, 0), dtype=np.int64)

@@ -25,7 +25,7 @@ class SingleDraft(MassVerifier):
     drafting = "iid"
 
     def accepted_mass(self, i, k, p_i, q_i, *, q, rejected):
-        return np.minimum(p_i, q_i) if i == 0 else np.zeros_like(p_i)
+        return np.minimum(p_i, q_i) if i == 0 else np.zeros(p_i.shape)
 
 
 @register("rrs")
@@ -76,7 +76,7 @@ class TargetOnly(Verifier):
         for i in range(k):
             x = c[:, i]
             a[:, i] = p_i[rows, x]
-            m = np.zeros_like(p_i)
+            m = np.zeros(p_i.shape)          # C order (zeros_like of a broadcast batch is Fortran-strided)
             m[rows, x] = p_i[rows, x]
             p_i = reject_update(p_i, m)
         return np.clip(a, 0.0, 1.0), p_i

@@ -13,6 +13,8 @@ verification (SpecTr, arXiv 2310.15141; Khisti et al. 2025, arXiv 2410.18234).
 
 from __future__ import annotations
 
+import threading
+
 import numpy as np
 
 from ..proxies import check_proxy_output, get_proxy
@@ -305,11 +307,14 @@ class ResiSpec(MassVerifier):
         rho, lam = self._proxy_and_lookahead(i, k, p_i, q_i)
         if (lam is None and getattr(self, "reserve_method", "newton") == "newton" and self.gamma <= 1.0
                 and _fused_available()):
-            # warm start from the previous candidate's reserve (speed only)
-            warm = getattr(self, "_warm", None)
+            # warm start from this thread's previous candidate's reserve (it moves lambda's last bit, so it is
+            # kept per thread: a verifier shared by threads decides as a single-threaded one)
+            store = self.__dict__.setdefault("_warm_by_thread", {})
+            key = threading.get_ident()
+            warm = store.get(key)
             warm = warm if (i > 0 and warm is not None and warm.shape[0] == p_i.shape[0]) else None
             lam, m = _solve_fused(p_i, q_i, rho, self.gamma, warm)
-            self._warm = lam
+            store[key] = lam
             return rho, lam, m
         if lam is None:
             lam = solve_reserve(p_i, q_i, rho, self.gamma, method=getattr(self, "reserve_method", "newton"))
