@@ -191,7 +191,8 @@ def scale_step(p, q, g):
     tokens with ``q > 0``, ``a`` (len(xs),) their acceptance probabilities ``m(x) / q(x)`` and ``R`` (len(xs), V)
     the residual after rejecting each.  ``g > 0``: the shipped rule with reserve scale ``g`` (its kernel, which
     itself keeps the better of the shaped and plain steps by next-step value; the numpy reference where the
-    kernel hands a row back); ``g = 0``: the plain ``rrs_wor`` step."""
+    kernel hands a row back); ``g = 0``: the plain ``rrs_wor`` step.  Source: ResiSpec (arXiv 2608.24411,
+    ``docs/RESISPEC.md`` s.4); ``rrs_wor``: RSD (arXiv 2402.14160)."""
     xs = np.flatnonzero(q > 0)
     P, Q = np.tile(p, (xs.size, 1)), np.tile(q, (xs.size, 1))
     if g == 0:
@@ -208,7 +209,8 @@ def scale_step(p, q, g):
 def acceptance_best_scale(p, q, n, scales) -> float:
     """Exact acceptance (float) with ``n`` candidates left at ``p, q`` (V,) float64 when every state with ``n >= 3``
     takes the best of ``scale_step(., ., g)`` over ``g`` in ``scales`` (0 = plain ``rrs_wor``), by dynamic
-    programming over the whole rest of the chain; states with 2 left take the shipped step (``g = 1``)."""
+    programming over the whole rest of the chain; states with 2 left take the shipped step (``g = 1``, optimal
+    there).  Cost: (len(scales) V)^(n - 2) steps, small V only."""
     if n == 1:
         return float(np.minimum(p, q).sum())
     best = -np.inf

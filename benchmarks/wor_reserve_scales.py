@@ -94,7 +94,9 @@ def expected_acceptance(p, q, c, schedule) -> np.ndarray:
     """Per draw (n,) float64: the acceptance probability of the WOR rule with reserve scale ``schedule[i]`` at
     non-last step ``i`` (0 = the plain ``rrs_wor`` step) given the candidates ``c`` (n, k) int64 drawn by successive
     sampling from ``q`` (V,); ``p`` (V,) the target.  Each step's coin is integrated out:
-    ``sum_i prod_{j<i} (1 - a_j) a_i`` with ``a_i = m_i(x_i) / q_i(x_i)``."""
+    ``sum_i prod_{j<i} (1 - a_j) a_i`` with ``a_i = m_i(x_i) / q_i(x_i)``.  ``schedule``: k - 1 floats >= 0.
+    Source: ResiSpec (arXiv 2608.24411, ``docs/RESISPEC.md`` s.4); successive sampling and ``rrs_wor``: RSD
+    (arXiv 2402.14160)."""
     n, k = c.shape
     rows = np.arange(n)
     P, Q = np.tile(p, (n, 1)), np.tile(q / q.sum(), (n, 1))
@@ -149,8 +151,13 @@ def main_k8() -> None:
             print(f"| {fam} | {T} | {astar:.4f} | " + " | ".join(cells) + " |", flush=True)
 
 
-def main() -> None:
-    if "--k8" in sys.argv[1:]:
+def main(argv=None) -> None:
+    import argparse
+
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--k8", action="store_true",
+                    help="the k = 8, V = 1000 Monte Carlo study of per-step scale schedules (about 2 minutes)")
+    if ap.parse_args(argv).k8:
         return main_k8()
     variants = {f"g={g}": resispec.get_verifier("resispec", drafting="without_replacement", scales=(g,))
                 for g in SCALES}

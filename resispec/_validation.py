@@ -123,6 +123,16 @@ def as_node(p, q=None, *, names=("p", "q")) -> Laws:
     return Laws(*as_laws(p, q, names=names))
 
 
+def c_writable(a) -> np.ndarray:
+    """``a`` (array_like) as a writable C-contiguous float64 array, copied unless it already is one (what torch
+    wraps without its read-only warning).  The compiled kernels keep their own copy
+    (``resispec._wor_fused._c_writable``): they import only the kernel floor (``tests/test_architecture.py``)."""
+    a = np.asarray(a)
+    if a.dtype == np.float64 and a.flags.c_contiguous and a.flags.writeable:
+        return a
+    return np.array(a, dtype=np.float64, order="C")
+
+
 def shares_one_row(x) -> bool:
     """True when the (B, V) array ``x`` (B > 1) repeats one row without copies (row stride 0, ``np.broadcast_to``)."""
     return isinstance(x, np.ndarray) and x.ndim == 2 and x.shape[0] > 1 and x.strides[0] == 0
@@ -151,16 +161,15 @@ def as_law(x, *, name: str) -> np.ndarray:
                                    or arr.dtype == bool):
         raise TypeError(f"{name} must be a real numeric array, got dtype {arr.dtype}")
     in_dtype = arr.dtype
-    arr = arr.astype(np.float64, copy=False)
     if arr.ndim == 1:
         arr = arr[None, :]
     if arr.ndim != 2:
         raise ValueError(f"{name} must have shape (V,) or (B, V), got shape {arr.shape}")
     if arr.shape[1] < 1 or arr.shape[0] < 1:
         raise ValueError(f"{name} must have at least one row and one token, got shape {arr.shape}")
-    # C order (a copy only for Fortran-ordered or strided input): row sums along axis 1 round by layout, and a
-    # verifier must decide the same whatever the layout
-    arr = np.ascontiguousarray(arr)
+    # float64 in C order (a copy only where needed): row sums along axis 1 round by layout, and a verifier must
+    # decide the same whatever the layout
+    arr = np.ascontiguousarray(arr, dtype=np.float64)
     if not np.all(np.isfinite(arr)):
         raise ValueError(f"{name} contains NaN or inf; pass finite probabilities")
     if np.any(arr < 0):

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from .._validation import c_writable
 from ..verifiers.base import Chain as NumpyChain
 from ._validation import (as_candidates_t, as_laws_t, as_uniforms_t, check_generator,
                           residual_eps)
@@ -163,8 +164,8 @@ class TorchVerifier(ABC):
         """numpy adapter for :mod:`resispec.analysis`: float64 numpy in and out."""
         dev = getattr(self, "device", torch.device("cpu"))
         dt = getattr(self, "dtype", torch.float64)
-        P = torch.as_tensor(_writable(p), device=dev).to(dt)
-        Q = torch.as_tensor(_writable(q), device=dev).to(dt)
+        P = torch.as_tensor(c_writable(p), device=dev).to(dt)
+        Q = torch.as_tensor(c_writable(q), device=dev).to(dt)
         C = torch.as_tensor(np.ascontiguousarray(c, dtype=np.int64), device=dev)
         a, r = self._chain_t(P, Q, C)
         return a.to(torch.float64).cpu().numpy(), r.to(torch.float64).cpu().numpy()
@@ -184,12 +185,6 @@ class TorchVerifier(ABC):
     @abstractmethod
     def _chain_t(self, p: torch.Tensor, q: torch.Tensor, c: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Return ``(accept_probs (B, k), residual (B, V))`` for validated tensors."""
-
-
-def _writable(a) -> np.ndarray:
-    """``a`` as C-ordered float64 that torch may wrap without its read-only warning (copied only if needed)."""
-    a = np.ascontiguousarray(a, dtype=np.float64)
-    return a if a.flags.writeable else a.copy()
 
 
 def decide(a: torch.Tensor, r: torch.Tensor, c: torch.Tensor, u: torch.Tensor) -> TorchVerifyResult:
