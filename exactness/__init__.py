@@ -36,7 +36,7 @@ this project's engine), :mod:`~exactness.coupled` (kernel vs reference under the
 :mod:`~exactness.stepwise` (a verifier's declared steps checked at every state a run visits).
 """
 
-from ._checks import ExactnessWarning
+from ._checks import ExactnessWarning, SubjectError
 from .certificate import Certificate, certify_sampler
 from .collected import certify_counts, certify_samples
 from .decoder import certify_decoder
@@ -64,5 +64,5 @@ def __getattr__(name):  # lazy: keep ``import exactness`` light
     raise AttributeError(f"module 'exactness' has no attribute {name!r}")
 
 
-__all__ = ["Certificate", "ExactnessWarning", "assert_coupled", "assert_exact", "certify_counts", "certify_coupled", "certify_decoder",
+__all__ = ["Certificate", "ExactnessWarning", "SubjectError", "assert_coupled", "assert_exact", "certify_counts", "certify_coupled", "certify_decoder",
            "certify_samples", "certify_sampler", "certify_stepwise", "certify_verifier", "chi2_power", "detectable_tv", "samples_for_tv", "validate_proxy"]

@@ -18,6 +18,42 @@ class ExactnessWarning(UserWarning):
     """The requested power cannot be reached with the given number of samples."""
 
 
+class SubjectError(RuntimeError):
+    """The subject under certification misbehaved: a verdict of FAIL (exit 1), never "bad input" (exit 2).
+
+    The subject is what is being certified: a verifier, a kernel, a decoder, a sampler or an engine.  It
+    misbehaves when it raises, hangs past the time limit, returns the wrong shape or dtype, emits a token
+    outside ``[0, V)``, reports an accepted index that does not name the emitted candidate, or emits a token
+    of target probability 0.  The certify functions catch it and return a failed certificate naming
+    ``cause`` (:func:`exactness.certificate.subject_failure`); the CLI prints that cause and exits 1.
+    The caller's own malformed arguments stay ``ValueError`` / ``TypeError`` (exit 2).
+
+    Attributes
+    ----------
+    cause : str
+        One line naming the subject's method and what it did, e.g. ``"MyVerifier.verify raised
+        ZeroDivisionError: division by zero"``.
+    """
+
+    def __init__(self, cause: str):
+        super().__init__(cause)
+        self.cause = str(cause)
+
+
+def subject_call(fn, what: str, *args, **kwargs):
+    """Call the subject's ``fn(*args, **kwargs)``; any ``Exception`` it raises becomes a :class:`SubjectError`.
+
+    ``what`` names the call in the cause (``"MyVerifier.verify"``).  A ``SubjectError`` raised inside passes
+    through unchanged; ``BaseException`` (time limits, Ctrl-C) is never caught here.
+    """
+    try:
+        return fn(*args, **kwargs)
+    except SubjectError:
+        raise
+    except Exception as exc:
+        raise SubjectError(f"{what} raised {type(exc).__name__}: {exc}") from exc
+
+
 def check_law(law, *, name: str = "law") -> np.ndarray:
     """Validate one law: (V,) float64, finite, non-negative, summing to 1.
 

@@ -188,6 +188,20 @@ class Certificate:
         return out
 
 
+def subject_failure(cause: str, *, alpha: float = 1e-3, power: float = 0.99, main: str = "subject",
+                    details: dict | None = None, notes=()) -> Certificate:
+    """A FAIL certificate for a subject that misbehaved (:class:`exactness._checks.SubjectError`).
+
+    ``passed`` False, ``pvalue`` 0, the single check ``"subject"`` at p = 0 with ``details["subject"]["error"]
+    = cause``; no samples were tested, so ``n`` is 0 and every TV field is NaN (nothing is claimed about the
+    law).  The summary reads ``FAIL [subject: <cause>]``.
+    """
+    nan = float("nan")
+    return Certificate(passed=False, statistic=nan, pvalue=0.0, tv_estimate=nan, tv_upper=nan, detectable_tv=nan,
+                       n=0, alpha=alpha, power=power, df=0, g_statistic=nan, g_pvalue=0.0, checks={"subject": 0.0},
+                       details={"subject": {"error": str(cause)}, **(details or {})}, notes=tuple(notes), main=main)
+
+
 def _fmt_num(x, spec=".3g") -> str:
     x = float(x)
     return format(x, spec) if math.isfinite(x) else str(x)

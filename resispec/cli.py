@@ -49,8 +49,18 @@ def main(argv: list[str] | None = None) -> int:
     if not getattr(args, "_run", None):
         parser.print_help()
         return 2
+    from exactness._checks import SubjectError
+    from exactness._timeout import TimeLimitExceeded
+
     try:
         return int(args._run(args) or 0)
+    except SubjectError as exc:   # the subject (verifier, kernel, decoder, engine) misbehaved: a FAIL, not bad input
+        print(f"resispec {args.command}: FAIL: {exc.cause}", file=sys.stderr)
+        return 1
+    except TimeLimitExceeded as exc:   # a subject that never returned (time limits are FAILs, docs/certify.md#exit-codes)
+        print(f"resispec {args.command}: FAIL: the subject did not return ({exc}); raise --time-limit if it is "
+              "merely slow", file=sys.stderr)
+        return 1
     except (ValueError, TypeError, OSError) as exc:  # OSError: unwritable --out, missing input file, ...
         print(f"resispec {args.command}: error: {exc}", file=sys.stderr)
         return 2
