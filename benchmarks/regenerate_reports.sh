@@ -15,7 +15,7 @@ log=$(mktemp -d)
 echo "logs: $log"
 
 lane1() {
-  "${RS[@]}" certify --no-progress
+  "${RS[@]}" certify --no-progress --out reports/certify.md
   "${RS[@]}" certify --verifier resispec_lookahead --verifier resispec.verifiers.resispec_wor:ResiSpecWOR \
       --k 2,4 --no-mutants --no-progress --out reports/certify_gap.md
   "${RS[@]}" bench-accept --no-progress

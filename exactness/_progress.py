@@ -67,3 +67,53 @@ def progress_mode(progress) -> str:
     if progress is True:
         return "auto"
     return str(progress)
+
+
+class Heartbeat:
+    """Say on ``stream`` (default stderr) that a long step is still running: a context manager.
+
+    While the block runs, a daemon thread prints ``"<desc>: <step>, N s elapsed"`` once a step has run
+    ``after`` seconds, then every ``interval`` seconds, so a call that would sit silent for minutes shows what it
+    is doing; a call whose steps all finish within ``after`` prints nothing.  ``step(label)`` names the step now
+    running.  ``enabled=False``: silent.
+    """
+
+    def __init__(self, desc: str, *, after: float = 10.0, interval: float = 10.0, stream=None,
+                 enabled: bool = True):
+        import threading
+
+        self.desc, self.after, self.interval, self.enabled = desc, after, interval, enabled
+        self.stream = sys.stderr if stream is None else stream
+        self.label, self.t0 = "starting", time.perf_counter()
+        self._step_t0 = self.t0
+        self._stop = threading.Event()
+        self._thread = None
+
+    def step(self, label: str) -> None:
+        """Name the step now running (its clock starts now)."""
+        self.label, self._step_t0 = label, time.perf_counter()
+
+    def _run(self) -> None:
+        last = None
+        while not self._stop.wait(0.25):
+            now = time.perf_counter()
+            if now - self._step_t0 < self.after or (last is not None and now - last < self.interval):
+                continue
+            last = now
+            try:
+                print(f"{self.desc}: {self.label}, {now - self.t0:.0f} s elapsed", file=self.stream, flush=True)
+            except (OSError, ValueError):   # a closed stream: stay quiet
+                return
+
+    def __enter__(self):
+        if self.enabled:
+            import threading
+
+            self._thread = threading.Thread(target=self._run, name=f"heartbeat {self.desc}", daemon=True)
+            self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=1.0)

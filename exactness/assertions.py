@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from ._checks import base_seed, sub_seed
-from .certificate import Certificate, certify_sampler
+from .certificate import DEFAULT_TIMEOUT, Certificate, certify_sampler
 from .grid import adjust
 from .verifier_cert import certify_verifier
 
@@ -22,7 +22,7 @@ def _panel(seed: int):
 
 
 def assert_exact(verifier, p=None, q=None, k=DEFAULT_KS, *, n: int | None = None, alpha: float = 1e-3,
-                 seed: int = 0, tv: float | None = None) -> list[Certificate]:
+                 seed: int = 0, tv: float | None = None, timeout: float | None = DEFAULT_TIMEOUT) -> list[Certificate]:
     """Assert that a verifier (or a sampler) emits exactly the target law.
 
     Two forms:
@@ -45,6 +45,8 @@ def assert_exact(verifier, p=None, q=None, k=DEFAULT_KS, *, n: int | None = None
     alpha : float, family-wise level
     seed : int, sequence of ints (``[0, i]``) or SeedSequence
     tv : float, optional, smallest TV to detect (warns if ``n`` is too small)
+    timeout : float or None, hard wall-clock limit in seconds per cell (default
+        ``exactness.certificate.DEFAULT_TIMEOUT``; ``0`` / None: none)
 
     Returns
     -------
@@ -55,6 +57,9 @@ def assert_exact(verifier, p=None, q=None, k=DEFAULT_KS, *, n: int | None = None
     AssertionError
         Some cell fails; the message lists each failing cell with its
         Holm-adjusted p-value, failing checks, exact TV and detectable TV.
+        A verifier or sampler that misbehaves (raises, returns the wrong
+        shape, emits a token outside ``[0, V)`` or of target probability 0,
+        runs past ``timeout``) fails its cell with the cause.
     ValueError, TypeError
         Bad input (as :func:`certify_verifier` / :func:`certify_sampler`).
     """
@@ -63,9 +68,10 @@ def assert_exact(verifier, p=None, q=None, k=DEFAULT_KS, *, n: int | None = None
             raise TypeError("assert_exact needs a verifier (with verify) or a sampler callable and its law")
         if n is None:
             raise ValueError("assert_exact(sample, law, n=...): give the number of samples n for a sampler")
-        cert = certify_sampler(verifier, p, n, alpha=alpha, seed=seed, tv=tv)
+        cert = certify_sampler(verifier, p, n, alpha=alpha, seed=seed, tv=tv, timeout=timeout)
         if not cert.passed:
-            raise AssertionError(f"sampler is not exact: {cert.summary()}")
+            cause = (cert.details.get("subject") or {}).get("error") if "subject" in cert.checks else None
+            raise AssertionError(f"sampler misbehaved: {cause}" if cause else f"sampler is not exact: {cert.summary()}")
         return [cert]
     ks = (k,) if isinstance(k, (int, np.integer)) else tuple(k)
     if not ks:
@@ -79,7 +85,7 @@ def assert_exact(verifier, p=None, q=None, k=DEFAULT_KS, *, n: int | None = None
         for kk in ks:
             labels.append(f"{name} node, k = {kk}")
             certs.append(certify_verifier(verifier, pp, qq, kk, n=n, alpha=alpha,
-                                          seed=sub_seed(seed, i, kk), tv=tv))
+                                          seed=sub_seed(seed, i, kk), tv=tv, timeout=timeout))
     holm = adjust([c.pvalue for c in certs], "holm")
     bad = [(lab, c, h) for lab, c, h in zip(labels, certs, holm) if h < alpha]
     if bad:
@@ -87,6 +93,10 @@ def assert_exact(verifier, p=None, q=None, k=DEFAULT_KS, *, n: int | None = None
         for lab, c, h in bad:
             ex = c.details.get("exact", {}).get("tv")
             failing = {name: round(pv, 6) for name, pv in c.failed_checks().items()}
+            cause = (c.details.get("subject") or {}).get("error") if "subject" in c.checks else None
+            if cause:
+                lines.append(f"  {lab}: the subject misbehaved: {cause}")
+                continue
             lines.append(f"  {lab}: p_holm = {h:.3g}, failing checks {failing}, "
                          f"exact TV {ex if ex is None else format(ex, '.3g')}, TV estimate {c.tv_estimate:.3g}, "
                          f"detectable TV {c.detectable_tv:.3g}, n = {c.n:,}")
@@ -98,7 +108,7 @@ def assert_exact(verifier, p=None, q=None, k=DEFAULT_KS, *, n: int | None = None
 
 
 def assert_coupled(kernel, reference, p, q, k: int, *, tv: float = 1e-4, alpha: float = 1e-3, seed=0,
-                   convention: str = "resispec", **kw):
+                   convention: str | None = None, **kw):
     """Assert that ``kernel`` implements ``reference`` draw by draw under shared coins (a pytest form).
 
     Runs :func:`exactness.certify_coupled` with enough coupled draws for the requested bound:
@@ -115,18 +125,20 @@ def assert_coupled(kernel, reference, p, q, k: int, *, tv: float = 1e-4, alpha: 
     k : int
     tv : float in (0, 1), default 1e-4
         TV bound a pass must establish.
-    alpha, seed, convention : as ``certify_coupled``
+    alpha, seed, convention : as ``certify_coupled`` (``convention`` None: from the kernel's signature)
 
     Returns
     -------
     CoupledCertificate
-        When it passed (zero mismatches).
+        When it passed (zero mismatches).  ``cert.reference_law`` says what the pass means for ``p``: a
+        user's reference whose law was not checked (``"unchecked"``) bounds TV(kernel, reference) only.
 
     Raises
     ------
     AssertionError
-        Any mismatch: the message is the certificate's verdict followed by the shrunk
-        counterexample (a few lines of Python reproducing it against both sides).
+        Any mismatch, a user's reference whose own law is biased, or a kernel that raises, hangs or
+        breaks its output contract: the message is the certificate's verdict (naming the cause) followed
+        by the shrunk counterexample (a few lines of Python reproducing it against both sides).
     ValueError
         ``tv`` outside (0, 1); bad arguments as ``certify_coupled`` raises them.
     """

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import math
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 import numpy as np
 
-from ._checks import as_generator, check_alpha, check_law, check_n, check_tokens, warn_power, check_tv
+from ._checks import SubjectError, as_generator, check_alpha, check_n, check_tokens, check_tv, warn_power
 from .gof import MIN_EXPECTED, gof_test, tv_bounds
 from .power import detectable_tv as _detectable_tv
 from .power import samples_for_tv
@@ -150,7 +151,7 @@ class Certificate:
             parts.append(f"chi2 = {_fmt_num(d['statistic'], '.4g')} (df {d.get('df', '?')})")
         if d.get("reason") and not d.get("error"):
             parts.append(str(d["reason"]))
-        if name in self.checks:
+        if name in self.checks and name != "subject":   # a misbehaving subject is a cause, not a p-value
             parts.append(f"p = {holm(self.checks)[name]:.3g}")
         return f"{name}: " + ", ".join(parts)
 
@@ -164,28 +165,103 @@ class Certificate:
         eq = self.details.get("equivalence")
         return None if eq is None else eq.get("statement")
 
-    def summary(self) -> str:
-        """One line: the verdict, the failing checks with THEIR numbers, the main test (labelled by ``main``), skips and notes."""
-        marg = (f"{self.main} chi2 = {self.statistic:.4g} (df {self.df}), TV ~ {self.tv_estimate:.3g} "
-                f"(<= {self.tv_upper:.3g}), detectable TV {self.detectable_tv:.3g} at alpha {self.alpha:g}, "
-                f"power {self.power:g}, n = {self.n:,}")
+    #: Widest :meth:`summary` line (columns); longer lines are cut with a pointer to :meth:`report`.
+    SUMMARY_WIDTH = 120
+
+    def _bound(self) -> str:
+        """``": TV <= u at confidence c"`` from the equivalence statement ('' when withheld or absent)."""
+        eq = self.details.get("equivalence") or {}
+        if not (eq.get("statement") and eq.get("tv_upper") is not None):
+            return ""
+        return f": TV <= {_fmt_num(eq['tv_upper'])} at confidence {eq.get('confidence') or 1 - self.alpha:g}"
+
+    def _verdict_head(self, width: int | None = None) -> str:
+        """The verdict without skips or notes: ``NO BIAS DETECTED (detectable TV ..): TV <= ..`` or ``FAIL: ..``.
+
+        With ``width``, failing checks after the first are described only while the line fits; the rest are
+        named (``also failed: a, b``).
+        """
         if self.passed:
-            out = f"PASS: p = {self.pvalue:.3g}; {marg}"
-        else:
-            bad = self.failed_checks()
-            why = "; ".join(self.describe(k) for k in bad) or "no check ran"
-            out = f"FAIL [{why}]; {marg}"
+            test = "" if self.main == "marginal" else f"{self.main} test, "
+            if isinstance(self.details.get("sequential"), dict):
+                test += "sequential, "
+            return (f"NO BIAS DETECTED ({test}detectable TV {_fmt_num(self.detectable_tv)} at power {self.power:g}, "
+                    f"alpha {self.alpha:g}; n = {self.n:,})" + self._bound())
+        bad = list(self.failed_checks())
+        if not bad:
+            return "FAIL: no check ran"
+        out, rest = f"FAIL: {self.describe(bad[0])}", []
+        for k in bad[1:]:
+            part = f"; {self.describe(k)}"
+            if rest or (width is not None and len(out) + len(part) > width):
+                rest.append(k)
+            else:
+                out += part
+        if rest:
+            out += "; also failed: " + ", ".join(rest)
+        return out + (f"; n = {self.n:,}" if self.n else "")
+
+    def summary(self) -> str:
+        """The verdict in one line of at most :attr:`SUMMARY_WIDTH` (120) columns.
+
+        A pass reads ``NO BIAS DETECTED (detectable TV d at power 0.99, alpha 0.001; n = N): TV <= u at
+        confidence 0.999``: no check found a bias, and a bias of TV ``d`` (in the law of the main test, labelled
+        when it is not ``"marginal"``) would have been found with probability ``power``; it is not a proof of
+        exactness.  A failure reads ``FAIL: <check>: <that check's numbers>`` (:meth:`describe`), a misbehaving
+        subject ``FAIL: subject: <cause>``.  Skipped checks and notes follow while they fit; a line that leaves
+        anything out (or is cut, ending ``...``) ends with ``(more: .report())``.  Every number, skip and note: :meth:`report` and ``details``.
+        """
+        width, tail = self.SUMMARY_WIDTH, " (more: .report())"
+        extras = []                                   # (full text, short form or ''), most important first
+        if self.skipped:
+            extras.append(("; skipped: " + ", ".join(self.skipped), f"; {len(self.skipped)} checks skipped"))
+        head = self._verdict_head(width - 16 - (len(tail) + 20 if self.skipped or self.notes else 0))
+        if self.passed and self._bound():
+            head = head[:-len(self._bound())]
+            extras.insert(1 if extras else 0, (self._bound(), ""))
+        extras += [(f"; note: {note}", "") for note in self.notes]
+        out = head + "".join(full for full, _ in extras)
+        if len(out) <= width:
+            return out
+        out = head
+        if len(out) + len(tail) > width:              # the verdict alone is too long: cut it at a word
+            cut = out[:width - len(tail) - 4]
+            stop = max(cut.rfind(" "), cut.rfind(";"))
+            return (cut[:stop] if stop > width // 2 else cut).rstrip(" ;,") + " ..." + tail
+        for full, short in extras:
+            for part in (full, short):
+                if part and len(out) + len(part) + len(tail) <= width:
+                    out += part
+                    break
+        return out + tail
+
+    def report(self) -> str:
+        """The whole verdict in plain text, one item per line (what :meth:`summary` shortens).
+
+        Lines: the verdict (uncut; a failure names its failing checks); every failing check with its own
+        numbers (:meth:`describe`); the main test's statistic, TV estimate and bound, detectable TV, alpha,
+        power and ``n``; every check's Holm-adjusted p-value; the equivalence and sequential statements;
+        each skipped check with its reason; each note.
+        """
+        bad = list(self.failed_checks())
+        lines = [self._verdict_head() if self.passed or not bad else f"FAIL: {', '.join(bad)}"]
+        for k in bad:
+            lines.append(f"failed: {self.describe(k)}")
+        if self.n:   # a subject failure tested no samples
+            lines.append(f"{self.main} chi2 = {self.statistic:.4g} (df {self.df}), TV ~ {_fmt_num(self.tv_estimate)} "
+                         f"(<= {_fmt_num(self.tv_upper)}), detectable TV {_fmt_num(self.detectable_tv)} at alpha "
+                         f"{self.alpha:g}, power {self.power:g}, n = {self.n:,}")
+        if self.checks:
+            lines.append("checks (Holm-adjusted p): " + ", ".join(f"{k} {v:.3g}" for k, v in holm(self.checks).items()))
         eq = self.equivalence()
         if eq:
-            out += f"; equivalence: {eq}"
+            lines.append(f"equivalence: {eq}")
         seq = self.details.get("sequential")
         if isinstance(seq, dict) and seq.get("statement"):
-            out += f"; sequential: {seq['statement']}"
-        if self.skipped:
-            out += "; skipped: " + "; ".join(f"{k} ({v})" for k, v in self.skipped.items())
-        for note in self.notes:
-            out += f"; note: {note}"
-        return out
+            lines.append(f"sequential: {seq['statement']}")
+        lines += [f"skipped: {k} ({v})" for k, v in self.skipped.items()]
+        lines += [f"note: {note}" for note in self.notes]
+        return "\n".join(lines)
 
 
 def subject_failure(cause: str, *, alpha: float = 1e-3, power: float = 0.99, main: str = "subject",
@@ -194,7 +270,7 @@ def subject_failure(cause: str, *, alpha: float = 1e-3, power: float = 0.99, mai
 
     ``passed`` False, ``pvalue`` 0, the single check ``"subject"`` at p = 0 with ``details["subject"]["error"]
     = cause``; no samples were tested, so ``n`` is 0 and every TV field is NaN (nothing is claimed about the
-    law).  The summary reads ``FAIL [subject: <cause>]``.
+    law).  The summary reads ``FAIL: subject: <cause>``.
     """
     nan = float("nan")
     return Certificate(passed=False, statistic=nan, pvalue=0.0, tv_estimate=nan, tv_upper=nan, detectable_tv=nan,
@@ -219,8 +295,174 @@ def holm(pvalues: dict) -> dict:
     return dict(zip(names, adj.tolist()))
 
 
+#: Default hard time limit in seconds of ``certify_verifier``, ``certify_sampler`` and ``validate_proxy``: twice
+#: ``MAX_SECONDS``, the longest run a budget admits, so only a subject that never returns (or a run far past its
+#: estimate) meets it.  ``timeout=`` sets another (``0`` or ``None``: none).
+DEFAULT_TIMEOUT = 2 * MAX_SECONDS
+
+
+def _import_lazy_modules() -> None:
+    """Import what the checks import lazily before a time limit is armed (a limit firing mid-import would leave a
+    half-initialised module behind)."""
+    import scipy.optimize  # noqa: F401
+    import scipy.stats  # noqa: F401
+    import statsmodels.stats.multitest  # noqa: F401
+    import statsmodels.stats.proportion  # noqa: F401
+
+
+@contextmanager
+def subject_time_limit(timeout: float | None):
+    """``exactness._timeout.time_limit(timeout)`` unless a limit is already running here (an outer one, e.g. a
+    ``resispec certify`` cell's: it governs, and its ``TimeLimitExceeded`` passes through); yields whether this
+    limit was armed."""
+    import signal
+
+    from ._timeout import limit_available, time_limit
+
+    if not timeout or not limit_available() or signal.getitimer(signal.ITIMER_REAL)[0] > 0:
+        yield False
+        return
+    _import_lazy_modules()
+    with time_limit(timeout) as armed:
+        yield armed
+
+
+def timed_out_cause(what: str, timeout: float) -> str:
+    """The cause of a subject stopped by its time limit (one line)."""
+    return (f"{what} timed out after {timeout:g} s (timeout = {timeout:g}): a call of the subject that never "
+            "returned, or a run longer than the limit (pass a larger timeout=, or 0 for none)")
+
+
+def run_subject(body, *, timeout: float | None, what: str, alpha: float, power: float,
+                details: dict | None = None) -> Certificate:
+    """``body()`` (returning a :class:`Certificate`) under the hard time limit ``timeout`` (seconds; None / 0:
+    none); a :class:`exactness.SubjectError` raised inside, or this limit passing, is a FAIL certificate naming
+    the cause (:func:`subject_failure`), never an exception.  The caller's own errors (ValueError, TypeError)
+    pass through."""
+    from ._checks import SubjectError
+    from ._timeout import TimeLimitExceeded
+
+    try:
+        with subject_time_limit(timeout) as armed:
+            return body()
+    except SubjectError as exc:
+        return subject_failure(exc.cause, alpha=alpha, power=power, details=details)
+    except TimeLimitExceeded:
+        if not armed:
+            raise
+        return subject_failure(timed_out_cause(what, float(timeout)), alpha=alpha, power=power, details=details)
+
+
+def sampler_name(sample) -> str:
+    """How a sampler is named in a cause: ``"my_sampler(rng, n)"``."""
+    name = getattr(sample, "__qualname__", None) or type(sample).__name__
+    return f"{name}(rng, n)"
+
+
+#: A law that arrives in a float type narrower than float64 (float16, float32) is accepted when its rows sum to 1
+#: within this many units of that type's machine epsilon (float16: 3.9e-3), or within ``SUM_TOL`` if larger.
+NARROW_EPS = 4
+#: Rows whose float64 sum is off 1 by more than this are renormalised at the door (far below ``EXACT_TOL``).
+RENORM_ABOVE = 1e-13
+
+
+def _widened(x):
+    """``x`` as float64 divided by its row sums when it arrives as float16 / float32 with rows summing to 1 within
+    ``NARROW_EPS`` of its epsilon (a float16 softmax is off by ~1e-4); otherwise ``x`` unchanged (the door's own
+    checks then speak: non-finite, negative, off by more)."""
+    dtype = getattr(x, "dtype", None)
+    try:
+        narrow = dtype is not None and np.dtype(dtype).kind == "f" and np.dtype(dtype).itemsize < 8
+    except TypeError:       # a dtype numpy does not know (torch.bfloat16): the door reports it
+        return x
+    if not narrow:
+        return x
+    from ._checks import SUM_TOL
+
+    a = np.asarray(x, dtype=np.float64)
+    if a.ndim not in (1, 2) or a.size == 0 or not np.all(np.isfinite(a)) or np.any(a < 0):
+        return x
+    sums = a.sum(axis=-1, keepdims=True)
+    tol = max(SUM_TOL, NARROW_EPS * float(np.finfo(np.dtype(dtype)).eps))
+    if np.any(sums <= 0) or np.any(np.abs(sums - 1.0) > tol):
+        return x
+    return a / sums
+
+
+def _renormalised(a: np.ndarray) -> np.ndarray:
+    """Rows of a checked (B, V) float64 law divided by their sums where off 1 by more than ``RENORM_ABOVE``
+    (a broadcast view of one row stays one)."""
+    if a.ndim == 2 and a.shape[0] > 1 and a.strides[0] == 0:
+        return np.broadcast_to(_renormalised(a[:1]), a.shape)
+    sums = a.sum(axis=-1, keepdims=True)
+    if not np.any(np.abs(sums - 1.0) > RENORM_ABOVE):
+        return a
+    return np.ascontiguousarray(a / sums)
+
+
+def door_node(p, q=None, *, names=("p", "q")):
+    """The public certify functions' one check of ``p, q`` (:func:`resispec._validation.as_node`), normalised.
+
+    As ``as_node`` (a ``Laws`` comes back as is, trusted), and then every row is divided by its sum, so a law
+    accepted within ``SUM_TOL`` of summing to 1 (a float32 softmax) is certified as its float64
+    renormalisation is; a float16 / float32 law is accepted within ``NARROW_EPS`` of its type's epsilon.
+
+    Raises
+    ------
+    TypeError, ValueError
+        As ``as_node`` (naming ``names``).
+    """
+    from resispec._validation import Laws, as_node
+
+    if isinstance(p, Laws):
+        return as_node(p, q, names=names)
+    node = as_node(_widened(p), _widened(q), names=names)
+    return Laws(_renormalised(node.p), _renormalised(node.q), node.squeeze)
+
+
+def door_law(law, *, name: str = "law") -> np.ndarray:
+    """One law (V,) checked (:func:`exactness._checks.check_law`) and normalised as :func:`door_node` does."""
+    from ._checks import check_law
+
+    return _renormalised(check_law(_widened(law), name=name)[None])[0]
+
+
+def subject_cause(what: str, exc: BaseException) -> str:
+    """``"Mine.verify raised RuntimeError: boom (in verify, mine.py:12)"``: a subject's exception in one line, with
+    its innermost frame; ``SystemExit`` as ``"SystemExit: called sys.exit(0)"``."""
+    import traceback
+
+    msg = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+    if isinstance(exc, SystemExit):
+        msg = f"called sys.exit({exc.code!r})"
+    text = f"{type(exc).__name__}: {msg}" if msg else type(exc).__name__
+    if len(text) > 200:
+        text = text[:197] + "..."
+    tb = traceback.extract_tb(exc.__traceback__)
+    where = f" (in {tb[-1].name}, {tb[-1].filename.rsplit('/', 1)[-1]}:{tb[-1].lineno})" if tb else ""
+    return f"{what} raised {text}{where}"
+
+
+def call_subject(fn, what: str, *args, **kwargs):
+    """``fn(*args, **kwargs)``, a call of the subject: any ``Exception`` (or ``SystemExit``) it raises becomes a
+    :class:`exactness.SubjectError` naming ``what`` (:func:`subject_cause`); a ``SubjectError`` passes through,
+    and time limits and Ctrl-C are never caught."""
+    try:
+        return fn(*args, **kwargs)
+    except SubjectError:
+        raise
+    except (Exception, SystemExit) as exc:
+        raise SubjectError(subject_cause(what, exc)) from exc
+
+
 def _count_chunk(V: int, m: int, seed: int, sample) -> np.ndarray:
-    t = check_tokens(sample(np.random.default_rng(seed), m), V, m)
+    """Counts (V,) of one chunk ``sample(default_rng(seed), m)``; a misbehaving sampler raises SubjectError."""
+    name = sampler_name(sample)
+    out = call_subject(sample, name, np.random.default_rng(seed), m)
+    try:
+        t = check_tokens(out, V, m, name=name)
+    except (TypeError, ValueError) as exc:   # the sampler's output, not the caller's argument: a FAIL
+        raise SubjectError(str(exc)) from None
     return np.bincount(t, minlength=V)
 
 
@@ -231,7 +473,9 @@ def count_samples(sample, V: int, n: int, rng: np.random.Generator, *, chunk: in
     Chunk ``i`` gets its own generator seeded from ``rng``, so the counts are
     the same for any number of ``workers`` (processes, forked on POSIX by
     ``exactness.executors.ProcessExecutor``; ``workers > 1`` falls back to one
-    process where fork is unavailable).
+    process where fork is unavailable).  A sampler that raises, or returns
+    anything but (m,) integer ids in ``[0, V)``, raises
+    :class:`exactness.SubjectError` naming it.
     """
     from functools import partial
 
@@ -250,24 +494,48 @@ def _count_job(V: int, sample, job) -> np.ndarray:
     return _count_chunk(V, *job, sample)
 
 
+def impossible_tokens(counts, law, *, limit: int = 5) -> tuple[dict, str] | None:
+    """``({token: count}, reason)`` of the tokens of target probability 0 that were emitted (the first ``limit``
+    by count), or None when there are none: one such token fails a certificate at once."""
+    counts = np.asarray(counts)
+    law = np.asarray(law, dtype=np.float64)
+    bad = np.flatnonzero((law <= 0) & (counts > 0))
+    if bad.size == 0:
+        return None
+    order = bad[np.argsort(-counts[bad], kind="stable")][:limit]
+    seen = {int(t): int(counts[t]) for t in order}
+    total = int(counts[bad].sum())
+    listed = ", ".join(f"token {t} x {c:,}" for t, c in seen.items())
+    more = f" and {bad.size - len(seen)} more" if bad.size > len(seen) else ""
+    reason = (f"impossible token{'s' if bad.size > 1 else ''} emitted: {listed}{more} ({total:,} of "
+              f"{int(counts.sum()):,} samples) where the target gives probability 0; one is proof of bias")
+    return seen, reason
+
+
 def certificate_from_counts(counts, law, *, alpha: float, power: float, tv: float | None = None,
                             checks: dict | None = None, details: dict | None = None,
                             min_expected: float = MIN_EXPECTED, skipped: dict | None = None,
                             notes=()) -> Certificate:
     """Build a :class:`Certificate` from marginal counts plus extra check p-values.
 
+    A token of target probability 0 among the counts fails the marginal check at once (p = 0, whatever ``n``
+    and the pooling): ``details["marginal"]["impossible_tokens"]`` maps each such token (the first five by
+    count) to its count, ``details["marginal"]["reason"]`` and a note name them.
+
     Raises
     ------
     ValueError
         The marginal test has no degrees of freedom although the law has two
-        or more tokens (too few samples or too large ``min_expected``): a
-        test that cannot fail is an error, not a pass.
+        or more tokens (too few samples or too large ``min_expected``) and no
+        impossible token was seen: a test that cannot fail is an error, not a
+        pass.
     """
     counts = np.asarray(counts)
     n = int(counts.sum())
     min_expected = check_min_expected(min_expected)
     res = gof_test(counts, law, min_expected=min_expected)
-    if res.df == 0 and res.impossible == 0 and np.count_nonzero(np.asarray(law) > 0) > 1:
+    imp = impossible_tokens(counts, law)
+    if imp is None and res.df == 0 and np.count_nonzero(np.asarray(law) > 0) > 1:
         raise ValueError(no_df_message(np.asarray(law, dtype=np.float64), n, min_expected))
     tv_hat, tv_up = tv_bounds(counts, law, alpha)
     det = _detectable_tv(n, max(1, res.df), alpha=alpha, power=power)
@@ -279,6 +547,12 @@ def certificate_from_counts(counts, law, *, alpha: float, power: float, tv: floa
     pmin = min(adj.values())
     marginal = {"cells": res.cells, "impossible": res.impossible, "statistic": res.statistic, "df": res.df,
                 "tv": tv_hat, "pvalue": res.pvalue}
+    if imp is not None:   # one token of probability 0 is proof of bias: p = 0, named
+        allchecks["marginal"] = 0.0
+        adj = holm(allchecks)
+        pmin = min(adj.values())
+        marginal.update(impossible_tokens=imp[0], reason=imp[1])
+        notes = (imp[1],) + tuple(notes)
     equivalence = {"tv_upper": tv_up, "confidence": 1.0 - alpha,
                    "statement": f"TV <= {tv_up:.3g} at confidence 1 - alpha = {1 - alpha:g}",
                    "method": "Bretagnolle-Huber-Carol bound on the plug-in TV (exactness.gof.tv_bounds)"}
@@ -291,7 +565,8 @@ def certificate_from_counts(counts, law, *, alpha: float, power: float, tv: floa
 
 
 def certify_sampler(sample, law, n: int, *, alpha: float = 1e-3, seed=0, power: float = 0.99,
-                    tv: float | None = None, min_expected: float = MIN_EXPECTED, workers: int = 1) -> Certificate:
+                    tv: float | None = None, min_expected: float = MIN_EXPECTED, workers: int = 1,
+                    timeout: float | None = DEFAULT_TIMEOUT) -> Certificate:
     """Certify a black-box sampler against a law by Monte Carlo.
 
     Draws ``n`` tokens (in chunks of at most ``CHUNK``) and runs the Pearson
@@ -303,7 +578,9 @@ def certify_sampler(sample, law, n: int, *, alpha: float = 1e-3, seed=0, power: 
     sample : callable ``(rng, m) -> (m,) int64``
         Draws ``m`` token ids with the numpy Generator it is given.
     law : array_like, shape (V,), float64
-        The law the samples must follow (non-negative, finite, sums to 1).
+        The law the samples must follow (non-negative, finite, sums to 1;
+        divided by its sum at the door, so a float32 / float16 law is certified
+        as its float64 renormalisation, :func:`exactness.sampling.door_law`).
     n : int >= 1
         Number of samples.
     alpha : float, default 1e-3
@@ -321,27 +598,36 @@ def certify_sampler(sample, law, n: int, *, alpha: float = 1e-3, seed=0, power: 
     workers : int, default 1
         Processes drawing chunks in parallel (forked; same counts for any
         value, since chunk ``i`` always gets the same seed).
+    timeout : float or None, default ``DEFAULT_TIMEOUT`` (2 h)
+        Hard wall-clock limit in seconds (``0`` / None: none; SIGALRM, main
+        thread on POSIX; an outer limit already running governs instead).
 
     Returns
     -------
     Certificate
+        A sampler that misbehaves -- raises, returns the wrong dtype or shape
+        or ids outside ``[0, V)``, or runs past ``timeout`` -- gives a FAILED
+        certificate naming the cause (``checks == {"subject": 0.0}``,
+        ``details["subject"]["error"]``; :func:`subject_failure`).  A token
+        of probability 0 under ``law`` fails it at once, named with its count.
 
     Raises
     ------
     TypeError
-        Sampler output of a non-integer dtype, bad argument types.
+        Bad argument types (``sample`` not callable, ...).
     ValueError
-        Bad law (negative, non-finite, not summing to 1), ``n < 1``, sampler
-        output of the wrong shape or out of ``[0, V)``; ``min_expected``
-        not finite and > 0; no degrees of freedom after pooling (law with
-        two or more tokens); for ``n > PILOT_ABOVE`` (2**24), a run that a
-        timed pilot of ``PILOT`` = 2,000 draws (on a private seed) estimates
-        at more than ``MAX_SECONDS`` (1 h).
+        Bad law (negative, non-finite, not summing to 1), ``n < 1``;
+        ``min_expected`` not finite and > 0; no degrees of freedom after
+        pooling (law with two or more tokens); for ``n > PILOT_ABOVE`` (2**24),
+        a run that a timed pilot of ``PILOT`` = 2,000 draws (on a private
+        seed) estimates at more than ``MAX_SECONDS`` (1 h).
 
     Memory is bounded: the sampler is asked for at most ``CHUNK`` (2**20)
     draws per call and only the counts are kept.
     """
-    law = check_law(law)
+    from ._timeout import check_timeout
+
+    law = door_law(law)
     n = check_n(n)
     alpha = check_alpha(alpha)
     check_tv(tv)
@@ -351,11 +637,18 @@ def certify_sampler(sample, law, n: int, *, alpha: float = 1e-3, seed=0, power: 
     if isinstance(workers, bool) or not isinstance(workers, (int, np.integer)) or workers < 1:
         raise ValueError(f"workers must be an integer >= 1, got {workers!r}")
     min_expected = check_min_expected(min_expected)
-    if n > PILOT_ABOVE:
-        est = pilot_seconds(sample, n) / int(workers)
-        if est > MAX_SECONDS:
-            raise ValueError(f"n = {n:.3g} would take ~{_hours(est)} (timed pilot of {PILOT:,} draws, "
-                             f"{int(workers)} worker(s); limit exactness.certificate.MAX_SECONDS = {_hours(MAX_SECONDS)}): "
-                             "pass a smaller n, or use tv= / exactness.samples_for_tv to plan the n you need")
-    counts = count_samples(sample, law.size, n, rng, workers=int(workers))
-    return certificate_from_counts(counts, law, alpha=alpha, power=power, tv=tv, min_expected=min_expected)
+    timeout = check_timeout(timeout)
+
+    def body() -> Certificate:
+        if n > PILOT_ABOVE:
+            est = pilot_seconds(lambda r, m: _count_chunk(law.size, m, int(r.integers(2**63 - 1)), sample), n)
+            est /= int(workers)
+            if est > MAX_SECONDS:
+                raise ValueError(f"n = {n:.3g} would take ~{_hours(est)} (timed pilot of {PILOT:,} draws, "
+                                 f"{int(workers)} worker(s); limit exactness.certificate.MAX_SECONDS = "
+                                 f"{_hours(MAX_SECONDS)}): pass a smaller n, or use tv= / exactness.samples_for_tv "
+                                 "to plan the n you need")
+        counts = count_samples(sample, law.size, n, rng, workers=int(workers))
+        return certificate_from_counts(counts, law, alpha=alpha, power=power, tv=tv, min_expected=min_expected)
+
+    return run_subject(body, timeout=timeout, what=sampler_name(sample), alpha=alpha, power=power)

@@ -29,11 +29,16 @@ class DrawCounts:
     tokens : ndarray, shape (V,), int64, emitted-token counts
     joint : ndarray, shape ((k + 1) V,), int64, or None
         Counts of ``stop * V + token`` (``stop`` = accepted candidate index, ``k`` for a residual token);
-        None when ``verify`` returned no ``.accepted`` (then the conditional checks are skipped).
+        None when ``verify`` returned no ``.accepted``, or accepted indices that break their contract (then the
+        conditional checks are skipped).
+    note : str or None
+        Why the accepted indices were unusable (:func:`exactness.sampling.emitted_result`), None when they were
+        fine or absent.
     """
 
     tokens: np.ndarray
     joint: np.ndarray | None
+    note: str | None = None
 
     @property
     def n(self) -> int:
@@ -41,14 +46,24 @@ class DrawCounts:
 
     def __add__(self, other: DrawCounts) -> DrawCounts:
         joint = None if self.joint is None or other.joint is None else self.joint + other.joint
-        return DrawCounts(self.tokens + other.tokens, joint)
+        return DrawCounts(self.tokens + other.tokens, joint, self.note or other.note)
 
 
-def counts_of(draws: Draws, V: int, k: int) -> DrawCounts:
-    """``DrawCounts`` of ``draws`` (tokens (n,) int64 in [0, V), accepted (n,) int64 in [-1, k) or -2 = none)."""
+#: Why the accepted indices were unusable when no message came with the draws.
+BAD_ACCEPTED_NOTE = ("verify reported accepted indices that do not name the candidates it was given (out of "
+                     "[-1, k), or tokens[b] != candidates[b, accepted[b]]): it drafts its own candidates, or "
+                     "reports a flag")
+
+
+def counts_of(draws: Draws, V: int, k: int, note: str | None = None) -> DrawCounts:
+    """``DrawCounts`` of ``draws`` (tokens (n,) int64 in [0, V), accepted (n,) int64 in [-1, k), -2 = none or -3 =
+    broke its contract, ``note`` saying why)."""
+    from .sampling import BAD_ACCEPTED
+
     tokens = np.bincount(draws.tokens, minlength=V).astype(np.int64)
     if not np.all(draws.accepted >= -1):
-        return DrawCounts(tokens, None)
+        bad = bool(np.any(draws.accepted == BAD_ACCEPTED))
+        return DrawCounts(tokens, None, (note or BAD_ACCEPTED_NOTE) if bad else None)
     stop = np.where(draws.accepted < 0, k, draws.accepted)
     return DrawCounts(tokens, np.bincount(stop * V + draws.tokens, minlength=(k + 1) * V).astype(np.int64))
 
@@ -106,7 +121,7 @@ def count_chunk(sampler: NodeSampler, job) -> DrawCounts:
     rng = np.random.default_rng(seed)
     total = None
     for start in range(0, m, sampling.CHUNK):
-        c = counts_of(s.draws(rng, min(sampling.CHUNK, m - start)), sampler.V, sampler.k)
+        c = counts_of(s.draws(rng, min(sampling.CHUNK, m - start)), sampler.V, sampler.k, s.accepted_note)
         total = c if total is None else total + c
     return total
 

@@ -33,22 +33,42 @@ import numpy as np
 
 from resispec._validation import check_k
 
-from ._checks import check_alpha, check_law, check_tokens, check_tv
+from ._checks import check_alpha, check_tokens, check_tv
 from .certificate import Certificate, certificate_from_counts
 from .gof import MIN_EXPECTED, gof_test
-from .sampling import check_accepted
+from .sampling import accepted_problem, door_law
 
 _NEEDS_CHAIN = "outputs only: needs the verifier's own rule (use exactness.certify_verifier)"
 
 
+#: Most samples ``certify_counts`` takes (2**53: counts summed and tested in float64 stay exact below it); a larger
+#: total is an overflow (int64 sums wrap past 9.2e18), never data.
+MAX_COUNT_TOTAL = 2**53
+
+
 def _int_array(x, name: str) -> np.ndarray:
+    """``x`` as int64, or TypeError / ValueError naming ``name``: non-integers (floats, bools, objects) and values
+    int64 cannot hold (a uint64 or Python int past 2**63 - 1) are refused, never wrapped."""
     if isinstance(x, (str, bytes)) or x is None:
         raise TypeError(f"{name} must be an integer array, got {type(x).__name__}")
-    a = np.asarray(x)
+    try:
+        a = np.asarray(x)
+    except OverflowError as exc:
+        raise ValueError(f"{name} holds an integer too large for int64 ({exc}): an overflowed count") from None
+    if a.dtype == object and a.size and all(isinstance(v, (int, np.integer)) and not isinstance(v, (bool, np.bool_))
+                                            for v in a.ravel()):
+        big = [int(v) for v in a.ravel() if not -2**63 <= int(v) < 2**63]
+        if big:
+            raise ValueError(f"{name} holds {big[0]:.4g}, beyond int64 (2**63 - 1 = 9.2e18): an overflowed count")
+        a = a.astype(np.int64)
     if a.dtype == bool or not np.issubdtype(a.dtype, np.integer):
-        raise TypeError(f"{name} must hold integers (int64), got dtype {a.dtype}; "
+        kind = {"f": "floats", "c": "complex numbers", "b": "booleans"}.get(a.dtype.kind, "non-integers")
+        raise TypeError(f"{name} must hold integers (int64), got {kind} (dtype {a.dtype}); "
                         + ("use numpy.bincount(tokens, minlength=V) for counts" if name == "counts"
                            else "pass token ids / indices, not probabilities or flags"))
+    if a.dtype == np.uint64 and a.size and int(a.max()) >= 2**63:
+        raise ValueError(f"{name} holds {int(a.max()):.4g} (uint64), beyond int64 (2**63 - 1 = 9.2e18): an "
+                         "overflowed (wrapped) count")
     return a.astype(np.int64, copy=False)
 
 
@@ -60,14 +80,23 @@ def _check_drafting(drafting) -> str:
 
 
 def _certify(joint: np.ndarray | None, marg: np.ndarray, p, q, k, drafting, alpha, power, tv, min_expected,
-             candidates=None) -> Certificate:
-    """Marginal test plus the chain-free checks; ``joint`` (k + 1, V) counts by stop position or None."""
+             candidates=None, accepted_note: str | None = None) -> Certificate:
+    """Marginal test plus the chain-free checks; ``joint`` (k + 1, V) counts by stop position or None;
+    ``accepted_note``: why the recorded accepted indices were unusable (the tokens are certified alone)."""
     from scipy import stats
 
     checks: dict[str, float] = {}
     details: dict = {}
+    notes = ()
     skipped: dict[str, str] = {name: _NEEDS_CHAIN for name in ("exact_law", "joint", "accepted_count", "residual")}
-    if joint is not None and q is not None:
+    if accepted_note is not None:   # a pipeline drafting its own candidates: certified on the tokens it emitted
+        details["accepted_index"] = {"error": accepted_note}
+        checks["accepted_index"] = 0.0     # the recorded indices break their contract: a FAIL (the subject misbehaved)
+        notes = (f"certified on the emitted tokens: {accepted_note}; the checks that need the accepted index were "
+                 "skipped",)
+        for name in ("acceptance_bound", "candidate_support"):
+            skipped[name] = "the accepted indices do not name the recorded candidates (see notes): not usable"
+    elif joint is not None and q is not None:
         import resispec
 
         n = int(joint.sum())
@@ -103,13 +132,14 @@ def _certify(joint: np.ndarray | None, marg: np.ndarray, p, q, k, drafting, alph
         skipped["candidates"] = ("needs the candidates (n, k) and q" if candidates is None
                                  else "needs q, the law the candidates were drawn from")
     return certificate_from_counts(marg, p, alpha=alpha, power=power, tv=tv, checks=checks, details=details,
-                                   min_expected=min_expected, skipped=skipped)
+                                   min_expected=min_expected, skipped=skipped, notes=notes)
 
 
 def _laws(p, q):
-    p = check_law(p, name="p")
+    """``p`` and ``q`` (or None) checked and divided by their sums (:func:`exactness.sampling.door_law`)."""
+    p = door_law(p, name="p")
     if q is not None:
-        q = check_law(q, name="q")
+        q = door_law(q, name="q")
         if q.shape != p.shape:
             raise ValueError(f"p and q must have the same vocabulary: p has V = {p.size}, q has V = {q.size}")
     return p, q
@@ -128,7 +158,8 @@ def certify_counts(counts, p, q=None, k=None, *, alpha: float = 1e-3, power: flo
         tokens; with ``q`` this adds ``acceptance_bound`` and
         ``candidate_support``.
     p : array_like, shape (V,), float64
-        Target law (non-negative, finite, sums to 1).
+        Target law (non-negative, finite, sums to 1; divided by its sum, so a
+        float32 / float16 law is certified as its float64 renormalisation).
     q : array_like, shape (V,), float64, optional
         The law the candidates were drawn from.
     k : int, optional
@@ -146,14 +177,22 @@ def certify_counts(counts, p, q=None, k=None, *, alpha: float = 1e-3, power: flo
         the reason; ``detectable_tv``: the smallest TV the marginal test finds
         with probability ``power``.
 
+        A token of probability 0 under ``p`` among the counts fails the
+        certificate at once (``marginal`` p = 0, whatever the pooling), named
+        with its count in ``details["marginal"]["impossible_tokens"]`` and a
+        note.
+
     Raises
     ------
     TypeError
-        Non-integer counts; bad argument types.
+        Non-integer counts (floats, bools, objects); bad argument types.
     ValueError
-        Negative counts, no samples, a shape that is neither (V,) nor (k + 1, V)
-        for p's V, a ``k`` that disagrees with the counts, bad laws, a
-        marginal test with no degrees of freedom (too few samples).
+        Counts int64 cannot hold (a uint64 or Python int past 2**63 - 1),
+        counts summing past ``MAX_COUNT_TOTAL`` (2**53: an overflow upstream,
+        never wrapped into a small or negative total), negative counts, no
+        samples, a shape that is neither (V,) nor (k + 1, V) for p's V, a ``k``
+        that disagrees with the counts, bad laws, a marginal test with no
+        degrees of freedom (too few samples) and no impossible token.
     """
     p, q = _laws(p, q)
     alpha = check_alpha(alpha)
@@ -165,8 +204,14 @@ def certify_counts(counts, p, q=None, k=None, *, alpha: float = 1e-3, power: flo
         raise ValueError(f"counts must have shape (V,) = ({V},) or (k + 1, V) = (k + 1, {V}) (by stop position, "
                          f"last row the residual) for p's V = {V}; got {c.shape}")
     if np.any(c < 0):
-        raise ValueError(f"counts has negative entries (min {c.min()}); counts are numbers of samples")
-    if c.sum() == 0:
+        raise ValueError(f"counts has negative entries (min {c.min()}); counts are numbers of samples (a negative "
+                         "count is often a wrapped int64 overflow)")
+    total = float(c.sum(dtype=np.float64))      # a float sum cannot wrap as an int64 sum does
+    if total > MAX_COUNT_TOTAL:
+        raise ValueError(f"counts sums to {total:.4g} samples, more than 2**53 = {MAX_COUNT_TOTAL:.4g} (the int64 "
+                         "sum would overflow, or the chi-square lose exactness): counts this large are an overflow "
+                         "upstream; pass the counts of the draws actually made")
+    if total == 0:
         raise ValueError("counts sums to 0: there are no samples to certify")
     joint = None
     if c.ndim == 2:
@@ -196,8 +241,13 @@ def certify_samples(tokens, p, *, accepted=None, candidates=None, q=None, k=None
         ``certify_verifier`` convention).  With ``q``: ``acceptance_bound`` and
         ``candidate_support``.  Needs ``k`` or ``candidates``.
     candidates : array_like of int, shape (n, k), optional
-        The drafts of each draw.  Checked: ``tokens == candidates[accepted]``
-        wherever ``accepted >= 0``; with ``q``, the ``candidates`` check.
+        The drafts of each draw; with ``q``, the ``candidates`` check.  When
+        ``accepted`` does not name them (``tokens != candidates[accepted]``
+        where ``accepted >= 0``, or an index outside ``[-1, k)``: a pipeline
+        that drafts its own candidates, or records a flag) the tokens are
+        certified alone: a note and ``details["accepted_index"]`` give the
+        first bad row, and ``acceptance_bound`` / ``candidate_support`` are
+        skipped with the reason.
     q : array_like, shape (V,), float64, optional
         The law the candidates were drawn from.
     k : int, optional
@@ -214,11 +264,10 @@ def certify_samples(tokens, p, *, accepted=None, candidates=None, q=None, k=None
     TypeError
         Non-integer ``tokens``, ``accepted`` or ``candidates`` (floats, bools).
     ValueError
-        Wrong shapes, ids outside ``[0, V)``, accepted indices outside
-        ``[-1, k)``, ``accepted`` without ``k`` or ``candidates``, a ``k`` that
-        disagrees with ``candidates``, ``tokens[i] != candidates[i,
-        accepted[i]]`` (the first such row named: ``accepted`` must be an index,
-        not a flag), bad laws, no degrees of freedom.
+        Wrong shapes, ids outside ``[0, V)``, ``accepted`` without ``k`` or
+        ``candidates``, a ``k`` that disagrees with ``candidates``, bad laws,
+        no degrees of freedom (unless a token of probability 0 was emitted:
+        that fails the certificate at once, named with its count).
     """
     p, q = _laws(p, q)
     alpha = check_alpha(alpha)
@@ -242,15 +291,17 @@ def certify_samples(tokens, p, *, accepted=None, candidates=None, q=None, k=None
         k = cand.shape[1]
     elif k is not None:
         k = check_k(k)
-    joint = None
+    joint, why = None, None
     if accepted is not None:
         if k is None:
             raise ValueError("accepted needs k: pass k=... (candidates per draw) or candidates=(n, k)")
         a = _int_array(accepted, "accepted")
         if a.shape != (n,):
             raise ValueError(f"accepted must have shape (n,) = ({n},), like tokens; got {a.shape}")
-        check_accepted(t, a, k, cand, "certify_samples: ")
-        stop = np.where(a < 0, k, a)
-        joint = np.bincount(stop * V + t, minlength=(k + 1) * V).reshape(k + 1, V)
+        why = accepted_problem(t, a, k, cand, "certify_samples: ")
+        if why is None:
+            stop = np.where(a < 0, k, a)
+            joint = np.bincount(stop * V + t, minlength=(k + 1) * V).reshape(k + 1, V)
     marg = np.bincount(t, minlength=V)
-    return _certify(joint, marg, p, q, k, drafting, alpha, power, tv, min_expected, candidates=cand)
+    return _certify(joint, marg, p, q, k, drafting, alpha, power, tv, min_expected, candidates=cand,
+                    accepted_note=why)

@@ -73,16 +73,19 @@ position is that of the PIT-bin law: ``exactness.power.detectable_tv(n_j, df = b
 from __future__ import annotations
 
 import math
+import time
 import warnings
 
 import numpy as np
 from scipy import stats
 
-from ._checks import ExactnessWarning, as_generator, check_alpha, check_n, check_tv
-from .certificate import Certificate, holm
+from ._checks import ExactnessWarning, SubjectError, as_generator, check_alpha, check_n, check_tv
+from ._timeout import TimeLimitExceeded, check_timeout, time_limit as _time_limit
+from .certificate import Certificate, holm, subject_failure
 from .decoder_batches import per_row_check, small_batch_check
 from .gof import gof_test, pool_cells, pooled_gof_test, tv_bounds
-from .pit import BATCH, PIT_BINS, POWER
+from .pit import (BATCH, PAIR_BINS, PAIR_TOKENS, PIT_BINS, POWER, impossible, impossible_error, pair_check,
+                  running, subject, tuple_check)
 from .pit import draft_laws as _draft_laws
 from .pit import pit as _pit
 from .pit import pit_check as _pit_check
@@ -113,6 +116,11 @@ CONTEXT_GROUPS = 16
 SINGLE_N = 200
 #: A target row must sum to 1 within this tolerance.
 SUM_TOL = 1e-6
+#: Default ``time_limit`` (seconds) of a whole certification: a decoder that never returns is stopped and is the
+#: cause of a FAIL.  Generous: real models at the planned n take minutes.
+DEFAULT_TIME_LIMIT = 3600.0
+#: Seconds a phase (drawing, the PIT pass, ...) runs before its progress shows on stderr (``progress=True``).
+PROGRESS_AFTER = 2.0
 
 
 # --------------------------------------------------------------------------- input checks
@@ -165,14 +173,21 @@ def _check_target_out(out, B: int, V: int | None) -> np.ndarray:
 
 
 def _check_tokens(out, B: int, m: int, V: int, what: str) -> np.ndarray:
-    t = np.asarray(out)
+    """The decoder's output as a (B, m) int64 copy; :class:`SubjectError` (a FAIL naming ``what``) for another
+    dtype or shape or ids outside [0, V): the decoder misbehaved, the caller's input was fine."""
+    try:
+        t = np.asarray(out)
+    except Exception as exc:                       # ragged lists and the like
+        raise SubjectError(f"{what} returned {type(out).__name__} that is not an array of token ids ({exc})") \
+            from None
     if t.dtype == bool or not np.issubdtype(t.dtype, np.integer):
-        raise TypeError(f"{what} returned dtype {t.dtype}; it must return integer token ids (int64)")
+        raise SubjectError(f"{what} returned dtype {t.dtype}; it must return integer token ids (int64)")
     if t.shape != (B, m):
-        raise ValueError(f"{what} returned shape {t.shape}; expected ({B}, {m}): exactly new_tokens = {m} ids per "
-                         "prompt row")
+        raise SubjectError(f"{what} returned shape {t.shape}; expected ({B}, {m}): exactly new_tokens = {m} ids "
+                           "per prompt row")
     if t.size and (t.min() < 0 or t.max() >= V):
-        raise ValueError(f"{what} returned ids in [{t.min()}, {t.max()}], outside the target's vocabulary [0, {V})")
+        raise SubjectError(f"{what} returned ids in [{t.min()}, {t.max()}], outside the target's vocabulary "
+                           f"[0, {V})")
     return np.array(t, dtype=np.int64)  # always a copy: a decoder may hand back (and reuse) one buffer
 
 
@@ -191,7 +206,8 @@ class _Target:
         for s in range(0, contexts.shape[0], rows):
             c = np.ascontiguousarray(contexts[s:s + rows], dtype=np.int64)
             try:
-                raw = self.fn(c)
+                with running("target(contexts)"):
+                    raw = self.fn(c)
             except Exception as exc:
                 hint = ("; do the prompts hold ids outside the target's vocabulary?"
                         if isinstance(exc, (IndexError, KeyError)) else "")
@@ -208,7 +224,8 @@ class _Target:
 def _sampler(decoder):
     """``draw(prompts (B, L), m, rng) -> (B, m)`` and whether the decoder is batched."""
     if hasattr(decoder, "sample") and callable(decoder.sample):
-        return (lambda pr, m, rng: decoder.sample(pr, m, rng)), True
+        return (lambda pr, m, rng: subject(decoder.sample, "decoder.sample(prompts, new_tokens, rng)", pr, m,
+                                           rng)), True
     if callable(decoder):
         return (lambda pr, m, rng: _loop(decoder, pr, m, rng)), False
     raise TypeError(f"decoder must be a callable decoder(prompt (L,), new_tokens, rng) -> (new_tokens,) or an "
@@ -216,12 +233,17 @@ def _sampler(decoder):
 
 
 def _loop(decoder, pr, m, rng):
-    rows = []
+    rows, what = [], "decoder(prompt, new_tokens, rng)"
     for row in pr:
-        r = np.array(decoder(row.copy(), m, rng))   # a copy: a decoder may reuse one output buffer
+        out = subject(decoder, what, row.copy(), m, rng)
+        try:
+            r = np.array(out)                        # a copy: a decoder may reuse one output buffer
+        except Exception as exc:
+            raise SubjectError(f"{what} returned {type(out).__name__} that is not an array of token ids ({exc})") \
+                from None
         if r.shape != (m,):
-            raise ValueError(f"decoder(prompt, new_tokens, rng) returned shape {r.shape}; expected ({m},): exactly "
-                             f"new_tokens = {m} ids, one continuation")
+            raise SubjectError(f"{what} returned shape {r.shape}; expected ({m},): exactly new_tokens = {m} ids, one "
+                               "continuation")
         rows.append(r)
     return np.stack(rows)
 
@@ -231,7 +253,7 @@ def _call(draw, batched, pr, m, rng, V):
     return _check_tokens(draw(pr, m, rng), pr.shape[0], m, V, what)
 
 
-def _draw_mixed(draw, batched, prompts, n, m, rng, V, events=None):
+def _draw_mixed(draw, batched, prompts, n, m, rng, V, events=None, tick=None):
     """n continuations per prompt, drawn in heterogeneous batches.
 
     Returns ``(seqs (P, n, m) int64, flat)``; with ``events`` (``decoder.sample_events``) the
@@ -252,16 +274,20 @@ def _draw_mixed(draw, batched, prompts, n, m, rng, V, events=None):
     ends = P * h + np.cumsum(np.tile(cycle, rest.size // int(cycle.sum()) + 1))
     bounds = [h * i for i in range(P + 1 if h else 1)] + [int(e) for e in ends[ends < rows.size]] + [rows.size]
     bounds = sorted(set(bounds))
+    if tick is not None:
+        tick.phase("drawing the main sample", len(bounds) - 1, "batch")
     for s, e in zip(bounds[:-1], bounds[1:]):
+        if tick is not None:
+            tick.step(f"{s:,}/{rows.size:,} continuations")
         step = e - s
         idx = rows[s:s + step]
         if events is None:
             out[s:s + step] = _call(draw, batched, prompts[idx], m, rng, V)
             continue
-        res = events(prompts[idx], m, rng)
+        res = subject(events, "decoder.sample_events(prompts, new_tokens, rng)", prompts[idx], m, rng)
         if not isinstance(res, tuple) or len(res) != 2:
-            raise TypeError("decoder.sample_events(prompts, new_tokens, rng) must return (tokens (B, m) int64, "
-                            f"events), got {type(res).__name__}")
+            raise SubjectError("decoder.sample_events(prompts, new_tokens, rng) must return (tokens (B, m) int64, "
+                               f"events), got {type(res).__name__}")
         tok = _check_tokens(res[0], idx.size, m, V, "decoder.sample_events(prompts, new_tokens, rng)")
         ev = check_events(res[1], tok, V)
         _, cid = np.unique(ev.call, return_inverse=True)
@@ -334,28 +360,41 @@ def _joint_check(seqs, laws, V, m, alpha, label):
 
 
 # --------------------------------------------------------------------------- PIT
-def _pit_values(tgt, decoder, prompts, seqs, lookup, rng, orders, V):
+def _pit_values(tgt, decoder, prompts, seqs, lookup, rng, orders, V, tick=None):
     """Randomised PIT of every emitted token under each order, streamed in chunks of ``PIT_CHUNK`` rows.
 
-    Returns ``({(j, order): (P n,) float64}, impossible count)``; memory O(P n m + PIT_CHUNK V).
-    The conditional law at position j < len(lookup) comes from the enumerated joint law,
+    Returns ``({(j, order): (P n,) float64}, impossible)``; memory O(P n m + PIT_CHUNK V).  ``impossible``
+    is None, or for the emitted tokens of target probability 0: ``count`` (tokens), ``continuations`` (holding
+    one), and the first one's ``prompt`` index, ``prefix`` (tokens before it), ``position`` (1-based) and
+    ``token``.  The conditional law at position j < len(lookup) comes from the enumerated joint law,
     beyond it from ``target`` at the sampled prefix.
     """
     P, n, m = seqs.shape
     y = seqs.reshape(P * n, m)
     who = np.repeat(np.arange(P), n)
-    out, imp = {}, 0
+    out, imp, bad = {}, None, np.zeros(P * n, dtype=bool)
+    rows = max(1, min(PIT_CHUNK, PIT_ELEMS // V))             # (rows, V) float64 arrays, several at once
+    if tick is not None:
+        tick.phase("PIT pass (target at every sampled prefix)", m * (-(-P * n // rows)), "chunk")
     for j in range(m):
         u = rng.random(P * n)
         vals = {o: np.empty(P * n) for o in orders}
         exact = lookup is not None and j in lookup
-        rows = max(1, min(PIT_CHUNK, PIT_ELEMS // V))         # (rows, V) float64 arrays, several at once
         for s in range(0, P * n, rows):
+            if tick is not None:
+                tick.step(f"token {j + 1} of {m}")
             sl = slice(s, s + rows)
             ctx = np.concatenate([prompts[who[sl]], y[sl, :j]], axis=1)
             p = lookup[j](who[sl], y[sl, :j]) if exact else tgt(ctx)
             yj = y[sl, j]
-            imp += int(np.count_nonzero(p[np.arange(p.shape[0]), yj] <= 0))
+            zero = p[np.arange(p.shape[0]), yj] <= 0
+            if zero.any():
+                bad[sl] |= zero
+                if imp is None:
+                    r = s + int(np.flatnonzero(zero)[0])
+                    imp = {"count": 0, "prompt": int(who[r]), "prefix": y[r, :j].tolist(), "position": j + 1,
+                           "token": int(y[r, j])}
+                imp["count"] += int(np.count_nonzero(zero))
             keys = {"id": None, "argmax": -p}
             if "ratio" in orders:
                 q = _draft_laws(decoder, ctx, V)
@@ -365,6 +404,8 @@ def _pit_values(tgt, decoder, prompts, seqs, lookup, rng, orders, V):
                 vals[o][sl] = _pit(p, yj, keys[o], u[sl])
         for o in orders:
             out[(j, o)] = vals[o]
+    if imp is not None:
+        imp["continuations"] = int(np.count_nonzero(bad))
     return out, imp
 
 
@@ -455,8 +496,44 @@ def _seeded_probe(draw, batched, prompts, m, seed, V):
 
 
 # --------------------------------------------------------------------------- the certifier
+class _Ticker:
+    """Progress of the current phase on stderr (``exactness._progress.Progress``), shown only once the phase
+    has run ``PROGRESS_AFTER`` seconds: a tqdm bar on a terminal, else a line every ~10 s."""
+
+    def __init__(self, mode: str):
+        self.mode, self.bar = mode, None
+        self.desc, self.total, self.unit, self.done, self.t0 = "", 1, "step", 0, time.perf_counter()
+
+    def phase(self, desc: str, total: int, unit: str) -> None:
+        self.close()
+        self.desc, self.total, self.unit, self.done, self.t0 = desc, max(1, int(total)), unit, 0, time.perf_counter()
+
+    def step(self, label: str = "") -> None:
+        """Called as a step STARTS (so a step that hangs still shows where it is)."""
+        if self.mode == "off":
+            return
+        if self.bar is None:
+            if time.perf_counter() - self.t0 < PROGRESS_AFTER:
+                self.done += 1
+                return
+            from ._progress import Progress
+
+            self.bar = Progress(self.total, f"certify-decoder: {self.desc}", self.unit, mode=self.mode)
+            self.bar.done = self.done
+            if self.bar._bar is not None:
+                self.bar._bar.update(self.done)
+            self.done = 0
+        self.bar.step(label)
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+            self.bar = None
+
+
 def certify_decoder(decoder, target, prompts, *, new_tokens: int = 2, n: int | None = None, tv: float | None = None,
-                    alpha: float = 1e-3, seed=0, seeded: bool | None = None) -> Certificate:
+                    alpha: float = 1e-3, seed=0, seeded: bool | None = None,
+                    time_limit: float | None = DEFAULT_TIME_LIMIT, progress=False) -> Certificate:
     """Certify that a speculative decoder emits exactly the target's law, token after token.
 
     Parameters
@@ -492,26 +569,63 @@ def certify_decoder(decoder, target, prompts, *, new_tokens: int = 2, n: int | N
         ``True``: the decoder must reproduce its output under a fixed seed (``ValueError`` if
         it does not); ``None``: probe it, and skip the ``seeded`` check with the reason if it
         does not; ``False``: do not probe.
+    time_limit : float or None, default ``DEFAULT_TIME_LIMIT`` (3,600 s)
+        Wall-clock limit of the whole run (0 or None: none).  Past it the run is stopped (``SIGALRM``:
+        main thread, POSIX; elsewhere no limit) and a FAIL certificate names the call that was running
+        (a decoder that never returns).
+    progress : bool or str, default False
+        Progress on stderr of each phase that runs over ``PROGRESS_AFTER`` seconds (``True``: a bar on a
+        terminal, else a line every ~10 s; or a mode of ``exactness._progress.Progress``).
 
     Returns
     -------
     Certificate
         ``passed``, ``pvalue`` (smallest Holm-adjusted), ``checks`` (name -> raw p-value),
         ``details`` (per check: statistic, df, TV, detectable TV, n; ``details["positions"]``:
-        per position the smallest PIT p-value and the detectable TV), ``n`` (continuations in
-        the main test), ``alpha``, ``detectable_tv`` (of the main test: the pooled joint test,
-        else PIT at position 1), ``skipped`` (check -> reason).
+        per position the smallest PIT p-value and the detectable TV; ``details["scope"]``: which
+        law each detectable TV is of), ``n`` (continuations in the main test), ``alpha``,
+        ``detectable_tv`` (of the main test only: the joint law of the first ``joint_tokens``
+        tokens, else the 16-bin PIT law of token 1), ``skipped`` (check -> reason).
+
+        A misbehaving decoder is a FAIL certificate (``passed`` False, check ``subject`` at p = 0,
+        ``details["subject"]["error"]`` the cause), never an exception: it raised, returned the
+        wrong dtype or shape, ids outside [0, V), a token of target probability 0 (the token, its
+        prompt and prefix and the count are named; ``details["impossible"]``), events inconsistent
+        with its tokens, ``sample_events`` tokens other than ``sample``'s, a ``per_row_rng``
+        ``sample`` failing on a list of rngs, or it did not return within ``time_limit``.
 
     Raises
     ------
     TypeError, ValueError
-        Bad prompts (not (P, L) integers, unequal lengths, ids outside [0, V)), a target returning
-        rows of the wrong shape, V or not normalised, a decoder returning the wrong length, floats
-        or ids outside [0, V), bad ``new_tokens`` / ``n`` / ``alpha``; ``seeded=True`` and a
-        decoder that ignores its seed; reported events inconsistent with the tokens, a
-        ``decoder.rule`` that names no registry verifier, ``sample_events`` returning other tokens
-        than ``sample`` under the same seed, a ``per_row_rng`` decoder failing on a list of rngs.
+        The caller's input: bad prompts (not (P, L) integers, unequal lengths, ids outside [0, V)),
+        a target that raises or returns rows of the wrong shape, V or not normalised, bad
+        ``new_tokens`` / ``n`` / ``alpha`` / ``time_limit``, ``n`` too small for any degree of
+        freedom; ``seeded=True`` and a decoder that ignores its seed; a ``decoder.rule`` that names
+        no registry verifier.
     """
+    alpha = check_alpha(alpha)
+    limit = check_timeout(time_limit, name="time_limit")
+    from ._progress import progress_mode
+
+    tick = _Ticker(progress_mode(progress))
+    try:
+        with _time_limit(limit):
+            return _certify(decoder, target, prompts, new_tokens, n, tv, alpha, seed, seeded, tick)
+    except SubjectError as exc:
+        return subject_failure(exc.cause, alpha=alpha, power=POWER, main="subject",
+                               details=dict(getattr(exc, "details", None) or {}))
+    except TimeLimitExceeded as exc:
+        what = getattr(exc, "running", None)
+        where = (f"{what} did not return" if what else "the harness's own computation was still running")
+        return subject_failure(f"time_limit = {limit:g} s passed: {where} (a decoder that hangs, or a run longer than "
+                               "the limit: raise time_limit / --time-limit)", alpha=alpha, power=POWER,
+                               details={"time_limit": {"seconds": limit, "running": what}})
+    finally:
+        tick.close()
+
+
+def _certify(decoder, target, prompts, new_tokens, n, tv, alpha, seed, seeded, tick) -> Certificate:
+    """The body of :func:`certify_decoder` (arguments as there; ``tick`` a ``_Ticker``)."""
     prompts = _check_prompts(prompts)
     if isinstance(new_tokens, bool) or not isinstance(new_tokens, (int, np.integer)) or new_tokens < 1:
         raise ValueError(f"new_tokens must be an integer >= 1, got {new_tokens!r}")
@@ -542,7 +656,12 @@ def certify_decoder(decoder, target, prompts, *, new_tokens: int = 2, n: int | N
     while mj < min(m, JOINT_TOKENS) and V ** (mj + 1) <= JOINT_MAX:
         mj += 1
     goal = DEFAULT_TV if tv is None else float(tv)
-    laws = [joint_law(tgt, prompts[i], mj) for i in range(P)] if mj else []
+    if mj:
+        tick.phase("enumerating the exact joint law", P, "prompt")
+    laws = []
+    for i in range(P if mj else 0):
+        tick.step(f"prompt {i + 1} of {P}")
+        laws.append(joint_law(tgt, prompts[i], mj))
     if n is None:
         n = _default_n(laws, goal, alpha)
     if n * P * m > MAX_DECODER_TOKENS:        # the drawn tokens are kept: refuse before a draw, not an OOM
@@ -564,7 +683,7 @@ def certify_decoder(decoder, target, prompts, *, new_tokens: int = 2, n: int | N
                          f"detectable TV of {DEFAULT_TV:g})")
     checks, details, skipped, notes = {}, {}, {}, []
 
-    seqs, flat = _draw_mixed(draw, batched, prompts, n, m, r_main, V, events=ev_fn)
+    seqs, flat = _draw_mixed(draw, batched, prompts, n, m, r_main, V, events=ev_fn, tick=tick)
     if P == 1:
         notes.append("one prompt: batches are homogeneous, so row-mixing bugs cannot show; pass several prompts")
 
@@ -574,9 +693,6 @@ def certify_decoder(decoder, target, prompts, *, new_tokens: int = 2, n: int | N
         checks.update(c)
         details.update(d)
         lookup = _joint_lookup(laws, V, mj)
-        if mj < m:
-            notes.append(f"the joint check covers the first {mj} of {m} new tokens (V^m <= {JOINT_MAX:,}, "
-                         f"m <= {JOINT_TOKENS}); the PIT checks cover all {m}")
     else:
         skipped["joint"] = f"V = {V}: V^1 > JOINT_MAX = {JOINT_MAX:,} sequences do not enumerate; PIT checks only"
 
@@ -585,13 +701,23 @@ def certify_decoder(decoder, target, prompts, *, new_tokens: int = 2, n: int | N
         orders.append("ratio")
     else:
         skipped["pit[*,ratio]"] = "the decoder reports no draft_law(contexts): the draft-to-target ratio order is not run"
-    pits, imp = _pit_values(tgt, decoder, prompts, seqs, lookup, r_pit, orders, V)
-    checks["impossible"] = 0.0 if imp else 1.0
-    details["impossible"] = {"count": imp, "reason": f"{imp} sampled tokens have target probability 0"
-                             if imp else "no sampled token has target probability 0"}
+    pits, imp = _pit_values(tgt, decoder, prompts, seqs, lookup, r_pit, orders, V, tick=tick)
+    if imp is not None:                       # one is enough, whatever the pooling: a FAIL at once
+        raise impossible_error({**imp, "n": P * n, "sample": "the main sample"}, prompts)
+    checks["impossible"] = 1.0
+    details["impossible"] = {"count": 0, "reason": "no sampled token has target probability 0"}
     c, d = _pit_checks(pits, m, orders, alpha, P=P, covered=mj, seqs=seqs)
     checks.update(c)
     details.update(d)
+    for o in orders[:2]:                      # id and argmax: tokens jointly, through their binned PITs
+        u = {j: pits[(j, o)] for j in range(m)}
+        for label, fn in ((f"pit_pairs[{o}]", pair_check), (f"pit_tuple[{o}]", tuple_check)):
+            pv, d = fn(u, m, alpha)
+            if pv is None:
+                if m > 1 and not (label.startswith("pit_tuple") and m < 3):
+                    skipped[label] = d["reason"]
+            else:
+                checks[label], details[label] = pv, d
     details["positions"] = [
         {"position": j + 1, "pvalue": min(checks[f"pit[{j + 1},{o}]"] for o in orders),
          "detectable_tv": details[f"pit[{j + 1},id]"]["detectable_tv"],
@@ -599,25 +725,44 @@ def certify_decoder(decoder, target, prompts, *, new_tokens: int = 2, n: int | N
 
     if batched:
         ns = min(n, SINGLE_N)
-        single = np.stack([np.concatenate([_call(draw, True, prompts[i:i + 1], m, r_single, V) for _ in range(ns)])
-                           for i in range(P)])
+        tick.phase("drawing one prompt per call (single)", P * ns, "call")
+
+        def one(i):
+            tick.step(f"prompt {i + 1} of {P}")
+            return _call(draw, True, prompts[i:i + 1], m, r_single, V)
+
+        single = np.stack([np.concatenate([one(i) for _ in range(ns)]) for i in range(P)])
         sub = [("single", single)]
         h = min(n, HOMOGENEOUS)
         if P > 1 and h:
             sub.append(("homogeneous", seqs[:, :h]))     # the main sample's first batches: one prompt each
         for label, part in sub:
             if mj:
+                flat_ = part[:, :, :mj].reshape(-1, mj)
+                who_ = np.repeat(np.arange(P), part.shape[1])
+                for j in range(mj):              # a token of target probability 0: a FAIL naming it
+                    zero = lookup[j](who_, flat_[:, :j])[np.arange(flat_.shape[0]), flat_[:, j]] <= 0
+                    if zero.any():
+                        raise impossible(zero, prompts, who_, flat_, j, f"the {label} sample")
                 d = _joint_check(part[:, :, :mj], laws, V, mj, alpha, label)[1][label]
             else:
-                sp, _ = _pit_values(tgt, decoder, prompts, part[:, :, :1], None, r_pit, ["id"], V)
+                sp, imp_ = _pit_values(tgt, decoder, prompts, part[:, :, :1], None, r_pit, ["id"], V)
+                if imp_ is not None:
+                    raise impossible_error({**imp_, "n": int(part.shape[0] * part.shape[1]),
+                                            "sample": f"the {label} sample"}, prompts)
                 d = _pit_check(sp[(0, "id")], alpha)
             if d["df"] == 0:                             # could not fail: skipped, never a pass
                 skipped[label] = (f"{part.shape[1]:,} continuations per prompt leave no degree of freedom after "
                                   "pooling: raise n")
             else:
                 checks[label], details[label] = d["pvalue"], d
-        pv, d = small_batch_check(lambda pr, mm, r: _call(draw, True, pr, mm, r, V), prompts, m, mj, laws, tgt, V,
-                                  r_small, P * ns, alpha)
+        tick.phase("drawing batches of 2-8 rows (small_batches)", P * ns, "call")
+
+        def small(pr, mm, r):
+            tick.step(f"{pr.shape[0]} rows")
+            return _call(draw, True, pr, mm, r, V)
+
+        pv, d = small_batch_check(small, prompts, m, mj, laws, tgt, V, r_small, P * ns, alpha)
         if pv is None:
             skipped["small_batches"] = d["reason"]
         else:
@@ -637,6 +782,7 @@ def certify_decoder(decoder, target, prompts, *, new_tokens: int = 2, n: int | N
         details.update(d)
         skipped.update(sk)
 
+    tick.phase("seed and batch probes", 1, "probe")
     if seeded is not False:
         ok = _seeded_probe(draw, batched, prompts, m, int(ss.generate_state(1)[0]), V)
         if ok:
@@ -687,11 +833,58 @@ def certify_decoder(decoder, target, prompts, *, new_tokens: int = 2, n: int | N
     pmin = float(min(adj.values()))
     details["plan"] = {"new_tokens": m, "joint_tokens": mj, "V": V, "prompts": P, "n_per_prompt": n,
                        "pit_bins": PIT_BINS, "orders": orders, "batched": batched}
+    details["scope"] = _scope(details, m, mj, det, orders)
+    notes.append(details["scope"]["note"])
     return Certificate(passed=bool(pmin >= alpha), statistic=float(md["statistic"]), pvalue=pmin,
                        tv_estimate=float(md.get("tv", 0.0)), tv_upper=float(md.get("tv_upper", 1.0)),
                        detectable_tv=float(det), n=int(n * P), alpha=alpha, power=POWER, df=int(md["df"]),
                        g_statistic=float(md["g_statistic"]), g_pvalue=float(md["g_pvalue"]), checks=checks,
                        details=details, skipped=skipped, notes=tuple(notes), main=main)
+
+
+def _scope(details: dict, m: int, mj: int, det: float, orders) -> dict:
+    """Which law each stated detectable TV (power ``POWER``) is of: ``{"note": one line, "lines": [...]}``.
+
+    Only the exact joint law of the first ``mj`` tokens is certified whole; later tokens are certified
+    through projections (binned PITs), and a bias invisible in every projection is not covered.
+    """
+    pos = details.get("positions", [])
+    lines = []
+    if mj:
+        lines.append(f"joint: {det:.3g}, of the joint law of tokens 1-{mj} (every one of the V^{mj} sequences; "
+                     "small cells pooled)" if mj > 1 else f"joint: {det:.3g}, of the law of token 1 (every token)")
+    if pos:
+        lines.append(f"pit[j,order]: {max(d['detectable_tv'] for d in pos):.3g} (largest over tokens), of each "
+                     f"token's law projected on {PIT_BINS} PIT bins in the orders {', '.join(orders)}, pooled over "
+                     "contexts; pit[j,id,by_*] the same law within each prompt and after each previous token "
+                     "(or two)")
+    for o in orders[:2]:
+        d = details.get(f"pit_pairs[{o}]")
+        if d:
+            which = (f"all among tokens 1-{m}" if m <= PAIR_TOKENS
+                     else f"all among tokens 1-{PAIR_TOKENS}, lags 1-2 beyond")
+            lines.append(f"pit_pairs[{o}]: {d['detectable_tv']:.3g}, of the joint law of two tokens' {PAIR_BINS}-bin "
+                         f"PITs, for each of {d['pairs']} pairs ({which}; Bonferroni): a token whose law depends on "
+                         "an earlier token")
+        d = details.get(f"pit_tuple[{o}]")
+        if d:
+            lines.append(f"pit_tuple[{o}]: {d['detectable_tv']:.3g}, of the joint law of the PITs of tokens "
+                         f"1-{d['tokens']}, each binned in halves")
+    lines.append("not covered: mass moved within one PIT bin, or a dependence on earlier tokens that none of "
+                 "these projections shows")
+    pairs = [details[k]["detectable_tv"] for k in ("pit_pairs[id]", "pit_pairs[argmax]") if k in details]
+    pair_txt = f", token pairs {max(pairs):.3g}" if pairs else ""
+    if mj == m:
+        note = f"detectable TV {det:.3g} is of the joint law of all {m} new tokens"
+    elif mj:
+        later = f"token {m}" if mj + 1 == m else f"tokens {mj + 1}-{m}"
+        first = "token 1" if mj == 1 else f"tokens 1-{mj}"
+        note = (f"detectable TV {det:.3g} is of the joint law of {first} only; {later} tested through binned PIT "
+                f"laws (per token{pair_txt}): see the report's scope")
+    else:
+        note = (f"detectable TV {det:.3g} is of token 1's {PIT_BINS}-bin PIT law; all tokens are tested through "
+                f"binned PIT laws only{pair_txt and ' (' + pair_txt[2:] + ')'}: see the report's scope")
+    return {"note": note, "lines": lines}
 
 
 def _events_mode(decoder):
@@ -729,19 +922,20 @@ def _events_mode(decoder):
 
 
 def _events_probe(draw, ev_fn, prompts, m, seed, V, rows: int = 8):
-    """ValueError unless ``sample_events`` returns the tokens ``sample`` returns under the same seed: batches of
+    """SubjectError unless ``sample_events`` returns the tokens ``sample`` returns under the same seed: batches of
     the main sample's sizes (``MAIN_SIZES``, each at most ``rows``), prompts cycled.  The main sample is drawn
     through ``sample_events``; a ``sample`` that differed on 9 % of the rows passed an 8-row probe, and one that
     differed only in batches of 9 to 4,095 rows passed a single 4,096-row probe (breaker)."""
     for i, size in enumerate(sorted({min(max(rows, 2 * prompts.shape[0]), s) for s in MAIN_SIZES})):
         pr = prompts[np.arange(size) % prompts.shape[0]]
         a = _call(draw, True, pr, m, np.random.default_rng([seed, 9, i]), V)
-        res = ev_fn(pr, m, np.random.default_rng([seed, 9, i]))
+        res = subject(ev_fn, "decoder.sample_events(prompts, new_tokens, rng)", pr, m,
+                      np.random.default_rng([seed, 9, i]))
         b = res[0] if isinstance(res, tuple) and len(res) == 2 else None
         if b is None or not np.array_equal(np.asarray(b), a):
-            raise ValueError(f"decoder.sample_events and decoder.sample return different tokens under the same rng "
-                             f"(a batch of {size} rows): sample_events must run the same decoder (same random "
-                             "draws) and only add the events")
+            raise SubjectError(f"decoder.sample_events and decoder.sample return different tokens under the same rng "
+                               f"(a batch of {size} rows): sample_events must run the same decoder (same random "
+                               "draws) and only add the events")
 
 
 def _joint_lookup(laws, V, mj):
@@ -806,7 +1000,13 @@ def to_markdown(cert: Certificate, *, title: str = "Decoder certificate", comman
     out = [f"# {title}", ""]
     if command:
         out += [f"Command: `{command}`", ""]
-    out += [f"**{'PASS' if cert.passed else 'FAIL'}** at family-wise alpha {cert.alpha:g} (Holm over "
+    if not plan:                                  # stopped early: a misbehaving decoder (a FAIL naming it)
+        cause = (cert.details.get("subject") or {}).get("error", "no check ran")
+        out += [f"**FAIL**: the decoder misbehaved, so nothing about its law is claimed: {cause}", ""]
+        if cert.notes:
+            out += ["Notes:", ""] + [f"- {n}" for n in cert.notes]
+        return "\n".join(out) + "\n"
+    out += [f"**{'No bias detected' if cert.passed else 'FAIL'}** at family-wise alpha {cert.alpha:g} (Holm over "
             f"{len(cert.checks)} checks); smallest Holm p = {cert.pvalue:.3g}.", "",
             f"V = {plan.get('V')}, {plan.get('prompts')} prompts x {plan.get('n_per_prompt'):,} continuations of "
             f"{plan.get('new_tokens')} tokens; exact joint law over the first {plan.get('joint_tokens')} tokens; "
@@ -820,6 +1020,10 @@ def to_markdown(cert: Certificate, *, title: str = "Decoder certificate", comman
             "", "| position | smallest PIT p | largest PIT-bin TV | detectable TV |", "|---|---|---|---|"]
     for d in cert.details.get("positions", []):
         out.append(f"| {d['position']} | {d['pvalue']:.3g} | {d['tv']:.3g} | {d['detectable_tv']:.3g} |")
+    scope = cert.details.get("scope")
+    if scope:
+        out += ["", f"What the detectable TV covers (power {cert.power:g}; each number is of the law named, no "
+                    "other):", ""] + [f"- {line}" for line in scope["lines"]]
     if cert.skipped:
         out += ["", "Skipped:", ""] + [f"- `{k}`: {v}" for k, v in cert.skipped.items()]
     if cert.notes:
@@ -847,7 +1051,8 @@ def figure(cert: Certificate, *, title: str = "Decoder certificate"):
     b.legend(fontsize=8)
     for ax in (a, b):
         ax.set_xticks(x)
-    fig.suptitle(f"{title}: {'PASS' if cert.passed else 'FAIL'} (smallest Holm p {cert.pvalue:.3g})", fontsize=10)
+    fig.suptitle(f"{title}: {'no bias detected' if cert.passed else 'FAIL'} (smallest Holm p {cert.pvalue:.3g})",
+                 fontsize=10)
     return fig
 
 

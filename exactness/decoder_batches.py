@@ -11,8 +11,9 @@ from __future__ import annotations
 
 import numpy as np
 
+from ._checks import SubjectError
 from .gof import pooled_gof_test
-from .pit import POWER, pit, pit_check
+from .pit import POWER, impossible, pit, pit_check, running
 from .power import detectable_tv
 
 #: Batch sizes of the ``small_batches`` sample, one call after another.
@@ -63,6 +64,14 @@ def small_batch_check(call, prompts, m: int, mj: int, laws, target, V: int, rng,
         pos.append(np.arange(b))
         last.append(np.arange(b) == b - 1)
     who, seqs, pos, last = (np.concatenate(a) for a in (who, seqs, pos, last))
+    for j in range(mj):                  # a token of target probability 0: a FAIL at once, naming it
+        pre = np.ravel_multi_index(tuple(seqs[:, i] for i in range(j + 1)), (V,) * (j + 1))
+        zero = np.zeros(who.size, dtype=bool)
+        for i in np.unique(who):
+            sel = who == i
+            zero[sel] = laws[i].reshape(V ** (j + 1), -1).sum(axis=1)[pre[sel]] <= 0
+        if zero.any():
+            raise impossible(zero, prompts, who, seqs, j, "the small_batches sample")
     groups = [(f"row {j}", pos == j) for j in range(max(SMALL_SIZES))] + [("last row", last)]
     rows = []
     for name, sel in groups:
@@ -73,12 +82,16 @@ def small_batch_check(call, prompts, m: int, mj: int, laws, target, V: int, rng,
             counts = [np.bincount(idx[who[sel] == i], minlength=laws[i].size) for i in range(P)]
             _, d = pooled_gof_test(counts, laws)
         else:
-            d = pit_check(pit(target(prompts[who[sel]]), seqs[sel, 0], None, rng.random(int(sel.sum()))), alpha)
+            p0 = target(prompts[who[sel]])
+            _possible(p0, seqs[sel], 0, prompts, who[sel])
+            d = pit_check(pit(p0, seqs[sel, 0], None, rng.random(int(sel.sum()))), alpha)
         n = int(sel.sum())
         tests = [("joint" if mj else "token 1", d)]
         for j in range(max(mj, 1), m):                    # later tokens: PIT at the sampled prefix (id order)
             ctx = np.concatenate([prompts[who[sel]], seqs[sel, :j]], axis=1)
-            tests.append((f"token {j + 1}", pit_check(pit(target(ctx), seqs[sel, j], None, rng.random(n)), alpha)))
+            pj = target(ctx)
+            _possible(pj, seqs[sel], j, prompts, who[sel])
+            tests.append((f"token {j + 1}", pit_check(pit(pj, seqs[sel, j], None, rng.random(n)), alpha)))
         for what, d in tests:
             rows.append({"group": name, "test": what, "rows": n, "pvalue": float(d["pvalue"]), "df": int(d["df"]),
                          "detectable_tv": detectable_tv(n, d["df"], alpha=alpha, power=POWER) if d["df"] else 1.0})
@@ -97,12 +110,20 @@ def small_batch_check(call, prompts, m: int, mj: int, laws, target, V: int, rng,
                               f"Bonferroni over {len(rows)} tests (row groups x tokens)"}
 
 
+def _possible(p, seqs, j, prompts, who):
+    """Raise :class:`exactness.pit.ImpossibleToken` if a row's token ``j`` has target probability 0 under ``p``."""
+    zero = p[np.arange(p.shape[0]), seqs[:, j]] <= 0
+    if zero.any():
+        raise impossible(zero, prompts, who, seqs, j, "the small_batches sample")
+
+
 def per_row_check(decoder, prompts, m, seed, check):
     """Batch of B equals B batches of 1 under fixed per-row seeds: ``(p-value 1 or 0, details)``.
 
     ``B = max(8, 2 P)`` rows cycle through the prompts (a heterogeneous batch); row ``i`` gets
     ``numpy.random.default_rng([seed, 11, i])`` in the batch and again alone.  ``check(out, B, what)``
-    validates a returned (B, m) array of token ids and returns it as int64.
+    validates a returned (B, m) array of token ids and returns it as int64.  A ``sample`` that raises on a
+    list of Generators is a :class:`SubjectError` (it declared ``per_row_rng``).
     """
     B = max(8, 2 * prompts.shape[0])
     pr = prompts[np.arange(B) % prompts.shape[0]]
@@ -110,11 +131,12 @@ def per_row_check(decoder, prompts, m, seed, check):
     what = "decoder.sample(prompts, new_tokens, [Generator] * B) (per_row_rng = True)"
     def run(rows):
         try:
-            return decoder.sample(pr[rows], m, gens(rows))
-        except Exception as exc:
-            raise ValueError(f"the decoder declares per_row_rng = True but {what} raised {type(exc).__name__}: "
-                             f"{exc}; accept a list of B numpy Generators as rng (one per row), or drop "
-                             "per_row_rng") from exc
+            with running(what):
+                return decoder.sample(pr[rows], m, gens(rows))
+        except Exception as exc:             # the decoder broke its own declaration: a FAIL naming it
+            raise SubjectError(f"the decoder declares per_row_rng = True but {what} raised {type(exc).__name__}: "
+                               f"{exc}; accept a list of B numpy Generators as rng (one per row), or drop "
+                               "per_row_rng") from exc
 
     batch = check(run(np.arange(B)), B, what)
     alone = np.concatenate([check(run(np.array([i])), 1, what) for i in range(B)])

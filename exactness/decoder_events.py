@@ -49,6 +49,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ._checks import SubjectError
 from .pit import draft_laws, pit, pit_check
 
 #: Rule names that are not per-node decisions (the conditional checks are skipped, with the reason).
@@ -113,7 +114,8 @@ class DecoderEvents:
 
 
 def _fail(msg: str):
-    raise ValueError(f"decoder.sample_events: {msg}")
+    """The decoder's events contradict its tokens: the decoder misbehaved (a FAIL naming the cause)."""
+    raise SubjectError(f"decoder.sample_events: {msg}")
 
 
 def check_events(events, tokens: np.ndarray, V: int) -> DecoderEvents:
@@ -123,10 +125,9 @@ def check_events(events, tokens: np.ndarray, V: int) -> DecoderEvents:
 
     Raises
     ------
-    TypeError
-        ``events`` lacks a field or holds non-integer arrays.
-    ValueError
-        Shapes that disagree; rows or positions out of range; an entry whose token is not
+    SubjectError
+        (the decoder misbehaved: ``certify_decoder`` returns a FAIL naming it) ``events`` lacks a field
+        or holds non-integer arrays; shapes that disagree; rows or positions out of range; an entry whose token is not
         ``tokens[row, position]``; an accepted index that is not a candidate or whose candidate
         is not the token; a token of the returned tokens with no entry or with two; a call whose
         entries span rows, skip positions, or continue after its rejection / bonus draw.
@@ -134,13 +135,13 @@ def check_events(events, tokens: np.ndarray, V: int) -> DecoderEvents:
     """
     missing = [f for f in FIELDS if not hasattr(events, f)]
     if missing:
-        raise TypeError(f"decoder.sample_events must return (tokens, events) with events having fields {FIELDS} "
+        raise SubjectError(f"decoder.sample_events must return (tokens, events) with events having fields {FIELDS} "
                         f"(e.g. exactness.decoder_events.DecoderEvents); missing {missing}")
     arrs = {}
     for f in FIELDS:
         a = np.asarray(getattr(events, f))
         if a.size and (a.dtype == bool or not np.issubdtype(a.dtype, np.integer)):
-            raise TypeError(f"decoder.sample_events: events.{f} has dtype {a.dtype}; it must hold int64 ids")
+            raise SubjectError(f"decoder.sample_events: events.{f} has dtype {a.dtype}; it must hold int64 ids")
         arrs[f] = a.astype(np.int64)
     E = arrs["row"].shape[0] if arrs["row"].ndim == 1 else -1
     c = arrs["candidates"]

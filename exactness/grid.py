@@ -20,11 +20,9 @@ from functools import partial
 import numpy as np
 from scipy import stats
 
-from resispec._validation import as_node
-
 from .certificate import Certificate
 from .executors import check_executor, executor_for
-from .sampling import k_support
+from .sampling import door_node, k_support
 from .verifier_cert import certify_verifier, check_workers
 
 #: Checks whose p-values are continuous Monte Carlo p-values (used for calibration).
@@ -203,8 +201,12 @@ def _failure_reason(exc: BaseException) -> str:
 
     from .budget import BudgetError
 
+    from ._checks import SubjectError
+
     if isinstance(exc, BudgetError):         # nothing drawn: not a verdict on the verifier; the whole fix shown
         return "not run: " + " ".join(str(exc).split())
+    if isinstance(exc, SubjectError):        # the cause already names the subject's method
+        return f"error: {exc.cause}"
     if isinstance(exc, SystemExit):
         what = f"SystemExit: called sys.exit({exc.code!r})"
     else:
@@ -263,10 +265,11 @@ def run_cell(cell: Cell, *, n: int | None, alpha: float, seed, timeout: float | 
     failure (a verifier with no supported cell at all is untested, which fails the run).
 
     A cell whose verifier (or anything in the cell) raises an ``Exception`` or
-    ``SystemExit``, or that runs past ``timeout``, is not an error of the run:
+    ``SystemExit``, returns tokens of the wrong dtype or shape or outside ``[0, V)``
+    (:class:`exactness.SubjectError`), or that runs past ``timeout``, is not an error of the run:
     it is returned as a FAILED cell (``certificate.passed`` False, p-value 0)
     whose only check is named by the reason, e.g. ``"timed out after 600 s"``
-    or ``"error: RuntimeError: boom (in verify, mine.py:12)"`` (also in
+    or ``"error: Mine.verify raised RuntimeError: boom (in verify, mine.py:12)"`` (also in
     ``certificate.details["error"]``).  ``KeyboardInterrupt`` propagates.
     """
     from ._timeout import TimeLimitExceeded, check_timeout, time_limit
@@ -285,9 +288,13 @@ def run_cell(cell: Cell, *, n: int | None, alpha: float, seed, timeout: float | 
             why = k_support(cell.verifier, cell.k)  # a supported_k that raises is a failed cell, below
             if why:
                 return CellResult(cell.verifier_name, cell.family, cell.k, V, None, skipped=f"not supported: {why}")
-            node = as_node(cell.p, cell.q)  # the cell's one check of p, q; the calls below trust it
+            node = door_node(cell.p, cell.q)  # the cell's one check of p, q; the calls below trust it
+            # this cell's limit governs (timeout=None): a verifier that misbehaves comes back as a FAIL certificate
             cert = certify_verifier(cell.verifier, node, None, cell.k, n=n, alpha=alpha, seed=seed, workers=workers,
-                                    executor=executor, tv=tv, sequential=sequential)
+                                    executor=executor, tv=tv, sequential=sequential, timeout=None)
+            cause = (cert.details.get("subject") or {}).get("error") if "subject" in cert.checks else None
+            if cause is not None:
+                return _failed_cell(cell, f"error: {cause}", alpha, time.perf_counter() - t0)
             known = cert.details.get("exact", {}).get("acceptance")   # absent when the chain was invalid
             acc, astar, rrs = _acceptances(cell.verifier, node, None, cell.k, known)
     except TimeLimitExceeded as exc:

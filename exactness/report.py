@@ -7,6 +7,8 @@ from pathlib import Path
 
 import numpy as np
 
+from resispec._io import strict_json
+
 from .grid import GridResult
 from .power import detectable_tv
 
@@ -33,7 +35,9 @@ LEGEND = (
     "adjusted over all cells (Holm decides the verdict, Benjamini-Hochberg is reported)",
     "n: Monte Carlo draws; detect. TV: smallest TV bias the marginal test detects with power 0.99 at alpha",
     "accept: exact acceptance rate; alpha*: optimum for the verifier's drafting; rrs: acceptance of rrs",
-    "verdict: pass, or FAIL with each failing check and THAT check's own TV / statistic / p",
+    "verdict: 'no bias detected (detectable TV x)': no check found a bias, and one of TV x would have been found "
+    "with power 0.99 (evidence, not a proof of exactness); or FAIL with each failing check and THAT check's own "
+    "TV / statistic / p",
     "skipped: checks that did not run (or could not fail); reasons listed below the table",
 )
 
@@ -42,7 +46,7 @@ def _exact_tv_cell(c) -> str:
     cert = c.certificate
     if "error" in cert.details.get("exact", {}):
         return "invalid"
-    return _fmt(c.exact_tv, ".1e") + ("*" if cert.notes else "")
+    return _fmt(c.exact_tv, ".1e") + ("*" if cert.details.get("verify_disagrees_with_chain") else "")
 
 
 def cell_rows(grid: GridResult) -> list[tuple]:
@@ -56,7 +60,7 @@ def cell_rows(grid: GridResult) -> list[tuple]:
             continue
         cert = c.certificate
         failed = c in failed_cells
-        verdict = "FAIL" if failed else "pass"
+        verdict = "FAIL" if failed else f"no bias detected (detectable TV {_fmt(cert.detectable_tv, '.2g')})"
         if failed:
             bad = "; ".join(cert.describe(name) for name in cert.failed_checks())
             if not c.acceptance_ok:
@@ -100,6 +104,18 @@ def terminal_table(grid: GridResult) -> str:
     if notes:
         out += ["Notes:"] + [f"  {x}" for x in notes]
     return "\n".join(out)
+
+
+def overall_verdict(grid: GridResult, power: float = 0.99) -> str:
+    """The run's verdict in one Markdown line: no bias detected (with the detectable-TV range) or the failures."""
+    if not grid.passed:
+        return f"**FAILED: {', '.join(grid.failed_verifiers())}**"
+    dets = [c.certificate.detectable_tv for c in grid.cells if c.certificate is not None]
+    if not dets:
+        return "**Nothing certified** (every cell skipped)"
+    rng = _fmt(min(dets), ".2g") + ("" if min(dets) == max(dets) else f" to {_fmt(max(dets), '.2g')}")
+    return (f"**No bias detected** in any cell (detectable TV {rng} at power {power:g}: a bias that large would "
+            "have been found; smaller ones need more samples)")
 
 
 def verdicts(grid: GridResult) -> dict:
@@ -241,7 +257,7 @@ def markdown(grid: GridResult, mutants=None, meta=None, qq_name="certify_qq.png"
     L += ["## Verdict", "", "| verifier | cells | failed | min Holm p |", "|---|---|---|---|"]
     for v, d in verdicts(grid).items():
         L.append(f"| `{v}` | {d['cells']} | {d['failed']} | {d['min_p_holm']:.3g} |")
-    L += ["", "**ALL PASS**" if grid.passed else f"**FAILED: {', '.join(grid.failed_verifiers())}**", ""]
+    L += ["", overall_verdict(grid), ""]
     if grid.untested_verifiers():
         L += [f"Not tested (every cell skipped, which is never a pass): {', '.join(grid.untested_verifiers())}", ""]
     for note in grid.notes:
@@ -323,7 +339,7 @@ def write_reports(grid: GridResult, out: Path, mutants=None, meta=None, json_pat
     paths = report_paths(out, json_path)
     out, js, qq, tv = paths["markdown"], paths["json"], paths["qq"], paths["detectable_tv"]
     qq_png, tv_png = figure_bytes(grid)
-    payloads = [(js, json.dumps(to_json(grid, mutants, meta), indent=1, default=float)),
+    payloads = [(js, json.dumps(strict_json(to_json(grid, mutants, meta)), indent=1, allow_nan=False)),
                 (out, markdown(grid, mutants, meta, qq.name, tv.name)), (qq, qq_png), (tv, tv_png)]
     written = []
     try:

@@ -48,7 +48,9 @@ from resispec._validation import Laws, as_node, check_k
 from resispec.verifiers.base import MassVerifier, takes_laws
 from resispec.verifiers.registry import _REGISTRY
 
+from ._checks import SubjectError
 from ._search import GuidedCDF
+from .certificate import call_subject, door_law, door_node, subject_cause  # noqa: F401 (re-exported)
 from .fast_paths import check_against_chain, fast_path_for
 
 #: Draws re-checked through ``verify`` on a sampler's first call when the table or a fast path is used.
@@ -85,7 +87,8 @@ class Draws:
     Attributes
     ----------
     tokens : ndarray, shape (n,), int64
-    accepted : ndarray, shape (n,), int64, accepted candidate index or -1
+    accepted : ndarray, shape (n,), int64, accepted candidate index or -1; ``NO_ACCEPTED`` (-2) where verify
+        returned no ``.accepted``, ``BAD_ACCEPTED`` (-3) where its ``.accepted`` broke the contract
     """
 
     tokens: np.ndarray
@@ -97,9 +100,11 @@ def candidate_law(verifier, q2: np.ndarray) -> np.ndarray:
     hook = getattr(verifier, "draft_law", None)
     if hook is None:
         return q2
-    ql = np.asarray(hook(q2), dtype=np.float64)
-    if ql.shape != q2.shape or not np.all(np.isfinite(ql)) or np.any(ql < 0):
-        raise ValueError("verifier.draft_law(q) must return a non-negative (B, V) law")
+    name = f"{type(verifier).__name__}.draft_law(q)"
+    ql = call_subject(lambda: np.asarray(hook(q2), dtype=np.float64), name)
+    if ql.shape != q2.shape or not np.all(np.isfinite(ql)) or np.any(ql < 0) or np.any(ql.sum(axis=1) <= 0):
+        raise SubjectError(f"{name} must return a non-negative, finite (B, V) law with positive rows, got "
+                           f"shape {ql.shape}")
     return ql / ql.sum(axis=1, keepdims=True)
 
 
@@ -141,15 +146,16 @@ def k_support(verifier, k: int) -> str | None:
     ------
     TypeError
         ``supported_k`` is neither (a string, floats, an empty collection), or
-        the method returns something other than a bool.  Anything the method
-        itself raises propagates: a plug-in that fails is an error.
+        the method returns something other than a bool (a malformed declaration).
+    exactness.SubjectError
+        The method raises (the subject misbehaved: a FAIL).
     """
     decl = getattr(verifier, "supported_k", None)
     if decl is None:
         return None
     name = type(verifier).__name__
     if callable(decl):
-        ok = decl(k)
+        ok = call_subject(decl, f"{name}.supported_k({k})", k)
         if not isinstance(ok, (bool, np.bool_)):
             raise TypeError(f"{name}.supported_k({k}) returned {ok!r}; it must return True or False")
         return None if ok else f"k = {k} is not supported ({name}.supported_k({k}) is False)"
@@ -299,54 +305,100 @@ def accept_table(verifier, p: np.ndarray, q: np.ndarray, k: int):
 
 
 def _checked_result(res, B: int, k: int, V: int, verifier, candidates=None) -> tuple[np.ndarray, np.ndarray]:
-    """Validate what ``verifier.verify`` returned for ``B`` nodes.
+    """Validate what ``verifier.verify`` returned for ``B`` nodes, strictly.
 
     tokens (B,) integer ids in [0, V); accepted (B,) integers in [-1, k);
     and, when ``candidates`` (B, k) is given, ``tokens[b] ==
     candidates[b, accepted[b]]`` wherever ``accepted[b] >= 0`` (an index,
-    not an accept flag).  Returns int64 copies; raises TypeError / ValueError
-    naming the first bad row.
+    not an accept flag).  Returns int64 copies (accepted all ``-2`` when the
+    result has no ``.accepted``).
+
+    Raises
+    ------
+    exactness.SubjectError
+        Anything outside that contract, naming the verifier and the first bad
+        row: the subject misbehaved (a FAIL, never "bad input").  The Monte
+        Carlo of :func:`exactness.certify_verifier` uses :func:`emitted_result`
+        instead, which certifies a verifier whose accepted indices do not name
+        its candidates on the tokens it emits.
+    """
+    t, a, why = emitted_result(res, B, k, V, verifier, candidates)
+    if why:
+        raise SubjectError(why)
+    return t, a
+
+
+#: ``accepted`` code of :func:`emitted_result`: verify returned no ``.accepted``.
+NO_ACCEPTED = -2
+#: ``accepted`` code of :func:`emitted_result`: ``.accepted`` broke its contract (out of range, not an index of
+#: the emitted candidate, wrong dtype or shape); the tokens are still certified.
+BAD_ACCEPTED = -3
+
+
+def emitted_result(res, B: int, k: int, V: int, verifier, candidates=None) -> tuple[np.ndarray, np.ndarray,
+                                                                                    str | None]:
+    """``(tokens, accepted, why)`` from what ``verifier.verify`` returned for ``B`` nodes.
+
+    The tokens must be (B,) integer ids in [0, V), else :class:`exactness.SubjectError` (the verifier emitted
+    something that is not a token).  The accepted indices are auxiliary: when they break their contract
+    (integers in ``[-1, k)`` naming the emitted candidate of ``candidates`` (B, k)) the tokens are kept,
+    ``accepted`` is all ``BAD_ACCEPTED`` and ``why`` says what was wrong (a pipeline that drafts its own
+    candidates reports indices into THOSE: it is certified on what it emits).  No ``.accepted``: all
+    ``NO_ACCEPTED`` and ``why`` None.
     """
     name = type(verifier).__name__
     if not hasattr(res, "tokens"):
-        raise TypeError(f"{name}.verify returned {type(res).__name__}; it must return an object with .tokens "
-                        "(B,) int64 and .accepted (B,) int64 (e.g. resispec.VerifyResult)")
+        raise SubjectError(f"{name}.verify returned {type(res).__name__}; it must return an object with .tokens "
+                           "(B,) int64 and .accepted (B,) int64 (e.g. resispec.VerifyResult)")
     t = np.asarray(res.tokens)
     if t.dtype == bool or not np.issubdtype(t.dtype, np.integer):
-        raise TypeError(f"{name}.verify returned tokens of dtype {t.dtype}; token ids must be integers (int64)")
+        raise SubjectError(f"{name}.verify returned tokens of dtype {t.dtype}; token ids must be integers (int64)")
     if t.shape != (B,):
-        raise ValueError(f"{name}.verify returned tokens of shape {t.shape} for {B} nodes; expected ({B},)")
+        raise SubjectError(f"{name}.verify returned tokens of shape {t.shape} for {B} nodes; expected ({B},)")
     if B and (t.min() < 0 or t.max() >= V):
-        raise ValueError(f"{name}.verify returned token ids in [{t.min()}, {t.max()}], outside the vocabulary [0, {V})")
+        bad = int(np.flatnonzero((t < 0) | (t >= V))[0])
+        raise SubjectError(f"{name}.verify returned token ids in [{t.min()}, {t.max()}] (tokens[{bad}] = {t[bad]}), "
+                           f"outside the vocabulary [0, {V})")
+    t = t.astype(np.int64)
     if not hasattr(res, "accepted"):
-        return t.astype(np.int64), np.full(B, -2, dtype=np.int64)
+        return t, np.full(B, NO_ACCEPTED, dtype=np.int64), None
     a = np.asarray(res.accepted)
+    why = None
     if a.dtype == bool or not np.issubdtype(a.dtype, np.integer):
-        raise TypeError(f"{name}.verify returned accepted of dtype {a.dtype}; it must be integer indices (int64)")
-    if a.shape != (B,):
-        raise ValueError(f"{name}.verify returned accepted of shape {a.shape} for {B} nodes; expected ({B},)")
-    if B:
-        check_accepted(t, a, k, candidates, f"{name}.verify returned ")
-    return t.astype(np.int64), a.astype(np.int64)
+        why = f"{name}.verify returned accepted of dtype {a.dtype}; it must be integer indices (int64)"
+    elif a.shape != (B,):
+        why = f"{name}.verify returned accepted of shape {a.shape} for {B} nodes; expected ({B},)"
+    elif B:
+        why = accepted_problem(t, a, k, candidates, f"{name}.verify returned ")
+    if why:
+        return t, np.full(B, BAD_ACCEPTED, dtype=np.int64), why
+    return t, a.astype(np.int64), None
 
 
-def check_accepted(t: np.ndarray, a: np.ndarray, k: int, candidates, what: str = "") -> None:
-    """ValueError unless every accepted index ``a`` (n,) lies in ``[-1, k)`` and names the emitted token.
-
-    ``t`` (n,) emitted tokens; ``candidates`` (n, k) or None (then only the range is checked);
-    ``what`` prefixes the message (e.g. ``"rrs.verify returned "``).
-    """
+def accepted_problem(t: np.ndarray, a: np.ndarray, k: int, candidates, what: str = "") -> str | None:
+    """Why the accepted indices ``a`` (n,) break their contract, or None: each must lie in ``[-1, k)`` and name
+    the emitted token ``t`` (n,) among ``candidates`` (n, k) (None: only the range is checked); ``what``
+    prefixes the message (e.g. ``"rrs.verify returned "``)."""
     if a.size and (a.min() < -1 or a.max() >= k):
-        raise ValueError(f"{what}accepted indices in [{a.min()}, {a.max()}]; they must lie in [-1, {k}) "
-                         "(-1 = residual token)")
+        return (f"{what}accepted indices in [{a.min()}, {a.max()}]; they must lie in [-1, {k}) "
+                "(-1 = residual token)")
     if candidates is not None and a.size:
         hit = np.flatnonzero(a >= 0)
         bad = hit[t[hit] != candidates[hit, a[hit]]]
         if bad.size:
             b = int(bad[0])
-            raise ValueError(f"{what}accepted[{b}] = {a[b]} but tokens[{b}] = {t[b]} != candidates[{b}, {a[b]}] = "
-                             f"{candidates[b, a[b]]} ({bad.size} such rows); accepted must be the index of the "
-                             "emitted candidate (or -1 for a residual token), not a flag")
+            return (f"{what}accepted[{b}] = {a[b]} but tokens[{b}] = {t[b]} != candidates[{b}, {a[b]}] = "
+                    f"{candidates[b, a[b]]} ({bad.size} such rows); accepted must be the index of the "
+                    "emitted candidate (or -1 for a residual token), not a flag")
+    return None
+
+
+def check_accepted(t: np.ndarray, a: np.ndarray, k: int, candidates, what: str = "") -> None:
+    """ValueError unless every accepted index ``a`` (n,) lies in ``[-1, k)`` and names the emitted token
+    (:func:`accepted_problem`, whose message it raises)."""
+    why = accepted_problem(t, a, k, candidates, what)
+    if why:
+        raise ValueError(why)
 
 
 class NodeSampler:
@@ -377,10 +429,14 @@ class NodeSampler:
     else as ``verify(P, Q, c, rng)`` (black box).  Built-in verifiers get
     read-only broadcast views of ``p, q``; any other verifier gets writable
     copies of ``P, Q`` (B, V) and ``c`` (B, k), so in-place normalisation is
-    allowed and cannot corrupt the harness's arrays.  ``ValueError``,
-    ``TypeError`` and ``IndexError`` raised inside a user's ``verify`` are
-    re-raised as ``TypeError`` stating the batch contract, chained from the
-    original.
+    allowed and cannot corrupt the harness's arrays.  Anything ``verify``
+    raises, and tokens of the wrong dtype or shape or outside ``[0, V)``, are
+    an :class:`exactness.SubjectError` naming the cause (a ``ValueError``,
+    ``TypeError`` or ``IndexError`` of a user's ``verify`` with the batch
+    contract stated), chained from the original.  Accepted indices that break
+    their contract (a pipeline drafting its own candidates) are replaced by
+    ``BAD_ACCEPTED`` and the reason kept in ``accepted_note``: the tokens are
+    still certified.
     """
 
     def __init__(self, verifier, p, q, k: int, *, fast: bool = True):
@@ -408,6 +464,8 @@ class NodeSampler:
         self._copies = not _builtin(verifier) and not self._shared
         self._laws = takes_laws(verifier, "verify")
         self._guarded = False
+        #: Why ``verify``'s accepted indices were unusable (:func:`emitted_result`), first batch only; None if fine.
+        self.accepted_note: str | None = None
         self._recheck = True    # False only on the timing copy of pilot_sampler
         self._calls = 0         # calls of _draws (chunks) so far
         if self.drafting != "without_replacement":  # iid candidates: one guided inverse CDF, same ids
@@ -549,17 +607,23 @@ class NodeSampler:
                     res = self.verifier.verify(P, Q, c_in, rng, uniforms=uv[s:s + step])
                 else:
                     res = self.verifier.verify(P, Q, c_in, rng)
-            except (ValueError, TypeError, IndexError) as e:
-                if not (self._copies or self._shared):
-                    raise
-                kw = ", uniforms=U (B, k + 1)" if self.uses_uniforms else ""
-                raise TypeError(
-                    f"{type(self.verifier).__name__}.verify failed on a batch of B = {c.shape[0]} nodes ({e}). "
-                    f"The harness calls verify(p, q, candidates, rng{kw}) on batches: p and q of shape (B, V) = "
-                    f"({c.shape[0]}, {self.V}) float64, candidates of shape (B, k) = ({c.shape[0]}, {k}) int64; "
-                    "it must return .tokens and .accepted of shape (B,) int64. A verify written for one node "
-                    "(p of shape (V,)) fails like this.") from e
-            t, a = _checked_result(res, c.shape[0], k, self.V, self.verifier, c)
+            except SubjectError:
+                raise
+            except (Exception, SystemExit) as e:   # the subject failed: a FAIL naming it, never "bad input"
+                name = type(self.verifier).__name__
+                cause = subject_cause(f"{name}.verify", e)
+                if isinstance(e, (ValueError, TypeError, IndexError)) and (self._copies or self._shared):
+                    kw = ", uniforms=U (B, k + 1)" if self.uses_uniforms else ""
+                    cause = (
+                        f"{name}.verify failed on a batch of B = {c.shape[0]} nodes ({cause}). "
+                        f"The harness calls verify(p, q, candidates, rng{kw}) on batches: p and q of shape (B, V) = "
+                        f"({c.shape[0]}, {self.V}) float64, candidates of shape (B, k) = ({c.shape[0]}, {k}) int64; "
+                        "it must return .tokens and .accepted of shape (B,) int64. A verify written for one node "
+                        "(p of shape (V,)) fails like this.")
+                raise SubjectError(cause) from e
+            t, a, why = emitted_result(res, c.shape[0], k, self.V, self.verifier, c)
+            if why and self.accepted_note is None:
+                self.accepted_note = why
             toks.append(t)
             accs.append(a)
         return Draws(np.concatenate(toks), np.concatenate(accs).astype(np.int64))

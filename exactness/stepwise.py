@@ -66,10 +66,14 @@ from resispec.verifiers.base import sum_of_others
 from resispec.verifiers.step_plan import StepPlan
 
 from . import _stepwise_kernel as _kernel
-from ._checks import as_generator, as_seed_sequence, check_alpha, check_n, check_tv
+from ._checks import SubjectError, as_generator, as_seed_sequence, check_alpha, check_n, check_tv, sub_seed
+from ._timeout import MAX_TIMEOUT, TimeLimitExceeded
+from ._timeout import time_limit as _time_limit
 from .chunks import chunk_jobs
 from .verifier_cert import check_workers
 from .coupled.certify import check_min_draws, tv_upper_bound
+from .coupled.run import armed_limit, hard_limit, hung_call
+from .gof import gof_test
 from .power import _check_power
 from .sampling import _checked_result, candidate_law, draw_node_candidates, drafting_of
 
@@ -84,6 +88,12 @@ PILOT = 4 * BATCH
 CACHE_BYTES = 1 << 28
 #: Below this remaining mass the plain residual is ``p_i`` itself (as ``reject_update``).
 _RESIDUAL_EPS = 1e-13
+#: Most ``verify`` draws at a mismatching draw's candidates for the law check that tells another coupling of the
+#: coins from a verify off its declared law (fewer at large V: ``2**25 // V``, at least ``LAW_MIN``).
+LAW_DRAWS = 200_000
+LAW_MIN = 2_000
+#: Distinct candidate tuples of mismatching draws whose law is checked (Bonferroni over them).
+LAW_NODES = 4
 
 
 @dataclass(frozen=True)
@@ -96,9 +106,13 @@ class StepwiseCertificate:
         No defect, no mismatch, and ``tv_upper <= tv`` (when ``tv`` was asked) or no unverified state (when
         ``n`` was given).
     verdict : str
-        ``"PASS"``, ``"FAIL"`` (a defect or a mismatch was seen) or ``"INCONCLUSIVE"`` (no defect or mismatch,
-        but unverified states or a ``time_limit`` stop leave ``tv_upper`` above the asked ``tv``; with ``n``
-        given, any unverified state).
+        ``"PASS"``; ``"FAIL"`` (a defect; a mismatch where ``verify``'s (stop, token) law at the mismatching
+        draw's candidates differs from its declared steps'; or the verifier misbehaved -- raised, hung past the
+        hard time limit, returned the wrong shape or an accepted index that does not name the emitted
+        candidate: ``cause``); or ``"INCONCLUSIVE"`` (no defect or mismatch, but unverified states or a
+        ``time_limit`` stop leave ``tv_upper`` above the asked ``tv``; with ``n`` given, any unverified state;
+        or ``"not the same coupling"``: mismatches, but ``verify``'s law at their candidates matches the
+        declared steps', as for an exact verify that uses the coins in another convention).
     n : int
         Draws run.
     events, defects, mismatches, unverified : int
@@ -123,6 +137,13 @@ class StepwiseCertificate:
         (``verifier, p, q, candidates, uniforms``).
     report : str
         One paragraph for people (:meth:`summary`, ``str(cert)``).
+    cause : str or None
+        The verifier's misbehaviour that failed the run (``verify`` or ``step_plan`` raised, hung, or broke
+        its output contract); None otherwise.
+    coupling_pvalue : float or None
+        On a mismatch: p-value (Bonferroni over up to ``LAW_NODES`` distinct candidate tuples of mismatching
+        draws) of ``verify``'s (stop, token) law at those candidates against the declared chain's exact law
+        (:func:`coupling_pvalue`; below ``alpha``: FAIL; else INCONCLUSIVE, not the same coupling).
     """
 
     passed: bool
@@ -142,6 +163,8 @@ class StepwiseCertificate:
     largest_defect: float
     first_event: dict | None = None
     report: str = field(default="", repr=False)
+    cause: str | None = None
+    coupling_pvalue: float | None = None
 
     def summary(self) -> str:
         """The verdict in one paragraph (as ``Certificate.summary()``)."""
@@ -327,14 +350,14 @@ def _plan(verifier, p_i, q_i, last: bool, step: int):
     """``verifier.step_plan`` on read-only state arrays; a returned StepPlan is copied and frozen."""
     try:
         plan = verifier.step_plan(p_i, q_i, last=last)
-    except Exception as exc:                                   # a plug-in that fails is an error, never a pass
-        raise RuntimeError(f"{type(verifier).__name__}.step_plan raised at step {step}: "
+    except Exception as exc:                                   # a plug-in that fails is a FAIL, never a pass
+        raise SubjectError(f"{type(verifier).__name__}.step_plan raised at step {step}: "
                            f"{type(exc).__name__}: {exc}") from exc
     if plan is None:
         return None
     why = _plan_form(plan, p_i.size)
-    if why is not None:                                        # a malformed plan is the plug-in's error, not a bias
-        raise RuntimeError(f"{type(verifier).__name__}.step_plan at step {step}: {why}")
+    if why is not None:                                        # a malformed plan: the subject misbehaved
+        raise SubjectError(f"{type(verifier).__name__}.step_plan at step {step}: {why}")
     # checked once, so kept as checked (no shared buffer)
     return StepPlan(**{n: _frozen(getattr(plan, n)) for n in ("m", "plain", "g", "h", "alpha", "beta")})
 
@@ -537,19 +560,21 @@ def draws_for_tv(tv: float, alpha: float = 1e-3, power: float = 0.99) -> int:
 
 def _run_verify(verifier, P, Q, c, u, V: int, k: int):
     """``verify`` on one batch; its tokens (B,) and accepted indices (B,) int64, checked
-    (:func:`exactness.sampling._checked_result`); a result outside the contract is the plug-in's error."""
+    (:func:`exactness.sampling._checked_result`); a call that raises or a result outside the contract (shape,
+    dtype, ids outside [0, V), an accepted index that does not name the emitted candidate) is a
+    :class:`exactness.SubjectError` naming ``verify``."""
     name = type(verifier).__name__
     try:
         res = verifier.verify(P, Q, c, uniforms=u)
-    except Exception as exc:                               # a plug-in that fails is an error, never a pass
-        raise RuntimeError(f"{name}.verify raised: {type(exc).__name__}: {exc}") from exc
+    except Exception as exc:                               # a plug-in that fails is a FAIL, never a pass
+        raise SubjectError(f"{name}.verify raised: {type(exc).__name__}: {exc}") from exc
     if not (hasattr(res, "tokens") and hasattr(res, "accepted")):
-        raise RuntimeError(f"{name}.verify returned {type(res).__name__}; expected an object with .tokens and "
+        raise SubjectError(f"{name}.verify returned {type(res).__name__}; expected an object with .tokens and "
                            ".accepted (resispec.VerifyResult)")
     try:
         return _checked_result(res, c.shape[0], k, V, verifier, candidates=c)
     except (TypeError, ValueError) as exc:
-        raise RuntimeError(f"{name}.verify returned a result outside its contract: {exc}") from exc
+        raise SubjectError(f"{name}.verify returned a result outside its contract: {exc}") from exc
 
 
 def _check_time(est: float, n: int, tv) -> None:
@@ -577,6 +602,7 @@ class _Chunk:
     first: dict | None
     states: int
     largest: float
+    mismatched: tuple = ()          # distinct candidate tuples of the first mismatching draws (law checks)
 
 
 def _run_chunk(verifier, p, q, cl, k, drafting, deadline, plan, job) -> _Chunk:
@@ -591,6 +617,7 @@ def _run_chunk(verifier, p, q, cl, k, drafting, deadline, plan, job) -> _Chunk:
     P, Q = np.broadcast_to(states.root[0], (BATCH, V)), np.broadcast_to(q, (BATCH, V))
     done = defects = mism = unver = 0
     first = None
+    seen: list = []
     while done < n:
         B = min(BATCH, n - done)
         c = draw_node_candidates(cl, k, drafting, rng.random((B, k)))
@@ -605,6 +632,8 @@ def _run_chunk(verifier, p, q, cl, k, drafting, deadline, plan, job) -> _Chunk:
             if ev is None:
                 continue
             kind, step, detail = ev
+            if kind == "mismatch" and len(seen) < LAW_NODES and tuple(c[b].tolist()) not in seen:
+                seen.append(tuple(c[b].tolist()))
             defects += kind == "defect"
             mism += kind == "mismatch"
             unver += kind == "unverified"
@@ -618,7 +647,7 @@ def _run_chunk(verifier, p, q, cl, k, drafting, deadline, plan, job) -> _Chunk:
         if done == PILOT and deadline is None:
             tv, total, parallel = plan
             _check_time((time.monotonic() - t0) / done * total / parallel, total, tv)
-    return _Chunk(done, defects, mism, unver, first, states.checked, states.largest)
+    return _Chunk(done, defects, mism, unver, first, states.checked, states.largest, tuple(seen))
 
 
 def certify_stepwise(verifier, p, q, k: int, *, n: int | None = None, tv: float | None = None,
@@ -646,7 +675,11 @@ def certify_stepwise(verifier, p, q, k: int, *, n: int | None = None, tv: float 
     seed : int, SeedSequence or Generator
         Candidates and uniforms.
     time_limit : float, optional
-        Stop after this many seconds; the bound uses the draws run (INCONCLUSIVE if short of the plan).
+        Stop after this many seconds, between batches; the bound uses the draws run (INCONCLUSIVE if short of
+        the plan).  A ``verify`` or ``step_plan`` call that never returns is stopped at the hard limit
+        :func:`exactness.coupled.run.hard_limit` of it (``time_limit + max(10 s, time_limit)``; without
+        ``time_limit``, of ``exactness.certificate.MAX_SECONDS``) and the run FAILs naming the hang (``cause``);
+        worker processes are stopped with it.  Enforced with ``SIGALRM`` in the main thread (POSIX).
     workers : int >= 1
         Processes sharing the draws (chunk ``i`` seeded by ``SeedSequence(seed).spawn(workers)[i]``, as
         ``certify_verifier``; each keeps its own states).  1: in this process, from ``default_rng(seed)``.
@@ -665,8 +698,12 @@ def certify_stepwise(verifier, p, q, k: int, *, n: int | None = None, tv: float 
     ValueError
         Bad laws, k, n, tv, alpha, power or time_limit; both ``n`` and ``tv``; ``n`` too small to bound TV
         below 0.5; more than one node; k above the draft support (without-replacement drafting).
-    RuntimeError
-        ``verify`` or ``step_plan`` raised, or ``verify`` returned the wrong shape.
+
+    A ``verify`` or ``step_plan`` that raises, hangs, returns the wrong shape or type, or an accepted index that
+    does not name the emitted candidate is not an error of the call: the certificate FAILs with the cause in
+    ``cause`` and its report (exit 1 in the CLI).  A mismatch of ``verify`` with its declared chain is FAIL when
+    ``verify``'s law at the mismatching draws' candidates differs from the declared steps'
+    (:func:`coupling_pvalue` below ``alpha``), else INCONCLUSIVE ("not the same coupling").
 
     Source: the sequential lemma of ``docs/RESISPEC.md`` s.2 and the coupling inequality; the rule certified
     here is ResiSpec for without-replacement drafts (ResiSpec, arXiv 2608.24411; RSD, arXiv 2402.14160).
@@ -691,14 +728,114 @@ def certify_stepwise(verifier, p, q, k: int, *, n: int | None = None, tv: float 
     check_min_draws(n, alpha)
     workers = check_workers(workers)
     if time_limit is not None and (isinstance(time_limit, bool) or not isinstance(time_limit, (int, float))
-                                   or not time_limit > 0):
-        raise ValueError(f"time_limit must be a number of seconds > 0, got {time_limit!r}")
+                                   or not 0 < time_limit <= MAX_TIMEOUT / 2):
+        raise ValueError(f"time_limit must be a number of seconds in (0, {MAX_TIMEOUT / 2:g}], got {time_limit!r}")
     workers = min(workers, n)                              # a chunk per worker, none empty
     if workers > 1:
         from .executors import check_executor
 
         check_executor(executor)
+    name = getattr(verifier, "name", type(verifier).__name__)
+    cls = type(verifier).__name__
+    drafting = drafting_of(verifier)
+    from . import certificate as _cert
+
+    hard = armed_limit(hard_limit(float(time_limit) if time_limit is not None else _cert.MAX_SECONDS))
+    try:
+        with _time_limit(hard):
+            drafting, cl = _drafting_and_law(verifier, q2, k)   # a draft_law hook that fails: the subject's
+            return _certify(verifier, p2, q2, k, n, tv, alpha, power, seed, time_limit, workers, executor,
+                            drafting, cl, name, t0)
+    except SubjectError as exc:
+        cause = exc.cause
+    except TimeLimitExceeded as exc:
+        if hard is None:
+            raise                                      # the caller's own (outer) limit
+        who = hung_call(exc, {"_run_verify": f"{cls}.verify", "_plan": f"{cls}.step_plan",
+                              "map_chunks": f"a worker's {cls}.verify or {cls}.step_plan"})
+        limit = (f"time_limit = {time_limit:g} s" if time_limit is not None else
+                 f"exactness.certificate.MAX_SECONDS = {_cert.MAX_SECONDS:g} s, no time_limit given")
+        cause = (f"{who or 'the run'} did not return: certify_stepwise stopped it at its hard time limit of "
+                 f"{hard:g} s ({limit}, plus a grace of {hard - (time_limit or _cert.MAX_SECONDS):g} s)")
+    secs = time.perf_counter() - t0
+    report = (f"FAIL: {name} ({drafting} drafting), V = {p2.shape[1]:,}, k = {k}: the verifier misbehaved: {cause}. "
+              "Nothing is certified about its law.")
+    return StepwiseCertificate(passed=False, verdict="FAIL", n=0, events=0, defects=0, mismatches=0, unverified=0,
+                               tv_upper=1.0, detectable_tv=float("nan"), alpha=alpha, power=float(power),
+                               tv=None if tv is None else float(tv), states=0, seconds=secs,
+                               largest_defect=float("nan"), first_event=None, report=report, cause=cause)
+
+
+def _declared_joint(states: _States, c: np.ndarray) -> np.ndarray | None:
+    """Exact law (k + V,) of the declared chain's (stop, token) given candidates ``c`` (k,): cell ``i`` candidate
+    ``i`` accepted, cell ``k + y`` residual token ``y``; None where the walk meets an undeclared or failing state."""
+    k, V = c.size, states.root[0].size
+    out = np.zeros(k + V)
+    reach = 1.0
+    prefix: tuple = ()
+    st = states.get(prefix, None)
+    for i in range(k):
+        p_i, q_i, plan, _, why = st
+        if plan is None or why is not None:
+            return None
+        x = int(c[i])
+        a = min(max(plan.m[x] / q_i[x], 0.0), 1.0) if q_i[x] > 0 else 0.0
+        out[i] = reach * a
+        reach *= 1.0 - a
+        if i == k - 1:
+            out[k:] = reach * next_target(plan, p_i, x)
+            break
+        prefix = prefix + (x,)
+        st = states.get(prefix, st)
+    return out
+
+
+def coupling_pvalue(verifier, p, q, candidates, *, draws: int | None = None, seed=0) -> float | None:
+    """P-value of ``verify``'s (stop, token) law given ``candidates`` against its declared steps' exact law.
+
+    ``verify`` is called on ``draws`` rows of these candidates with fresh uniforms (default ``LAW_DRAWS``,
+    at most ``2**25 // V``, at least ``LAW_MIN``); the declared chain's law given the candidates is exact (its
+    accept probabilities ``m(x) / q_i(x)`` along the visited states and its last residual row).  A small
+    p-value: ``verify`` does not emit its declared steps' law (bias against them); a large one after a
+    draw-by-draw mismatch: the same law under another coupling of the coins.  None when the walk meets an
+    undeclared or failing state (that is an event of its own).
+
+    Parameters
+    ----------
+    verifier, p, q : as :func:`certify_stepwise` (one node)
+    candidates : sequence of k int token ids (``first_event["candidates"]``)
+
+    Raises
+    ------
+    exactness.SubjectError
+        ``verify`` or ``step_plan`` raised or broke its output contract.
+    """
+    _check_verifier(verifier)
+    p2, q2 = _one_node(p, q)
+    V = p2.shape[1]
+    c = np.asarray(candidates, dtype=np.int64).ravel()
+    k = c.size
     drafting, cl = _drafting_and_law(verifier, q2, k)
+    states = _States(verifier, p2[0], cl, k, drafting, V)
+    law = _declared_joint(states, c)
+    if law is None:
+        return None
+    m = draws if draws is not None else max(LAW_MIN, min(LAW_DRAWS, (1 << 25) // V))
+    rows = max(1, min(4096, (1 << 23) // V))
+    rng = as_generator(seed)
+    P, Q = np.broadcast_to(states.root[0], (rows, V)), np.broadcast_to(q2[0], (rows, V))
+    counts = np.zeros(k + V)
+    for s in range(0, m, rows):
+        B = min(rows, m - s)
+        C = np.broadcast_to(c, (B, k)).copy()
+        t, a = _run_verify(verifier, P[:B], Q[:B], C, rng.random((B, k + 1)), V, k)
+        counts += np.bincount(np.where(a >= 0, a, k + t), minlength=k + V)
+    return float(gof_test(counts, law).pvalue)
+
+
+def _certify(verifier, p2, q2, k, n, tv, alpha, power, seed, time_limit, workers, executor, drafting, cl, name, t0):
+    """The body of :func:`certify_stepwise` on checked arguments (run under its hard time limit)."""
+    V = p2.shape[1]
     deadline = None if time_limit is None else time.monotonic() + float(time_limit)
     parallel = 1 if workers == 1 or executor == "local" else workers   # chunks running at once
     run = partial(_run_chunk, verifier, p2[0], q2[0], cl, k, drafting, deadline, (tv, n, parallel))
@@ -727,25 +864,44 @@ def certify_stepwise(verifier, p, q, k: int, *, n: int | None = None, tv: float 
     tol_term = k * TOL
     tv_up = min(1.0, tv_upper_bound(events, done, alpha) + tol_term)
     detect = 1.0 - (1.0 - power) ** (1.0 / done)
-    if defects or mism:
+    coupling_p = None
+    if mism and not defects:                               # bias against the declared steps, or another coupling?
+        tuples = list(dict.fromkeys(t for r in parts for t in r.mismatched))[:LAW_NODES]
+        base = seed if not isinstance(seed, np.random.Generator) else 0
+        pv = [coupling_pvalue(verifier, p2[0], q2[0], t, seed=sub_seed(base, 104_729, i)) for i, t in enumerate(tuples)]
+        pv = [x for x in pv if x is not None]
+        coupling_p = min(1.0, min(pv) * len(pv)) if pv else None     # Bonferroni over the tuples checked
+    other_coupling = mism and not defects and coupling_p is not None and not coupling_p < alpha
+    if (defects or mism) and not other_coupling:
         verdict = "FAIL"
+    elif other_coupling:
+        verdict = "INCONCLUSIVE"
     elif (tv_up > tv) if tv is not None else (stopped or unver > 0):   # n given: PASS only with every draw clean
         verdict = "INCONCLUSIVE"
     else:
         verdict = "PASS"
     secs = time.perf_counter() - t0
-    name = getattr(verifier, "name", type(verifier).__name__)
     head = (f"{verdict}: {name} ({drafting} drafting), V = {V:,}, k = {k}: {done:,} draws, {checked:,} "
             f"states checked (largest balance error {largest:.2g}), {events} event(s) "
             f"({defects} defect, {mism} mismatch, {unver} unverified), {secs:.1f} s.")
-    if verdict == "FAIL":
-        fe = first
+    fe = first
+    if fe is not None and fe["kind"] != "unverified":
         replay = (f"exactness.stepwise.replay_state(verifier, p, q, {fe['rejected']}, {k}) recomputes the state"
                   if fe["kind"] == "defect" else
                   "exactness.stepwise.replay_draw(verifier, p, q, cert.first_event['candidates'], "
                   "cert.first_event['uniforms']) reruns the draw")
-        tail = (f" First: a {fe['kind']} at draw {fe['draw']:,}, step {fe['step']} after rejecting {fe['rejected']}: "
-                f"{fe['detail']}. Replay: {replay}.")
+        where = f"a {fe['kind']} at draw {fe['draw']:,}, step {fe['step']} after rejecting {fe['rejected']}"
+    if other_coupling:
+        tail = (f" Not the same coupling: {where}: {fe['detail']}; but verify's (stop, token) law at the "
+                f"mismatching draws' candidates matches its declared steps' (p = {coupling_p:.3g}), as for an exact "
+                "verify that uses the coins in another convention (e.g. accept when 1 - u < a). No bias is "
+                "claimed and no bound holds: the stepwise bound needs verify to take its declared steps on the "
+                "uniforms it is given (accept candidate i iff u_i < m(x) / q_i(x), residual token by inverse CDF "
+                f"with u_k). Certify its law with exactness.certify_verifier instead. Replay: {replay}.")
+    elif verdict == "FAIL":
+        law = (f" verify's (stop, token) law at the mismatching draws' candidates differs from its declared "
+               f"steps' (p = {coupling_p:.3g}), so it does not emit what it declares." if coupling_p is not None else "")
+        tail = f" First: {where}: {fe['detail']}.{law} Replay: {replay}."
     else:
         tail = (f" TV(law of verify, p) <= {tv_up:.3g} at confidence {1 - alpha:g} (coupling to the declared "
                 f"chain, exact binomial bound, + k TOL = {tol_term:.1g}); a TV above {detect:.3g} shows an "
@@ -760,4 +916,4 @@ def certify_stepwise(verifier, p, q, k: int, *, n: int | None = None, tv: float 
                                mismatches=mism, unverified=unver, tv_upper=tv_up, detectable_tv=detect, alpha=alpha,
                                power=float(power), tv=None if tv is None else float(tv), states=checked,
                                seconds=secs, largest_defect=largest, first_event=first,
-                               report=head + tail)
+                               report=head + tail, coupling_pvalue=coupling_p)

@@ -46,18 +46,18 @@ from dataclasses import replace
 import numpy as np
 
 from resispec import Verifier
-from resispec._validation import Laws, as_node, check_k
+from resispec._validation import Laws, check_k
 from resispec.enumeration import count_tuples
 
-from ._checks import as_seed_sequence, check_alpha, check_n
-from .certificate import (MAX_SECONDS, PILOT, PILOT_ABOVE, Certificate, _hours, certificate_from_counts,
-                          pilot_seconds)
+from ._checks import SubjectError, as_seed_sequence, check_alpha, check_n
+from .certificate import (DEFAULT_TIMEOUT, MAX_SECONDS, PILOT, PILOT_ABOVE, Certificate, _hours,
+                          certificate_from_counts, pilot_seconds, run_subject)
 from .exact import MAX_TUPLES, ChainError, certify_exact, enumerable, exact_tol
 from .budget import BudgetError
 from .gof import gof_test
-from .sampling import (_ELEMS, Draws, NodeSampler, UnsupportedK, _checked_result, as_numpy_verifier, candidate_law,
-                       draw_node_candidates, drafting_of, has_chain, k_support, rechecks_in, takes_laws,
-                       takes_uniforms)
+from .sampling import (_ELEMS, Draws, NodeSampler, UnsupportedK, as_numpy_verifier, call_subject, candidate_law,
+                       door_node, draw_node_candidates, drafting_of, emitted_result, has_chain, k_support, rechecks_in,
+                       subject_cause, takes_laws, takes_uniforms)
 from .tree import tree_check
 
 #: Default Monte Carlo draws per node.
@@ -114,12 +114,16 @@ def _batched(verifier, p, q, k, rng) -> float | None:
     def pq(rows):
         return (Laws(P[rows].copy(), Q[rows].copy()), None) if laws else (P[rows].copy(), Q[rows].copy())
 
-    whole = verifier.verify(*pq(slice(None)), cand.copy(), uniforms=u)
+    name = f"{type(verifier).__name__}.verify"
+    whole = call_subject(verifier.verify, name, *pq(slice(None)), cand.copy(), uniforms=u)
+    wt, wa, _ = emitted_result(whole, B, k, V, verifier, cand)
     for b in range(B):
-        one = verifier.verify(*pq(slice(b, b + 1)), cand[b:b + 1].copy(), uniforms=u[b:b + 1])
-        if one.tokens[0] != whole.tokens[b] or one.accepted[0] != whole.accepted[b]:
+        one = call_subject(verifier.verify, name, *pq(slice(b, b + 1)), cand[b:b + 1].copy(), uniforms=u[b:b + 1])
+        ot, oa, _ = emitted_result(one, 1, k, V, verifier, cand[b:b + 1])
+        same_acc = oa[0] == wa[b] or min(oa[0], wa[b]) < -1   # unusable accepted indices: the tokens are compared
+        if ot[0] != wt[b] or not same_acc:
             return 0.0, {"reason": f"verify on a batch of {B} distinct nodes differs from one node at a time at "
-                                   f"row {b} (token {whole.tokens[b]} vs {one.tokens[0]}, same uniforms)"}
+                                   f"row {b} (token {wt[b]} vs {ot[0]}, same uniforms)"}
     return 1.0, {}
 
 
@@ -157,10 +161,13 @@ def _batched_rows(verifier, p, q, k, n, rng) -> tuple[float, dict]:
         kw = {"uniforms": rng.random((idx.size, k + 1))} if uses_u else {}
         try:
             res = verifier.verify(*args, c.copy(), rng, **kw)
-        except (ValueError, TypeError, IndexError) as e:
-            raise TypeError(f"{type(verifier).__name__}.verify failed on a batch of {idx.size} rows of {B} distinct "
-                            f"nodes ({e}); p and q are (B, V) float64 with a different law in each row") from e
-        t, _ = _checked_result(res, idx.size, k, V, verifier, c)
+        except SubjectError:
+            raise
+        except (Exception, SystemExit) as e:    # the subject failed: a FAIL naming it
+            raise SubjectError(f"{type(verifier).__name__}.verify failed on a batch of {idx.size} rows of {B} "
+                               f"distinct nodes ({subject_cause(type(verifier).__name__ + '.verify', e)}); p and q "
+                               "are (B, V) float64 with a different law in each row") from e
+        t, _, _ = emitted_result(res, idx.size, k, V, verifier, c)
         toks.append(t)
     t = np.concatenate(toks)
     x = perms[node, t]  # back to the labels of p
@@ -281,7 +288,7 @@ def _max_checks(exact: bool, chain_ok: bool, tree: bool, V: int, black_box: bool
 def certify_verifier(verifier, p, q, k: int, *, n: int | None = None, alpha: float = 1e-3, seed=0,
                      power: float = 0.99, tv: float | None = None, tree: bool = True,
                      exact: bool = True, workers: int = 1, executor="process",
-                     sequential: bool = False) -> Certificate:
+                     sequential: bool = False, timeout: float | None = DEFAULT_TIMEOUT) -> Certificate:
     """Certify a verifier at one node by Monte Carlo through ``verify`` plus conditional checks.
 
     Candidates are drawn per ``verifier.drafting`` (``"any"`` -> iid; a
@@ -308,7 +315,10 @@ def certify_verifier(verifier, p, q, k: int, *, n: int | None = None, alpha: flo
     p, q : array_like, shape (V,), float64
         Target and draft laws of one node; or ``p`` a one-node
         :class:`resispec._validation.Laws` (``as_node``) and ``q=None``,
-        trusted.  Checked once here; every inner call gets the ``Laws``.
+        trusted.  Checked once here and divided by their sums
+        (:func:`exactness.sampling.door_node`: a float32 or float16 law gets
+        the verdict of its float64 renormalisation); every inner call gets
+        the ``Laws``.
     k : int >= 1
         Candidates per node.
     n : int, optional
@@ -361,6 +371,12 @@ def certify_verifier(verifier, p, q, k: int, *, n: int | None = None, alpha: flo
         open for many calls).  Each chunk comes back as histograms that are
         summed (:mod:`exactness.chunks`), so one seed and ``workers`` give
         the same certificate with every executor.
+    timeout : float or None, default ``exactness.certificate.DEFAULT_TIMEOUT`` (2 h)
+        Hard wall-clock limit in seconds for the whole call (``0`` / None: none).
+        A verifier that never returns is stopped and the certificate FAILS
+        naming it (``SIGALRM``, main thread on POSIX; code stuck in one long C
+        call is stopped when that call returns).  A limit already running
+        around this call (``resispec certify``'s per cell) governs instead.
     sequential : bool, default False
         Test the marginal token law with the anytime-valid e-process of
         :mod:`exactness.sequential` (Ville 1939; Ramdas et al. 2023, arXiv
@@ -410,13 +426,26 @@ def certify_verifier(verifier, p, q, k: int, *, n: int | None = None, alpha: flo
         ``_chain``, not ``verify``.  A ``chain`` returning NaN/inf or
         probabilities outside [0, 1] fails ``exact_law`` with the reason.
 
+        A verifier that misbehaves FAILS, never raises: ``verify`` (or its
+        ``chain``, ``draft_law``, ``sample_bonus``, ``supported_k``) raising,
+        tokens of the wrong dtype or shape or outside ``[0, V)``, a run past
+        ``timeout``: ``checks == {"subject": 0.0}`` and
+        ``details["subject"]["error"]`` names the cause
+        (:func:`exactness.certificate.subject_failure`).  A token of target
+        probability 0 fails ``marginal`` at once, named with its count
+        (``details["marginal"]["impossible_tokens"]``, a note).  Accepted
+        indices that do not name the emitted candidate (a pipeline drafting
+        its own candidates, an accept flag) are no refusal: the verifier is
+        certified on the tokens it emits, ``notes`` and
+        ``details["accepted_index"]`` state the cause, and the checks that
+        need the accepted index are skipped with the reason.
+
     Raises
     ------
     ValueError, TypeError
-        Bad laws, ``k``, ``n``, ``alpha`` or verifier (no ``verify``, no
-        ``drafting``); a marginal test left with no degrees of freedom by a
-        tiny ``n``; ``n`` over the budget above; a user ``verify`` that
-        breaks the batch contract (TypeError chained from the original);
+        Bad laws, ``k``, ``n``, ``alpha``, ``timeout`` or verifier (no
+        ``verify``, no ``drafting``); a marginal test left with no degrees of
+        freedom by a tiny ``n``; ``n`` over the budget above;
         ``k`` outside the verifier's ``supported_k`` (``UnsupportedK``, a
         ValueError); bad ``workers``, unknown ``executor``, ray missing or
         its cluster unreachable (``exactness.executors.RayExecutor``);
@@ -424,9 +453,10 @@ def certify_verifier(verifier, p, q, k: int, *, n: int | None = None, alpha: flo
         ``MAX_SECONDS`` (ValueError naming ``tv``; nothing drawn but the
         pilot); ``sequential`` not a bool.
         RuntimeError: a worker process died.
+        ``exactness._timeout.TimeLimitExceeded``: an outer time limit passed.
     """
     verifier = as_numpy_verifier(verifier)
-    node = as_node(p, q)  # the one check of p, q: everything below gets the trusted Laws
+    node = door_node(p, q)  # the one check of p, q (normalised): everything below gets the trusted Laws
     from ._checks import check_tv
 
     check_tv(tv)
@@ -436,9 +466,6 @@ def certify_verifier(verifier, p, q, k: int, *, n: int | None = None, alpha: flo
     node = node.row(0)
     p1, q1 = p2[0], q2[0]
     k = check_k(k)
-    why = k_support(verifier, k)
-    if why:
-        raise UnsupportedK(f"{why}: certify it at a k it supports")
     alpha = check_alpha(alpha)
     workers = check_workers(workers)
     from .executors import check_executor
@@ -448,6 +475,28 @@ def certify_verifier(verifier, p, q, k: int, *, n: int | None = None, alpha: flo
     s_mc, s_det, s_batch, s_tree = ss.spawn(4)
     if not isinstance(sequential, (bool, np.bool_)):
         raise TypeError(f"sequential must be True or False, got {sequential!r}")
+    from ._timeout import check_timeout
+
+    timeout = check_timeout(timeout)
+
+    def body() -> Certificate:
+        return _certify(verifier, node, k, n=n, alpha=alpha, power=power, tv=tv, tree=tree, exact=exact,
+                        workers=workers, executor=executor, sequential=sequential, seeds=(s_mc, s_det, s_batch, s_tree))
+
+    return run_subject(body, timeout=timeout, what=f"{type(verifier).__name__} (certify_verifier)", alpha=alpha,
+                       power=power, details={"V": int(p1.size), "k": k})
+
+
+def _certify(verifier, node, k: int, *, n, alpha, power, tv, tree, exact, workers, executor, sequential,
+             seeds) -> Certificate:
+    """The checks of :func:`certify_verifier` on checked arguments (``node`` a one-node ``Laws``); a misbehaving
+    subject raises :class:`exactness.SubjectError`."""
+    s_mc, s_det, s_batch, s_tree = seeds
+    p1, q1 = node.p[0], node.q[0]
+    q2 = node.q
+    why = k_support(verifier, k)
+    if why:
+        raise UnsupportedK(f"{why}: certify it at a k it supports")
     sampler = NodeSampler(verifier, node, None, k)
     # the e-process runs at alpha / (the most checks Holm can count here): its stop is always a FAIL
     m_max = _max_checks(exact, has_chain(verifier), tree, p1.size,
@@ -493,6 +542,10 @@ def certify_verifier(verifier, p, q, k: int, *, n: int | None = None, alpha: flo
         except ChainError as e:
             checks["exact_law"] = 0.0
             details["exact"] = {"tv": None, "error": str(e)}
+        except SubjectError:
+            raise
+        except (Exception, SystemExit) as e:    # the verifier's own chain (or hooks) failed: a FAIL naming it
+            raise SubjectError(subject_cause(f"{type(verifier).__name__}.chain (exact law)", e)) from e
         else:
             J = ex.joint
             checks["exact_law"] = 1.0 if ex.passed else 0.0
@@ -511,7 +564,7 @@ def certify_verifier(verifier, p, q, k: int, *, n: int | None = None, alpha: flo
         draws, seq = sequential_draws(lambda s, m: parallel_draws(sampler, s, m, workers, executor), s_mc, p1, n,
                                       alpha_seq)
         n = int(draws.tokens.size)
-        mc = counts_of(draws, V, k)
+        mc = counts_of(draws, V, k, sampler.accepted_note)
     else:
         from .chunks import mc_counts
 
@@ -548,7 +601,13 @@ def certify_verifier(verifier, p, q, k: int, *, n: int | None = None, alpha: flo
             "tv_marginal": 0.5 * float(np.abs(counts / n - J.sum(axis=0)).sum())}
     elif J is not None:
         for name in ("joint", "accepted_count", "residual"):
-            skipped[name] = "verify returned no .accepted"
+            skipped[name] = "verify returned no .accepted" if mc.note is None else BAD_ACCEPTED_SKIP
+    notes = ()
+    if mc.note is not None:   # a pipeline that drafts its own candidates: certified on the tokens it emits,
+        # and the broken contract is itself a FAIL (p = 0: the subject misbehaved; return only .tokens to avoid it)
+        details["accepted_index"] = {"error": mc.note}
+        notes = (f"certified on the tokens it emits: {mc.note}; the checks that need the accepted index "
+                 "(joint, accepted_count, residual, tree checks) were skipped",)
 
     checks["determinism"] = _determinism(sampler, s_det)
     if sampler.guard is not None:  # the fast path's run-time recheck against verify and chain (exactness.fast_paths)
@@ -580,6 +639,8 @@ def certify_verifier(verifier, p, q, k: int, *, n: int | None = None, alpha: flo
     tree_names = ("tree_bonus", "tree_two_level")
     if not tree:
         skipped.update({t: "tree=False" for t in tree_names})
+    elif mc.note is not None:
+        skipped.update({t: BAD_ACCEPTED_SKIP + " (a full accept leads to the bonus token)" for t in tree_names})
     elif V > TREE_MAX_V:
         skipped.update({t: f"V = {V} > TREE_MAX_V = {TREE_MAX_V}" for t in tree_names})
     else:
@@ -593,6 +654,10 @@ def certify_verifier(verifier, p, q, k: int, *, n: int | None = None, alpha: flo
                 checks[name] = 0.0
                 details[name] = {"exact_tv": None, "error": str(e)}
                 continue
+            except SubjectError:
+                raise
+            except (Exception, SystemExit) as e:    # its hooks (sample_bonus, bonus_law) or chain failed: a FAIL
+                raise SubjectError(subject_cause(f"{type(verifier).__name__} (the {name} check)", e)) from e
             details[name] = {"exact_tv": tr.exact_tv, "pvalue_mc": tr.pvalue, "n": tr.n, "statistic": tr.statistic,
                              "df": tr.df, "tv_mc": tr.tv_mc}
             mc_df[name] = tr.df
@@ -600,7 +665,7 @@ def certify_verifier(verifier, p, q, k: int, *, n: int | None = None, alpha: flo
                 checks[name] = tr.pvalue if tr.exact_tv < 2 * exact_tol(node.p[0], node.q[0]) else 0.0
                 if tr.df == 0:
                     details[name]["reason"] = "Monte Carlo part has df 0; exact part tested"
-            elif tr.df == 0:
+            elif tr.df == 0 and tr.pvalue > 0:   # p = 0 at df 0: an impossible pair was drawn, a FAIL
                 skipped[name] = f"no exact law and df 0 after pooling ({tr.n:,} pairs): the test cannot fail"
             else:
                 checks[name] = tr.pvalue
@@ -618,7 +683,28 @@ def certify_verifier(verifier, p, q, k: int, *, n: int | None = None, alpha: flo
                                        details=details, skipped=skipped)
     mc_df["marginal"] = cert.df
     cert.details["mc_df"] = mc_df
-    return replace(cert, notes=cert.notes + _notes(cert))
+    if cert.details["marginal"].get("impossible_tokens") and cert.checks.get("marginal", 0.0) > 0.0:
+        cert = _fail_check(cert, "marginal")    # one impossible token fails at once, whatever the test around it
+    if mc.note is not None:    # accepted indices that do not name the candidates: the subject broke its contract
+        cert = _fail_check(cert, "accepted_index")   # (a FAIL; a pipeline drafting its own returns only .tokens)
+    chain_note = _notes(cert)
+    if chain_note:   # what the report's "exact TV*" marks (other notes do not)
+        cert.details["verify_disagrees_with_chain"] = True
+    return replace(cert, notes=cert.notes + notes + chain_note)
+
+
+#: Reason a check needing the accepted index was skipped when ``verify``'s accepted indices broke their contract.
+BAD_ACCEPTED_SKIP = "verify's accepted indices do not name its candidates (see notes): not usable"
+
+
+def _fail_check(cert: Certificate, name: str) -> Certificate:
+    """``cert`` with check ``name`` at p = 0 and the verdict recomputed: a deterministic failure (an impossible
+    token was emitted: ``marginal``; accepted indices that break their contract: ``accepted_index``)."""
+    from .certificate import holm
+
+    checks = dict(cert.checks, **{name: 0.0})
+    pmin = min(holm(checks).values())
+    return replace(cert, checks=checks, pvalue=float(pmin), passed=bool(pmin >= cert.alpha))
 
 
 def _notes(cert: Certificate) -> tuple:

@@ -8,6 +8,8 @@ import tempfile
 from pathlib import Path
 from typing import Callable, IO
 
+import numpy as np
+
 
 def atomic_write_with(path, write: Callable[[IO[bytes]], object]) -> Path:
     """Create ``path`` atomically from ``write(fh)`` on a binary file handle.
@@ -43,16 +45,40 @@ def atomic_write(path, data: bytes | str) -> Path:
     return atomic_write_with(path, lambda fh: fh.write(payload))
 
 
+def strict_json(obj):
+    """``obj`` with every NaN / inf float (numpy scalars included) replaced by ``None``, arrays as lists.
+
+    The JSON reports are strict JSON (RFC 8259 has no NaN): a failed cell's certificate holds NaN TVs
+    (nothing was measured), which ``json.dumps`` would write as a bare ``NaN`` that strict parsers reject.
+    """
+    if isinstance(obj, dict):
+        return {str(k): strict_json(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [strict_json(v) for v in obj]
+    if isinstance(obj, np.ndarray):
+        return strict_json(obj.tolist())
+    if isinstance(obj, (bool, np.bool_)):
+        return bool(obj)
+    if isinstance(obj, (int, np.integer)):
+        return int(obj)
+    if isinstance(obj, (float, np.floating)):
+        return float(obj) if np.isfinite(obj) else None
+    if obj is None or isinstance(obj, str):
+        return obj
+    return strict_json(float(obj)) if hasattr(obj, "__float__") else str(obj)
+
+
 def write_markdown_and_json(out: str, markdown: str, obj) -> tuple[str, str]:
     """Write ``markdown`` to ``out`` and ``obj`` as JSON beside it (same stem, ``.json``).
 
-    Both atomically, JSON first; returns ``(markdown_path, json_path)``.
+    Both atomically, JSON first; returns ``(markdown_path, json_path)``.  The JSON is strict (RFC 8259):
+    NaN / inf are written as ``null`` (:func:`strict_json`).
     """
     import json
 
     base, ext = os.path.splitext(out)
     js = (base if ext else out) + ".json"
-    atomic_write(js, json.dumps(obj, indent=1))
+    atomic_write(js, json.dumps(strict_json(obj), indent=1, allow_nan=False))
     atomic_write(out, markdown)
     return out, js
 

@@ -35,7 +35,7 @@ def test_assisted_generation_passes_with_a_png_report(saved, tmp_path, capsys):
             "--prompt-text", "d a b", "--samples", "60", "--out", str(out)]
     assert main(argv) == 0, capsys.readouterr()
     text = capsys.readouterr().out
-    assert "joint" in text and "PASS" in text
+    assert "joint" in text and "NO BIAS DETECTED" in text
     data = json.loads(out.with_suffix(".json").read_text())
     assert data["passed"] and data["details"]["plan"]["prompts"] == 2 and data["figure"] == "hf.png"
     assert "generate does not expose" in data["skipped"]["conditional"]

@@ -126,12 +126,11 @@ def test_bad_kernels_are_errors_never_passes():
         def verify(self, p, q, c, rng=None, *, uniforms):
             return VerifyResult(tokens=np.zeros(len(c)), accepted=np.zeros(len(c), np.int64))
 
-    with pytest.raises(TypeError, match="raised RuntimeError: boom"):
-        certify_coupled(Raises(), "rrs", P, Q, 2, n=100)
-    with pytest.raises(ValueError, match="shape"):
-        certify_coupled(WrongShape(), "rrs", P, Q, 2, n=100)
-    with pytest.raises(TypeError, match="dtype"):
-        certify_coupled(WrongDtype(), "rrs", P, Q, 2, n=100)
+    # the subject misbehaved: a FAIL naming the cause (exit 1), never an exception read as bad input
+    for kernel, cause in [(Raises(), "raised RuntimeError: boom"), (WrongShape(), "shape"), (WrongDtype(), "dtype")]:
+        cert = certify_coupled(kernel, "rrs", P, Q, 2, n=100)
+        assert not cert.passed and cert.classification == "subject error" and cause in cert.cause
+        assert cause in cert.verdict
     with pytest.raises(ValueError, match="convention"):
         certify_coupled(get_verifier("rrs"), "rrs", P, Q, 2, n=100, convention="vllm")
     with pytest.raises(ValueError, match="drafting"):

@@ -1,5 +1,7 @@
 """certify_decoder's conditional checks (reported events) and batch-of-B vs B batches of 1 (per-row seeds)."""
 
+import re
+
 import numpy as np
 import pytest
 
@@ -113,9 +115,11 @@ def _with(ev, **kw):
     (lambda t, e: (t, object()), "missing"),
 ])
 def test_inconsistent_events_are_an_error_naming_the_fix(fix, match):
+    """Events that contradict the tokens: the decoder misbehaved, a FAIL naming the fix (issue 37)."""
     model, target, prompts = setup()
-    with pytest.raises((ValueError, TypeError), match=match):
-        exactness.certify_decoder(_Tamper(model, fix), target, prompts, n=200)
+    cert = exactness.certify_decoder(_Tamper(model, fix), target, prompts, n=200)
+    assert not cert.passed and cert.checks == {"subject": 0.0}
+    assert re.search(match, cert.details["subject"]["error"]), cert.details["subject"]["error"]
 
 
 def test_events_from_another_run_than_sample_are_an_error():
@@ -125,8 +129,9 @@ def test_events_from_another_run_than_sample_are_an_error():
         def sample_events(self, prompts, new_tokens, rng):
             return super().sample_events(prompts, new_tokens, np.random.default_rng(rng.integers(2**63)))
 
-    with pytest.raises(ValueError, match="sample_events and decoder.sample return different tokens"):
-        exactness.certify_decoder(Other(token_chain_kernel, model), target, prompts, n=200)
+    cert = exactness.certify_decoder(Other(token_chain_kernel, model), target, prompts, n=200)
+    assert not cert.passed and cert.checks == {"subject": 0.0}
+    assert "sample_events and decoder.sample return different tokens" in cert.details["subject"]["error"]
 
 
 def test_check_events_accepts_the_reference_and_drops_tokens_past_new_tokens():
@@ -142,7 +147,9 @@ def test_check_events_accepts_the_reference_and_drops_tokens_past_new_tokens():
 def test_summary_labels_the_main_check_by_its_name(monkeypatch):
     model, target, prompts = setup()
     cert = exactness.certify_decoder(CORRECT["token_chain"](model), target, prompts, n=300)
-    assert cert.main == "joint" and "joint chi2 = " in cert.summary() and "marginal" not in cert.summary()
+    assert cert.main == "joint" and "(joint test, " in cert.summary() and "marginal" not in cert.summary()
+    assert "joint chi2 = " in cert.report()
     monkeypatch.setattr(exactness.decoder, "JOINT_MAX", 3)      # V = 4: nothing enumerates, PIT is the main test
     cert = exactness.certify_decoder(CORRECT["token_chain"](model), target, prompts, n=300)
-    assert "pit[1,id] chi2 = " in cert.summary() and "marginal" not in cert.summary()
+    assert "(pit[1,id] test, " in cert.summary() and "marginal" not in cert.summary()
+    assert "pit[1,id] chi2 = " in cert.report()

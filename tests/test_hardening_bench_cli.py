@@ -7,7 +7,6 @@ well under 5 s and leaves no file behind.
 """
 
 import os
-import time
 
 import pytest
 
@@ -57,9 +56,7 @@ def _bad_outs(tmp_path, command):
 def test_bad_out_fails_before_any_work(command, tmp_path, capsys, no_work):
     for path, match in _bad_outs(tmp_path, command):
         before = sorted(tmp_path.rglob("*"))
-        t0 = time.perf_counter()
-        assert main([command, "--out", str(path)]) == 2, path
-        assert time.perf_counter() - t0 < 5.0
+        assert main([command, "--out", str(path)]) == 2, path     # no_work: any work would raise
         err = capsys.readouterr().err.strip().splitlines()
         assert err and err[-1].startswith(f"resispec {command}: error: --out"), err
         assert match in err[-1] and "Traceback" not in "\n".join(err)

@@ -104,10 +104,9 @@ def test_hanging_verify_times_out_and_fails_the_cell(user_dir, capsys):
                 time.sleep(120)
     """)
     before = signal.getsignal(signal.SIGALRM)
-    t0 = time.perf_counter()
+    # the verdict only: no wall-clock bound (a loaded machine took 26 s here; issue 37 item 8)
     rc = main(["certify", "--verifier", "mine_hangs:Mine", *TINY, "--no-progress", "--timeout", "1",
                "--out", str(user_dir / "c.md")])
-    assert time.perf_counter() - t0 < 20
     out = capsys.readouterr().out
     assert rc == 1 and "timed out after 1 s" in out and "FAIL" in out
     assert signal.getsignal(signal.SIGALRM) is before and signal.getitimer(signal.ITIMER_REAL) == (0.0, 0.0)
@@ -133,12 +132,13 @@ def test_run_grid_timeout_and_errors_are_failed_cells():
     q = np.array([0.2, 0.3, 0.5])
     cells = [Cell("rrs", resispec.get_verifier("rrs"), "toy", 1, p, q), Cell("slow", Slow(), "toy", 1, p, q),
              Cell("broken", Broken(), "toy", 1, p, q)]
-    assert run_cell(cells[0], n=2000, alpha=1e-3, seed=0, timeout=0).certificate.passed  # 0 = no limit (warms up)
-    grid = run_grid(cells, n=2000, timeout=3)   # a correct cell takes well under 3 s, even on a loaded machine
+    assert run_cell(cells[0], n=2000, alpha=1e-3, seed=0, timeout=0).certificate.passed  # 0 = no limit
+    # the limit is tested on the cells that need it only: a correct cell is never raced against it (issue 37 item 8)
+    grid = run_grid(cells[1:], n=2000, timeout=3)
     assert not grid.passed and grid.failed_verifiers() == ["broken", "slow"]
     reasons = {c.verifier: c.certificate.details.get("error") for c in grid.cells}
-    assert reasons["rrs"] is None and reasons["slow"] == "timed out after 3 s"
-    assert reasons["broken"].startswith("error: ZeroDivisionError: bad arithmetic")
+    assert reasons["slow"] == "timed out after 3 s"
+    assert reasons["broken"].startswith("error: Broken.verify raised ZeroDivisionError: bad arithmetic (in verify")
     for bad in (-1, float("nan"), float("inf")):
         with pytest.raises(ValueError, match="timeout"):
             run_grid(cells, n=2000, timeout=bad)
@@ -157,7 +157,7 @@ def test_time_limit_restores_handler_and_outer_timer():
             with time_limit(0.2):
                 time.sleep(5)
         assert signal.getsignal(signal.SIGALRM) is outer
-        assert 25 < signal.getitimer(signal.ITIMER_REAL)[0] <= 30
+        assert 0 < signal.getitimer(signal.ITIMER_REAL)[0] <= 30   # re-armed (no wall-clock bound: busy machines)
     finally:
         signal.setitimer(signal.ITIMER_REAL, 0)
         signal.signal(signal.SIGALRM, old)
@@ -174,10 +174,20 @@ def test_samples_accepts_scientific_notation_and_rejects_non_integers(capsys):
     assert "--samples" in capsys.readouterr().err
 
 
-def test_absurd_samples_refused_up_front(tmp_path, capsys):
-    t0 = time.perf_counter()
+def _no_cell_runs(monkeypatch):
+    """Refused up front means no cell ran (asserted instead of a wall-clock bound: issue 37 item 8)."""
+    import exactness.certify_run as run
+
+    def ran(*a, **k):
+        raise AssertionError("a cell ran before the refusal")
+
+    monkeypatch.setattr(run, "run_certify", ran)
+    monkeypatch.setattr(run, "run_mutants", ran)
+
+
+def test_absurd_samples_refused_up_front(tmp_path, capsys, monkeypatch):
+    _no_cell_runs(monkeypatch)
     assert main(["certify", "--verifier", "rrs", "--samples", "1e12", "--out", str(tmp_path / "c.md")]) == 2
-    assert time.perf_counter() - t0 < 5
     err = capsys.readouterr().err
     assert "--samples" in err and "GiB" in err and "limit" in err
     assert not list(tmp_path.iterdir())
@@ -279,7 +289,7 @@ def _unwritable_dir():
 
 @pytest.mark.parametrize("flag", ["--out", "--json"])
 @pytest.mark.parametrize("case", ["directory", "parent_is_file", "unwritable"])
-def test_bad_output_path_fails_fast_before_any_work(tmp_path, capsys, flag, case):
+def test_bad_output_path_fails_fast_before_any_work(tmp_path, capsys, monkeypatch, flag, case):
     blocker = tmp_path / "afile"
     blocker.write_text("")
     if case == "directory":
@@ -295,9 +305,8 @@ def test_bad_output_path_fails_fast_before_any_work(tmp_path, capsys, flag, case
     argv = ["certify", "--verifier", "rrs", *TINY, flag, str(bad)]
     if flag == "--json":
         argv += ["--out", str(tmp_path / "ok" / "c.md")]
-    t0 = time.perf_counter()
+    _no_cell_runs(monkeypatch)
     assert main(argv) == 2
-    assert time.perf_counter() - t0 < 1.0
     err = capsys.readouterr().err
     assert flag in err and match in err
     assert [p for p in tmp_path.rglob("*") if p.is_file()] == [blocker]

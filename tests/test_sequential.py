@@ -134,7 +134,8 @@ def test_tv_plans_n_and_states_the_time(caplog):
     assert "planned n = " + f"{cert.n:,}" in caplog.text and "estimated" in caplog.text
     assert cert.passed and cert.details["plan"]["estimated_seconds"] > 0
     eq = cert.equivalence()
-    assert eq == f"TV <= {cert.tv_upper:.3g} at confidence 1 - alpha = 0.999" and eq in cert.summary()
+    assert eq == f"TV <= {cert.tv_upper:.3g} at confidence 1 - alpha = 0.999" and eq in cert.report()
+    assert cert.summary().startswith(f"NO BIAS DETECTED (detectable TV {cert.detectable_tv:.3g} at power 0.99")
     assert cert.details["equivalence"]["tv_upper"] == cert.tv_upper >= cert.tv_estimate
 
 
@@ -152,7 +153,8 @@ def test_sequential_correct_verifier_draws_the_whole_plan():
     assert s["level"] == pytest.approx(1e-3 / 7)  # marginal, exact_law, joint, accepted, residual, det., batched
     n_plan, df = plan_for_tv(P, 0.03, alpha=s["level"], power=0.99, sequential=True)
     assert cert.passed and cert.n == n_plan == s["n_max"] and not s["rejected"]
-    assert cert.checks["marginal"] == s["pvalue"] and "sequential: " in cert.summary()
+    assert cert.checks["marginal"] == s["pvalue"] and "sequential: " in cert.report()
+    assert cert.summary().startswith("NO BIAS DETECTED (sequential, detectable TV")
     assert cert.equivalence() is not None
 
 

@@ -136,19 +136,16 @@ def test_monte_carlo_acceptance_without_replacement_is_close_to_exact():
     assert abs(mc.acceptance[0] - ex) < 5 * mc.stderr[0]
 
 
-def test_speed_64_node_tree_at_32000_tokens():
-    """Documents the speed target; the timed comparison is benchmarks/tree_speed.py."""
-    import time
-
+def test_64_node_tree_at_32000_tokens():
+    """A 64-node tree at V = 32,000 runs through the closed form.  Its speed is measured by
+    benchmarks/tree_speed.py, never asserted here: the suite runs on busy machines (issue 37 item 8)."""
     from simulators import get_family
 
     p, q = get_family("softmax_noise").sample(np.random.default_rng(0), n=1, V=32000)
     v = resispec.get_verifier("resispec")
-    t = time.perf_counter()
     e = block_efficiency(v, "4,3,4", StaticPair(p[0], q[0]))
     assert TreeShape.parse("4,3,4").num_nodes == 64
     assert e.block_efficiency > 1
-    assert time.perf_counter() - t < 5.0   # generous on a loaded CI machine; ~0.1 s measured
 
 
 # ------------------------------------------------------------------ bad input

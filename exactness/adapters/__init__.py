@@ -149,12 +149,13 @@ def certify_joint(decoder, target, prompt, n: int, *, new_tokens: int = 2, alpha
     Returns
     -------
     exactness.Certificate
+        A decoder that raises or returns bad output (see :func:`check_output`) gives a FAILED certificate
+        naming the cause (``details["subject"]["error"]``, as ``certify_sampler``).
 
     Raises
     ------
     ValueError, TypeError
-        Bad prompt, ``new_tokens``, target laws or decoder output (see
-        :func:`check_output`).
+        Bad prompt, ``new_tokens`` or target laws.
     """
     from ..certificate import certify_sampler
 

@@ -6,8 +6,10 @@ so ``TV(law K, law R) <= P(mismatch)``.  With ``x`` mismatches in ``n``
 independent coupled draws, the exact one-sided Clopper-Pearson bound
 ``beta.ppf(1 - alpha, x + 1, n - x)`` (``1 - alpha**(1/n)`` at x = 0)
 bounds ``P(mismatch)`` -- hence the TV -- at confidence ``1 - alpha``.
-The reference is exact by proof (``docs/RESISPEC.md``) and by the exact
-tests, so a pass bounds the kernel's distance from the target law.
+A registry reference is exact by proof (``docs/RESISPEC.md``) and by the
+exact tests, so a pass bounds the kernel's distance from the target law; a
+user's reference is trusted only when its own law is checked in the same run
+(:func:`check_reference`), else a pass bounds TV(kernel, reference) only.
 """
 
 from __future__ import annotations
@@ -20,12 +22,15 @@ from scipy import stats
 
 from resispec._validation import as_laws, check_k
 
-from .._checks import as_generator, check_alpha, check_n
+from .._checks import SubjectError, as_generator, check_alpha, check_n
+from .._timeout import MAX_TIMEOUT, TimeLimitExceeded
+from .._timeout import time_limit as _time_limit
 from ..gof import gof_test
 from ..sampling import (GUARD, _ELEMS, _builtin, as_numpy_verifier, candidate_law, draw_node_candidates,
                         drafting_of, has_chain)
-from .conventions import check_convention, draw_coins
-from .run import WRITES_INPUTS, TableReference, joint_law, run_kernel, run_reference
+from .conventions import COIN_NAMES, check_convention, draw_coins
+from .run import (WRITES_INPUTS, TableReference, armed_limit, hard_limit, hung_call, joint_law, run_kernel,
+                  run_reference, takes_coins)
 from .shrink import shrink, to_source
 
 #: First chunk of coupled draws (chunks double up to the memory cap), so an early mismatch is found early.
@@ -87,7 +92,10 @@ class CoupledCertificate:
     convention : str
     classification : str
         ``"conforms"``; ``"biased"`` (its token law differs from ``p``, or ``certify_verifier``
-        fails it); ``"a different rule"`` (its (stop, token) law given the candidates differs from
+        fails it); ``"reference biased"`` (a user's reference whose own law is not ``p``);
+        ``"subject error"`` (the kernel raised, hung or broke its output contract: ``cause``);
+        ``"unclassified"`` (the time limit cut the law checks short); ``"a different rule"`` (its (stop,
+        token) law given the candidates differs from
         the reference's, no bias against ``p`` found); ``"not the same coupling"`` (no law differs);
         or ``"kernel ignores the coins"``.
     verdict : str
@@ -104,6 +112,17 @@ class CoupledCertificate:
         Reference name; ``"table"`` (O(k log V) per draw) or ``"generic"`` reference path.
     seconds_to_first : float or None
         Seconds from the start to the first mismatching batch.
+    reference_law : str
+        How far the reference's own law is trusted (:func:`check_reference`): ``"registry"`` (a registry
+        rule, exact by proof), ``"exact"`` (a user's reference whose law was enumerated in this run),
+        ``"no bias detected"`` (certified by Monte Carlo in this run), ``"unchecked"`` (a pass bounds
+        TV(kernel, reference) only) or ``"biased"`` (the certificate fails).
+    reference_detail : dict or None
+        How it was checked (``method``, ``why``, ``node``, ``tv``, ``certificates``).
+    notes : tuple of str
+        The convention chosen from the kernel's signature; a stop by ``time_limit``.
+    cause : str or None
+        Why a run stopped early: the subject's misbehaviour (``classification`` ``"subject error"``).
     """
 
     passed: bool
@@ -123,6 +142,10 @@ class CoupledCertificate:
     reference: str = ""
     path: str = "generic"
     seconds_to_first: float | None = None
+    reference_law: str = "registry"
+    reference_detail: dict | None = None
+    notes: tuple = ()
+    cause: str | None = None
 
     def __str__(self) -> str:
         return self.verdict
@@ -153,11 +176,138 @@ def _load(obj, what: str):
     return as_numpy_verifier(obj)
 
 
+#: Default ``time_limit`` of :func:`certify_coupled` in seconds (a hung kernel is stopped at ``hard_limit`` of it).
+DEFAULT_TIME_LIMIT = 3600.0
+#: How a user's reference law is checked (``reference_check=``).
+REFERENCE_CHECKS = ("auto", "montecarlo", "none")
+#: Largest (candidate tuples x V) summed over the nodes that ``reference_check`` enumerates.
+_REF_ELEMS = 1 << 26
+#: Modules whose callables a registry rule may hold and still count as the project's own rule.
+_OWN = ("resispec", "numpy", "scipy", "numba", "torch", "builtins", "math", "functools")
+
+
+def registry_rule(ref) -> bool:
+    """True when ``ref`` is one of resispec's own rules, exact by its proof: a built-in verifier holding no
+    user callable (a ``rejection_proxy`` or ``resispec`` built with a user's proxy is NOT: its law depends on
+    code this project does not prove)."""
+    if not _builtin(ref):
+        return False
+    for v in getattr(ref, "__dict__", {}).values():
+        if callable(v) and not isinstance(v, type):
+            mod = getattr(v, "__module__", None) or getattr(type(v), "__module__", "") or ""
+            if not mod.split(".")[0] in _OWN:
+                return False
+    return True
+
+
+class _ChainAsVerifier:
+    """The reference's chain as a verifier (``verify`` decides with ``resispec`` coins through
+    :func:`run_reference`): what :func:`exactness.certify_verifier` certifies for ``reference_check="montecarlo"``,
+    the same law the coupling compares the kernel with."""
+
+    def __init__(self, ref):
+        self.ref = ref
+        self.drafting = drafting_of(ref)
+        self.name = f"reference {getattr(ref, 'name', type(ref).__name__)} (its chain)"
+        if hasattr(ref, "draft_law"):
+            self.draft_law = ref.draft_law
+
+    def verify(self, p, q, candidates, rng=None, *, uniforms=None):
+        from resispec.verifiers.base import VerifyResult
+
+        from .conventions import Coins
+
+        c = np.asarray(candidates, dtype=np.int64)
+        B, k = c.shape
+        u = rng.random((B, k + 1)) if uniforms is None else np.asarray(uniforms, dtype=np.float64)
+        t, a = run_reference(self.ref, np.asarray(p, dtype=np.float64), np.asarray(q, dtype=np.float64), c,
+                             Coins("resispec", B, k, {"uniforms": u}))
+        return VerifyResult(tokens=t, accepted=a)
+
+
+def check_reference(ref, p2, q2, k: int, how: str, *, alpha: float, seed) -> tuple[str, dict]:
+    """How far the reference's own law is trusted: ``(status, detail)``.
+
+    ``status``: ``"registry"`` (resispec's own rule, exact by proof; not checked); ``"exact"`` (its
+    (stop, token) law enumerated over every candidate tuple at every node, through its ``chain``, and
+    TV(law, p) below :func:`exactness.exact.exact_tol`); ``"biased"`` (that TV is above it at some node, or
+    the Monte Carlo certificate failed); ``"no bias detected"`` (``how="montecarlo"``: too many tuples to
+    enumerate and :func:`exactness.certify_verifier` of its chain passed at every node); ``"unchecked"``
+    (too many tuples and ``how="auto"``, or ``how="none"``).  ``detail``: ``method``, ``why``, ``node``,
+    ``tv`` (exact TV), ``detectable_tv``, ``certificates`` as they apply.
+
+    Raises
+    ------
+    exactness.SubjectError
+        The reference's ``chain`` raised or returned an invalid law (NaN, probabilities outside [0, 1]).
+    """
+    from ..exact import ChainError, enumerable, exact_tol, joint_law
+
+    if registry_rule(ref):
+        return "registry", {"method": "proof"}
+    if how == "none":
+        return "unchecked", {"method": "none", "why": "reference_check='none'"}
+    R, V = p2.shape
+    name = f"reference {type(ref).__name__}"
+    budget = _REF_ELEMS // max(V, 1) // R
+    if budget >= 1 and all(enumerable(ref, q2[r], k, limit=min(budget, 300_000)) for r in range(R)):
+        worst = 0.0
+        for r in range(R):
+            try:
+                J = joint_law(ref, p2[r], q2[r], k)
+            except ChainError as exc:
+                raise SubjectError(f"{name}.chain: {exc}") from exc
+            except Exception as exc:                    # a user's chain that fails is the subject failing
+                raise SubjectError(f"{name}.chain raised {type(exc).__name__}: {exc}") from exc
+            tv = 0.5 * float(np.abs(J.sum(axis=0) - p2[r]).sum())
+            worst = max(worst, tv)
+            if not tv < exact_tol(p2[r], q2[r]):
+                return "biased", {"method": "exact enumeration", "node": r, "tv": tv}
+        return "exact", {"method": "exact enumeration", "tv": worst}
+    why = (f"its candidate tuples at V = {V:,}, k = {k} are too many to enumerate"
+           + (f" over {R} nodes" if R > 1 else ""))
+    if how == "montecarlo":
+        from .._checks import sub_seed
+        from ..verifier_cert import certify_verifier
+
+        certs = []
+        base = seed if not isinstance(seed, np.random.Generator) else 0
+        for r in range(R):
+            cert = certify_verifier(_ChainAsVerifier(ref), p2[r], q2[r], k, alpha=alpha / R,
+                                    seed=sub_seed(base, 7919, r), exact=False, tree=False)
+            certs.append(cert)
+            if not cert.passed:
+                return "biased", {"method": "Monte Carlo (certify_verifier)", "node": r, "why": why,
+                                  "certificates": certs}
+        return "no bias detected", {"method": "Monte Carlo (certify_verifier)", "why": why, "certificates": certs,
+                                    "detectable_tv": max(c.detectable_tv for c in certs)}
+    return "unchecked", {"method": "none", "why": why}
+
+
+def _choose_convention(kernel_obj, convention) -> tuple[str, str | None]:
+    """``(convention, note)``: ``None`` picks the kernel's own layout from its ``verify`` signature."""
+    name = type(kernel_obj).__name__
+    if convention is None:
+        for conv in ("resispec", "sglang"):
+            if takes_coins(kernel_obj, conv) is not False:
+                return conv, None
+        return "generator", (f"{name}.verify takes no coin arrays (uniforms= or uniform_samples=), so it runs under "
+                             "the 'generator' convention: it gets a seeded numpy Generator as rng and the reference "
+                             "draws U = default_rng(seed).random((B, k + 1)) from the same seed")
+    convention = check_convention(convention)
+    if takes_coins(kernel_obj, convention) is False:
+        raise ValueError(f"convention={convention!r} passes the coins as {', '.join(COIN_NAMES[convention])}=, "
+                         f"which {name}.verify does not take: pass convention='generator' (a kernel called as "
+                         "verify(p, q, candidates, rng) with a seeded numpy Generator), or leave convention out "
+                         "to pick it from the kernel's signature")
+    return convention, None
+
+
 def certify_coupled(kernel, reference, p, q, k: int, *, n: int = 100_000, alpha: float = 1e-3, seed=0,
-                    convention: str = "resispec", fallback: bool = False, stop_after: int | None = None,
+                    convention: str | None = None, fallback: bool = False, stop_after: int | None = None,
                     counterexample: bool = True, kernel_spec: str | None = None,
-                    time_limit: float | None = None, fallback_n: int | None = None,
-                    copies: bool = False) -> CoupledCertificate:
+                    time_limit: float | None = DEFAULT_TIME_LIMIT, fallback_n: int | None = None,
+                    copies: bool = False, reference_check: str = "auto") -> CoupledCertificate:
     """Certify that ``kernel`` implements the rule ``reference`` draw by draw under shared coins.
 
     Candidates are drawn once per draw (per the reference's ``drafting``)
@@ -167,6 +317,14 @@ def certify_coupled(kernel, reference, p, q, k: int, *, n: int = 100_000, alpha:
     first mismatching draw, with a shrunk counterexample and a law check
     that tells a biased kernel from one that is exact but coupled
     differently ("not the same coupling: fall back to certify_verifier").
+
+    What a pass says about the target law ``p`` depends on the reference
+    (``cert.reference_law``): a registry rule (resispec's own) is exact by
+    its proof, and a user's reference is trusted only when its own law is
+    checked in the same run (``reference_check``); otherwise the pass bounds
+    TV(kernel, reference) only and says so.  A user's reference whose law
+    is found biased fails the certificate (``classification`` ``"reference
+    biased"``), whatever the kernel does.
 
     Parameters
     ----------
@@ -184,7 +342,12 @@ def certify_coupled(kernel, reference, p, q, k: int, *, n: int = 100_000, alpha:
     alpha : float in (0, 1)
         1 - confidence of ``tv_upper``; level of the law checks.
     seed : int, SeedSequence or Generator
-    convention : {"resispec", "sglang", "generator"}
+    convention : {"resispec", "sglang", "generator"} or None
+        How the kernel takes its coins.  None (default): from the signature of the kernel's ``verify`` --
+        ``resispec`` when it takes ``uniforms=``, ``sglang`` when it takes ``uniform_samples=`` and
+        ``uniform_samples_for_final_sampling=``, else ``generator`` (a plain ``verify(p, q, candidates,
+        rng)``; the verdict says so).  A convention whose coin keywords the kernel does not take is a
+        ValueError naming ``convention='generator'``.
     fallback : bool
         On a mismatch also run ``exactness.certify_verifier`` on the kernel (node 0) and report it.
     fallback_n : int, optional
@@ -193,8 +356,13 @@ def certify_coupled(kernel, reference, p, q, k: int, *, n: int = 100_000, alpha:
         Stop once this many mismatches are seen (``n`` then counts the draws run).
     counterexample : bool
         Shrink the first mismatch and print it as Python (``cert.counterexample``).
-    time_limit : float, optional
-        Stop the coupled pass after this many seconds (``n`` then counts the draws run; the bound uses them).
+    time_limit : float or None, default 3600
+        Seconds: the coupled pass stops between batches after this long (``n`` then counts the draws run;
+        the bound uses them and the verdict says so).  A kernel (or reference) call that never returns is
+        stopped :func:`exactness.coupled.run.hard_limit` seconds after the start (``time_limit + max(10 s,
+        time_limit)``) and the certificate FAILs naming the hang (``classification`` ``"subject error"``).
+        None: no limit.  Enforced with ``SIGALRM`` in the main thread (POSIX); elsewhere only the stop
+        between batches applies.
     kernel_spec : str, optional
         How the counterexample imports the kernel (default: found for
         registry rules and mutants, else a placeholder).
@@ -208,24 +376,36 @@ def certify_coupled(kernel, reference, p, q, k: int, *, n: int = 100_000, alpha:
         ``handles_shared_nodes = True`` (the built-in verifiers do: their
         ``verify`` does the O(k V) work once per call on such views) and
         the reference has an accept table; else ``2**21 // V`` rows.
+    reference_check : {"auto", "montecarlo", "none"}
+        For a reference that is not a registry rule: ``"auto"`` enumerates its exact law (through its
+        ``chain``) at every node when the candidate tuples fit (:func:`check_reference`), else leaves it
+        unchecked; ``"montecarlo"`` certifies it with :func:`exactness.certify_verifier` when they do not
+        fit (its default budget per node); ``"none"`` never checks it.  An unchecked reference limits a pass
+        to TV(kernel, reference).
 
     Returns
     -------
     CoupledCertificate
+        ``passed`` False with ``classification`` ``"subject error"`` and the cause in ``cause`` and
+        ``verdict`` when the kernel (or a user's reference) misbehaves: raises, hangs, returns the wrong type,
+        dtype or shape, ids outside ``[0, V)``, or an ``accepted`` that does not name the emitted candidate.
 
     Raises
     ------
     TypeError, ValueError
-        Bad laws, k, n, alpha, seed or convention; a reference without ``chain``;
-        drafting of kernel and reference that disagree; a kernel that raises or
-        returns the wrong type, dtype or shape (message names the cause).
+        The caller's arguments: bad laws, k, n, alpha, seed, time_limit, reference_check or convention
+        (including one whose coin keywords the kernel does not take); a reference without ``chain``;
+        drafting of kernel and reference that disagree; a kernel that writes into read-only inputs
+        (pass ``copies=True``).
     """
     t_start = time.perf_counter()
-    convention = check_convention(convention)
     kernel_obj, ref = _load(kernel, "kernel"), _load(reference, "reference")
+    convention, note = _choose_convention(kernel_obj, convention)
     if not has_chain(ref):
         raise TypeError(f"reference must be a registry name or a resispec.Verifier with chain(p, q, candidates); "
                         f"got {type(ref).__name__}")
+    if not isinstance(reference_check, str) or reference_check not in REFERENCE_CHECKS:
+        raise ValueError(f"reference_check must be one of {list(REFERENCE_CHECKS)}, got {reference_check!r}")
     ref_name = reference if isinstance(reference, str) else getattr(ref, "name", type(ref).__name__)
     p2, q2, _ = as_laws(p, q)
     p2, q2 = np.ascontiguousarray(p2), np.ascontiguousarray(q2)
@@ -235,8 +415,9 @@ def certify_coupled(kernel, reference, p, q, k: int, *, n: int = 100_000, alpha:
     if stop_after is not None:
         stop_after = check_n(stop_after, name="stop_after")
     if time_limit is not None and (isinstance(time_limit, bool) or not isinstance(time_limit, (int, float))
-                                   or not time_limit > 0):
-        raise ValueError(f"time_limit must be a number of seconds > 0, got {time_limit!r}")
+                                   or not 0 < time_limit <= MAX_TIMEOUT / 2):
+        raise ValueError(f"time_limit must be a number of seconds in (0, {MAX_TIMEOUT / 2:g}] or None (no limit), "
+                         f"got {time_limit!r}")
     rng = as_generator(seed)
     drafting = drafting_of(ref)
     kd = getattr(kernel_obj, "drafting", drafting)
@@ -245,10 +426,58 @@ def certify_coupled(kernel, reference, p, q, k: int, *, n: int = 100_000, alpha:
                          "cannot be valid for both; pick a reference with the kernel's drafting")
     if drafting == "without_replacement" and np.any((q2 > 0).sum(axis=1) < k):
         raise ValueError(f"k = {k} exceeds the draft support of some node (without-replacement drafting)")
-    cand_law = candidate_law(ref, q2)
-    table = TableReference.build(ref, p2, q2, k)
     if not isinstance(copies, bool):
         raise TypeError(f"copies must be True or False, got {copies!r}")
+    head = f"kernel vs {ref_name!r} under the {convention!r} coin convention"
+    state = {"phase": "reference", "done": 0, "mism": 0, "first": None}
+    hard = None if time_limit is None else armed_limit(hard_limit(time_limit))
+    try:
+        with _time_limit(hard):
+            return _certify(kernel_obj, ref, kernel, reference, ref_name, p2, q2, k, n, alpha, seed, rng,
+                            convention, note, fallback, stop_after, counterexample, kernel_spec, time_limit,
+                            fallback_n, copies, reference_check, drafting, head, state, t_start)
+    except SubjectError as exc:
+        return _failed(state, exc.cause, head, alpha, convention, ref_name, t_start)
+    except TimeLimitExceeded as exc:
+        if hard is None:
+            raise                                  # the caller's own (outer) limit
+        who = hung_call(exc, {"run_kernel": f"kernel {type(kernel_obj).__name__}.verify",
+                              "run_reference": f"reference {type(ref).__name__}.chain",
+                              "check_reference": f"reference {type(ref).__name__} (its law check)"})
+        if state["phase"] == "analysis" and who is None:
+            cause = None
+        else:
+            cause = (f"{who or 'the run'} did not return: certify_coupled stopped it at its hard time limit of "
+                     f"{hard:g} s (time_limit = {time_limit:g} s plus a grace of {hard - time_limit:g} s)")
+        return _failed(state, cause, head, alpha, convention, ref_name, t_start, hard=hard)
+
+
+def _failed(state, cause, head, alpha, convention, ref_name, t_start, *, hard=None) -> CoupledCertificate:
+    """The failed certificate of a run stopped by a misbehaving subject (``cause``), or -- ``cause`` None --
+    one whose mismatch analysis the hard time limit cut short."""
+    done, mism, first = state["done"], state["mism"], state["first"]
+    tv = tv_upper_bound(mism, done, alpha) if done else 1.0
+    seconds = time.perf_counter() - t_start
+    if cause is None:
+        verdict = (f"FAIL: {head}: {mism:,} mismatches in {done:,} coupled draws; the law checks that tell a "
+                   f"biased kernel from another coupling were stopped by the hard time limit ({hard:g} s), so "
+                   "the mismatch is not classified")
+        return CoupledCertificate(False, mism, done, tv, alpha, seconds, first, convention, "unclassified", verdict,
+                                  reference=ref_name, cause="time limit during the law checks")
+    verdict = f"FAIL (subject error): {head}: {cause}"
+    return CoupledCertificate(False, mism, done, tv, alpha, seconds, first, convention, "subject error", verdict,
+                              reference=ref_name, cause=cause)
+
+
+def _certify(kernel_obj, ref, kernel, reference, ref_name, p2, q2, k, n, alpha, seed, rng, convention, note,
+             fallback, stop_after, counterexample, kernel_spec, time_limit, fallback_n, copies, reference_check,
+             drafting, head, state, t_start) -> CoupledCertificate:
+    """The body of :func:`certify_coupled` on checked arguments (run under its hard time limit)."""
+    R, V = p2.shape
+    ref_law, ref_detail = check_reference(ref, p2, q2, k, reference_check, alpha=alpha, seed=seed)
+    state["phase"] = "pass"
+    cand_law = candidate_law(ref, q2)
+    table = TableReference.build(ref, p2, q2, k)
     shared = R == 1 and not copies and table is not None and getattr(kernel_obj, "handles_shared_nodes", False) is True
     cap = SHARED_ROWS if shared else max(1, min(SHARED_ROWS, _ELEMS // V))
     p_k, q_k = p2.copy(), q2.copy()          # what the kernel sees (views of these): checked unchanged after each call
@@ -258,7 +487,9 @@ def certify_coupled(kernel, reference, p, q, k: int, *, n: int = 100_000, alpha:
     t_first = None
     size = min(FIRST_CHUNK, cap)
     ignores = False
+    stopped = False
     rows_seen = []
+    path = "table" if table is not None else "generic"
     while done < n:
         B = min(size, n - done)
         node = (done + np.arange(B)) % R
@@ -304,26 +535,41 @@ def certify_coupled(kernel, reference, p, q, k: int, *, n: int = 100_000, alpha:
                      "kernel": (int(kt[b]), int(ka[b])), "reference": (int(rt[b]), int(ra[b]))}
         mism += int(bad.size)
         done += B
+        state.update(done=done, mism=mism, first=first)
         size = min(cap, size * 2)
-        if ignores or (stop_after is not None and mism >= stop_after) or \
-                (time_limit is not None and time.perf_counter() - t_start > time_limit):
+        if ignores or (stop_after is not None and mism >= stop_after):
             break
+        if time_limit is not None and time.perf_counter() - t_start > time_limit and done < n:
+            stopped = True
+            break
+    state["phase"] = "analysis"
     seconds = time.perf_counter() - t_start
     tv = tv_upper_bound(mism, done, alpha)
-    head = f"kernel vs {ref_name!r} under the {convention!r} coin convention"
+    notes = ([note] if note else []) + ([f"time_limit = {time_limit:g} s stopped the coupled pass after {done:,} "
+                                         f"of {n:,} draws; the bound uses the draws run"] if stopped else [])
+    tail = "".join(f" Note: {x}." for x in notes)
+    kw = dict(reference=ref_name, path=path, reference_law=ref_law, reference_detail=ref_detail, notes=tuple(notes))
     if ignores:
         return CoupledCertificate(False, mism, done, tv, alpha, seconds, first, convention, "kernel ignores the coins",
                                   f"FAIL: {head}: the kernel returned different outputs for the same inputs and "
                                   "coins (it ignores the coins it is given, or draws its own randomness); coupled "
-                                  "certification needs a kernel that is a function of its coins", None,
-                                  reference=ref_name, path="table" if table is not None else "generic")
+                                  "certification needs a kernel that is a function of its coins" + tail, None, **kw)
+    pair = (f"{mism:,} mismatches in {done:,} coupled draws, so TV(kernel, {ref_name}) <= {tv:.3g} at confidence "
+            f"{1 - alpha:g} (coupling inequality, exact binomial bound)")
+    if ref_law == "biased":
+        d = ref_detail
+        how = (f"its exact law differs from p by TV {d['tv']:.3g} at node row {d['node']} (enumerated through its "
+               "chain in this run)" if d["method"] == "exact enumeration" else
+               f"certify_verifier of its chain FAILED at node row {d['node']} ({d['certificates'][-1].summary()})")
+        verdict = (f"FAIL (reference biased): {head}: the reference {ref_name!r} is not a registry rule and {how}; "
+                   f"a kernel coupled to it is certified against a biased law, so nothing holds for p. Kernel vs "
+                   f"reference: {pair}." + tail)
+        return CoupledCertificate(False, mism, done, tv, alpha, seconds, first, convention, "reference biased",
+                                  verdict, **kw)
     if mism == 0:
-        verdict = (f"PASS: {head}: 0 mismatches in {done:,} coupled draws, so TV(kernel, {ref_name}) <= {tv:.3g} "
-                   f"at confidence {1 - alpha:g} (coupling inequality, exact binomial bound). The reference rule "
-                   "is exact by its proof and its exact-enumeration tests (not by this run), so the kernel's law is "
-                   "within that TV of p.")
-        return CoupledCertificate(True, 0, done, tv, alpha, seconds, None, convention, "conforms", verdict,
-                                  reference=ref_name, path="table" if table is not None else "generic")
+        verdict = f"PASS: {head}: {pair}. " + _reference_claim(ref_name, ref_law, ref_detail) + tail
+        return CoupledCertificate(True, 0, done, tv, alpha, seconds, None, convention, "conforms", verdict, **kw)
+
     # ---- a mismatch: law checks, counterexample, optional fallback
     law_p = None
     if counts is not None:
@@ -384,8 +630,28 @@ def certify_coupled(kernel, reference, p, q, k: int, *, n: int = 100_000, alpha:
                    "exact under another coupling of the coins, or biased below what these checks detect -- it is "
                    "not called biased; certify its law with exactness.certify_verifier (fallback=True), or use the "
                    "kernel's own convention.")
-    return CoupledCertificate(False, mism, done, tv, alpha, seconds, first, convention, cls, verdict, cex, law_p,
-                              cond_p, fb, ref_name, "table" if table is not None else "generic", t_first)
+    if ref_law == "unchecked":
+        verdict += (f" The reference {ref_name!r} is not a registry rule and its own law was not checked "
+                    f"({ref_detail['why']}).")
+    return CoupledCertificate(False, mism, done, tv, alpha, seconds, first, convention, cls, verdict + tail, cex,
+                              law_p, cond_p, fb, seconds_to_first=t_first, **kw)
+
+
+def _reference_claim(ref_name, ref_law: str, d: dict) -> str:
+    """What a pass says about p, by how far the reference is trusted (:func:`check_reference`)."""
+    if ref_law == "registry":
+        return ("The reference rule is a registry rule, exact by its proof and its exact-enumeration tests (not by "
+                "this run), so the kernel's law is within that TV of p.")
+    if ref_law == "exact":
+        return (f"The reference {ref_name!r} is not a registry rule; its exact law was enumerated in this run (TV "
+                f"from p {d['tv']:.2g}, round-off), so the kernel's law is within that TV of p.")
+    if ref_law == "no bias detected":
+        return (f"The reference {ref_name!r} is not a registry rule and {d['why']}; certify_verifier of its chain "
+                f"detected no bias (detectable TV {d['detectable_tv']:.3g}): the kernel's law is within that TV of "
+                "the reference's, whose own distance from p is bounded only by that Monte Carlo certificate.")
+    return (f"This bounds TV(kernel, reference) only: the reference {ref_name!r} is not a registry rule and its "
+            f"own law was not checked ({d['why']}), so nothing is claimed about the kernel's distance from p "
+            "(reference_check='montecarlo' certifies the reference in the same run).")
 
 
 def _fmt(x):
@@ -407,7 +673,7 @@ def _conditional_pvalue(kernel, ref, p1, q1, c1, convention, rng, copies, m: int
                               np.broadcast_to(c1, (B, k)), coins, copies=copies)
             cell = np.where(a >= 0, a, k + t)
             counts += np.bincount(cell, minlength=k + V)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, SubjectError):
         return None
     return gof_test(counts, law).pvalue
 
@@ -424,7 +690,7 @@ def _marginal_pvalue(kernel, p1, q1, cl, k, drafting, convention, rng, copies, m
             t, _ = run_kernel(kernel, np.broadcast_to(p1, (B, V)), np.broadcast_to(q1, (B, V)), c,
                               draw_coins(convention, rng, B, k), copies=copies)
             counts += np.bincount(t, minlength=V)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, SubjectError):
         return None
     return gof_test(counts, p1).pvalue
 

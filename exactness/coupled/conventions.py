@@ -56,6 +56,9 @@ from dataclasses import dataclass
 import numpy as np
 
 CONVENTIONS = ("resispec", "sglang", "generator")
+#: The keyword arguments in which a kernel's ``verify`` receives its coins, by convention.
+COIN_NAMES = {"resispec": ("uniforms",), "sglang": ("uniform_samples", "uniform_samples_for_final_sampling"),
+              "generator": ()}
 
 
 def check_convention(convention) -> str:
@@ -170,6 +173,37 @@ class SGLangKernel:
 
 
 def reference_kernel(verifier, convention: str):
-    """The registry rule ``verifier`` as a kernel that takes its coins in ``convention``'s layout."""
+    """The rule ``verifier`` as a kernel that takes its coins in ``convention``'s layout.
+
+    Parameters
+    ----------
+    verifier : str or resispec.Verifier
+        A registry name or ``name[option=value,...]`` (``"rrs"``, ``"resispec[drafting=without_replacement]"``),
+        or a verifier with ``chain(p, q, candidates)`` (every :class:`resispec.Verifier`).
+    convention : {"resispec", "sglang", "generator"}
+
+    Returns
+    -------
+    object with ``verify``: :class:`SGLangKernel` for ``"sglang"``; the verifier itself otherwise.
+
+    Raises
+    ------
+    TypeError
+        ``verifier`` is neither a name nor a verifier with ``chain``.
+    ValueError
+        An unknown ``convention`` or verifier name.
+    """
+    from ..sampling import has_chain
+
     convention = check_convention(convention)
+    if isinstance(verifier, str):
+        from ..certify_run import load_verifier
+
+        try:
+            verifier = load_verifier(verifier)[1]
+        except (TypeError, ValueError) as exc:
+            raise ValueError(f"verifier {verifier!r}: {exc}") from exc
+    if not has_chain(verifier):
+        raise TypeError(f"verifier must be a registry name (e.g. 'rrs') or a resispec.Verifier with "
+                        f"chain(p, q, candidates), got {type(verifier).__name__}")
     return SGLangKernel(verifier) if convention == "sglang" else verifier

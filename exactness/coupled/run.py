@@ -1,14 +1,74 @@
-"""Run a kernel and its reference rule on the same candidates and coins."""
+"""Run a kernel and its reference rule on the same candidates and coins; hard time limits for both certifiers."""
 
 from __future__ import annotations
+
+import inspect
+import signal
+import traceback
 
 import numpy as np
 
 from resispec.verifiers.base import law_from_chain
 from resispec.sampling import _inverse_cdf
 
+from .._checks import SubjectError, subject_call
+from .._timeout import limit_available
 from ..sampling import _builtin, _checked_result, _last_positive, _searchsorted_rows, accept_table, as_numpy_verifier
-from .conventions import Coins, decisions, kernel_kwargs
+from .conventions import COIN_NAMES, Coins, decisions, kernel_kwargs
+
+#: Least grace, in seconds, past a run's ``time_limit`` before a call that has not returned is a hang.
+HANG_GRACE = 10.0
+
+
+def hard_limit(time_limit: float) -> float:
+    """Seconds after which a run is stopped as hung: ``time_limit + max(HANG_GRACE, time_limit)``.
+
+    The certifiers stop on their own at ``time_limit`` between batches (the bound then uses the draws
+    run); the alarm (``exactness._timeout.time_limit``) fires only this much later, so the batch that
+    was running at the limit has been running for at least ``max(HANG_GRACE, time_limit)`` seconds:
+    a slow batch is never reported as a hang.
+    """
+    return float(time_limit) + max(HANG_GRACE, float(time_limit))
+
+
+def armed_limit(seconds: float) -> float | None:
+    """``seconds``, or None when an outer ``SIGALRM`` timer (the caller's own limit) fires first.
+
+    An outer limit that is due sooner stays in charge (its ``TimeLimitExceeded`` is the caller's, and
+    propagates); a run's own limit is armed only when it is the earlier one.
+    """
+    if limit_available():
+        delay, _ = signal.getitimer(signal.ITIMER_REAL)
+        if 0 < delay <= seconds:
+            return None
+    return seconds
+
+
+def hung_call(exc: BaseException, names: dict) -> str | None:
+    """The subject's call a ``TimeLimitExceeded`` interrupted: the first of ``names`` (function name ->
+    label) found in its traceback, innermost first; None if none."""
+    frames = [f.name for f in traceback.extract_tb(exc.__traceback__)]
+    for fn in reversed(frames):
+        if fn in names:
+            return names[fn]
+    return None
+
+
+def takes_coins(kernel, convention: str) -> bool | None:
+    """Whether ``kernel.verify`` accepts the keyword coins of ``convention`` (``uniforms=`` for ``resispec``;
+    ``uniform_samples=`` and ``uniform_samples_for_final_sampling=`` for ``sglang``; always True for
+    ``generator``); None when its signature cannot be read (then it is assumed to)."""
+    names = COIN_NAMES[convention]
+    if not names:
+        return True
+    try:
+        params = inspect.signature(_verify_fn(kernel)).parameters
+    except (TypeError, ValueError):
+        return None
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
+        return True
+    ok = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
+    return all(n in params and params[n].kind in ok for n in names)
 
 
 def _verify_fn(kernel):
@@ -57,12 +117,12 @@ def run_kernel(kernel, p, q, c, coins: Coins, *, copies: bool = True) -> tuple[n
 
     Raises
     ------
+    exactness.SubjectError
+        The kernel raised (chained from its exception), returned the wrong type, dtype or shape, ids
+        outside ``[0, V)``, no ``.accepted``, or an ``accepted`` that is not the index of the emitted
+        candidate: the cause names ``<Kernel>.verify`` and what it did.
     TypeError
-        The kernel raised (chained from its exception) or returned the wrong
-        type or dtype.
-    ValueError
-        The kernel returned the wrong shape, ids outside ``[0, V)`` or an
-        ``accepted`` that is not the index of the emitted candidate.
+        The kernel wrote into the read-only views of ``copies=False`` (pass ``copies=True``).
     """
     kernel = as_numpy_verifier(kernel)
     fn = _verify_fn(kernel)
@@ -84,14 +144,21 @@ def run_kernel(kernel, p, q, c, coins: Coins, *, copies: bool = True) -> tuple[n
         call = ", ".join(["p", "q", "candidates", "rng"] + [f"{n}=..." for n in kw])
         if not copies and isinstance(exc, ValueError) and "read-only" in str(exc):
             raise TypeError(WRITES_INPUTS.format(name=type(kernel).__name__, exc=exc)) from exc
-        raise TypeError(f"kernel {type(kernel).__name__} raised {type(exc).__name__}: {exc} -- called as "
-                        f"verify({call}) with p, q of shape ({B}, {p.shape[1]}) float64 and candidates "
-                        f"({B}, {k}) int64 under the {coins.convention!r} coin convention "
-                        "(see exactness.coupled.conventions)") from exc
-    t, a = _checked_result(res, B, k, p.shape[1], kernel, c)
+        if isinstance(exc, SubjectError):
+            raise
+        hint = (" (a kernel that takes no coin arrays: convention='generator', or leave convention out)"
+                if isinstance(exc, TypeError) and "keyword" in str(exc) and coins.convention != "generator" else "")
+        raise SubjectError(f"kernel {type(kernel).__name__}.verify raised {type(exc).__name__}: {exc} -- called as "
+                           f"verify({call}) with p, q of shape ({B}, {p.shape[1]}) float64 and candidates "
+                           f"({B}, {k}) int64 under the {coins.convention!r} coin convention "
+                           f"(see exactness.coupled.conventions){hint}") from exc
+    try:
+        t, a = _checked_result(res, B, k, p.shape[1], kernel, c)
+    except (TypeError, ValueError, SubjectError) as exc:
+        raise SubjectError(f"kernel {exc}") from exc
     if np.any(a == -2):
-        raise TypeError(f"kernel {type(kernel).__name__}.verify returned no .accepted; coupled certification "
-                        "compares the accepted index too: return .tokens and .accepted (B,) int64")
+        raise SubjectError(f"kernel {type(kernel).__name__}.verify returned no .accepted; coupled certification "
+                           "compares the accepted index too: return .tokens and .accepted (B,) int64")
     return t, a
 
 
@@ -106,11 +173,12 @@ def run_reference(reference, p, q, c, coins: Coins) -> tuple[np.ndarray, np.ndar
     decisions, without the steps after each row's first acceptance.
     """
     cut = getattr(reference, "chain_until_accept", None)
+    name = f"reference {type(reference).__name__}"
     if coins.convention == "resispec" and cut is not None:
         # the same decisions as reference.chain: steps after a row's first accepted candidate are skipped
-        ch = cut(p, q, c, coins.arrays["uniforms"])
+        ch = subject_call(cut, f"{name}.chain_until_accept", p, q, c, coins.arrays["uniforms"])
     else:
-        ch = reference.chain(p, q, c)
+        ch = subject_call(reference.chain, f"{name}.chain", p, q, c)
     acc, res_u = decisions(coins, ch.accept_probs)
     rows = np.arange(c.shape[0])
     tokens = c[rows, np.maximum(acc, 0)].astype(np.int64)

@@ -24,6 +24,7 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from .._io import atomic_write as _atomic_write
+from .._io import strict_json as strict
 from ..trees import TreeShape
 from ..pathlevel.registry import available_path_verifiers, get_any_verifier
 from ..verifiers.registry import get_verifier, is_ours
@@ -341,19 +342,6 @@ def _se(xs) -> float | None:
     """Standard error of the mean (sd with ddof=1 over sqrt(n)); None for fewer than 2 values."""
     xs = [x for x in xs if x == x]
     return float(np.std(xs, ddof=1) / math.sqrt(len(xs))) if len(xs) >= 2 else None
-
-
-def strict(obj):
-    """``obj`` with every NaN / inf float replaced by None, for strict JSON (``allow_nan=False``)."""
-    if isinstance(obj, dict):
-        return {k: strict(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [strict(v) for v in obj]
-    if isinstance(obj, (float, np.floating)):
-        return float(obj) if math.isfinite(obj) else None
-    if isinstance(obj, np.integer):
-        return int(obj)
-    return obj
 
 
 def run_bench(pair, prompts: list[list[int]], *, verifiers=DEFAULT_VERIFIERS, trees=("4,2,1",),

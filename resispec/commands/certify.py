@@ -8,7 +8,8 @@ acceptance against alpha* and against rrs.  Cell p-values are corrected with
 Holm (verdict) and Benjamini-Hochberg (reported) over the whole run.  The
 mutant catalogue (known-biased verifiers) shows the harness's power.
 
-Writes a Markdown report (default reports/certify.md) with a p-value QQ plot
+Writes a Markdown report (default certify-out/certify.md, a git-ignored folder; the shipped
+reports/certify.md is rewritten only with --out reports/certify.md) with a p-value QQ plot
 and the detectable-TV figure, and a JSON file next to it.
 
 Each cell runs under a wall-clock limit (``--timeout``, default 600 s); a
@@ -79,7 +80,8 @@ def add_arguments(parser) -> None:
                              "shifted at V=8, and ngram)")
     parser.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT, metavar="SECONDS",
                         help=f"wall-clock limit per cell (default {DEFAULT_TIMEOUT:g}; 0 = none); a cell that runs "
-                             "past it, or whose verifier raises, is reported FAILED with the reason (exit 1). "
+                             "past it, or whose verifier raises, returns the wrong shape or emits a token outside "
+                             "the vocabulary, is reported FAILED with the reason (exit 1). "
                              "Uses SIGALRM: on platforms without it (Windows) the limit is off; code stuck in one "
                              "long C call is stopped only when that call returns")
     parser.add_argument("--workers", type=int, default=1, metavar="N",
@@ -96,8 +98,9 @@ def add_arguments(parser) -> None:
                         help="with --executor ray: join a running Ray cluster (the address `ray start --head` "
                              "prints, ray://HOST:PORT, or auto = the cluster this node belongs to); default: start "
                              "a local cluster")
-    parser.add_argument("--out", type=Path, default=Path("reports/certify.md"),
-                        help="Markdown report path; JSON and PNGs are written next to it (default reports/certify.md)")
+    parser.add_argument("--out", type=Path, default=Path("certify-out/certify.md"),
+                        help="Markdown report path; JSON and PNGs are written next to it (default "
+                             "certify-out/certify.md, git-ignored; --out reports/certify.md updates the shipped report)")
     parser.add_argument("--json", type=Path, default=None, help="JSON path (default: --out with .json)")
     m = parser.add_mutually_exclusive_group()
     m.add_argument("--mutants", dest="mutants", action="store_true", default=None,

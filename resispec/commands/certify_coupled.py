@@ -12,9 +12,18 @@ Examples:
   resispec certify-coupled --kernel exactness.mutants:CATALOGUE.bf16_ratio --reference rrs --stop-after 1
   resispec certify-coupled --kernel mine:SGLangStyle --convention sglang --pq node.npz --fallback
 
+A pass bounds the kernel's distance from p only when the reference is
+trusted: a registry rule (exact by proof), or a user's reference whose law is
+checked in this run (enumerated when its candidate tuples fit; with
+--reference-check montecarlo, certified by Monte Carlo otherwise).  Else it
+bounds TV(kernel, reference) only, and says so; a user's reference found
+biased fails.
+
 Exit status: 0 pass; 1 mismatches (biased, or not the same coupling: the
-verdict says which); 2 bad arguments or a kernel that cannot be loaded,
-raises, or returns the wrong shape or dtype.
+verdict says which), a biased user reference, or a kernel that raises,
+hangs past the time limit, or returns the wrong shape, dtype or accepted
+index (the cause is printed); 2 bad arguments or a kernel that cannot be
+loaded.
 """
 
 from __future__ import annotations
@@ -30,8 +39,9 @@ def add_arguments(parser) -> None:
                         help="the kernel: module:object (IMPORTS AND RUNS that module) or a registry name")
     parser.add_argument("--reference", default="rrs", metavar="NAME",
                         help="the rule the kernel implements: registry name or name[option=value] (default rrs)")
-    parser.add_argument("--convention", default="resispec", choices=["resispec", "sglang", "generator"],
-                        help="how the kernel takes its coins (default resispec: uniforms=(B, k + 1))")
+    parser.add_argument("--convention", default=None, choices=["resispec", "sglang", "generator"],
+                        help="how the kernel takes its coins (default: from its verify signature -- resispec for "
+                        "uniforms=(B, k + 1), sglang for uniform_samples=, else generator: a seeded rng)")
     parser.add_argument("--k", type=int, default=2, help="candidates per node (default 2)")
     parser.add_argument("--n", type=count, default=100_000, help="coupled draws, e.g. 1e5 (default 100,000)")
     parser.add_argument("--alpha", type=float, default=1e-3, help="1 - confidence of the TV bound (default 1e-3)")
@@ -48,6 +58,12 @@ def add_arguments(parser) -> None:
                         help="on a mismatch also run certify_verifier on the kernel (tells a bias from a coupling)")
     parser.add_argument("--copies", action="store_true",
                         help="give the kernel writable (B, V) copies of p, q (default: read-only broadcast views)")
+    parser.add_argument("--time-limit", type=float, default=3600.0, metavar="SECONDS",
+                        help="stop the coupled pass after this many seconds (default 3600); a kernel call that "
+                        "never returns is stopped max(10, SECONDS) later and FAILs as a hang")
+    parser.add_argument("--reference-check", default="auto", choices=["auto", "montecarlo", "none"],
+                        help="how a reference that is not a registry rule is checked: auto (enumerate its law when "
+                        "it fits), montecarlo (else certify it by Monte Carlo), none (default auto)")
     parser.add_argument("--counterexample", default=None, metavar="PATH",
                         help="write the counterexample's Python here (default: print it)")
 
@@ -61,6 +77,9 @@ def run(args) -> int:
         raise ValueError(f"--k must be >= 1, got {args.k}")
     if not 0 < args.alpha < 1:
         raise ValueError(f"--alpha must lie in (0, 1), got {args.alpha}")
+    time_limit = getattr(args, "time_limit", 3600.0)
+    if not 0 < time_limit <= 5e6:       # also rejects NaN
+        raise ValueError(f"--time-limit must be a number of seconds in (0, 5e6], got {time_limit}")
     from exactness._checks import as_seed_sequence
 
     as_seed_sequence(args.seed, name="--seed")      # a caller's namespace may hold what the parser refuses
@@ -71,7 +90,8 @@ def run(args) -> int:
     p, q = load_node(args, default_V=50)
     cert = exactness.certify_coupled(args.kernel, args.reference, p, q, args.k, n=args.n, alpha=args.alpha,
                                      seed=args.seed, convention=args.convention, fallback=args.fallback,
-                                     stop_after=args.stop_after, kernel_spec=args.kernel, copies=args.copies)
+                                     stop_after=args.stop_after, kernel_spec=args.kernel, copies=args.copies,
+                                     time_limit=time_limit, reference_check=getattr(args, "reference_check", "auto"))
     print(cert.verdict)
     print(f"({cert.n:,} coupled draws in {cert.seconds:.2f} s, reference path: {cert.path})")
     if cert.counterexample:

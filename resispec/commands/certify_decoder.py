@@ -15,8 +15,11 @@ on saved models (folders, loaded offline) through ``exactness.adapters.hf``: ``H
 or ``--prompt-text`` (tokenised with the target's tokenizer; repeat for several).
 
 Writes a terminal table, a Markdown report (default reports/certify_decoder.md), a JSON file and a
-PNG figure (per-position PIT p-values and detectable TV) next to it.  Exit status (as ``resispec certify``): 0 pass; 1 fail; 2 bad input (a module that
-cannot be loaded, bad options, a decoder or target breaking the contract).
+PNG figure (per-position PIT p-values and detectable TV) next to it; progress of slow phases on stderr.
+Exit status (as ``resispec certify``): 0 no bias detected; 1 bias found or the decoder misbehaved (it
+raised, returned the wrong shape / dtype, ids outside [0, V), a token of target probability 0, or did not
+return within --time-limit: the cause is printed); 2 bad input (a module that cannot be loaded, bad
+options, a target that raises or returns a bad law).
 
 Example:
   resispec certify-decoder --decoder exactness.decoder_mutants:demo --new-tokens 3
@@ -64,6 +67,12 @@ def add_arguments(parser) -> None:
     parser.add_argument("--tv", type=float, default=None, help="TV to detect (plans n; warns if n is too small)")
     parser.add_argument("--alpha", type=float, default=1e-3, help="family-wise level over the checks (default 1e-3)")
     parser.add_argument("--seed", type=int, default=0, help="seed (default 0)")
+    parser.add_argument("--time-limit", type=float, default=3600.0, metavar="SECONDS",
+                        help="stop the run after this many seconds and FAIL naming the call that did not return "
+                             "(default 3600; 0 = no limit)")
+    parser.add_argument("--no-progress", action="store_true",
+                        help="no progress on stderr (default: slow phases show a bar on a terminal, else a line "
+                             "every ~10 s)")
     parser.add_argument("--out", type=Path, default=Path("reports/certify_decoder.md"),
                         help="Markdown report path; the JSON and the PNG figure go next to it (default "
                              "reports/certify_decoder.md)")
@@ -219,13 +228,17 @@ def run(args) -> int:
         raise ValueError(f"--new-tokens must be >= 1, got {args.new_tokens}")
     if args.samples is not None and args.samples < 1:
         raise ValueError(f"--samples must be >= 1, got {args.samples}")
+    from exactness._timeout import check_timeout
+
+    time_limit = check_timeout(args.time_limit, name="--time-limit")
     import exactness
     from exactness.decoder import figure, terminal_table, to_json, to_markdown
 
     decoder, target, prompts = load(args)
     t0 = time.perf_counter()
     cert = exactness.certify_decoder(decoder, target, prompts, new_tokens=args.new_tokens, n=args.samples,
-                                     tv=args.tv, alpha=args.alpha, seed=args.seed)
+                                     tv=args.tv, alpha=args.alpha, seed=args.seed, time_limit=time_limit,
+                                     progress=not args.no_progress)
     sec = time.perf_counter() - t0
     command = "resispec " + " ".join(shlex.quote(a) for a in sys.argv[1:]) if sys.argv[1:] else None
     print(terminal_table(cert))
@@ -241,6 +254,8 @@ def run(args) -> int:
     atomic_write(png_path, png.getvalue())
     print(f"\nreport: {paths[0]}  json: {paths[1]}  figure: {png_path}  ({sec:.1f} s)")
     if not cert.passed:
-        print(f"FAIL: {', '.join(cert.failed_checks())} (family-wise alpha {args.alpha:g}, Holm)")
+        cause = (cert.details.get("subject") or {}).get("error")
+        print(f"FAIL: {cause}" if cause else
+              f"FAIL: {', '.join(cert.failed_checks())} (family-wise alpha {args.alpha:g}, Holm)")
         return 1
     return 0

@@ -12,10 +12,15 @@ Examples:
   resispec certify-stepwise --pq node.npz --k 4 --tv 1e-3 --workers 2
   resispec certify-stepwise --verifier mypkg.rules:MyDeclaredRule --k 3 --n 5000
 
-Exit status: 0 PASS; 1 FAIL (a defect or a mismatch: the first one and how
-to replay it are printed); 3 INCONCLUSIVE (undeclared states or a
---time-limit stop left the bound above --tv); 2 bad arguments, or a verifier
-that cannot be loaded, declares no steps, or raises.
+Exit status: 0 PASS; 1 FAIL (a defect, or a mismatch where verify's law
+differs from its declared steps': the first one and how to replay it are
+printed; or a verify / step_plan that raises, hangs past the hard time
+limit, or returns the wrong shape or accepted index: the cause is printed);
+3 INCONCLUSIVE (undeclared states or a --time-limit stop left the bound
+above --tv; or "not the same coupling": verify mismatches its declared chain
+draw by draw but emits its law, as an exact verify using the coins in
+another convention does); 2 bad arguments, or a verifier that cannot be
+loaded or declares no steps.
 """
 
 from __future__ import annotations
@@ -47,7 +52,9 @@ def add_arguments(parser) -> None:
                         help="use the node in this .npz (arrays p and q, shape (V,)) instead")
     parser.add_argument("--workers", type=int, default=1, help="processes sharing the draws (default 1)")
     parser.add_argument("--time-limit", type=float, default=None, metavar="SECONDS",
-                        help="stop after this many seconds (the bound uses the draws run; INCONCLUSIVE if short)")
+                        help="stop after this many seconds (the bound uses the draws run; INCONCLUSIVE if short); "
+                        "a verify or step_plan call that never returns is stopped max(10, SECONDS) later and FAILs "
+                        "as a hang (without --time-limit: after 2 x exactness.certificate.MAX_SECONDS)")
 
 
 def run(args) -> int:
