@@ -89,7 +89,7 @@ class PathCertificate:
     def summary(self) -> str:
         """One line: verdict, p-value, chi-square (df), TV estimate, detectable TV at alpha and power, n."""
         stat = f"{self.statistic:.4g}" if math.isfinite(self.statistic) else str(self.statistic)
-        out = (f"{'PASS' if self.passed else 'FAIL'}: p = {self.p_value:.3g}; horizon chi2 = {stat} (df {self.df}), "
+        out = (f"{'NO BIAS DETECTED' if self.passed else 'FAIL'}: p = {self.p_value:.3g}; horizon chi2 = {stat} (df {self.df}), "
                f"TV ~ {self.tv_estimate:.3g} (<= {self.tv_upper:.3g}), detectable TV {self.detectable_tv:.3g} at "
                f"alpha {self.alpha:g}, power {self.power:g}, n = {self.n:,}")
         if self.passed and self.detectable_tv >= 1:

@@ -87,7 +87,7 @@ def test_certificate_states_detectable_tv():
     assert c.detectable_tv == pytest.approx(detectable_tv(600, c.df, alpha=1e-3, power=0.99))
     assert 0 <= c.tv_estimate <= c.tv_upper <= 1
     s = c.summary()
-    assert s.startswith("PASS") and "detectable TV" in s and f"df {c.df}" in s and "power 0.99" in s
+    assert s.startswith("NO BIAS DETECTED") and "detectable TV" in s and f"df {c.df}" in s and "power 0.99" in s
 
     t = certify_tree_rule(AlwaysZeroTree(), PAIR, (2, 1), n=300, alpha=0.01)
     assert not t.passed and t.alpha == 0.01 and t.df >= 1 and 0 < t.detectable_tv < 1

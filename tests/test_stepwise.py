@@ -131,7 +131,7 @@ def test_wor_rule_passes(solver):
     assert c.n == draws_for_tv(0.02, 1e-3, 0.99)
     assert c.tv_upper <= 0.02 and c.detectable_tv <= 0.02
     assert c.states > 3 and c.largest_defect < 1e-12
-    assert "PASS" in str(c) and "TV(law of verify, p) <=" in str(c)
+    assert "NO BIAS DETECTED" in str(c) and "TV(law of verify, p) <=" in str(c)
 
 
 def test_iid_verifier_passes():

@@ -25,7 +25,7 @@ BIASED = textwrap.dedent('''
 
 def test_pass_fail_inconclusive(capsys, tmp_path, monkeypatch):
     assert main(["certify-stepwise", "--tv", "0.02", "--V", "200"]) == 0
-    assert "PASS" in capsys.readouterr().out
+    assert "NO BIAS DETECTED" in capsys.readouterr().out
     (tmp_path / "mine.py").write_text(BIASED)
     monkeypatch.chdir(tmp_path)
     assert main(["certify-stepwise", "--verifier", "mine:LowM", "--tv", "0.02", "--V", "200", "--k", "3"]) == 1

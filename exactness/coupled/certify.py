@@ -567,7 +567,7 @@ def _certify(kernel_obj, ref, kernel, reference, ref_name, p2, q2, k, n, alpha, 
         return CoupledCertificate(False, mism, done, tv, alpha, seconds, first, convention, "reference biased",
                                   verdict, **kw)
     if mism == 0:
-        verdict = f"PASS: {head}: {pair}. " + _reference_claim(ref_name, ref_law, ref_detail) + tail
+        verdict = f"NO BIAS DETECTED: {head}: {pair}. " + _reference_claim(ref_name, ref_law, ref_detail) + tail
         return CoupledCertificate(True, 0, done, tv, alpha, seconds, None, convention, "conforms", verdict, **kw)
 
     # ---- a mismatch: law checks, counterexample, optional fallback

@@ -325,7 +325,7 @@ def certify_coupled_tree(kernel, reference, p_root, q_root, p_child, q_child, k:
     sec = time.perf_counter() - t_start
     name = getattr(ref, "name", ref)
     if mism == 0:
-        verdict = (f"PASS: tree kernel vs {name!r} ({convention!r} tree layout, {R} tree(s)): 0 mismatches in "
+        verdict = (f"NO BIAS DETECTED: tree kernel vs {name!r} ({convention!r} tree layout, {R} tree(s)): 0 mismatches in "
                    f"{done:,} coupled paths; TV of the two-token path law <= {tv:.3g} at confidence {1 - alpha:g}")
     else:
         verdict = (f"FAIL: tree kernel vs {name!r} ({convention!r} tree layout): {mism:,} mismatching paths in "
