@@ -111,10 +111,11 @@ class _FlagAccepted(RRS):
 
 
 def test_accepted_flag_is_no_refusal_the_tokens_are_certified():
-    # issue 37 item 7: accepted indices that do not name the candidate are stated, never refused; the tokens are
-    # rrs's (exact), so the certificate passes on what the verifier emits, the index checks skipped with the reason
+    # issue 37 items 3 and 7: accepted indices that do not name the candidate are never refused: the tokens are
+    # certified (rrs's, exact: no statistical check fails), the index checks skipped with the reason, and the
+    # broken contract is the one failing check (exit 1)
     cert = exactness.certify_verifier(_FlagAccepted(), P, Q, 3, n=2_000, tree=False)
-    assert cert.passed, cert.report()
+    assert not cert.passed and set(cert.failed_checks(adjusted=False)) == {"accepted_index"}, cert.report()
     why = cert.details["accepted_index"]["error"]
     assert re.search(r"accepted\[\d+\] = 1 but tokens.*index of the emitted candidate", why)
     assert {"joint", "accepted_count", "residual"} <= set(cert.skipped) and "joint" not in cert.checks
