@@ -40,18 +40,51 @@ class SubjectError(RuntimeError):
         self.cause = str(cause)
 
 
+def exception_line(exc: BaseException, limit: int = 200) -> str:
+    """``"RuntimeError: boom (in verify, mine.py:12)"``: an exception in one line (its message cut to ``limit``
+    characters) with its innermost frame; ``SystemExit`` as ``"SystemExit: called sys.exit(0)"``."""
+    import traceback
+
+    msg = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+    if isinstance(exc, SystemExit):
+        msg = f"called sys.exit({exc.code!r})"
+    text = f"{type(exc).__name__}: {msg}" if msg else type(exc).__name__
+    if len(text) > limit:
+        text = text[:limit - 3] + "..."
+    tb = traceback.extract_tb(exc.__traceback__)
+    where = f" (in {tb[-1].name}, {tb[-1].filename.rsplit('/', 1)[-1]}:{tb[-1].lineno})" if tb else ""
+    return text + where
+
+
+def subject_cause(what: str, exc: BaseException) -> str:
+    """The cause of a FAIL for a subject call ``what`` that raised ``exc``: ``"Mine.verify called sys.exit(2) (in
+    verify, mine.py:12)"`` for ``SystemExit``, else ``"Mine.verify raised RuntimeError: boom (in verify,
+    mine.py:12)"``."""
+    line = exception_line(exc)
+    if isinstance(exc, SystemExit):   # "SystemExit: called sys.exit(2) (in verify, mine.py:12)"
+        return f"{what} {line.split(': ', 1)[1]}"
+    return f"{what} raised {line}"
+
+
 def subject_call(fn, what: str, *args, **kwargs):
-    """Call the subject's ``fn(*args, **kwargs)``; any ``Exception`` it raises becomes a :class:`SubjectError`.
+    """Call the subject's ``fn(*args, **kwargs)``; any ``Exception`` it raises, or ``SystemExit`` (a subject that
+    calls ``sys.exit``), becomes a :class:`SubjectError` whose cause is :func:`subject_cause`.
 
     ``what`` names the call in the cause (``"MyVerifier.verify"``).  A ``SubjectError`` raised inside passes
-    through unchanged; ``BaseException`` (time limits, Ctrl-C) is never caught here.
+    through unchanged; other ``BaseException`` s (time limits: ``exactness._timeout.TimeLimitExceeded``; Ctrl-C:
+    ``KeyboardInterrupt``) are never caught here.
     """
     try:
         return fn(*args, **kwargs)
     except SubjectError:
         raise
-    except Exception as exc:
-        raise SubjectError(f"{what} raised {type(exc).__name__}: {exc}") from exc
+    except (Exception, SystemExit) as exc:    # a subject that ends the program is a FAIL, never the harness's exit
+        raise SubjectError(subject_cause(what, exc)) from exc
+
+
+def plural(m: int, noun: str) -> str:
+    """``"1 sample"``, ``"2,000 samples"``: a count with its noun, singular or plural."""
+    return f"{m:,} {noun}{'' if m == 1 else 's'}"
 
 
 def check_law(law, *, name: str = "law") -> np.ndarray:

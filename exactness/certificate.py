@@ -327,17 +327,62 @@ def subject_time_limit(timeout: float | None):
         yield armed
 
 
-def timed_out_cause(what: str, timeout: float) -> str:
-    """The cause of a subject stopped by its time limit (one line)."""
+#: Top-level modules whose frames are never "the subject's call" in :func:`hung_call` without a subject (the
+#: harness, numerical libraries it calls, the standard library's pools and waits, executors).
+_NOT_SUBJECT = ("exactness", "numpy", "scipy", "statsmodels", "concurrent", "threading", "multiprocessing",
+                "selectors", "queue", "contextlib", "functools", "signal", "copy", "inspect", "importlib", "ray",
+                "_pytest", "pytest", "pluggy")
+
+
+def hung_call(exc: BaseException, subject=None) -> str | None:
+    """The subject's call that a time limit (``exactness._timeout.TimeLimitExceeded``) interrupted, from its
+    traceback, named ``"Class.method"`` (``"Hangs.verify"``) or by its function's qualified name.
+
+    With ``subject`` (the verifier, sampler or proxy certified): the outermost frame that is one of its methods
+    (``self is subject``) or the function itself; None when none is in the traceback (the limit fell in the
+    harness's own code, or the subject ran in a worker process).  Without: the outermost frame outside the
+    harness and the libraries it calls (``_NOT_SUBJECT``)."""
+    import functools
+
+    while isinstance(subject, functools.partial):
+        subject = subject.func
+    code_of = getattr(getattr(subject, "__func__", subject), "__code__", None)
+    tb = exc.__traceback__
+    while tb is not None:
+        frame, tb = tb.tb_frame, tb.tb_next
+        code = frame.f_code
+        obj = frame.f_locals.get("self") if code.co_argcount else None
+        if subject is not None:
+            if obj is subject:
+                return f"{type(subject).__name__}.{code.co_name}"
+            if code_of is not None and code is code_of:
+                return getattr(code, "co_qualname", code.co_name)
+            continue
+        mod = str(frame.f_globals.get("__name__", "")).split(".")[0]
+        if mod and mod not in _NOT_SUBJECT:
+            return f"{type(obj).__name__}.{code.co_name}" if obj is not None else getattr(code, "co_qualname",
+                                                                                            code.co_name)
+    return None
+
+
+def timed_out_cause(what: str, timeout: float, exc: BaseException | None = None, subject=None) -> str:
+    """The cause of a subject stopped by its time limit (one line): ``"Hangs.verify did not return within 10 s
+    (timeout = 10; ...)"`` naming the call that was running (:func:`hung_call` of ``exc`` and ``subject``), else
+    ``what`` timed out."""
+    call = hung_call(exc, subject) if exc is not None else None
+    if call is not None:
+        return (f"{call} did not return within {timeout:g} s (timeout = {timeout:g}; pass a larger timeout=, or 0 "
+                "for none)")
     return (f"{what} timed out after {timeout:g} s (timeout = {timeout:g}): a call of the subject that never "
             "returned, or a run longer than the limit (pass a larger timeout=, or 0 for none)")
 
 
 def run_subject(body, *, timeout: float | None, what: str, alpha: float, power: float,
-                details: dict | None = None) -> Certificate:
+                details: dict | None = None, subject=None) -> Certificate:
     """``body()`` (returning a :class:`Certificate`) under the hard time limit ``timeout`` (seconds; None / 0:
     none); a :class:`exactness.SubjectError` raised inside, or this limit passing, is a FAIL certificate naming
-    the cause (:func:`subject_failure`), never an exception.  The caller's own errors (ValueError, TypeError)
+    the cause (:func:`subject_failure`; for the limit, the call of ``subject`` that did not return, else
+    ``what``), never an exception.  The caller's own errors (ValueError, TypeError)
     pass through."""
     from ._checks import SubjectError
     from ._timeout import TimeLimitExceeded
@@ -347,10 +392,11 @@ def run_subject(body, *, timeout: float | None, what: str, alpha: float, power: 
             return body()
     except SubjectError as exc:
         return subject_failure(exc.cause, alpha=alpha, power=power, details=details)
-    except TimeLimitExceeded:
+    except TimeLimitExceeded as exc:
         if not armed:
             raise
-        return subject_failure(timed_out_cause(what, float(timeout)), alpha=alpha, power=power, details=details)
+        return subject_failure(timed_out_cause(what, float(timeout), exc, subject), alpha=alpha, power=power,
+                               details=details)
 
 
 def sampler_name(sample) -> str:
@@ -427,32 +473,9 @@ def door_law(law, *, name: str = "law") -> np.ndarray:
     return _renormalised(check_law(_widened(law), name=name)[None])[0]
 
 
-def subject_cause(what: str, exc: BaseException) -> str:
-    """``"Mine.verify raised RuntimeError: boom (in verify, mine.py:12)"``: a subject's exception in one line, with
-    its innermost frame; ``SystemExit`` as ``"SystemExit: called sys.exit(0)"``."""
-    import traceback
-
-    msg = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
-    if isinstance(exc, SystemExit):
-        msg = f"called sys.exit({exc.code!r})"
-    text = f"{type(exc).__name__}: {msg}" if msg else type(exc).__name__
-    if len(text) > 200:
-        text = text[:197] + "..."
-    tb = traceback.extract_tb(exc.__traceback__)
-    where = f" (in {tb[-1].name}, {tb[-1].filename.rsplit('/', 1)[-1]}:{tb[-1].lineno})" if tb else ""
-    return f"{what} raised {text}{where}"
-
-
-def call_subject(fn, what: str, *args, **kwargs):
-    """``fn(*args, **kwargs)``, a call of the subject: any ``Exception`` (or ``SystemExit``) it raises becomes a
-    :class:`exactness.SubjectError` naming ``what`` (:func:`subject_cause`); a ``SubjectError`` passes through,
-    and time limits and Ctrl-C are never caught."""
-    try:
-        return fn(*args, **kwargs)
-    except SubjectError:
-        raise
-    except (Exception, SystemExit) as exc:
-        raise SubjectError(subject_cause(what, exc)) from exc
+# one home for a subject's exception as a cause (exactness._checks); the names stay importable from here
+from ._checks import subject_call as call_subject  # noqa: E402
+from ._checks import subject_cause  # noqa: E402,F401
 
 
 def _count_chunk(V: int, m: int, seed: int, sample) -> np.ndarray:
@@ -474,19 +497,20 @@ def count_samples(sample, V: int, n: int, rng: np.random.Generator, *, chunk: in
     the same for any number of ``workers`` (processes, forked on POSIX by
     ``exactness.executors.ProcessExecutor``; ``workers > 1`` falls back to one
     process where fork is unavailable).  A sampler that raises, or returns
-    anything but (m,) integer ids in ``[0, V)``, raises
+    anything but (m,) integer ids in ``[0, V)``, or kills its worker process, raises
     :class:`exactness.SubjectError` naming it.
     """
     from functools import partial
 
-    from .executors import ProcessExecutor
+    from .executors import ProcessExecutor, subject_deaths
 
     sizes = [min(chunk, n - s) for s in range(0, n, chunk)]
     seeds = rng.integers(0, 2**63 - 1, size=len(sizes)).tolist()
     fn = partial(_count_job, V, sample)
     counts = np.zeros(V, dtype=np.int64)
-    for c in ProcessExecutor(workers).map_chunks(fn, list(zip(sizes, seeds))):
-        counts += c
+    with subject_deaths(sampler_name(sample), workers):
+        for c in ProcessExecutor(workers).map_chunks(fn, list(zip(sizes, seeds))):
+            counts += c
     return counts
 
 
@@ -651,4 +675,4 @@ def certify_sampler(sample, law, n: int, *, alpha: float = 1e-3, seed=0, power: 
         counts = count_samples(sample, law.size, n, rng, workers=int(workers))
         return certificate_from_counts(counts, law, alpha=alpha, power=power, tv=tv, min_expected=min_expected)
 
-    return run_subject(body, timeout=timeout, what=sampler_name(sample), alpha=alpha, power=power)
+    return run_subject(body, timeout=timeout, what=sampler_name(sample), alpha=alpha, power=power, subject=sample)

@@ -282,18 +282,23 @@ def _call_kernel(kernel, tp, dp, di, rng) -> np.ndarray:
     """Run a chain kernel and check its output: (A, g + 1) integer ids in [-1, V), prefix = ``di``.
 
     Raises ValueError/TypeError (chained from the kernel's own exception) naming the kernel and its
-    signature; TypeError for a non-integer output; ValueError for a bad shape, ids, or prefix.
+    signature; :class:`exactness.SubjectError` when the kernel calls ``sys.exit`` (raises ``SystemExit``);
+    TypeError for a non-integer output; ValueError for a bad shape, ids, or prefix.
     """
     name = _kernel_name(kernel)
     A, g = di.shape
     V = tp.shape[-1]
+    call = (f"called as kernel(target_probs ({A}, {g + 1}, {V}) float64, draft_probs ({A}, {g}, {V}) float64 or "
+            f"None, draft_ids ({A}, {g}) int64, rng), see exactness.chain")
     try:
         out = np.asarray(kernel(tp, dp, di, rng))
+    except (SystemExit, GeneratorExit) as exc:       # sys.exit(2) in a kernel: never a silent exit of the caller
+        from ._checks import SubjectError, subject_cause
+
+        raise SubjectError(f"{subject_cause(f'chain kernel {name}', exc)} ({call})") from exc
     except Exception as exc:
         cls = ValueError if isinstance(exc, ValueError) else TypeError
-        raise cls(f"chain kernel {name} raised {type(exc).__name__}: {exc} (called as kernel(target_probs "
-                  f"({A}, {g + 1}, {V}) float64, draft_probs ({A}, {g}, {V}) float64 or None, draft_ids "
-                  f"({A}, {g}) int64, rng), see exactness.chain)") from exc
+        raise cls(f"chain kernel {name} raised {type(exc).__name__}: {exc} ({call})") from exc
     if out.shape != (A, g + 1):
         raise ValueError(f"chain kernel {name} returned shape {out.shape}, expected ({A}, {g + 1})")
     if out.dtype == bool or not np.issubdtype(out.dtype, np.integer):

@@ -34,11 +34,16 @@ class DrawCounts:
     note : str or None
         Why the accepted indices were unusable (:func:`exactness.sampling.emitted_result`), None when they were
         fine or absent.
+    by_batch : ndarray, shape (S, V), int64, or None
+        Token counts by the batch-size class of the ``verify`` call that emitted them (row ``j``: calls of
+        ``NodeSampler.batch_sizes[j]`` rows), on the generic path; None where the draws did not come from
+        ``verify`` (table, fast paths).
     """
 
     tokens: np.ndarray
     joint: np.ndarray | None
     note: str | None = None
+    by_batch: np.ndarray | None = None
 
     @property
     def n(self) -> int:
@@ -46,7 +51,8 @@ class DrawCounts:
 
     def __add__(self, other: DrawCounts) -> DrawCounts:
         joint = None if self.joint is None or other.joint is None else self.joint + other.joint
-        return DrawCounts(self.tokens + other.tokens, joint, self.note or other.note)
+        by_batch = None if self.by_batch is None or other.by_batch is None else self.by_batch + other.by_batch
+        return DrawCounts(self.tokens + other.tokens, joint, self.note or other.note, by_batch)
 
 
 #: Why the accepted indices were unusable when no message came with the draws.
@@ -55,17 +61,23 @@ BAD_ACCEPTED_NOTE = ("verify reported accepted indices that do not name the cand
                      "reports a flag")
 
 
-def counts_of(draws: Draws, V: int, k: int, note: str | None = None) -> DrawCounts:
+def counts_of(draws: Draws, V: int, k: int, note: str | None = None, classes: int = 0) -> DrawCounts:
     """``DrawCounts`` of ``draws`` (tokens (n,) int64 in [0, V), accepted (n,) int64 in [-1, k), -2 = none or -3 =
-    broke its contract, ``note`` saying why)."""
+    broke its contract, ``note`` saying why; ``batch`` (n,) the batch-size class, of ``classes`` classes, or
+    None)."""
     from .sampling import BAD_ACCEPTED
 
     tokens = np.bincount(draws.tokens, minlength=V).astype(np.int64)
+    by_batch = None
+    if draws.batch is not None and classes:
+        by_batch = np.bincount(draws.batch.astype(np.int64) * V + draws.tokens,
+                               minlength=classes * V).astype(np.int64).reshape(classes, V)
     if not np.all(draws.accepted >= -1):
         bad = bool(np.any(draws.accepted == BAD_ACCEPTED))
-        return DrawCounts(tokens, None, (note or BAD_ACCEPTED_NOTE) if bad else None)
+        return DrawCounts(tokens, None, (note or BAD_ACCEPTED_NOTE) if bad else None, by_batch)
     stop = np.where(draws.accepted < 0, k, draws.accepted)
-    return DrawCounts(tokens, np.bincount(stop * V + draws.tokens, minlength=(k + 1) * V).astype(np.int64))
+    return DrawCounts(tokens, np.bincount(stop * V + draws.tokens, minlength=(k + 1) * V).astype(np.int64),
+                      None, by_batch)
 
 
 def chunk_jobs(seed_seq: np.random.SeedSequence, n: int, parts: int) -> list[tuple[np.random.SeedSequence, int]]:
@@ -121,7 +133,8 @@ def count_chunk(sampler: NodeSampler, job) -> DrawCounts:
     rng = np.random.default_rng(seed)
     total = None
     for start in range(0, m, sampling.CHUNK):
-        c = counts_of(s.draws(rng, min(sampling.CHUNK, m - start)), sampler.V, sampler.k, s.accepted_note)
+        c = counts_of(s.draws(rng, min(sampling.CHUNK, m - start)), sampler.V, sampler.k, s.accepted_note,
+                      len(sampler.batch_sizes))
         total = c if total is None else total + c
     return total
 
@@ -132,10 +145,13 @@ def mc_counts(sampler: NodeSampler, seed_seq: np.random.SeedSequence, n: int, pa
     ``exactness.executors.EXECUTORS`` built with ``workers=parts`` and ``options``, or an ``Executor``).
 
     The same counts for every executor (module docstring).  A chunk that raises re-raises here; a worker that
-    dies is a ``RuntimeError``.
+    dies (the verifier ended or crashed its process) is an :class:`exactness.SubjectError` naming its ``verify``.
     """
+    from .executors import subject_deaths
+
     jobs = chunk_jobs(seed_seq, n, parts)
-    with executor_for(executor, workers=parts, **options) as ex:
+    with executor_for(executor, workers=parts, **options) as ex, \
+            subject_deaths(f"{type(sampler.verifier).__name__}.verify", parts):
         parts_ = check_chunk_results(ex, jobs, ex.map_chunks(partial(count_chunk, sampler), jobs),
                                      lambda c: c.n if isinstance(c, DrawCounts) else None)
     total = parts_[0]

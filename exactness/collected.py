@@ -33,8 +33,8 @@ import numpy as np
 
 from resispec._validation import check_k
 
-from ._checks import check_alpha, check_tokens, check_tv
-from .certificate import Certificate, certificate_from_counts
+from ._checks import check_alpha, check_tv, plural
+from .certificate import Certificate, certificate_from_counts, subject_failure
 from .gof import MIN_EXPECTED, gof_test
 from .sampling import accepted_problem, door_law
 
@@ -125,7 +125,7 @@ def _certify(joint: np.ndarray | None, marg: np.ndarray, p, q, k, drafting, alph
         details["candidates"] = {"statistic": r.statistic, "df": r.df, "pvalue": r.pvalue, "n": m,
                                  "tv": 0.5 * float(np.abs(cc / m - q).sum())}
         if r.df == 0 and r.impossible == 0 and np.count_nonzero(q > 0) > 1:
-            skipped["candidates"] = f"df 0 after pooling ({m:,} candidates): the test cannot fail"
+            skipped["candidates"] = f"df 0 after pooling ({plural(m, 'candidate')}): the test cannot fail"
         else:
             checks["candidates"] = r.pvalue
     else:
@@ -258,16 +258,27 @@ def certify_samples(tokens, p, *, accepted=None, candidates=None, q=None, k=None
     Returns
     -------
     Certificate (as :func:`certify_counts`).
+        The collected arrays are the subject's output, so what the subject got
+        wrong is a FAIL naming the cause, never an exception: a token (or
+        candidate) id outside ``[0, V)`` fails the certificate
+        (``checks == {"subject": 0.0}``, ``details["subject"]["error"]`` names
+        the first such id and how many, as
+        :func:`exactness.certify_verifier` for a verify that emits one); a
+        token of probability 0 under ``p`` fails ``marginal`` at once; accepted
+        indices that do not name the emitted candidate, or ``accepted`` given
+        as accept flags (a bool array, or 0/1 ints that do not name the
+        candidate), fail ``accepted_index`` and the tokens are certified alone.
 
     Raises
     ------
     TypeError
-        Non-integer ``tokens``, ``accepted`` or ``candidates`` (floats, bools).
+        Non-integer ``tokens`` or ``candidates`` (floats, bools), ``accepted``
+        of floats or objects.
     ValueError
-        Wrong shapes, ids outside ``[0, V)``, ``accepted`` without ``k`` or
-        ``candidates``, a ``k`` that disagrees with ``candidates``, bad laws,
-        no degrees of freedom (unless a token of probability 0 was emitted:
-        that fails the certificate at once, named with its count).
+        Wrong shapes, ``accepted`` without ``k`` or ``candidates``, a ``k``
+        that disagrees with ``candidates``, bad laws, no degrees of freedom
+        (unless a token of probability 0 was emitted: that fails the
+        certificate at once, named with its count).
     """
     p, q = _laws(p, q)
     alpha = check_alpha(alpha)
@@ -278,27 +289,43 @@ def certify_samples(tokens, p, *, accepted=None, candidates=None, q=None, k=None
     if t.ndim != 1 or t.size == 0:
         raise ValueError(f"tokens must have shape (n,) with n >= 1, one emitted token per draw; got {t.shape}")
     n = t.size
-    t = check_tokens(t, V, n, name="tokens")
     cand = None
     if candidates is not None:
         cand = _int_array(candidates, "candidates")
         if cand.ndim != 2 or cand.shape[0] != n or cand.shape[1] < 1:
             raise ValueError(f"candidates must have shape (n, k) = ({n}, k), one row per token; got {cand.shape}")
-        if cand.min() < 0 or cand.max() >= V:
-            raise ValueError(f"candidates has ids in [{cand.min()}, {cand.max()}], outside [0, {V}) of p's vocabulary")
         if k is not None and check_k(k) != cand.shape[1]:
             raise ValueError(f"k = {k} but candidates has shape {cand.shape} (k = {cand.shape[1]})")
         k = cand.shape[1]
     elif k is not None:
         k = check_k(k)
     joint, why = None, None
+    a = None
     if accepted is not None:
         if k is None:
             raise ValueError("accepted needs k: pass k=... (candidates per draw) or candidates=(n, k)")
-        a = _int_array(accepted, "accepted")
+        flags = getattr(accepted, "dtype", None) == bool or (
+            isinstance(accepted, (list, tuple)) and np.asarray(accepted).dtype == bool)
+        a = np.asarray(accepted) if flags else _int_array(accepted, "accepted")
         if a.shape != (n,):
             raise ValueError(f"accepted must have shape (n,) = ({n},), like tokens; got {a.shape}")
-        why = accepted_problem(t, a, k, cand, "certify_samples: ")
+        if flags:     # accept flags recorded instead of indices: the subject's output broke its contract (a FAIL)
+            why = (f"certify_samples: accepted holds accept flags (dtype bool), not indices; accepted must be the "
+                   f"index of the emitted candidate in [0, {k}) (or -1 for a residual token)")
+    # the collected tokens (and drafts) are the subject's output: ids outside p's vocabulary are a FAIL naming them
+    for name, ids in (("tokens", t), ("candidates", cand)):
+        if ids is None:
+            continue
+        bad = np.flatnonzero((ids.ravel() < 0) | (ids.ravel() >= V))
+        if bad.size:
+            i = np.unravel_index(int(bad[0]), ids.shape)
+            where = ", ".join(str(int(x)) for x in i)
+            return subject_failure(f"certify_samples: {name}[{where}] = {ids[i]} is outside [0, {V}) of p's "
+                                   f"vocabulary ({plural(int(bad.size), 'such id')}): the collected {name} are not "
+                                   "tokens of the target", alpha=alpha, power=power)
+    if a is not None:
+        if why is None:
+            why = accepted_problem(t, a, k, cand, "certify_samples: ")
         if why is None:
             stop = np.where(a < 0, k, a)
             joint = np.bincount(stop * V + t, minlength=(k + 1) * V).reshape(k + 1, V)

@@ -17,7 +17,7 @@ Checks (each a p-value; the verdict is Holm over all of them, ``statsmodels``):
 
 ``joint`` / ``joint[i]``
     The exact law of the first ``m`` new tokens, enumerated over ``V^m`` sequences
-    (``m = min(new_tokens, JOINT_TOKENS)`` while ``V^m <= JOINT_MAX``), against the sampled
+    (``m`` the largest ``<= min(new_tokens, JOINT_TOKENS)`` with ``V^m <= JOINT_MAX``), against the sampled
     sequence counts: Pearson chi-square and G-test after the pooling rule of
     :mod:`exactness.gof`, per prompt (``joint[i]``) and pooled over prompts (``joint``:
     the per-prompt statistics and degrees of freedom summed).
@@ -204,7 +204,7 @@ class _Target:
         out = []
         rows = BATCH if self.V is None else max(1, min(BATCH, PIT_ELEMS // self.V))   # (rows, V) a call
         for s in range(0, contexts.shape[0], rows):
-            c = np.ascontiguousarray(contexts[s:s + rows], dtype=np.int64)
+            c = np.array(contexts[s:s + rows], dtype=np.int64)      # the target's own copy, C-contiguous
             try:
                 with running("target(contexts)"):
                     raw = self.fn(c)
@@ -249,8 +249,11 @@ def _loop(decoder, pr, m, rng):
 
 
 def _call(draw, batched, pr, m, rng, V):
+    """One draw, its output checked: (B, m) int64.  The decoder gets its own copy of the prompt rows, so one that
+    writes into its ``prompts`` buffer (``prompts[:] = 1`` after sampling) cannot change the harness's prompts:
+    the verdict is on what it emits."""
     what = "decoder.sample(prompts, new_tokens, rng)" if batched else "decoder(prompt, new_tokens, rng)"
-    return _check_tokens(draw(pr, m, rng), pr.shape[0], m, V, what)
+    return _check_tokens(draw(np.array(pr, dtype=np.int64), m, rng), pr.shape[0], m, V, what)
 
 
 def _draw_mixed(draw, batched, prompts, n, m, rng, V, events=None, tick=None):
@@ -284,7 +287,7 @@ def _draw_mixed(draw, batched, prompts, n, m, rng, V, events=None, tick=None):
         if events is None:
             out[s:s + step] = _call(draw, batched, prompts[idx], m, rng, V)
             continue
-        res = subject(events, "decoder.sample_events(prompts, new_tokens, rng)", prompts[idx], m, rng)
+        res = subject(events, "decoder.sample_events(prompts, new_tokens, rng)", prompts[idx], m, rng)  # a copy
         if not isinstance(res, tuple) or len(res) != 2:
             raise SubjectError("decoder.sample_events(prompts, new_tokens, rng) must return (tokens (B, m) int64, "
                                f"events), got {type(res).__name__}")
@@ -331,6 +334,15 @@ def markov_joint_law(pair, prompt, m: int) -> np.ndarray:
     for _ in range(m - 1):
         law = (law[:, None] * pair.P[np.arange(law.size) % pair.P.shape[0]]).reshape(-1)
     return law
+
+
+def joint_tokens(V: int, new_tokens: int) -> int:
+    """Tokens the exact joint check enumerates: the largest ``m <= min(new_tokens, JOINT_TOKENS)`` with
+    ``V^m <= JOINT_MAX`` (0: none, the PIT checks only).  V = 100: 3; V = 101 or 128: 2; V = 1,001: 1."""
+    mj = 0
+    while mj < min(int(new_tokens), JOINT_TOKENS) and V ** (mj + 1) <= JOINT_MAX:
+        mj += 1
+    return mj
 
 
 def _joint_check(seqs, laws, V, m, alpha, label):
@@ -543,7 +555,9 @@ def certify_decoder(decoder, target, prompts, *, new_tokens: int = 2, n: int | N
         ``decoder.sample(prompts (B, L) int64, new_tokens, rng) -> (B, new_tokens) int64``
         (preferred: the harness then draws heterogeneous batches).  Optional
         ``decoder.draft_law(contexts (B, L)) -> (B, V)``: the draft law it reports to its verifier
-        (enables the ``ratio`` order).  Every random number must come from ``rng``.
+        (enables the ``ratio`` order).  Every random number must come from ``rng``.  Each call gets
+        its own copy of the prompt rows: a decoder that writes into them cannot change what the harness
+        reads back (the verdict is on what it emits).
         Optional ``decoder.sample_events(prompts, new_tokens, rng) -> (tokens (B, m) int64,
         DecoderEvents)`` with ``decoder.rule`` (a registry verifier name): the conditional checks
         (:mod:`exactness.decoder_events`).  Optional ``decoder.per_row_rng = True``: ``sample``
@@ -554,10 +568,12 @@ def certify_decoder(decoder, target, prompts, *, new_tokens: int = 2, n: int | N
     prompts : array_like, shape (P, L), int64
         Prompts of equal length; certified per prompt and pooled.
     new_tokens : int >= 1, default 2
-        Tokens per continuation; the PIT checks cover every position, the joint check the first
-        ``min(new_tokens, JOINT_TOKENS)`` while ``V^m <= JOINT_MAX``.
+        Tokens per continuation; the PIT checks cover every position, the joint check the first ``m``:
+        the largest ``m <= min(new_tokens, JOINT_TOKENS)`` with ``V^m <= JOINT_MAX`` (V = 100: 3, V = 128: 2,
+        V > 1,000,000: none).
     n : int, optional
-        Continuations per prompt.  Default: the ``n`` at which the joint test (or, when nothing
+        Continuations per prompt (``Certificate.n`` and the summary's ``n`` are the pooled total ``P n``).
+        Default: the ``n`` at which the joint test (or, when nothing
         enumerates, each PIT check) detects TV ``tv`` (default ``DEFAULT_TV`` = 0.02) with power 0.99
         at ``alpha`` (``exactness.samples_for_tv`` with df = V^m - 1).
     tv : float, optional
@@ -583,7 +599,8 @@ def certify_decoder(decoder, target, prompts, *, new_tokens: int = 2, n: int | N
         ``passed``, ``pvalue`` (smallest Holm-adjusted), ``checks`` (name -> raw p-value),
         ``details`` (per check: statistic, df, TV, detectable TV, n; ``details["positions"]``:
         per position the smallest PIT p-value and the detectable TV; ``details["scope"]``: which
-        law each detectable TV is of), ``n`` (continuations in the main test), ``alpha``,
+        law each detectable TV is of), ``n`` (continuations in all, pooled over prompts: ``P x n``; the
+        first note says ``"n = 150,000 continuations (50,000 per prompt x 3 prompts)"``), ``alpha``,
         ``detectable_tv`` (of the main test only: the joint law of the first ``joint_tokens``
         tokens, else the 16-bin PIT law of token 1), ``skipped`` (check -> reason).
 
@@ -592,7 +609,8 @@ def certify_decoder(decoder, target, prompts, *, new_tokens: int = 2, n: int | N
         wrong dtype or shape, ids outside [0, V), a token of target probability 0 (the token, its
         prompt and prefix and the count are named; ``details["impossible"]``), events inconsistent
         with its tokens, ``sample_events`` tokens other than ``sample``'s, a ``per_row_rng``
-        ``sample`` failing on a list of rngs, or it did not return within ``time_limit``.
+        ``sample`` failing on a list of rngs, it called ``sys.exit`` (the cause reads ``"decoder.sample(prompts,
+        new_tokens, rng) called sys.exit(2)"``), or it did not return within ``time_limit``.
 
     Raises
     ------
@@ -652,9 +670,7 @@ def _certify(decoder, target, prompts, new_tokens, n, tv, alpha, seed, seeded, t
     r_main, r_single, r_pit, r_seed, r_cond, r_small = [np.random.default_rng(s) for s in ss.spawn(6)]
     ev_fn, ev_skip = _events_mode(decoder)
 
-    mj = 0
-    while mj < min(m, JOINT_TOKENS) and V ** (mj + 1) <= JOINT_MAX:
-        mj += 1
+    mj = joint_tokens(V, m)
     goal = DEFAULT_TV if tv is None else float(tv)
     if mj:
         tick.phase("enumerating the exact joint law", P, "prompt")
@@ -835,6 +851,8 @@ def _certify(decoder, target, prompts, new_tokens, n, tv, alpha, seed, seeded, t
                        "pit_bins": PIT_BINS, "orders": orders, "batched": batched}
     details["scope"] = _scope(details, m, mj, det, orders)
     notes.append(details["scope"]["note"])
+    if P > 1:                                 # which n is which: Certificate.n (the summary's) is the pooled total
+        notes.insert(0, n_text(n, P))
     return Certificate(passed=bool(pmin >= alpha), statistic=float(md["statistic"]), pvalue=pmin,
                        tv_estimate=float(md.get("tv", 0.0)), tv_upper=float(md.get("tv_upper", 1.0)),
                        detectable_tv=float(det), n=int(n * P), alpha=alpha, power=POWER, df=int(md["df"]),
@@ -929,7 +947,7 @@ def _events_probe(draw, ev_fn, prompts, m, seed, V, rows: int = 8):
     for i, size in enumerate(sorted({min(max(rows, 2 * prompts.shape[0]), s) for s in MAIN_SIZES})):
         pr = prompts[np.arange(size) % prompts.shape[0]]
         a = _call(draw, True, pr, m, np.random.default_rng([seed, 9, i]), V)
-        res = subject(ev_fn, "decoder.sample_events(prompts, new_tokens, rng)", pr, m,
+        res = subject(ev_fn, "decoder.sample_events(prompts, new_tokens, rng)", pr.copy(), m,
                       np.random.default_rng([seed, 9, i]))
         b = res[0] if isinstance(res, tuple) and len(res) == 2 else None
         if b is None or not np.array_equal(np.asarray(b), a):
@@ -973,7 +991,7 @@ def certificate_rows(cert: Certificate) -> list[dict]:
         rows.append({"check": name, "pvalue": float(pv), "holm": float(adj[name]),
                      "statistic": d.get("statistic"), "df": d.get("df"), "tv": d.get("tv"),
                      "detectable_tv": d.get("detectable_tv"), "n": d.get("n"),
-                     "verdict": "FAIL" if adj[name] < cert.alpha else "pass"})
+                     "verdict": "FAIL" if adj[name] < cert.alpha else "no bias detected"})
     return rows
 
 
@@ -981,10 +999,23 @@ def _num(x, spec=".3g") -> str:
     return "-" if x is None else format(float(x), spec) if isinstance(x, (float, np.floating)) else str(x)
 
 
+def n_text(n: int, prompts: int) -> str:
+    """``"n = 150,000 continuations (50,000 per prompt x 3 prompts)"``: the pooled total (``Certificate.n``, the
+    summary's ``n``) and the per-prompt ``n`` (the ``n`` argument, ``--samples``)."""
+    if prompts == 1:
+        return f"n = {n:,} continuations (one prompt)"
+    return f"n = {n * prompts:,} continuations ({n:,} per prompt x {prompts} prompts)"
+
+
 def terminal_table(cert: Certificate) -> str:
-    """Fixed-width table of every check (for the terminal)."""
+    """Fixed-width table of every check (for the terminal), under a line naming the sample: ``n = 150,000
+    continuations (50,000 per prompt x 3 prompts)``.  Each row's ``n`` is what that check tested: per prompt
+    for ``joint[i]``, pooled over prompts for ``joint`` and the PIT checks."""
     head = f"{'check':<14} {'p':>9} {'Holm p':>9} {'chi2':>10} {'df':>6} {'TV':>8} {'det. TV':>8} {'n':>9}  verdict"
-    lines = [head, "-" * len(head)]
+    plan = cert.details.get("plan") or {}
+    lines = [n_text(plan["n_per_prompt"], plan["prompts"]) + f" of {plan['new_tokens']} tokens, V = {plan['V']}"] \
+        if plan.get("n_per_prompt") else []
+    lines += [head, "-" * len(head)]
     for r in certificate_rows(cert):
         lines.append(f"{r['check']:<14} {r['pvalue']:>9.3g} {r['holm']:>9.3g} {_num(r['statistic'], '.4g'):>10} "
                      f"{_num(r['df']):>6} {_num(r['tv']):>8} {_num(r['detectable_tv']):>8} {_num(r['n']):>9}  "
@@ -1008,7 +1039,7 @@ def to_markdown(cert: Certificate, *, title: str = "Decoder certificate", comman
         return "\n".join(out) + "\n"
     out += [f"**{'No bias detected' if cert.passed else 'FAIL'}** at family-wise alpha {cert.alpha:g} (Holm over "
             f"{len(cert.checks)} checks); smallest Holm p = {cert.pvalue:.3g}.", "",
-            f"V = {plan.get('V')}, {plan.get('prompts')} prompts x {plan.get('n_per_prompt'):,} continuations of "
+            f"V = {plan.get('V')}, {n_text(plan.get('n_per_prompt'), plan.get('prompts'))} of "
             f"{plan.get('new_tokens')} tokens; exact joint law over the first {plan.get('joint_tokens')} tokens; "
             f"PIT with {plan.get('pit_bins')} bins under the orders {', '.join(plan.get('orders', []))}; detectable "
             f"TV (power {cert.power:g}) of the main test: {cert.detectable_tv:.3g}.", "",

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ._checks import SubjectError
+from ._checks import SubjectError, subject_cause
 from .gof import pooled_gof_test
 from .pit import POWER, impossible, pit, pit_check, running
 from .power import detectable_tv
@@ -123,7 +123,7 @@ def per_row_check(decoder, prompts, m, seed, check):
     ``B = max(8, 2 P)`` rows cycle through the prompts (a heterogeneous batch); row ``i`` gets
     ``numpy.random.default_rng([seed, 11, i])`` in the batch and again alone.  ``check(out, B, what)``
     validates a returned (B, m) array of token ids and returns it as int64.  A ``sample`` that raises on a
-    list of Generators is a :class:`SubjectError` (it declared ``per_row_rng``).
+    list of Generators (or calls ``sys.exit``) is a :class:`SubjectError` (it declared ``per_row_rng``).
     """
     B = max(8, 2 * prompts.shape[0])
     pr = prompts[np.arange(B) % prompts.shape[0]]
@@ -132,7 +132,9 @@ def per_row_check(decoder, prompts, m, seed, check):
     def run(rows):
         try:
             with running(what):
-                return decoder.sample(pr[rows], m, gens(rows))
+                return decoder.sample(pr[rows], m, gens(rows))      # pr[rows]: a fresh copy each call
+        except (SystemExit, GeneratorExit) as exc:                  # sys.exit(2) inside sample: a FAIL naming it
+            raise SubjectError(subject_cause(what, exc)) from exc
         except Exception as exc:             # the decoder broke its own declaration: a FAIL naming it
             raise SubjectError(f"the decoder declares per_row_rng = True but {what} raised {type(exc).__name__}: "
                                f"{exc}; accept a list of B numpy Generators as rng (one per row), or drop "

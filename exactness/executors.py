@@ -23,7 +23,8 @@ Kinds (``EXECUTORS``, filled by :func:`register_executor`):
 What makes the results the same on every executor is the caller's job list, never the executor: the Monte
 Carlo draws of a cell are split into the ``SeedSequence.spawn`` children of its seed (``exactness.chunks``),
 so one seed gives the same counts with any executor.  A job that raises re-raises its original exception in
-the caller; a worker that dies is a ``RuntimeError``; a time limit or Ctrl-C in the caller stops the workers.
+the caller; a worker that dies is a :class:`WorkerDied` (a ``RuntimeError``; a FAIL naming the subject where the
+jobs run one: :func:`subject_deaths`); a time limit or Ctrl-C in the caller stops the workers.
 """
 
 from __future__ import annotations
@@ -33,6 +34,28 @@ import socket
 import sys
 from collections.abc import Callable, Sequence
 from contextlib import contextmanager
+
+class WorkerDied(RuntimeError):
+    """A worker process (or Ray worker) died while running a job.  Where the jobs run a subject's code (a
+    verifier's ``verify``, a sampler), the caller turns it into :class:`exactness.SubjectError` naming that code
+    (:func:`subject_deaths`): a subject that ends or crashes its process FAILS, it is never a pass."""
+
+
+@contextmanager
+def subject_deaths(what: str, workers: int):
+    """Inside the block, a :class:`WorkerDied` becomes :class:`exactness.SubjectError` naming ``what`` (the subject
+    whose code the workers were running, e.g. ``"Mine.verify"``): the subject ended its worker process
+    (``os._exit``), crashed it (native code) or ran it out of memory."""
+    try:
+        yield
+    except WorkerDied as e:
+        from ._checks import SubjectError
+
+        detail = (str(e.__cause__ or "").strip().splitlines() or [""])[0][:120]
+        raise SubjectError(f"{what} killed its worker process (workers = {workers}): it ended or crashed the "
+                           "process (os._exit, a crash in native code, out of memory)"
+                           + (f"; {type(e.__cause__).__name__}: {detail}" if detail else "")) from e
+
 
 #: Executor kinds by name (see :func:`register_executor`).
 EXECUTORS: dict[str, type] = {}
@@ -149,8 +172,8 @@ class ProcessExecutor(Executor):
                     on_done(i)
             return out
         except BrokenProcessPool as e:
-            raise RuntimeError(f"a worker process of the process executor died (workers = {self.workers}): {e}; "
-                               "no certificate is given") from e
+            raise WorkerDied(f"a worker process of the process executor died (workers = {self.workers}): {e}; "
+                             "no certificate is given") from e
         except BaseException:  # a time limit or Ctrl-C: stop the workers now rather than wait for them
             for proc in list(getattr(ex, "_processes", {}).values()):
                 proc.terminate()
@@ -206,7 +229,7 @@ def _local_error(e: BaseException) -> BaseException:
     if isinstance(e, RaySystemError):  # e.g. the task's arguments could not be unpickled on the worker
         return RuntimeError(f"a Ray task could not run ({first}): the verifier's module must be importable on "
                             "every Ray node (install it there); no certificate is given")
-    return RuntimeError(f"a Ray worker died ({type(e).__name__}: {first}); no certificate is given")
+    return WorkerDied(f"a Ray worker died ({type(e).__name__}: {first}); no certificate is given")
 
 
 #: Top-level packages whose classes are pickled by reference (installed on every node with resispec).

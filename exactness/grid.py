@@ -168,6 +168,19 @@ class GridResult:
         """Verifiers with a failed cell, and those with no certified cell at all (nothing was tested)."""
         return sorted({c.verifier for c in self.failed_cells()} | set(self.untested_verifiers()))
 
+    def subject_causes(self) -> dict[str, tuple[str, int]]:
+        """``{verifier: (cause, cells)}`` for the verifiers with cells that failed because the subject misbehaved
+        (raised, called ``sys.exit``, emitted a bad token, did not return): the first such cell's cause (its
+        ``details["error"]`` without the ``"error: "`` prefix) and how many cells failed so."""
+        out: dict[str, tuple[str, int]] = {}
+        for c in self.cells:
+            d = c.certificate.details if c.certificate is not None else {}
+            if d.get("subject_misbehaved"):
+                cause = str(d["error"]).removeprefix("error: ")
+                first, m = out.get(c.verifier, (cause, 0))
+                out[c.verifier] = (first, m + 1)
+        return out
+
     @property
     def passed(self) -> bool:
         """True when some cell was certified, no cell failed and every verifier had a certified cell."""
@@ -197,37 +210,40 @@ def _acceptances(verifier, p, q, k, known=None):
 
 def _failure_reason(exc: BaseException) -> str:
     """``"error: RuntimeError: boom (in verify, mine.py:12)"``: the exception and its innermost frame."""
-    import traceback
-
     from .budget import BudgetError
 
-    from ._checks import SubjectError
+    from ._checks import SubjectError, exception_line
 
     if isinstance(exc, BudgetError):         # nothing drawn: not a verdict on the verifier; the whole fix shown
         return "not run: " + " ".join(str(exc).split())
     if isinstance(exc, SubjectError):        # the cause already names the subject's method
         return f"error: {exc.cause}"
-    if isinstance(exc, SystemExit):
-        what = f"SystemExit: called sys.exit({exc.code!r})"
-    else:
-        msg = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
-        what = f"{type(exc).__name__}: {msg}" if msg else type(exc).__name__
-    if len(what) > 160:
-        what = what[:157] + "..."
-    tb = traceback.extract_tb(exc.__traceback__)
-    where = f" (in {tb[-1].name}, {tb[-1].filename.rsplit('/', 1)[-1]}:{tb[-1].lineno})" if tb else ""
-    return f"error: {what}{where}"
+    return "error: " + exception_line(exc, limit=160)
 
 
-def _failed_cell(cell: Cell, reason: str, alpha: float, seconds: float) -> CellResult:
+def subject_misbehaved(exc: BaseException) -> bool:
+    """Whether a cell's exception is the subject's misbehaviour (a :class:`exactness.SubjectError`, a
+    ``sys.exit`` of its code, a time limit it ran past, a cell task whose worker died), not a budget refusal or
+    another error."""
+    from ._checks import SubjectError
+    from ._timeout import TimeLimitExceeded
+    from .executors import WorkerDied
+
+    return isinstance(exc, (SubjectError, SystemExit, TimeLimitExceeded, WorkerDied))
+
+
+def _failed_cell(cell: Cell, reason: str, alpha: float, seconds: float, subject: bool = False) -> CellResult:
     """A cell that could not be certified (it raised or timed out): a FAILED certificate, p = 0.
 
     The certificate's only check is named by ``reason`` (so every report that
-    lists the failing checks shows it) and ``details["error"]`` holds it too.
+    lists the failing checks shows it) and ``details["error"]`` holds it too;
+    ``details["subject_misbehaved"]`` says whether the subject misbehaved (raised, called ``sys.exit``,
+    emitted a bad token, did not return: the reports say "subject error" and name the cause).
     """
     nan = float("nan")
     cert = Certificate(passed=False, statistic=nan, pvalue=0.0, tv_estimate=nan, tv_upper=nan, detectable_tv=nan,
-                       n=0, alpha=alpha, checks={reason: 0.0}, details={"error": reason})
+                       n=0, alpha=alpha, checks={reason: 0.0},
+                       details={"error": reason, "subject_misbehaved": bool(subject)})
     return CellResult(cell.verifier_name, cell.family, cell.k, cell.p.size, cert, seconds=seconds)
 
 
@@ -268,7 +284,8 @@ def run_cell(cell: Cell, *, n: int | None, alpha: float, seed, timeout: float | 
     ``SystemExit``, returns tokens of the wrong dtype or shape or outside ``[0, V)``
     (:class:`exactness.SubjectError`), or that runs past ``timeout``, is not an error of the run:
     it is returned as a FAILED cell (``certificate.passed`` False, p-value 0)
-    whose only check is named by the reason, e.g. ``"timed out after 600 s"``
+    whose only check is named by the reason, e.g. ``"Mine.verify did not return within 600 s (timeout)"`` (the
+    subject's call the limit stopped; ``"timed out after 600 s"`` when the limit fell in the harness's own code)
     or ``"error: Mine.verify raised RuntimeError: boom (in verify, mine.py:12)"`` (also in
     ``certificate.details["error"]``).  ``KeyboardInterrupt`` propagates.
     """
@@ -294,13 +311,18 @@ def run_cell(cell: Cell, *, n: int | None, alpha: float, seed, timeout: float | 
                                     executor=executor, tv=tv, sequential=sequential, timeout=None)
             cause = (cert.details.get("subject") or {}).get("error") if "subject" in cert.checks else None
             if cause is not None:
-                return _failed_cell(cell, f"error: {cause}", alpha, time.perf_counter() - t0)
+                return _failed_cell(cell, f"error: {cause}", alpha, time.perf_counter() - t0, subject=True)
             known = cert.details.get("exact", {}).get("acceptance")   # absent when the chain was invalid
             acc, astar, rrs = _acceptances(cell.verifier, node, None, cell.k, known)
-    except TimeLimitExceeded as exc:
-        return _failed_cell(cell, str(exc), alpha, time.perf_counter() - t0)
+    except TimeLimitExceeded as exc:   # name the subject's call that did not return, where the traceback shows it
+        from .certificate import hung_call
+
+        call = hung_call(exc, cell.verifier)
+        reason = str(exc) if call is None else f"{call} did not return within {exc.seconds:g} s (timeout)"
+        return _failed_cell(cell, reason, alpha, time.perf_counter() - t0, subject=True)
     except (Exception, SystemExit) as exc:  # a plug-in that fails is a failed cell, never a pass or a traceback
-        return _failed_cell(cell, _failure_reason(exc), alpha, time.perf_counter() - t0)
+        return _failed_cell(cell, _failure_reason(exc), alpha, time.perf_counter() - t0,
+                            subject=subject_misbehaved(exc))
     return CellResult(cell.verifier_name, cell.family, cell.k, V, cert, acceptance=acc, alpha_star=astar,
                       rrs_acceptance=rrs, seconds=time.perf_counter() - t0)
 
@@ -374,7 +396,8 @@ def run_grid(cells: list[Cell], *, n: int | None = None, alpha: float = 1e-3, se
             results = ex.map_chunks(partial(_cell_task, n=n, alpha=alpha, timeout=timeout, workers=workers, tv=tv,
                                             sequential=sequential), jobs,
                                     on_done=lambda i: bar.step(label(cells[i])),
-                                    on_error=lambda job, exc: _failed_cell(job[0], _failure_reason(exc), alpha, 0.0))
+                                    on_error=lambda job, exc: _failed_cell(job[0], _failure_reason(exc), alpha, 0.0,
+                                                                           subject=subject_misbehaved(exc)))
         else:
             results = []
             for i, cell in enumerate(cells):

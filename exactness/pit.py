@@ -11,7 +11,7 @@ from contextlib import contextmanager
 
 import numpy as np
 
-from ._checks import SubjectError, subject_call
+from ._checks import SubjectError, subject_call, subject_cause
 from .gof import gof_test
 from .power import detectable_tv
 
@@ -56,9 +56,17 @@ def running(what: str):
 
 def subject(fn, what: str, *args, **kwargs):
     """Call the decoder's ``fn``: marked as running, and any Exception it raises a :class:`SubjectError` naming
-    ``what`` (a decoder that raises is a FAIL, never "bad input")."""
+    ``what`` (a decoder that raises is a FAIL, never "bad input").
+
+    ``SystemExit`` (a decoder that calls ``sys.exit(2)``) and ``GeneratorExit`` are the subject's misbehaviour
+    too: a :class:`SubjectError` whose cause reads ``"<what> called sys.exit(2)"``, never a silent exit of the
+    whole run.  Time limits and Ctrl-C (``KeyboardInterrupt``) pass through.
+    """
     with running(what):
-        return subject_call(fn, what, *args, **kwargs)
+        try:
+            return subject_call(fn, what, *args, **kwargs)
+        except GeneratorExit as exc:     # SystemExit is the subject's too: subject_call names "called sys.exit(N)"
+            raise SubjectError(subject_cause(what, exc)) from exc
 
 
 def pit(p: np.ndarray, y: np.ndarray, key: np.ndarray | None, u: np.ndarray) -> np.ndarray:
@@ -101,7 +109,7 @@ def draft_laws(decoder, ctx, V):
     rows = max(1, min(BATCH, (1 << 22) // V))                      # (rows, V) float64 a call
     what = "decoder.draft_law(contexts)"
     for s in range(0, ctx.shape[0], rows):
-        raw = subject(decoder.draft_law, what, ctx[s:s + rows])
+        raw = subject(decoder.draft_law, what, np.array(ctx[s:s + rows], dtype=np.int64))   # its own copy
         try:
             q = np.asarray(raw, dtype=np.float64)
         except (TypeError, ValueError) as exc:

@@ -160,10 +160,11 @@ def validate_proxy(proxy, p, q, k: int, *, n: int | None = None, seed=0, certify
             return _validate(proxy, verifier, node, k, n=n, seed=seed, certify=certify, beat=beat)
     except SubjectError as exc:
         return _failed(name, k, exc.cause)
-    except TimeLimitExceeded:
+    except TimeLimitExceeded as exc:
         if not armed:
             raise
-        return _failed(name, k, timed_out_cause(f"proxy {name} (validate_proxy, step: {beat.label})", timeout))
+        return _failed(name, k, timed_out_cause(f"proxy {name} (validate_proxy, step: {beat.label})", timeout,
+                                                 exc, proxy))
 
 
 def _failed(name: str, k: int, cause: str) -> ProxyValidation:

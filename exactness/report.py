@@ -39,6 +39,8 @@ LEGEND = (
     "with power 0.99 (evidence, not a proof of exactness); or FAIL with each failing check and THAT check's own "
     "TV / statistic / p",
     "skipped: checks that did not run (or could not fail); reasons listed below the table",
+    "FAIL (subject error: cause): the verifier misbehaved (raised, called sys.exit, emitted a token outside V, "
+    "did not return within --timeout); nothing was measured, so the numeric columns are '-'",
 )
 
 
@@ -59,6 +61,13 @@ def cell_rows(grid: GridResult) -> list[tuple]:
                          f"skipped: {c.skipped}", "all"))
             continue
         cert = c.certificate
+        if "error" in cert.details:   # a cell that could not be certified: its cause, not NaN numbers
+            reason = str(cert.details["error"])
+            verdict = (f"FAIL (subject error: {reason.removeprefix('error: ')})"
+                       if cert.details.get("subject_misbehaved") else f"FAIL ({reason})")
+            rows.append((c.verifier, c.family, c.V, c.k, "-", _fmt(cert.pvalue, ".3f"), _fmt(c.p_holm, ".3f"),
+                         _fmt(c.p_bh, ".3f"), "-", "-", "-", "-", "-", verdict, "-"))
+            continue
         failed = c in failed_cells
         verdict = "FAIL" if failed else f"no bias detected (detectable TV {_fmt(cert.detectable_tv, '.2g')})"
         if failed:

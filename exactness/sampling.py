@@ -6,7 +6,9 @@ candidates by inverse CDF of the draft law, then ``k + 1`` uniforms go to
 from the same stream:
 
 - **generic**: tiles ``p, q`` into batches and calls ``verifier.verify`` (any
-  object with the Verifier interface; O(V) per draw);
+  object with the Verifier interface; O(V) per draw), the batch sizes cycling
+  through ``MAIN_SIZES`` (9 to 4,096 rows, :func:`batch_cycle`) and each draw
+  labelled with its call's size class (``Draws.batch``);
 - **table** (fast): for built-in verifiers whose accept rule depends only on
   the token at each step (``sps``, ``rrs``, ``resispec`` and ``kseq`` with iid
   drafts), the per-step accept probabilities ``a_i(x)`` and the residual are
@@ -78,6 +80,26 @@ _ELEMS = 1 << 21
 SHARED_ROWS = 1 << 16
 #: Largest number of draws :meth:`NodeSampler.draws` samples at once (uniforms of shape (CHUNK, 2k + 1)).
 CHUNK = 1 << 20
+#: Rows of the generic path's ``verify`` calls, one class after another (each at most the path's row cap): the
+#: sizes serving engines use (powers of two) and odd ones between them, so every size range in 9..4,096 is
+#: called (a box biased only for batches of 9 to ~190 rows passed when every call held thousands of rows; the
+#: ``batch_sizes`` check of :func:`exactness.certify_verifier` tests each class on its own).
+MAIN_SIZES = (9, 16, 31, 32, 64, 127, 128, 256, 509, 512, 1024, 1531, 2048, 4096)
+#: Rows each class gets per cycle at least (a class of ``s`` rows is called ``ceil(CLASS_ROWS / s)`` times).
+CLASS_ROWS = 256
+
+
+def batch_cycle(cap: int, shared: bool = False) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """``(sizes, cycle)`` of the generic path's ``verify`` calls for a row cap ``cap``: ``sizes`` the distinct
+    batch-size classes (``MAIN_SIZES`` capped at ``cap``, plus ``cap`` itself for a box that declares
+    ``handles_shared_nodes``, whose calls cost O(V) each, not O(rows): most of its draws come in large calls),
+    ascending; ``cycle`` the class index of each call,
+    in order (class ``j`` repeated ``ceil(CLASS_ROWS / sizes[j])`` times).  The cycle restarts at each call
+    of :meth:`NodeSampler._generic`, so the split of a chunk depends only on its draw count."""
+    cap = max(1, int(cap))
+    sizes = sorted({min(s, cap) for s in MAIN_SIZES} | ({cap} if shared else set()))
+    cycle = tuple(j for j, sz in enumerate(sizes) for _ in range(-(-CLASS_ROWS // sz)))
+    return tuple(sizes), cycle
 
 
 @dataclass(frozen=True)
@@ -89,10 +111,23 @@ class Draws:
     tokens : ndarray, shape (n,), int64
     accepted : ndarray, shape (n,), int64, accepted candidate index or -1; ``NO_ACCEPTED`` (-2) where verify
         returned no ``.accepted``, ``BAD_ACCEPTED`` (-3) where its ``.accepted`` broke the contract
+    batch : ndarray, shape (n,), int8, or None
+        The batch-size class (index into ``NodeSampler.batch_sizes``) of the ``verify`` call that emitted each
+        draw, on the generic path; None where the draws did not come from ``verify`` (table, fast paths)
     """
 
     tokens: np.ndarray
     accepted: np.ndarray
+    batch: np.ndarray | None = None
+
+
+def concat_draws(parts) -> Draws:
+    """The draws of ``parts`` (a sequence of :class:`Draws`) one after another (``batch`` kept when every part
+    has it)."""
+    parts = list(parts)
+    batch = (np.concatenate([d.batch for d in parts]) if parts and all(d.batch is not None for d in parts)
+             else None)
+    return Draws(np.concatenate([d.tokens for d in parts]), np.concatenate([d.accepted for d in parts]), batch)
 
 
 def candidate_law(verifier, q2: np.ndarray) -> np.ndarray:
@@ -524,8 +559,7 @@ class NodeSampler:
         """
         if n <= CHUNK:
             return self._draws(rng, n)
-        parts = [self._draws(rng, min(CHUNK, n - s)) for s in range(0, n, CHUNK)]
-        return Draws(np.concatenate([d.tokens for d in parts]), np.concatenate([d.accepted for d in parts]))
+        return concat_draws(self._draws(rng, min(CHUNK, n - s)) for s in range(0, n, CHUNK))
 
     def _draws(self, rng: np.random.Generator, n: int) -> Draws:
         k = self.k
@@ -588,11 +622,28 @@ class NodeSampler:
             tokens[miss] = np.minimum(r_cdf.search(uv[miss, k] * r_cdf.cdf[-1]), self._r_last)
         return Draws(tokens.astype(np.int64), np.where(hit, first, -1).astype(np.int64))
 
+    @property
+    def batch_sizes(self) -> tuple[int, ...]:
+        """The batch-size classes of the generic path's ``verify`` calls (:func:`batch_cycle`), ascending."""
+        return batch_cycle(self._row_cap, self._shared)[0]
+
+    @property
+    def _row_cap(self) -> int:
+        return SHARED_ROWS if self._shared else max(1, _ELEMS // self.V)
+
     def _generic(self, cand, uv, rng) -> Draws:
+        """``verify`` on the draws' candidates and uniforms, in calls whose rows cycle through the batch-size
+        classes (:func:`batch_cycle`, from the smallest: a short run still calls the small sizes); each draw
+        labelled with its call's class (``Draws.batch``)."""
         n, k = cand.shape
-        step = SHARED_ROWS if self._shared else max(1, _ELEMS // self.V)
-        toks, accs = [], []
-        for s in range(0, n, step):
+        sizes, cycle = batch_cycle(self._row_cap, self._shared)
+        toks, accs, labels = [], [], np.empty(n, dtype=np.int8)
+        s, i = 0, 0
+        while s < n:
+            j = cycle[i % len(cycle)]
+            step = sizes[j]
+            labels[s:s + step] = j
+            i += 1
             c = cand[s:s + step]
             P = np.broadcast_to(self.p, (c.shape[0], self.V))
             Q = np.broadcast_to(self.q, (c.shape[0], self.V))
@@ -626,4 +677,7 @@ class NodeSampler:
                 self.accepted_note = why
             toks.append(t)
             accs.append(a)
-        return Draws(np.concatenate(toks), np.concatenate(accs).astype(np.int64))
+            s += step
+        if not toks:
+            return Draws(np.empty(0, dtype=np.int64), np.empty(0, dtype=np.int64), labels)
+        return Draws(np.concatenate(toks), np.concatenate(accs).astype(np.int64), labels)

@@ -61,7 +61,7 @@ from functools import partial
 
 import numpy as np
 
-from resispec._validation import as_laws, check_k
+from resispec._validation import check_k
 from resispec.verifiers.base import sum_of_others
 from resispec.verifiers.step_plan import StepPlan
 
@@ -72,7 +72,7 @@ from ._timeout import time_limit as _time_limit
 from .chunks import chunk_jobs
 from .verifier_cert import check_workers
 from .coupled.certify import check_min_draws, tv_upper_bound
-from .coupled.run import armed_limit, hard_limit, hung_call
+from .coupled.run import armed_limit, hard_limit, hung_call, read_result
 from .gof import gof_test
 from .power import _check_power
 from .sampling import _checked_result, candidate_law, draw_node_candidates, drafting_of
@@ -350,6 +350,10 @@ def _plan(verifier, p_i, q_i, last: bool, step: int):
     """``verifier.step_plan`` on read-only state arrays; a returned StepPlan is copied and frozen."""
     try:
         plan = verifier.step_plan(p_i, q_i, last=last)
+    except SubjectError:
+        raise
+    except SystemExit as exc:                                  # sys.exit in a plug-in: a FAIL, never a silent exit
+        raise SubjectError(f"{type(verifier).__name__}.step_plan called sys.exit({exc.code!r}) at step {step}") from exc
     except Exception as exc:                                   # a plug-in that fails is a FAIL, never a pass
         raise SubjectError(f"{type(verifier).__name__}.step_plan raised at step {step}: "
                            f"{type(exc).__name__}: {exc}") from exc
@@ -507,8 +511,11 @@ def replay_draw(verifier, p, q, candidates, uniforms) -> dict:
 
 
 def _one_node(p, q):
-    """``p``, ``q`` checked as one node: (1, V) float64 each; ValueError for more than one row."""
-    p2, q2, _ = as_laws(p, q)
+    """``p``, ``q`` checked as one node at the door (:func:`exactness.certificate.door_node`: float32 / float16
+    laws renormalised in float64): (1, V) float64 each; ValueError for more than one row."""
+    from .certificate import door_node
+
+    p2, q2, _ = door_node(p, q)
     if p2.shape[0] != 1:
         raise ValueError(f"p and q must be one node of shape (V,), got {p2.shape[0]} rows; certify each node")
     return p2, q2
@@ -560,21 +567,32 @@ def draws_for_tv(tv: float, alpha: float = 1e-3, power: float = 0.99) -> int:
 
 def _run_verify(verifier, P, Q, c, u, V: int, k: int):
     """``verify`` on one batch; its tokens (B,) and accepted indices (B,) int64, checked
-    (:func:`exactness.sampling._checked_result`); a call that raises or a result outside the contract (shape,
-    dtype, ids outside [0, V), an accepted index that does not name the emitted candidate) is a
-    :class:`exactness.SubjectError` naming ``verify``."""
+    (:func:`exactness.sampling._checked_result`); a call that raises or calls ``sys.exit``, or a result outside
+    the contract (shape, dtype, a ``.tokens`` / ``.accepted`` that raises, ids outside [0, V), an accepted index
+    that does not name the emitted candidate) is a :class:`exactness.SubjectError` naming ``verify``."""
+    from .certificate import subject_cause
+
     name = type(verifier).__name__
     try:
         res = verifier.verify(P, Q, c, uniforms=u)
+    except SubjectError:
+        raise
+    except SystemExit as exc:                              # sys.exit in a plug-in: a FAIL, never a silent exit
+        raise SubjectError(f"{name}.verify called sys.exit({exc.code!r})") from exc
     except Exception as exc:                               # a plug-in that fails is a FAIL, never a pass
         raise SubjectError(f"{name}.verify raised: {type(exc).__name__}: {exc}") from exc
+    res = read_result(res, f"{name}.verify")               # a .tokens / .accepted property that raises: a FAIL
     if not (hasattr(res, "tokens") and hasattr(res, "accepted")):
         raise SubjectError(f"{name}.verify returned {type(res).__name__}; expected an object with .tokens and "
                            ".accepted (resispec.VerifyResult)")
     try:
         return _checked_result(res, c.shape[0], k, V, verifier, candidates=c)
+    except SubjectError:
+        raise
     except (TypeError, ValueError) as exc:
         raise SubjectError(f"{name}.verify returned a result outside its contract: {exc}") from exc
+    except (Exception, SystemExit) as exc:                 # the result's own conversion (np.asarray of it) raised
+        raise SubjectError(subject_cause(f"{name}.verify returned a result that", exc)) from exc
 
 
 def _check_time(est: float, n: int, tv) -> None:
@@ -661,7 +679,8 @@ def certify_stepwise(verifier, p, q, k: int, *, n: int | None = None, tv: float 
         and ``verify(p, q, candidates, uniforms=...)`` (``get_verifier("resispec",
         drafting="without_replacement")``).
     p, q : array_like, shape (V,), float64
-        Target and draft laws of the node.
+        Target and draft laws of the node (float32 / float16 laws are renormalised in float64 at the door,
+        :func:`exactness.certificate.door_node`, as every certify function does).
     k : int >= 1
         Candidates.
     n : int, optional
@@ -699,9 +718,10 @@ def certify_stepwise(verifier, p, q, k: int, *, n: int | None = None, tv: float 
         Bad laws, k, n, tv, alpha, power or time_limit; both ``n`` and ``tv``; ``n`` too small to bound TV
         below 0.5; more than one node; k above the draft support (without-replacement drafting).
 
-    A ``verify`` or ``step_plan`` that raises, hangs, returns the wrong shape or type, or an accepted index that
-    does not name the emitted candidate is not an error of the call: the certificate FAILs with the cause in
-    ``cause`` and its report (exit 1 in the CLI).  A mismatch of ``verify`` with its declared chain is FAIL when
+    A ``verify`` or ``step_plan`` that raises or calls ``sys.exit``, hangs, returns the wrong shape or type, a
+    result whose ``.tokens`` / ``.accepted`` raise, or an accepted index that does not name the emitted
+    candidate, or a worker process that dies (``workers > 1``: ``os._exit``, a crash), is not an error of the
+    call: the certificate FAILs with the cause in ``cause`` and its report (exit 1 in the CLI).  A mismatch of ``verify`` with its declared chain is FAIL when
     ``verify``'s law at the mismatching draws' candidates differs from the declared steps'
     (:func:`coupling_pvalue` below ``alpha``), else INCONCLUSIVE ("not the same coupling").
 
@@ -846,8 +866,18 @@ def _certify(verifier, p2, q2, k, n, tv, alpha, power, seed, time_limit, workers
         from .executors import executor_for
 
         jobs = chunk_jobs(as_seed_sequence(seed), n, workers)
-        with executor_for(executor, workers=workers) as ex:
-            parts = ex.map_chunks(run, jobs)
+        try:
+            with executor_for(executor, workers=workers) as ex:
+                parts = ex.map_chunks(run, jobs)
+        except RuntimeError as exc:                        # exactness.executors: a worker process died
+            from . import executors as _executors
+
+            died = isinstance(exc, getattr(_executors, "WorkerDied", ())) or "died" in str(exc)
+            if isinstance(exc, SubjectError) or not died:
+                raise
+            cls = type(verifier).__name__
+            raise SubjectError(f"a worker died while running {cls}.verify or {cls}.step_plan (workers = {workers}): "
+                               "its process ended (os._exit, a crash or the out-of-memory killer)") from exc
         if len(parts) != len(jobs) or not all(isinstance(r, _Chunk) and r.n <= m for r, (_, m) in zip(parts, jobs)):
             raise RuntimeError(f"executor {executor!r} returned {len(parts)} results for {len(jobs)} chunks, or not "
                                "the chunks' own: map_chunks must return fn(job) for each job, in order")

@@ -31,6 +31,14 @@ combined with Holm's correction (``statsmodels`` ``multipletests``):
     heterogeneous nodes (permuted copies of ``(p, q)``, interleaved), each
     row's tokens tested against its own row's target law (per-row pooled
     chi-square, statistics and df summed).  Catches rows mixed in batches.
+``small_batches``
+    Black boxes: ``verify`` on batches of 1..``SMALL_B`` rows, pooled chi-square.
+``batch_sizes``
+    Wherever ``verify`` draws the main sample (the generic path): its calls
+    cycle through the batch sizes ``exactness.sampling.MAIN_SIZES`` (9 to
+    4,096 rows), and each size's tokens are compared with the other sizes'
+    (chi-square test of homogeneity), Bonferroni over the sizes.  Catches a
+    ``verify`` wrong only for some batch sizes.
 
 A check that cannot run is listed in ``Certificate.skipped`` (name ->
 reason) and never counted as a pass; a Monte Carlo check whose pooled
@@ -49,15 +57,15 @@ from resispec import Verifier
 from resispec._validation import Laws, check_k
 from resispec.enumeration import count_tuples
 
-from ._checks import SubjectError, as_seed_sequence, check_alpha, check_n
+from ._checks import SubjectError, as_seed_sequence, check_alpha, check_n, plural
 from .certificate import (DEFAULT_TIMEOUT, MAX_SECONDS, PILOT, PILOT_ABOVE, Certificate, _hours,
                           certificate_from_counts, pilot_seconds, run_subject)
 from .exact import MAX_TUPLES, ChainError, certify_exact, enumerable, exact_tol
 from .budget import BudgetError
 from .gof import gof_test
 from .sampling import (_ELEMS, Draws, NodeSampler, UnsupportedK, as_numpy_verifier, call_subject, candidate_law,
-                       door_node, draw_node_candidates, drafting_of, emitted_result, has_chain, k_support, rechecks_in,
-                       subject_cause, takes_laws, takes_uniforms)
+                       concat_draws, door_node, draw_node_candidates, drafting_of, emitted_result, has_chain,
+                       k_support, rechecks_in, subject_cause, takes_laws, takes_uniforms)
 from .tree import tree_check
 
 #: Default Monte Carlo draws per node.
@@ -215,6 +223,69 @@ def _small_batches(sampler: NodeSampler, p, n: int, rng) -> tuple[float | None, 
     return r.pvalue, info
 
 
+def _cells_by_mass(p, m: int) -> np.ndarray:
+    """Cell of each token (V,) int64, pooling tokens by decreasing ``p`` so that ``m`` draws expect at least
+    ``MIN_EXPECTED`` in every cell (the last, short cell merged into the one before); tokens of ``p = 0`` share
+    the last cell (the marginal check fails them at once)."""
+    from .gof import MIN_EXPECTED
+
+    order = np.argsort(-p, kind="stable")
+    start = np.cumsum(p[order]) - p[order]
+    cid = np.floor(start * m / MIN_EXPECTED).astype(np.int64)
+    _, cid = np.unique(cid, return_inverse=True)
+    if cid.max() > 0 and p[order][cid == cid.max()].sum() * m < MIN_EXPECTED:
+        cid[cid == cid.max()] -= 1
+    cells = np.empty(p.size, dtype=np.int64)
+    cells[order] = cid
+    return cells
+
+
+def _batch_sizes(by_batch: np.ndarray, sizes, p) -> tuple[float | None, dict]:
+    """The ``batch_sizes`` check: is the law of the emitted tokens the same at every batch size?  ``by_batch``
+    (S, V) counts the main sample's tokens by the size class of the ``verify`` call that emitted them (row ``j``:
+    calls of ``sizes[j]`` rows).  Each class is compared with the rest of the sample by a chi-square test of
+    homogeneity (``scipy.stats.chi2_contingency`` on the 2 x C table of tokens pooled into cells of at least
+    ``MIN_EXPECTED`` expected draws, :func:`_cells_by_mass`), Bonferroni over the classes tested:
+    ``p = min(1, m * min_j p_j)``.  Catches a ``verify`` wrong only for some batch sizes (a kernel path for 9-190
+    rows, a padding bug at powers of two), which the pooled marginal dilutes; a bias the same at every size is
+    the marginal's (this check stays quiet on it).  ``(None, details)`` when no class could be tested."""
+    from scipy import stats
+
+    total = by_batch.sum(axis=0)
+    N = int(total.sum())
+    rows, worst = [], None
+    for size, c in zip(sizes, by_batch):
+        m = int(c.sum())
+        if not m:
+            continue
+        row = {"rows": int(size), "n": m, "tv": 0.5 * float(np.abs(c / m - p).sum()), "df": 0, "pvalue": None}
+        rows.append(row)
+        rest = total - c
+        if N - m <= 0:
+            continue
+        cells = _cells_by_mass(p, min(m, N - m))
+        C = int(cells.max()) + 1
+        if C < 2:
+            continue
+        table = np.stack([np.bincount(cells, weights=c, minlength=C), np.bincount(cells, weights=rest, minlength=C)])
+        table = table[:, table.sum(axis=0) > 0]
+        if table.shape[1] < 2:
+            continue
+        stat, pv, df, _ = stats.chi2_contingency(table, correction=False)
+        row.update(df=int(df), statistic=float(stat), pvalue=float(pv))
+        if worst is None or pv < worst["pvalue"]:
+            worst = row
+    tested = sum(1 for r in rows if r["pvalue"] is not None)
+    info = {"classes": rows, "n": N, "df": sum(r["df"] for r in rows)}
+    if worst is None:
+        return None, info
+    pv = min(1.0, tested * worst["pvalue"])
+    info.update(pvalue=pv, tv=worst["tv"], statistic=worst["statistic"], df=worst["df"],
+                reason=f"worst of {tested} batch sizes: verify on batches of {worst['rows']:,} rows "
+                       f"({plural(worst['n'], 'draw')}) against the other sizes, Bonferroni")
+    return pv, info
+
+
 def _support(law) -> int:
     return int(np.count_nonzero(np.asarray(law) > 0))
 
@@ -237,20 +308,22 @@ def parallel_draws(sampler: NodeSampler, seed_seq: np.random.SeedSequence, n: in
     (:func:`exactness.chunks.chunk_jobs`) by ``executor`` (:mod:`exactness.executors`; default ``"process"``: a
     forked ``ProcessPoolExecutor``, so the verifier need not be picklable; where fork is missing the parts are
     drawn here, in order, giving the same draws).  The result depends only on ``seed_seq``, ``n`` and
-    ``workers``.  A part that raises re-raises here (the original exception); a worker process that dies is a
-    ``RuntimeError``: never a pass.  ``certify_verifier`` uses :func:`exactness.chunks.mc_counts` (the same
-    chunks, reduced to histograms in the workers).
+    ``workers``.  A part that raises re-raises here (the original exception); a worker process that dies (the
+    verifier ended or crashed it) is an :class:`exactness.SubjectError` naming its ``verify``: never a pass.
+    ``certify_verifier`` uses :func:`exactness.chunks.mc_counts` (the same chunks, reduced to histograms in the
+    workers).
     """
     from functools import partial
 
     from .chunks import check_chunk_results, chunk_jobs, draw_chunk
-    from .executors import executor_for
+    from .executors import executor_for, subject_deaths
 
     jobs = chunk_jobs(seed_seq, n, workers)
-    with executor_for(executor, workers=workers) as ex:
+    with executor_for(executor, workers=workers) as ex, \
+            subject_deaths(f"{type(sampler.verifier).__name__}.verify", workers):
         parts = check_chunk_results(ex, jobs, ex.map_chunks(partial(draw_chunk, sampler), jobs),
                                     lambda d: int(np.size(d.tokens)) if isinstance(d, Draws) else None)
-    return Draws(np.concatenate([d.tokens for d in parts]), np.concatenate([d.accepted for d in parts]))
+    return concat_draws(parts)
 
 
 def _stepwise_hint(verifier) -> str:
@@ -278,11 +351,13 @@ def _check_budget(sampler: NodeSampler, n: int, workers: int = 1, limit: int = M
                          + _stepwise_hint(sampler.verifier))
 
 
-def _max_checks(exact: bool, chain_ok: bool, tree: bool, V: int, black_box: bool = False) -> int:
+def _max_checks(exact: bool, chain_ok: bool, tree: bool, V: int, black_box: bool = False,
+                generic: bool = False) -> int:
     """Most p-values Holm can count in one certificate: marginal, exact_law + joint + accepted_count + residual
     (with a chain), determinism, batched (a Verifier taking uniforms) or else batched_rows and small_batches
-    (``black_box``), and the two tree checks (V <= ``TREE_MAX_V``)."""
-    return 1 + (4 if exact and chain_ok else 0) + 1 + (2 if black_box else 1) + (2 if tree and V <= TREE_MAX_V else 0)
+    (``black_box``), batch_sizes (the generic path) and the two tree checks (V <= ``TREE_MAX_V``)."""
+    return (1 + (4 if exact and chain_ok else 0) + 1 + (2 if black_box else 1) + (1 if generic else 0)
+            + (2 if tree and V <= TREE_MAX_V else 0))
 
 
 def certify_verifier(verifier, p, q, k: int, *, n: int | None = None, alpha: float = 1e-3, seed=0,
@@ -357,7 +432,8 @@ def certify_verifier(verifier, p, q, k: int, *, n: int | None = None, alpha: flo
         ``SeedSequence`` child): the same certificate for the same seed and
         ``workers``, though not the same as another ``workers``.  The
         conditional, tree and batch checks run in this process.  A worker
-        that raises makes this call raise.  Forking a process that holds a
+        that raises, or dies (the verifier ended or crashed its process), FAILS the certificate naming the
+        cause, as in one process.  Forking a process that holds a
         CUDA context is unsafe: keep ``workers=1`` for GPU verifiers.
         With another ``executor``, ``workers`` is the number of chunks
         (``SeedSequence`` children) the draws are split into.
@@ -384,8 +460,9 @@ def certify_verifier(verifier, p, q, k: int, *, n: int | None = None, alpha: flo
         chunk ``i`` seeded by the ``i``-th child of the Monte Carlo seed),
         the run stops as soon as the e-value reaches ``m / alpha``, ``m``
         the most checks Holm can count in this certificate (marginal,
-        exact_law, joint, accepted_count, residual, determinism, batched(_rows),
-        two tree checks: at most 9), so a stop always FAILS the certificate
+        exact_law, joint, accepted_count, residual, determinism, batched or
+        batched_rows and small_batches, batch_sizes, two tree checks: at most
+        11), so a stop always FAILS the certificate
         at family-wise level ``alpha`` (the plan for ``tv`` uses ``alpha / m``), and
         otherwise draws the whole budget (``n``, or the sequential plan for
         ``tv``).  The marginal p-value is the anytime-valid one; its level
@@ -452,7 +529,7 @@ def certify_verifier(verifier, p, q, k: int, *, n: int | None = None, alpha: flo
         ``tv`` not a number in (0, 1] or a ``tv`` plan over ``MAX_SAMPLES`` /
         ``MAX_SECONDS`` (ValueError naming ``tv``; nothing drawn but the
         pilot); ``sequential`` not a bool.
-        RuntimeError: a worker process died.
+        RuntimeError: a Ray task that could not run (``exactness.executors``).
         ``exactness._timeout.TimeLimitExceeded``: an outer time limit passed.
     """
     verifier = as_numpy_verifier(verifier)
@@ -484,7 +561,7 @@ def certify_verifier(verifier, p, q, k: int, *, n: int | None = None, alpha: flo
                         workers=workers, executor=executor, sequential=sequential, seeds=(s_mc, s_det, s_batch, s_tree))
 
     return run_subject(body, timeout=timeout, what=f"{type(verifier).__name__} (certify_verifier)", alpha=alpha,
-                       power=power, details={"V": int(p1.size), "k": k})
+                       power=power, details={"V": int(p1.size), "k": k}, subject=verifier)
 
 
 def _certify(verifier, node, k: int, *, n, alpha, power, tv, tree, exact, workers, executor, sequential,
@@ -500,7 +577,8 @@ def _certify(verifier, node, k: int, *, n, alpha, power, tv, tree, exact, worker
     sampler = NodeSampler(verifier, node, None, k)
     # the e-process runs at alpha / (the most checks Holm can count here): its stop is always a FAIL
     m_max = _max_checks(exact, has_chain(verifier), tree, p1.size,
-                        black_box=not (isinstance(verifier, Verifier) and takes_uniforms(verifier)))
+                        black_box=not (isinstance(verifier, Verifier) and takes_uniforms(verifier)),
+                        generic=sampler.path == "generic")
     alpha_seq = alpha / m_max if sequential else alpha
     plan = None
     if n is None and tv is not None:
@@ -561,10 +639,16 @@ def _certify(verifier, node, k: int, *, n, alpha, power, tv, tree, exact, worker
         from .chunks import counts_of
         from .sequential import sequential_draws
 
-        draws, seq = sequential_draws(lambda s, m: parallel_draws(sampler, s, m, workers, executor), s_mc, p1, n,
-                                      alpha_seq)
+        drawn: list[Draws] = []   # kept whole here: the e-process keeps only tokens and accepted indices
+
+        def draw(s, m):
+            drawn.append(parallel_draws(sampler, s, m, workers, executor))
+            return drawn[-1]
+
+        _, seq = sequential_draws(draw, s_mc, p1, n, alpha_seq)   # its concatenation dropped: the parts are kept
+        draws = concat_draws(drawn)
         n = int(draws.tokens.size)
-        mc = counts_of(draws, V, k, sampler.accepted_note)
+        mc = counts_of(draws, V, k, sampler.accepted_note, len(sampler.batch_sizes))
     else:
         from .chunks import mc_counts
 
@@ -579,10 +663,18 @@ def _certify(verifier, node, k: int, *, n, alpha, power, tv, tree, exact, worker
                          "tv": 0.5 * float(np.abs(counts_ / m - law_).sum()) if m else None}
         mc_df[name] = res.df
         if res.df == 0 and res.impossible == 0 and _support(law_) > 1:
-            skipped[name] = f"df 0 after pooling ({m:,} samples): the test cannot fail"
+            skipped[name] = f"df 0 after pooling ({plural(m, 'sample')}): the test cannot fail"
         else:
             checks[name] = res.pvalue
 
+    if mc.by_batch is not None:   # the generic path: verify called on batches of every size class
+        pv, info = _batch_sizes(mc.by_batch, sampler.batch_sizes, p1)
+        details["batch_sizes"] = info
+        if pv is None:
+            skipped["batch_sizes"] = (f"no batch size could be compared with the others ({plural(info['n'], 'draw')}"
+                                      "): df 0 after pooling")
+        else:
+            checks["batch_sizes"] = pv
     if J is not None and mc.joint is not None:
         joint_counts = mc.joint
         by_stop = joint_counts.reshape(k + 1, V)
@@ -633,7 +725,7 @@ def _certify(verifier, node, k: int, *, n, alpha, power, tv, tree, exact, worker
             details[name] = info
             mc_df[name] = info["df"]
             if pv is None:
-                skipped[name] = f"df 0 after pooling ({info['n']:,} draws{why})"
+                skipped[name] = f"df 0 after pooling ({plural(info['n'], 'draw')}{why})"
             else:
                 checks[name] = pv
     tree_names = ("tree_bonus", "tree_two_level")
@@ -666,7 +758,7 @@ def _certify(verifier, node, k: int, *, n, alpha, power, tv, tree, exact, worker
                 if tr.df == 0:
                     details[name]["reason"] = "Monte Carlo part has df 0; exact part tested"
             elif tr.df == 0 and tr.pvalue > 0:   # p = 0 at df 0: an impossible pair was drawn, a FAIL
-                skipped[name] = f"no exact law and df 0 after pooling ({tr.n:,} pairs): the test cannot fail"
+                skipped[name] = f"no exact law and df 0 after pooling ({plural(tr.n, 'pair')}): the test cannot fail"
             else:
                 checks[name] = tr.pvalue
         if not can_exact:

@@ -187,7 +187,6 @@ def test_certify_counts_flags_an_accepted_token_outside_the_draft_support():
     (lambda: exactness.certify_counts(np.ones(3, dtype=np.int64) * 100, np.array([0.5, 0.6, 0.1])), ValueError,
      "sums to"),
     (lambda: exactness.certify_samples(np.array([0.0, 1.0]), P), TypeError, "tokens must hold integers"),
-    (lambda: exactness.certify_samples(np.array([0, 7]), P), ValueError, "outside"),
     (lambda: exactness.certify_samples(np.array([[0, 1]]), P), ValueError, r"shape \(n,\)"),
     (lambda: exactness.certify_samples(np.array([0, 1]), P, accepted=np.array([0, -1])), ValueError, "needs k"),
     (lambda: exactness.certify_samples(np.array([0, 1]), P, accepted=np.array([0]), k=2), ValueError, "accepted must"),
@@ -272,9 +271,9 @@ def test_a_verify_raising_in_a_worker_fails_naming_it():
 
 
 @pytest.mark.skipif(sys.platform == "win32", reason="fork start method")
-def test_a_dying_worker_is_an_error_never_a_pass():
-    with pytest.raises(RuntimeError, match="worker process .* died"):
-        exactness.certify_verifier(DiesInWorker(), P, Q, 2, n=N, seed=0, workers=2)
+def test_a_dying_worker_is_a_fail_never_a_pass():
+    cert = exactness.certify_verifier(DiesInWorker(), P, Q, 2, n=N, seed=0, workers=2)   # was a RuntimeError
+    assert not cert.passed and "DiesInWorker.verify killed its worker process" in cert.details["subject"]["error"]
 
 
 class HangsInWorker(Box):

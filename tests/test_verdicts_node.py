@@ -465,7 +465,7 @@ def test_default_time_limits_exist():
 def test_a_hanging_verify_is_stopped_and_named():
     before = signal.getsignal(signal.SIGALRM)
     cause = _subject_error(certify_verifier(_Hangs(), P, Q, 2, n=500, timeout=1))
-    assert "_Hangs" in cause and "timed out after 1 s" in cause
+    assert cause.startswith("_Hangs.verify did not return within 1 s")    # the call that did not return
     _no_alarm_left(before)
 
 
@@ -477,13 +477,13 @@ def test_a_hanging_sampler_and_proxy_are_stopped_and_named():
         time.sleep(3600)
 
     cause = _subject_error(certify_sampler(sleeps, P, 500, timeout=1))
-    assert "sleeps" in cause and "timed out after 1 s" in cause
+    assert "sleeps did not return within 1 s" in cause
 
     def proxy_sleeps(R, q, x, *, step):
         time.sleep(3600)
 
     r = validate_proxy(proxy_sleeps, P, Q, 2, timeout=1, progress=False)
-    assert r.exact is False and "timed out after 1 s" in r.cause and "proxy_sleeps" in r.cause
+    assert r.exact is False and "proxy_sleeps did not return within 1 s" in r.cause
     _no_alarm_left(before)
 
 

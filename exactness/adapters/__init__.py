@@ -169,7 +169,8 @@ def certify_joint(decoder, target, prompt, n: int, *, new_tokens: int = 2, alpha
     def sample(rng, k):
         out = np.empty(k, dtype=np.int64)
         for j in range(k):
-            toks = check_output(decoder(prompt, new_tokens, rng), new_tokens, V, "decoder(prompt, new_tokens, rng)")
+            toks = check_output(decoder(prompt.copy(), new_tokens, rng), new_tokens, V,   # its own copy of the prompt
+                                "decoder(prompt, new_tokens, rng)")
             out[j] = sequence_index(toks, V)
         return out
 

@@ -9,7 +9,9 @@ bounds ``P(mismatch)`` -- hence the TV -- at confidence ``1 - alpha``.
 A registry reference is exact by proof (``docs/RESISPEC.md``) and by the
 exact tests, so a pass bounds the kernel's distance from the target law; a
 user's reference is trusted only when its own law is checked in the same run
-(:func:`check_reference`), else a pass bounds TV(kernel, reference) only.
+(:func:`check_reference`: enumerated when its candidate tuples fit, else
+certified by Monte Carlo); with ``reference_check="none"`` it is not checked
+and zero mismatches are INCONCLUSIVE (they bound TV(kernel, reference) only).
 """
 
 from __future__ import annotations
@@ -20,9 +22,10 @@ from dataclasses import dataclass
 import numpy as np
 from scipy import stats
 
-from resispec._validation import as_laws, check_k
+from resispec._validation import check_k
 
 from .._checks import SubjectError, as_generator, check_alpha, check_n
+from ..certificate import door_node, subject_cause
 from .._timeout import MAX_TIMEOUT, TimeLimitExceeded
 from .._timeout import time_limit as _time_limit
 from ..gof import gof_test
@@ -78,7 +81,13 @@ class CoupledCertificate:
     Attributes
     ----------
     passed : bool
-        Zero mismatches in ``n`` coupled draws (and the kernel is deterministic under fixed coins).
+        No bias detected: zero mismatches in ``n`` coupled draws (the kernel deterministic under fixed coins)
+        against a trusted reference (``reference_law`` not ``"unchecked"``); or, on a mismatch classified
+        ``"not the same coupling"``, the ``fallback`` certificate (``certify_verifier`` of the kernel) passed.
+    inconclusive : bool
+        Neither a pass nor a failure (exit 3 in the CLI; ``passed`` is False): ``"not the same coupling"``
+        without a ``fallback`` certificate, or zero mismatches against a user's reference whose own law was
+        not checked (``reference_check="none"``).
     mismatches, n : int
         Draws where (token, accepted index) differ; coupled draws run.
     tv_upper : float
@@ -96,10 +105,10 @@ class CoupledCertificate:
         ``"subject error"`` (the kernel raised, hung or broke its output contract: ``cause``);
         ``"unclassified"`` (the time limit cut the law checks short); ``"a different rule"`` (its (stop,
         token) law given the candidates differs from
-        the reference's, no bias against ``p`` found); ``"not the same coupling"`` (no law differs);
-        or ``"kernel ignores the coins"``.
+        the reference's, no bias against ``p`` found); ``"not the same coupling"`` (no law differs:
+        INCONCLUSIVE, or decided by the ``fallback`` certificate); or ``"kernel ignores the coins"``.
     verdict : str
-        One paragraph for people.
+        One paragraph for people (``str(cert)``, :meth:`report`); :meth:`summary` is one line.
     counterexample : str or None
         Python source reproducing the (shrunk) mismatch against both sides.
     law_pvalue, conditional_pvalue : float or None
@@ -115,8 +124,9 @@ class CoupledCertificate:
     reference_law : str
         How far the reference's own law is trusted (:func:`check_reference`): ``"registry"`` (a registry
         rule, exact by proof), ``"exact"`` (a user's reference whose law was enumerated in this run),
-        ``"no bias detected"`` (certified by Monte Carlo in this run), ``"unchecked"`` (a pass bounds
-        TV(kernel, reference) only) or ``"biased"`` (the certificate fails).
+        ``"no bias detected"`` (certified by Monte Carlo in this run), ``"unchecked"``
+        (``reference_check="none"``: zero mismatches bound TV(kernel, reference) only and are INCONCLUSIVE)
+        or ``"biased"`` (the certificate fails).
     reference_detail : dict or None
         How it was checked (``method``, ``why``, ``node``, ``tv``, ``certificates``).
     notes : tuple of str
@@ -146,6 +156,72 @@ class CoupledCertificate:
     reference_detail: dict | None = None
     notes: tuple = ()
     cause: str | None = None
+    inconclusive: bool = False
+
+    #: Most columns of :meth:`summary` (as ``exactness.Certificate.SUMMARY_WIDTH``).
+    SUMMARY_WIDTH = 120
+
+    @property
+    def outcome(self) -> str:
+        """``"PASS"`` (no bias detected), ``"FAIL"`` or ``"INCONCLUSIVE"`` (the CLI's exit 0, 1, 3)."""
+        return "PASS" if self.passed else "INCONCLUSIVE" if self.inconclusive else "FAIL"
+
+    def summary(self) -> str:
+        """The verdict in one line of at most :attr:`SUMMARY_WIDTH` (120) columns (as ``Certificate.summary``).
+
+        A pass reads ``NO BIAS DETECTED (...): TV(kernel, <reference>) <= u at confidence c``; a pass decided by
+        the ``fallback`` certificate ``NO BIAS DETECTED (by certify_verifier, detectable TV x); not the same
+        coupling as the reference``; a failure ``FAIL: <classification>: <numbers or cause>``; neither
+        ``INCONCLUSIVE: <why>``.  A line cut to fit ends ``(more: .report())``; everything is in
+        :meth:`report` (``str(cert)``).
+        """
+        draws = f"{self.mismatches:,} mismatches in {self.n:,} coupled draws"
+        fb = self.fallback
+        extra = ""                                     # dropped first when the line does not fit
+        if self.passed and self.mismatches and fb is not None:
+            line = (f"NO BIAS DETECTED (by certify_verifier, detectable TV {fb.detectable_tv:.3g}); not the same "
+                    "coupling as the reference")
+            extra = f": {draws}"
+        elif self.passed:
+            trust = {"registry": "registry", "exact": "enumerated",
+                     "no bias detected": "MC-checked"}.get(self.reference_law, "")
+            line = f"NO BIAS DETECTED ({draws}; {trust} reference): TV <= {self.tv_upper:.3g} at confidence " \
+                   f"{1 - self.alpha:g}"
+        elif self.inconclusive and self.classification == "not the same coupling":
+            line, extra = "INCONCLUSIVE: not the same coupling, no law differs (certify with --fallback)", f": {draws}"
+        elif self.inconclusive:
+            line = (f"INCONCLUSIVE: reference not checked (reference_check='none'): TV(kernel, reference) <= "
+                    f"{self.tv_upper:.3g}")
+            extra = f"; {draws}"
+        elif self.classification == "subject error":
+            line = f"FAIL: subject: {self.cause}"
+        elif self.classification == "reference biased":
+            d = self.reference_detail or {}
+            where = f" (TV {d['tv']:.3g})" if "tv" in d else ""
+            line, extra = f"FAIL: reference biased: the reference's own law is not p{where}", f"; {draws}"
+        else:
+            laws = ", ".join(f"{name} {x:.3g}" for name, x in (("tokens vs p", self.law_pvalue),
+                                                               ("(stop, token) vs reference", self.conditional_pvalue))
+                             if x is not None)
+            line, extra = f"FAIL: {self.classification}: {draws}", (f"; law p-values: {laws}" if laws else "")
+        width, tail = self.SUMMARY_WIDTH, " (more: .report())"
+        if len(line + extra) <= width:
+            return line + extra
+        if len(line) + len(tail) <= width:
+            return line + tail
+        cut = line[:width - len(tail) - 4]
+        stop = max(cut.rfind(" "), cut.rfind(";"))
+        return (cut[:stop] if stop > width // 2 else cut).rstrip(" ;,:") + " ..." + tail
+
+    def report(self) -> str:
+        """Everything for people: the verdict paragraph, the ``fallback`` certificate's summary and the
+        counterexample's Python (when there is one)."""
+        out = self.verdict
+        if self.fallback is not None:
+            out += "\n\nfallback (certify_verifier of the kernel): " + self.fallback.summary()
+        if self.counterexample:
+            out += "\n\ncounterexample (python):\n" + self.counterexample
+        return out
 
     def __str__(self) -> str:
         return self.verdict
@@ -202,8 +278,8 @@ def registry_rule(ref) -> bool:
 
 class _ChainAsVerifier:
     """The reference's chain as a verifier (``verify`` decides with ``resispec`` coins through
-    :func:`run_reference`): what :func:`exactness.certify_verifier` certifies for ``reference_check="montecarlo"``,
-    the same law the coupling compares the kernel with."""
+    :func:`run_reference`): what :func:`exactness.certify_verifier` certifies when the reference is too large
+    to enumerate, the same law the coupling compares the kernel with."""
 
     def __init__(self, ref):
         self.ref = ref
@@ -231,10 +307,10 @@ def check_reference(ref, p2, q2, k: int, how: str, *, alpha: float, seed) -> tup
     ``status``: ``"registry"`` (resispec's own rule, exact by proof; not checked); ``"exact"`` (its
     (stop, token) law enumerated over every candidate tuple at every node, through its ``chain``, and
     TV(law, p) below :func:`exactness.exact.exact_tol`); ``"biased"`` (that TV is above it at some node, or
-    the Monte Carlo certificate failed); ``"no bias detected"`` (``how="montecarlo"``: too many tuples to
-    enumerate and :func:`exactness.certify_verifier` of its chain passed at every node); ``"unchecked"``
-    (too many tuples and ``how="auto"``, or ``how="none"``).  ``detail``: ``method``, ``why``, ``node``,
-    ``tv`` (exact TV), ``detectable_tv``, ``certificates`` as they apply.
+    the Monte Carlo certificate failed); ``"no bias detected"`` (``how="auto"`` or ``"montecarlo"``, the
+    same: too many tuples to enumerate and :func:`exactness.certify_verifier` of its chain, at its default
+    budget, passed at every node); ``"unchecked"`` (``how="none"``).  ``detail``: ``method``, ``why``,
+    ``node``, ``tv`` (exact TV), ``detectable_tv``, ``certificates`` as they apply.
 
     Raises
     ------
@@ -257,8 +333,8 @@ def check_reference(ref, p2, q2, k: int, how: str, *, alpha: float, seed) -> tup
                 J = joint_law(ref, p2[r], q2[r], k)
             except ChainError as exc:
                 raise SubjectError(f"{name}.chain: {exc}") from exc
-            except Exception as exc:                    # a user's chain that fails is the subject failing
-                raise SubjectError(f"{name}.chain raised {type(exc).__name__}: {exc}") from exc
+            except (Exception, SystemExit) as exc:      # a user's chain that fails is the subject failing
+                raise SubjectError(subject_cause(f"{name}.chain", exc)) from exc
             tv = 0.5 * float(np.abs(J.sum(axis=0) - p2[r]).sum())
             worst = max(worst, tv)
             if not tv < exact_tol(p2[r], q2[r]):
@@ -266,7 +342,7 @@ def check_reference(ref, p2, q2, k: int, how: str, *, alpha: float, seed) -> tup
         return "exact", {"method": "exact enumeration", "tv": worst}
     why = (f"its candidate tuples at V = {V:,}, k = {k} are too many to enumerate"
            + (f" over {R} nodes" if R > 1 else ""))
-    if how == "montecarlo":
+    if how in ("auto", "montecarlo"):
         from .._checks import sub_seed
         from ..verifier_cert import certify_verifier
 
@@ -281,7 +357,7 @@ def check_reference(ref, p2, q2, k: int, how: str, *, alpha: float, seed) -> tup
                                   "certificates": certs}
         return "no bias detected", {"method": "Monte Carlo (certify_verifier)", "why": why, "certificates": certs,
                                     "detectable_tv": max(c.detectable_tv for c in certs)}
-    return "unchecked", {"method": "none", "why": why}
+    raise ValueError(f"reference_check must be one of {list(REFERENCE_CHECKS)}, got {how!r}")
 
 
 def _choose_convention(kernel_obj, convention) -> tuple[str, str | None]:
@@ -313,18 +389,21 @@ def certify_coupled(kernel, reference, p, q, k: int, *, n: int = 100_000, alpha:
     Candidates are drawn once per draw (per the reference's ``drafting``)
     and the coins once per draw (per ``convention``); both sides see the
     same ones.  Zero mismatches is a pass with ``tv_upper`` (exact binomial
-    bound, see :func:`tv_upper_bound`); any mismatch is a fail naming the
-    first mismatching draw, with a shrunk counterexample and a law check
-    that tells a biased kernel from one that is exact but coupled
-    differently ("not the same coupling: fall back to certify_verifier").
+    bound, see :func:`tv_upper_bound`); a mismatch names the first
+    mismatching draw, with a shrunk counterexample and a law check that
+    tells a biased kernel (FAIL) from one that is exact but coupled
+    differently ("not the same coupling": INCONCLUSIVE, ``passed`` False and
+    ``inconclusive`` True; with ``fallback=True`` the ``certify_verifier``
+    certificate of the kernel decides instead: its pass is a pass, its
+    failure a FAIL).
 
     What a pass says about the target law ``p`` depends on the reference
     (``cert.reference_law``): a registry rule (resispec's own) is exact by
     its proof, and a user's reference is trusted only when its own law is
     checked in the same run (``reference_check``); otherwise the pass bounds
-    TV(kernel, reference) only and says so.  A user's reference whose law
-    is found biased fails the certificate (``classification`` ``"reference
-    biased"``), whatever the kernel does.
+    TV(kernel, reference) only, so zero mismatches are INCONCLUSIVE.  A
+    user's reference whose law is found biased fails the certificate
+    (``classification`` ``"reference biased"``), whatever the kernel does.
 
     Parameters
     ----------
@@ -334,8 +413,10 @@ def certify_coupled(kernel, reference, p, q, k: int, *, n: int = 100_000, alpha:
         returns ``.tokens`` and ``.accepted`` (B,) int64.  Torch verifiers are wrapped in ``NumpyFacade``.
     reference : str or resispec.Verifier
         The rule the kernel claims (registry name, ``name[opt=v]``, ``module:object``, or a verifier with ``chain``).
-    p, q : array_like, shape (V,) or (R, V), float64
+    p, q : array_like, shape (V,) or (R, V), float64 (float32 / float16 laws are renormalised in float64)
         One node, or R distinct nodes: draw t uses node ``t % R`` (row-mixing bugs show at their row).
+        Checked and normalised at the door as every certify function does
+        (:func:`exactness.certificate.door_node`).
     k : int >= 1
     n : int
         Coupled draws (chunked: memory O(chunk * V) for the kernel's batch, O(R V) counts).
@@ -349,7 +430,9 @@ def certify_coupled(kernel, reference, p, q, k: int, *, n: int = 100_000, alpha:
         rng)``; the verdict says so).  A convention whose coin keywords the kernel does not take is a
         ValueError naming ``convention='generator'``.
     fallback : bool
-        On a mismatch also run ``exactness.certify_verifier`` on the kernel (node 0) and report it.
+        On a mismatch also run ``exactness.certify_verifier`` on the kernel (node 0) and report it; on a
+        mismatch classified "not the same coupling" its verdict is the certificate's (its pass: ``passed``,
+        "no bias detected (by certify_verifier ...)"; its failure: FAIL).
     fallback_n : int, optional
         Draws for that ``certify_verifier`` run (default: its own budget).
     stop_after : int, optional
@@ -370,7 +453,7 @@ def certify_coupled(kernel, reference, p, q, k: int, *, n: int = 100_000, alpha:
         False: the kernel gets read-only views and nothing is copied per
         row -- with one node, ``p, q`` are that node broadcast to the
         batch, shape (B, V) with row stride 0 (``np.broadcast_to``); a kernel
-        that writes into its inputs is a TypeError naming this option.
+        that writes into its inputs misbehaves (a FAIL whose cause names this option).
         True: writable (B, V) copies (for kernels that normalise in place).
         Batch size: up to 65,536 rows of views when the kernel sets
         ``handles_shared_nodes = True`` (the built-in verifiers do: their
@@ -378,25 +461,26 @@ def certify_coupled(kernel, reference, p, q, k: int, *, n: int = 100_000, alpha:
         the reference has an accept table; else ``2**21 // V`` rows.
     reference_check : {"auto", "montecarlo", "none"}
         For a reference that is not a registry rule: ``"auto"`` enumerates its exact law (through its
-        ``chain``) at every node when the candidate tuples fit (:func:`check_reference`), else leaves it
-        unchecked; ``"montecarlo"`` certifies it with :func:`exactness.certify_verifier` when they do not
-        fit (its default budget per node); ``"none"`` never checks it.  An unchecked reference limits a pass
-        to TV(kernel, reference).
+        ``chain``) at every node when the candidate tuples fit (:func:`check_reference`), else certifies it
+        in the same run with :func:`exactness.certify_verifier` (its default budget per node, level
+        ``alpha / R``); ``"montecarlo"`` is the same (kept for existing calls); ``"none"`` never checks it,
+        and then zero mismatches bound TV(kernel, reference) only: INCONCLUSIVE, ``passed`` False.
 
     Returns
     -------
     CoupledCertificate
         ``passed`` False with ``classification`` ``"subject error"`` and the cause in ``cause`` and
-        ``verdict`` when the kernel (or a user's reference) misbehaves: raises, hangs, returns the wrong type,
-        dtype or shape, ids outside ``[0, V)``, or an ``accepted`` that does not name the emitted candidate.
+        ``verdict`` when the kernel (or a user's reference) misbehaves: raises or calls ``sys.exit``, hangs,
+        writes into its read-only inputs (``copies=False``), returns the wrong type, dtype or shape, a result
+        whose ``.tokens`` / ``.accepted`` raise, ids outside ``[0, V)``, or an ``accepted`` that does not name
+        the emitted candidate.  ``cert.outcome`` is ``"PASS"``, ``"FAIL"`` or ``"INCONCLUSIVE"``.
 
     Raises
     ------
     TypeError, ValueError
         The caller's arguments: bad laws, k, n, alpha, seed, time_limit, reference_check or convention
         (including one whose coin keywords the kernel does not take); a reference without ``chain``;
-        drafting of kernel and reference that disagree; a kernel that writes into read-only inputs
-        (pass ``copies=True``).
+        drafting of kernel and reference that disagree.
     """
     t_start = time.perf_counter()
     kernel_obj, ref = _load(kernel, "kernel"), _load(reference, "reference")
@@ -407,7 +491,7 @@ def certify_coupled(kernel, reference, p, q, k: int, *, n: int = 100_000, alpha:
     if not isinstance(reference_check, str) or reference_check not in REFERENCE_CHECKS:
         raise ValueError(f"reference_check must be one of {list(REFERENCE_CHECKS)}, got {reference_check!r}")
     ref_name = reference if isinstance(reference, str) else getattr(ref, "name", type(ref).__name__)
-    p2, q2, _ = as_laws(p, q)
+    p2, q2, _ = door_node(p, q)         # float32 / float16 laws renormalised in float64, as every certify function
     p2, q2 = np.ascontiguousarray(p2), np.ascontiguousarray(q2)
     R, V = p2.shape
     k, n, alpha = check_k(k), check_n(n), check_alpha(alpha)
@@ -505,8 +589,8 @@ def _certify(kernel_obj, ref, kernel, reference, ref_name, p2, q2, k, n, alpha, 
         for rep in range(2 if done == 0 else 1):      # the first batch twice: a kernel must be a function of its coins
             out = run_kernel(kernel_obj, P, Q, c, coins, copies=copies)
             if not (np.array_equal(p_k, p2) and np.array_equal(q_k, q2)):
-                raise TypeError(WRITES_INPUTS.format(name=type(kernel_obj).__name__,
-                                                     exc="p or q changed during the call"))
+                raise SubjectError(WRITES_INPUTS.format(name=type(kernel_obj).__name__,
+                                                        exc="p or q changed during the call"))
             if rep == 0:
                 kt, ka = out
             else:
@@ -567,7 +651,12 @@ def _certify(kernel_obj, ref, kernel, reference, ref_name, p2, q2, k, n, alpha, 
         return CoupledCertificate(False, mism, done, tv, alpha, seconds, first, convention, "reference biased",
                                   verdict, **kw)
     if mism == 0:
-        verdict = f"NO BIAS DETECTED: {head}: {pair}. " + _reference_claim(ref_name, ref_law, ref_detail) + tail
+        claim = _reference_claim(ref_name, ref_law, ref_detail)
+        if ref_law == "unchecked":          # reference_check="none": nothing is known of the reference's own law
+            verdict = f"INCONCLUSIVE (the reference was not checked): {head}: {pair}. " + claim + tail
+            return CoupledCertificate(False, 0, done, tv, alpha, seconds, None, convention, "conforms", verdict,
+                                      inconclusive=True, **kw)
+        verdict = f"NO BIAS DETECTED: {head}: {pair}. " + claim + tail
         return CoupledCertificate(True, 0, done, tv, alpha, seconds, None, convention, "conforms", verdict, **kw)
 
     # ---- a mismatch: law checks, counterexample, optional fallback
@@ -612,29 +701,42 @@ def _certify(kernel_obj, ref, kernel, reference, ref_name, p2, q2, k, n, alpha, 
              f"(accepted {fm['reference'][1]})")
     laws = (f"law checks: kernel tokens vs p p = {_fmt(law_p)}, (stop, token) law at the counterexample node "
             f"p = {_fmt(cond_p)}" + (f", certify_verifier {'passed' if fb.passed else 'FAILED'}" if fb else ""))
+    passed = inconclusive = False
+    at0 = " at node row 0" if R > 1 else ""
     if biased:
         cls = "biased"
         verdict = (f"FAIL (biased): {head}: {mism:,} mismatches in {done:,} coupled draws, {where}; the kernel's "
                    f"token law differs from the target's ({laws}).")
     elif other_rule:
         cls = "a different rule"
+        own = (f"certify_verifier of the kernel{at0} detected no bias in its own law (detectable TV "
+               f"{fb.detectable_tv:.3g}): it may be another exact rule" if fb is not None else
+               "it may be another exact rule, or biased below what these checks detect -- certify its own law "
+               "with exactness.certify_verifier (fallback=True)")
         verdict = (f"FAIL (not rule {ref_name!r}): {head}: {mism:,} mismatches in {done:,} coupled draws, {where}; "
                    f"its (stop, token) law given the candidates differs from {ref_name!r}'s, so the kernel does not "
-                   f"implement {ref_name!r} ({laws}). No bias against the target law p was found at this budget: it "
-                   "may be another exact rule, or biased below what these checks detect -- certify its own law with "
-                   "exactness.certify_verifier (fallback=True).")
+                   f"implement {ref_name!r} ({laws}). No bias against the target law p was found at this budget: "
+                   f"{own}.")
+    elif fb is not None:                      # not the same coupling, and certify_verifier of the kernel passed
+        cls, passed = "not the same coupling", True
+        verdict = (f"NO BIAS DETECTED (by certify_verifier, detectable TV {fb.detectable_tv:.3g}); not the same "
+                   f"coupling as the reference: {head}: {mism:,} mismatches in {done:,} coupled draws, {where}; the "
+                   f"law checks find no bias ({laws}) and certify_verifier of the kernel{at0} detected none "
+                   f"({fb.summary()}). The kernel is certified on its own law, not as {ref_name!r} draw by draw: it "
+                   "uses the coins in another way.")
     else:
-        cls = "not the same coupling"
-        verdict = (f"FAIL (not the same coupling: fall back to certify_verifier): {head}: {mism:,} mismatches in "
-                   f"{done:,} coupled draws, {where}; but the law checks find no bias ({laws}), so the kernel may be "
-                   "exact under another coupling of the coins, or biased below what these checks detect -- it is "
-                   "not called biased; certify its law with exactness.certify_verifier (fallback=True), or use the "
-                   "kernel's own convention.")
-    if ref_law == "unchecked":
+        cls, inconclusive = "not the same coupling", True
+        verdict = (f"INCONCLUSIVE (not the same coupling: fall back to certify_verifier): {head}: {mism:,} "
+                   f"mismatches in {done:,} coupled draws, {where}; but the law checks find no bias ({laws}), so "
+                   "the kernel may be exact under another coupling of the coins, or biased below what these checks "
+                   "detect -- it is not called biased, and nothing is certified: certify its law with "
+                   "fallback=True (CLI: --fallback) or exactness.certify_verifier, or use the kernel's own "
+                   "convention.")
+    if ref_law == "unchecked" and not passed:
         verdict += (f" The reference {ref_name!r} is not a registry rule and its own law was not checked "
                     f"({ref_detail['why']}).")
-    return CoupledCertificate(False, mism, done, tv, alpha, seconds, first, convention, cls, verdict + tail, cex,
-                              law_p, cond_p, fb, seconds_to_first=t_first, **kw)
+    return CoupledCertificate(passed, mism, done, tv, alpha, seconds, first, convention, cls, verdict + tail, cex,
+                              law_p, cond_p, fb, seconds_to_first=t_first, inconclusive=inconclusive, **kw)
 
 
 def _reference_claim(ref_name, ref_law: str, d: dict) -> str:
@@ -651,7 +753,8 @@ def _reference_claim(ref_name, ref_law: str, d: dict) -> str:
                 "the reference's, whose own distance from p is bounded only by that Monte Carlo certificate.")
     return (f"This bounds TV(kernel, reference) only: the reference {ref_name!r} is not a registry rule and its "
             f"own law was not checked ({d['why']}), so nothing is claimed about the kernel's distance from p "
-            "(reference_check='montecarlo' certifies the reference in the same run).")
+            "(reference_check='auto', the default, checks the reference in the same run: enumerated when its "
+            "candidate tuples fit, else by Monte Carlo).")
 
 
 def _fmt(x):

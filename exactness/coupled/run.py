@@ -5,13 +5,15 @@ from __future__ import annotations
 import inspect
 import signal
 import traceback
+from types import SimpleNamespace
 
 import numpy as np
 
 from resispec.verifiers.base import law_from_chain
 from resispec.sampling import _inverse_cdf
 
-from .._checks import SubjectError, subject_call
+from .._checks import SubjectError
+from ..certificate import call_subject, subject_cause
 from .._timeout import limit_available
 from ..sampling import _builtin, _checked_result, _last_positive, _searchsorted_rows, accept_table, as_numpy_verifier
 from .conventions import COIN_NAMES, Coins, decisions, kernel_kwargs
@@ -81,10 +83,29 @@ def _verify_fn(kernel):
                     f"got {type(kernel).__name__}")
 
 
-#: The error for a kernel that writes into the read-only views the harness passes (``copies=False``).
-WRITES_INPUTS = ("kernel {name} wrote into its inputs ({exc}): certify_coupled passes p, q, candidates and the "
-                 "coins as read-only views, without copying (one node's p, q broadcast to all B rows, row stride "
-                 "0); pass copies=True (CLI: --copies) to give the kernel writable (B, V) copies")
+#: The cause of a kernel that writes into the read-only views the harness passes (``copies=False``): the
+#: subject misbehaving (a FAIL, exit 1), with the option that gives it writable copies.
+WRITES_INPUTS = ("kernel {name}.verify wrote into its read-only inputs ({exc}): certify_coupled passes p, q, "
+                 "candidates and the coins as read-only views, without copying (one node's p, q broadcast to all B "
+                 "rows, row stride 0); copies=True (CLI: --copies) gives the kernel writable (B, V) copies")
+
+
+def read_result(res, what: str):
+    """``res`` with its ``.tokens`` and ``.accepted`` read once, as a namespace (``res`` itself when it has no
+    ``.tokens``, so the contract check names its type).
+
+    A property of the result that raises (or calls ``sys.exit``) is the subject misbehaving:
+    :class:`exactness.SubjectError` ``"<what> returned a R whose .tokens raised RuntimeError: ..."``.
+    """
+    vals = {}
+    for attr in ("tokens", "accepted"):
+        try:
+            vals[attr] = getattr(res, attr)
+        except AttributeError:
+            pass
+        except (Exception, SystemExit) as exc:
+            raise SubjectError(subject_cause(f"{what} returned a {type(res).__name__} whose .{attr}", exc)) from exc
+    return SimpleNamespace(**vals) if "tokens" in vals else res
 
 
 def _read_only(x):
@@ -109,7 +130,7 @@ def run_kernel(kernel, p, q, c, coins: Coins, *, copies: bool = True) -> tuple[n
         True: pass writable copies (a kernel may normalise in place).
         False: pass read-only views, no copy (``p, q`` may be one node
         broadcast to B rows, row stride 0); a kernel that writes into them
-        gets a TypeError saying to pass ``copies=True``.
+        misbehaves (:class:`exactness.SubjectError` naming ``copies=True``).
 
     Returns
     -------
@@ -118,11 +139,11 @@ def run_kernel(kernel, p, q, c, coins: Coins, *, copies: bool = True) -> tuple[n
     Raises
     ------
     exactness.SubjectError
-        The kernel raised (chained from its exception), returned the wrong type, dtype or shape, ids
-        outside ``[0, V)``, no ``.accepted``, or an ``accepted`` that is not the index of the emitted
-        candidate: the cause names ``<Kernel>.verify`` and what it did.
-    TypeError
-        The kernel wrote into the read-only views of ``copies=False`` (pass ``copies=True``).
+        The kernel raised or called ``sys.exit`` (chained from its exception), wrote into the read-only
+        views of ``copies=False`` (the cause names ``copies=True``), returned the wrong type, dtype or
+        shape, a result whose ``.tokens`` / ``.accepted`` raise, ids outside ``[0, V)``, no ``.accepted``,
+        or an ``accepted`` that is not the index of the emitted candidate: the cause names
+        ``<Kernel>.verify`` and what it did.
     """
     kernel = as_numpy_verifier(kernel)
     fn = _verify_fn(kernel)
@@ -140,22 +161,28 @@ def run_kernel(kernel, p, q, c, coins: Coins, *, copies: bool = True) -> tuple[n
         kw = {n: _read_only(np.array(a)) for n, a in kw.items()}
     try:
         res = fn(p, q, c_k, rng, **kw)
-    except Exception as exc:
+    except (Exception, SystemExit) as exc:
         call = ", ".join(["p", "q", "candidates", "rng"] + [f"{n}=..." for n in kw])
         if not copies and isinstance(exc, ValueError) and "read-only" in str(exc):
-            raise TypeError(WRITES_INPUTS.format(name=type(kernel).__name__, exc=exc)) from exc
+            raise SubjectError(WRITES_INPUTS.format(name=type(kernel).__name__, exc=exc)) from exc
         if isinstance(exc, SubjectError):
             raise
+        if isinstance(exc, SystemExit):
+            raise SubjectError(f"kernel {type(kernel).__name__}.verify called sys.exit({exc.code!r}) -- called as "
+                               f"verify({call}) under the {coins.convention!r} coin convention") from exc
         hint = (" (a kernel that takes no coin arrays: convention='generator', or leave convention out)"
                 if isinstance(exc, TypeError) and "keyword" in str(exc) and coins.convention != "generator" else "")
         raise SubjectError(f"kernel {type(kernel).__name__}.verify raised {type(exc).__name__}: {exc} -- called as "
                            f"verify({call}) with p, q of shape ({B}, {p.shape[1]}) float64 and candidates "
                            f"({B}, {k}) int64 under the {coins.convention!r} coin convention "
                            f"(see exactness.coupled.conventions){hint}") from exc
+    name = type(kernel).__name__
     try:
-        t, a = _checked_result(res, B, k, p.shape[1], kernel, c)
-    except (TypeError, ValueError, SubjectError) as exc:
-        raise SubjectError(f"kernel {exc}") from exc
+        t, a = _checked_result(read_result(res, f"kernel {name}.verify"), B, k, p.shape[1], kernel, c)
+    except SubjectError as exc:
+        raise SubjectError(exc.cause if exc.cause.startswith("kernel ") else f"kernel {exc.cause}") from exc
+    except (Exception, SystemExit) as exc:       # the result's own conversion (np.asarray of it) raised
+        raise SubjectError(subject_cause(f"kernel {name}.verify returned a {type(res).__name__} that", exc)) from exc
     if np.any(a == -2):
         raise SubjectError(f"kernel {type(kernel).__name__}.verify returned no .accepted; coupled certification "
                            "compares the accepted index too: return .tokens and .accepted (B,) int64")
@@ -176,9 +203,9 @@ def run_reference(reference, p, q, c, coins: Coins) -> tuple[np.ndarray, np.ndar
     name = f"reference {type(reference).__name__}"
     if coins.convention == "resispec" and cut is not None:
         # the same decisions as reference.chain: steps after a row's first accepted candidate are skipped
-        ch = subject_call(cut, f"{name}.chain_until_accept", p, q, c, coins.arrays["uniforms"])
+        ch = call_subject(cut, f"{name}.chain_until_accept", p, q, c, coins.arrays["uniforms"])
     else:
-        ch = subject_call(reference.chain, f"{name}.chain", p, q, c)
+        ch = call_subject(reference.chain, f"{name}.chain", p, q, c)
     acc, res_u = decisions(coins, ch.accept_probs)
     rows = np.arange(c.shape[0])
     tokens = c[rows, np.maximum(acc, 0)].astype(np.int64)

@@ -284,7 +284,7 @@ def run(args) -> int:
         untested = grid.untested_verifiers()
         if untested:
             print(f"NOT TESTED (every cell skipped; see the table): {', '.join(untested)}")
-        print(f"FAIL: {', '.join(grid.failed_verifiers())} (family-wise alpha {args.alpha:g}, Holm)")
+        print(fail_line(grid, args.alpha))
         return 1
     if escaped:
         print(f"HARNESS WARNING: mutants not flagged in every run: {', '.join(escaped)}")
@@ -296,6 +296,19 @@ def run(args) -> int:
           + (f"; {len(unsupported)} cell(s) not supported by the verifier (its supported_k), listed as skipped, "
              "not certified" if unsupported else ""))
     return 0
+
+
+def fail_line(grid, alpha: float) -> str:
+    """The last line of a failing run: the verifiers whose cells found a bias (family-wise, Holm), then each
+    verifier whose cells failed because it misbehaved, with the first cause (``GridResult.subject_causes``):
+    ``FAIL: mine:Raises: Raises.verify raised RuntimeError: boom (in verify, mine.py:3) (subject misbehaved)``."""
+    causes = grid.subject_causes()
+    biased = [v for v in grid.failed_verifiers() if v not in causes]
+    parts = [f"{', '.join(biased)} (family-wise alpha {alpha:g}, Holm)"] if biased else []
+    for v, (cause, m) in causes.items():
+        more = f"; {m} cells" if m > 1 else ""
+        parts.append(f"{v}: {cause} (subject misbehaved{more})")
+    return "FAIL: " + "; ".join(parts)
 
 
 def mutant_table(mutants) -> str:

@@ -14,16 +14,20 @@ Examples:
 
 A pass bounds the kernel's distance from p only when the reference is
 trusted: a registry rule (exact by proof), or a user's reference whose law is
-checked in this run (enumerated when its candidate tuples fit; with
---reference-check montecarlo, certified by Monte Carlo otherwise).  Else it
-bounds TV(kernel, reference) only, and says so; a user's reference found
-biased fails.
+checked in this run (enumerated when its candidate tuples fit, else
+certified by Monte Carlo).  With --reference-check none it is not checked:
+zero mismatches then bound TV(kernel, reference) only, and are INCONCLUSIVE;
+a user's reference found biased fails.
 
-Exit status: 0 pass; 1 mismatches (biased, or not the same coupling: the
-verdict says which), a biased user reference, or a kernel that raises,
-hangs past the time limit, or returns the wrong shape, dtype or accepted
-index (the cause is printed); 2 bad arguments or a kernel that cannot be
-loaded.
+Exit status: 0 no bias detected (or, with --fallback, "not the same
+coupling" and certify_verifier of the kernel detected no bias); 1 FAIL:
+mismatches from a biased kernel or another rule, a biased user reference,
+or a kernel that raises, calls sys.exit, hangs past the time limit, writes
+into its read-only inputs (--copies gives it writable copies) or returns
+the wrong shape, dtype or accepted index (the cause is printed); 2 bad
+arguments or a kernel that cannot be loaded; 3 INCONCLUSIVE: "not the same
+coupling" (mismatches, but no law differs: rerun with --fallback), or a
+reference that was not checked (--reference-check none).
 """
 
 from __future__ import annotations
@@ -55,7 +59,8 @@ def add_arguments(parser) -> None:
                         help="use the node(s) in this .npz (arrays p and q, shape (V,) or (R, V)) instead")
     parser.add_argument("--stop-after", type=count, default=None, help="stop after this many mismatches")
     parser.add_argument("--fallback", action="store_true",
-                        help="on a mismatch also run certify_verifier on the kernel (tells a bias from a coupling)")
+                        help="on a mismatch also run certify_verifier on the kernel: it decides a 'not the same "
+                        "coupling' verdict (its pass: exit 0; its failure: exit 1)")
     parser.add_argument("--copies", action="store_true",
                         help="give the kernel writable (B, V) copies of p, q (default: read-only broadcast views)")
     parser.add_argument("--time-limit", type=float, default=3600.0, metavar="SECONDS",
@@ -63,7 +68,8 @@ def add_arguments(parser) -> None:
                         "never returns is stopped max(10, SECONDS) later and FAILs as a hang")
     parser.add_argument("--reference-check", default="auto", choices=["auto", "montecarlo", "none"],
                         help="how a reference that is not a registry rule is checked: auto (enumerate its law when "
-                        "it fits), montecarlo (else certify it by Monte Carlo), none (default auto)")
+                        "it fits, else certify it by Monte Carlo), montecarlo (the same), none (not checked: a pass "
+                        "is INCONCLUSIVE, exit 3) (default auto)")
     parser.add_argument("--counterexample", default=None, metavar="PATH",
                         help="write the counterexample's Python here (default: print it)")
 
@@ -102,4 +108,4 @@ def run(args) -> int:
             print(f"counterexample written to {args.counterexample}")
         else:
             print("\n# counterexample (python):\n" + cert.counterexample)
-    return 0 if cert.passed else 1
+    return 0 if cert.passed else 3 if cert.inconclusive else 1

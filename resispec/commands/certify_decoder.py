@@ -14,12 +14,15 @@ on saved models (folders, loaded offline) through ``exactness.adapters.hf``: ``H
 ``--num-assistant-tokens``, the latter with a constant schedule); prompts from ``--prompts`` (ids)
 or ``--prompt-text`` (tokenised with the target's tokenizer; repeat for several).
 
-Writes a terminal table, a Markdown report (default reports/certify_decoder.md), a JSON file and a
-PNG figure (per-position PIT p-values and detectable TV) next to it; progress of slow phases on stderr.
+Writes a terminal table (under a line naming the sample: ``n = 150,000 continuations (50,000 per prompt x 3
+prompts)``; ``--samples`` is per prompt, the summary's ``n`` the pooled total), a Markdown report (default
+reports/certify_decoder.md), a JSON file and a PNG figure (per-position PIT p-values and detectable TV) next
+to it; progress of slow phases on stderr.
 Exit status (as ``resispec certify``): 0 no bias detected; 1 bias found or the decoder misbehaved (it
-raised, returned the wrong shape / dtype, ids outside [0, V), a token of target probability 0, or did not
-return within --time-limit: the cause is printed); 2 bad input (a module that cannot be loaded, bad
-options, a target that raises or returns a bad law).
+raised, called ``sys.exit`` while decoding, returned the wrong shape / dtype, ids outside [0, V), a token of
+target probability 0, or did not return within --time-limit: the cause is printed); 2 bad input (a module
+that cannot be loaded, even one that calls ``sys.exit`` at import or in its factory, bad options, a target
+that raises or returns a bad law).
 
 Example:
   resispec certify-decoder --decoder exactness.decoder_mutants:demo --new-tokens 3
@@ -63,7 +66,8 @@ def add_arguments(parser) -> None:
                     "--hf-target's tokenizer; repeat for several (they must tokenise to equal lengths)")
     parser.add_argument("--new-tokens", type=int, default=2, help="tokens per continuation (default 2)")
     parser.add_argument("--samples", type=count, default=None, metavar="N",
-                        help="continuations per prompt (default: the n at which the joint test detects TV 0.02)")
+                        help="continuations per prompt (default: the n at which the joint test detects TV 0.02); "
+                             "the summary's n is the total over the prompts")
     parser.add_argument("--tv", type=float, default=None, help="TV to detect (plans n; warns if n is too small)")
     parser.add_argument("--alpha", type=float, default=1e-3, help="family-wise level over the checks (default 1e-3)")
     parser.add_argument("--seed", type=int, default=0, help="seed (default 0)")

@@ -14,8 +14,9 @@ Examples:
 
 Exit status: 0 PASS; 1 FAIL (a defect, or a mismatch where verify's law
 differs from its declared steps': the first one and how to replay it are
-printed; or a verify / step_plan that raises, hangs past the hard time
-limit, or returns the wrong shape or accepted index: the cause is printed);
+printed; or a verify / step_plan that raises, calls sys.exit, hangs past
+the hard time limit, returns the wrong shape or accepted index, or kills
+its worker process with --workers: the cause is printed);
 3 INCONCLUSIVE (undeclared states or a --time-limit stop left the bound
 above --tv; or "not the same coupling": verify mismatches its declared chain
 draw by draw but emits its law, as an exact verify using the coins in
