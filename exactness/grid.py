@@ -170,13 +170,18 @@ class GridResult:
 
     def subject_causes(self) -> dict[str, tuple[str, int]]:
         """``{verifier: (cause, cells)}`` for the verifiers with cells that failed because the subject misbehaved
-        (raised, called ``sys.exit``, emitted a bad token, did not return): the first such cell's cause (its
-        ``details["error"]`` without the ``"error: "`` prefix) and how many cells failed so."""
+        (raised, called ``sys.exit``, emitted a bad token, did not return, reported accepted indices that do not
+        name its candidates): the first such cell's cause (its ``details["error"]`` without the ``"error: "``
+        prefix, or the ``accepted_index`` check's reason) and how many cells failed so."""
         out: dict[str, tuple[str, int]] = {}
         for c in self.cells:
             d = c.certificate.details if c.certificate is not None else {}
+            cause = None
             if d.get("subject_misbehaved"):
                 cause = str(d["error"]).removeprefix("error: ")
+            elif c.certificate is not None and "accepted_index" in c.certificate.failed_checks(adjusted=False):
+                cause = "accepted index breaks the contract: " + str(d["accepted_index"]["error"])
+            if cause is not None:
                 first, m = out.get(c.verifier, (cause, 0))
                 out[c.verifier] = (first, m + 1)
         return out

@@ -423,7 +423,7 @@ def accepted_problem(t: np.ndarray, a: np.ndarray, k: int, candidates, what: str
         if bad.size:
             b = int(bad[0])
             return (f"{what}accepted[{b}] = {a[b]} but tokens[{b}] = {t[b]} != candidates[{b}, {a[b]}] = "
-                    f"{candidates[b, a[b]]} ({bad.size} such rows); accepted must be the index of the "
+                    f"{candidates[b, a[b]]} ({bad.size} of the {a.size} rows of this call); accepted must be the index of the "
                     "emitted candidate (or -1 for a residual token), not a flag")
     return None
 

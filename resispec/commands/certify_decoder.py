@@ -16,7 +16,7 @@ or ``--prompt-text`` (tokenised with the target's tokenizer; repeat for several)
 
 Writes a terminal table (under a line naming the sample: ``n = 150,000 continuations (50,000 per prompt x 3
 prompts)``; ``--samples`` is per prompt, the summary's ``n`` the pooled total), a Markdown report (default
-reports/certify_decoder.md), a JSON file and a PNG figure (per-position PIT p-values and detectable TV) next
+certify-out/certify_decoder.md, git-ignored), a JSON file and a PNG figure (per-position PIT p-values and detectable TV) next
 to it; progress of slow phases on stderr.
 Exit status (as ``resispec certify``): 0 no bias detected; 1 bias found or the decoder misbehaved (it
 raised, called ``sys.exit`` while decoding, returned the wrong shape / dtype, ids outside [0, V), a token of
@@ -77,9 +77,9 @@ def add_arguments(parser) -> None:
     parser.add_argument("--no-progress", action="store_true",
                         help="no progress on stderr (default: slow phases show a bar on a terminal, else a line "
                              "every ~10 s)")
-    parser.add_argument("--out", type=Path, default=Path("reports/certify_decoder.md"),
+    parser.add_argument("--out", type=Path, default=Path("certify-out/certify_decoder.md"),
                         help="Markdown report path; the JSON and the PNG figure go next to it (default "
-                             "reports/certify_decoder.md)")
+                             "certify-out/certify_decoder.md, git-ignored)")
 
 
 def parse_prompts(text: str):
