@@ -48,6 +48,16 @@ def limit_available() -> bool:
     return hasattr(signal, "SIGALRM") and threading.current_thread() is threading.main_thread()
 
 
+def own_limit(seconds: float | None) -> float | None:
+    """``seconds``, or None when it would not be this block's limit: none asked (None / 0), no limit available
+    here (:func:`limit_available`), or an outer ``SIGALRM`` timer (the caller's own limit, e.g. a ``resispec
+    certify`` cell's) is due no later: that one stays in charge and its ``TimeLimitExceeded`` is the caller's."""
+    if not seconds or not limit_available():
+        return None
+    delay, _ = signal.getitimer(signal.ITIMER_REAL)
+    return None if 0 < delay <= seconds else seconds
+
+
 @contextmanager
 def time_limit(seconds: float | None):
     """Raise ``TimeLimitExceeded`` in the block after ``seconds`` (None/0: no limit).

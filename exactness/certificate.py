@@ -312,14 +312,12 @@ def _import_lazy_modules() -> None:
 
 @contextmanager
 def subject_time_limit(timeout: float | None):
-    """``exactness._timeout.time_limit(timeout)`` unless a limit is already running here (an outer one, e.g. a
-    ``resispec certify`` cell's: it governs, and its ``TimeLimitExceeded`` passes through); yields whether this
-    limit was armed."""
-    import signal
+    """``exactness._timeout.time_limit(timeout)`` unless an outer limit due no later is running here (e.g. a
+    ``resispec certify`` cell's: it governs, and its ``TimeLimitExceeded`` passes through;
+    :func:`exactness._timeout.own_limit`); yields whether this limit was armed."""
+    from ._timeout import own_limit, time_limit
 
-    from ._timeout import limit_available, time_limit
-
-    if not timeout or not limit_available() or signal.getitimer(signal.ITIMER_REAL)[0] > 0:
+    if own_limit(timeout) is None:
         yield False
         return
     _import_lazy_modules()

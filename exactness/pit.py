@@ -167,7 +167,8 @@ def pair_check(u: dict, m: int, alpha: float):
     """The joint law of two tokens' binned PITs, for each pair of :func:`pair_list`: ``(p-value, details)``.
 
     ``u``: position j -> (N,) randomised PITs (one order).  Under exactness the PITs of one continuation are
-    i.i.d. uniform on [0, 1] (the randomised Rosenblatt transform), so each pair's ``PAIR_BINS^2`` cells are
+    i.i.d. uniform on [0, 1] (the randomised Rosenblatt transform: Rosenblatt 1952, Ann. Math. Stat. 23;
+    Diebold, Gunther and Tay 1998, Int. Econ. Rev. 39), so each pair's ``PAIR_BINS^2`` cells are
     equally likely: chi-square per pair, Bonferroni over the pairs.  ``(None, details)`` with ``m < 2`` or
     when no pair keeps a degree of freedom.  The detectable TV (power ``POWER``) is that of one pair's binned
     law at level ``alpha / pairs``: it covers a token whose law depends on an earlier token through their

@@ -67,12 +67,12 @@ from resispec.verifiers.step_plan import StepPlan
 
 from . import _stepwise_kernel as _kernel
 from ._checks import SubjectError, as_generator, as_seed_sequence, check_alpha, check_n, check_tv, sub_seed
-from ._timeout import MAX_TIMEOUT, TimeLimitExceeded
+from ._timeout import MAX_TIMEOUT, TimeLimitExceeded, own_limit
 from ._timeout import time_limit as _time_limit
 from .chunks import chunk_jobs
 from .verifier_cert import check_workers
 from .coupled.certify import check_min_draws, tv_upper_bound
-from .coupled.run import armed_limit, hard_limit, hung_call, read_result
+from .coupled.run import hard_limit, hung_call, read_result
 from .gof import gof_test
 from .power import _check_power
 from .sampling import _checked_result, candidate_law, draw_node_candidates, drafting_of
@@ -760,7 +760,7 @@ def certify_stepwise(verifier, p, q, k: int, *, n: int | None = None, tv: float 
     drafting = drafting_of(verifier)
     from . import certificate as _cert
 
-    hard = armed_limit(hard_limit(float(time_limit) if time_limit is not None else _cert.MAX_SECONDS))
+    hard = own_limit(hard_limit(float(time_limit) if time_limit is not None else _cert.MAX_SECONDS))
     try:
         with _time_limit(hard):
             drafting, cl = _drafting_and_law(verifier, q2, k)   # a draft_law hook that fails: the subject's

@@ -18,6 +18,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from _subjects import subject_fail as _subject_fail
 
 import exactness
 from exactness.chain import ChainDecoder, chain_decoder, chain_target, token_chain_kernel
@@ -58,12 +59,6 @@ class Batched:
         return np.stack([exact(p, new_tokens, rng) for p in prompts])
 
 
-def _subject_fail(cert, *words):
-    assert not cert.passed and cert.checks == {"subject": 0.0}, cert.summary()
-    cause = cert.details["subject"]["error"]
-    for w in words:
-        assert w in cause, cause
-    return cause
 
 
 # --------------------------------------------------------------------------- sys.exit inside the subject

@@ -26,13 +26,13 @@ from resispec._validation import check_k
 
 from .._checks import SubjectError, as_generator, check_alpha, check_n
 from ..certificate import door_node, subject_cause
-from .._timeout import MAX_TIMEOUT, TimeLimitExceeded
+from .._timeout import MAX_TIMEOUT, TimeLimitExceeded, own_limit
 from .._timeout import time_limit as _time_limit
 from ..gof import gof_test
 from ..sampling import (GUARD, _ELEMS, _builtin, as_numpy_verifier, candidate_law, draw_node_candidates,
                         drafting_of, has_chain)
 from .conventions import COIN_NAMES, check_convention, draw_coins
-from .run import (WRITES_INPUTS, TableReference, armed_limit, hard_limit, hung_call, joint_law, run_kernel,
+from .run import (WRITES_INPUTS, TableReference, hard_limit, hung_call, joint_law, run_kernel,
                   run_reference, takes_coins)
 from .shrink import shrink, to_source
 
@@ -514,7 +514,7 @@ def certify_coupled(kernel, reference, p, q, k: int, *, n: int = 100_000, alpha:
         raise TypeError(f"copies must be True or False, got {copies!r}")
     head = f"kernel vs {ref_name!r} under the {convention!r} coin convention"
     state = {"phase": "reference", "done": 0, "mism": 0, "first": None}
-    hard = None if time_limit is None else armed_limit(hard_limit(time_limit))
+    hard = None if time_limit is None else own_limit(hard_limit(time_limit))
     try:
         with _time_limit(hard):
             return _certify(kernel_obj, ref, kernel, reference, ref_name, p2, q2, k, n, alpha, seed, rng,

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import inspect
-import signal
 import traceback
 from types import SimpleNamespace
 
@@ -14,7 +13,6 @@ from resispec.sampling import _inverse_cdf
 
 from .._checks import SubjectError
 from ..certificate import call_subject, subject_cause
-from .._timeout import limit_available
 from ..sampling import _builtin, _checked_result, _last_positive, _searchsorted_rows, accept_table, as_numpy_verifier
 from .conventions import COIN_NAMES, Coins, decisions, kernel_kwargs
 
@@ -31,19 +29,6 @@ def hard_limit(time_limit: float) -> float:
     a slow batch is never reported as a hang.
     """
     return float(time_limit) + max(HANG_GRACE, float(time_limit))
-
-
-def armed_limit(seconds: float) -> float | None:
-    """``seconds``, or None when an outer ``SIGALRM`` timer (the caller's own limit) fires first.
-
-    An outer limit that is due sooner stays in charge (its ``TimeLimitExceeded`` is the caller's, and
-    propagates); a run's own limit is armed only when it is the earlier one.
-    """
-    if limit_available():
-        delay, _ = signal.getitimer(signal.ITIMER_REAL)
-        if 0 < delay <= seconds:
-            return None
-    return seconds
 
 
 def hung_call(exc: BaseException, names: dict) -> str | None:
