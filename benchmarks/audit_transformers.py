@@ -18,7 +18,7 @@ why, and the run time.  It reports whatever it finds: a failing path is a
 finding about the installed library, not an error of this script.
 
     python benchmarks/audit_transformers.py [--n 3000] [--seed 0] [--only PATH ...] [--out OUT.md]
-    python benchmarks/audit_transformers.py --combine OLD.json NEW.json --out reports/audit_transformers.md
+    python benchmarks/audit_transformers.py --combine OLD.json NEW.json --out reports/audit_transformers_generators.md
 
 ``--combine`` runs nothing: it writes one report from two earlier runs' JSON,
 taking every path NEW ran from NEW and the other paths from OLD (both
@@ -280,7 +280,7 @@ def main(argv=None) -> int:
     ap.add_argument("--only", nargs="*", help="run only these paths (names in the first column)")
     ap.add_argument("--scale", type=float, default=3.0, help="output-head multiplier of the random models (default 3)")
     ap.add_argument("--combine", nargs=2, metavar=("OLD.json", "NEW.json"), help="write one report from two runs")
-    ap.add_argument("--out", default="reports/audit_transformers.md")
+    ap.add_argument("--out", default="reports/audit_transformers_generators.md")
     args = ap.parse_args(argv)
     if args.n < 1:
         ap.error("--n must be >= 1")

@@ -46,7 +46,7 @@ lane2() {
     "${RS[@]}" bench-gap --nodes 4 --samples 300 --out reports/bench_gap.md --no-progress
     "$PY" benchmarks/bench_mutants.py --seeds 20
     "$PY" benchmarks/bench_coupled.py
-    "$PY" benchmarks/audit_transformers.py --n 3000        # ~45 min on 2 cores
+    "$PY" benchmarks/audit_transformers.py --n 3000 --out reports/audit_transformers_generators.md       # ~45 min on 2 cores
   fi
 }
 

@@ -155,6 +155,7 @@ DYNAMIC_IMPORTS = {
     "resispec.decoding.drafts": "resispec.decoding.ngram on parse_draft_spec (plug-in hook: the ngram draft kind)",
     "exactness": "exactness.<submodule> as a lazy attribute of the package",
     "exactness.certify_run": "a user's module named by --verifier module:attr",
+    "exactness.engines.base": "exactness.engines.<engine> on get_engine (plug-in hook: one module per engine)",
 }
 
 
@@ -235,12 +236,14 @@ def test_resispec_core_is_the_ground_floor(graph):
 def test_floors(graph, importer, target):
     found = _imports_from(graph, (importer,), target)
     if importer == "exactness":  # the decoder adapters sit above the decoding floor (test below)
-        found = [(a, b) for a, b in found if not _under(a, (ADAPTERS,))]
+        found = [(a, b) for a, b in found if not _under(a, (ADAPTERS, ENGINES))]
     assert found == []
 
 
 #: ``exactness.adapters``: wrap real decoders (``resispec.decoding``, transformers) for ``certify_decoder``.
 ADAPTERS = "exactness.adapters"
+#: ``exactness.engines``: the engine audit, on the adapters' floor (its transformers engine uses them).
+ENGINES = "exactness.engines"
 
 
 def test_adapters_floor(graph):
@@ -248,9 +251,18 @@ def test_adapters_floor(graph):
     assert "exactness.adapters.engine" in graph
     assert _imports_from(graph, (ADAPTERS,), ("resispec.bench", "resispec.commands", "resispec.cli",
                                               "resispec.__main__")) == []
-    below = [m for m in graph if not _under(m, (ADAPTERS, "resispec.bench", "resispec.commands", "resispec.cli",
-                                                "resispec.__main__"))]
+    below = [m for m in graph if not _under(m, (ADAPTERS, ENGINES, "resispec.bench", "resispec.commands",
+                                                "resispec.cli", "resispec.__main__"))]
     assert sorted((a, b) for a in below for b in graph[a] if _under(b, (ADAPTERS,))) == []
+
+
+def test_engines_floor(graph):
+    """The engine audit imports the harness and the adapters, never the wing or the CLI; only the CLI imports it."""
+    assert "exactness.engines.audit" in graph
+    assert _imports_from(graph, (ENGINES,), ("resispec.bench", "resispec.commands", "resispec.cli",
+                                             "resispec.__main__")) == []
+    below = [m for m in graph if not _under(m, (ENGINES, "resispec.commands", "resispec.cli", "resispec.__main__"))]
+    assert sorted((a, b) for a in below for b in graph[a] if _under(b, (ENGINES,))) == []
 
 
 def test_kernel_is_the_floor(graph):

@@ -182,6 +182,7 @@ def hf_target(model, generation_config=None, **options):
     gc = generation_config_for(model, generation_config, **options)
     vocab = _vocab(model)
     device = next(model.parameters()).device
+    model._prepare_special_tokens(gc, device=device)  # as generate does: the EOS tensor bad words / min length read
 
     def target(contexts):
         ctx = _check_contexts(contexts, vocab)

@@ -1,0 +1,529 @@
+"""The engine audit: an engine's speculative decoding certified against its own law, over a grid of settings.
+
+For one :class:`~exactness.engines.base.Engine` (the loop knows no engine):
+
+1. build the tiny local models (``exactness.engines.tiny.build_tiny``) and convert them (``engine.prepare``);
+2. per sampling setting: the engine's OWN non-speculative law (``engine.target``), cross-checked against the
+   independent float64 law (``exactness.settings.processed_law`` on ``tiny.float64_logits``, in the engine's
+   documented order); a mismatch is a finding about the law, reported in its own column, never used silently;
+3. per (setting, speculative option): a pilot of ``PILOT`` continuations measures the engine's rate, the budget
+   is the ``n`` detecting ``tv`` per position (``exactness.samples_for_tv``) capped by ``cell_seconds``, and
+   ``exactness.certify_decoder`` certifies it against the engine's law;
+4. per FAIL: the smallest setting that still fails (each active field dropped in turn, kept out while the
+   cell still fails), the offending token (the position of smallest p-value, its most frequent prefix: the
+   observed vs exact law of that token), and a reproduction script (``engine.repro_script`` when the engine has
+   one: it runs without this project).
+
+A cell is PASS (no bias detected, with its detectable TV), FAIL (the engine is biased, or raised / hung while
+decoding: ``certify_decoder`` names the cause) or INCONCLUSIVE (the engine cannot run it: a setting it does not
+implement, a model it cannot load -- :class:`~exactness.engines.base.EngineUnavailable`).  The report is
+written after every cell, so a crash of the engine loses no finished cell.
+"""
+
+from __future__ import annotations
+
+import math
+import platform
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from .base import EngineUnavailable, get_engine
+
+#: Settings certified by default (engine-neutral; an engine that does not implement one gives INCONCLUSIVE cells).
+DEFAULT_SETTINGS = ("T=1", "temperature=0.7", "top_k=3", "top_p=0.8", "min_p=0.1", "repetition_penalty=1.5",
+                    "presence_penalty=0.5,frequency_penalty=0.5", "logit_bias=2:2;3:-2", "bad_words=4;5 6",
+                    "temperature=0.7,top_k=5,top_p=0.9,repetition_penalty=1.3")
+DEFAULT_TV = 0.02          # detectable TV per position to reach (issue 38: 0.02 on tiny models)
+CELL_SECONDS = 600.0       # engine time per cell the budget may use
+PILOT = 16                 # continuations timed before planning n
+MIN_N = 200                # fewest continuations per prompt (below it no check has a degree of freedom)
+LAW_TOL = 1e-4             # TV between the engine's law and the float64 law above which it is a finding
+NEW_TOKENS = 3
+VOCAB = 16
+
+
+@dataclass
+class Cell:
+    """One (setting, option) of the audit; TVs and p-values are None where nothing was measured."""
+
+    setting: str
+    option: str
+    verdict: str                      # PASS, FAIL or INCONCLUSIVE
+    cause: str = ""                   # FAIL: the failing line; INCONCLUSIVE: why it could not run
+    pvalue: float | None = None
+    tv_estimate: float | None = None
+    tv_upper: float | None = None
+    detectable_tv: float | None = None            # of the main check (joint law of the first tokens)
+    position_detectable_tv: float | None = None   # the largest per-position detectable TV
+    n: int = 0                        # continuations in all (pooled over prompts)
+    seconds: float = 0.0
+    rate: float | None = None         # continuations per second through the adapter (pilot)
+    law_tv: float | None = None       # max TV between the engine's law and the independent float64 law
+    smallest_setting: str | None = None
+    offending: dict | None = None
+    repro: str | None = None
+    acceptance: dict | None = None    # the engine's own speculative counters, where it reports them
+
+
+@dataclass
+class AuditReport:
+    """What :func:`audit` found; ``write(out)`` writes ``audit_<engine>.md/json/png`` under ``out``."""
+
+    engine: str
+    version: str
+    order: str
+    platform: str
+    vocab: int
+    new_tokens: int
+    prompts: list
+    tv: float
+    cell_seconds: float
+    command: str
+    cells: list = field(default_factory=list)
+    seconds: float = 0.0
+    law_source: str = ""
+
+    @property
+    def failed(self) -> bool:
+        return any(c.verdict == "FAIL" for c in self.cells)
+
+    @property
+    def inconclusive(self) -> bool:
+        return any(c.verdict == "INCONCLUSIVE" for c in self.cells)
+
+    def to_json(self) -> dict:
+        return {**{k: v for k, v in asdict(self).items() if k != "cells"}, "cells": [asdict(c) for c in self.cells]}
+
+    def to_markdown(self) -> str:
+        def num(x, spec=".3g"):
+            return "-" if x is None or (isinstance(x, float) and not math.isfinite(x)) else format(x, spec)
+
+        lines = [f"# Audit: {self.engine} {self.version}", "",
+                 f"{self.platform}. Command: `{self.command}`. Run time {self.seconds:.0f} s.", "",
+                 f"Tiny local models (Llama, vocabulary {self.vocab}, hidden 32, target 2 layers, draft 1 layer; "
+                 f"`exactness.engines.tiny`), prompts {self.prompts}, {self.new_tokens} new tokens per "
+                 f"continuation. Law: the engine's own non-speculative sampler ({self.law_source}); the column "
+                 f"'law TV' is its TV to the independent float64 law (transformers float64 logits, the engine's "
+                 f"order `{self.order}` in `exactness.settings`). Budget per cell: the n detecting TV {self.tv:g} "
+                 f"per position (alpha 1e-3, power 0.99), capped by {self.cell_seconds:g} s of engine time. "
+                 "'cont./s': continuations per second through the adapter (pilot); 'acceptance': the engine's own "
+                 "count of accepted / drafted tokens where it reports one.", "",
+                 "| setting | option | verdict | p-value | TV estimate (upper) | detectable TV (per position) | n "
+                 "| cont./s | s | law TV | acceptance |", "|---|---|---|---|---|---|---|---|---|---|---|"]
+        for c in self.cells:
+            verdict = {"FAIL": "**FAIL**"}.get(c.verdict, c.verdict)
+            lines.append(f"| {c.setting} | {c.option} | {verdict} | {num(c.pvalue)} | {num(c.tv_estimate)} "
+                         f"({num(c.tv_upper)}) | {num(c.detectable_tv)} ({num(c.position_detectable_tv)}) | "
+                         f"{c.n:,} | {num(c.rate, '.1f')} | {c.seconds:.0f} | {num(c.law_tv, '.1e')} | "
+                         f"{num((c.acceptance or {}).get('rate'), '.3f')} |")
+        weak = [c for c in self.cells if c.verdict == "PASS" and (c.position_detectable_tv or 1) > self.tv]
+        if weak:
+            lines += ["", f"{len(weak)} PASS cell(s) did not reach the detectable TV {self.tv:g} per position (n was "
+                      f"given, or {self.cell_seconds:g} s of the engine's rate capped it); such a pass rules out only "
+                      "the TV in its row."]
+        bad = [c for c in self.cells if c.verdict != "PASS"]
+        if bad:
+            lines += ["", "## Failing and inconclusive cells", ""]
+            for c in bad:
+                lines.append(f"- {c.setting} / {c.option}: {c.verdict}: {c.cause}")
+                if c.smallest_setting is not None:
+                    lines.append(f"  - smallest setting that still fails: `{c.smallest_setting}`")
+                if c.offending:
+                    o = c.offending
+                    lines.append(f"  - offending token: position {o['position']}, prompt {o['prompt']}, prefix "
+                                 f"{o['prefix']}: token {o['token']} observed {o['observed']:.4f} vs exact "
+                                 f"{o['exact']:.4f} ({o['count']:,} draws with that prefix; TV {o['tv']:.3f}, "
+                                 f"p = {o['pvalue']:.3g})")
+                if c.repro:
+                    lines.append(f"  - reproduction: `python {c.repro}`")
+        lines += ["", "A FAIL is a finding about the engine (reproduce it with its script); INCONCLUSIVE means the "
+                  "cell could not run (its cause); PASS means no bias was detected at the detectable TV of its row.",
+                  ""]
+        return "\n".join(lines)
+
+    def write(self, out) -> tuple[str, ...]:
+        """Write ``audit_<engine>.md``, ``.json`` and ``.png`` under the folder ``out``; returns the paths."""
+        from resispec._io import write_markdown_and_json
+
+        out = Path(out)
+        out.mkdir(parents=True, exist_ok=True)
+        stem = out / f"audit_{self.engine.replace('.', '_')}"
+        md, js = write_markdown_and_json(str(stem) + ".md", self.to_markdown(), self.to_json())
+        png = _plot(self, str(stem) + ".png")
+        return (md, js) + ((png,) if png else ())
+
+
+def _plot(report: AuditReport, path: str) -> str | None:
+    """TV estimate, its upper bound and the detectable TV per cell (None without matplotlib)."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return None
+    cells = [c for c in report.cells if c.tv_estimate is not None and math.isfinite(c.tv_estimate)]
+    if not cells:
+        return None
+    fig, ax = plt.subplots(figsize=(max(6, 0.5 * len(cells) + 2), 4))
+    x = np.arange(len(cells))
+    ax.bar(x, [c.tv_upper for c in cells], color="#ddd", label="TV upper bound")
+    ax.bar(x, [c.tv_estimate for c in cells], color=["#c33" if c.verdict == "FAIL" else "#48a" for c in cells],
+           label="TV estimate (red: FAIL)")
+    ax.plot(x, [c.position_detectable_tv for c in cells], "k_", markersize=14, label="detectable TV per position")
+    ax.axhline(report.tv, color="k", lw=0.6, ls=":")
+    ax.set_xticks(x, [f"{c.setting}\n{c.option}" for c in cells], rotation=90, fontsize=6)
+    ax.set_ylabel("TV")
+    ax.set_title(f"{report.engine} {report.version}")
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    tmp = path + ".tmp.png"
+    fig.savefig(tmp, dpi=110)
+    plt.close(fig)
+    Path(tmp).replace(path)
+    return path
+
+
+class _Recorder:
+    """Wraps a decoder, keeping every (prompt, continuation) it emits (for the offending-token analysis)."""
+
+    def __init__(self, decoder):
+        self.decoder, self.seen = decoder, []
+        if hasattr(decoder, "no_events_reason"):
+            self.no_events_reason = decoder.no_events_reason
+        if hasattr(decoder, "sample"):
+            self.sample = self._sample
+
+    def __call__(self, prompt, new_tokens, rng):
+        out = self.decoder(prompt, new_tokens, rng)
+        self.seen.append((tuple(int(t) for t in prompt), np.asarray(out).reshape(1, -1).copy()))
+        return out
+
+    def _sample(self, prompts, new_tokens, rng):
+        out = self.decoder.sample(prompts, new_tokens, rng)
+        arr = np.asarray(out)
+        for b in range(len(prompts)):
+            self.seen.append((tuple(int(t) for t in prompts[b]), arr[b:b + 1].copy()))
+        return out
+
+
+def offending_token(recorder: _Recorder, cert, target) -> dict | None:
+    """The observed vs exact law of the worst token: position of smallest p-value, its most frequent prefix."""
+    from scipy import stats
+
+    pos = cert.details.get("positions") or []
+    if not pos or not recorder.seen:
+        return None
+    j = min(pos, key=lambda d: d["pvalue"])["position"] - 1
+    groups: dict = {}
+    for prompt, toks in recorder.seen:
+        for row in toks:
+            if row.size > j:
+                groups.setdefault((prompt, tuple(int(t) for t in row[:j])), []).append(int(row[j]))
+    (prompt, prefix), tokens = max(groups.items(), key=lambda kv: len(kv[1]))
+    law = target(np.array([list(prompt) + list(prefix)], dtype=np.int64))[0]
+    counts = np.bincount(tokens, minlength=law.size)[: law.size]
+    freq = counts / counts.sum()
+    worst = int(np.argmax(np.abs(freq - law)))
+    keep = law > 0
+    p = float(stats.chisquare(counts[keep], law[keep] / law[keep].sum() * counts[keep].sum()).pvalue) \
+        if counts[~keep].sum() == 0 else 0.0
+    return {"position": j + 1, "prompt": list(prompt), "prefix": list(prefix), "token": worst,
+            "observed": float(freq[worst]), "exact": float(law[worst]), "count": int(counts.sum()),
+            "tv": float(0.5 * np.abs(freq - law).sum()), "pvalue": p,
+            "observed_law": freq.round(6).tolist(), "exact_law": law.round(6).tolist()}
+
+
+def _law_tv(engine, handle, settings, models, f64, prompt_len, new_tokens, rng):
+    """Max TV between the engine's law and the independent float64 law at the prompts and random prefixes."""
+    from ..settings import ORDERS, processed_law
+
+    law = engine.target(handle, settings, prompt_len)
+    if engine.order not in ORDERS:  # no documented order: nothing independent to compare with
+        return law, None
+    ctx = [np.repeat(models.prompts, 1, axis=0)]
+    for g in range(1, new_tokens):
+        pre = rng.integers(0, models.vocab, size=(models.prompts.shape[0] * 4, g))
+        ctx.append(np.concatenate([np.repeat(models.prompts, 4, axis=0), pre], axis=1))
+    worst = 0.0
+    for c in ctx:
+        a = law(c)
+        b = processed_law(f64(c), c, prompt_len, settings, engine.order)
+        worst = max(worst, float(0.5 * np.abs(a - b).sum(axis=1).max()))
+    return law, worst
+
+
+def _plan_n(decoder, prompts, new_tokens, tv, cell_seconds, seed):
+    """(n per prompt, continuations/s): the n detecting ``tv`` per position, capped by the pilot's rate."""
+    from .. import samples_for_tv
+    from ..pit import PIT_BINS
+
+    rng = np.random.default_rng([seed, 7])
+    t0 = time.perf_counter()
+    for i in range(PILOT):
+        np.asarray(decoder(prompts[i % len(prompts)].copy(), new_tokens, rng) if not hasattr(decoder, "sample")
+                   else decoder.sample(prompts[i % len(prompts):][:1].copy(), new_tokens, rng))
+    rate = PILOT / max(time.perf_counter() - t0, 1e-9)
+    want = math.ceil(samples_for_tv(tv, PIT_BINS - 1) / len(prompts))
+    fit = int(rate * cell_seconds / len(prompts) / 1.25)  # 25 % for the harness's extra calls (seed probe, ...)
+    return max(MIN_N, min(want, fit)), rate
+
+
+def run_cell(engine, handle, settings, option, models, *, law, n, tv, new_tokens, cell_seconds, seed, alpha=1e-3):
+    """Certify one cell; returns ``(Cell, certificate or None, recorder or None)``."""
+    from .. import certify_decoder
+    from .._checks import SubjectError, exception_line
+
+    t0 = time.perf_counter()
+    cell = Cell(settings.label(), option, "INCONCLUSIVE")
+    try:
+        dec = engine.decoder(handle, settings, option)
+    except EngineUnavailable as exc:
+        cell.cause = str(exc)
+        return cell, None, None
+    rec = _Recorder(dec)
+    try:
+        n_cell, rate = (n, None) if n is not None else _plan_n(rec, models.prompts, new_tokens, tv, cell_seconds, seed)
+    except EngineUnavailable as exc:
+        cell.cause = str(exc)
+        return cell, None, None
+    except Exception as exc:  # the engine raised while decoding: a FAIL naming it
+        cell.verdict, cell.cause = "FAIL", f"the engine raised while decoding: {exception_line(exc)}"
+        cell.seconds = time.perf_counter() - t0
+        return cell, None, rec
+    cell.rate = rate
+    try:
+        cert = certify_decoder(rec, law, models.prompts, new_tokens=new_tokens, n=n_cell, alpha=alpha, seed=seed,
+                               time_limit=3 * cell_seconds + 300)
+    except SubjectError as exc:
+        cell.verdict, cell.cause = "FAIL", exc.cause
+        cell.seconds = time.perf_counter() - t0
+        return cell, None, rec
+    cell.seconds = time.perf_counter() - t0
+    counters = getattr(engine, "acceptance", None)
+    if counters is not None:
+        try:
+            acc = dict(counters(dec))
+            rate = acc.get("acceptance_rate", acc.get("rate"))
+            acc["rate"] = None if rate is None or not math.isfinite(rate) else float(rate)
+            cell.acceptance = acc
+        except Exception as exc:  # counters are a courtesy of the engine: never a verdict
+            cell.acceptance = {"error": str(exc)}
+    cell.verdict = "PASS" if cert.passed else "FAIL"
+    cell.cause = "" if cert.passed else cert.summary()
+    cell.pvalue, cell.tv_estimate, cell.tv_upper = cert.pvalue, cert.tv_estimate, cert.tv_upper
+    cell.detectable_tv, cell.n = cert.detectable_tv, int(cert.n)
+    pos = cert.details.get("positions") or []
+    cell.position_detectable_tv = max((d["detectable_tv"] for d in pos), default=None)
+    return cell, cert, rec
+
+
+def _smaller(settings):
+    """The settings with one active field reset to its default, one per active field."""
+    from dataclasses import replace
+
+    from ..settings import SamplingSettings
+
+    base = SamplingSettings()
+    for name in settings.active():
+        yield replace(settings, **{name: getattr(base, name)})
+
+
+def audit(engine, *, settings=None, options=None, tv: float = DEFAULT_TV, n: int | None = None,
+          cell_seconds: float = CELL_SECONDS, new_tokens: int = NEW_TOKENS, vocab: int = VOCAB, seed: int = 0,
+          workdir=None, out=None, shrink: bool = True, command: str = "", progress=None, models=None) -> AuditReport:
+    """Audit ``engine``'s speculative decoding over ``settings`` x ``options`` (module docstring).
+
+    Parameters
+    ----------
+    engine : str or Engine
+        A registered engine name (``exactness.engines.base.ENGINE_MODULES``) or an instance.
+    settings : sequence of str or SamplingSettings, optional
+        Default :data:`DEFAULT_SETTINGS`.  Strings as ``exactness.settings.parse_settings`` reads them.
+    options : sequence of str, optional
+        Speculative options of the engine (``engine.options``); default all of them.
+    tv : float in (0, 1), default 0.02
+        Detectable TV per position the budget aims at.
+    n : int, optional
+        Continuations per prompt (overrides the planned budget; for tests and quick looks).
+    cell_seconds : float > 0, default 600
+        Engine time per cell the planned budget may use (the certificate's hard time limit is 3x this + 300 s).
+    new_tokens, vocab, seed : int
+    workdir : path, optional
+        Where the tiny models are built (default: a temporary folder).
+    out : path, optional
+        Folder of the reports, rewritten after each cell (``audit_<engine>.md/json/png``, repro scripts).
+    shrink : bool, default True
+        For a FAIL, look for the smallest setting that still fails (one more cell per active field).
+    progress : callable(str), optional
+        Called with one line per finished cell.
+    models : exactness.engines.tiny.TinyModels, optional
+        The user's own checkpoints (``target_dir``, ``draft_dir`` in Hugging Face format, ``vocab``, ``prompts``)
+        instead of the built tiny pair; ``vocab`` and ``seed`` then only label the report.
+
+    Returns
+    -------
+    AuditReport
+
+    Raises
+    ------
+    ValueError
+        Unknown engine, option or setting; ``tv``, ``n`` or ``cell_seconds`` out of range.
+    EngineUnavailable
+        The engine is not installed (the message names the install command).
+    """
+    import tempfile
+
+    from ..settings import SamplingSettings, parse_settings
+    from .tiny import build_tiny, float64_logits
+
+    eng = get_engine(engine) if isinstance(engine, str) else engine
+    if not (isinstance(tv, (int, float)) and 0 < tv < 1):
+        raise ValueError(f"tv must lie in (0, 1), got {tv!r}")
+    if not (isinstance(cell_seconds, (int, float)) and cell_seconds > 0):
+        raise ValueError(f"cell_seconds must be > 0, got {cell_seconds!r}")
+    if n is not None and (isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 1):
+        raise ValueError(f"n must be an integer >= 1, got {n!r}")
+    grid = [s if isinstance(s, SamplingSettings) else parse_settings(s) for s in (settings or DEFAULT_SETTINGS)]
+    opts = list(options or eng.options)
+    unknown = [o for o in opts if o not in eng.options]
+    if unknown:
+        raise ValueError(f"{eng.name} has no option {', '.join(unknown)}; options: {', '.join(eng.options)}")
+    why = eng.missing()
+    if why:
+        raise EngineUnavailable(why)
+    for s in grid:
+        s.vocab_check(models.vocab if models is not None else vocab)
+    t_start = time.perf_counter()
+    tmp = None
+    if workdir is None:
+        tmp = tempfile.TemporaryDirectory(prefix="resispec-audit-")
+        workdir = tmp.name
+    try:
+        if models is None:
+            models = build_tiny(Path(workdir) / f"tiny-v{vocab}-s{seed}", vocab=vocab, seed=seed)
+        vocab = models.vocab
+        report = AuditReport(eng.name, eng.version(), eng.order,
+                             f"{platform.machine()}, Python {platform.python_version()}, {_cores()} cores",
+                             vocab, new_tokens, models.prompts.tolist(), float(tv), float(cell_seconds),
+                             command or f"resispec audit {eng.name}",
+                             law_source=getattr(eng, "law_source", "its non-speculative path"))
+        try:
+            handle = eng.prepare(models, Path(workdir))
+        except EngineUnavailable as exc:
+            report.cells = [Cell(s.label(), o, "INCONCLUSIVE", cause=str(exc)) for s in grid for o in opts]
+            _finish(report, out, t_start)
+            return report
+        f64 = float64_logits(models.target_dir)
+        L = models.prompts.shape[1]
+        rng = np.random.default_rng([seed, 3])
+        for s in grid:
+            try:
+                eng.check_settings(s)
+                law, law_tv = _law_tv(eng, handle, s, models, f64, L, new_tokens, rng)
+            except EngineUnavailable as exc:
+                for o in opts:
+                    report.cells.append(Cell(s.label(), o, "INCONCLUSIVE", cause=str(exc)))
+                _finish(report, out, t_start)
+                continue
+            for o in opts:
+                cell, cert, rec = run_cell(eng, handle, s, o, models, law=law, n=n, tv=tv, new_tokens=new_tokens,
+                                           cell_seconds=cell_seconds, seed=seed)
+                cell.law_tv = law_tv
+                if law_tv is not None and law_tv > LAW_TOL:
+                    cell.cause = (cell.cause + "; " if cell.cause else "") + (
+                        f"law finding: the engine's own law differs from the float64 law by TV {law_tv:.2e}")
+                if cell.verdict == "FAIL":
+                    if cert is not None:
+                        cell.offending = offending_token(rec, cert, law)
+                    if shrink:
+                        cell.smallest_setting = _shrink(eng, handle, s, o, models, n=cell.n // len(models.prompts)
+                                                        or n, tv=tv, new_tokens=new_tokens,
+                                                        cell_seconds=cell_seconds, seed=seed)
+                    cell.repro = _write_repro(eng, report, cell, out, models)
+                report.cells.append(cell)
+                if progress:
+                    progress(f"{eng.name} {cell.setting} / {cell.option}: {cell.verdict} "
+                             f"(n {cell.n:,}, {cell.seconds:.0f} s){' ' + cell.cause if cell.cause else ''}")
+                _finish(report, out, t_start)
+        _finish(report, out, t_start)
+        return report
+    finally:
+        if tmp is not None:
+            tmp.cleanup()
+
+
+def _shrink(eng, handle, settings, option, models, *, n, tv, new_tokens, cell_seconds, seed) -> str:
+    """The smallest setting (fewest active fields) whose cell still FAILs at the same n."""
+    cur = settings
+    changed = True
+    while changed and cur.active():
+        changed = False
+        for smaller in _smaller(cur):
+            try:
+                law = eng.target(handle, smaller, models.prompts.shape[1])
+            except EngineUnavailable:
+                continue
+            cell, _, _ = run_cell(eng, handle, smaller, option, models, law=law, n=max(n or MIN_N, MIN_N), tv=tv,
+                                  new_tokens=new_tokens, cell_seconds=cell_seconds, seed=seed + 1)
+            if cell.verdict == "FAIL":
+                cur, changed = smaller, True
+                break
+    return cur.label()
+
+
+def _write_repro(eng, report, cell, out, models) -> str | None:
+    """Write the cell's reproduction script next to the report; its path (None without ``out``)."""
+    if out is None:
+        return None
+    from ..settings import parse_settings
+
+    make = getattr(eng, "repro_script", None)
+    setting = parse_settings(cell.smallest_setting or cell.setting)
+    off = cell.offending or {"position": 1, "prompt": models.prompts[0].tolist(), "prefix": []}
+    if make is None:
+        return None
+    src = make(models, setting, cell.option, off, report)
+    k = sum(1 for c in report.cells if c.repro) + 1
+    path = Path(out) / f"audit_{report.engine.replace('.', '_')}_repro_{k}.py"
+    from resispec._io import atomic_write
+
+    atomic_write(str(path), src)
+    return str(path)
+
+
+def _finish(report, out, t_start):
+    report.seconds = time.perf_counter() - t_start
+    if out is not None:
+        report.write(out)
+
+
+def _cores() -> int:
+    import os
+
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+
+
+def engine_table() -> list[dict]:
+    """One row per known engine: name, installed version or why not, install command, options, order."""
+    from .base import ENGINE_MODULES
+
+    rows = []
+    for name in sorted(ENGINE_MODULES):
+        try:
+            eng = get_engine(name)
+        except ImportError as exc:  # the engine module itself cannot import (a missing dependency)
+            rows.append({"engine": name, "installed": f"no: {exc}", "install": "-", "options": "-", "order": "-"})
+            continue
+        why = eng.missing()
+        rows.append({"engine": name, "installed": eng.version() if why is None else f"no ({why})",
+                     "install": eng.install, "options": ", ".join(eng.options), "order": eng.order})
+    return rows
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit("use: resispec audit ENGINE")

@@ -1,0 +1,424 @@
+"""onnxruntime-genai as an audited engine: draft-model and n-gram speculative sampling, and plain sampling.
+
+Models
+------
+:meth:`OrtGenaiEngine.prepare` converts the shared tiny checkpoints (``exactness.engines.tiny.build_tiny``) with
+the engine's own model builder (``python -m onnxruntime_genai.models.builder -i <hf dir> -o <out> -p fp32 -e cpu``;
+with ``-i`` a local directory nothing is downloaded; run in process), float32 on CPU.  Three edits, none of which
+changes the model's function over the real vocabulary (``tests/test_engine_ortgenai.py`` cross-checks the engine's
+logits against transformers float64 on the ORIGINAL checkpoint):
+
+* **Heads widened to 16 dimensions** (:func:`_widen_heads`).  For fp32 on CPU the builder always emits
+  GroupQueryAttention, whose CPU kernel requires ``head_size % 16 == 0`` (the tiny models have head_dim 8: the
+  first forward fails with "head_size shall be a multiple of 16").  Each head is zero-padded with RoPE pairs and
+  the attention scale preserved, an exact re-parametrisation.
+* **A ghost EOS** (to generate exactly ``new_tokens`` tokens).  onnxruntime-genai stops a sequence at an EOS
+  (``GreedySearch_Cpu::SetNextToken`` marks it done and pads the rest) and has no ``ignore_eos``;
+  ``eos_token_id`` must lie in ``[0, vocab_size)`` (``Generator::Generator``) and an empty list falls back to
+  ``pad_token_id`` (``config.cpp``).  So each exported graph gets one extra logit column, token ``V`` (the
+  "ghost"), whose logit is float32 ``lowest`` (the value the engine itself writes to mask a token), and
+  ``genai_config.json`` says ``vocab_size = V + 1``, ``eos_token_id = pad_token_id = V``.  The ghost has
+  probability exactly 0 after every step of the engine's sampler (``exp((lowest - max) / T)`` underflows to 0; it
+  never enters a top-k or a nucleus of mass < 1; it is never in the history the repetition penalty sees), so it is
+  never drawn, EOS never stops a sequence, and the law over tokens ``0 .. V-1`` is the unedited model's.
+  :meth:`OrtGenaiEngine.raw_logits` checks the ghost's logit on every row.
+* **pad outside the vocabulary.**  A context token equal to ``pad_token_id`` is masked out of attention
+  (``models/input_ids.cpp``: ``get_unpadded_sequence_length``); the tiny checkpoints' pad is ``t0``, a real token a
+  continuation can emit.  ``pad_token_id = V`` (the ghost) is never in a context.
+
+The law
+-------
+The engine does not expose its processed law: ``Generator.get_logits()`` returns the raw next-token scores
+(penalties are applied in place inside ``generate_next_token``).  :meth:`target` is therefore the engine's OWN raw
+float32 logits of the context (a batched Generator, one forward) with its documented order of operations applied
+in float64 (``exactness.settings.processed_law`` with ``ORDERS["onnxruntime-genai"]``, declared below from the
+engine's source).  The plain sampler (option ``off``) certifies that order against the engine's own draws.
+
+Speculative options (0.18.0, CPU)
+---------------------------------
+``draft``: ``model.draft`` in ``genai_config.json`` (``BaseSpeculativeStrategy``: the 1-layer draft proposes K = 4
+tokens sampled from its processed, truncated law; target verifies with min(1, p/q) and a residual draw);
+``ngram``: ``speculative.ngram_size = 2`` (``NGramDecodingStrategy``: a deterministic proposal from the context,
+verified by sampling the target and matching); ``ngram_chained``: the same with ``ngram_chained_lookup``;
+``draft_adaptive``: the draft with ``min_adaptive_k = 1`` (K changes with measured throughput);
+``draft_cooldown``: the draft with ``cooldown`` (a plain step after three zero-accept rounds).  MTP
+(``og.MtpGenerator``) needs a Qwen3.6-style MTP head (``builders/mtp.py``), and the DFlash2 / DSpark drafters
+(``builders/dflash2.py``, ``dspark.py``; driven by ``og.Engine``) need trained drafter heads of their own; none can be
+made from the shared Llama checkpoints, so they are not offered.  Speculative decoding takes batch 1
+(``models/speculative_decoding.cpp``); option ``off`` decodes a batch of distinct prompts in one Generator.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+
+from ..settings import register_order
+from .base import Engine, EngineUnavailable, register_engine
+
+#: Where the documented order below was read (onnxruntime-genai main, the 0.18 sampler).
+ORDER_SOURCE = (
+    "onnxruntime-genai src/sampling_distribution.h LogitsPenaltyProcessor::Apply (min-length, then repetition "
+    "penalty over the whole sequence, prompt included: Search_Cpu::ApplyRepetitionPenalty uses "
+    "sequences_.GetSequence(i); score < 0 ? score * r : score / r), then ComputeSampledCategorical: top-k on the "
+    "scores (top_k > 1; top_k == 1 is greedy), probabilities exp((s - max) / T) renormalised over the top-k, "
+    "nucleus inside them from the most likely down, keeping the token at which the cumulative mass first reaches "
+    "top_p (inclusive); without top-k, FindNucleus (exact for vocab_size <= 64, a superset of the nucleus above). "
+    "Shared by the speculative verifier (speculative_sampling.h ComputeTargetTokenSelection) and the draft "
+    "(base_speculative_strategy.cpp Propose).")
+
+register_order("onnxruntime-genai", ("repetition_penalty", "temperature", "top_k", "top_p:descending"), ORDER_SOURCE)
+
+#: speculative option -> (uses the draft model, GeneratorParams.set_speculative_options keywords)
+OPTION_SPEC = {
+    "off": (False, {}),
+    "draft": (True, {"max_draft_tokens": 4}),
+    "draft_adaptive": (True, {"max_draft_tokens": 4, "min_adaptive_k": 1}),
+    "draft_cooldown": (True, {"max_draft_tokens": 4, "cooldown": True}),
+    "ngram": (False, {"ngram_size": 2, "max_draft_tokens": 4}),
+    "ngram_chained": (False, {"ngram_size": 2, "max_draft_tokens": 4, "ngram_chained_lookup": True}),
+}
+
+#: Counters of ``Generator.get_speculative_stats()`` that add up over requests (rates and timings do not).
+COUNTERS = ("rounds", "draft_tokens_proposed", "draft_tokens_evaluated", "draft_tokens_accepted",
+            "correction_tokens", "bonus_tokens", "tokens_emitted", "tokens_discarded", "draft_forward_passes",
+            "target_forward_passes", "standard_fallback_steps", "ngram_lookup_hits", "ngram_lookup_misses")
+
+#: float32 lowest: the logit of the ghost EOS column (the engine masks tokens with the same value).
+GHOST_LOGIT = float(np.finfo(np.float32).min)
+#: Rows per Generator in :meth:`OrtGenaiEngine.target` and the batched ``off`` decoder (the engine's limit is 32).
+MAX_BATCH = 32
+
+
+def _og():
+    try:
+        import onnxruntime_genai as og
+    except ImportError as exc:  # pragma: no cover - depends on the environment
+        raise EngineUnavailable(f"onnxruntime-genai is not installed ({exc}): {OrtGenaiEngine.install}") from exc
+    return og
+
+
+def _add_ghost_column(onnx_path: Path, vocab: int) -> None:
+    """Append logit column ``vocab`` = float32 lowest to the graph output ``logits`` (B, S, V) -> (B, S, V + 1)."""
+    import onnx
+    from onnx import TensorProto, helper
+
+    model = onnx.load(str(onnx_path), load_external_data=False)
+    g = model.graph
+    out = next((o for o in g.output if o.name == "logits"), None)
+    if out is None:
+        raise EngineUnavailable(f"{onnx_path}: the exported graph has no 'logits' output")
+    dims = out.type.tensor_type.shape.dim
+    if dims[-1].dim_value != vocab:
+        raise EngineUnavailable(f"{onnx_path}: logits last dimension {dims[-1].dim_value}, expected {vocab}")
+    for node in g.node:
+        node.output[:] = ["logits_real" if o == "logits" else o for o in node.output]
+    g.initializer.extend([
+        helper.make_tensor("ghost_starts", TensorProto.INT64, [1], [0]),
+        helper.make_tensor("ghost_ends", TensorProto.INT64, [1], [1]),
+        helper.make_tensor("ghost_axes", TensorProto.INT64, [1], [-1]),
+        helper.make_tensor("ghost_zero", TensorProto.FLOAT, [], [0.0]),
+        helper.make_tensor("ghost_value", TensorProto.FLOAT, [], [GHOST_LOGIT]),
+    ])
+    g.node.extend([
+        helper.make_node("Slice", ["logits_real", "ghost_starts", "ghost_ends", "ghost_axes"], ["ghost_col"]),
+        helper.make_node("Mul", ["ghost_col", "ghost_zero"], ["ghost_zeros"]),  # (B, S, 1) zeros
+        helper.make_node("Add", ["ghost_zeros", "ghost_value"], ["ghost_logit"]),  # (B, S, 1) = lowest
+        helper.make_node("Concat", ["logits_real", "ghost_logit"], ["logits"], axis=-1),
+    ])
+    dims[-1].dim_value = vocab + 1
+    onnx.save(model, str(onnx_path))
+
+
+#: The head size onnxruntime's CPU GroupQueryAttention kernel takes a multiple of (the builder always uses GQA for
+#: fp32 on CPU; head_size 8 fails at run time with "head_size shall be a multiple of 16").
+GQA_HEAD_MULTIPLE = 16
+
+
+def _widen_heads(hf_dir: Path, out: Path) -> Path:
+    """The same Llama function with each attention head zero-padded to a multiple of 16 dimensions.
+
+    Old head dim ``i < d/2`` goes to new ``2i`` and ``i + d/2`` to ``2i + D/2`` (D = new head dim, ``D = 2d``): HF
+    rotate-half RoPE pairs dims ``(j, j + D/2)`` at frequency ``theta^(-2j/D)``, so new ``2i`` rotates at the old
+    ``theta^(-2i/d)``; padded dims are 0 in q, k and v and dropped by ``o_proj``; q is scaled by ``sqrt(D/d)`` so
+    ``q.k / sqrt(D)`` is the old ``q.k / sqrt(d)``.  Returns ``hf_dir`` itself when its head dim already fits.
+    """
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(hf_dir, dtype=torch.float64)
+    cfg = model.config
+    d = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
+    if d % GQA_HEAD_MULTIPLE == 0:
+        return hf_dir
+    if cfg.model_type != "llama" or d % 2 or (GQA_HEAD_MULTIPLE % d and d > GQA_HEAD_MULTIPLE):
+        raise EngineUnavailable(f"{hf_dir}: head_dim {d} is not a multiple of {GQA_HEAD_MULTIPLE} (onnxruntime's CPU "
+                                "GroupQueryAttention) and only a Llama with head_dim dividing 16 is widened here")
+    big = GQA_HEAD_MULTIPLE
+    idx = np.concatenate([2 * np.arange(d // 2), 2 * np.arange(d // 2) + big // 2])  # old dim -> new dim
+
+    def widen_rows(w, heads, scale=1.0):  # (heads * d, hidden) -> (heads * big, hidden)
+        new = torch.zeros(heads * big, w.shape[1], dtype=w.dtype)
+        for h in range(heads):
+            new[h * big + idx] = w[h * d:(h + 1) * d] * scale
+        return new
+
+    def widen_cols(w, heads):  # (hidden, heads * d) -> (hidden, heads * big)
+        new = torch.zeros(w.shape[0], heads * big, dtype=w.dtype)
+        for h in range(heads):
+            new[:, h * big + idx] = w[:, h * d:(h + 1) * d]
+        return new
+
+    cfg2 = type(cfg).from_dict({**cfg.to_dict(), "head_dim": big})
+    wide = type(model)(cfg2).to(torch.float64)
+    sd = model.state_dict()
+    nh, nkv = cfg.num_attention_heads, cfg.num_key_value_heads
+    for k, v in sd.items():
+        if k.endswith("self_attn.q_proj.weight"):
+            sd[k] = widen_rows(v, nh, float(np.sqrt(big / d)))
+        elif k.endswith(("self_attn.k_proj.weight", "self_attn.v_proj.weight")):
+            sd[k] = widen_rows(v, nkv)
+        elif k.endswith("self_attn.o_proj.weight"):
+            sd[k] = widen_cols(v, nh)
+    wide.load_state_dict(sd)
+    wide.to(torch.float32).save_pretrained(out, safe_serialization=True)
+    for name in ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "generation_config.json"):
+        if (hf_dir / name).exists():
+            shutil.copy(hf_dir / name, out / name)
+    return out
+
+
+def _build(jobs, vocab: int) -> None:
+    """Run the model builder on each ``(hf_dir, out)`` of ``jobs``, then add the ghost EOS to each output.
+
+    The builder's own entry point, in process (``onnxruntime_genai.models.builder``: ``parse_extra_options`` then
+    ``create_model``, what ``python -m onnxruntime_genai.models.builder -i HF -o OUT -p fp32 -e cpu`` runs; with a
+    local ``-i`` nothing is downloaded).  Raises :class:`EngineUnavailable` with the cause when a conversion fails.
+    """
+    import contextlib
+    import io
+
+    try:
+        from onnxruntime_genai.models import builder
+    except ImportError as exc:
+        raise EngineUnavailable(f"the onnxruntime-genai model builder does not import ({exc}): "
+                                f"{OrtGenaiEngine.install}") from exc
+    for hf_dir, out in jobs:
+        src = _widen_heads(Path(hf_dir), out.parent / f"hf_{out.name}")
+        args = (None, str(src), str(out), "fp32", "cpu", str(out.parent / f"cache_{out.name}"))
+        log = io.StringIO()
+        try:
+            with contextlib.redirect_stdout(log), contextlib.redirect_stderr(log):
+                extra = builder.parse_extra_options(*args, {})
+                builder.create_model(*args, **extra)
+        except Exception as exc:  # the builder raises ValueError / NotImplementedError / onnx errors
+            raise EngineUnavailable(f"the onnxruntime-genai model builder failed on {hf_dir}: "
+                                    f"{type(exc).__name__}: {exc}") from exc
+        if not (out / "model.onnx").exists():
+            raise EngineUnavailable(f"the onnxruntime-genai model builder wrote no model.onnx for {hf_dir}: "
+                                    f"{' | '.join(log.getvalue().strip().splitlines()[-3:])}")
+        _add_ghost_column(out / "model.onnx", vocab)
+        cfg_path = out / "genai_config.json"
+        cfg = json.loads(cfg_path.read_text())
+        cfg["model"].update(vocab_size=vocab + 1, eos_token_id=vocab, pad_token_id=vocab, bos_token_id=vocab)
+        cfg["search"].update(top_k=0, top_p=1.0, do_sample=True)
+        cfg_path.write_text(json.dumps(cfg, indent=2))
+
+
+class OrtGenaiHandle:
+    """The converted models: ``plain`` (target alone) and ``spec`` (target with ``model.draft``), ``vocab`` V."""
+
+    def __init__(self, target_dir: Path, draft_dir: Path, vocab: int):
+        og = _og()
+        self.vocab, self.target_dir, self.draft_dir = vocab, target_dir, draft_dir
+        try:
+            self.plain = og.Model(str(target_dir))
+            cfg = og.Config(str(target_dir))
+            draft_dec = json.loads((draft_dir / "genai_config.json").read_text())["model"]["decoder"]
+            draft_dec["filename"] = f"../{draft_dir.name}/{draft_dec['filename']}"  # joined to the target dir as text
+            cfg.overlay(json.dumps({"model": {"draft": draft_dec}}))
+            self.spec = og.Model(cfg)
+        except Exception as exc:  # the engine raises RuntimeError / OgaResult errors
+            raise EngineUnavailable(f"onnxruntime-genai cannot load the converted models: {exc}") from exc
+
+
+def search_options(settings, *, max_length: int, batch_size: int = 1, seed: int | None = None) -> dict:
+    """``SamplingSettings`` -> ``GeneratorParams.set_search_options`` keywords (top-k 0 and top-p 1: off)."""
+    opts = dict(do_sample=True, temperature=float(settings.temperature), top_k=int(settings.top_k),
+                top_p=float(settings.top_p), repetition_penalty=float(settings.repetition_penalty),
+                min_length=0, max_length=int(max_length), batch_size=int(batch_size), num_beams=1)
+    if seed is not None:
+        opts["random_seed"] = int(seed)
+    return opts
+
+
+def _check_ids(name, arr, vocab):
+    if not isinstance(arr, np.ndarray) or arr.dtype != np.int64 or arr.ndim != 2 or arr.shape[1] < 1:
+        raise TypeError(f"{name} must be a (B, L) numpy int64 array with L >= 1; pass np.asarray(ids, dtype=np.int64)")
+    if arr.size and (arr.min() < 0 or arr.max() >= vocab):
+        raise ValueError(f"{name} ids must lie in [0, {vocab}) (the tiny vocabulary), got [{arr.min()}, {arr.max()}]")
+    return arr
+
+
+class OrtGenaiDecoder:
+    """``decoder.sample(prompts (B, L) int64, new_tokens, rng) -> (B, new_tokens) int64`` through onnxruntime-genai.
+
+    ``off``: one Generator per call holds all B distinct prompts (the engine's batching; one ``random_seed`` drawn
+    from ``rng`` per call).  Speculative options: batch 1 (the engine's limit), one Generator and one seed per row.
+    Every Generator runs exactly ``new_tokens`` ``generate_next_token`` steps (the ghost EOS is never drawn).
+    :attr:`stats` sums the engine's ``get_speculative_stats()`` over requests.  Engine errors propagate.
+    """
+
+    def __init__(self, handle: OrtGenaiHandle, settings, option: str):
+        self.handle, self.settings, self.option = handle, settings, option
+        self.uses_draft, self.spec_kw = OPTION_SPEC[option]
+        self.stats: dict = {}
+
+    def _params(self, model, *, max_length, batch_size, seed):
+        og = _og()
+        params = og.GeneratorParams(model)
+        params.set_search_options(**search_options(self.settings, max_length=max_length, batch_size=batch_size,
+                                                   seed=seed))
+        if self.spec_kw:
+            params.set_speculative_options(**self.spec_kw)
+        return params
+
+    def _run(self, rows: np.ndarray, new_tokens: int, seed: int) -> np.ndarray:
+        og = _og()
+        b, length = rows.shape
+        model = self.handle.spec if self.uses_draft else self.handle.plain
+        gen = og.Generator(model, self._params(model, max_length=length + new_tokens, batch_size=b, seed=seed))
+        gen.append_tokens(np.ascontiguousarray(rows, dtype=np.int32))
+        for _ in range(new_tokens):
+            gen.generate_next_token()
+        out = np.stack([np.asarray(gen.get_sequence(i), dtype=np.int64) for i in range(b)])
+        if self.option != "off":
+            for k, v in gen.get_speculative_stats().items():
+                if k in COUNTERS:
+                    self.stats[k] = self.stats.get(k, 0) + int(v)
+        if out.shape[1] != length + new_tokens:
+            raise RuntimeError(f"onnxruntime-genai returned {out.shape[1] - length} new tokens, asked for {new_tokens}")
+        return out[:, length:]
+
+    def sample(self, prompts, new_tokens: int, rng) -> np.ndarray:
+        prompts = _check_ids("prompts", np.asarray(prompts) if isinstance(prompts, list) else prompts,
+                             self.handle.vocab)
+        if isinstance(new_tokens, bool) or not isinstance(new_tokens, (int, np.integer)) or new_tokens < 1:
+            raise ValueError(f"new_tokens must be an integer >= 1, got {new_tokens!r}")
+        if not isinstance(rng, np.random.Generator):
+            raise TypeError(f"rng must be a numpy.random.Generator, got {type(rng).__name__}")
+        step = MAX_BATCH if self.option == "off" else 1
+        parts = [self._run(prompts[i:i + step], int(new_tokens), int(rng.integers(0, 2**31 - 1)))
+                 for i in range(0, len(prompts), step)]
+        return np.concatenate(parts) if parts else np.empty((0, new_tokens), np.int64)
+
+    def __call__(self, prompt, new_tokens: int, rng) -> np.ndarray:
+        if not isinstance(prompt, np.ndarray) or prompt.ndim != 1:
+            raise TypeError("prompt must be a (L,) numpy int64 array")
+        return self.sample(prompt[None, :], new_tokens, rng)[0]
+
+
+@register_engine("onnxruntime-genai")
+class OrtGenaiEngine(Engine):
+    """onnxruntime-genai (``og.Generator``), float32 models from its own builder, CPU execution provider."""
+
+    distribution = "onnxruntime-genai"
+    install = 'pip install -e ".[audit-ortgenai]"  # onnxruntime-genai, onnx, onnx-ir (its model builder)'
+    order = "onnxruntime-genai"
+    supported = frozenset({"temperature", "top_k", "top_p", "repetition_penalty"})
+    options = {
+        "off": "plain Generator(do_sample=True), batched distinct prompts: speculation off (must pass)",
+        "draft": "model.draft = the 1-layer tiny draft (BaseSpeculativeStrategy, K = 4, rejection sampling)",
+        "draft_adaptive": "the draft with min_adaptive_k = 1 (K adapts to measured throughput, up to 16)",
+        "draft_cooldown": "the draft with cooldown (a plain step after three zero-accept rounds)",
+        "ngram": "n-gram prompt lookup (NGramDecodingStrategy, ngram_size 2, K = 4, sample-and-match)",
+        "ngram_chained": "n-gram lookup refilled from its own synthetic context (ngram_chained_lookup)",
+    }
+
+    def missing(self):
+        import importlib.util
+
+        for mod in ("onnxruntime_genai", "onnx", "onnx_ir"):
+            if importlib.util.find_spec(mod) is None:
+                return f"{mod} is not installed: {self.install}"
+        return None
+
+    def prepare(self, models, workdir) -> OrtGenaiHandle:
+        """Convert ``models`` (``TinyModels``) with the builder into ``workdir/ortgenai/{target,draft}``.
+
+        Reuses a finished conversion (``done.json`` records the tiny stamp).  Raises :class:`EngineUnavailable`
+        when the engine or its builder's dependencies are missing, or the builder fails (with its last lines).
+        """
+        why = self.missing()
+        if why:
+            raise EngineUnavailable(why)
+        root = Path(workdir) / "ortgenai"
+        stamp = {"target": str(models.target_dir), "draft": str(models.draft_dir), "vocab": int(models.vocab),
+                 "seed": int(models.seed), "version": self.version()}
+        done = root / "done.json"
+        if not (done.exists() and json.loads(done.read_text()) == stamp):
+            shutil.rmtree(root, ignore_errors=True)
+            root.mkdir(parents=True)
+            _build([(models.target_dir, root / "target"), (models.draft_dir, root / "draft")], models.vocab)
+            done.write_text(json.dumps(stamp))
+        return OrtGenaiHandle(root / "target", root / "draft", int(models.vocab))
+
+    def raw_logits(self, handle: OrtGenaiHandle, contexts) -> np.ndarray:
+        """The engine's own float32 next-token logits of ``contexts`` (B, L) int64 -> (B, V) float64.
+
+        One batched ``Generator`` per 32 rows (``append_tokens`` then ``get_logits``).  Raises ``RuntimeError`` if
+        the ghost column is not float32 lowest (the edited graph is not the one loaded).
+        """
+        og = _og()
+        ctx = _check_ids("contexts", contexts, handle.vocab)
+        out = []
+        for i in range(0, len(ctx), MAX_BATCH):
+            rows = ctx[i:i + MAX_BATCH]
+            params = og.GeneratorParams(handle.plain)
+            params.set_search_options(do_sample=True, top_k=0, top_p=1.0, max_length=rows.shape[1] + 1,
+                                      batch_size=len(rows))
+            gen = og.Generator(handle.plain, params)
+            gen.append_tokens(np.ascontiguousarray(rows, dtype=np.int32))
+            lg = np.asarray(gen.get_logits(), dtype=np.float64).reshape(len(rows), -1)
+            if lg.shape[1] != handle.vocab + 1 or not np.all(lg[:, -1] == GHOST_LOGIT):
+                raise RuntimeError(f"onnxruntime-genai logits have shape {lg.shape} / ghost column "
+                                   f"{lg[:, -1].min() if lg.size else None}; expected {handle.vocab + 1} columns "
+                                   f"ending in {GHOST_LOGIT}")
+            out.append(lg[:, :-1])
+        return np.concatenate(out) if out else np.empty((0, handle.vocab))
+
+    def target(self, handle, settings, prompt_len):
+        """Engine raw logits + ``ORDERS["onnxruntime-genai"]`` in float64: ``contexts (B, L) -> (B, V)``."""
+        from ..settings import processed_law
+
+        self.check_settings(settings)
+        settings.vocab_check(handle.vocab)
+
+        def law(contexts):
+            ctx = np.asarray(contexts, dtype=np.int64)
+            return processed_law(self.raw_logits(handle, ctx), ctx, prompt_len, settings, self.order)
+
+        return law
+
+    def decoder(self, handle, settings, option):
+        """An :class:`OrtGenaiDecoder` for ``option`` (EngineUnavailable for an unknown option or setting)."""
+        self.check_settings(settings)
+        settings.vocab_check(handle.vocab)
+        if option not in OPTION_SPEC:
+            raise EngineUnavailable(f"onnxruntime-genai has no option {option!r}; options: {', '.join(OPTION_SPEC)}")
+        if settings.top_k > handle.vocab:
+            raise EngineUnavailable(f"onnxruntime-genai rejects top_k > vocab_size ({settings.top_k} > {handle.vocab})")
+        return OrtGenaiDecoder(handle, settings, option)
+
+    def acceptance(self, decoder) -> dict:
+        """The engine's own speculative counters (``get_speculative_stats``), summed over the decoder's requests.
+
+        Adds ``acceptance_rate`` = draft_tokens_accepted / draft_tokens_evaluated (None before any evaluation).
+        """
+        out = dict(decoder.stats)
+        ev = out.get("draft_tokens_evaluated", 0)
+        out["acceptance_rate"] = out.get("draft_tokens_accepted", 0) / ev if ev else None
+        return out

@@ -1,0 +1,135 @@
+"""Audit an inference engine's speculative decoding: its own law (speculation off) vs its speculative paths.
+
+Builds tiny local models (nothing downloaded), converts them to the engine's format, and for each sampling setting
+(``--settings``, one per ';'-separated item, fields as ``temperature=0.7,top_k=3``) and speculative option
+(``--options``) certifies the engine's speculative decoder against the engine's own non-speculative law, with a
+budget that aims at ``--tv`` per position within ``--cell-seconds`` of engine time. Writes ``audit_<engine>.md``,
+``.json``, ``.png`` and a reproduction script per FAIL under ``--out`` (default audit-out/, git-ignored), after every
+cell. ``--list`` shows the known engines, which are installed, and how to install the others. docs/audit.md.
+
+Exit status: 0 every cell PASS; 1 a FAIL (the engine is biased, or raised / hung while decoding); 3 no FAIL but a
+cell INCONCLUSIVE (a setting the engine does not implement, a model it cannot load); 2 bad input (an unknown engine,
+option or setting, or an engine that is not installed: the message names the install command).
+
+Example:
+  resispec audit --list
+  resispec audit transformers --settings "T=1;top_k=3" --options off,draft --cell-seconds 60
+"""
+
+from __future__ import annotations
+
+import sys
+
+NAME = "audit"
+HELP = "audit an inference engine's speculative decoding for exactness (tiny local models, its sampling settings)"
+
+
+def add_arguments(parser) -> None:
+    from ._args import ListAction
+
+    parser.add_argument("engine", nargs="?", help="the engine (resispec audit --list), or MODULE:CLASS, your own "
+                        "exactness.engines.base.Engine subclass (IMPORTS AND RUNS that module)")
+    parser.add_argument("--list", action="store_true", help="list the known engines and which are installed")
+    parser.add_argument("--settings", help="sampling settings, ';'-separated (default: the built-in grid), e.g. "
+                        "'T=1;temperature=0.7,top_k=3;logit_bias=2:2 3:-2' (logit_bias items TOKEN:BIAS, bad_words "
+                        "words separated by spaces inside, e.g. bad_words=4 5)")
+    parser.add_argument("--options", action=ListAction, default=None, help="speculative options (default: all the "
+                        "engine has; 'off' is plain sampling, which must pass)")
+    parser.add_argument("--tv", type=float, default=None, help="detectable TV per position to aim at (default 0.02)")
+    parser.add_argument("--cell-seconds", type=float, default=None, help="engine time per cell the budget may use "
+                        "(default 600)")
+    parser.add_argument("--n", type=int, default=None, help="continuations per prompt (overrides the planned budget)")
+    parser.add_argument("--new-tokens", type=int, default=None, help="tokens per continuation (default 3)")
+    parser.add_argument("--vocab", type=int, default=None, help="vocabulary of the tiny models (default 16)")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--plant", metavar="BUG", help="plant a known bug in the engine (a negative control the "
+                        "audit must FAIL; exactness.engines.mutants.PLANTED lists them, e.g. argmax_draft)")
+    parser.add_argument("--no-shrink", action="store_true", help="do not search the smallest failing setting")
+    parser.add_argument("--model", metavar="DIR", help="your own target checkpoint (Hugging Face folder, loaded "
+                        "offline) instead of the built tiny one; needs --prompts")
+    parser.add_argument("--draft-model", metavar="DIR", help="your own draft checkpoint for the 'draft' options "
+                        "(default: --model itself)")
+    parser.add_argument("--prompts", metavar="IDS;IDS", help="prompts as token ids with --model, rows separated by "
+                        "';', ids by ',' (equal lengths), e.g. '1,2,3;4,5,6'")
+    parser.add_argument("--out", default="audit-out", help="report folder (default audit-out/, git-ignored)")
+
+
+def _settings(text):
+    if text is None:
+        return None
+    items = []
+    for part in text.split(";"):
+        part = part.strip()
+        if part:
+            items.append(part.replace(" ", ";") if part.startswith("logit_bias=") else part)
+    return items
+
+
+def _user_models(args):
+    """``TinyModels`` for --model / --draft-model / --prompts (None without --model)."""
+    if args.model is None:
+        if args.draft_model or args.prompts:
+            raise ValueError("--draft-model and --prompts go with --model (your own checkpoint)")
+        return None
+    import json
+    from pathlib import Path
+
+    import numpy as np
+
+    from exactness.engines.tiny import TinyModels
+
+    target = Path(args.model)
+    draft = Path(args.draft_model) if args.draft_model else target
+    for flag, d in (("--model", target), ("--draft-model", draft)):
+        if not (d / "config.json").is_file():
+            raise ValueError(f"{flag} {d} is not a Hugging Face checkpoint folder (no config.json)")
+    if not args.prompts:
+        raise ValueError("--model needs --prompts (token ids, e.g. '1,2,3;4,5,6')")
+    try:
+        rows = [[int(t) for t in r.replace(",", " ").split()] for r in args.prompts.split(";") if r.strip()]
+        prompts = np.array(rows, dtype=np.int64)
+    except ValueError:
+        raise ValueError(f"--prompts {args.prompts!r}: give token ids, rows separated by ';' of equal length") from None
+    if prompts.ndim != 2 or prompts.shape[1] == 0:
+        raise ValueError(f"--prompts {args.prompts!r}: rows must be non-empty and of equal length")
+    cfg = json.loads((target / "config.json").read_text())
+    vocab = int(cfg.get("vocab_size") or cfg.get("text_config", {}).get("vocab_size", 0))
+    if vocab < 2 or prompts.max() >= vocab or prompts.min() < 0:
+        raise ValueError(f"--prompts ids must lie in [0, {vocab}) (the vocabulary of --model)")
+    eos = cfg.get("eos_token_id")
+    return TinyModels(target, draft, vocab, int(eos[0] if isinstance(eos, list) else eos or 0), prompts, args.seed)
+
+
+def run(args) -> int:
+    from exactness.engines import audit as A
+    from exactness.engines.base import EngineUnavailable
+
+    from ._args import check_out
+
+    if args.list:
+        rows = A.engine_table()
+        print(f"{'engine':<20} {'installed':<40} install")
+        for r in rows:
+            print(f"{r['engine']:<20} {r['installed'][:40]:<40} {r['install']}")
+        return 0
+    if not args.engine:
+        raise ValueError("name an engine (resispec audit --list shows them)")
+    check_out(args.out, "--out", folder=True)
+    kw = {k: v for k, v in dict(tv=args.tv, cell_seconds=args.cell_seconds, n=args.n, new_tokens=args.new_tokens,
+                                vocab=args.vocab).items() if v is not None}
+    models = _user_models(args)
+    command = "resispec audit " + " ".join(sys.argv[2:]) if len(sys.argv) > 2 else f"resispec audit {args.engine}"
+    engine = args.engine
+    if args.plant:
+        from exactness.engines.mutants import planted
+
+        engine = planted(args.engine, args.plant)
+    try:
+        report = A.audit(engine, settings=_settings(args.settings), options=args.options, seed=args.seed,
+                         out=args.out, shrink=not args.no_shrink, command=command,
+                         progress=lambda line: print(line, file=sys.stderr, flush=True), models=models, **kw)
+    except EngineUnavailable as exc:
+        raise ValueError(str(exc)) from None
+    print(report.to_markdown())
+    print(f"wrote {args.out}/audit_{report.engine.replace('.', '_')}.md (.json, .png)", file=sys.stderr)
+    return 1 if report.failed else 3 if report.inconclusive else 0

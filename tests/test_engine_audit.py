@@ -1,0 +1,185 @@
+"""The engine audit loop (issue 38, item 3): verdicts, inconclusive cells, reports, repro scripts, the CLI.
+
+A numpy engine (exact or biased sampler of the processed law of the tiny target's float64 logits) drives the loop
+fast; one real transformers cell and one planted transformers bug (``exactness.engines.mutants``) check the real
+adapter.  No wall-clock assertion.
+"""
+
+import json
+
+import numpy as np
+import pytest
+
+pytest.importorskip("transformers")
+
+from exactness.engines import audit as A  # noqa: E402
+from exactness.engines.base import Engine, EngineUnavailable  # noqa: E402
+from exactness.settings import SamplingSettings, processed_law  # noqa: E402
+
+
+class NumpyEngine(Engine):
+    """Samples the processed law token by token; ``bug`` plants a bias (drops the temperature after token 1)."""
+
+    name = "numpy-test"
+    distribution = "numpy"
+    install = "pip install numpy"
+    order = "transformers"
+    supported = frozenset({"temperature", "top_k", "logit_bias"})
+    options = {"off": "exact sampler", "draft": "also exact", "broken": "raises"}
+
+    def __init__(self, bug=None):
+        self.bug = bug
+
+    def prepare(self, models, workdir):
+        from exactness.engines.tiny import float64_logits
+
+        raw, memo = float64_logits(models.target_dir), {}
+
+        def f64(ctx):  # memoised per context: the tiny model's forward is the test's cost
+            keys = [tuple(r) for r in np.asarray(ctx).tolist()]
+            todo = [k for k in dict.fromkeys(keys) if k not in memo]
+            if todo:
+                for k, row in zip(todo, raw(np.array(todo, dtype=np.int64))):
+                    memo[k] = row
+            return np.stack([memo[k] for k in keys])
+
+        return f64
+
+    def target(self, f64, settings, prompt_len):
+        self.check_settings(settings)
+        return lambda ctx: processed_law(f64(ctx), ctx, prompt_len, settings, self.order)
+
+    def decoder(self, f64, settings, option):
+        self.check_settings(settings)
+        law = self.target(f64, settings, None)
+        plain = self.target(f64, SamplingSettings(), None)
+
+        def decode(prompt, new_tokens, rng):
+            if option == "broken":
+                raise RuntimeError("engine crashed")
+            ctx = list(prompt)
+            for j in range(new_tokens):
+                use = plain if (self.bug and j >= 1) else law  # a setting honoured on the first position only
+                row = np.array([ctx])
+                p = (lambda c: processed_law(f64(c), c, len(prompt), settings, self.order))(row)[0] \
+                    if use is law else processed_law(f64(row), row, len(prompt), SamplingSettings(), self.order)[0]
+                ctx.append(int(rng.choice(p.size, p=p)))
+            return np.array(ctx[len(prompt):], dtype=np.int64)
+
+        return decode
+
+
+@pytest.fixture(scope="module")
+def work(tmp_path_factory):
+    return tmp_path_factory.mktemp("audit")
+
+
+def test_exact_engine_passes_and_report_is_written(work, tmp_path):
+    rep = A.audit(NumpyEngine(), settings=["temperature=0.5"], options=["off"], n=300, workdir=work, out=tmp_path)
+    (cell,) = rep.cells
+    assert cell.verdict == "PASS", cell.cause
+    assert cell.law_tv < 1e-12 and cell.n == 600 and cell.position_detectable_tv > 0
+    data = json.loads((tmp_path / "audit_numpy-test.json").read_text())
+    assert data["cells"][0]["verdict"] == "PASS"
+    md = (tmp_path / "audit_numpy-test.md").read_text()
+    assert "| temperature=0.5 | off | PASS |" in md
+    assert (tmp_path / "audit_numpy-test.png").exists()
+
+
+def test_biased_engine_fails_with_the_smallest_setting_and_the_offending_token(work, tmp_path):
+    rep = A.audit(NumpyEngine(bug=True), settings=["temperature=0.3,logit_bias=2:1"], options=["off"], n=400,
+                  workdir=work, out=tmp_path)
+    (cell,) = rep.cells
+    assert cell.verdict == "FAIL" and rep.failed
+    assert cell.smallest_setting == "temperature=0.3"   # the logit bias is not needed to fail
+    assert cell.offending["position"] >= 2              # the setting is dropped after the first token
+    assert abs(cell.offending["observed"] - cell.offending["exact"]) > 0.02
+    assert "offending token" in (tmp_path / "audit_numpy-test.md").read_text()
+
+
+def test_unsupported_setting_and_raising_engine(work):
+    rep = A.audit(NumpyEngine(), settings=["top_p=0.5", "T=1"], options=["broken"], n=50, workdir=work)
+    unsupported, broken = rep.cells
+    assert unsupported.verdict == "INCONCLUSIVE" and "does not implement top_p" in unsupported.cause
+    assert broken.verdict == "FAIL" and "engine crashed" in broken.cause
+
+
+def test_unavailable_model_makes_every_cell_inconclusive_and_the_report_survives(work, tmp_path):
+    class CannotLoad(NumpyEngine):
+        def prepare(self, models, workdir):
+            raise EngineUnavailable("cannot load the model: format 9 not supported")
+
+    rep = A.audit(CannotLoad(), settings=["T=1", "top_k=3"], options=["off", "draft"], n=50, workdir=work,
+                  out=tmp_path)
+    assert [c.verdict for c in rep.cells] == ["INCONCLUSIVE"] * 4 and rep.inconclusive and not rep.failed
+    assert "format 9" in (tmp_path / "audit_numpy-test.md").read_text()
+
+
+@pytest.mark.parametrize("kw, match", [(dict(options=["nope"]), "no option"), (dict(tv=0), "tv"),
+                                       (dict(settings=["top_q=1"]), "top_q"), (dict(n=0), "n must"),
+                                       (dict(settings=["logit_bias=99:1"]), "outside the vocabulary")])
+def test_bad_arguments(kw, match, work):
+    with pytest.raises(ValueError, match=match):
+        A.audit(NumpyEngine(), workdir=work, **kw)
+
+
+def test_not_installed_engine_names_the_install_command(work):
+    class Missing(NumpyEngine):
+        distribution = "no-such-engine-xyz"
+        install = "pip install no-such-engine-xyz"
+
+    with pytest.raises(EngineUnavailable, match="pip install no-such-engine-xyz"):
+        A.audit(Missing(), workdir=work)
+
+
+def test_cli_list_and_bad_input(capsys):
+    from resispec.cli import main
+
+    assert main(["audit", "--list"]) == 0
+    out = capsys.readouterr().out
+    for name in ("transformers", "onnxruntime-genai", "mlx-lm", "llama-cpp-python"):
+        assert name in out
+    assert main(["audit", "nope"]) == 2
+    assert main(["audit", "transformers", "--options", "nope"]) == 2
+    assert main(["audit", "transformers", "--settings", "top_q=1"]) == 2
+
+
+def test_cli_audits_a_users_engine_class(tmp_path, monkeypatch):
+    """``resispec audit MODULE:CLASS``: a user's own Engine subclass, through the CLI (exit 0 on PASS, 1 on FAIL)."""
+    from pathlib import Path
+
+    from resispec.cli import main
+
+    monkeypatch.syspath_prepend(str(Path(__file__).parent))
+    base = ["--settings", "temperature=0.5", "--options", "off", "--n", "300", "--no-shrink"]
+    assert main(["audit", "test_engine_audit:NumpyEngine", *base, "--out", str(tmp_path)]) == 0
+    assert (tmp_path / "audit_numpy-test.md").exists()
+    assert main(["audit", "test_engine_audit:nope", *base]) == 2
+    assert main(["audit", "transformers", "--model", str(tmp_path)]) == 2  # not a checkpoint folder
+
+
+def test_transformers_draft_passes_and_a_planted_argmax_draft_fails(work, tmp_path):
+    """The real adapter: assisted decoding passes; the same engine with a greedy draft scored as sampled fails."""
+    from exactness.engines.mutants import planted
+
+    rep = A.audit("transformers", settings=["temperature=0.7"], options=["draft"], n=100, workdir=work)
+    assert rep.cells[0].verdict == "PASS", rep.cells[0].cause
+    assert rep.cells[0].law_tv < 1e-4
+    bad = A.audit(planted("transformers", "argmax_draft"), settings=["T=1"], options=["draft"], n=100,
+                  workdir=work, out=tmp_path, shrink=False)
+    assert bad.cells[0].verdict == "FAIL"
+    assert bad.cells[0].repro is None  # a planted bug lives in the harness's patch: no standalone script claims it
+
+
+def test_transformers_repro_script_is_standalone(work):
+    from exactness.engines.tiny import build_tiny
+    from exactness.engines.transformers_engine import TransformersEngine
+    from exactness.settings import parse_settings
+
+    models = build_tiny(work / "tiny-v16-s0", vocab=16, seed=0)
+    off = {"position": 2, "prompt": [2, 3, 4, 2, 3], "prefix": [5], "token": 7, "observed": 0.2, "exact": 0.1,
+           "count": 100}
+    src = TransformersEngine().repro_script(models, parse_settings("temperature=0.7,logit_bias=2:1"), "draft", off,
+                                            None)
+    compile(src, "repro.py", "exec")
+    assert "import exactness" not in src and "from exactness" not in src and "PREFIX = [2, 3, 4, 2, 3], [5]" in src

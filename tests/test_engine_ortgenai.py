@@ -1,0 +1,114 @@
+"""onnxruntime-genai adapter (``exactness.engines.ortgenai``) on the shared tiny models: law, exact paths, a bias.
+
+Skips with the reason when onnxruntime-genai (or its builder's onnx / onnx-ir) is not installed.  Budget: the
+conversion (~10 s) once per module, then ``certify_decoder`` at n = 1,000 continuations per prompt x 2 prompts,
+3 new tokens, per speculative option.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from exactness.engines.base import EngineUnavailable, get_engine
+from exactness.settings import ORDERS, SamplingSettings, processed_law
+
+ENGINE = get_engine("onnxruntime-genai")
+pytestmark = pytest.mark.skipif(ENGINE.missing() is not None, reason=str(ENGINE.missing()))
+
+#: One setting with every supported field active (penalties see prompt + generated tokens).
+MIXED = SamplingSettings(temperature=0.7, top_k=5, top_p=0.9, repetition_penalty=1.2)
+N = 1_000
+NEW = 3
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    from exactness.engines.tiny import build_tiny
+
+    work = tmp_path_factory.mktemp("ortgenai")
+    models = build_tiny(work / "tiny")
+    return models, ENGINE.prepare(models, work)
+
+
+def _contexts(prompts):
+    """Prompt rows extended by 3 "generated" tokens that repeat prompt tokens, pad (t0) and EOS (t1)."""
+    gen = np.array([[2, 0, 1], [6, 6, 1], [0, 3, 9], [1, 1, 1]], dtype=np.int64)
+    return np.concatenate([np.repeat(prompts, len(gen), 0), np.tile(gen, (len(prompts), 1))], axis=1)
+
+
+@pytest.mark.parametrize("settings", [
+    SamplingSettings(), SamplingSettings(temperature=0.7), SamplingSettings(top_k=3), SamplingSettings(top_p=0.8),
+    SamplingSettings(repetition_penalty=1.5), SamplingSettings(repetition_penalty=0.7), MIXED,
+], ids=lambda s: s.label())
+def test_law_matches_float64(tiny, settings):
+    """Engine raw fp32 logits + its order == processed_law on transformers float64 logits (TV < 1e-4)."""
+    from exactness.engines.tiny import float64_logits
+
+    models, handle = tiny
+    plen = models.prompts.shape[1]
+    for ctx in (models.prompts, _contexts(models.prompts)):
+        got = ENGINE.target(handle, settings, plen)(ctx)
+        want = processed_law(float64_logits(models.target_dir)(ctx), ctx, plen, settings, ENGINE.order)
+        assert got.shape == (len(ctx), models.vocab) and np.allclose(got.sum(1), 1.0)
+        assert 0.5 * np.abs(got - want).sum(1).max() < 1e-4
+
+
+def test_order_is_declared_with_its_source():
+    steps, source = ORDERS["onnxruntime-genai"]
+    assert steps == ("repetition_penalty", "temperature", "top_k", "top_p:descending")
+    assert "sampling_distribution.h" in source
+
+
+@pytest.mark.parametrize("option", sorted(ENGINE.options))
+def test_option_certifies(tiny, option):
+    """Speculation off and every speculative option emit the processed law (pass at n = 1,000 x 2 prompts)."""
+    import exactness
+
+    models, handle = tiny
+    dec = ENGINE.decoder(handle, MIXED, option)
+    cert = exactness.certify_decoder(dec, ENGINE.target(handle, MIXED, models.prompts.shape[1]), models.prompts,
+                                     new_tokens=NEW, n=N, seed=1)
+    assert cert.passed, cert.summary()
+    if option != "off":
+        acc = ENGINE.acceptance(dec)
+        assert acc["tokens_emitted"] > 0 and acc["draft_tokens_evaluated"] > 0
+
+
+def test_planted_temperature_drop_fails(tiny):
+    """The engine's draft path run at temperature 1 while the law is at 0.7 (a dropped setting) fails."""
+    import exactness
+
+    models, handle = tiny
+    law = SamplingSettings(temperature=0.7)
+    dec = ENGINE.decoder(handle, SamplingSettings(temperature=1.0), "draft")
+    cert = exactness.certify_decoder(dec, ENGINE.target(handle, law, models.prompts.shape[1]), models.prompts,
+                                     new_tokens=NEW, n=N, seed=2)
+    assert not cert.passed
+
+
+def test_exactly_new_tokens_and_seeded(tiny):
+    """Exactly new_tokens tokens (EOS t1 does not stop: the ghost EOS is never drawn); same rng state, same draw."""
+    models, handle = tiny
+    for option in ("off", "draft", "ngram"):
+        dec = ENGINE.decoder(handle, SamplingSettings(), option)
+        a = dec.sample(np.repeat(models.prompts, 50, 0), 6, np.random.default_rng(5))
+        b = dec.sample(np.repeat(models.prompts, 50, 0), 6, np.random.default_rng(5))
+        assert a.shape == (100, 6) and a.min() >= 0 and a.max() < models.vocab
+        assert (a == models.eos).any()  # EOS was emitted and generation went on
+        assert np.array_equal(a, b)
+
+
+def test_bad_input(tiny):
+    models, handle = tiny
+    with pytest.raises(EngineUnavailable, match="does not implement min_p"):
+        ENGINE.target(handle, SamplingSettings(min_p=0.1), 5)
+    with pytest.raises(EngineUnavailable, match="no option 'mtp'"):
+        ENGINE.decoder(handle, SamplingSettings(), "mtp")
+    with pytest.raises(EngineUnavailable, match="top_k > vocab_size"):
+        ENGINE.decoder(handle, SamplingSettings(top_k=17), "off")
+    dec = ENGINE.decoder(handle, SamplingSettings(), "off")
+    with pytest.raises(ValueError, match=r"ids must lie in \[0, 16\)"):
+        dec.sample(np.array([[3, 16]], dtype=np.int64), 2, np.random.default_rng(0))
+    with pytest.raises(ValueError, match="new_tokens"):
+        dec.sample(models.prompts, 0, np.random.default_rng(0))
