@@ -69,6 +69,11 @@ class NumpyEngine(Engine):
         return decode
 
 
+class BiasedNumpyEngine(NumpyEngine):
+    def __init__(self):
+        super().__init__(bug=True)
+
+
 @pytest.fixture(scope="module")
 def work(tmp_path_factory):
     return tmp_path_factory.mktemp("audit")
@@ -154,6 +159,9 @@ def test_cli_audits_a_users_engine_class(tmp_path, monkeypatch):
     base = ["--settings", "temperature=0.5", "--options", "off", "--n", "300", "--no-shrink"]
     assert main(["audit", "test_engine_audit:NumpyEngine", *base, "--out", str(tmp_path)]) == 0
     assert (tmp_path / "audit_numpy-test.md").exists()
+    assert main(["audit", "test_engine_audit:BiasedNumpyEngine", *base, "--out", str(tmp_path / "b")]) == 1
+    assert main(["audit", "test_engine_audit:NumpyEngine", "--settings", "top_p=0.5", "--options", "off", "--n", "300",
+                 "--out", str(tmp_path / "c")]) == 3   # a setting the engine does not implement: INCONCLUSIVE
     assert main(["audit", "test_engine_audit:nope", *base]) == 2
     assert main(["audit", "transformers", "--model", str(tmp_path)]) == 2  # not a checkpoint folder
 
@@ -162,10 +170,10 @@ def test_transformers_draft_passes_and_a_planted_argmax_draft_fails(work, tmp_pa
     """The real adapter: assisted decoding passes; the same engine with a greedy draft scored as sampled fails."""
     from exactness.engines.mutants import planted
 
-    rep = A.audit("transformers", settings=["temperature=0.7"], options=["draft"], n=100, workdir=work)
+    rep = A.audit("transformers", settings=["temperature=0.7"], options=["draft"], n=60, workdir=work)
     assert rep.cells[0].verdict == "PASS", rep.cells[0].cause
     assert rep.cells[0].law_tv < 1e-4
-    bad = A.audit(planted("transformers", "argmax_draft"), settings=["T=1"], options=["draft"], n=100,
+    bad = A.audit(planted("transformers", "argmax_draft"), settings=["T=1"], options=["draft"], n=60,
                   workdir=work, out=tmp_path, shrink=False)
     assert bad.cells[0].verdict == "FAIL"
     assert bad.cells[0].repro is None  # a planted bug lives in the harness's patch: no standalone script claims it
@@ -183,3 +191,36 @@ def test_transformers_repro_script_is_standalone(work):
                                             None)
     compile(src, "repro.py", "exec")
     assert "import exactness" not in src and "from exactness" not in src and "PREFIX = [2, 3, 4, 2, 3], [5]" in src
+
+
+def test_engine_crashes_and_hangs_are_named_never_a_pass(work, tmp_path, monkeypatch):
+    """prepare raising, the law raising, a decoder that hangs: INCONCLUSIVE or FAIL with the cause, report kept."""
+    import time as _time
+
+    class PrepareCrashes(NumpyEngine):
+        def prepare(self, models, workdir):
+            raise OSError("segfault-ish: cannot mmap")
+
+    rep = A.audit(PrepareCrashes(), settings=["T=1"], options=["off"], n=50, workdir=work, out=tmp_path)
+    assert rep.cells[0].verdict == "INCONCLUSIVE" and "cannot mmap" in rep.cells[0].cause
+
+    class LawCrashes(NumpyEngine):
+        def target(self, f64, settings, prompt_len):
+            raise RuntimeError("logits buffer changed format")
+
+    rep = A.audit(LawCrashes(), settings=["T=1", "temperature=0.5"], options=["off"], n=50, workdir=work)
+    assert [c.verdict for c in rep.cells] == ["INCONCLUSIVE"] * 2
+    assert "changed format" in rep.cells[0].cause
+
+    class Hangs(NumpyEngine):
+        def decoder(self, f64, settings, option):
+            def dec(prompt, new_tokens, rng):
+                while True:
+                    _time.sleep(0.05)
+            return dec
+
+    monkeypatch.setattr(A, "HANG_SLACK", 2.0)
+    rep = A.audit(Hangs(), settings=["T=1"], options=["off"], cell_seconds=1, workdir=work, out=tmp_path)
+    (cell,) = rep.cells
+    assert cell.verdict == "FAIL" and "did not return" in cell.cause
+    assert "did not return" in (tmp_path / "audit_numpy-test.md").read_text()

@@ -44,6 +44,8 @@ MIN_N = 200                # fewest continuations per prompt (below it no check 
 LAW_TOL = 1e-4             # TV between the engine's law and the float64 law above which it is a finding
 NEW_TOKENS = 3
 VOCAB = 16
+HANG_SLACK = 300.0         # seconds past the cell's budget before a call that has not returned is a hang
+PREPARE_SECONDS = 1800.0   # converting the tiny models (a hang past it: every cell INCONCLUSIVE)
 
 
 @dataclass
@@ -94,6 +96,15 @@ class AuditReport:
     @property
     def inconclusive(self) -> bool:
         return any(c.verdict == "INCONCLUSIVE" for c in self.cells)
+
+    @classmethod
+    def from_json(cls, data: dict) -> "AuditReport":
+        """The report a ``to_json`` wrote (``ValueError`` naming a missing field otherwise)."""
+        try:
+            cells = [Cell(**c) for c in data["cells"]]
+            return cls(**{**{k: v for k, v in data.items() if k != "cells"}, "cells": cells})
+        except (KeyError, TypeError) as exc:
+            raise ValueError(f"not an audit report JSON: {exc}") from None
 
     def to_json(self) -> dict:
         return {**{k: v for k, v in asdict(self).items() if k != "cells"}, "cells": [asdict(c) for c in self.cells]}
@@ -277,6 +288,7 @@ def run_cell(engine, handle, settings, option, models, *, law, n, tv, new_tokens
     """Certify one cell; returns ``(Cell, certificate or None, recorder or None)``."""
     from .. import certify_decoder
     from .._checks import SubjectError, exception_line
+    from .._timeout import TimeLimitExceeded, time_limit
 
     t0 = time.perf_counter()
     cell = Cell(settings.label(), option, "INCONCLUSIVE")
@@ -285,12 +297,22 @@ def run_cell(engine, handle, settings, option, models, *, law, n, tv, new_tokens
     except EngineUnavailable as exc:
         cell.cause = str(exc)
         return cell, None, None
+    except Exception as exc:  # the engine cannot start this option: nothing was decoded
+        cell.cause = f"the engine could not start option {option!r}: {exception_line(exc)}"
+        return cell, None, None
     rec = _Recorder(dec)
     try:
-        n_cell, rate = (n, None) if n is not None else _plan_n(rec, models.prompts, new_tokens, tv, cell_seconds, seed)
+        with time_limit(cell_seconds + HANG_SLACK):
+            n_cell, rate = ((n, None) if n is not None
+                            else _plan_n(rec, models.prompts, new_tokens, tv, cell_seconds, seed))
     except EngineUnavailable as exc:
         cell.cause = str(exc)
         return cell, None, None
+    except TimeLimitExceeded:  # a decoder that never returns: a FAIL naming it
+        cell.verdict, cell.cause = "FAIL", (f"the engine did not return within {cell_seconds + HANG_SLACK:g} s while "
+                                            f"decoding {PILOT} continuations (option {option!r})")
+        cell.seconds = time.perf_counter() - t0
+        return cell, None, rec
     except Exception as exc:  # the engine raised while decoding: a FAIL naming it
         cell.verdict, cell.cause = "FAIL", f"the engine raised while decoding: {exception_line(exc)}"
         cell.seconds = time.perf_counter() - t0
@@ -298,9 +320,13 @@ def run_cell(engine, handle, settings, option, models, *, law, n, tv, new_tokens
     cell.rate = rate
     try:
         cert = certify_decoder(rec, law, models.prompts, new_tokens=new_tokens, n=n_cell, alpha=alpha, seed=seed,
-                               time_limit=3 * cell_seconds + 300)
+                               time_limit=3 * cell_seconds + HANG_SLACK)
     except SubjectError as exc:
         cell.verdict, cell.cause = "FAIL", exc.cause
+        cell.seconds = time.perf_counter() - t0
+        return cell, None, rec
+    except (ValueError, TypeError) as exc:  # certify_decoder blames its target: the engine's own law broke
+        cell.cause = f"the engine's own law (speculation off) failed: {exception_line(exc)}"
         cell.seconds = time.perf_counter() - t0
         return cell, None, rec
     cell.seconds = time.perf_counter() - t0
@@ -378,6 +404,8 @@ def audit(engine, *, settings=None, options=None, tv: float = DEFAULT_TV, n: int
     """
     import tempfile
 
+    from .._checks import exception_line
+    from .._timeout import TimeLimitExceeded, time_limit
     from ..settings import SamplingSettings, parse_settings
     from .tiny import build_tiny, float64_logits
 
@@ -413,9 +441,14 @@ def audit(engine, *, settings=None, options=None, tv: float = DEFAULT_TV, n: int
                              command or f"resispec audit {eng.name}",
                              law_source=getattr(eng, "law_source", "its non-speculative path"))
         try:
-            handle = eng.prepare(models, Path(workdir))
-        except EngineUnavailable as exc:
-            report.cells = [Cell(s.label(), o, "INCONCLUSIVE", cause=str(exc)) for s in grid for o in opts]
+            with time_limit(PREPARE_SECONDS):
+                handle = eng.prepare(models, Path(workdir))
+        except (EngineUnavailable, Exception, TimeLimitExceeded) as exc:  # nothing can run: every cell says why
+            why = (str(exc) if isinstance(exc, EngineUnavailable) else
+                   f"the engine did not convert the models within {PREPARE_SECONDS:g} s"
+                   if isinstance(exc, TimeLimitExceeded) else
+                   f"the engine could not load the models: {exception_line(exc)}")
+            report.cells = [Cell(s.label(), o, "INCONCLUSIVE", cause=why) for s in grid for o in opts]
             _finish(report, out, t_start)
             return report
         f64 = float64_logits(models.target_dir)
@@ -424,10 +457,15 @@ def audit(engine, *, settings=None, options=None, tv: float = DEFAULT_TV, n: int
         for s in grid:
             try:
                 eng.check_settings(s)
-                law, law_tv = _law_tv(eng, handle, s, models, f64, L, new_tokens, rng)
-            except EngineUnavailable as exc:
+                with time_limit(cell_seconds + HANG_SLACK):
+                    law, law_tv = _law_tv(eng, handle, s, models, f64, L, new_tokens, rng)
+            except (EngineUnavailable, Exception, TimeLimitExceeded) as exc:  # no law: nothing to certify against
+                why = (str(exc) if isinstance(exc, EngineUnavailable) else
+                       f"the engine's own law (speculation off) did not return within {cell_seconds + HANG_SLACK:g} s"
+                       if isinstance(exc, TimeLimitExceeded) else
+                       f"the engine's own law (speculation off) failed: {exception_line(exc)}")
                 for o in opts:
-                    report.cells.append(Cell(s.label(), o, "INCONCLUSIVE", cause=str(exc)))
+                    report.cells.append(Cell(s.label(), o, "INCONCLUSIVE", cause=why))
                 _finish(report, out, t_start)
                 continue
             for o in opts:
@@ -506,6 +544,26 @@ def _cores() -> int:
     import os
 
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+
+
+def summary(folder) -> str:
+    """One Markdown table over every ``audit_*.json`` under ``folder``: per engine the version, cells PASS / FAIL /
+    INCONCLUSIVE, the smallest and largest per-position detectable TV of its cells, the run time, the command."""
+    import json
+
+    rows = ["| engine | version | PASS | FAIL | INCONCLUSIVE | detectable TV per position (min-max) | s | command |",
+            "|---|---|---|---|---|---|---|---|"]
+    for path in sorted(Path(folder).glob("audit_*.json")):
+        try:
+            rep = AuditReport.from_json(json.loads(path.read_text()))
+        except ValueError:
+            continue  # another report (e.g. a benchmark's) that shares the prefix
+        count = {v: sum(c.verdict == v for c in rep.cells) for v in ("PASS", "FAIL", "INCONCLUSIVE")}
+        det = [c.position_detectable_tv for c in rep.cells if c.position_detectable_tv is not None]
+        span = f"{min(det):.3f}-{max(det):.3f}" if det else "-"
+        rows.append(f"| [{rep.engine}]({path.stem}.md) | {rep.version} | {count['PASS']} | {count['FAIL']} | "
+                    f"{count['INCONCLUSIVE']} | {span} | {rep.seconds:.0f} | `{rep.command}` |")
+    return "\n".join(rows) + "\n"
 
 
 def engine_table() -> list[dict]:

@@ -391,6 +391,8 @@ class LlamaCppEngine(Engine):
     distribution = "llama-cpp-python"
     install = "bash benchmarks/build_llamacpp.sh  # source build of llama-cpp-python 0.3.36, ~14 min on 2 cores"
     order = "llama-cpp-python"
+    law_source = ("llama.cpp's own sampler chain (Llama._init_sampler via llama_sampler_apply, all but the final draw) "
+                  "on Llama.eval logits")
     supported = frozenset({"temperature", "top_k", "top_p", "min_p", "repetition_penalty", "presence_penalty",
                            "frequency_penalty", "penalty_window", "logit_bias"})
     options = OPTIONS

@@ -280,6 +280,8 @@ class MLXLMEngine(Engine):
     distribution = "mlx-lm"
     install = 'pip install -e ".[audit-mlx]"  # mlx[cpu], mlx-lm'
     order = "mlx-lm"
+    law_source = ("mlx-lm's own logits processors and sampler filters (make_logits_processors, make_sampler) on "
+                  "model(ids) logits")
     supported = frozenset({"temperature", "top_k", "top_p", "min_p", "repetition_penalty", "presence_penalty",
                            "frequency_penalty", "penalty_window", "logit_bias"})
     options = {"off": "plain generate_step: speculation off (must pass)",

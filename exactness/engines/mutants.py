@@ -39,7 +39,7 @@ def _patch(obj, name, value):
 
 
 def _hf_verifier(transform):
-    """Patch transformers' ``_speculative_sampling`` so that ``new_logits = transform(new_logits, candidate_logits)``."""
+    """Patch transformers' ``_speculative_sampling``: ``new_logits = transform(new_logits, candidate_logits, k)``."""
     import transformers.generation.utils as U
 
     orig = U._speculative_sampling

@@ -328,6 +328,8 @@ class OrtGenaiEngine(Engine):
     distribution = "onnxruntime-genai"
     install = 'pip install -e ".[audit-ortgenai]"  # onnxruntime-genai, onnx, onnx-ir (its model builder)'
     order = "onnxruntime-genai"
+    law_source = ("the engine's raw fp32 logits (Generator.get_logits) with its documented order applied in float64: "
+                  "the processed law is not exposed; option off certifies the order against the engine's own draws")
     supported = frozenset({"temperature", "top_k", "top_p", "repetition_penalty"})
     options = {
         "off": "plain Generator(do_sample=True), batched distinct prompts: speculation off (must pass)",

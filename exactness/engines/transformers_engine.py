@@ -38,6 +38,8 @@ class TransformersEngine(Engine):
     distribution = "transformers"
     install = 'pip install torch==2.13.0 -e ".[models]"'
     order = "transformers"
+    law_source = ("the target's logits after generate's own logits processors (GenerationMixin._get_logits_processor), "
+                  "softmax in float64")
     supported = frozenset({"temperature", "top_k", "top_p", "min_p", "repetition_penalty", "logit_bias",
                            "bad_words"})
     options = {"off": "plain generate(do_sample=True): speculation off (must pass)",

@@ -30,6 +30,8 @@ def add_arguments(parser) -> None:
     parser.add_argument("engine", nargs="?", help="the engine (resispec audit --list), or MODULE:CLASS, your own "
                         "exactness.engines.base.Engine subclass (IMPORTS AND RUNS that module)")
     parser.add_argument("--list", action="store_true", help="list the known engines and which are installed")
+    parser.add_argument("--summary", metavar="DIR", help="write DIR/audit.md: one row per audit_*.json report in DIR "
+                        "(runs nothing)")
     parser.add_argument("--settings", help="sampling settings, ';'-separated (default: the built-in grid), e.g. "
                         "'T=1;temperature=0.7,top_k=3;logit_bias=2:2 3:-2' (logit_bias items TOKEN:BIAS, bad_words "
                         "words separated by spaces inside, e.g. bad_words=4 5)")
@@ -111,6 +113,16 @@ def run(args) -> int:
         print(f"{'engine':<20} {'installed':<40} install")
         for r in rows:
             print(f"{r['engine']:<20} {r['installed'][:40]:<40} {r['install']}")
+        return 0
+    if args.summary:
+        from pathlib import Path
+
+        from resispec._io import atomic_write
+
+        table = A.summary(args.summary)
+        atomic_write(str(Path(args.summary) / "audit.md"), "# Engine audits on this machine\n\nRegenerate: "
+                     f"`resispec audit --summary {args.summary}`; each row links its report.\n\n" + table)
+        print(table)
         return 0
     if not args.engine:
         raise ValueError("name an engine (resispec audit --list shows them)")
