@@ -148,7 +148,10 @@ class AuditReport:
                     lines.append(f"  - offending token: position {o['position']}, prompt {o['prompt']}, prefix "
                                  f"{o['prefix']}: token {o['token']} observed {o['observed']:.4f} vs exact "
                                  f"{o['exact']:.4f} ({o['count']:,} draws with that prefix; TV {o['tv']:.3f}, "
-                                 f"p = {o['pvalue']:.3g})")
+                                 f"p = {o['pvalue']:.3g})" if o["exact"] > 0 else
+                                 f"  - offending token: position {o['position']}, prompt {o['prompt']}, prefix "
+                                 f"{o['prefix']}: token {o['token']} of exact probability 0 was emitted "
+                                 f"({o['observed']:.4f} of {o['count']:,} continuations)")
                 if c.repro:
                     lines.append(f"  - reproduction: `python {c.repro}`")
         lines += ["", "A FAIL is a finding about the engine (reproduce it with its script); INCONCLUSIVE means the "
@@ -222,10 +225,19 @@ class _Recorder:
         return out
 
 
-def offending_token(recorder: _Recorder, cert, target) -> dict | None:
-    """The observed vs exact law of the worst token: position of smallest p-value, its most frequent prefix."""
+def offending_token(recorder: _Recorder, cert, target, prompts=None) -> dict | None:
+    """The observed vs exact law of the worst token: position of smallest p-value, its most frequent prefix.
+
+    A token of target probability 0 (``cert.details["impossible"]``) is the offending token itself: exact 0.
+    """
     from scipy import stats
 
+    imp = cert.details.get("impossible") or {}
+    if "token" in imp and prompts is not None:
+        prompt = np.asarray(prompts)[imp["prompt"]].tolist()
+        return {"position": imp["position"], "prompt": prompt, "prefix": list(imp["prefix"]), "token": imp["token"],
+                "observed": imp["count"] / max(imp["n"], 1), "exact": 0.0, "count": imp["n"], "tv": float("nan"),
+                "pvalue": 0.0}
     pos = cert.details.get("positions") or []
     if not pos or not recorder.seen:
         return None
@@ -340,7 +352,7 @@ def run_cell(engine, handle, settings, option, models, *, law, n, tv, new_tokens
         except Exception as exc:  # counters are a courtesy of the engine: never a verdict
             cell.acceptance = {"error": str(exc)}
     cell.verdict = "PASS" if cert.passed else "FAIL"
-    cell.cause = "" if cert.passed else cert.summary()
+    cell.cause = "" if cert.passed else cert.summary().removeprefix("FAIL: ")
     cell.pvalue, cell.tv_estimate, cell.tv_upper = cert.pvalue, cert.tv_estimate, cert.tv_upper
     cell.detectable_tv, cell.n = cert.detectable_tv, int(cert.n)
     pos = cert.details.get("positions") or []
@@ -477,7 +489,7 @@ def audit(engine, *, settings=None, options=None, tv: float = DEFAULT_TV, n: int
                         f"law finding: the engine's own law differs from the float64 law by TV {law_tv:.2e}")
                 if cell.verdict == "FAIL":
                     if cert is not None:
-                        cell.offending = offending_token(rec, cert, law)
+                        cell.offending = offending_token(rec, cert, law, models.prompts)
                     if shrink:
                         cell.smallest_setting = _shrink(eng, handle, s, o, models, n=cell.n // len(models.prompts)
                                                         or n, tv=tv, new_tokens=new_tokens,

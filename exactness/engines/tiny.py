@@ -126,3 +126,46 @@ def float64_logits(model_dir):
             return model(input_ids=torch.as_tensor(ctx), use_cache=False).logits[:, -1].numpy().astype(np.float64)
 
     return logits
+
+
+#: Python source that rebuilds :func:`build_tiny`'s checkpoints WITHOUT this project (torch, transformers,
+#: tokenizers): the first part of every engine's reproduction script.  Format with vocab, seed, scale.
+STANDALONE_BUILD = '''
+import json, os, tempfile
+
+import torch
+from tokenizers import Tokenizer, models as tok_models, pre_tokenizers
+from transformers import LlamaConfig, LlamaForCausalLM
+
+V, SEED, SCALE = {vocab}, {seed}, {scale}
+WORK = tempfile.mkdtemp(prefix="repro-tiny-")
+
+
+def save(name, layers, seed):  # a tiny random Llama (hidden 32) with a word-level tokenizer t0..t{{V-1}}
+    out = os.path.join(WORK, name)
+    cfg = LlamaConfig(vocab_size=V, hidden_size=32, intermediate_size=64, num_hidden_layers=layers,
+                      num_attention_heads=4, num_key_value_heads=2, head_dim=8, max_position_embeddings=128,
+                      tie_word_embeddings=False, bos_token_id=None, eos_token_id=1, pad_token_id=0,
+                      rms_norm_eps=1e-6, rope_theta=10000.0)
+    torch.manual_seed(seed)
+    model = LlamaForCausalLM(cfg).eval()
+    with torch.no_grad():
+        model.lm_head.weight.mul_(SCALE)
+    model.save_pretrained(out, safe_serialization=True)
+    tok = Tokenizer(tok_models.WordLevel(vocab={{f"t{{i}}": i for i in range(V)}}, unk_token="t0"))
+    tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    tok.save(os.path.join(out, "tokenizer.json"))
+    with open(os.path.join(out, "tokenizer_config.json"), "w") as f:
+        json.dump({{"tokenizer_class": "PreTrainedTokenizerFast", "pad_token": "t0", "eos_token": "t1",
+                   "unk_token": "t0", "model_max_length": 128}}, f)
+    return out
+
+
+TARGET, DRAFT = save("target", 2, SEED), save("draft", 1, SEED + 1)
+'''
+
+
+def standalone_build(models) -> str:
+    """:data:`STANDALONE_BUILD` for ``models`` (read from its ``tiny.json``)."""
+    stamp = json.loads((Path(models.target_dir).parent / "tiny.json").read_text())
+    return STANDALONE_BUILD.format(vocab=stamp["vocab"], seed=stamp["seed"], scale=stamp["scale"])

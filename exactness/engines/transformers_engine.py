@@ -56,6 +56,10 @@ class TransformersEngine(Engine):
             draft = AutoModelForCausalLM.from_pretrained(models.draft_dir, dtype=torch.float32).eval()
         except (OSError, ValueError) as exc:
             raise EngineUnavailable(f"transformers cannot load the tiny checkpoints: {exc}") from exc
+        if sum(p.numel() for p in target.parameters()) < 10_000_000:
+            # a tiny model gains nothing from intra-op threads and loses 3-30x to them on a loaded 2-core machine
+            # (benchmarks/audit_overhead.py): one thread, as the benchmark runs it
+            torch.set_num_threads(1)
         return {"target": target, "draft": draft}
 
     def target(self, handle, settings, prompt_len):

@@ -32,6 +32,8 @@ def add_arguments(parser) -> None:
     parser.add_argument("--list", action="store_true", help="list the known engines and which are installed")
     parser.add_argument("--summary", metavar="DIR", help="write DIR/audit.md: one row per audit_*.json report in DIR "
                         "(runs nothing)")
+    parser.add_argument("--docs", metavar="PAGE", help="with --summary: also replace the table between the markers "
+                        "<!-- audit-summary --> and <!-- /audit-summary --> of PAGE (docs/audit.md)")
     parser.add_argument("--settings", help="sampling settings, ';'-separated (default: the built-in grid), e.g. "
                         "'T=1;temperature=0.7,top_k=3;logit_bias=2:2 3:-2' (logit_bias items TOKEN:BIAS, bad_words "
                         "words separated by spaces inside, e.g. bad_words=4 5)")
@@ -108,6 +110,8 @@ def run(args) -> int:
 
     from ._args import check_out
 
+    if args.docs and not args.summary:
+        raise ValueError("--docs goes with --summary DIR")
     if args.list:
         rows = A.engine_table()
         print(f"{'engine':<20} {'installed':<40} install")
@@ -122,6 +126,14 @@ def run(args) -> int:
         table = A.summary(args.summary)
         atomic_write(str(Path(args.summary) / "audit.md"), "# Engine audits on this machine\n\nRegenerate: "
                      f"`resispec audit --summary {args.summary}`; each row links its report.\n\n" + table)
+        if args.docs:
+            page = Path(args.docs).read_text()
+            head, sep, rest = page.partition("<!-- audit-summary -->")
+            _, sep2, tail = rest.partition("<!-- /audit-summary -->")
+            if not (sep and sep2):
+                raise ValueError(f"--docs {args.docs} has no <!-- audit-summary --> ... <!-- /audit-summary --> block")
+            rel = table.replace("](audit_", "](../reports/audit_") if Path(args.summary).name == "reports" else table
+            atomic_write(args.docs, head + sep + "\n" + rel + sep2 + tail)
         print(table)
         return 0
     if not args.engine:

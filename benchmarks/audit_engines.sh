@@ -1,0 +1,17 @@
+#!/usr/bin/env bash
+# The engine audits committed in reports/ (docs/audit.md), and the summary table reports/audit.md.
+# Each line is one `resispec audit` run; an engine that is not installed exits 2 with its install command and is
+# skipped here. Budgets: onnxruntime-genai and llama-cpp-python at the default (TV 0.02 per position, 600 s a cell);
+# mlx-lm and transformers decode 10-100x slower here, so their cells are capped (--cell-seconds) and each report
+# states the detectable TV each cell reached. Measured on 2 shared cores: about 15, 40, 35 and 30 minutes.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+R=resispec
+command -v resispec >/dev/null || R="python -m resispec"
+$R audit onnxruntime-genai --out reports
+$R audit llama-cpp-python --out reports
+$R audit mlx-lm --seed 1 --out reports --cell-seconds 60 --settings "T=1;temperature=0.7;top_k=3;top_p=0.8;min_p=0.1;\
+repetition_penalty=1.5;presence_penalty=0.5,frequency_penalty=0.5;presence_penalty=1.5;frequency_penalty=1.0;\
+logit_bias=2:2 3:-2;temperature=0.7,top_k=5,top_p=0.9,repetition_penalty=1.3"
+$R audit transformers --out reports --cell-seconds 30
+$R audit --summary reports --docs docs/audit.md
