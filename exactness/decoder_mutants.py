@@ -24,7 +24,7 @@ Biased (``MUTANTS``: name -> factory ``(model, gamma) -> decoder``):
   ``norm(max(p_gamma - q_{gamma-1}, 0))`` instead of ``p_gamma``.
 
 The 2026 bug classes (issue 38), with sampling settings (:class:`exactness.settings.SamplingSettings`)
-as part of the law.  Exact: :class:`SettingsChainDecoder` (``CORRECT["settings_chain"]``): token-level
+as part of the law.  Exact: :class:`SettingsChainDecoder` (``CORRECT_2026["settings_chain"]``): token-level
 chain verification of the PROCESSED laws, target ``processed_law(log P, ...)`` and draft
 ``processed_law(log Q, ...)`` in the engine's order (default ``"transformers"``), certified against
 :func:`settings_target`.  Biased (``MUTANTS_2026``: name -> factory ``(model, gamma=2, settings=None,
@@ -443,7 +443,8 @@ MUTANTS_2026 = {
     "draft_misaligned_after_reorder": _settings_factory(DraftMisalignedAfterReorder),
 }
 
-CORRECT["settings_chain"] = _settings_factory(SettingsChainDecoder)
+#: Exact decoders certified against ``settings_target`` (the processed law), apart from ``CORRECT`` (``chain_target``).
+CORRECT_2026 = {"settings_chain": _settings_factory(SettingsChainDecoder)}
 
 
 def demo(V: int = 8, gamma: int = 2, seed: int = 0, name: str = "token_chain", prompts: int = 3):
@@ -452,7 +453,7 @@ def demo(V: int = 8, gamma: int = 2, seed: int = 0, name: str = "token_chain", p
     from simulators.autoregressive import MarkovPair
 
     model = MarkovPair.random(np.random.default_rng(seed), V)
-    make = {**CORRECT, **MUTANTS, **MUTANTS_2026}[name]
+    make = {**CORRECT, **CORRECT_2026, **MUTANTS, **MUTANTS_2026}[name]
     pr = (np.arange(prompts, dtype=np.int64) % V)[:, None]
     if name in MUTANTS_2026 or name == "settings_chain":   # at SETTINGS_DEFAULT, against its processed law
         return make(model, gamma), settings_target(model, SETTINGS_DEFAULT, pr.shape[1]), pr

@@ -98,6 +98,8 @@ class SamplingSettings:
             bad("logit_bias", "pairs (token, bias) or a dict token -> bias")
         if any(t < 0 or not math.isfinite(b) for t, b in bias):
             bad("logit_bias", "pairs of a token id >= 0 and a finite bias")
+        if len({t for t, _ in bias}) != len(bias):
+            bad("logit_bias", "one bias per token (engines disagree on repeated tokens: some add, some keep the last)")
         object.__setattr__(self, "logit_bias", bias)
         try:
             words = tuple(tuple(int(t) for t in w) for w in self.bad_words)
@@ -114,15 +116,20 @@ class SamplingSettings:
                      and getattr(self, f.name) != getattr(base, f.name))
 
     def label(self) -> str:
-        """``"temperature=0.7,top_k=3"`` (``"T=1"`` for plain sampling); :func:`parse_settings` reads it back."""
+        """``"temperature=0.7,top_k=3,logit_bias=2:2 3:-2,bad_words=4|5 6"`` (``"T=1"`` for plain sampling).
+
+        :func:`parse_settings` reads it back, and it holds no ``;`` (the CLI's separator between settings).
+        """
         parts = []
         for name in self.active():
             v = getattr(self, name)
             if name == "logit_bias":
-                v = ";".join(f"{t}:{b:g}" for t, b in v)
+                v = " ".join(f"{t}:{b:g}" for t, b in v)
             elif name == "bad_words":
-                v = ";".join(" ".join(map(str, w)) for w in v)
+                v = "|".join(" ".join(map(str, w)) for w in v)
             parts.append(f"{name}={v:g}" if isinstance(v, float) else f"{name}={v}")
+        if self.min_new_tokens:
+            parts.append(f"eos={self.eos}")
         return ",".join(parts) or "T=1"
 
     def vocab_check(self, vocab: int) -> None:
@@ -134,26 +141,36 @@ class SamplingSettings:
 
 
 def parse_settings(text: str, *, eos: int | None = None) -> SamplingSettings:
-    """Read ``"temperature=0.7,top_k=3,logit_bias=3:2;5:-1,bad_words=4;6 7"`` (``"T=1"``: plain sampling).
+    """Read ``"temperature=0.7,top_k=3,logit_bias=3:2 5:-1,bad_words=4|6 7"`` (``"T=1"``: plain sampling).
 
-    Raises ``ValueError`` naming an unknown field or a value that does not parse.
+    ``T`` is ``temperature``; ``logit_bias`` items ``TOKEN:BIAS`` are separated by spaces (or ``;``), ``bad_words``
+    words by ``|`` (or ``;``) and a word's tokens by spaces.  Raises ``ValueError`` naming an unknown or repeated
+    field, an empty value, or a value that does not parse.
     """
+    import re
+
     names = {f.name: f for f in fields(SamplingSettings)}
     kw = {} if eos is None else {"eos": eos}
     text = text.strip()
     if text in ("", "T=1", "plain"):
         return SamplingSettings(**kw)
+    seen = set()
     for part in text.split(","):
         key, sep, val = part.partition("=")
-        key = key.strip()
+        key = "temperature" if key.strip() == "T" else key.strip()
         if not sep or key not in names or key == "seed":
             raise ValueError(f"setting {part!r}: expected NAME=VALUE with NAME one of "
                              f"{', '.join(n for n in names if n != 'seed')}")
+        if key in seen:
+            raise ValueError(f"setting {text!r} gives {key} twice")
+        seen.add(key)
+        if not val.strip():
+            raise ValueError(f"setting {part!r}: {key} has no value")
         try:
             if key == "logit_bias":
-                kw[key] = tuple((int(t), float(b)) for t, b in (x.split(":") for x in val.split(";") if x))
+                kw[key] = tuple((int(t), float(b)) for t, b in (x.split(":") for x in re.split(r"[;\s]+", val) if x))
             elif key == "bad_words":
-                kw[key] = tuple(tuple(int(t) for t in w.split()) for w in val.split(";") if w.strip())
+                kw[key] = tuple(tuple(int(t) for t in w.split()) for w in re.split(r"[;|]", val) if w.strip())
             elif key in ("top_k", "min_new_tokens", "eos") or (key == "penalty_window" and val != "None"):
                 kw[key] = int(val)
             elif key == "penalty_window":

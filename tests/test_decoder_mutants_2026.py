@@ -1,6 +1,6 @@
 """The 2026 bug classes of the decoder catalogue (issue 38, item 5): each biased decoder of
 ``exactness.decoder_mutants.MUTANTS_2026`` has an exact-law test of its bias and FAILs ``certify_decoder`` at its
-default budget; the exact settings-aware chain decoder (``CORRECT["settings_chain"]``) has the target law exactly
+default budget; the exact settings-aware chain decoder (``CORRECT_2026["settings_chain"]``) has the target law exactly
 and passes.
 
 Exact laws: the joint law of the first two new tokens is enumerated over every draft path of every round the
@@ -20,7 +20,8 @@ import pytest
 from scipy import stats
 
 import exactness
-from exactness.decoder_mutants import (CORRECT, MUTANTS, MUTANTS_2026, SETTINGS_DEFAULT, SettingsChainDecoder,
+from exactness.decoder_mutants import (CORRECT, CORRECT_2026, MUTANTS, MUTANTS_2026, SETTINGS_DEFAULT,
+                                       SettingsChainDecoder,
                                        settings_target)
 from exactness.settings import SamplingSettings, processed_law
 from simulators.autoregressive import MarkovPair
@@ -182,7 +183,8 @@ def model():
 def test_the_catalogue_names_the_2026_classes():
     assert set(MUTANTS_2026) == set(EXACT_TV)
     assert {"argmax_draft_raw_q", "rows_mixed"} <= set(MUTANTS)   # the two classes the first catalogue has
-    assert "settings_chain" in CORRECT and isinstance(CORRECT["settings_chain"](pair()), SettingsChainDecoder)
+    assert "settings_chain" not in CORRECT  # CORRECT's decoders are certified against chain_target
+    assert isinstance(CORRECT_2026["settings_chain"](pair()), SettingsChainDecoder)
 
 
 @pytest.mark.parametrize("settings", [
@@ -192,7 +194,7 @@ def test_the_catalogue_names_the_2026_classes():
     SamplingSettings(temperature=1.3, top_p=0.8, logit_bias=((2, -1.5),)),
 ], ids=lambda s: s.label())
 def test_exact_settings_chain_has_the_target_law(model, settings):
-    dec = CORRECT["settings_chain"](model, GAMMA, settings)
+    dec = CORRECT_2026["settings_chain"](model, GAMMA, settings)
     for rows in SINGLE + [REORDERED, SORTED]:
         law = decoder_joint(dec, PROMPTS[rows])
         want = target_joint(model, PROMPTS[rows[0]], settings)
@@ -235,7 +237,7 @@ def test_bonus_only_with_a_truncating_setting_emits_banned_tokens(model):
 @pytest.mark.parametrize("name", sorted(MUTANTS_2026) + ["settings_chain"])
 def test_enumerated_law_is_the_decoders_own(model, name):
     # the enumeration reads the decoder's rows; its sampler must follow the enumerated law (chi-square, fixed seed)
-    make = {**MUTANTS_2026, **CORRECT}[name]
+    make = {**MUTANTS_2026, **CORRECT_2026}[name]
     dec = make(model, GAMMA)
     rng = np.random.default_rng(38)
     if name == "draft_misaligned_after_reorder":
@@ -261,7 +263,7 @@ def _certify(model, make):
 
 
 def test_exact_settings_chain_passes_at_the_default_budget(model):
-    cert, secs = _certify(model, CORRECT["settings_chain"])
+    cert, secs = _certify(model, CORRECT_2026["settings_chain"])
     print(f"settings_chain: n = {cert.n}, p = {cert.pvalue:.3g}, detectable TV {cert.detectable_tv:.4f}, {secs:.1f} s")
     assert cert.passed, cert.summary()
     assert cert.detectable_tv <= 0.02 + 1e-9

@@ -24,7 +24,7 @@ class NumpyEngine(Engine):
     distribution = "numpy"
     install = "pip install numpy"
     order = "transformers"
-    supported = frozenset({"temperature", "top_k", "logit_bias"})
+    supported = frozenset({"temperature", "top_k", "logit_bias", "min_new_tokens"})
     options = {"off": "exact sampler", "draft": "also exact", "broken": "raises"}
 
     def __init__(self, bug=None):
@@ -224,3 +224,97 @@ def test_engine_crashes_and_hangs_are_named_never_a_pass(work, tmp_path, monkeyp
     (cell,) = rep.cells
     assert cell.verdict == "FAIL" and "did not return" in cell.cause
     assert "did not return" in (tmp_path / "audit_numpy-test.md").read_text()
+
+
+class ExitsInPrepare(NumpyEngine):
+    def prepare(self, models, workdir):
+        raise SystemExit(0)
+
+
+class ExitsInDecoder(NumpyEngine):
+    def decoder(self, f64, settings, option):
+        def dec(prompt, new_tokens, rng):
+            raise SystemExit(0)
+        return dec
+
+
+class IgnoresTemperature(NumpyEngine):
+    """Law and decoder both drop the temperature: lossless against its own law, but not the law of its settings."""
+
+    def target(self, f64, settings, prompt_len):
+        return super().target(f64, SamplingSettings(), prompt_len)
+
+    def decoder(self, f64, settings, option):
+        return super().decoder(f64, SamplingSettings(), option)
+
+
+class BiasedReproRaises(BiasedNumpyEngine):
+    def repro_script(self, *a):
+        raise RuntimeError("repro broke")
+
+
+@pytest.mark.parametrize("cls, verdict", [("ExitsInPrepare", "INCONCLUSIVE"), ("ExitsInDecoder", "FAIL")])
+def test_an_engine_calling_sys_exit_never_passes(cls, verdict, tmp_path, monkeypatch):
+    from pathlib import Path
+
+    from resispec.cli import main
+
+    monkeypatch.syspath_prepend(str(Path(__file__).parent))
+    rc = main(["audit", f"test_engine_audit:{cls}", "--settings", "temperature=0.5", "--options", "off",
+               "--cell-seconds", "5", "--no-shrink", "--out", str(tmp_path)])
+    assert rc == {"INCONCLUSIVE": 3, "FAIL": 1}[verdict]
+    data = json.loads((tmp_path / "audit_numpy-test.json").read_text())
+    assert data["cells"][0]["verdict"] == verdict and "sys.exit(0)" in data["cells"][0]["cause"]
+    assert data["status"] == "complete"
+
+
+def test_a_law_finding_is_reported_and_is_not_a_clean_pass(work, tmp_path):
+    rep = A.audit(IgnoresTemperature(), settings=["temperature=0.5"], options=["off"], n=200, workdir=work,
+                  out=tmp_path)
+    assert rep.cells[0].verdict == "PASS" and rep.law_findings and rep.exit_code == 3
+    assert "## Law findings" in (tmp_path / "audit_numpy-test.md").read_text()
+
+
+def test_fail_analysis_never_loses_the_report(work, tmp_path):
+    rep = A.audit(BiasedReproRaises(), settings=["temperature=0.3,min_new_tokens=1,eos=1"], options=["off"], n=300,
+                  workdir=work, out=tmp_path, shrink=False)
+    (cell,) = rep.cells
+    assert cell.verdict == "FAIL" and "repro broke" in cell.cause and cell.repro is None
+    assert json.loads((tmp_path / "audit_numpy-test.json").read_text())["cells"][0]["verdict"] == "FAIL"
+
+
+def test_an_interrupted_run_says_so(work, tmp_path):
+    class StopsMidway(NumpyEngine):
+        calls = 0
+
+        def decoder(self, f64, settings, option):
+            StopsMidway.calls += 1
+            if StopsMidway.calls == 2:
+                raise KeyboardInterrupt
+            return super().decoder(f64, settings, option)
+
+    with pytest.raises(KeyboardInterrupt):
+        A.audit(StopsMidway(), settings=["T=1", "temperature=0.5"], options=["off"], n=50, workdir=work, out=tmp_path)
+    md = (tmp_path / "audit_numpy-test.md").read_text()
+    assert "INCOMPLETE RUN" in md and "temperature=0.5 / off" in md
+    assert "| T=1 | off | PASS |" in md
+
+
+@pytest.mark.parametrize("kw, match", [(dict(settings=[]), "empty"), (dict(n=1), "n must"),
+                                       (dict(new_tokens=0), "new_tokens"), (dict(cell_seconds=float("inf")), "finite"),
+                                       (dict(seed=-1), "seed"), (dict(n=10**9), "exceeds")])
+def test_callers_bad_arguments_are_errors_not_inconclusive(kw, match, work):
+    with pytest.raises(ValueError, match=match):
+        A.audit(NumpyEngine(), workdir=work, **kw)
+
+
+def test_docs_audit_table_is_the_committed_reports_summary():
+    """docs/audit.md's table is `resispec audit --summary reports --docs docs/audit.md` of the committed reports."""
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    page = (root / "docs" / "audit.md").read_text()
+    block = page.split("<!-- audit-summary -->")[1].split("<!-- /audit-summary -->")[0].strip()
+    table = A.summary(root / "reports").replace("](audit_", "](../reports/audit_").strip()
+    assert block == table
+    assert (root / "reports" / "audit.md").read_text().endswith(A.summary(root / "reports"))

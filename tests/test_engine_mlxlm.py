@@ -33,7 +33,7 @@ LAW_SETTINGS = [
     "T=1", "temperature=0.7", "temperature=1.6", "top_k=3", "top_p=0.6", "min_p=0.1",
     "temperature=0.5,min_p=0.2", "temperature=2,top_p=0.5", "temperature=0.5,top_k=4",
     "repetition_penalty=1.8", "repetition_penalty=0.6,penalty_window=3", "repetition_penalty=1.8,penalty_window=7",
-    "presence_penalty=1.5", "frequency_penalty=0.8,penalty_window=4", "logit_bias=3:2;5:-1;3:0.5",
+    "presence_penalty=1.5", "frequency_penalty=0.8,penalty_window=4", "logit_bias=3:2.5;5:-1",
     "temperature=0.8,top_k=5,top_p=0.9,min_p=0.05,repetition_penalty=1.3,frequency_penalty=0.5,"
     "presence_penalty=0.3,logit_bias=7:1.5",
 ]

@@ -61,9 +61,13 @@ def test_the_settings_change_the_law():
 
 
 def test_label_round_trips_and_active_names_the_fields():
-    for text in SETTINGS:
+    from resispec.commands.audit import _settings
+
+    for text in SETTINGS + ["min_new_tokens=2,eos=1", "bad_words=4|5 6,logit_bias=2:2 3:-2"]:
         s = parse_settings(text)
         assert parse_settings(s.label()) == s
+        assert _settings(s.label()) == [s.label()]  # a label is one --settings item (no ';' inside)
+    assert parse_settings("T=0.5") == SamplingSettings(temperature=0.5)
     s = parse_settings("presence_penalty=0.5,frequency_penalty=0.25,penalty_window=8")
     assert s.active() == ("presence_penalty", "frequency_penalty", "penalty_window")
     assert parse_settings("T=1").active() == ()
@@ -100,7 +104,9 @@ def test_bad_settings_name_the_field(kw, name):
 
 
 @pytest.mark.parametrize("text, match", [("top_q=3", "top_q"), ("top_k", "NAME=VALUE"), ("top_k=x", "top_k"),
-                                         ("seed=3", "seed"), ("logit_bias=3", "logit_bias")])
+                                         ("seed=3", "seed"), ("logit_bias=3", "logit_bias"),
+                                         ("temperature=0.5,temperature=2", "twice"), ("logit_bias=", "no value"),
+                                         ("logit_bias=2:1 2:3", "one bias per token")])
 def test_parse_errors_name_the_part(text, match):
     with pytest.raises(ValueError, match=match):
         parse_settings(text)

@@ -32,15 +32,17 @@ from pathlib import Path
 import numpy as np
 
 from .base import EngineUnavailable, get_engine
+from .tiny import PROMPTS
 
 #: Settings certified by default (engine-neutral; an engine that does not implement one gives INCONCLUSIVE cells).
 DEFAULT_SETTINGS = ("T=1", "temperature=0.7", "top_k=3", "top_p=0.8", "min_p=0.1", "repetition_penalty=1.5",
-                    "presence_penalty=0.5,frequency_penalty=0.5", "logit_bias=2:2;3:-2", "bad_words=4;5 6",
+                    "presence_penalty=0.5,frequency_penalty=0.5", "logit_bias=2:2 3:-2", "bad_words=4|5 6",
                     "temperature=0.7,top_k=5,top_p=0.9,repetition_penalty=1.3")
 DEFAULT_TV = 0.02          # detectable TV per position to reach (issue 38: 0.02 on tiny models)
 CELL_SECONDS = 600.0       # engine time per cell the budget may use
 PILOT = 16                 # continuations timed before planning n
-MIN_N = 200                # fewest continuations per prompt (below it no check has a degree of freedom)
+MIN_N = 200                # fewest continuations per prompt the planner uses
+MIN_USER_N = 20            # fewest a caller may ask for (below it the checks have no degree of freedom)
 LAW_TOL = 1e-4             # TV between the engine's law and the float64 law above which it is a finding
 NEW_TOKENS = 3
 VOCAB = 16
@@ -88,6 +90,13 @@ class AuditReport:
     cells: list = field(default_factory=list)
     seconds: float = 0.0
     law_source: str = ""
+    status: str = "complete"          # "running: <setting> / <option>" while a cell runs (a stopped run says so)
+    user_models: bool = False         # --model: the user's checkpoints, not the built tiny pair
+
+    @property
+    def law_findings(self) -> list:
+        """Cells whose engine law differs from the independent float64 law by more than ``LAW_TOL`` in TV."""
+        return [c for c in self.cells if c.law_tv is not None and c.law_tv > LAW_TOL]
 
     @property
     def failed(self) -> bool:
@@ -113,10 +122,15 @@ class AuditReport:
         def num(x, spec=".3g"):
             return "-" if x is None or (isinstance(x, float) and not math.isfinite(x)) else format(x, spec)
 
-        lines = [f"# Audit: {self.engine} {self.version}", "",
-                 f"{self.platform}. Command: `{self.command}`. Run time {self.seconds:.0f} s.", "",
-                 f"Tiny local models (Llama, vocabulary {self.vocab}, hidden 32, target 2 layers, draft 1 layer; "
-                 f"`exactness.engines.tiny`), prompts {self.prompts}, {self.new_tokens} new tokens per "
+        lines = [f"# Audit: {self.engine} {self.version}", ""]
+        if self.status != "complete":
+            lines += [f"**INCOMPLETE RUN**: it stopped while {self.status.removeprefix('running: ')} ran (the engine "
+                      "exited or the run was interrupted); the cells below are the finished ones.", ""]
+        models = (f"The user's checkpoints (vocabulary {self.vocab})" if self.user_models else
+                  f"Tiny local models (Llama, vocabulary {self.vocab}, hidden 32, target 2 layers, draft 1 layer; "
+                  "`exactness.engines.tiny`)")
+        lines += [f"{self.platform}. Command: `{self.command}`. Run time {self.seconds:.0f} s.", "",
+                 f"{models}, prompts {self.prompts}, {self.new_tokens} new tokens per "
                  f"continuation. Law: the engine's own non-speculative sampler ({self.law_source}); the column "
                  f"'law TV' is its TV to the independent float64 law (transformers float64 logits, the engine's "
                  f"order `{self.order}` in `exactness.settings`). Budget per cell: the n detecting TV {self.tv:g} "
@@ -136,6 +150,17 @@ class AuditReport:
             lines += ["", f"{len(weak)} PASS cell(s) did not reach the detectable TV {self.tv:g} per position (n was "
                       f"given, or {self.cell_seconds:g} s of the engine's rate capped it); such a pass rules out only "
                       "the TV in its row."]
+        if any(c.law_tv is None for c in self.cells if c.verdict != "INCONCLUSIVE"):
+            lines += ["", f"No independent float64 law: the engine declares no order in `exactness.settings.ORDERS` "
+                      f"(`{self.order}`), so its own law is used unchecked ('law TV' -)."]
+        if self.law_findings:
+            worst = max(c.law_tv for c in self.law_findings)
+            lines += ["", "## Law findings", "",
+                      f"In {len(self.law_findings)} cell(s) the engine's own law (speculation off) differs from the "
+                      f"independent float64 law by more than TV {LAW_TOL:g} (largest {worst:.2e}): the engine does not "
+                      "sample the law its settings and documented order give. The cells are certified against the "
+                      "engine's own law; the mismatch makes the audit exit 3 unless a cell FAILs.", ""]
+            lines += [f"- {c.setting} / {c.option}: law TV {c.law_tv:.2e}" for c in self.law_findings]
         bad = [c for c in self.cells if c.verdict != "PASS"]
         if bad:
             lines += ["", "## Failing and inconclusive cells", ""]
@@ -158,6 +183,13 @@ class AuditReport:
                   "cell could not run (its cause); PASS means no bias was detected at the detectable TV of its row.",
                   ""]
         return "\n".join(lines)
+
+    @property
+    def exit_code(self) -> int:
+        """1 a FAIL cell; 3 no FAIL but an INCONCLUSIVE cell, a law finding or an incomplete run; 0 otherwise."""
+        if self.failed:
+            return 1
+        return 3 if (self.inconclusive or self.law_findings or self.status != "complete" or not self.cells) else 0
 
     def write(self, out) -> tuple[str, ...]:
         """Write ``audit_<engine>.md``, ``.json`` and ``.png`` under the folder ``out``; returns the paths."""
@@ -305,12 +337,16 @@ def run_cell(engine, handle, settings, option, models, *, law, n, tv, new_tokens
     t0 = time.perf_counter()
     cell = Cell(settings.label(), option, "INCONCLUSIVE")
     try:
-        dec = engine.decoder(handle, settings, option)
+        with time_limit(cell_seconds + HANG_SLACK):
+            dec = engine.decoder(handle, settings, option)
     except EngineUnavailable as exc:
         cell.cause = str(exc)
         return cell, None, None
-    except Exception as exc:  # the engine cannot start this option: nothing was decoded
-        cell.cause = f"the engine could not start option {option!r}: {exception_line(exc)}"
+    except TimeLimitExceeded:
+        cell.cause = f"the engine did not start option {option!r} within {cell_seconds + HANG_SLACK:g} s"
+        return cell, None, None
+    except (Exception, SystemExit) as exc:  # the engine cannot start this option: nothing was decoded
+        cell.cause = f"the engine could not start option {option!r}: {_line(exc)}"
         return cell, None, None
     rec = _Recorder(dec)
     try:
@@ -325,8 +361,8 @@ def run_cell(engine, handle, settings, option, models, *, law, n, tv, new_tokens
                                             f"decoding {PILOT} continuations (option {option!r})")
         cell.seconds = time.perf_counter() - t0
         return cell, None, rec
-    except Exception as exc:  # the engine raised while decoding: a FAIL naming it
-        cell.verdict, cell.cause = "FAIL", f"the engine raised while decoding: {exception_line(exc)}"
+    except (Exception, SystemExit) as exc:  # the engine raised (or exited) while decoding: a FAIL naming it
+        cell.verdict, cell.cause = "FAIL", f"the engine raised while decoding: {_line(exc)}"
         cell.seconds = time.perf_counter() - t0
         return cell, None, rec
     cell.rate = rate
@@ -345,14 +381,15 @@ def run_cell(engine, handle, settings, option, models, *, law, n, tv, new_tokens
     counters = getattr(engine, "acceptance", None)
     if counters is not None:
         try:
-            acc = dict(counters(dec))
+            with time_limit(cell_seconds + HANG_SLACK):
+                acc = dict(counters(dec))
             rate = acc.get("acceptance_rate", acc.get("rate"))
             acc["rate"] = None if rate is None or not math.isfinite(rate) else float(rate)
             cell.acceptance = acc
-        except Exception as exc:  # counters are a courtesy of the engine: never a verdict
-            cell.acceptance = {"error": str(exc)}
+        except (Exception, SystemExit, TimeLimitExceeded) as exc:  # a courtesy of the engine: never a verdict
+            cell.acceptance = {"error": exception_line(exc) if isinstance(exc, Exception) else type(exc).__name__}
     cell.verdict = "PASS" if cert.passed else "FAIL"
-    cell.cause = "" if cert.passed else cert.summary().removeprefix("FAIL: ")
+    cell.cause = "" if cert.passed else cert._verdict_head(width=400).removeprefix("FAIL: ")
     cell.pvalue, cell.tv_estimate, cell.tv_upper = cert.pvalue, cert.tv_estimate, cert.tv_upper
     cell.detectable_tv, cell.n = cert.detectable_tv, int(cert.n)
     pos = cert.details.get("positions") or []
@@ -426,10 +463,21 @@ def audit(engine, *, settings=None, options=None, tv: float = DEFAULT_TV, n: int
         raise ValueError(f"tv must lie in (0, 1), got {tv!r}")
     if not (isinstance(cell_seconds, (int, float)) and cell_seconds > 0):
         raise ValueError(f"cell_seconds must be > 0, got {cell_seconds!r}")
-    if n is not None and (isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 1):
-        raise ValueError(f"n must be an integer >= 1, got {n!r}")
+    if not (isinstance(cell_seconds, (int, float)) and math.isfinite(cell_seconds) and cell_seconds <= 1e6):
+        raise ValueError(f"cell_seconds must be a finite number of seconds <= 1e6, got {cell_seconds!r}")
+    if n is not None and (isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < MIN_USER_N):
+        raise ValueError(f"n must be an integer >= {MIN_USER_N} (fewer continuations leave the checks no degree of "
+                         f"freedom), got {n!r}")
+    if isinstance(new_tokens, bool) or not isinstance(new_tokens, (int, np.integer)) or not 1 <= new_tokens <= 64:
+        raise ValueError(f"new_tokens must be an integer in [1, 64], got {new_tokens!r}")
+    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or not 0 <= seed < 2**63:
+        raise ValueError(f"seed must be an integer in [0, 2**63), got {seed!r}")
+    if settings is not None and not list(settings):
+        raise ValueError("settings is empty: give at least one setting (or None for the default grid)")
     grid = [s if isinstance(s, SamplingSettings) else parse_settings(s) for s in (settings or DEFAULT_SETTINGS)]
     opts = list(options or eng.options)
+    if not opts:
+        raise ValueError(f"{eng.name} declares no speculative options: nothing to audit")
     unknown = [o for o in opts if o not in eng.options]
     if unknown:
         raise ValueError(f"{eng.name} has no option {', '.join(unknown)}; options: {', '.join(eng.options)}")
@@ -438,12 +486,19 @@ def audit(engine, *, settings=None, options=None, tv: float = DEFAULT_TV, n: int
         raise EngineUnavailable(why)
     for s in grid:
         s.vocab_check(models.vocab if models is not None else vocab)
+    P = len(models.prompts) if models is not None else len(PROMPTS)
+    from ..decoder import MAX_DECODER_TOKENS
+
+    if n is not None and n * P * new_tokens > MAX_DECODER_TOKENS:
+        raise ValueError(f"n = {n:,} x {P} prompts x {new_tokens} tokens exceeds the {MAX_DECODER_TOKENS:,} tokens a "
+                         "certificate keeps; give a smaller n")
     t_start = time.perf_counter()
     tmp = None
     if workdir is None:
         tmp = tempfile.TemporaryDirectory(prefix="resispec-audit-")
         workdir = tmp.name
     try:
+        user_models = models is not None
         if models is None:
             models = build_tiny(Path(workdir) / f"tiny-v{vocab}-s{seed}", vocab=vocab, seed=seed)
         vocab = models.vocab
@@ -451,15 +506,16 @@ def audit(engine, *, settings=None, options=None, tv: float = DEFAULT_TV, n: int
                              f"{platform.machine()}, Python {platform.python_version()}, {_cores()} cores",
                              vocab, new_tokens, models.prompts.tolist(), float(tv), float(cell_seconds),
                              command or f"resispec audit {eng.name}",
-                             law_source=getattr(eng, "law_source", "its non-speculative path"))
+                             law_source=getattr(eng, "law_source", "its non-speculative path"),
+                             user_models=user_models)
         try:
             with time_limit(PREPARE_SECONDS):
                 handle = eng.prepare(models, Path(workdir))
-        except (EngineUnavailable, Exception, TimeLimitExceeded) as exc:  # nothing can run: every cell says why
+        except (Exception, SystemExit, TimeLimitExceeded) as exc:  # nothing can run: every cell says why
             why = (str(exc) if isinstance(exc, EngineUnavailable) else
                    f"the engine did not convert the models within {PREPARE_SECONDS:g} s"
                    if isinstance(exc, TimeLimitExceeded) else
-                   f"the engine could not load the models: {exception_line(exc)}")
+                   f"the engine could not load the models: {_line(exc)}")
             report.cells = [Cell(s.label(), o, "INCONCLUSIVE", cause=why) for s in grid for o in opts]
             _finish(report, out, t_start)
             return report
@@ -471,16 +527,18 @@ def audit(engine, *, settings=None, options=None, tv: float = DEFAULT_TV, n: int
                 eng.check_settings(s)
                 with time_limit(cell_seconds + HANG_SLACK):
                     law, law_tv = _law_tv(eng, handle, s, models, f64, L, new_tokens, rng)
-            except (EngineUnavailable, Exception, TimeLimitExceeded) as exc:  # no law: nothing to certify against
+            except (Exception, SystemExit, TimeLimitExceeded) as exc:  # no law: nothing to certify against
                 why = (str(exc) if isinstance(exc, EngineUnavailable) else
                        f"the engine's own law (speculation off) did not return within {cell_seconds + HANG_SLACK:g} s"
                        if isinstance(exc, TimeLimitExceeded) else
-                       f"the engine's own law (speculation off) failed: {exception_line(exc)}")
+                       f"the engine's own law (speculation off) failed: {_line(exc)}")
                 for o in opts:
                     report.cells.append(Cell(s.label(), o, "INCONCLUSIVE", cause=why))
                 _finish(report, out, t_start)
                 continue
             for o in opts:
+                report.status = f"running: {s.label()} / {o}"
+                _finish(report, out, t_start)         # a run the engine kills says which cell it was in
                 cell, cert, rec = run_cell(eng, handle, s, o, models, law=law, n=n, tv=tv, new_tokens=new_tokens,
                                            cell_seconds=cell_seconds, seed=seed)
                 cell.law_tv = law_tv
@@ -488,18 +546,14 @@ def audit(engine, *, settings=None, options=None, tv: float = DEFAULT_TV, n: int
                     cell.cause = (cell.cause + "; " if cell.cause else "") + (
                         f"law finding: the engine's own law differs from the float64 law by TV {law_tv:.2e}")
                 if cell.verdict == "FAIL":
-                    if cert is not None:
-                        cell.offending = offending_token(rec, cert, law, models.prompts)
-                    if shrink:
-                        cell.smallest_setting = _shrink(eng, handle, s, o, models, n=cell.n // len(models.prompts)
-                                                        or n, tv=tv, new_tokens=new_tokens,
-                                                        cell_seconds=cell_seconds, seed=seed)
-                    cell.repro = _write_repro(eng, report, cell, out, models)
+                    _explain(eng, handle, report, cell, cert, rec, law, s, o, models, out, shrink=shrink, n=n, tv=tv,
+                             new_tokens=new_tokens, cell_seconds=cell_seconds, seed=seed)
                 report.cells.append(cell)
                 if progress:
                     progress(f"{eng.name} {cell.setting} / {cell.option}: {cell.verdict} "
                              f"(n {cell.n:,}, {cell.seconds:.0f} s){' ' + cell.cause if cell.cause else ''}")
                 _finish(report, out, t_start)
+        report.status = "complete"
         _finish(report, out, t_start)
         return report
     finally:
@@ -507,16 +561,43 @@ def audit(engine, *, settings=None, options=None, tv: float = DEFAULT_TV, n: int
             tmp.cleanup()
 
 
+def _explain(eng, handle, report, cell, cert, rec, law, s, o, models, out, *, shrink, n, tv, new_tokens,
+             cell_seconds, seed):
+    """For a FAIL: the offending token, the smallest failing setting, the repro script -- none of which may lose
+    the cell (an engine breaking here is noted in the cell, never raised)."""
+    from .._timeout import TimeLimitExceeded, time_limit
+
+    impossible = cert is not None and (cert.details.get("impossible") or {}).get("token") is not None
+    statistical = cert is not None and ("subject" not in cert.checks or impossible)
+    try:
+        if cert is not None:
+            with time_limit(cell_seconds + HANG_SLACK):
+                cell.offending = offending_token(rec, cert, law, models.prompts)
+        if shrink and statistical:  # a raise or hang would only repeat once per field: shrink statistical FAILs
+            cell.smallest_setting = _shrink(eng, handle, s, o, models, n=cell.n // len(models.prompts) or n,
+                                            tv=tv, new_tokens=new_tokens, cell_seconds=cell_seconds, seed=seed)
+    except (Exception, SystemExit, TimeLimitExceeded) as exc:
+        why = "time limit" if isinstance(exc, TimeLimitExceeded) else _line(exc)
+        cell.cause += f"; (the FAIL analysis stopped: {why})"
+    try:
+        cell.repro = _write_repro(eng, report, cell, out, models)
+    except (Exception, SystemExit) as exc:
+        cell.cause += f"; (no reproduction script: the engine's repro_script failed: {_line(exc)})"
+
+
 def _shrink(eng, handle, settings, option, models, *, n, tv, new_tokens, cell_seconds, seed) -> str:
     """The smallest setting (fewest active fields) whose cell still FAILs at the same n."""
+    from .._timeout import TimeLimitExceeded, time_limit
+
     cur = settings
     changed = True
     while changed and cur.active():
         changed = False
         for smaller in _smaller(cur):
             try:
-                law = eng.target(handle, smaller, models.prompts.shape[1])
-            except EngineUnavailable:
+                with time_limit(cell_seconds + HANG_SLACK):
+                    law = eng.target(handle, smaller, models.prompts.shape[1])
+            except (Exception, SystemExit, TimeLimitExceeded):  # no law for this smaller setting: try another
                 continue
             cell, _, _ = run_cell(eng, handle, smaller, option, models, law=law, n=max(n or MIN_N, MIN_N), tv=tv,
                                   new_tokens=new_tokens, cell_seconds=cell_seconds, seed=seed + 1)
@@ -533,17 +614,28 @@ def _write_repro(eng, report, cell, out, models) -> str | None:
     from ..settings import parse_settings
 
     make = getattr(eng, "repro_script", None)
-    setting = parse_settings(cell.smallest_setting or cell.setting)
-    off = cell.offending or {"position": 1, "prompt": models.prompts[0].tolist(), "prefix": []}
     if make is None:
         return None
+    setting = parse_settings(cell.smallest_setting or cell.setting)
+    off = cell.offending or {"position": 1, "prompt": models.prompts[0].tolist(), "prefix": []}
     src = make(models, setting, cell.option, off, report)
+    if not isinstance(src, str):
+        raise TypeError(f"repro_script returned {type(src).__name__}, not the script's source (str)")
     k = sum(1 for c in report.cells if c.repro) + 1
     path = Path(out) / f"audit_{report.engine.replace('.', '_')}_repro_{k}.py"
     from resispec._io import atomic_write
 
     atomic_write(str(path), src)
     return str(path)
+
+
+def _line(exc) -> str:
+    """One line naming an exception, ``sys.exit`` included."""
+    from .._checks import exception_line
+
+    if isinstance(exc, SystemExit):
+        return f"it called sys.exit({exc.code!r})"
+    return exception_line(exc)
 
 
 def _finish(report, out, t_start):
@@ -563,8 +655,8 @@ def summary(folder) -> str:
     INCONCLUSIVE, the smallest and largest per-position detectable TV of its cells, the run time, the command."""
     import json
 
-    rows = ["| engine | version | PASS | FAIL | INCONCLUSIVE | detectable TV per position (min-max) | s | command |",
-            "|---|---|---|---|---|---|---|---|"]
+    rows = ["| engine | version | PASS | FAIL | INCONCLUSIVE | law findings (max law TV) | detectable TV per position "
+            "(min-max) | s | command |", "|---|---|---|---|---|---|---|---|---|"]
     for path in sorted(Path(folder).glob("audit_*.json")):
         try:
             rep = AuditReport.from_json(json.loads(path.read_text()))
@@ -573,8 +665,11 @@ def summary(folder) -> str:
         count = {v: sum(c.verdict == v for c in rep.cells) for v in ("PASS", "FAIL", "INCONCLUSIVE")}
         det = [c.position_detectable_tv for c in rep.cells if c.position_detectable_tv is not None]
         span = f"{min(det):.3f}-{max(det):.3f}" if det else "-"
-        rows.append(f"| [{rep.engine}]({path.stem}.md) | {rep.version} | {count['PASS']} | {count['FAIL']} | "
-                    f"{count['INCONCLUSIVE']} | {span} | {rep.seconds:.0f} | `{rep.command}` |")
+        law = rep.law_findings
+        law = f"{len(law)} ({max(c.law_tv for c in law):.1e})" if law else "0"
+        status = "" if rep.status == "complete" else " (INCOMPLETE RUN)"
+        rows.append(f"| [{rep.engine}]({path.stem}.md){status} | {rep.version} | {count['PASS']} | {count['FAIL']} | "
+                    f"{count['INCONCLUSIVE']} | {law} | {span} | {rep.seconds:.0f} | `{rep.command}` |")
     return "\n".join(rows) + "\n"
 
 

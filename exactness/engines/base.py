@@ -53,7 +53,10 @@ def get_engine(name: str) -> "Engine":
             cls = getattr(importlib.import_module(mod), attr)
         except Exception as exc:  # the caller's module: any failure to load it is bad input
             raise ValueError(f"engine {name!r} does not load: {type(exc).__name__}: {exc}") from None
-        eng = cls() if isinstance(cls, type) else cls
+        try:
+            eng = cls() if isinstance(cls, type) else cls
+        except Exception as exc:
+            raise ValueError(f"engine {name!r} could not be constructed: {type(exc).__name__}: {exc}") from None
         if not isinstance(eng, Engine):
             raise ValueError(f"engine {name!r} is not an exactness.engines.base.Engine subclass or instance")
         return eng
@@ -90,9 +93,11 @@ class Engine:
         import importlib.util
 
         mod = self.distribution.replace("-", "_")
-        if importlib.util.find_spec(mod) is None:
-            return f"{self.distribution} is not installed: {self.install}"
-        return None
+        try:
+            found = importlib.util.find_spec(mod) is not None
+        except (ImportError, ValueError):  # a dotted name whose parent is missing
+            found = False
+        return None if found else f"{self.distribution} is not installed: {self.install}"
 
     def version(self) -> str:
         """The installed version of :attr:`distribution` (``"not installed"`` if absent)."""

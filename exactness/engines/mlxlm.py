@@ -126,16 +126,6 @@ def sampler_parts(fn):
     return list(cells["sampling_methods"]), float(cells["temp"])
 
 
-def _contexts(contexts, vocab: int) -> np.ndarray:
-    if not isinstance(contexts, np.ndarray) or contexts.dtype != np.int64:
-        raise TypeError("contexts must be a (B, L) numpy int64 array; pass np.asarray(ids, dtype=np.int64)")
-    if contexts.ndim != 2 or contexts.shape[1] < 1:
-        raise ValueError(f"contexts must have shape (B, L) with L >= 1, got {contexts.shape}")
-    if contexts.size and (contexts.min() < 0 or contexts.max() >= vocab):
-        raise ValueError(f"contexts ids must lie in [0, {vocab})")
-    return contexts
-
-
 def mlx_target(model, vocab: int, settings):
     """The engine's OWN non-speculative law: ``target(contexts (B, L) int64) -> (B, V) float64``.
 
@@ -149,7 +139,9 @@ def mlx_target(model, vocab: int, settings):
     methods, temp = sampler_parts(engine_sampler(settings, vocab))
 
     def target(contexts):
-        ctx = _contexts(contexts, vocab)
+        from ..adapters.engine import _check_contexts
+
+        ctx = _check_contexts(contexts, vocab)
         logits = model(mx.array(ctx.astype(np.int32)))[:, -1, :].astype(mx.float32)  # (B, V)
         out = np.empty((ctx.shape[0], vocab), dtype=np.float64)
         for b in range(ctx.shape[0]):

@@ -91,28 +91,15 @@ import sys
 import numpy as np
 import torch
 from scipy import stats
-from transformers import LlamaConfig, LlamaForCausalLM
+from transformers import LlamaForCausalLM
 
-V, SEED, SCALE = {vocab}, {seed}, {scale}
 PROMPT, PREFIX = {prompt}, {prefix}
 SETTINGS = {settings}
 OPTION = {option_kwargs}
 N = int(sys.argv[1]) if len(sys.argv) > 1 else 4000
-
-
-def build(layers, seed):  # the audit's tiny Llama (exactness.engines.tiny), random init under a fixed seed
-    cfg = LlamaConfig(vocab_size=V, hidden_size=32, intermediate_size=64, num_hidden_layers=layers,
-                      num_attention_heads=4, num_key_value_heads=2, head_dim=8, max_position_embeddings=128,
-                      tie_word_embeddings=False, bos_token_id=None, eos_token_id=1, pad_token_id=0,
-                      rms_norm_eps=1e-6, rope_theta=10000.0)
-    torch.manual_seed(seed)
-    model = LlamaForCausalLM(cfg).eval()
-    with torch.no_grad():
-        model.lm_head.weight.mul_(SCALE)
-    return model
-
-
-target, draft = build(2, SEED), build(1, SEED + 1)
+{build}
+target = LlamaForCausalLM.from_pretrained(TARGET).eval()
+draft = LlamaForCausalLM.from_pretrained(DRAFT).eval()
 common = dict(do_sample=True, eos_token_id=[], pad_token_id=0, **SETTINGS)
 
 
@@ -149,9 +136,8 @@ for t in np.argsort(-abs(freq - exact))[:5]:
 
 def _repro_script(self, models, settings, option, offending, report):
     """A standalone script (torch + transformers + numpy + scipy) reproducing a FAIL of this engine."""
-    import json
+    from .tiny import standalone_build
 
-    stamp = json.loads((models.target_dir.parent / "tiny.json").read_text())
     opt = dict(OPTION_KWARGS[option])
     if option == "draft":
         opt["use_draft"] = True
@@ -160,8 +146,8 @@ def _repro_script(self, models, settings, option, offending, report):
                         position=offending["position"], prompt=list(offending["prompt"]),
                         prefix=list(offending["prefix"]), token=offending.get("token", "-"),
                         observed=offending.get("observed", float("nan")), exact=offending.get("exact", float("nan")),
-                        count=offending.get("count", 0), vocab=models.vocab, seed=stamp["seed"],
-                        scale=stamp["scale"], settings=repr(gen), option_kwargs=repr(opt))
+                        count=offending.get("count", 0), build=standalone_build(models), settings=repr(gen),
+                        option_kwargs=repr(opt))
 
 
 TransformersEngine.repro_script = _repro_script

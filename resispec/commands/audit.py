@@ -8,8 +8,9 @@ budget that aims at ``--tv`` per position within ``--cell-seconds`` of engine ti
 cell. ``--list`` shows the known engines, which are installed, and how to install the others. docs/audit.md.
 
 Exit status: 0 every cell PASS; 1 a FAIL (the engine is biased, or raised / hung while decoding); 3 no FAIL but a
-cell INCONCLUSIVE (a setting the engine does not implement, a model it cannot load); 2 bad input (an unknown engine,
-option or setting, or an engine that is not installed: the message names the install command).
+cell INCONCLUSIVE (a setting the engine does not implement, a model it cannot load), a law finding (the engine's own
+law differs from the float64 law) or an incomplete run; 2 bad input (an unknown engine, option or setting, or an
+engine that is not installed: the message names the install command).
 
 Example:
   resispec audit --list
@@ -35,8 +36,9 @@ def add_arguments(parser) -> None:
     parser.add_argument("--docs", metavar="PAGE", help="with --summary: also replace the table between the markers "
                         "<!-- audit-summary --> and <!-- /audit-summary --> of PAGE (docs/audit.md)")
     parser.add_argument("--settings", help="sampling settings, ';'-separated (default: the built-in grid), e.g. "
-                        "'T=1;temperature=0.7,top_k=3;logit_bias=2:2 3:-2' (logit_bias items TOKEN:BIAS, bad_words "
-                        "words separated by spaces inside, e.g. bad_words=4 5)")
+                        "'T=1;temperature=0.7,top_k=3;logit_bias=2:2 3:-2;bad_words=4|5 6' (logit_bias: TOKEN:BIAS "
+                        "items separated by spaces; bad_words: words separated by '|', a word's tokens by spaces); "
+                        "the report's setting labels read back as they are")
     parser.add_argument("--options", action=ListAction, default=None, help="speculative options (default: all the "
                         "engine has; 'off' is plain sampling, which must pass)")
     parser.add_argument("--tv", type=float, default=None, help="detectable TV per position to aim at (default 0.02)")
@@ -46,6 +48,8 @@ def add_arguments(parser) -> None:
     parser.add_argument("--new-tokens", type=int, default=None, help="tokens per continuation (default 3)")
     parser.add_argument("--vocab", type=int, default=None, help="vocabulary of the tiny models (default 16)")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--hang-seconds", type=float, default=None, help="seconds past a cell's budget before a call "
+                        "of the engine that has not returned is a hang (default 300)")
     parser.add_argument("--plant", metavar="BUG", help="plant a known bug in the engine (a negative control the "
                         "audit must FAIL; exactness.engines.mutants.PLANTED lists them, e.g. argmax_draft)")
     parser.add_argument("--no-shrink", action="store_true", help="do not search the smallest failing setting")
@@ -61,11 +65,9 @@ def add_arguments(parser) -> None:
 def _settings(text):
     if text is None:
         return None
-    items = []
-    for part in text.split(";"):
-        part = part.strip()
-        if part:
-            items.append(part.replace(" ", ";") if part.startswith("logit_bias=") else part)
+    items = [part.strip() for part in text.split(";") if part.strip()]
+    if not items:
+        raise ValueError(f"--settings {text!r} names no setting; e.g. --settings 'T=1;temperature=0.7'")
     return items
 
 
@@ -92,16 +94,20 @@ def _user_models(args):
     try:
         rows = [[int(t) for t in r.replace(",", " ").split()] for r in args.prompts.split(";") if r.strip()]
         prompts = np.array(rows, dtype=np.int64)
-    except ValueError:
+    except (ValueError, OverflowError):
         raise ValueError(f"--prompts {args.prompts!r}: give token ids, rows separated by ';' of equal length") from None
     if prompts.ndim != 2 or prompts.shape[1] == 0:
         raise ValueError(f"--prompts {args.prompts!r}: rows must be non-empty and of equal length")
-    cfg = json.loads((target / "config.json").read_text())
-    vocab = int(cfg.get("vocab_size") or cfg.get("text_config", {}).get("vocab_size", 0))
+    try:
+        cfg = json.loads((target / "config.json").read_text())
+        vocab = int(cfg.get("vocab_size") or (cfg.get("text_config") or {}).get("vocab_size") or 0)
+        eos = cfg.get("eos_token_id")
+        eos = int((eos[0] if eos else 0) if isinstance(eos, list) else eos or 0)
+    except (ValueError, TypeError, AttributeError) as exc:
+        raise ValueError(f"--model {target}/config.json is not a model config ({type(exc).__name__}: {exc})") from None
     if vocab < 2 or prompts.max() >= vocab or prompts.min() < 0:
         raise ValueError(f"--prompts ids must lie in [0, {vocab}) (the vocabulary of --model)")
-    eos = cfg.get("eos_token_id")
-    return TinyModels(target, draft, vocab, int(eos[0] if isinstance(eos, list) else eos or 0), prompts, args.seed)
+    return TinyModels(target, draft, vocab, eos, prompts, args.seed)
 
 
 def run(args) -> int:
@@ -123,6 +129,8 @@ def run(args) -> int:
 
         from resispec._io import atomic_write
 
+        if not Path(args.summary).is_dir():
+            raise ValueError(f"--summary {args.summary} is not a folder of audit reports (audit_*.json)")
         table = A.summary(args.summary)
         atomic_write(str(Path(args.summary) / "audit.md"), "# Engine audits on this machine\n\nRegenerate: "
                      f"`resispec audit --summary {args.summary}`; each row links its report.\n\n" + table)
@@ -139,10 +147,19 @@ def run(args) -> int:
     if not args.engine:
         raise ValueError("name an engine (resispec audit --list shows them)")
     check_out(args.out, "--out", folder=True)
+    if args.hang_seconds is not None:
+        import math
+
+        if not (math.isfinite(args.hang_seconds) and args.hang_seconds > 0):
+            raise ValueError(f"--hang-seconds must be a positive number, got {args.hang_seconds}")
+        A.HANG_SLACK = float(args.hang_seconds)
     kw = {k: v for k, v in dict(tv=args.tv, cell_seconds=args.cell_seconds, n=args.n, new_tokens=args.new_tokens,
                                 vocab=args.vocab).items() if v is not None}
     models = _user_models(args)
-    command = "resispec audit " + " ".join(sys.argv[2:]) if len(sys.argv) > 2 else f"resispec audit {args.engine}"
+    import shlex
+
+    command = ("resispec audit " + shlex.join(sys.argv[2:]) if len(sys.argv) > 2 and sys.argv[1] == "audit"
+               else f"resispec audit {args.engine}")
     engine = args.engine
     if args.plant:
         from exactness.engines.mutants import planted
@@ -156,4 +173,4 @@ def run(args) -> int:
         raise ValueError(str(exc)) from None
     print(report.to_markdown())
     print(f"wrote {args.out}/audit_{report.engine.replace('.', '_')}.md (.json, .png)", file=sys.stderr)
-    return 1 if report.failed else 3 if report.inconclusive else 0
+    return report.exit_code
