@@ -46,6 +46,7 @@ MIN_USER_N = 20            # fewest a caller may ask for (below it the checks ha
 LAW_TOL = 1e-4             # TV between the engine's law and the float64 law above which it is a finding
 NEW_TOKENS = 3
 VOCAB = 16
+LOW_ACCEPTANCE = 0.05      # a PASS whose engine accepted fewer drafted tokens barely exercised verification
 HANG_SLACK = 300.0         # seconds past the cell's budget before a call that has not returned is a hang
 PREPARE_SECONDS = 1800.0   # converting the tiny models (a hang past it: every cell INCONCLUSIVE)
 
@@ -135,10 +136,16 @@ class AuditReport:
                  f"'law TV' is its TV to the independent float64 law (transformers float64 logits, the engine's "
                  f"order `{self.order}` in `exactness.settings`). Budget per cell: the n detecting TV {self.tv:g} "
                  f"per position (alpha 1e-3, power 0.99), capped by {self.cell_seconds:g} s of engine time. "
-                 "'cont./s': continuations per second through the adapter (pilot); 'acceptance': the engine's own "
-                 "count of accepted / drafted tokens where it reports one.", "",
-                 "| setting | option | verdict | p-value | TV estimate (upper) | detectable TV (per position) | n "
-                 "| cont./s | s | law TV | acceptance |", "|---|---|---|---|---|---|---|---|---|---|---|"]
+                 "Columns: 'p-value' the smallest Holm-adjusted p-value of the cell's checks; 'TV estimate (upper)' "
+                 "the plug-in TV of the sampled joint law of the first new tokens and its upper confidence bound "
+                 "(biased upward by sampling noise: read it with the verdict); 'detectable TV joint (per position)' "
+                 "the smallest TV the joint check, and (in brackets) each position's check, detects with power "
+                 "0.99; 'n' continuations in all (both prompts); 'cont./s' continuations per second through the "
+                 "adapter (pilot); 'acceptance' the engine's own count of accepted / drafted tokens where it "
+                 "reports one. Check names: joint[i] the joint law for prompt i, pit[j,...] the law of new token j "
+                 "(from 1), pit_pairs / pit_tuple the tokens jointly.", "",
+                 "| setting | option | verdict | p-value | TV estimate (upper) | detectable TV joint (per position) "
+                 "| n | cont./s | s | law TV | acceptance |", "|---|---|---|---|---|---|---|---|---|---|---|"]
         for c in self.cells:
             verdict = {"FAIL": "**FAIL**"}.get(c.verdict, c.verdict)
             lines.append(f"| {c.setting} | {c.option} | {verdict} | {num(c.pvalue)} | {num(c.tv_estimate)} "
@@ -150,6 +157,12 @@ class AuditReport:
             lines += ["", f"{len(weak)} PASS cell(s) did not reach the detectable TV {self.tv:g} per position (n was "
                       f"given, or {self.cell_seconds:g} s of the engine's rate capped it); such a pass rules out only "
                       "the TV in its row."]
+        idle = [c for c in self.cells if c.verdict == "PASS" and c.option != "off" and c.acceptance
+                and c.acceptance.get("rate") is not None and c.acceptance["rate"] < LOW_ACCEPTANCE]
+        if idle:
+            lines += ["", f"{len(idle)} PASS cell(s) accepted fewer than {LOW_ACCEPTANCE:.0%} of drafted tokens "
+                      "(the engine's own counters): their speculative path was barely exercised, so their PASS says "
+                      "little about it: " + ", ".join(f"{c.setting} / {c.option}" for c in idle) + "."]
         if any(c.law_tv is None for c in self.cells if c.verdict != "INCONCLUSIVE"):
             lines += ["", f"No independent float64 law: the engine declares no order in `exactness.settings.ORDERS` "
                       f"(`{self.order}`), so its own law is used unchecked ('law TV' -)."]
@@ -179,9 +192,10 @@ class AuditReport:
                                  f"({o['observed']:.4f} of {o['count']:,} continuations)")
                 if c.repro:
                     lines.append(f"  - reproduction: `python {c.repro}`")
-        lines += ["", "A FAIL is a finding about the engine (reproduce it with its script); INCONCLUSIVE means the "
-                  "cell could not run (its cause); PASS means no bias was detected at the detectable TV of its row.",
-                  ""]
+        lines += ["", "A FAIL is a finding about the engine (reproduce it with its script where the engine has a "
+                  "reproduction template: transformers, mlx-lm; a planted bug (--plant) has none: it lives in the "
+                  "audit's patch); INCONCLUSIVE means the cell could not run (its cause); PASS means no bias was "
+                  "detected at the detectable TV of its row.", ""]
         return "\n".join(lines)
 
     @property

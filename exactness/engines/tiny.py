@@ -131,7 +131,7 @@ def float64_logits(model_dir):
 #: Python source that rebuilds :func:`build_tiny`'s checkpoints WITHOUT this project (torch, transformers,
 #: tokenizers): the first part of every engine's reproduction script.  Format with vocab, seed, scale.
 STANDALONE_BUILD = '''
-import json, os, tempfile
+import atexit, json, os, shutil, tempfile
 
 import torch
 from tokenizers import Tokenizer, models as tok_models, pre_tokenizers
@@ -139,6 +139,7 @@ from transformers import LlamaConfig, LlamaForCausalLM
 
 V, SEED, SCALE = {vocab}, {seed}, {scale}
 WORK = tempfile.mkdtemp(prefix="repro-tiny-")
+atexit.register(shutil.rmtree, WORK, True)  # nothing left behind
 
 
 def save(name, layers, seed):  # a tiny random Llama (hidden 32) with a word-level tokenizer t0..t{{V-1}}

@@ -111,6 +111,10 @@ def _user_models(args):
 
 
 def run(args) -> int:
+    import os
+
+    os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")   # the engines' loaders, not the audit's lines
+    os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
     from exactness.engines import audit as A
     from exactness.engines.base import EngineUnavailable
 
