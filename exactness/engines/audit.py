@@ -314,7 +314,7 @@ def _law_tv(engine, handle, settings, models, f64, prompt_len, new_tokens, rng):
     law = engine.target(handle, settings, prompt_len)
     if engine.order not in ORDERS:  # no documented order: nothing independent to compare with
         return law, None
-    ctx = [np.repeat(models.prompts, 1, axis=0)]
+    ctx = [models.prompts]
     for g in range(1, new_tokens):
         pre = rng.integers(0, models.vocab, size=(models.prompts.shape[0] * 4, g))
         ctx.append(np.concatenate([np.repeat(models.prompts, 4, axis=0), pre], axis=1))
@@ -360,7 +360,7 @@ def run_cell(engine, handle, settings, option, models, *, law, n, tv, new_tokens
         cell.cause = f"the engine did not start option {option!r} within {cell_seconds + HANG_SLACK:g} s"
         return cell, None, None
     except (Exception, SystemExit) as exc:  # the engine cannot start this option: nothing was decoded
-        cell.cause = f"the engine could not start option {option!r}: {_line(exc)}"
+        cell.cause = f"the engine could not start option {option!r}: {exception_line(exc)}"
         return cell, None, None
     rec = _Recorder(dec)
     try:
@@ -376,7 +376,7 @@ def run_cell(engine, handle, settings, option, models, *, law, n, tv, new_tokens
         cell.seconds = time.perf_counter() - t0
         return cell, None, rec
     except (Exception, SystemExit) as exc:  # the engine raised (or exited) while decoding: a FAIL naming it
-        cell.verdict, cell.cause = "FAIL", f"the engine raised while decoding: {_line(exc)}"
+        cell.verdict, cell.cause = "FAIL", f"the engine raised while decoding: {exception_line(exc)}"
         cell.seconds = time.perf_counter() - t0
         return cell, None, rec
     cell.rate = rate
@@ -475,10 +475,8 @@ def audit(engine, *, settings=None, options=None, tv: float = DEFAULT_TV, n: int
     eng = get_engine(engine) if isinstance(engine, str) else engine
     if not (isinstance(tv, (int, float)) and 0 < tv < 1):
         raise ValueError(f"tv must lie in (0, 1), got {tv!r}")
-    if not (isinstance(cell_seconds, (int, float)) and cell_seconds > 0):
-        raise ValueError(f"cell_seconds must be > 0, got {cell_seconds!r}")
-    if not (isinstance(cell_seconds, (int, float)) and math.isfinite(cell_seconds) and cell_seconds <= 1e6):
-        raise ValueError(f"cell_seconds must be a finite number of seconds <= 1e6, got {cell_seconds!r}")
+    if not (isinstance(cell_seconds, (int, float)) and math.isfinite(cell_seconds) and 0 < cell_seconds <= 1e6):
+        raise ValueError(f"cell_seconds must be a finite number of seconds in (0, 1e6], got {cell_seconds!r}")
     if n is not None and (isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < MIN_USER_N):
         raise ValueError(f"n must be an integer >= {MIN_USER_N} (fewer continuations leave the checks no degree of "
                          f"freedom), got {n!r}")
@@ -529,7 +527,7 @@ def audit(engine, *, settings=None, options=None, tv: float = DEFAULT_TV, n: int
             why = (str(exc) if isinstance(exc, EngineUnavailable) else
                    f"the engine did not convert the models within {PREPARE_SECONDS:g} s"
                    if isinstance(exc, TimeLimitExceeded) else
-                   f"the engine could not load the models: {_line(exc)}")
+                   f"the engine could not load the models: {exception_line(exc)}")
             report.cells = [Cell(s.label(), o, "INCONCLUSIVE", cause=why) for s in grid for o in opts]
             _finish(report, out, t_start)
             return report
@@ -545,7 +543,7 @@ def audit(engine, *, settings=None, options=None, tv: float = DEFAULT_TV, n: int
                 why = (str(exc) if isinstance(exc, EngineUnavailable) else
                        f"the engine's own law (speculation off) did not return within {cell_seconds + HANG_SLACK:g} s"
                        if isinstance(exc, TimeLimitExceeded) else
-                       f"the engine's own law (speculation off) failed: {_line(exc)}")
+                       f"the engine's own law (speculation off) failed: {exception_line(exc)}")
                 for o in opts:
                     report.cells.append(Cell(s.label(), o, "INCONCLUSIVE", cause=why))
                 _finish(report, out, t_start)
@@ -579,6 +577,7 @@ def _explain(eng, handle, report, cell, cert, rec, law, s, o, models, out, *, sh
              cell_seconds, seed):
     """For a FAIL: the offending token, the smallest failing setting, the repro script -- none of which may lose
     the cell (an engine breaking here is noted in the cell, never raised)."""
+    from .._checks import exception_line
     from .._timeout import TimeLimitExceeded, time_limit
 
     impossible = cert is not None and (cert.details.get("impossible") or {}).get("token") is not None
@@ -591,12 +590,12 @@ def _explain(eng, handle, report, cell, cert, rec, law, s, o, models, out, *, sh
             cell.smallest_setting = _shrink(eng, handle, s, o, models, n=cell.n // len(models.prompts) or n,
                                             tv=tv, new_tokens=new_tokens, cell_seconds=cell_seconds, seed=seed)
     except (Exception, SystemExit, TimeLimitExceeded) as exc:
-        why = "time limit" if isinstance(exc, TimeLimitExceeded) else _line(exc)
+        why = "time limit" if isinstance(exc, TimeLimitExceeded) else exception_line(exc)
         cell.cause += f"; (the FAIL analysis stopped: {why})"
     try:
         cell.repro = _write_repro(eng, report, cell, out, models)
     except (Exception, SystemExit) as exc:
-        cell.cause += f"; (no reproduction script: the engine's repro_script failed: {_line(exc)})"
+        cell.cause += f"; (no reproduction script: the engine's repro_script failed: {exception_line(exc)})"
 
 
 def _shrink(eng, handle, settings, option, models, *, n, tv, new_tokens, cell_seconds, seed) -> str:
@@ -641,15 +640,6 @@ def _write_repro(eng, report, cell, out, models) -> str | None:
 
     atomic_write(str(path), src)
     return str(path)
-
-
-def _line(exc) -> str:
-    """One line naming an exception, ``sys.exit`` included."""
-    from .._checks import exception_line
-
-    if isinstance(exc, SystemExit):
-        return f"it called sys.exit({exc.code!r})"
-    return exception_line(exc)
 
 
 def _finish(report, out, t_start):
