@@ -9,7 +9,8 @@
     engine's draft-model calls agree with its own bookkeeping.
 (c) Dropping a setting (top-k = 2, or temperature = 0.5) on the verified positions (every token after the first)
     fails the same check at n = 400 per prompt.
-Skips with the reason when llama_cpp does not import (build: benchmarks/build_llamacpp.sh).
+Opt-in (``python -m pytest -m heavy_engine tests/test_engine_llamacpp.py``: the engine is a source build); skips
+with the reason when llama_cpp does not import (build: benchmarks/build_llamacpp.sh).
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from exactness.engines.base import EngineUnavailable, get_engine
 
 ENGINE = get_engine("llama-cpp-python")
 _why = ENGINE.missing()
-pytestmark = pytest.mark.skipif(_why is not None, reason=str(_why))
+pytestmark = [pytest.mark.heavy_engine, pytest.mark.skipif(_why is not None, reason=str(_why))]
 
 import exactness  # noqa: E402
 from exactness.settings import SamplingSettings, processed_law  # noqa: E402

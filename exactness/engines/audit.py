@@ -248,6 +248,32 @@ def _plot(report: AuditReport, path: str) -> str | None:
     return path
 
 
+@dataclass(frozen=True)
+class _Outcome:
+    """What one guarded call into the engine gave: its value, or how it went wrong (never raised)."""
+
+    value: object = None
+    kind: str | None = None   # None: returned; "unavailable": EngineUnavailable; "timeout"; "raised"
+    why: str = ""             # the cause, for a cell or a report
+
+
+def _guarded(call, seconds: float) -> _Outcome:
+    """``call()`` under a ``seconds`` time limit (0: none): an engine that raises, calls ``sys.exit`` or hangs gives an
+    :class:`_Outcome` naming it (``kind``) instead of an exception, so no cell and no report is ever lost."""
+    from .._checks import exception_line
+    from .._timeout import TimeLimitExceeded, time_limit
+
+    try:
+        with time_limit(seconds):
+            return _Outcome(call())
+    except EngineUnavailable as exc:
+        return _Outcome(kind="unavailable", why=str(exc))
+    except TimeLimitExceeded:
+        return _Outcome(kind="timeout", why=f"did not return within {seconds:g} s")
+    except (Exception, SystemExit) as exc:
+        return _Outcome(kind="raised", why=exception_line(exc))
+
+
 class _Recorder:
     """Wraps a decoder, keeping every (prompt, continuation) it emits (for the offending-token analysis)."""
 
@@ -346,39 +372,29 @@ def run_cell(engine, handle, settings, option, models, *, law, n, tv, new_tokens
     """Certify one cell; returns ``(Cell, certificate or None, recorder or None)``."""
     from .. import certify_decoder
     from .._checks import SubjectError, exception_line
-    from .._timeout import TimeLimitExceeded, time_limit
 
     t0 = time.perf_counter()
     cell = Cell(settings.label(), option, "INCONCLUSIVE")
-    try:
-        with time_limit(cell_seconds + HANG_SLACK):
-            dec = engine.decoder(handle, settings, option)
-    except EngineUnavailable as exc:
-        cell.cause = str(exc)
+    limit = cell_seconds + HANG_SLACK
+    got = _guarded(lambda: engine.decoder(handle, settings, option), limit)
+    if got.kind is not None:  # the engine cannot start this option: nothing was decoded (INCONCLUSIVE)
+        cell.cause = (got.why if got.kind == "unavailable" else
+                      f"the engine could not start option {option!r}: {got.why}")
         return cell, None, None
-    except TimeLimitExceeded:
-        cell.cause = f"the engine did not start option {option!r} within {cell_seconds + HANG_SLACK:g} s"
-        return cell, None, None
-    except (Exception, SystemExit) as exc:  # the engine cannot start this option: nothing was decoded
-        cell.cause = f"the engine could not start option {option!r}: {exception_line(exc)}"
-        return cell, None, None
+    dec = got.value
     rec = _Recorder(dec)
-    try:
-        with time_limit(cell_seconds + HANG_SLACK):
-            n_cell, rate = ((n, None) if n is not None
-                            else _plan_n(rec, models.prompts, new_tokens, tv, cell_seconds, seed))
-    except EngineUnavailable as exc:
-        cell.cause = str(exc)
+    got = _guarded(lambda: (n, None) if n is not None else _plan_n(rec, models.prompts, new_tokens, tv, cell_seconds,
+                                                                   seed), limit)
+    if got.kind == "unavailable":
+        cell.cause = got.why
         return cell, None, None
-    except TimeLimitExceeded:  # a decoder that never returns: a FAIL naming it
-        cell.verdict, cell.cause = "FAIL", (f"the engine did not return within {cell_seconds + HANG_SLACK:g} s while "
-                                            f"decoding {PILOT} continuations (option {option!r})")
+    if got.kind is not None:  # the engine hung, raised or exited while decoding: a FAIL naming it
+        cell.verdict = "FAIL"
+        cell.cause = (f"the engine {got.why} while decoding {PILOT} continuations (option {option!r})"
+                      if got.kind == "timeout" else f"the engine raised while decoding: {got.why}")
         cell.seconds = time.perf_counter() - t0
         return cell, None, rec
-    except (Exception, SystemExit) as exc:  # the engine raised (or exited) while decoding: a FAIL naming it
-        cell.verdict, cell.cause = "FAIL", f"the engine raised while decoding: {exception_line(exc)}"
-        cell.seconds = time.perf_counter() - t0
-        return cell, None, rec
+    n_cell, rate = got.value
     cell.rate = rate
     try:
         cert = certify_decoder(rec, law, models.prompts, new_tokens=new_tokens, n=n_cell, alpha=alpha, seed=seed,
@@ -393,15 +409,15 @@ def run_cell(engine, handle, settings, option, models, *, law, n, tv, new_tokens
         return cell, None, rec
     cell.seconds = time.perf_counter() - t0
     counters = getattr(engine, "acceptance", None)
-    if counters is not None:
-        try:
-            with time_limit(cell_seconds + HANG_SLACK):
-                acc = dict(counters(dec))
+    if counters is not None:  # a courtesy of the engine: never a verdict
+        got = _guarded(lambda: dict(counters(dec)), cell_seconds + HANG_SLACK)
+        if got.kind is None:
+            acc = got.value
             rate = acc.get("acceptance_rate", acc.get("rate"))
             acc["rate"] = None if rate is None or not math.isfinite(rate) else float(rate)
             cell.acceptance = acc
-        except (Exception, SystemExit, TimeLimitExceeded) as exc:  # a courtesy of the engine: never a verdict
-            cell.acceptance = {"error": exception_line(exc) if isinstance(exc, Exception) else type(exc).__name__}
+        else:
+            cell.acceptance = {"error": got.why}
     cell.verdict = "PASS" if cert.passed else "FAIL"
     cell.cause = "" if cert.passed else cert._verdict_head(width=400).removeprefix("FAIL: ")
     cell.pvalue, cell.tv_estimate, cell.tv_upper = cert.pvalue, cert.tv_estimate, cert.tv_upper
@@ -467,8 +483,6 @@ def audit(engine, *, settings=None, options=None, tv: float = DEFAULT_TV, n: int
     """
     import tempfile
 
-    from .._checks import exception_line
-    from .._timeout import TimeLimitExceeded, time_limit
     from ..settings import SamplingSettings, parse_settings
     from .tiny import build_tiny, float64_logits
 
@@ -520,34 +534,33 @@ def audit(engine, *, settings=None, options=None, tv: float = DEFAULT_TV, n: int
                              command or f"resispec audit {eng.name}",
                              law_source=getattr(eng, "law_source", "its non-speculative path"),
                              user_models=user_models)
-        try:
-            with time_limit(PREPARE_SECONDS):
-                handle = eng.prepare(models, Path(workdir))
-        except (Exception, SystemExit, TimeLimitExceeded) as exc:  # nothing can run: every cell says why
-            why = (str(exc) if isinstance(exc, EngineUnavailable) else
-                   f"the engine did not convert the models within {PREPARE_SECONDS:g} s"
-                   if isinstance(exc, TimeLimitExceeded) else
-                   f"the engine could not load the models: {exception_line(exc)}")
+        got = _guarded(lambda: eng.prepare(models, Path(workdir)), PREPARE_SECONDS)
+        if got.kind is not None:  # nothing can run: every cell says why
+            why = (got.why if got.kind == "unavailable" else
+                   f"the engine did not convert the models within {PREPARE_SECONDS:g} s" if got.kind == "timeout" else
+                   f"the engine could not load the models: {got.why}")
             report.cells = [Cell(s.label(), o, "INCONCLUSIVE", cause=why) for s in grid for o in opts]
             _finish(report, out, t_start)
             return report
+        handle = got.value
         f64 = float64_logits(models.target_dir)
         L = models.prompts.shape[1]
         rng = np.random.default_rng([seed, 3])
         for s in grid:
-            try:
+            def law_of(s=s):
                 eng.check_settings(s)
-                with time_limit(cell_seconds + HANG_SLACK):
-                    law, law_tv = _law_tv(eng, handle, s, models, f64, L, new_tokens, rng)
-            except (Exception, SystemExit, TimeLimitExceeded) as exc:  # no law: nothing to certify against
-                why = (str(exc) if isinstance(exc, EngineUnavailable) else
-                       f"the engine's own law (speculation off) did not return within {cell_seconds + HANG_SLACK:g} s"
-                       if isinstance(exc, TimeLimitExceeded) else
-                       f"the engine's own law (speculation off) failed: {exception_line(exc)}")
+                return _law_tv(eng, handle, s, models, f64, L, new_tokens, rng)
+
+            got = _guarded(law_of, cell_seconds + HANG_SLACK)
+            if got.kind is not None:  # no law: nothing to certify against
+                why = (got.why if got.kind == "unavailable" else
+                       f"the engine's own law (speculation off) {got.why}" if got.kind == "timeout" else
+                       f"the engine's own law (speculation off) failed: {got.why}")
                 for o in opts:
                     report.cells.append(Cell(s.label(), o, "INCONCLUSIVE", cause=why))
                 _finish(report, out, t_start)
                 continue
+            law, law_tv = got.value
             for o in opts:
                 report.status = f"running: {s.label()} / {o}"
                 _finish(report, out, t_start)         # a run the engine kills says which cell it was in
@@ -577,41 +590,36 @@ def _explain(eng, handle, report, cell, cert, rec, law, s, o, models, out, *, sh
              cell_seconds, seed):
     """For a FAIL: the offending token, the smallest failing setting, the repro script -- none of which may lose
     the cell (an engine breaking here is noted in the cell, never raised)."""
-    from .._checks import exception_line
-    from .._timeout import TimeLimitExceeded, time_limit
 
     impossible = cert is not None and (cert.details.get("impossible") or {}).get("token") is not None
     statistical = cert is not None and ("subject" not in cert.checks or impossible)
-    try:
-        if cert is not None:
-            with time_limit(cell_seconds + HANG_SLACK):
-                cell.offending = offending_token(rec, cert, law, models.prompts)
-        if shrink and statistical:  # a raise or hang would only repeat once per field: shrink statistical FAILs
-            cell.smallest_setting = _shrink(eng, handle, s, o, models, n=cell.n // len(models.prompts) or n,
-                                            tv=tv, new_tokens=new_tokens, cell_seconds=cell_seconds, seed=seed)
-    except (Exception, SystemExit, TimeLimitExceeded) as exc:
-        why = "time limit" if isinstance(exc, TimeLimitExceeded) else exception_line(exc)
-        cell.cause += f"; (the FAIL analysis stopped: {why})"
-    try:
-        cell.repro = _write_repro(eng, report, cell, out, models)
-    except (Exception, SystemExit) as exc:
-        cell.cause += f"; (no reproduction script: the engine's repro_script failed: {exception_line(exc)})"
-
+    if cert is not None:
+        got = _guarded(lambda: offending_token(rec, cert, law, models.prompts), cell_seconds + HANG_SLACK)
+        cell.offending = got.value
+        if got.kind is not None:
+            cell.cause += f"; (the FAIL analysis stopped: {got.why})"
+    if shrink and statistical:  # a raise or hang would only repeat once per field: shrink statistical FAILs
+        got = _guarded(lambda: _shrink(eng, handle, s, o, models, n=cell.n // len(models.prompts) or n, tv=tv,
+                                       new_tokens=new_tokens, cell_seconds=cell_seconds, seed=seed), 0)
+        cell.smallest_setting = got.value
+        if got.kind is not None:
+            cell.cause += f"; (the FAIL analysis stopped: {got.why})"
+    got = _guarded(lambda: _write_repro(eng, report, cell, out, models), 0)
+    cell.repro = got.value
+    if got.kind is not None:
+        cell.cause += f"; (no reproduction script: the engine's repro_script failed: {got.why})"
 
 def _shrink(eng, handle, settings, option, models, *, n, tv, new_tokens, cell_seconds, seed) -> str:
     """The smallest setting (fewest active fields) whose cell still FAILs at the same n."""
-    from .._timeout import TimeLimitExceeded, time_limit
-
     cur = settings
     changed = True
     while changed and cur.active():
         changed = False
         for smaller in _smaller(cur):
-            try:
-                with time_limit(cell_seconds + HANG_SLACK):
-                    law = eng.target(handle, smaller, models.prompts.shape[1])
-            except (Exception, SystemExit, TimeLimitExceeded):  # no law for this smaller setting: try another
+            got = _guarded(lambda: eng.target(handle, smaller, models.prompts.shape[1]), cell_seconds + HANG_SLACK)
+            if got.kind is not None:  # no law for this smaller setting: try another
                 continue
+            law = got.value
             cell, _, _ = run_cell(eng, handle, smaller, option, models, law=law, n=max(n or MIN_N, MIN_N), tv=tv,
                                   new_tokens=new_tokens, cell_seconds=cell_seconds, seed=seed + 1)
             if cell.verdict == "FAIL":
