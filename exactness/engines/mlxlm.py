@@ -265,6 +265,58 @@ def spec_histories(model, draft_model, prompt, new_tokens: int, seed: int = 0) -
     return out
 
 
+REPRO = '''"""Reproduce a resispec audit finding in mlx-lm {version}, without resispec.
+
+Setting {setting!r}: the law of new token {position} after prompt {prompt} and prefix {prefix} from
+speculative_generate_step (draft model, {k} tokens a round) against generate_step (speculation off), same model,
+same sampler and logits processors; a two-sample chi-square test.  Needs mlx[cpu], mlx-lm, torch, transformers,
+tokenizers, numpy, scipy.  Usage: python <this script> [N draws per path] (exit 1 when p < 1e-3: bias reproduced)
+The audit measured: token {token} observed {observed:.4f} vs exact {exact:.4f} ({count} draws with that prefix).
+"""
+import sys
+
+import numpy as np
+from scipy import stats
+{build}
+import mlx.core as mx
+from mlx_lm import load
+from mlx_lm.generate import generate_step, speculative_generate_step
+from mlx_lm.sample_utils import make_logits_processors, make_sampler
+
+PROMPT, PREFIX = {prompt}, {prefix}
+N = int(sys.argv[1]) if len(sys.argv) > 1 else 4000
+model, _ = load(TARGET)
+draft, _ = load(DRAFT)
+sampler = make_sampler(**{sampler})
+procs = make_logits_processors(**{processors})
+
+
+def run(spec, seed):
+    mx.random.seed(seed)
+    kw = dict(max_tokens=len(PREFIX) + 1, sampler=sampler, logits_processors=procs or None)
+    if spec:
+        return [int(t) for t, _, _ in speculative_generate_step(mx.array(PROMPT), model, draft,
+                                                                 num_draft_tokens={k}, **kw)]
+    return [int(t) for t, _ in generate_step(mx.array(PROMPT), model, **kw)]
+
+
+counts = np.zeros((2, V))
+for spec in (0, 1):
+    for i in range(N):
+        out = run(spec, spec * N + i)
+        if out[:len(PREFIX)] == PREFIX:
+            counts[spec, out[len(PREFIX)]] += 1
+keep = counts.sum(axis=0) > 0
+p = stats.chi2_contingency(counts[:, keep]).pvalue
+freq = counts / counts.sum(axis=1, keepdims=True)
+print(f"draws with prefix {{PREFIX}}: off {{int(counts[0].sum())}}, speculative {{int(counts[1].sum())}}; "
+      f"TV {{0.5 * abs(freq[0] - freq[1]).sum():.4f}}, two-sample chi-square p = {{p:.3g}}")
+for t in np.argsort(-abs(freq[0] - freq[1]))[:5]:
+    print(f"token {{t}}: speculation off {{freq[0, t]:.4f}}  speculative {{freq[1, t]:.4f}}")
+sys.exit(1 if p < 1e-3 else 0)
+'''
+
+
 @register_engine("mlx-lm")
 class MLXLMEngine(Engine):
     """mlx-lm (``mlx_lm.generate``) on MLX's CPU backend, float32."""
@@ -322,78 +374,22 @@ class MLXLMEngine(Engine):
         s["rate"] = s["accepted"] / s["drafted"] if s["drafted"] else float("nan")
         return s
 
+    def repro_script(self, models, settings, option, offending, report):
+        """A standalone script (no resispec) comparing mlx-lm's speculative and plain paths at the offending token."""
+        from .tiny import standalone_build
 
-REPRO = '''"""Reproduce a resispec audit finding in mlx-lm {version}, without resispec.
-
-Setting {setting!r}: the law of new token {position} after prompt {prompt} and prefix {prefix} from
-speculative_generate_step (draft model, {k} tokens a round) against generate_step (speculation off), same model,
-same sampler and logits processors; a two-sample chi-square test.  Needs mlx[cpu], mlx-lm, torch, transformers,
-tokenizers, numpy, scipy.  Usage: python <this script> [N draws per path] (exit 1 when p < 1e-3: bias reproduced)
-The audit measured: token {token} observed {observed:.4f} vs exact {exact:.4f} ({count} draws with that prefix).
-"""
-import sys
-
-import numpy as np
-from scipy import stats
-{build}
-import mlx.core as mx
-from mlx_lm import load
-from mlx_lm.generate import generate_step, speculative_generate_step
-from mlx_lm.sample_utils import make_logits_processors, make_sampler
-
-PROMPT, PREFIX = {prompt}, {prefix}
-N = int(sys.argv[1]) if len(sys.argv) > 1 else 4000
-model, _ = load(TARGET)
-draft, _ = load(DRAFT)
-sampler = make_sampler(**{sampler})
-procs = make_logits_processors(**{processors})
-
-
-def run(spec, seed):
-    mx.random.seed(seed)
-    kw = dict(max_tokens=len(PREFIX) + 1, sampler=sampler, logits_processors=procs or None)
-    if spec:
-        return [int(t) for t, _, _ in speculative_generate_step(mx.array(PROMPT), model, draft,
-                                                                 num_draft_tokens={k}, **kw)]
-    return [int(t) for t, _ in generate_step(mx.array(PROMPT), model, **kw)]
-
-
-counts = np.zeros((2, V))
-for spec in (0, 1):
-    for i in range(N):
-        out = run(spec, spec * N + i)
-        if out[:len(PREFIX)] == PREFIX:
-            counts[spec, out[len(PREFIX)]] += 1
-keep = counts.sum(axis=0) > 0
-p = stats.chi2_contingency(counts[:, keep]).pvalue
-freq = counts / counts.sum(axis=1, keepdims=True)
-print(f"draws with prefix {{PREFIX}}: off {{int(counts[0].sum())}}, speculative {{int(counts[1].sum())}}; "
-      f"TV {{0.5 * abs(freq[0] - freq[1]).sum():.4f}}, two-sample chi-square p = {{p:.3g}}")
-for t in np.argsort(-abs(freq[0] - freq[1]))[:5]:
-    print(f"token {{t}}: speculation off {{freq[0, t]:.4f}}  speculative {{freq[1, t]:.4f}}")
-sys.exit(1 if p < 1e-3 else 0)
-'''
-
-
-def _repro_script(self, models, settings, option, offending, report):
-    """A standalone script (no resispec) comparing mlx-lm's speculative and plain paths at the offending token."""
-    from .tiny import standalone_build
-
-    w = _window(settings)
-    bias: dict = {}
-    for t, b in settings.logit_bias:
-        bias[t] = bias.get(t, 0.0) + b
-    processors = dict(logit_bias=bias or None,
-                      repetition_penalty=None if settings.repetition_penalty == 1.0 else settings.repetition_penalty,
-                      repetition_context_size=w, presence_penalty=settings.presence_penalty or None,
-                      presence_context_size=w, frequency_penalty=settings.frequency_penalty or None,
-                      frequency_context_size=w)
-    sampler = dict(temp=settings.temperature, top_p=settings.top_p, min_p=settings.min_p, top_k=settings.top_k)
-    return REPRO.format(version=self.version(), setting=settings.label(), position=offending["position"],
-                        prompt=list(offending["prompt"]), prefix=list(offending["prefix"]), k=NUM_DRAFT_TOKENS,
-                        token=offending.get("token", "-"), observed=offending.get("observed", float("nan")),
-                        exact=offending.get("exact", float("nan")), count=offending.get("count", 0),
-                        build=standalone_build(models), sampler=repr(sampler), processors=repr(processors))
-
-
-MLXLMEngine.repro_script = _repro_script
+        w = _window(settings)
+        bias: dict = {}
+        for t, b in settings.logit_bias:
+            bias[t] = bias.get(t, 0.0) + b
+        rep = settings.repetition_penalty
+        processors = dict(logit_bias=bias or None, repetition_penalty=None if rep == 1.0 else rep,
+                          repetition_context_size=w, presence_penalty=settings.presence_penalty or None,
+                          presence_context_size=w, frequency_penalty=settings.frequency_penalty or None,
+                          frequency_context_size=w)
+        sampler = dict(temp=settings.temperature, top_p=settings.top_p, min_p=settings.min_p, top_k=settings.top_k)
+        return REPRO.format(version=self.version(), setting=settings.label(), position=offending["position"],
+                            prompt=list(offending["prompt"]), prefix=list(offending["prefix"]), k=NUM_DRAFT_TOKENS,
+                            token=offending.get("token", "-"), observed=offending.get("observed", float("nan")),
+                            exact=offending.get("exact", float("nan")), count=offending.get("count", 0),
+                            build=standalone_build(models), sampler=repr(sampler), processors=repr(processors))

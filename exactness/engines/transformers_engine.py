@@ -31,54 +31,6 @@ def generation_options(settings) -> dict:
     return opts
 
 
-@register_engine("transformers")
-class TransformersEngine(Engine):
-    """Hugging Face transformers (``GenerationMixin.generate``), float32 on CPU."""
-
-    distribution = "transformers"
-    install = 'pip install torch==2.13.0 -e ".[models]"'
-    order = "transformers"
-    law_source = ("the target's logits after generate's own logits processors (GenerationMixin._get_logits_processor), "
-                  "softmax in float64")
-    supported = frozenset({"temperature", "top_k", "top_p", "min_p", "repetition_penalty", "logit_bias",
-                           "bad_words"})
-    options = {"off": "plain generate(do_sample=True): speculation off (must pass)",
-               "draft": "assisted decoding with the 1-layer draft (AssistedCandidateGenerator, 3 tokens a round)",
-               "ngram": "prompt lookup (PromptLookupCandidateGenerator, 2 tokens, 2-gram match)",
-               "early_exit": "self-speculation from layer 1 (EarlyExitCandidateGenerator)"}
-
-    def prepare(self, models, workdir):
-        import torch
-        from transformers import AutoModelForCausalLM
-
-        try:
-            target = AutoModelForCausalLM.from_pretrained(models.target_dir, dtype=torch.float32).eval()
-            draft = AutoModelForCausalLM.from_pretrained(models.draft_dir, dtype=torch.float32).eval()
-        except (OSError, ValueError) as exc:
-            raise EngineUnavailable(f"transformers cannot load the tiny checkpoints: {exc}") from exc
-        if sum(p.numel() for p in target.parameters()) < 10_000_000:
-            # a tiny model gains nothing from intra-op threads and loses 3-30x to them on a loaded 2-core machine
-            # (benchmarks/audit_overhead.py): one thread, as the benchmark runs it
-            torch.set_num_threads(1)
-        return {"target": target, "draft": draft}
-
-    def target(self, handle, settings, prompt_len):
-        from ..adapters.hf import hf_target
-
-        self.check_settings(settings)
-        return hf_target(handle["target"], **generation_options(settings))
-
-    def decoder(self, handle, settings, option):
-        from ..adapters.hf import HFDecoder
-
-        self.check_settings(settings)
-        if option not in OPTION_KWARGS:
-            raise EngineUnavailable(f"transformers has no option {option!r}; options: {', '.join(OPTION_KWARGS)}")
-        kw = {**generation_options(settings), **OPTION_KWARGS[option]}
-        draft = handle["draft"] if option == "draft" else None
-        return HFDecoder(handle["target"], assistant_model=draft, **kw)
-
-
 REPRO = '''"""Reproduce a resispec audit finding in transformers {version}, without resispec.
 
 Setting {setting!r}, option {option!r}: the law of new token {position} after prompt {prompt} and prefix {prefix}
@@ -136,20 +88,65 @@ sys.exit(1 if p < 1e-3 else 0)
 '''
 
 
-def _repro_script(self, models, settings, option, offending, report):
-    """A standalone script (torch + transformers + numpy + scipy) reproducing a FAIL of this engine."""
-    from .tiny import standalone_build
+@register_engine("transformers")
+class TransformersEngine(Engine):
+    """Hugging Face transformers (``GenerationMixin.generate``), float32 on CPU."""
 
-    opt = dict(OPTION_KWARGS[option])
-    if option == "draft":
-        opt["use_draft"] = True
-    gen = generation_options(settings)
-    return REPRO.format(version=self.version(), setting=settings.label(), option=option,
-                        position=offending["position"], prompt=list(offending["prompt"]),
-                        prefix=list(offending["prefix"]), token=offending.get("token", "-"),
-                        observed=offending.get("observed", float("nan")), exact=offending.get("exact", float("nan")),
-                        count=offending.get("count", 0), build=standalone_build(models), settings=repr(gen),
-                        option_kwargs=repr(opt))
+    distribution = "transformers"
+    install = 'pip install torch==2.13.0 -e ".[models]"'
+    order = "transformers"
+    law_source = ("the target's logits after generate's own logits processors (GenerationMixin._get_logits_processor), "
+                  "softmax in float64")
+    supported = frozenset({"temperature", "top_k", "top_p", "min_p", "repetition_penalty", "logit_bias",
+                           "bad_words"})
+    options = {"off": "plain generate(do_sample=True): speculation off (must pass)",
+               "draft": "assisted decoding with the 1-layer draft (AssistedCandidateGenerator, 3 tokens a round)",
+               "ngram": "prompt lookup (PromptLookupCandidateGenerator, 2 tokens, 2-gram match)",
+               "early_exit": "self-speculation from layer 1 (EarlyExitCandidateGenerator)"}
 
+    def prepare(self, models, workdir):
+        import torch
+        from transformers import AutoModelForCausalLM
 
-TransformersEngine.repro_script = _repro_script
+        try:
+            target = AutoModelForCausalLM.from_pretrained(models.target_dir, dtype=torch.float32).eval()
+            draft = AutoModelForCausalLM.from_pretrained(models.draft_dir, dtype=torch.float32).eval()
+        except (OSError, ValueError) as exc:
+            raise EngineUnavailable(f"transformers cannot load the tiny checkpoints: {exc}") from exc
+        if sum(p.numel() for p in target.parameters()) < 10_000_000:
+            # a tiny model gains nothing from intra-op threads and loses 3-30x to them on a loaded 2-core machine
+            # (benchmarks/audit_overhead.py): one thread, as the benchmark runs it
+            torch.set_num_threads(1)
+        return {"target": target, "draft": draft}
+
+    def target(self, handle, settings, prompt_len):
+        from ..adapters.hf import hf_target
+
+        self.check_settings(settings)
+        return hf_target(handle["target"], **generation_options(settings))
+
+    def decoder(self, handle, settings, option):
+        from ..adapters.hf import HFDecoder
+
+        self.check_settings(settings)
+        if option not in OPTION_KWARGS:
+            raise EngineUnavailable(f"transformers has no option {option!r}; options: {', '.join(OPTION_KWARGS)}")
+        kw = {**generation_options(settings), **OPTION_KWARGS[option]}
+        draft = handle["draft"] if option == "draft" else None
+        return HFDecoder(handle["target"], assistant_model=draft, **kw)
+
+    def repro_script(self, models, settings, option, offending, report):
+        """A standalone script (torch + transformers + numpy + scipy) reproducing a FAIL of this engine."""
+        from .tiny import standalone_build
+
+        opt = dict(OPTION_KWARGS[option])
+        if option == "draft":
+            opt["use_draft"] = True
+        gen = generation_options(settings)
+        return REPRO.format(version=self.version(), setting=settings.label(), option=option,
+                            position=offending["position"], prompt=list(offending["prompt"]),
+                            prefix=list(offending["prefix"]), token=offending.get("token", "-"),
+                            observed=offending.get("observed", float("nan")),
+                            exact=offending.get("exact", float("nan")),
+                            count=offending.get("count", 0), build=standalone_build(models), settings=repr(gen),
+                            option_kwargs=repr(opt))
