@@ -36,32 +36,39 @@ this project's engine), :mod:`~exactness.coupled` (kernel vs reference under the
 :mod:`~exactness.stepwise` (a verifier's declared steps checked at every state a run visits).
 """
 
-from ._checks import ExactnessWarning, SubjectError
-from .certificate import Certificate, certify_sampler
-from .collected import certify_counts, certify_samples
-from .decoder import certify_decoder
-from .power import chi2_power, detectable_tv, samples_for_tv
-from .verifier_cert import certify_verifier
-from .coupled import certify_coupled
+#: public name -> module that defines it; imported on first use, so ``import exactness`` (and
+#: ``import exactness.limits``) stays light: scipy.stats alone costs about a second.
+_PUBLIC = {
+    "ExactnessWarning": "_checks", "SubjectError": "_checks",
+    "Certificate": "certificate", "certify_sampler": "certificate",
+    "certify_counts": "collected", "certify_samples": "collected",
+    "certify_decoder": "decoder",
+    "chi2_power": "power", "detectable_tv": "power", "samples_for_tv": "power",
+    "certify_verifier": "verifier_cert",
+    "certify_coupled": "coupled",
+    "assert_exact": "assertions", "assert_coupled": "assertions",
+    "certify_stepwise": "stepwise", "StepwiseCertificate": "stepwise",
+    "validate_proxy": "proxy_validation", "ProxyValidation": "proxy_validation",
+}
+#: submodules reachable as attributes (``exactness.mutants``) without an explicit import.
+_SUBMODULES = ("mutants", "strategies", "grid", "exact", "tree", "gof", "power", "sampling", "sequential", "budget",
+               "stepwise", "limits")
 
 
-def __getattr__(name):  # lazy: keep ``import exactness`` light
+def __getattr__(name):  # PEP 562: resolve a public name (or submodule) on first use
     import importlib
 
-    if name in ("mutants", "strategies", "grid", "exact", "tree", "gof", "power", "sampling", "sequential", "budget"):
+    if name in _PUBLIC:
+        value = getattr(importlib.import_module(f"{__name__}.{_PUBLIC[name]}"), name)
+        globals()[name] = value  # later lookups skip this hook
+        return value
+    if name in _SUBMODULES:
         return importlib.import_module(f"{__name__}.{name}")
-    if name in ("assert_exact", "assert_coupled"):
-        from . import assertions
-
-        return getattr(assertions, name)
-    if name in ("certify_stepwise", "StepwiseCertificate", "stepwise"):
-        stepwise = importlib.import_module(f"{__name__}.stepwise")
-        return stepwise if name == "stepwise" else getattr(stepwise, name)
-    if name in ("validate_proxy", "ProxyValidation"):
-        from . import proxy_validation
-
-        return getattr(proxy_validation, name)
     raise AttributeError(f"module 'exactness' has no attribute {name!r}")
+
+
+def __dir__():
+    return sorted(set(globals()) | set(_PUBLIC) | set(_SUBMODULES))
 
 
 __all__ = ["Certificate", "ExactnessWarning", "SubjectError", "assert_coupled", "assert_exact", "certify_counts", "certify_coupled", "certify_decoder",

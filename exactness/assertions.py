@@ -5,7 +5,8 @@ from __future__ import annotations
 import numpy as np
 
 from ._checks import base_seed, sub_seed
-from .certificate import DEFAULT_TIMEOUT, Certificate, certify_sampler
+from .certificate import Certificate, certify_sampler
+from .limits import DEFAULT_TIMEOUT
 from .grid import adjust
 from .verifier_cert import certify_verifier
 
@@ -46,7 +47,7 @@ def assert_exact(verifier, p=None, q=None, k=DEFAULT_KS, *, n: int | None = None
     seed : int, sequence of ints (``[0, i]``) or SeedSequence
     tv : float, optional, smallest TV to detect (warns if ``n`` is too small)
     timeout : float or None, hard wall-clock limit in seconds per cell (default
-        ``exactness.certificate.DEFAULT_TIMEOUT``; ``0`` / None: none)
+        ``exactness.limits.DEFAULT_TIMEOUT``; ``0`` / None: none)
 
     Returns
     -------

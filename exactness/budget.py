@@ -14,8 +14,8 @@ import math
 
 import numpy as np
 
-from . import certificate as _cert
-from .certificate import PILOT, _hours, pilot_seconds
+from . import limits
+from .certificate import _hours, pilot_seconds
 from .gof import MIN_EXPECTED, pool_cells
 from .power import samples_for_tv
 
@@ -99,8 +99,8 @@ def check_planned_budget(draw, n: int, *, tv: float, workers: int, max_samples: 
     ------
     ValueError
         The plan exceeds ``max_samples`` draws (memory; fix: a larger ``tv``) or
-        ``exactness.certificate.MAX_SECONDS`` (fixes: a larger ``tv``, more time by raising
-        ``exactness.certificate.MAX_SECONDS``, more ``workers=``); the message names ``tv``.
+        ``exactness.limits.MAX_SECONDS`` (fixes: a larger ``tv``, more time by raising
+        ``exactness.limits.MAX_SECONDS``, more ``workers=``); the message names ``tv``.
     """
     huge = n > 10**300  # beyond the float range (a tiny tv): refused below, without an OverflowError
     est = math.inf if huge else (pilot_seconds(draw, n) + fixed_seconds) / workers
@@ -109,16 +109,16 @@ def check_planned_budget(draw, n: int, *, tv: float, workers: int, max_samples: 
     over = []
     if n > max_samples:
         over.append(f"{gib:.3g} GiB for {n_txt} draws exceeds the memory limit of {max_samples:,} draws "
-                    "(exactness.verifier_cert.MAX_SAMPLES when the draws are kept (sequential), MAX_COUNTED "
+                    "(exactness.limits.MAX_SAMPLES when the draws are kept (sequential), MAX_COUNTED "
                     "when they are counted)")
-    if est > _cert.MAX_SECONDS:
+    if est > limits.MAX_SECONDS:
         over.append(f"~{_hours(est)} with {workers} worker(s) exceeds the time limit "
-                    f"exactness.certificate.MAX_SECONDS = {_hours(_cert.MAX_SECONDS)}")
+                    f"exactness.limits.MAX_SECONDS = {_hours(limits.MAX_SECONDS)}")
     if over:
         fix = "ask for a larger tv (n grows like 1/tv^2)" + (
-            ", allow more time by raising exactness.certificate.MAX_SECONDS, or pass workers= (processes)"
-            if est > _cert.MAX_SECONDS else " (more workers do not reduce the memory)")
-        raise BudgetError(f"tv = {tv:g} needs n = {n_txt} draws (timed pilot of {PILOT:,} draws of {what}): "
+            ", allow more time by raising exactness.limits.MAX_SECONDS, or pass workers= (processes)"
+            if est > limits.MAX_SECONDS else " (more workers do not reduce the memory)")
+        raise BudgetError(f"tv = {tv:g} needs n = {n_txt} draws (timed pilot of {limits.PILOT:,} draws of {what}): "
                          + "; ".join(over) + hint + "; " + ("else " if hint else "") + fix)
     msg = f"tv = {tv:g}: planned n = {n:,} draws, estimated {_hours(est)} on this machine ({workers} worker(s))"
     log.log(logging.WARNING if est > 10 else logging.INFO, msg)

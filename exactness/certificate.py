@@ -14,14 +14,8 @@ from .gof import MIN_EXPECTED, gof_test, tv_bounds
 from .power import detectable_tv as _detectable_tv
 from .power import samples_for_tv
 
-#: Largest number of draws requested from a sampler in one call.
-CHUNK = 1 << 20
-#: Above this many draws a timed pilot (``PILOT`` draws, own seed) estimates the run time first.
-PILOT_ABOVE = 1 << 24
-#: Draws in the timed pilot.
-PILOT = 2_000
-#: Longest estimated run (seconds) the harness starts: 1 hour (raise it here for longer planned runs).
-MAX_SECONDS = 3600.0
+from . import limits
+from .limits import CHUNK, DEFAULT_TIMEOUT  # keyword defaults below (bound at definition)
 
 
 def _hours(sec: float) -> str:
@@ -31,8 +25,8 @@ def _hours(sec: float) -> str:
 def pilot_seconds(draw, n: int) -> float:
     """Estimated seconds for ``n`` draws from a timed pilot ``draw(rng, PILOT)`` on a private seed."""
     t0 = time.perf_counter()
-    draw(np.random.default_rng(20260101), PILOT)
-    return (time.perf_counter() - t0) * n / PILOT
+    draw(np.random.default_rng(20260101), limits.PILOT)
+    return (time.perf_counter() - t0) * n / limits.PILOT
 
 
 def check_min_expected(min_expected) -> float:
@@ -295,10 +289,6 @@ def holm(pvalues: dict) -> dict:
     return dict(zip(names, adj.tolist()))
 
 
-#: Default hard time limit in seconds of ``certify_verifier``, ``certify_sampler`` and ``validate_proxy``: twice
-#: ``MAX_SECONDS``, the longest run a budget admits, so only a subject that never returns (or a run far past its
-#: estimate) meets it.  ``timeout=`` sets another (``0`` or ``None``: none).
-DEFAULT_TIMEOUT = 2 * MAX_SECONDS
 
 
 def _import_lazy_modules() -> None:
@@ -662,13 +652,13 @@ def certify_sampler(sample, law, n: int, *, alpha: float = 1e-3, seed=0, power: 
     timeout = check_timeout(timeout)
 
     def body() -> Certificate:
-        if n > PILOT_ABOVE:
+        if n > limits.PILOT_ABOVE:
             est = pilot_seconds(lambda r, m: _count_chunk(law.size, m, int(r.integers(2**63 - 1)), sample), n)
             est /= int(workers)
-            if est > MAX_SECONDS:
-                raise ValueError(f"n = {n:.3g} would take ~{_hours(est)} (timed pilot of {PILOT:,} draws, "
-                                 f"{int(workers)} worker(s); limit exactness.certificate.MAX_SECONDS = "
-                                 f"{_hours(MAX_SECONDS)}): pass a smaller n, or use tv= / exactness.samples_for_tv "
+            if est > limits.MAX_SECONDS:
+                raise ValueError(f"n = {n:.3g} would take ~{_hours(est)} (timed pilot of {limits.PILOT:,} draws, "
+                                 f"{int(workers)} worker(s); limit exactness.limits.MAX_SECONDS = "
+                                 f"{_hours(limits.MAX_SECONDS)}): pass a smaller n, or use tv= / exactness.samples_for_tv "
                                  "to plan the n you need")
         counts = count_samples(sample, law.size, n, rng, workers=int(workers))
         return certificate_from_counts(counts, law, alpha=alpha, power=power, tv=tv, min_expected=min_expected)

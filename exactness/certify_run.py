@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ._checks import base_seed, sub_seed
+from .limits import CELL_TIMEOUT
 from .grid import Cell, GridResult, adjust, run_grid
 from .verifier_cert import certify_verifier
 
@@ -28,10 +29,6 @@ K_VALUES = (1, 2, 4, 8)
 MUTANT_KS = (1, 2, 4)
 #: Family and V of the mutant panel.
 MUTANT_FAMILY = ("softmax_noise", 8, {})
-#: Default wall-clock limit per cell, seconds (``resispec certify --timeout``; a default cell takes ~1-2 s).
-DEFAULT_TIMEOUT = 600.0
-#: Largest Monte Carlo budget per cell that ``resispec certify`` accepts (``--samples``).
-MAX_SAMPLES = 10**9
 
 
 def import_object(spec: str, flag: str, example: str):
@@ -174,11 +171,11 @@ def sample_memory(n: int, k: int, chunk: int | None = None) -> int:
 
     The harness keeps the sampled tokens and accepted indices (int64 each:
     ``16 n`` bytes) and draws the uniforms (float64, ``2k + 1`` per draw) in
-    chunks of ``chunk`` draws (default ``exactness.certificate.CHUNK``):
+    chunks of ``chunk`` draws (default ``exactness.limits.CHUNK``):
     ``16 n + 8 min(n, chunk) (2k + 1)``.  An estimate for refusing absurd
     budgets up front, not a measurement.
     """
-    from .certificate import CHUNK
+    from .limits import CHUNK
 
     chunk = CHUNK if chunk is None else chunk
     return 16 * n + 8 * min(n, chunk) * (2 * k + 1)
@@ -289,7 +286,7 @@ def run_mutants(*, seeds: int = 1, n: int | None = None, alpha: float = 1e-3, se
 
 def run_certify(verifier_specs: list[str] | None = None, *, ks=K_VALUES, n: int | None = None,
                 alpha: float = 1e-3, seed: int = 0, families=FAMILIES, progress: bool | str = False,
-                timeout: float | None = DEFAULT_TIMEOUT, workers: int = 1, executor="process",
+                timeout: float | None = CELL_TIMEOUT, workers: int = 1, executor="process",
                 address: str | None = None, tv: float | None = None, sequential: bool = False) -> GridResult:
     """The full certify grid (built-in verifiers by default).
 

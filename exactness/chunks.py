@@ -16,6 +16,7 @@ from functools import partial
 
 import numpy as np
 
+from . import limits
 from .executors import executor_for
 from .sampling import Draws, NodeSampler
 
@@ -123,7 +124,7 @@ def draw_chunk(sampler: NodeSampler, job) -> Draws:
 def count_chunk(sampler: NodeSampler, job) -> DrawCounts:
     """:func:`draw_chunk` reduced to its histograms (what a remote worker sends back: O(k V), not O(m)).
 
-    Drawn and counted ``exactness.sampling.CHUNK`` draws at a time (the same random stream as one
+    Drawn and counted ``exactness.limits.CHUNK`` draws at a time (the same random stream as one
     ``draws`` call), so memory is O(CHUNK k + k V) whatever ``m``: the fixed-n certificate keeps no draws.
     """
     from . import sampling
@@ -132,8 +133,8 @@ def count_chunk(sampler: NodeSampler, job) -> DrawCounts:
     s = copy.copy(sampler)
     rng = np.random.default_rng(seed)
     total = None
-    for start in range(0, m, sampling.CHUNK):
-        c = counts_of(s.draws(rng, min(sampling.CHUNK, m - start)), sampler.V, sampler.k, s.accepted_note,
+    for start in range(0, m, limits.CHUNK):
+        c = counts_of(s.draws(rng, min(limits.CHUNK, m - start)), sampler.V, sampler.k, s.accepted_note,
                       len(sampler.batch_sizes))
         total = c if total is None else total + c
     return total

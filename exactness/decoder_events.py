@@ -59,8 +59,8 @@ NOT_PER_NODE = {"block": ("block verification (Sun et al. 2024, arXiv 2403.10444
                           "(the joint and PIT checks cover it)")}
 #: Orders of the token PIT in after_rejection and bonus.
 TOKEN_ORDERS = ("id", "desc")
-#: Events handled at once (memory O(CHUNK V)).
-CHUNK = 4096
+#: Events handled at once (memory O(EVENT_ROWS V)).
+EVENT_ROWS = 4096
 #: An accepted decision whose pass probability is at most this is impossible (p = 0).  Exactly 0:
 #: any positive probability may be legitimate (a decision the harness puts at 1e-9 happens about
 #: once in 1e9), and a float32 decoder's cached forward differs from the harness's by ~1e-7, so a
@@ -245,8 +245,8 @@ def conditional_values(ev: DecoderEvents, prompts_rows, tokens, tgt, decoder, ru
     bad_token = np.zeros(E, dtype=bool)
     for j in np.unique(ev.position):
         at = np.flatnonzero(ev.position == j)
-        for s in range(0, at.size, CHUNK):
-            e = at[s:s + CHUNK]
+        for s in range(0, at.size, EVENT_ROWS):
+            e = at[s:s + EVENT_ROWS]
             ctx = _contexts(prompts_rows, tokens, ev.row[e], int(j))
             p = tgt(ctx)
             law = p.copy()                                 # bonus: p; rejection: the residual

@@ -19,7 +19,8 @@ from resispec.verifiers.registry import get_verifier
 from resispec.verifiers.rejection_proxy import RejectionProxy, proxy_name, transport_residual
 
 from ._checks import SubjectError
-from .certificate import DEFAULT_TIMEOUT, Certificate, subject_time_limit, timed_out_cause
+from .certificate import Certificate, subject_time_limit, timed_out_cause
+from .limits import DEFAULT_TIMEOUT
 from .sampling import call_subject, door_node
 from .verifier_cert import certify_verifier
 
@@ -114,7 +115,7 @@ def validate_proxy(proxy, p, q, k: int, *, n: int | None = None, seed=0, certify
     seed : int or sequence of ints, default 0
     certify : bool, default True
         Run the Monte Carlo certificate (the slow part).
-    timeout : float or None, default ``exactness.certificate.DEFAULT_TIMEOUT`` (2 h)
+    timeout : float or None, default ``exactness.limits.DEFAULT_TIMEOUT`` (2 h)
         Hard wall-clock limit in seconds for the whole call (``0`` / None: none; SIGALRM, main thread on
         POSIX); a proxy that never returns is stopped and the result FAILS naming it.
     progress : bool, default True

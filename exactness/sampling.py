@@ -46,10 +46,11 @@ from dataclasses import dataclass
 import numpy as np
 
 from resispec import Verifier
-from resispec._validation import Laws, as_node, check_k
+from resispec._validation import DRAFTINGS, Laws, as_node, check_k
 from resispec.verifiers.base import MassVerifier, takes_laws
 from resispec.verifiers.registry import _REGISTRY
 
+from . import limits
 from ._checks import SubjectError
 from ._search import GuidedCDF
 from .certificate import call_subject, door_law, door_node, subject_cause  # noqa: F401 (re-exported)
@@ -71,15 +72,13 @@ def rechecked(call: int) -> bool:
 
 
 def rechecks_in(n: int) -> int:
-    """Calls that recheck in a run of ``n`` draws drawn in ``CHUNK`` chunks."""
-    calls = -(-int(min(n, 10**18)) // CHUNK)
+    """Calls that recheck in a run of ``n`` draws drawn in ``exactness.limits.CHUNK`` chunks."""
+    calls = -(-int(min(n, 10**18)) // limits.CHUNK)
     return min(calls, RECHECK_EVERY) + max(0, calls // RECHECK_EVERY - 1)
 #: Upper bound on (rows x V) elements per generic verify call.
 _ELEMS = 1 << 21
 #: Rows per ``verify`` call for a black box declaring ``handles_shared_nodes = True`` (read-only broadcast views).
 SHARED_ROWS = 1 << 16
-#: Largest number of draws :meth:`NodeSampler.draws` samples at once (uniforms of shape (CHUNK, 2k + 1)).
-CHUNK = 1 << 20
 #: Rows of the generic path's ``verify`` calls, one class after another (each at most the path's row cap): the
 #: sizes serving engines use (powers of two) and odd ones between them, so every size range in 9..4,096 is
 #: called (a box biased only for batches of 9 to ~190 rows passed when every call held thousands of rows; the
@@ -141,9 +140,6 @@ def candidate_law(verifier, q2: np.ndarray) -> np.ndarray:
         raise SubjectError(f"{name} must return a non-negative, finite (B, V) law with positive rows, got "
                            f"shape {ql.shape}")
     return ql / ql.sum(axis=1, keepdims=True)
-
-
-DRAFTINGS = ("iid", "without_replacement", "any")
 
 
 def drafting_of(verifier) -> str:
@@ -542,9 +538,7 @@ class NodeSampler:
         # one untimed call first on every path: the process's first quiet call pays one-off costs (~0.13 s for
         # the table path: imports, compilation), which a 2,000-draw pilot charged to every draw (a 7.5e8-draw
         # plan for rrs read 6-8 hours instead of ~2 minutes and was refused; new user, session 34)
-        from .certificate import PILOT
-
-        quiet.draws(np.random.default_rng(3), PILOT if fast else 64)     # the pilot's size where draws are cheap
+        quiet.draws(np.random.default_rng(3), limits.PILOT if fast else 64)     # the pilot's size where draws are cheap
         return quiet, per_chunk
 
     def __call__(self, rng: np.random.Generator, n: int) -> np.ndarray:
@@ -553,13 +547,14 @@ class NodeSampler:
     def draws(self, rng: np.random.Generator, n: int) -> Draws:
         """``n`` draws: tokens (n,) int64 and accepted indices (n,) int64.
 
-        Sampled in chunks of at most ``CHUNK`` draws (memory O(CHUNK k) for
+        Sampled in chunks of at most ``exactness.limits.CHUNK`` draws (memory O(CHUNK k) for
         the uniforms, plus 16 bytes per draw for the result); for ``n <=
         CHUNK`` the random stream is exactly that of one call.
         """
-        if n <= CHUNK:
+        chunk = limits.CHUNK
+        if n <= chunk:
             return self._draws(rng, n)
-        return concat_draws(self._draws(rng, min(CHUNK, n - s)) for s in range(0, n, CHUNK))
+        return concat_draws(self._draws(rng, min(chunk, n - s)) for s in range(0, n, chunk))
 
     def _draws(self, rng: np.random.Generator, n: int) -> Draws:
         k = self.k

@@ -82,7 +82,7 @@ from .sampling import _checked_result, candidate_law, draw_node_candidates, draf
 TOL = 1e-9
 #: Rows per ``verify`` call (memory: the verifier's (B, V) arrays).
 BATCH = 64
-#: Draws timed before a run projected over ``exactness.certificate.MAX_SECONDS`` is refused (without time_limit).
+#: Draws timed before a run projected over ``exactness.limits.MAX_SECONDS`` is refused (without time_limit).
 PILOT = 4 * BATCH
 #: Bytes of visited states kept for reuse (a peaked draft revisits the same rejected prefixes).
 CACHE_BYTES = 1 << 28
@@ -597,14 +597,14 @@ def _run_verify(verifier, P, Q, c, u, V: int, k: int):
 
 def _check_time(est: float, n: int, tv) -> None:
     """Refuse a run projected (``est`` seconds, from a chunk's first ``PILOT`` draws: fresh states, pessimistic)
-    over ``exactness.certificate.MAX_SECONDS``."""
-    from . import certificate as _cert
+    over ``exactness.limits.MAX_SECONDS``."""
+    from . import limits
     from .budget import BudgetError
 
-    if est > _cert.MAX_SECONDS:
+    if est > limits.MAX_SECONDS:
         asked = f"tv = {tv:g}" if tv is not None else f"n = {n:,}"
         raise BudgetError(f"{asked} needs {n:,} draws, ~{est / 3600:.1f} h at the rate of the first {PILOT:,} "
-                          f"(limit exactness.certificate.MAX_SECONDS = {_cert.MAX_SECONDS / 3600:g} h); ask a larger tv, "
+                          f"(limit exactness.limits.MAX_SECONDS = {limits.MAX_SECONDS / 3600:g} h); ask a larger tv, "
                           "raise MAX_SECONDS, or pass time_limit= (seconds) to run that long and bound TV by the "
                           "draws run")
 
@@ -697,7 +697,7 @@ def certify_stepwise(verifier, p, q, k: int, *, n: int | None = None, tv: float 
         Stop after this many seconds, between batches; the bound uses the draws run (INCONCLUSIVE if short of
         the plan).  A ``verify`` or ``step_plan`` call that never returns is stopped at the hard limit
         :func:`exactness.coupled.run.hard_limit` of it (``time_limit + max(10 s, time_limit)``; without
-        ``time_limit``, of ``exactness.certificate.MAX_SECONDS``) and the run FAILs naming the hang (``cause``);
+        ``time_limit``, of ``exactness.limits.MAX_SECONDS``) and the run FAILs naming the hang (``cause``);
         worker processes are stopped with it.  Enforced with ``SIGALRM`` in the main thread (POSIX).
     workers : int >= 1
         Processes sharing the draws (chunk ``i`` seeded by ``SeedSequence(seed).spawn(workers)[i]``, as
@@ -758,9 +758,9 @@ def certify_stepwise(verifier, p, q, k: int, *, n: int | None = None, tv: float 
     name = getattr(verifier, "name", type(verifier).__name__)
     cls = type(verifier).__name__
     drafting = drafting_of(verifier)
-    from . import certificate as _cert
+    from . import limits
 
-    hard = own_limit(hard_limit(float(time_limit) if time_limit is not None else _cert.MAX_SECONDS))
+    hard = own_limit(hard_limit(float(time_limit) if time_limit is not None else limits.MAX_SECONDS))
     try:
         with _time_limit(hard):
             drafting, cl = _drafting_and_law(verifier, q2, k)   # a draft_law hook that fails: the subject's
@@ -774,9 +774,9 @@ def certify_stepwise(verifier, p, q, k: int, *, n: int | None = None, tv: float 
         who = hung_call(exc, {"_run_verify": f"{cls}.verify", "_plan": f"{cls}.step_plan",
                               "map_chunks": f"a worker's {cls}.verify or {cls}.step_plan"})
         limit = (f"time_limit = {time_limit:g} s" if time_limit is not None else
-                 f"exactness.certificate.MAX_SECONDS = {_cert.MAX_SECONDS:g} s, no time_limit given")
+                 f"exactness.limits.MAX_SECONDS = {limits.MAX_SECONDS:g} s, no time_limit given")
         cause = (f"{who or 'the run'} did not return: certify_stepwise stopped it at its hard time limit of "
-                 f"{hard:g} s ({limit}, plus a grace of {hard - (time_limit or _cert.MAX_SECONDS):g} s)")
+                 f"{hard:g} s ({limit}, plus a grace of {hard - (time_limit or limits.MAX_SECONDS):g} s)")
     secs = time.perf_counter() - t0
     report = (f"FAIL: {name} ({drafting} drafting), V = {p2.shape[1]:,}, k = {k}: the verifier misbehaved: {cause}. "
               "Nothing is certified about its law.")

@@ -58,8 +58,9 @@ from resispec._validation import Laws, check_k
 from resispec.enumeration import count_tuples
 
 from ._checks import SubjectError, as_seed_sequence, check_alpha, check_n, plural
-from .certificate import (DEFAULT_TIMEOUT, MAX_SECONDS, PILOT, PILOT_ABOVE, Certificate, _hours,
-                          certificate_from_counts, pilot_seconds, run_subject)
+from . import limits
+from .certificate import Certificate, _hours, certificate_from_counts, pilot_seconds, run_subject
+from .limits import DEFAULT_TIMEOUT  # the keyword default (bound at definition)
 from .exact import MAX_TUPLES, ChainError, certify_exact, enumerable, exact_tol
 from .budget import BudgetError
 from .gof import gof_test
@@ -83,12 +84,6 @@ BATCH_N = 50_000
 #: Draws of the black-box ``small_batches`` check (verify on batches of 1..``SMALL_B`` rows of the node).
 SMALL_N = 2_000
 SMALL_B = 8
-#: Largest ``n`` for a sequential certify_verifier: the tokens and accepted indices are kept (16 bytes per draw,
-#: 2 GiB here).
-MAX_SAMPLES = 1 << 27
-#: Largest ``n`` for a fixed-n certify_verifier: draws are counted chunk by chunk (``exactness.chunks``) and never
-#: kept, so only time bounds them; this caps a mistyped ``n`` (``MAX_SECONDS`` applies too).
-MAX_COUNTED = 1 << 33
 
 
 def default_n(sampler: NodeSampler) -> int:
@@ -334,19 +329,21 @@ def _stepwise_hint(verifier) -> str:
             "bounds its TV from ~ln(1/alpha)/tv draws at O(V) per visited state (docs/certify.md)")
 
 
-def _check_budget(sampler: NodeSampler, n: int, workers: int = 1, limit: int = MAX_SAMPLES) -> None:
-    """Refuse up front an ``n`` over ``limit`` (``MAX_SAMPLES`` when the draws are kept, ``MAX_COUNTED`` when
-    they are only counted) or estimated (timed pilot) above ``MAX_SECONDS``."""
-    if n <= PILOT_ABOVE and n <= limit:
+def _check_budget(sampler: NodeSampler, n: int, workers: int = 1, sequential: bool = True) -> None:
+    """Refuse up front an ``n`` over ``exactness.limits.MAX_SAMPLES`` (sequential: the draws are kept) or
+    ``MAX_COUNTED`` (fixed n: only counted), or estimated (timed pilot) above ``MAX_SECONDS``."""
+    limit = limits.MAX_SAMPLES if sequential else limits.MAX_COUNTED
+    if n <= limits.PILOT_ABOVE and n <= limit:
         return
     pilot, per_chunk = sampler.pilot_sampler()   # the first call's recheck paid outside the timed pilot
     est = (pilot_seconds(pilot.draws, n) + per_chunk * rechecks_in(n)) / workers
     gib = n * 16 / 2**30
-    if n > limit or est > MAX_SECONDS:
-        which = "MAX_SAMPLES" if limit == MAX_SAMPLES else "MAX_COUNTED"
-        raise BudgetError(f"n = {n:.3g} would take ~{_hours(est)} (timed pilot of {PILOT:,} draws) and "
-                         f"{gib:.3g} GiB were the tokens and accepted indices kept (limits: {which} = {limit:,} "
-                         f"draws, {_hours(MAX_SECONDS)}; MAX_SAMPLES = {MAX_SAMPLES:,} when sequential); pass a "
+    if n > limit or est > limits.MAX_SECONDS:
+        which = "MAX_SAMPLES" if sequential else "MAX_COUNTED"
+        raise BudgetError(f"n = {n:.3g} would take ~{_hours(est)} (timed pilot of {limits.PILOT:,} draws) and "
+                         f"{gib:.3g} GiB were the tokens and accepted indices kept (exactness.limits: {which} = "
+                         f"{limit:,} draws, MAX_SECONDS = {_hours(limits.MAX_SECONDS)}; MAX_SAMPLES = "
+                         f"{limits.MAX_SAMPLES:,} when sequential); pass a "
                          "smaller n or use tv= / exactness.samples_for_tv to plan the n you need"
                          + _stepwise_hint(sampler.verifier))
 
@@ -447,7 +444,7 @@ def certify_verifier(verifier, p, q, k: int, *, n: int | None = None, alpha: flo
         open for many calls).  Each chunk comes back as histograms that are
         summed (:mod:`exactness.chunks`), so one seed and ``workers`` give
         the same certificate with every executor.
-    timeout : float or None, default ``exactness.certificate.DEFAULT_TIMEOUT`` (2 h)
+    timeout : float or None, default ``exactness.limits.DEFAULT_TIMEOUT`` (2 h)
         Hard wall-clock limit in seconds for the whole call (``0`` / None: none).
         A verifier that never returns is stopped and the certificate FAILS
         naming it (``SIGALRM``, main thread on POSIX; code stuck in one long C
@@ -588,12 +585,12 @@ def _certify(verifier, node, k: int, *, n, alpha, power, tv, tree, exact, worker
         pilot, per_chunk = sampler.pilot_sampler()
         est = check_planned_budget(pilot.draws, n, tv=float(tv), workers=workers,
                                    fixed_seconds=per_chunk * rechecks_in(n),
-                                   max_samples=MAX_SAMPLES if sequential else MAX_COUNTED,
+                                   max_samples=limits.MAX_SAMPLES if sequential else limits.MAX_COUNTED,
                                    what=type(verifier).__name__, hint=_stepwise_hint(verifier))
         plan = {"tv": float(tv), "n": n, "df": df_plan, "estimated_seconds": est, "sequential": bool(sequential)}
     n = default_n(sampler) if n is None else check_n(n)
     if plan is None:  # a tv plan was timed and checked just above
-        _check_budget(sampler, n, workers, MAX_SAMPLES if sequential else MAX_COUNTED)
+        _check_budget(sampler, n, workers, sequential=bool(sequential))
     checks: dict[str, float] = {}
     skipped: dict[str, str] = {}
     details: dict = {"path": sampler.path, "V": int(p1.size), "k": k}

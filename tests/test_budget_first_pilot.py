@@ -18,7 +18,7 @@ sys.path.insert(0, "benchmarks")
 from fast_paths import node
 import time
 time.perf_counter = time.process_time   # CPU time: a busy machine's waits for a core are not counted
-import exactness, exactness.certificate as C, resispec
+import exactness, exactness.limits as C, resispec
 C.MAX_SECONDS = 1e-3
 p, q = node(20_000)
 try:

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 import exactness
-from exactness import chunks, fast_paths, sampling
+from exactness import chunks, fast_paths, limits, sampling
 from exactness._search import GuidedCDF
 from exactness.fast_paths import _RRSWORPath, _TargetOnlyPath
 from exactness.sampling import NodeSampler
@@ -166,7 +166,7 @@ def test_a_rare_bug_in_verify_is_caught_by_the_per_chunk_recheck(monkeypatch, na
 
     v.verify = late_bug
     s = NodeSampler(v, p, q, 3)
-    monkeypatch.setattr(sampling, "CHUNK", 1_000)
+    monkeypatch.setattr(limits, "CHUNK", 1_000)
     with pytest.raises((RuntimeError, ValueError), match="disagrees|accepted"):
         s.draws(np.random.default_rng(0), 10_000)
 
@@ -187,7 +187,7 @@ def test_counting_in_chunks_equals_counting_all_draws(monkeypatch):
     p, q = _laws(300, 9)
     s = NodeSampler(get_verifier("rrs_wor"), p, q, 3)
     ss = np.random.SeedSequence(4)
-    monkeypatch.setattr(sampling, "CHUNK", 700)
+    monkeypatch.setattr(limits, "CHUNK", 700)
     parts = chunks.count_chunk(s, (ss, 5_000))                      # counted 700 draws at a time
     ref = chunks.counts_of(s.draws(np.random.default_rng(ss), 5_000), 300, 3)   # all draws kept, then counted
     assert np.array_equal(ref.tokens, parts.tokens) and np.array_equal(ref.joint, parts.joint)

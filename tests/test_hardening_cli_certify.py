@@ -194,12 +194,13 @@ def test_absurd_samples_refused_up_front(tmp_path, capsys, monkeypatch):
 
 
 def test_sample_memory_estimate():
-    from exactness.certify_run import DEFAULT_TIMEOUT, sample_memory
+    from exactness.certify_run import sample_memory
+    from exactness.limits import CELL_TIMEOUT
     from resispec.commands import certify
 
     assert sample_memory(1000, 2, chunk=10) == 16 * 1000 + 8 * 10 * 5
     assert sample_memory(10, 2, chunk=1000) == 16 * 10 + 8 * 10 * 5
-    assert certify.DEFAULT_TIMEOUT == DEFAULT_TIMEOUT
+    assert certify.CELL_TIMEOUT == CELL_TIMEOUT == 600.0  # the CLI's --timeout default is the limits module's
 
 
 # --- progress, mutant table ---------------------------------------------------------------------------------------

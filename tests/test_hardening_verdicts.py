@@ -9,7 +9,7 @@ import pytest
 
 import exactness
 import resispec
-from exactness import report, sampling
+from exactness import limits, report, sampling
 from exactness.grid import CellResult, GridResult
 from exactness.mutants import CATALOGUE
 
@@ -286,10 +286,10 @@ def test_node_sampler_draws_in_chunks_with_the_same_stream_below_a_chunk(monkeyp
     sizes = []
     inner = s._draws
     monkeypatch.setattr(s, "_draws", lambda rng, m: sizes.append(m) or inner(rng, m))
-    monkeypatch.setattr(sampling, "CHUNK", 300)
+    monkeypatch.setattr(limits, "CHUNK", 300)
     same = s.draws(np.random.default_rng(5), 300)
     assert np.array_equal(ref.tokens, same.tokens) and np.array_equal(ref.accepted, same.accepted)
-    monkeypatch.setattr(sampling, "CHUNK", 128)
+    monkeypatch.setattr(limits, "CHUNK", 128)
     big = s.draws(np.random.default_rng(5), 1_000)
     assert big.tokens.shape == (1_000,) and max(sizes[1:]) <= 128
 

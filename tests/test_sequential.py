@@ -191,9 +191,9 @@ def test_plan_over_the_memory_limit_is_refused():
 
 
 def test_plan_over_the_time_limit_is_refused(monkeypatch):
-    import exactness.certificate as certificate
+    import exactness.limits as limits
 
-    monkeypatch.setattr(certificate, "MAX_SECONDS", 1e-6)
+    monkeypatch.setattr(limits, "MAX_SECONDS", 1e-6)
     with pytest.raises(ValueError, match=r"tv = 0.01 needs n = .*time limit.*MAX_SECONDS.*larger tv.*workers="):
         certify_verifier(get_verifier("rrs"), P, Q, 2, tv=0.01)
 

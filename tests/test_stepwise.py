@@ -392,7 +392,7 @@ def test_bad_input():
 
 def test_budget_refusal_points_to_stepwise(monkeypatch):
     """certify_verifier refusing a plan for a verifier that declares its steps names certify_stepwise."""
-    import exactness.certificate as cert
+    import exactness.limits as cert
     from exactness import certify_verifier
     from exactness.budget import BudgetError
 
@@ -567,7 +567,7 @@ def test_bad_verify_results_are_errors():
 
 
 def test_stops_and_budgets(monkeypatch):
-    import exactness.certificate as cert
+    import exactness.limits as cert
     from exactness.budget import BudgetError
 
     p, q = _shaped_node(0)

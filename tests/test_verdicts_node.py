@@ -455,7 +455,7 @@ def _no_alarm_left(before):
 def test_default_time_limits_exist():
     import inspect
 
-    from exactness.certificate import DEFAULT_TIMEOUT, MAX_SECONDS
+    from exactness.limits import DEFAULT_TIMEOUT, MAX_SECONDS
 
     assert DEFAULT_TIMEOUT >= MAX_SECONDS
     for fn in (certify_verifier, certify_sampler, validate_proxy, exactness.assert_exact):

@@ -55,10 +55,10 @@ from ._report import command_lines, fmt, md_table, stats_table, write_markdown_a
 #: Cells with ``alpha* - A(rrs)`` below this are saturated (ratio undefined).
 SATURATED = 1e-6
 
-DEFAULT_FAMILIES = ("softmax_noise", "zipf", "shifted", "ngram")
-DEFAULT_V = (1000, 32000)
-DEFAULT_K = (2, 4, 8)
-DEFAULT_T = (0.7, 1.0, 1.5)
+from .defaults import ACCEPT_FAMILIES as DEFAULT_FAMILIES  # noqa: E402
+from .defaults import ACCEPT_K as DEFAULT_K  # noqa: E402
+from .defaults import ACCEPT_T as DEFAULT_T  # noqa: E402
+from .defaults import ACCEPT_V as DEFAULT_V  # noqa: E402
 
 
 def target_only_acceptance_iid(p, q, k: int) -> float | np.ndarray:

@@ -34,7 +34,7 @@ from ..decoding.laws import SamplingConfig
 from ._report import fmt, md_table
 
 #: Verifiers compared by default (``resispec`` is ours, the rest are baselines).
-DEFAULT_VERIFIERS = ("rrs", "rrs_wor", "kseq", "target_only", "resispec")
+from .defaults import DECODE_VERIFIERS as DEFAULT_VERIFIERS  # noqa: E402
 AUTOREGRESSIVE = "autoregressive"
 
 

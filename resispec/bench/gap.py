@@ -54,10 +54,10 @@ from ._report import command_lines, fmt, md_table, stats_table, write_markdown_a
 #: errors of ~1e-7 that would make such ratios noise.
 SATURATED = 1e-4
 
-DEFAULT_FAMILIES = ("softmax_noise", "zipf", "shifted")
-DEFAULT_T = (0.7, 1.0, 1.5)
-DEFAULT_K = (2, 4, 8)
-DEFAULT_WOR_K = (2, 4, 8)
+from .defaults import GAP_FAMILIES as DEFAULT_FAMILIES  # noqa: E402
+from .defaults import GAP_K as DEFAULT_K  # noqa: E402
+from .defaults import GAP_T as DEFAULT_T  # noqa: E402
+from .defaults import GAP_WOR_K as DEFAULT_WOR_K  # noqa: E402
 #: ``resispec`` is the default (the look-ahead reserve); ``resispec_myopic`` the default before it (the fixed point).
 IID_NAMES = ("rrs", "kseq", "resispec_myopic", "resispec")
 

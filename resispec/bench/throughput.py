@@ -25,10 +25,10 @@ import numpy as np
 
 from ._report import md_table, write_markdown_and_json
 
-DEFAULT_VERIFIERS = ("rrs", "kseq", "resispec")
+from .defaults import VERIFY_K as DEFAULT_K  # noqa: E402
+from .defaults import VERIFY_VERIFIERS as DEFAULT_VERIFIERS  # noqa: E402
 #: The reference of the cost ratios for each way of drafting the candidates.
 DRAFTING_BASE = {"iid": "rrs", "without_replacement": "rrs_wor"}
-DEFAULT_K = (2, 4, 8)
 BACKENDS = ("numpy", "torch")
 
 

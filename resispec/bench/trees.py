@@ -133,12 +133,9 @@ def _auto_register():
                 register_bench_verifier(BenchVerifier(name, name, drafting=d, role="candidate"))
 
 
-DEFAULT_SHAPES = (
-    "1,1,1,1,1,1,1,1", "2,2,2", "4,2,2,1", "8,1,1,1", "4,4", "16", "8,4", "32", "16,3", "64",
-    "wor:4,2,2,1", "wor:8,4", "wor:16", "wor:16,3",
-)
-DEFAULT_FAMILIES = ("softmax_noise", "zipf", "shifted", "dirichlet", "temp_mismatch", "softmax_noise_top_k", "ngram")
-DEFAULT_TEMPERATURES = (0.7, 1.0, 1.5)
+from .defaults import TREES_FAMILIES as DEFAULT_FAMILIES  # noqa: E402
+from .defaults import TREES_SHAPES as DEFAULT_SHAPES  # noqa: E402
+from .defaults import TREES_TEMPERATURES as DEFAULT_TEMPERATURES  # noqa: E402
 
 
 def shape_label(shape: TreeShape) -> str:

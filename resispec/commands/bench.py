@@ -23,7 +23,9 @@ HELP = "block efficiency of every verifier on tree shapes x temperatures x famil
 
 
 def add_arguments(parser):
-    from ..bench.trees import DEFAULT_FAMILIES, DEFAULT_SHAPES, DEFAULT_TEMPERATURES
+    from ..bench.defaults import TREES_FAMILIES as DEFAULT_FAMILIES
+    from ..bench.defaults import TREES_SHAPES as DEFAULT_SHAPES
+    from ..bench.defaults import TREES_TEMPERATURES as DEFAULT_TEMPERATURES
 
     parser.add_argument("--families", action=ListAction, default=list(DEFAULT_FAMILIES), help="pair families")
     parser.add_argument("--temperatures", action=ListAction, item_type=float, default=list(DEFAULT_TEMPERATURES))

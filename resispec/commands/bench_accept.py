@@ -18,7 +18,10 @@ HELP = "exact acceptance of every iid verifier and the fraction of the rrs-to-al
 
 
 def add_arguments(parser):
-    from ..bench.accept import DEFAULT_FAMILIES, DEFAULT_K, DEFAULT_T, DEFAULT_V
+    from ..bench.defaults import ACCEPT_FAMILIES as DEFAULT_FAMILIES
+    from ..bench.defaults import ACCEPT_K as DEFAULT_K
+    from ..bench.defaults import ACCEPT_T as DEFAULT_T
+    from ..bench.defaults import ACCEPT_V as DEFAULT_V
 
     parser.add_argument("--families", action=ListAction, default=list(DEFAULT_FAMILIES),
                         help="comma-separated pair families (default: %(default)s)")

@@ -31,7 +31,7 @@ HELP = "benchmark real decoding: target-only vs every verifier (block efficiency
 
 
 def add_arguments(p) -> None:
-    from ..bench.decode import DEFAULT_VERIFIERS
+    from ..bench.defaults import DECODE_VERIFIERS as DEFAULT_VERIFIERS
 
     add_model_args(p)
     add_sampling_args(p)

@@ -19,7 +19,10 @@ HELP = "acceptance of resispec (look-ahead, without-replacement) against the seq
 
 
 def add_arguments(parser):
-    from ..bench.gap import DEFAULT_FAMILIES, DEFAULT_K, DEFAULT_T, DEFAULT_WOR_K
+    from ..bench.defaults import GAP_FAMILIES as DEFAULT_FAMILIES
+    from ..bench.defaults import GAP_K as DEFAULT_K
+    from ..bench.defaults import GAP_T as DEFAULT_T
+    from ..bench.defaults import GAP_WOR_K as DEFAULT_WOR_K
 
     parser.add_argument("--families", action=ListAction, default=list(DEFAULT_FAMILIES), help="comma-separated families")
     parser.add_argument("--T", action=ListAction, item_type=float, default=list(DEFAULT_T), help="comma-separated temperatures")

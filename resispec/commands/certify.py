@@ -33,10 +33,10 @@ import sys
 import time
 from pathlib import Path
 
+from exactness.limits import CELL_TIMEOUT  # light: the exactness package imports its modules lazily
+
 NAME = "certify"
 HELP = "certify verifiers zero-bias (exact enumeration + Monte Carlo, with mutant detection)"
-#: Default wall-clock limit per cell in seconds (``--timeout``); equals ``exactness.certify_run.DEFAULT_TIMEOUT``.
-DEFAULT_TIMEOUT = 600.0
 
 
 def add_arguments(parser) -> None:
@@ -78,8 +78,8 @@ def add_arguments(parser) -> None:
     parser.add_argument("--family", action=ListAction, metavar="NAME",
                         help="pair families, comma-separated and/or repeatable (default softmax_noise, zipf, "
                              "shifted at V=8, and ngram)")
-    parser.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT, metavar="SECONDS",
-                        help=f"wall-clock limit per cell (default {DEFAULT_TIMEOUT:g}; 0 = none); a cell that runs "
+    parser.add_argument("--timeout", type=float, default=CELL_TIMEOUT, metavar="SECONDS",
+                        help=f"wall-clock limit per cell (default {CELL_TIMEOUT:g}; 0 = none); a cell that runs "
                              "past it, or whose verifier raises, returns the wrong shape or emits a token outside "
                              "the vocabulary, is reported FAILED with the reason (exit 1). "
                              "Uses SIGALRM: on platforms without it (Windows) the limit is off; code stuck in one "
@@ -124,24 +124,25 @@ def _check_output(flag: str, path) -> None:
 def _check_samples(n: int, ks) -> None:
     """Refuse an absurd ``--samples`` before running.
 
-    Refused: more than ``exactness.certify_run.MAX_SAMPLES`` (1e9) draws per
+    Refused: more than ``exactness.limits.MAX_CELL_SAMPLES`` (1e9) draws per
     cell, or an estimated peak (``exactness.certify_run.sample_memory`` at the
     largest k) above half of this machine's physical memory (headroom for the
     checks' working copies).  The message states the estimate.
     """
     from exactness.budget import count_text
-    from exactness.certify_run import MAX_SAMPLES, sample_memory
+    from exactness.certify_run import sample_memory
+    from exactness.limits import MAX_CELL_SAMPLES
 
     kmax = max(ks)
     if n > 10**15:              # no float overflow below, and no 400-digit number in the message
-        raise ValueError(f"--samples {count_text(n)} exceeds the limit of {MAX_SAMPLES:,} draws per cell; pass "
+        raise ValueError(f"--samples {count_text(n)} exceeds the limit of {MAX_CELL_SAMPLES:,} draws per cell; pass "
                          "a smaller --samples (the default 200,000 detects TV ~ 0.01)")
     mem = sample_memory(n, kmax)
     try:
         ram = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
     except (AttributeError, ValueError, OSError):
         ram = None
-    why = (f"exceeds the limit of {MAX_SAMPLES:,} draws per cell" if n > MAX_SAMPLES
+    why = (f"exceeds the limit of {MAX_CELL_SAMPLES:,} draws per cell" if n > MAX_CELL_SAMPLES
            else f"needs more than half of this machine's {ram / 2**30:.1f} GiB of memory" if ram and mem > ram / 2
            else None)
     if why:

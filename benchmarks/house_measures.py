@@ -1,0 +1,208 @@
+"""The house's measures (issue 39), before and after, side by side in one table.
+
+Usage (from the repository root):
+
+    python benchmarks/house_measures.py [--base REV] [--after REV] [--repeat 5] [--out reports/house_measures.md]
+
+``--base`` and ``--after`` are git revisions (``--after`` defaults to the working tree).  Each is exported with
+``git archive`` into a temporary folder and measured by the SAME child script with that folder first on
+``sys.path`` (imports never mix the two trees), so the two columns are measured in one run on one machine.
+
+Measures (over the three import packages ``resispec/``, ``exactness/``, ``simulators/``):
+
+- source lines (non-blank), and the share of them that are comments;
+- functions (``def`` and methods, by ``ast``) over 50 and over 100 lines, and the longest one;
+- torch lines mirroring numpy: lines of ``resispec/torch_backend/`` whose normalised form (``torch.`` -> ``np.``,
+  whitespace dropped, at least 20 characters) also occurs in the numpy code of ``resispec/`` -- a lower bound on
+  the code written twice (a renamed variable hides a twin);
+- public certify entry points: top-level public functions named ``certify_*``, ``assert_*`` or ``validate_*`` in
+  ``exactness``;
+- CLI subcommands, options (every optional flag of every subcommand) and distinct option names;
+- seconds to ``import exactness`` and to ``resispec --help`` in a fresh interpreter (median of ``--repeat`` runs,
+  after one untimed run that compiles the tree's ``.pyc`` files; the two trees interleaved so machine load falls on
+  both alike; wall time).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tarfile
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGES = ("resispec", "exactness", "simulators")
+
+#: The child: measures the tree in sys.argv[1] (already first on sys.path), prints one JSON object.
+CHILD = r'''
+import ast, json, re, sys
+from pathlib import Path
+
+root = Path(sys.argv[1])
+sys.path.insert(0, str(root))
+packages = ("resispec", "exactness", "simulators")
+out = {"lines": 0, "comment_lines": 0, "functions": 0, "over_50": 0, "over_100": 0, "longest": ["", 0]}
+numpy_lines, torch_lines = set(), []
+
+
+def norm(line):
+    s = line.split("#", 1)[0].strip()
+    s = s.replace("torch.", "np.").replace("xp.", "np.")
+    return re.sub(r"\s+", "", s)
+
+
+for pkg in packages:
+    for path in sorted((root / pkg).rglob("*.py")):
+        text = path.read_text()
+        rel = path.relative_to(root).as_posix()
+        lines = [l for l in text.splitlines() if l.strip()]
+        out["lines"] += len(lines)
+        out["comment_lines"] += sum(l.strip().startswith("#") for l in lines)
+        in_torch = rel.startswith("resispec/torch_backend/")
+        for l in lines:
+            n = norm(l)
+            if len(n) < 20:
+                continue
+            (torch_lines.append(n) if in_torch else numpy_lines.add(n) if rel.startswith("resispec/") else None)
+        for node in ast.walk(ast.parse(text)):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                size = node.end_lineno - node.lineno + 1
+                out["functions"] += 1
+                out["over_50"] += size > 50
+                out["over_100"] += size > 100
+                if size > out["longest"][1]:
+                    out["longest"] = [f"{rel}:{node.name}", size]
+out["torch_lines"] = len(torch_lines)
+out["torch_mirroring"] = sum(n in numpy_lines for n in torch_lines)
+
+entry = set()
+for path in sorted((root / "exactness").rglob("*.py")):
+    for node in ast.parse(path.read_text()).body:
+        if isinstance(node, ast.FunctionDef) and re.match(r"(certify|assert|validate)_", node.name):
+            entry.add(node.name)
+out["entry_points"] = sorted(entry)
+
+from resispec.cli import build_parser
+import argparse
+parser = build_parser()
+subs = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)][0].choices
+opts = []
+for name, sp in subs.items():
+    for a in sp._actions:
+        opts += [o for o in a.option_strings if o.startswith("--") and o != "--help"][:1]
+out["subcommands"] = len(subs)
+out["options"] = len(opts)
+out["option_names"] = len(set(opts))
+print(json.dumps(out))
+'''
+
+TIMED = {"import exactness": [sys.executable, "-c", "import exactness"],
+         "resispec --help": [sys.executable, "-c", "import sys; from resispec.cli import main; "
+                                                   "sys.argv = ['resispec', '--help']; main(['--help'])"]}
+
+
+def export(rev: str | None, dest: Path) -> Path:
+    """The tree at ``rev`` (None: the working tree's tracked and untracked files) under ``dest``."""
+    dest.mkdir(parents=True)
+    if rev is None:
+        files = subprocess.run(["git", "ls-files", "-co", "--exclude-standard", *PACKAGES], cwd=ROOT, check=True,
+                               capture_output=True, text=True).stdout.split()
+        for f in files:
+            if (ROOT / f).is_file():
+                (dest / f).parent.mkdir(parents=True, exist_ok=True)
+                (dest / f).write_bytes((ROOT / f).read_bytes())
+        return dest
+    data = subprocess.run(["git", "archive", "--format=tar", rev, *PACKAGES], cwd=ROOT, check=True,
+                          capture_output=True).stdout
+    tar = dest / "tree.tar"
+    tar.write_bytes(data)
+    with tarfile.open(tar) as t:
+        t.extractall(dest, filter="data")
+    tar.unlink()
+    return dest
+
+
+def run_child(tree: Path) -> dict:
+    env = {**os.environ, "PYTHONPATH": str(tree)}
+    res = subprocess.run([sys.executable, "-c", CHILD, str(tree)], env=env, capture_output=True, text=True,
+                         cwd=tree)
+    if res.returncode:
+        raise SystemExit(f"measuring {tree} failed:\n{res.stderr[-2000:]}")
+    return json.loads(res.stdout.strip().splitlines()[-1])
+
+
+def timings(trees: dict, repeat: int) -> dict:
+    """Median wall seconds of each timed command per tree, the trees interleaved run by run."""
+    got = {label: {k: [] for k in TIMED} for label in trees}
+    for label, tree in trees.items():  # untimed: the first run of a fresh tree compiles its .pyc files
+        for cmd in TIMED.values():
+            subprocess.run(cmd, env={**os.environ, "PYTHONPATH": str(tree)}, cwd=tree, capture_output=True, check=True)
+    for _ in range(repeat):
+        for label, tree in trees.items():
+            env = {**os.environ, "PYTHONPATH": str(tree)}
+            for key, cmd in TIMED.items():
+                t0 = time.perf_counter()
+                subprocess.run(cmd, env=env, cwd=tree, capture_output=True, check=True)
+                got[label][key].append(time.perf_counter() - t0)
+    return {label: {k: statistics.median(v) for k, v in d.items()} for label, d in got.items()}
+
+
+def table(base_rev: str, after_rev: str, m: dict, t: dict) -> str:
+    b, a = m["base"], m["after"]
+    rows = [("source lines (non-blank)", b["lines"], a["lines"]),
+            ("comment lines, % of source", f"{100 * b['comment_lines'] / b['lines']:.1f}",
+             f"{100 * a['comment_lines'] / a['lines']:.1f}"),
+            ("functions", b["functions"], a["functions"]),
+            ("functions over 50 lines", b["over_50"], a["over_50"]),
+            ("functions over 100 lines", b["over_100"], a["over_100"]),
+            ("longest function (lines)", f"{b['longest'][1]} `{b['longest'][0]}`",
+             f"{a['longest'][1]} `{a['longest'][0]}`"),
+            ("torch backend lines (>= 20 chars)", b["torch_lines"], a["torch_lines"]),
+            ("  of which mirror a numpy line", b["torch_mirroring"], a["torch_mirroring"]),
+            ("public certify_* / assert_* / validate_*", len(b["entry_points"]), len(a["entry_points"])),
+            ("CLI subcommands", b["subcommands"], a["subcommands"]),
+            ("CLI options (all subcommands)", b["options"], a["options"]),
+            ("distinct option names", b["option_names"], a["option_names"])]
+    rows += [(f"seconds to `{k}` (median)", f"{t['base'][k]:.2f}", f"{t['after'][k]:.2f}") for k in TIMED]
+    lines = [f"| measure | before (`{base_rev}`) | after (`{after_rev}`) |", "|---|---|---|"]
+    lines += [f"| {name} | {x} | {y} |" for name, x, y in rows]
+    return "\n".join(lines)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--base", default="2881f9f", help="git revision measured as 'before' (default 2881f9f: the "
+                                                      "last commit before issue 39's first piece)")
+    ap.add_argument("--after", default=None, help="git revision measured as 'after' (default: the working tree)")
+    ap.add_argument("--repeat", type=int, default=5, help="fresh interpreters per timed command and tree")
+    ap.add_argument("--out", default=None, help="also write the table (with the command and load) to this file")
+    args = ap.parse_args(argv)
+    if args.repeat < 1:
+        ap.error("--repeat must be >= 1")
+    with tempfile.TemporaryDirectory(prefix="house-") as tmp:
+        trees = {"base": export(args.base, Path(tmp) / "base"), "after": export(args.after, Path(tmp) / "after")}
+        m = {label: run_child(tree) for label, tree in trees.items()}
+        load = os.getloadavg()[0]
+        t = timings(trees, args.repeat)
+    after = args.after or "working tree"
+    text = table(args.base, after, m, t)
+    print(text)
+    print(f"\nentry points before: {', '.join(m['base']['entry_points'])}\nentry points after: "
+          f"{', '.join(m['after']['entry_points'])}\nload average at the start of the timings: {load:.1f}")
+    if args.out:
+        cmd = "python benchmarks/house_measures.py " + " ".join(argv if argv is not None else sys.argv[1:])
+        Path(args.out).write_text(f"# The house's measures (issue 39)\n\n`{cmd.strip()}` ({os.cpu_count()} cores, "
+                                  f"load average {load:.1f} at the start of the timings; times are wall seconds in "
+                                  f"a fresh interpreter, median of {args.repeat}, the two trees interleaved).\n\n"
+                                  + text + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

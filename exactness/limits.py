@@ -1,0 +1,40 @@
+"""Every limit of the harness, in one place: how many draws, how long, how much at once.
+
+Each module reads these at the moment it applies them (``limits.MAX_SECONDS``, never a copy taken at import), so
+raising one here -- or ``monkeypatch.setattr(exactness.limits, "MAX_SECONDS", ...)`` in a test -- changes what
+is enforced and what the refusal message says together.  Defaults of keyword arguments (``timeout=
+DEFAULT_TIMEOUT``) are the one exception: they are bound when the function is defined.
+
+Units: draws (one emitted token of a node, or one continuation of a decoder) and seconds of wall-clock time.
+"""
+
+from __future__ import annotations
+
+# --- memory: draws held at once ---------------------------------------------------------------------------------
+#: Largest number of draws requested from a sampler in one call (uniforms of shape (CHUNK, 2k + 1) at a node).
+CHUNK = 1 << 20
+#: Largest ``n`` of a sequential ``certify_verifier``: its tokens and accepted indices are kept (16 bytes per
+#: draw: 2 GiB).
+MAX_SAMPLES = 1 << 27
+#: Largest ``n`` of a fixed-n ``certify_verifier``: draws are counted chunk by chunk and never kept, so only time
+#: bounds them; this caps a mistyped ``n`` (``MAX_SECONDS`` applies too).
+MAX_COUNTED = 1 << 33
+#: Largest Monte Carlo budget per cell that ``resispec certify`` accepts (``--samples``).
+MAX_CELL_SAMPLES = 10**9
+
+# --- time ---------------------------------------------------------------------------------------------------------
+#: Above this many draws a timed pilot (``PILOT`` draws, own seed) estimates the run time before anything else.
+PILOT_ABOVE = 1 << 24
+#: Draws in that timed pilot.
+PILOT = 2_000
+#: Longest estimated run (seconds) the harness starts: 1 hour (raise it for longer planned runs).
+MAX_SECONDS = 3600.0
+#: Default hard time limit (seconds) of ``certify_verifier``, ``certify_sampler``, ``validate_proxy`` and
+#: ``assert_exact``: twice ``MAX_SECONDS``, the longest run a budget admits, so only a subject that never returns
+#: (or a run far past its estimate) meets it.  ``timeout=`` sets another (``0`` or ``None``: none).
+DEFAULT_TIMEOUT = 2 * MAX_SECONDS
+#: Default wall-clock limit per cell of ``resispec certify`` (``--timeout``; a default cell takes ~1-2 s).
+CELL_TIMEOUT = 600.0
+
+__all__ = ["CELL_TIMEOUT", "CHUNK", "DEFAULT_TIMEOUT", "MAX_CELL_SAMPLES", "MAX_COUNTED", "MAX_SAMPLES",
+           "MAX_SECONDS", "PILOT", "PILOT_ABOVE"]
