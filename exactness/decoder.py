@@ -96,13 +96,13 @@ JOINT_MAX = 1_000_000
 #: Most new tokens in the joint test (the default budget is planned for it).
 JOINT_TOKENS = 3
 #: Rows of conditional laws held at once by the PIT pass (memory O(PIT_CHUNK V)), at most PIT_ELEMS / V rows:
-#: 4,096 rows of V = 151,936 made 4.6 GiB arrays, several at once (a breaker's out-of-memory at new_tokens = 1).
+#: 4,096 rows of V = 151,936 would make 4.6 GiB arrays, several at once.
 PIT_CHUNK = 4096
 PIT_ELEMS = 1 << 22
 #: TV the default ``n`` is planned to detect (power 0.99 at ``alpha``) on the joint test.
 DEFAULT_TV = 0.02
-#: Rows of the main sample's batches, one call after another: a decoder wrong only for some batch sizes (a
-#: breaker's: every size from 9 to 4,095 rows) is tested at several (``small_batches`` covers 2-8, ``single`` 1).
+#: Rows of the main sample's batches, one call after another: a decoder wrong only for some batch sizes (e.g. every
+#: size from 9 to 4,095 rows) is tested at several (``small_batches`` covers 2-8, ``single`` 1).
 MAIN_SIZES = (BATCH, 1531, 509, 127, 31, 9)
 #: Rows of one homogeneous batch per prompt at the start of the main sample (all rows one prompt), also tested on
 #: their own (``homogeneous``): a decoder wrong only when a batch of 9+ rows shares a prompt (prefix sharing,
@@ -688,8 +688,8 @@ def _certify(decoder, target, prompts, new_tokens, n, tv, alpha, seed, seeded, t
                           f"{MAX_DECODER_TOKENS:,} tokens (8 bytes each) the certificate may keep "
                           "(exactness.decoder.MAX_DECODER_TOKENS); ask for a larger tv (n grows like 1/tv^2), "
                           "fewer prompts or new_tokens, or a smaller n")
-    # the main check's df after pooling depends on n and the laws only: refuse before drawing (a breaker's
-    # new_tokens = 2000 at n = 2 sampled for 9 s, 20,000 for minutes, before this message)
+    # the main check's df after pooling depends on n and the laws only: refuse before drawing (new_tokens = 2000
+    # at n = 2 would sample for seconds, 20,000 for minutes, before refusing)
     main_df = (sum(int(pool_cells(n * law).max()) for law in laws) if mj
                else int(pool_cells(np.full(PIT_BINS, n * P / PIT_BINS)).max()))
     if main_df <= 0:

@@ -537,7 +537,7 @@ class NodeSampler:
             quiet.fast_path.always_compiled = True
         # one untimed call first on every path: the process's first quiet call pays one-off costs (~0.13 s for
         # the table path: imports, compilation), which a 2,000-draw pilot charged to every draw (a 7.5e8-draw
-        # plan for rrs read 6-8 hours instead of ~2 minutes and was refused; new user, session 34)
+        # plan for rrs read 6-8 hours instead of ~2 minutes and was refused)
         quiet.draws(np.random.default_rng(3), limits.PILOT if fast else 64)     # the pilot's size where draws are cheap
         return quiet, per_chunk
 

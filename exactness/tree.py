@@ -198,8 +198,8 @@ def _own_bonus_counts(verifier, nxt: Laws, ys: np.ndarray, rng: np.random.Genera
 
     V = nxt.shape[1]
     counts = np.zeros((V, V), dtype=np.int64)
-    # at least BONUS_CALLS calls: a sampler right only on its first call (a stale cache) passed when one call
-    # drew every bonus token (breaker, session 34)
+    # at least BONUS_CALLS calls: a sampler right only on its first call (a stale cache) would pass were one call
+    # to draw every bonus token
     step = max(1, min(_ELEMS // V, -(-ys.size // BONUS_CALLS)))
     name = f"{type(verifier).__name__}.sample_bonus(p, q, rng)"
     for s in range(0, ys.size, step):
