@@ -308,7 +308,7 @@ def run_certify(verifier_specs: list[str] | None = None, *, ks=K_VALUES, n: int 
     nodes, notes = family_nodes(seed, families)
     if not nodes:
         raise ValueError(f"no pair family could be built ({'; '.join(notes) or 'none given'}); "
-                         "pass --family with a registered family")
+                         "pass --families with a registered family")
     grid = run_grid(build_cells(verifiers, nodes, ks), n=n, alpha=alpha, seed=seed, progress=progress,
                     timeout=timeout, workers=workers, executor=executor, address=address, tv=tv,
                     sequential=sequential)

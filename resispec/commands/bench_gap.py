@@ -25,7 +25,8 @@ def add_arguments(parser):
     from ..bench.defaults import GAP_WOR_K as DEFAULT_WOR_K
 
     parser.add_argument("--families", action=ListAction, default=list(DEFAULT_FAMILIES), help="comma-separated families")
-    parser.add_argument("--T", action=ListAction, item_type=float, default=list(DEFAULT_T), help="comma-separated temperatures")
+    parser.add_argument("--temperatures", "--T", dest="T", action=ListAction, item_type=float, default=list(DEFAULT_T),
+                        help="comma-separated temperatures (--T: the old name)")
     parser.add_argument("--k", action=ListAction, item_type=int, default=list(DEFAULT_K), help="iid candidate counts (default %(default)s)")
     parser.add_argument("--wor-k", action=ListAction, item_type=int, default=list(DEFAULT_WOR_K),
                         help="without-replacement candidate counts (default %(default)s)")

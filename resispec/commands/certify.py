@@ -75,7 +75,7 @@ def add_arguments(parser) -> None:
                         help="base seed: an integer >= 0 or a sequence such as 0,3 (= SeedSequence([0, 3])); "
                              "default 0")
     parser.add_argument("--alpha", type=float, default=1e-3, help="family-wise level over all cells (default 1e-3)")
-    parser.add_argument("--family", action=ListAction, metavar="NAME",
+    parser.add_argument("--families", "--family", dest="family", action=ListAction, metavar="NAME",
                         help="pair families, comma-separated and/or repeatable (default softmax_noise, zipf, "
                              "shifted at V=8, and ngram)")
     parser.add_argument("--timeout", type=float, default=CELL_TIMEOUT, metavar="SECONDS",
