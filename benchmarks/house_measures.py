@@ -185,6 +185,13 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     if args.repeat < 1:
         ap.error("--repeat must be >= 1")
+    for flag, rev in (("--base", args.base), ("--after", args.after)):
+        if rev is not None and subprocess.run(["git", "rev-parse", "--verify", "--quiet", f"{rev}^{{commit}}"],
+                                              cwd=ROOT, capture_output=True).returncode:
+            ap.error(f"{flag} {rev!r} is not a git revision of this repository (e.g. HEAD~3 or a commit hash)")
+    if args.out and not Path(args.out).resolve().parent.is_dir():
+        ap.error(f"--out {args.out!r}: folder {str(Path(args.out).resolve().parent)!r} does not exist; create it or "
+                 "pick another path")
     with tempfile.TemporaryDirectory(prefix="house-") as tmp:
         trees = {"base": export(args.base, Path(tmp) / "base"), "after": export(args.after, Path(tmp) / "after")}
         m = {label: run_child(tree) for label, tree in trees.items()}
@@ -197,10 +204,12 @@ def main(argv=None) -> int:
           f"{', '.join(m['after']['entry_points'])}\nload average at the start of the timings: {load:.1f}")
     if args.out:
         cmd = "python benchmarks/house_measures.py " + " ".join(argv if argv is not None else sys.argv[1:])
-        Path(args.out).write_text(f"# The house's measures (issue 39)\n\n`{cmd.strip()}` ({os.cpu_count()} cores, "
+        tmp = Path(args.out).with_name(Path(args.out).name + ".tmp")
+        tmp.write_text(f"# The house's measures (issue 39)\n\n`{cmd.strip()}` ({os.cpu_count()} cores, "
                                   f"load average {load:.1f} at the start of the timings; times are wall seconds in "
                                   f"a fresh interpreter, median of {args.repeat}, the two trees interleaved).\n\n"
                                   + text + "\n")
+        tmp.replace(args.out)  # atomic: a stopped run leaves no half-written report
     return 0
 
 

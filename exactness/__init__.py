@@ -50,20 +50,23 @@ _PUBLIC = {
     "certify_stepwise": "stepwise", "StepwiseCertificate": "stepwise",
     "validate_proxy": "proxy_validation", "ProxyValidation": "proxy_validation",
 }
-#: submodules reachable as attributes (``exactness.mutants``) without an explicit import.
+#: submodules listed by ``dir(exactness)``; every submodule (``exactness.coupled``, ``exactness.decoder``, ...) is
+#: reachable as an attribute without an explicit import.
 _SUBMODULES = ("mutants", "strategies", "grid", "exact", "tree", "gof", "power", "sampling", "sequential", "budget",
-               "stepwise", "limits")
+               "stepwise", "limits", "protocols", "coupled", "decoder", "decoder_mutants", "certificate", "collected",
+               "verifier_cert", "chain", "adapters", "engines", "settings")
 
 
 def __getattr__(name):  # PEP 562: resolve a public name (or submodule) on first use
     import importlib
+    import importlib.util
 
     if name in _PUBLIC:
         value = getattr(importlib.import_module(f"{__name__}.{_PUBLIC[name]}"), name)
         globals()[name] = value  # later lookups skip this hook
         return value
-    if name in _SUBMODULES:
-        return importlib.import_module(f"{__name__}.{name}")
+    if not name.startswith("__") and importlib.util.find_spec(f"{__name__}.{name}") is not None:
+        return importlib.import_module(f"{__name__}.{name}")  # a submodule (it binds itself on the package)
     raise AttributeError(f"module 'exactness' has no attribute {name!r}")
 
 

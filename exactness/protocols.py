@@ -38,8 +38,9 @@ HOOKS: dict[tuple[str, str], tuple[bool, str, str]] = {
                                        "(default p) in the tree checks", "tree, sampling"),
     ("verifier", "sample_bonus"): (False, "the verifier draws its own bonus token after a full accept (the tree "
                                           "check at depth 1 uses its draws instead of bonus_law)", "tree"),
-    ("verifier", "supported_k"): (False, "supported_k(k) -> bool: a k it declines is a skipped cell, not a FAIL",
-                                  "sampling"),
+    ("verifier", "supported_k"): (False, "a collection of ints >= 1, or supported_k(k) -> bool: a k it declines is "
+                                         "refused (UnsupportedK) by certify_verifier / assert_exact and a skipped "
+                                         "cell in resispec certify, never a FAIL", "sampling"),
     ("verifier", "chain"): (False, "chain(p, q, candidates, uniforms): the step-by-step decisions (coupled "
                                    "certification's reference, the table fast path's cross-check)",
                             "sampling, coupled"),

@@ -318,3 +318,71 @@ def test_docs_audit_table_is_the_committed_reports_summary():
     table = A.summary(root / "reports").replace("](audit_", "](../reports/audit_").strip()
     assert block == table
     assert (root / "reports" / "audit.md").read_text().endswith(A.summary(root / "reports"))
+
+
+class LawExitsWhenCalled(NumpyEngine):
+    """The engine's own law (speculation off) calls sys.exit while the certificate evaluates it."""
+
+    order = "?"  # no float64 cross-check: the exit happens first inside certify_decoder
+
+    def target(self, f64, settings, prompt_len):
+        def law(ctx):
+            raise SystemExit(0)
+        return law
+
+
+class DecoderPropertyRaises(NumpyEngine):
+    def decoder(self, f64, settings, option):
+        class Dec:
+            @property
+            def no_events_reason(self):
+                raise RuntimeError("property boom")
+
+            def __call__(self, prompt, new_tokens, rng):
+                return np.zeros(new_tokens, dtype=np.int64)
+        return Dec()
+
+
+class AcceptanceNotANumber(NumpyEngine):
+    def acceptance(self, decoder):
+        return {"rate": "high", "accepted": 3}
+
+
+class BiasedReproHangs(BiasedNumpyEngine):
+    def repro_script(self, *a):
+        import time
+
+        while True:
+            time.sleep(0.05)
+
+
+class VersionRaises(NumpyEngine):
+    law_source = property(lambda self: 1 / 0)
+
+    def version(self):
+        raise RuntimeError("no metadata")
+
+
+def test_engine_misbehaving_outside_decoding_never_loses_the_report(work, tmp_path, monkeypatch):
+    # the law exiting: INCONCLUSIVE naming sys.exit, the report complete (was: exit 0, report left "running")
+    rep = A.audit(LawExitsWhenCalled(), settings=["T=1"], options=["off"], n=50, workdir=work, out=tmp_path)
+    (cell,) = rep.cells
+    assert cell.verdict == "INCONCLUSIVE" and "sys.exit(0)" in cell.cause and rep.status == "complete"
+    # a decoder whose hook attribute raises: a FAIL naming it (was: a traceback from the recorder)
+    rep = A.audit(DecoderPropertyRaises(), settings=["T=1"], options=["off"], n=50, workdir=work, out=tmp_path)
+    (cell,) = rep.cells
+    assert cell.verdict == "FAIL" and "property boom" in cell.cause and rep.status == "complete"
+    # counters with a non-numeric rate: a courtesy, never a verdict or bad input (was: exit 2)
+    rep = A.audit(AcceptanceNotANumber(), settings=["T=1"], options=["off"], n=50, workdir=work, out=tmp_path)
+    (cell,) = rep.cells
+    assert cell.verdict == "PASS" and cell.acceptance == {"rate": None, "accepted": 3}
+    # version() and law_source raising: the report says unknown (was: a traceback before any file)
+    rep = A.audit(VersionRaises(), settings=["T=1"], options=["off"], n=50, workdir=work, out=tmp_path)
+    assert rep.version.startswith("unknown") and "no metadata" in rep.version and rep.cells[0].verdict == "PASS"
+    # a repro_script that never returns: limited, the FAIL kept with the cause (was: the audit hung)
+    monkeypatch.setattr(A, "HANG_SLACK", 1.0)
+    rep = A.audit(BiasedReproHangs(), settings=["temperature=0.5"], options=["off"], n=300, cell_seconds=1,
+                  shrink=False, workdir=work, out=tmp_path)
+    (cell,) = rep.cells
+    assert cell.verdict == "FAIL" and "no reproduction script" in cell.cause and "did not return" in cell.cause
+    assert rep.status == "complete"

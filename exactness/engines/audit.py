@@ -368,6 +368,18 @@ def _plan_n(decoder, prompts, new_tokens, tv, cell_seconds, seed):
     return max(MIN_N, min(want, fit)), rate
 
 
+def _acceptance(counters, dec) -> dict:
+    """The engine's counters as a dict with a float ``rate`` (None when absent or not a finite number)."""
+    acc = dict(counters(dec))
+    rate = acc.get("acceptance_rate", acc.get("rate"))
+    try:
+        rate = float(rate)
+    except (TypeError, ValueError):
+        rate = None
+    acc["rate"] = rate if rate is not None and math.isfinite(rate) else None
+    return acc
+
+
 def run_cell(engine, handle, settings, option, models, *, law, n, tv, new_tokens, cell_seconds, seed, alpha=1e-3):
     """Certify one cell; returns ``(Cell, certificate or None, recorder or None)``."""
     from .. import certify_decoder
@@ -382,7 +394,12 @@ def run_cell(engine, handle, settings, option, models, *, law, n, tv, new_tokens
                       f"the engine could not start option {option!r}: {got.why}")
         return cell, None, None
     dec = got.value
-    rec = _Recorder(dec)
+    got = _guarded(lambda: _Recorder(dec), limit)  # reads the decoder's hooks (sample, no_events_reason)
+    if got.kind is not None:  # the engine's decoder object itself misbehaves: a FAIL naming it
+        cell.verdict, cell.cause = "FAIL", f"the engine's decoder misbehaved: {got.why}"
+        cell.seconds = time.perf_counter() - t0
+        return cell, None, None
+    rec = got.value
     got = _guarded(lambda: (n, None) if n is not None else _plan_n(rec, models.prompts, new_tokens, tv, cell_seconds,
                                                                    seed), limit)
     if got.kind == "unavailable":
@@ -403,21 +420,16 @@ def run_cell(engine, handle, settings, option, models, *, law, n, tv, new_tokens
         cell.verdict, cell.cause = "FAIL", exc.cause
         cell.seconds = time.perf_counter() - t0
         return cell, None, rec
-    except (ValueError, TypeError) as exc:  # certify_decoder blames its target: the engine's own law broke
+    except (Exception, SystemExit) as exc:  # certify_decoder blames its target: the engine's own law broke
+        # (the decoder's own raises, exits and hangs are SubjectErrors above; the law is not the subject)
         cell.cause = f"the engine's own law (speculation off) failed: {exception_line(exc)}"
         cell.seconds = time.perf_counter() - t0
         return cell, None, rec
     cell.seconds = time.perf_counter() - t0
     counters = getattr(engine, "acceptance", None)
     if counters is not None:  # a courtesy of the engine: never a verdict
-        got = _guarded(lambda: dict(counters(dec)), cell_seconds + HANG_SLACK)
-        if got.kind is None:
-            acc = got.value
-            rate = acc.get("acceptance_rate", acc.get("rate"))
-            acc["rate"] = None if rate is None or not math.isfinite(rate) else float(rate)
-            cell.acceptance = acc
-        else:
-            cell.acceptance = {"error": got.why}
+        got = _guarded(lambda: _acceptance(counters, dec), cell_seconds + HANG_SLACK)
+        cell.acceptance = got.value if got.kind is None else {"error": got.why}
     cell.verdict = "PASS" if cert.passed else "FAIL"
     cell.cause = "" if cert.passed else cert._verdict_head(width=400).removeprefix("FAIL: ")
     cell.pvalue, cell.tv_estimate, cell.tv_upper = cert.pvalue, cert.tv_estimate, cert.tv_upper
@@ -507,9 +519,11 @@ def audit(engine, *, settings=None, options=None, tv: float = DEFAULT_TV, n: int
     unknown = [o for o in opts if o not in eng.options]
     if unknown:
         raise ValueError(f"{eng.name} has no option {', '.join(unknown)}; options: {', '.join(eng.options)}")
-    why = eng.missing()
-    if why:
-        raise EngineUnavailable(why)
+    got = _guarded(eng.missing, PREPARE_SECONDS)
+    if got.kind is not None:
+        raise EngineUnavailable(f"{eng.name}.missing() (is the engine installed?) failed: {got.why}")
+    if got.value:
+        raise EngineUnavailable(got.value)
     for s in grid:
         s.vocab_check(models.vocab if models is not None else vocab)
     P = len(models.prompts) if models is not None else len(PROMPTS)
@@ -528,11 +542,14 @@ def audit(engine, *, settings=None, options=None, tv: float = DEFAULT_TV, n: int
         if models is None:
             models = build_tiny(Path(workdir) / f"tiny-v{vocab}-s{seed}", vocab=vocab, seed=seed)
         vocab = models.vocab
-        report = AuditReport(eng.name, eng.version(), eng.order,
+        version = _guarded(eng.version, PREPARE_SECONDS)
+        law_source = _guarded(lambda: str(getattr(eng, "law_source", "its non-speculative path")), PREPARE_SECONDS)
+        report = AuditReport(eng.name, version.value if version.kind is None else f"unknown ({version.why})",
+                             eng.order,
                              f"{platform.machine()}, Python {platform.python_version()}, {_cores()} cores",
                              vocab, new_tokens, models.prompts.tolist(), float(tv), float(cell_seconds),
                              command or f"resispec audit {eng.name}",
-                             law_source=getattr(eng, "law_source", "its non-speculative path"),
+                             law_source=law_source.value if law_source.kind is None else f"unknown ({law_source.why})",
                              user_models=user_models)
         got = _guarded(lambda: eng.prepare(models, Path(workdir)), PREPARE_SECONDS)
         if got.kind is not None:  # nothing can run: every cell says why
@@ -599,12 +616,14 @@ def _explain(eng, handle, report, cell, cert, rec, law, s, o, models, out, *, sh
         if got.kind is not None:
             cell.cause += f"; (the FAIL analysis stopped: {got.why})"
     if shrink and statistical:  # a raise or hang would only repeat once per field: shrink statistical FAILs
+        fields = len(s.active())
+        shrink_limit = fields * (fields + 1) / 2 * (4 * cell_seconds + 2 * HANG_SLACK)  # every smaller cell tried
         got = _guarded(lambda: _shrink(eng, handle, s, o, models, n=cell.n // len(models.prompts) or n, tv=tv,
-                                       new_tokens=new_tokens, cell_seconds=cell_seconds, seed=seed), 0)
+                                       new_tokens=new_tokens, cell_seconds=cell_seconds, seed=seed), shrink_limit)
         cell.smallest_setting = got.value
         if got.kind is not None:
             cell.cause += f"; (the FAIL analysis stopped: {got.why})"
-    got = _guarded(lambda: _write_repro(eng, report, cell, out, models), 0)
+    got = _guarded(lambda: _write_repro(eng, report, cell, out, models), cell_seconds + HANG_SLACK)
     cell.repro = got.value
     if got.kind is not None:
         cell.cause += f"; (no reproduction script: the engine's repro_script failed: {got.why})"
