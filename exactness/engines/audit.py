@@ -148,7 +148,8 @@ class AuditReport:
                  "| n | cont./s | s | law TV | acceptance |", "|---|---|---|---|---|---|---|---|---|---|---|"]
         for c in self.cells:
             verdict = {"FAIL": "**FAIL**"}.get(c.verdict, c.verdict)
-            lines.append(f"| {c.setting} | {c.option} | {verdict} | {num(c.pvalue)} | {num(c.tv_estimate)} "
+            label = c.setting.replace("|", r"\|")  # bad_words' '|' would split the Markdown cell
+            lines.append(f"| {label} | {c.option} | {verdict} | {num(c.pvalue)} | {num(c.tv_estimate)} "
                          f"({num(c.tv_upper)}) | {num(c.detectable_tv)} ({num(c.position_detectable_tv)}) | "
                          f"{c.n:,} | {num(c.rate, '.1f')} | {c.seconds:.0f} | {num(c.law_tv, '.1e')} | "
                          f"{num((c.acceptance or {}).get('rate'), '.3f')} |")

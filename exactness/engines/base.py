@@ -23,6 +23,7 @@ ENGINE_MODULES = {
     "onnxruntime-genai": "exactness.engines.ortgenai",
     "mlx-lm": "exactness.engines.mlxlm",
     "llama-cpp-python": "exactness.engines.llamacpp",
+    "vllm": "exactness.engines.vllm_engine",
 }
 
 

@@ -58,6 +58,7 @@ import numpy as np
 
 from ..settings import register_order
 from .base import Engine, EngineUnavailable, register_engine
+from .tiny import widen_heads
 
 #: Where the documented order below was read (onnxruntime-genai main, the 0.18 sampler).
 ORDER_SOURCE = (
@@ -139,56 +140,14 @@ GQA_HEAD_MULTIPLE = 16
 
 
 def _widen_heads(hf_dir: Path, out: Path) -> Path:
-    """The same Llama function with each attention head zero-padded to a multiple of 16 dimensions.
-
-    Old head dim ``i < d/2`` goes to new ``2i`` and ``i + d/2`` to ``2i + D/2`` (D = new head dim, ``D = 2d``): HF
-    rotate-half RoPE pairs dims ``(j, j + D/2)`` at frequency ``theta^(-2j/D)``, so new ``2i`` rotates at the old
-    ``theta^(-2i/d)``; padded dims are 0 in q, k and v and dropped by ``o_proj``; q is scaled by ``sqrt(D/d)`` so
-    ``q.k / sqrt(D)`` is the old ``q.k / sqrt(d)``.  Returns ``hf_dir`` itself when its head dim already fits.
-    """
-    import torch
-    from transformers import AutoModelForCausalLM
-
-    model = AutoModelForCausalLM.from_pretrained(hf_dir, dtype=torch.float64)
-    cfg = model.config
-    d = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
+    """``hf_dir`` when its head dim is a multiple of ``GQA_HEAD_MULTIPLE`` (16: onnxruntime's CPU
+    GroupQueryAttention), else the same Llama with each head zero-padded to 16 dimensions written under ``out``
+    (:func:`exactness.engines.tiny.widen_heads`, an exact re-parametrisation)."""
+    cfg = json.loads((Path(hf_dir) / "config.json").read_text())
+    d = cfg.get("head_dim") or cfg["hidden_size"] // cfg["num_attention_heads"]
     if d % GQA_HEAD_MULTIPLE == 0:
-        return hf_dir
-    if cfg.model_type != "llama" or d % 2 or (GQA_HEAD_MULTIPLE % d and d > GQA_HEAD_MULTIPLE):
-        raise EngineUnavailable(f"{hf_dir}: head_dim {d} is not a multiple of {GQA_HEAD_MULTIPLE} (onnxruntime's CPU "
-                                "GroupQueryAttention) and only a Llama with head_dim dividing 16 is widened here")
-    big = GQA_HEAD_MULTIPLE
-    idx = np.concatenate([2 * np.arange(d // 2), 2 * np.arange(d // 2) + big // 2])  # old dim -> new dim
-
-    def widen_rows(w, heads, scale=1.0):  # (heads * d, hidden) -> (heads * big, hidden)
-        new = torch.zeros(heads * big, w.shape[1], dtype=w.dtype)
-        for h in range(heads):
-            new[h * big + idx] = w[h * d:(h + 1) * d] * scale
-        return new
-
-    def widen_cols(w, heads):  # (hidden, heads * d) -> (hidden, heads * big)
-        new = torch.zeros(w.shape[0], heads * big, dtype=w.dtype)
-        for h in range(heads):
-            new[:, h * big + idx] = w[:, h * d:(h + 1) * d]
-        return new
-
-    cfg2 = type(cfg).from_dict({**cfg.to_dict(), "head_dim": big})
-    wide = type(model)(cfg2).to(torch.float64)
-    sd = model.state_dict()
-    nh, nkv = cfg.num_attention_heads, cfg.num_key_value_heads
-    for k, v in sd.items():
-        if k.endswith("self_attn.q_proj.weight"):
-            sd[k] = widen_rows(v, nh, float(np.sqrt(big / d)))
-        elif k.endswith(("self_attn.k_proj.weight", "self_attn.v_proj.weight")):
-            sd[k] = widen_rows(v, nkv)
-        elif k.endswith("self_attn.o_proj.weight"):
-            sd[k] = widen_cols(v, nh)
-    wide.load_state_dict(sd)
-    wide.to(torch.float32).save_pretrained(out, safe_serialization=True)
-    for name in ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "generation_config.json"):
-        if (hf_dir / name).exists():
-            shutil.copy(hf_dir / name, out / name)
-    return out
+        return Path(hf_dir)
+    return widen_heads(hf_dir, out, GQA_HEAD_MULTIPLE)
 
 
 def _build(jobs, vocab: int) -> None:

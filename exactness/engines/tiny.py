@@ -170,3 +170,69 @@ def standalone_build(models) -> str:
     """:data:`STANDALONE_BUILD` for ``models`` (read from its ``tiny.json``)."""
     stamp = json.loads((Path(models.target_dir).parent / "tiny.json").read_text())
     return STANDALONE_BUILD.format(vocab=stamp["vocab"], seed=stamp["seed"], scale=stamp["scale"])
+
+
+def widen_heads(hf_dir, out, multiple: int) -> Path:
+    """The same Llama function with each attention head zero-padded to ``multiple`` dimensions; returns ``out``.
+
+    For engines whose CPU attention takes only some head sizes (vLLM: multiples of 32; onnxruntime's
+    GroupQueryAttention: of 16) while the tiny models have head_dim 8.  Old head dim ``i < d/2`` goes to new
+    ``f i`` and ``i + d/2`` to ``f i + D/2`` (``D = multiple``, ``f = D / d``): rotate-half RoPE (transformers'
+    ``rotate_half``, vLLM's neox style for Llama) pairs dims ``(j, j + D/2)`` at frequency ``theta^(-2j/D)``, so new
+    ``f i`` rotates at the old ``theta^(-2i/d)``; padded dims are 0 in q, k, v and dropped by ``o_proj``; q is
+    scaled by ``sqrt(D / d)`` so ``q.k / sqrt(D)`` is the old ``q.k / sqrt(d)``.  Weights are written float32 under
+    ``out`` with the tokenizer files.
+
+    Raises
+    ------
+    EngineUnavailable
+        The model is not a Llama with an even head_dim dividing ``multiple``.
+    """
+    import shutil
+
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    from .base import EngineUnavailable
+
+    hf_dir, out = Path(hf_dir), Path(out)
+    model = AutoModelForCausalLM.from_pretrained(hf_dir, dtype=torch.float64)
+    cfg = model.config
+    d = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
+    if cfg.model_type != "llama" or d % 2 or multiple % d:
+        raise EngineUnavailable(f"{hf_dir}: head_dim {d}: the engine's CPU attention takes head sizes that are "
+                                f"multiples of {multiple} and only a Llama whose even head_dim divides {multiple} is "
+                                "widened here")
+    f = multiple // d
+    idx = np.concatenate([f * np.arange(d // 2), f * np.arange(d // 2) + multiple // 2])  # old dim -> new dim
+
+    def widen_rows(w, heads, scale=1.0):  # (heads * d, hidden) -> (heads * D, hidden)
+        new = torch.zeros(heads * multiple, w.shape[1], dtype=w.dtype)
+        for h in range(heads):
+            new[h * multiple + idx] = w[h * d:(h + 1) * d] * scale
+        return new
+
+    def widen_cols(w, heads):  # (hidden, heads * d) -> (hidden, heads * D)
+        new = torch.zeros(w.shape[0], heads * multiple, dtype=w.dtype)
+        for h in range(heads):
+            new[:, h * multiple + idx] = w[:, h * d:(h + 1) * d]
+        return new
+
+    cfg2 = type(cfg).from_dict({**cfg.to_dict(), "head_dim": multiple})
+    wide = type(model)(cfg2).to(torch.float64)
+    sd = model.state_dict()
+    nh, nkv = cfg.num_attention_heads, cfg.num_key_value_heads
+    for k, v in sd.items():
+        if k.endswith("self_attn.q_proj.weight"):
+            sd[k] = widen_rows(v, nh, float(np.sqrt(multiple / d)))  # q . k / sqrt(D) = the old q . k / sqrt(d)
+        elif k.endswith(("self_attn.k_proj.weight", "self_attn.v_proj.weight")):
+            sd[k] = widen_rows(v, nkv)
+        elif k.endswith("self_attn.o_proj.weight"):
+            sd[k] = widen_cols(v, nh)
+    wide.load_state_dict(sd)
+    out.mkdir(parents=True, exist_ok=True)
+    wide.to(torch.float32).save_pretrained(out, safe_serialization=True)
+    for name in ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "generation_config.json"):
+        if (hf_dir / name).exists():
+            shutil.copy(hf_dir / name, out / name)
+    return out
