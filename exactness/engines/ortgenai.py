@@ -58,6 +58,7 @@ import numpy as np
 
 from ..settings import register_order
 from .base import Engine, EngineUnavailable, register_engine
+from .tiny import check_ids as _check_ids
 from .tiny import widen_heads
 
 #: Where the documented order below was read (onnxruntime-genai main, the 0.18 sampler).
@@ -212,14 +213,6 @@ def search_options(settings, *, max_length: int, batch_size: int = 1, seed: int 
     if seed is not None:
         opts["random_seed"] = int(seed)
     return opts
-
-
-def _check_ids(name, arr, vocab):
-    if not isinstance(arr, np.ndarray) or arr.dtype != np.int64 or arr.ndim != 2 or arr.shape[1] < 1:
-        raise TypeError(f"{name} must be a (B, L) numpy int64 array with L >= 1; pass np.asarray(ids, dtype=np.int64)")
-    if arr.size and (arr.min() < 0 or arr.max() >= vocab):
-        raise ValueError(f"{name} ids must lie in [0, {vocab}) (the tiny vocabulary), got [{arr.min()}, {arr.max()}]")
-    return arr
 
 
 class OrtGenaiDecoder:

@@ -236,3 +236,13 @@ def widen_heads(hf_dir, out, multiple: int) -> Path:
         if (hf_dir / name).exists():
             shutil.copy(hf_dir / name, out / name)
     return out
+
+
+def check_ids(name: str, arr, vocab: int) -> np.ndarray:
+    """``arr`` if it is a (B, L) int64 array of token ids in ``[0, vocab)`` with L >= 1 (the engine adapters' check
+    of the contexts and prompts they are given); ``TypeError`` / ``ValueError`` naming ``name`` otherwise."""
+    if not isinstance(arr, np.ndarray) or arr.dtype != np.int64 or arr.ndim != 2 or arr.shape[1] < 1:
+        raise TypeError(f"{name} must be a (B, L) numpy int64 array with L >= 1; pass np.asarray(ids, dtype=np.int64)")
+    if arr.size and (arr.min() < 0 or arr.max() >= vocab):
+        raise ValueError(f"{name} ids must lie in [0, {vocab}) (the tiny vocabulary), got [{arr.min()}, {arr.max()}]")
+    return arr

@@ -103,6 +103,7 @@ import numpy as np
 
 from ..settings import NEG_INF, STEPS, register_order, register_step
 from .base import Engine, EngineUnavailable, register_engine
+from .tiny import check_ids as _check_ids
 from .tiny import widen_heads
 
 #: Tokens proposed per round by every speculative option.
@@ -287,14 +288,6 @@ def sampling_params(settings, vocab: int, **extra):
         return vllm.SamplingParams(**kw)
     except Exception as exc:  # VLLMValidationError (a ValueError) naming the parameter
         raise EngineUnavailable(f"vLLM's SamplingParams refuses {settings.label()!r}: {exc}") from exc
-
-
-def _check_ids(name, arr, vocab):
-    if not isinstance(arr, np.ndarray) or arr.dtype != np.int64 or arr.ndim != 2 or arr.shape[1] < 1:
-        raise TypeError(f"{name} must be a (B, L) numpy int64 array with L >= 1; pass np.asarray(ids, dtype=np.int64)")
-    if arr.size and (arr.min() < 0 or arr.max() >= vocab):
-        raise ValueError(f"{name} ids must lie in [0, {vocab}) (the tiny vocabulary), got [{arr.min()}, {arr.max()}]")
-    return arr
 
 
 def _check_settings(handle, settings) -> None:
