@@ -27,8 +27,9 @@ import numpy as np
 #: (kind, attribute) -> (required?, what the harness does with it, module(s) that read it).
 HOOKS: dict[tuple[str, str], tuple[bool, str, str]] = {
     # --- node verifiers ------------------------------------------------------------------------------------------
-    ("verifier", "verify"): (True, "verify(p, q, candidates, uniforms) -> VerifyResult (tokens (B,), accepted "
-                                   "(B,) int64, -1 = residual): the decisions certified", "sampling, stepwise"),
+    ("verifier", "verify"): (True, "verify(p, q, candidates, rng, *, uniforms=None) -> VerifyResult (tokens (B,), "
+                                   "accepted (B,) int64, -1 = residual): the decisions certified",
+                             "sampling, stepwise"),
     ("verifier", "drafting"): (True, "'iid', 'without_replacement' or 'any': how the harness draws the candidates "
                                      "(never guessed)", "sampling, grid, fast_paths, certify_run"),
     ("verifier", "draft_law"): (False, "draft_law(q) -> (B, V): the law the candidates are drawn from instead of q "

@@ -386,3 +386,15 @@ def test_engine_misbehaving_outside_decoding_never_loses_the_report(work, tmp_pa
     (cell,) = rep.cells
     assert cell.verdict == "FAIL" and "no reproduction script" in cell.cause and "did not return" in cell.cause
     assert rep.status == "complete"
+
+
+def test_a_setting_given_twice_is_refused(work):
+    with pytest.raises(ValueError, match="more than once"):
+        A.audit(NumpyEngine(), settings=["T=1", "top_k=0"], options=["off"], n=50, workdir=work)
+
+
+def test_report_header_names_a_given_n(work, tmp_path):
+    rep = A.audit(NumpyEngine(), settings=["T=1"], options=["off"], n=50, workdir=work, out=tmp_path)
+    text = (tmp_path / "audit_numpy-test.md").read_text()
+    assert rep.n_given == 50 and "n = 50 continuations per prompt, given by the caller" in text
+    assert A.AuditReport.from_json(rep.to_json()).n_given == 50

@@ -93,6 +93,7 @@ class AuditReport:
     law_source: str = ""
     status: str = "complete"          # "running: <setting> / <option>" while a cell runs (a stopped run says so)
     user_models: bool = False         # --model: the user's checkpoints, not the built tiny pair
+    n_given: int | None = None        # --n: continuations per prompt the caller fixed (no planned budget)
 
     @property
     def law_findings(self) -> list:
@@ -134,15 +135,18 @@ class AuditReport:
                  f"{models}, prompts {self.prompts}, {self.new_tokens} new tokens per "
                  f"continuation. Law: the engine's own non-speculative sampler ({self.law_source}); the column "
                  f"'law TV' is its TV to the independent float64 law (transformers float64 logits, the engine's "
-                 f"order `{self.order}` in `exactness.settings`). Budget per cell: the n detecting TV {self.tv:g} "
-                 f"per position (alpha 1e-3, power 0.99), capped by {self.cell_seconds:g} s of engine time. "
+                 f"order `{self.order}` in `exactness.settings`). "
+                 + (f"Budget per cell: n = {self.n_given:,} continuations per prompt, given by the caller (--n). "
+                    if self.n_given is not None else
+                    f"Budget per cell: the n detecting TV {self.tv:g} per position (alpha 1e-3, power 0.99), capped "
+                    f"by {self.cell_seconds:g} s of engine time. ") +
                  "Columns: 'p-value' the smallest Holm-adjusted p-value of the cell's checks; 'TV estimate (upper)' "
                  "the plug-in TV of the sampled joint law of the first new tokens and its upper confidence bound "
                  "(biased upward by sampling noise: read it with the verdict); 'detectable TV joint (per position)' "
                  "the smallest TV the joint check, and (in brackets) each position's check, detects with power "
                  "0.99; 'n' continuations in all (both prompts); 'cont./s' continuations per second through the "
-                 "adapter (pilot); 'acceptance' the engine's own count of accepted / drafted tokens where it "
-                 "reports one. Check names: joint[i] the joint law for prompt i, pit[j,...] the law of new token j "
+                 "adapter (pilot); 's' seconds the cell took; 'acceptance' the engine's own count of accepted / drafted tokens where it "
+                 "reports one ('-': none, or the engine has no counters). Check names: joint[i] the joint law for prompt i, pit[j,...] the law of new token j "
                  "(from 1), pit_pairs / pit_tuple the tokens jointly.", "",
                  "| setting | option | verdict | p-value | TV estimate (upper) | detectable TV joint (per position) "
                  "| n | cont./s | s | law TV | acceptance |", "|---|---|---|---|---|---|---|---|---|---|---|"]
@@ -186,7 +190,7 @@ class AuditReport:
                     o = c.offending
                     lines.append(f"  - offending token: position {o['position']}, prompt {o['prompt']}, prefix "
                                  f"{o['prefix']}: token {o['token']} observed {o['observed']:.4f} vs exact "
-                                 f"{o['exact']:.4f} ({o['count']:,} draws with that prefix; TV {o['tv']:.3f}, "
+                                 f"{o['exact']:.4f} ({o['count']:,} draws with that prefix over all the cell's calls, pilot and side checks included; TV {o['tv']:.3f}, "
                                  f"p = {o['pvalue']:.3g})" if o["exact"] > 0 else
                                  f"  - offending token: position {o['position']}, prompt {o['prompt']}, prefix "
                                  f"{o['prefix']}: token {o['token']} of exact probability 0 was emitted "
@@ -194,7 +198,7 @@ class AuditReport:
                 if c.repro:
                     lines.append(f"  - reproduction: `python {c.repro}`")
         lines += ["", "A FAIL is a finding about the engine (reproduce it with its script where the engine has a "
-                  "reproduction template: transformers, mlx-lm; a planted bug (--plant) has none: it lives in the "
+                  "reproduction template (its repro_script); a planted bug (--plant) has none: it lives in the "
                   "audit's patch); INCONCLUSIVE means the cell could not run (its cause); PASS means no bias was "
                   "detected at the detectable TV of its row.", ""]
         return "\n".join(lines)
@@ -514,6 +518,11 @@ def audit(engine, *, settings=None, options=None, tv: float = DEFAULT_TV, n: int
     if settings is not None and not list(settings):
         raise ValueError("settings is empty: give at least one setting (or None for the default grid)")
     grid = [s if isinstance(s, SamplingSettings) else parse_settings(s) for s in (settings or DEFAULT_SETTINGS)]
+    labels = [s.label() for s in grid]
+    twice = sorted({x for x in labels if labels.count(x) > 1})
+    if twice:
+        raise ValueError(f"settings lists {', '.join(repr(x) for x in twice)} more than once (the same law after "
+                         "parsing: top_k=0, top_p=1, penalties 1 or 0 are the defaults); give each setting once")
     opts = list(options or eng.options)
     if not opts:
         raise ValueError(f"{eng.name} declares no speculative options: nothing to audit")
@@ -551,7 +560,7 @@ def audit(engine, *, settings=None, options=None, tv: float = DEFAULT_TV, n: int
                              vocab, new_tokens, models.prompts.tolist(), float(tv), float(cell_seconds),
                              command or f"resispec audit {eng.name}",
                              law_source=law_source.value if law_source.kind is None else f"unknown ({law_source.why})",
-                             user_models=user_models)
+                             user_models=user_models, n_given=None if n is None else int(n))
         got = _guarded(lambda: eng.prepare(models, Path(workdir)), PREPARE_SECONDS)
         if got.kind is not None:  # nothing can run: every cell says why
             why = (got.why if got.kind == "unavailable" else
