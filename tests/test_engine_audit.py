@@ -128,6 +128,17 @@ def test_bad_arguments(kw, match, work):
         A.audit(NumpyEngine(), workdir=work, **kw)
 
 
+def test_a_prompt_that_does_not_fit_the_engines_context_is_bad_input(work):
+    """An engine that declares ``context`` refuses prompt + new tokens beyond it up front (never INCONCLUSIVE or a
+    FAIL blamed on the engine)."""
+    class Short(NumpyEngine):
+        context = 7   # the default prompts hold 5 tokens
+
+    A.audit(Short(), settings=["T=1"], options=["off"], n=30, new_tokens=2, workdir=work)
+    with pytest.raises(ValueError, match="exceed numpy-test's context of 7 tokens"):
+        A.audit(Short(), settings=["T=1"], options=["off"], n=30, new_tokens=3, workdir=work)
+
+
 def test_not_installed_engine_names_the_install_command(work):
     class Missing(NumpyEngine):
         distribution = "no-such-engine-xyz"
@@ -398,3 +409,55 @@ def test_report_header_names_a_given_n(work, tmp_path):
     text = (tmp_path / "audit_numpy-test.md").read_text()
     assert rep.n_given == 50 and "n = 50 continuations per prompt, given by the caller" in text
     assert A.AuditReport.from_json(rep.to_json()).n_given == 50
+
+
+def test_cli_gguf_models_bad_input(tmp_path, monkeypatch, capsys):
+    """--model as a GGUF file or a built-in name: every mistake is exit 2 naming the argument and the fix."""
+    from exactness.engines.llamacpp import write_gguf
+    from exactness.engines.tiny import build_tiny
+    from resispec.cli import main
+
+    pr = ["--prompts", "2,3,4"]
+    assert main(["audit", "llama-cpp-python", "--model", str(tmp_path / "none.gguf"), *pr]) == 2
+    assert "--model" in capsys.readouterr().err
+    monkeypatch.setenv("RESISPEC_CACHE", str(tmp_path / "empty-cache"))
+    assert main(["audit", "llama-cpp-python", "--model", "qwen2.5-coder-1.5b", *pr]) == 2
+    assert "resispec models fetch qwen2.5-coder-1.5b" in capsys.readouterr().err
+    models = build_tiny(tmp_path / "hf", vocab=16)
+    gguf = write_gguf(models.target_dir, tmp_path / "t.gguf")
+    assert main(["audit", "llama-cpp-python", "--model", str(gguf), "--draft-model", str(models.draft_dir), *pr]) == 2
+    assert "both be GGUF" in capsys.readouterr().err
+    assert main(["audit", "transformers", "--model", str(gguf), *pr]) == 2
+    assert "not GGUF files" in capsys.readouterr().err
+    assert main(["audit", "transformers", "--model", str(gguf), "--prompts", "2,3,99"]) == 2
+    assert "[0, 16)" in capsys.readouterr().err
+    (tmp_path / "junk.gguf").write_bytes(b"junk")
+    assert main(["audit", "llama-cpp-python", "--model", str(tmp_path / "junk.gguf"), *pr]) == 2
+    assert "not a readable GGUF" in capsys.readouterr().err
+
+
+def test_pilot_times_a_batched_decoder_by_the_batch():
+    """A decoder with ``sample`` is timed on one batch of PILOT_ROWS rows (as the certificate draws), so an engine
+    that batches (vLLM) is not planned at its one-row-a-call rate; a per-call decoder is timed call by call."""
+    from exactness.engines import audit as A
+
+    class Batched:
+        def __init__(self):
+            self.calls = []
+
+        def sample(self, prompts, new_tokens, rng):
+            self.calls.append(prompts.shape[0])
+            return rng.integers(0, 8, size=(prompts.shape[0], new_tokens))
+
+    prompts = np.array([[1, 2], [3, 4]], dtype=np.int64)
+    dec = Batched()
+    n, rate = A._plan_n(dec, prompts, 2, 0.05, 600.0, 0)
+    assert dec.calls == [1, A.PILOT_ROWS] and rate > 0 and n >= A.MIN_N
+    calls = []
+
+    def one(prompt, new_tokens, rng):
+        calls.append(prompt.shape)
+        return rng.integers(0, 8, size=new_tokens)
+
+    A._plan_n(one, prompts, 2, 0.05, 600.0, 0)
+    assert calls == [(2,)] * A.PILOT

@@ -165,3 +165,104 @@ def test_bad_input(tiny, tmp_path):
     cfg.write_text('{"model_type": "gpt2"}')
     with pytest.raises(EngineUnavailable, match="Llama checkpoints only"):
         write_gguf(tmp_path, tmp_path / "x.gguf")
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# The law read from the engine's own scores (issue 38, item 4), the plain schedule, and GGUF files as --model
+
+
+def test_law_reads_the_decoders_scores_and_they_equal_plain_forwards(tiny):
+    """The law serves the 'off' decoder's own rows at the contexts it emitted from; every spot check (a fresh plain
+    forward) finds the same law.  (At V = 16 certify_decoder enumerates the joint law BEFORE sampling, so the
+    contexts are asked for here after sampling, as the PIT checks of a large vocabulary ask for them.)"""
+    models, handle, _ = tiny
+    s = SETTINGS["combined"]
+    dec = ENGINE.decoder(handle, s, "off")
+    for i in range(40):
+        dec(models.prompts[i % 2], NEW_TOKENS, np.random.default_rng(i))
+    keys = [k for k in handle.scores if len(k) > PROMPT_LEN]
+    assert keys
+    law = ENGINE.target(handle, s, PROMPT_LEN)
+    for L in {len(k) for k in keys}:
+        law(np.array([k for k in keys if len(k) == L], dtype=np.int64))
+    acc = ENGINE.acceptance(dec)
+    assert acc["law_rows_served_from_scores"] >= len(keys) and acc["scores_spot_checked"] > 0, acc
+    assert acc["scores_mismatch"] is None and acc["scores_max_tv"] <= 1e-6, acc
+
+
+def test_scores_that_differ_from_plain_forwards_are_dropped(tiny):
+    """A decoder whose kept rows are wrong (planted: logits shifted) is caught by the first spot check; the law
+    then comes from plain forwards only, equal to the law of a fresh handle state."""
+    from exactness.engines import llamacpp as LC
+
+    models, handle, _ = tiny
+    s = SETTINGS["plain"]
+    dec = ENGINE.decoder(handle, s, "off")
+    real = handle.remember
+    handle.remember = lambda ctx, logits: real(ctx, np.asarray(logits) + np.linspace(0, 3, len(logits)))
+    try:
+        for i in range(20):
+            dec(models.prompts[i % 2], NEW_TOKENS, np.random.default_rng(i))
+    finally:
+        del handle.remember
+    assert handle.scores
+    ctx = np.array([list(k) for k in handle.scores if len(k) == PROMPT_LEN + 1][:4], dtype=np.int64)
+    got = ENGINE.target(handle, s, PROMPT_LEN)(ctx)
+    assert handle.scores_check[2] is not None and handle.scores_check[1] > LC.SCORES_TOL
+    assert not handle.scores  # dropped
+    llm = handle.llama(handle.target_gguf, last_n=None, logits_all=True, key="law")
+    kw = LC.sampling_kwargs(s)
+    want = np.stack([LC.engine_law(llm, LC.plain_logits(llm, list(r), PROMPT_LEN), r[PROMPT_LEN:], kw) for r in ctx])
+    np.testing.assert_allclose(got, want, atol=1e-12)
+
+
+def test_plain_logits_follow_the_plain_schedule(tiny):
+    """plain_logits = the prompt warmed (one batch, then its last token alone), then each generated token alone,
+    whatever the KV cache held before; the decoder's own rows are those (its first request included)."""
+    from exactness.engines import llamacpp as LC
+
+    models, handle, _ = tiny
+    llm = handle.llama(handle.target_gguf, last_n=None, logits_all=True, key="schedule")
+    ctx = [int(t) for t in models.prompts[0]] + [3, 4, 5]
+    llm.reset()
+    llm.eval(ctx[:PROMPT_LEN])
+    llm.n_tokens = PROMPT_LEN - 1
+    llm.eval([ctx[PROMPT_LEN - 1]])
+    for t in ctx[PROMPT_LEN:]:
+        llm.eval([t])
+    want = np.array(llm.scores[len(ctx) - 1])
+    for before in ([int(t) for t in models.prompts[1]], ctx[:PROMPT_LEN + 1] + [9], ctx):  # other KV states
+        LC.plain_logits(llm, before, PROMPT_LEN)
+        np.testing.assert_array_equal(LC.plain_logits(llm, ctx, PROMPT_LEN), want)
+    dec = ENGINE.decoder(handle, SETTINGS["plain"], "off")
+    dec(models.prompts[0], 2, np.random.default_rng(0))      # the first request of a prompt
+    for key, row in handle.scores.items():
+        np.testing.assert_array_equal(row, LC.plain_logits(llm, list(key), PROMPT_LEN))
+
+
+def test_gguf_files_as_the_users_models(tiny, tmp_path):
+    """gguf_models reads V and EOS from the GGUF; the audit runs on the files as they are; bad files are errors."""
+    from exactness.engines import audit as A
+    from exactness.engines.llamacpp import gguf_models, write_gguf
+    from exactness.engines.tiny import build_tiny
+
+    models, handle, _ = tiny
+    m = gguf_models(handle.target_gguf, handle.draft_gguf, models.prompts)
+    assert (m.vocab, m.eos, m.gguf) == (V, models.eos, True)
+    rep = A.audit(ENGINE, settings=["T=1"], options=["off", "draft"], n=60, shrink=False, models=m,
+                  workdir=tmp_path / "w")
+    assert [c.verdict for c in rep.cells] == ["PASS", "PASS"], rep.to_markdown()
+    assert all(c.law_tv is None for c in rep.cells) and "GGUF files" in rep.to_markdown()
+    bad = tmp_path / "bad.gguf"
+    bad.write_bytes(b"not a gguf file at all")
+    with pytest.raises(ValueError, match="--model .* is not a readable GGUF"):
+        gguf_models(bad, handle.draft_gguf, models.prompts)
+    with pytest.raises(ValueError, match="--draft-model .*no such file"):
+        gguf_models(handle.target_gguf, tmp_path / "none.gguf", models.prompts)
+    with pytest.raises(ValueError, match=r"--prompts must be rows .* \[0, 16\)"):
+        gguf_models(handle.target_gguf, handle.draft_gguf, [[1, 2, 99]])
+    other = write_gguf(build_tiny(tmp_path / "v32", vocab=32).target_dir, tmp_path / "v32.gguf")
+    with pytest.raises(ValueError, match="a draft must share the target's tokenizer"):
+        gguf_models(handle.target_gguf, other, models.prompts)
+    with pytest.raises(ValueError, match="takes Hugging Face checkpoint folders, not GGUF"):
+        A.audit("transformers", settings=["T=1"], n=60, models=m)

@@ -6,7 +6,8 @@ For one :class:`~exactness.engines.base.Engine` (the loop knows no engine):
 2. per sampling setting: the engine's OWN non-speculative law (``engine.target``), cross-checked against the
    independent float64 law (``exactness.settings.processed_law`` on ``tiny.float64_logits``, in the engine's
    documented order); a mismatch is a finding about the law, reported in its own column, never used silently;
-3. per (setting, speculative option): a pilot of ``PILOT`` continuations measures the engine's rate, the budget
+3. per (setting, speculative option): a pilot (``PILOT`` calls of one continuation, or one batch of ``PILOT_ROWS``
+   for a batched decoder) measures the engine's rate, the budget
    is the ``n`` detecting ``tv`` per position (``exactness.samples_for_tv``) capped by ``cell_seconds``, and
    ``exactness.certify_decoder`` certifies it against the engine's law;
 4. per FAIL: the smallest setting that still fails (each active field dropped in turn, kept out while the
@@ -40,7 +41,8 @@ DEFAULT_SETTINGS = ("T=1", "temperature=0.7", "top_k=3", "top_p=0.8", "min_p=0.1
                     "temperature=0.7,top_k=5,top_p=0.9,repetition_penalty=1.3")
 DEFAULT_TV = 0.02          # detectable TV per position to reach (issue 38: 0.02 on tiny models)
 CELL_SECONDS = 600.0       # engine time per cell the budget may use
-PILOT = 16                 # continuations timed before planning n
+PILOT = 16                 # continuations timed before planning n (one per call)
+PILOT_ROWS = 256           # rows of the one timed call of a batched decoder (``sample``) before planning n
 MIN_N = 200                # fewest continuations per prompt the planner uses
 MIN_USER_N = 20            # fewest a caller may ask for (below it the checks have no degree of freedom)
 LAW_TOL = 1e-4             # TV between the engine's law and the float64 law above which it is a finding
@@ -94,6 +96,7 @@ class AuditReport:
     status: str = "complete"          # "running: <setting> / <option>" while a cell runs (a stopped run says so)
     user_models: bool = False         # --model: the user's checkpoints, not the built tiny pair
     n_given: int | None = None        # --n: continuations per prompt the caller fixed (no planned budget)
+    models_note: str = ""             # what the models are when they are not the tiny pair (GGUF files)
 
     @property
     def law_findings(self) -> list:
@@ -128,14 +131,16 @@ class AuditReport:
         if self.status != "complete":
             lines += [f"**INCOMPLETE RUN**: it stopped while {self.status.removeprefix('running: ')} ran (the engine "
                       "exited or the run was interrupted); the cells below are the finished ones.", ""]
-        models = (f"The user's checkpoints (vocabulary {self.vocab})" if self.user_models else
+        models = (self.models_note if self.models_note else
+                  f"The user's checkpoints (vocabulary {self.vocab})" if self.user_models else
                   f"Tiny local models (Llama, vocabulary {self.vocab}, hidden 32, target 2 layers, draft 1 layer; "
                   "`exactness.engines.tiny`)")
         lines += [f"{self.platform}. Command: `{self.command}`. Run time {self.seconds:.0f} s.", "",
                  f"{models}, prompts {self.prompts}, {self.new_tokens} new tokens per "
-                 f"continuation. Law: the engine's own non-speculative sampler ({self.law_source}); the column "
-                 f"'law TV' is its TV to the independent float64 law (transformers float64 logits, the engine's "
-                 f"order `{self.order}` in `exactness.settings`). "
+                 f"continuation. Law: the engine's own non-speculative sampler ({self.law_source}); "
+                 + ("" if self.models_note else
+                    f"the column 'law TV' is its TV to the independent float64 law (transformers float64 logits, "
+                    f"the engine's order `{self.order}` in `exactness.settings`). ")
                  + (f"Budget per cell: n = {self.n_given:,} continuations per prompt, given by the caller (--n). "
                     if self.n_given is not None else
                     f"Budget per cell: the n detecting TV {self.tv:g} per position (alpha 1e-3, power 0.99), capped "
@@ -168,7 +173,10 @@ class AuditReport:
             lines += ["", f"{len(idle)} PASS cell(s) accepted fewer than {LOW_ACCEPTANCE:.0%} of drafted tokens "
                       "(the engine's own counters): their speculative path was barely exercised, so their PASS says "
                       "little about it: " + ", ".join(f"{c.setting} / {c.option}" for c in idle) + "."]
-        if any(c.law_tv is None for c in self.cells if c.verdict != "INCONCLUSIVE"):
+        if self.models_note and any(c.law_tv is None for c in self.cells if c.verdict != "INCONCLUSIVE"):
+            lines += ["", "No independent float64 law: GGUF weights have no float64 twin here, so the "
+                      "engine's own plain law is used unchecked ('law TV' -)."]
+        elif any(c.law_tv is None for c in self.cells if c.verdict != "INCONCLUSIVE"):
             lines += ["", f"No independent float64 law: the engine declares no order in `exactness.settings.ORDERS` "
                       f"(`{self.order}`), so its own law is used unchecked ('law TV' -)."]
         if self.law_findings:
@@ -343,7 +351,7 @@ def _law_tv(engine, handle, settings, models, f64, prompt_len, new_tokens, rng):
     from ..settings import ORDERS, processed_law
 
     law = engine.target(handle, settings, prompt_len)
-    if engine.order not in ORDERS:  # no documented order: nothing independent to compare with
+    if engine.order not in ORDERS or f64 is None:  # no documented order or no float64 twin: nothing to compare
         return law, None
     ctx = [models.prompts]
     for g in range(1, new_tokens):
@@ -357,17 +365,34 @@ def _law_tv(engine, handle, settings, models, f64, prompt_len, new_tokens, rng):
     return law, worst
 
 
+def _gguf_note(models) -> str:
+    """The report's line on the user's GGUF files (no float64 twin: 'law TV' is '-')."""
+    name = Path(models.target_dir).name if models.target_dir == models.draft_dir else \
+        f"{Path(models.target_dir).name} (draft {Path(models.draft_dir).name})"
+    return (f"The user's GGUF files {name} (vocabulary {models.vocab:,}; the law is NOT cross-checked against a "
+            "float64 law: GGUF weights have no float64 twin here, so 'law TV' is '-'; where the law is asked for "
+            "after sampling (the PIT checks of a large vocabulary) it reads the engine's own logits at the emitted "
+            "positions, spot-checked against fresh plain forwards: the 'scores_*' and 'law_rows_served_from_scores' "
+            "fields of each cell's acceptance in the JSON)")
+
+
 def _plan_n(decoder, prompts, new_tokens, tv, cell_seconds, seed):
     """(n per prompt, continuations/s): the n detecting ``tv`` per position, capped by the pilot's rate."""
     from .. import samples_for_tv
     from ..pit import PIT_BINS
 
     rng = np.random.default_rng([seed, 7])
-    t0 = time.perf_counter()
-    for i in range(PILOT):
-        np.asarray(decoder(prompts[i % len(prompts)].copy(), new_tokens, rng) if not hasattr(decoder, "sample")
-                   else decoder.sample(prompts[i % len(prompts):][:1].copy(), new_tokens, rng))
-    rate = PILOT / max(time.perf_counter() - t0, 1e-9)
+    if hasattr(decoder, "sample"):  # a batched decoder: time a batch as the certificate draws them (rows a call)
+        np.asarray(decoder.sample(prompts[:1].copy(), new_tokens, rng))          # warm-up, untimed
+        rows = prompts[np.arange(PILOT_ROWS) % len(prompts)].copy()              # (PILOT_ROWS, L) prompts cycled
+        t0 = time.perf_counter()
+        np.asarray(decoder.sample(rows, new_tokens, rng))
+        rate = PILOT_ROWS / max(time.perf_counter() - t0, 1e-9)
+    else:
+        t0 = time.perf_counter()
+        for i in range(PILOT):
+            np.asarray(decoder(prompts[i % len(prompts)].copy(), new_tokens, rng))
+        rate = PILOT / max(time.perf_counter() - t0, 1e-9)
     want = math.ceil(samples_for_tv(tv, PIT_BINS - 1) / len(prompts))
     fit = int(rate * cell_seconds / len(prompts) / 1.25)  # 25 % for the harness's extra calls (seed probe, ...)
     return max(MIN_N, min(want, fit)), rate
@@ -534,6 +559,14 @@ def audit(engine, *, settings=None, options=None, tv: float = DEFAULT_TV, n: int
         raise EngineUnavailable(f"{eng.name}.missing() (is the engine installed?) failed: {got.why}")
     if got.value:
         raise EngineUnavailable(got.value)
+    if models is not None and getattr(models, "gguf", False) and "gguf" not in getattr(eng, "formats", ("hf",)):
+        raise ValueError(f"{eng.name} takes Hugging Face checkpoint folders, not GGUF files; audit a GGUF with "
+                         "llama-cpp-python (resispec audit llama-cpp-python --model FILE.gguf)")
+    context = getattr(eng, "context", None)
+    L = (models.prompts if models is not None else PROMPTS).shape[1]
+    if context is not None and L + new_tokens > context:
+        raise ValueError(f"--prompts of {L} tokens plus --new-tokens {new_tokens} exceed {eng.name}'s context of "
+                         f"{context} tokens; give shorter prompts or fewer new tokens")
     for s in grid:
         s.vocab_check(models.vocab if models is not None else vocab)
     P = len(models.prompts) if models is not None else len(PROMPTS)
@@ -560,7 +593,8 @@ def audit(engine, *, settings=None, options=None, tv: float = DEFAULT_TV, n: int
                              vocab, new_tokens, models.prompts.tolist(), float(tv), float(cell_seconds),
                              command or f"resispec audit {eng.name}",
                              law_source=law_source.value if law_source.kind is None else f"unknown ({law_source.why})",
-                             user_models=user_models, n_given=None if n is None else int(n))
+                             user_models=user_models, n_given=None if n is None else int(n),
+                             models_note=_gguf_note(models) if getattr(models, "gguf", False) else "")
         got = _guarded(lambda: eng.prepare(models, Path(workdir)), PREPARE_SECONDS)
         if got.kind is not None:  # nothing can run: every cell says why
             why = (got.why if got.kind == "unavailable" else
@@ -570,7 +604,7 @@ def audit(engine, *, settings=None, options=None, tv: float = DEFAULT_TV, n: int
             _finish(report, out, t_start)
             return report
         handle = got.value
-        f64 = float64_logits(models.target_dir)
+        f64 = None if getattr(models, "gguf", False) else float64_logits(models.target_dir)  # GGUF: no float64 twin
         L = models.prompts.shape[1]
         rng = np.random.default_rng([seed, 3])
         for s in grid:

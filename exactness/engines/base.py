@@ -80,6 +80,8 @@ class Engine:
     order : str           key of ``exactness.settings.ORDERS``: the engine's documented order of operations
     supported : frozenset[str]   ``SamplingSettings`` fields the engine implements (others: INCONCLUSIVE cell)
     options : dict[str, str]     speculative options: name -> one-line description (``draft``, ``ngram``, ...)
+    formats : tuple[str, ...]    model formats :meth:`prepare` takes: ``"hf"`` (a Hugging Face folder) and/or
+                                 ``"gguf"`` (a GGUF file, ``TinyModels.gguf``)
     """
 
     name = "?"
@@ -88,6 +90,7 @@ class Engine:
     order = "?"
     supported: frozenset = frozenset()
     options: dict = {}
+    formats: tuple = ("hf",)
 
     def missing(self) -> str | None:
         """None when the engine imports here; else why not and how to install it."""

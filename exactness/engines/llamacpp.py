@@ -16,6 +16,19 @@ and every sampler but the final ``dist`` is applied through ``llama_sampler_appl
 float64 softmax of the surviving logits (what ``dist`` draws from).  Its documented order is declared below as
 ``ORDERS["llama-cpp-python"]`` and cross-checked against transformers float64 in ``tests/test_engine_llamacpp.py``.
 
+The user's own GGUF files (``resispec audit llama-cpp-python --model FILE.gguf|NAME``, :func:`gguf_models`) are
+loaded as they are, on all cores.  Two facts about llama.cpp shape the law there.  (1) Its logits depend on how a
+context was batched: on the Qwen2.5-Coder Q4_K_M GGUFs, a token evaluated alone vs inside a batch moves logits by up
+to 0.4 (TV 0.01-0.04 of the next-token law), while every schedule is deterministic.  So the decoder keeps one
+``Llama`` per prompt with the prompt warmed (:func:`warm_prompt`: one batch, then its last token alone, which is
+what ``generate``'s prefix reuse re-evaluates on every later request), and the law (:func:`plain_logits`) follows
+plain decoding's schedule exactly: that warm prompt, then each generated token alone.  (2) No separate target pass
+is needed where the decoder already computed the row: each decoder hands the ``Llama.scores`` rows its tokens were
+drawn from to the handle, and the law serves them, spot-checking the first 16 and every 8th against a fresh plain
+forward (processed-law TV <= 1e-3); one mismatch drops the decoder's rows for plain forwards.  Speculative decoders'
+rows come from verify batches, so they mismatch and their law is always the plain forward's (``scores_*`` in the
+cell's acceptance says which).
+
 Decoding is ``Llama.generate`` (the token generator under ``create_completion``), which never stops on EOS itself
 (``create_completion`` does): the decoder takes exactly ``new_tokens`` tokens from it.  Each request sets the
 sampler seed from the harness (``Llama.set_seed(seed)``, ``seed`` drawn from ``rng`` in [1, 2^32 - 2]: 0xFFFFFFFF
@@ -57,6 +70,29 @@ ORDER_SOURCE = (
     "divides AFTER the truncations")
 if "llama-cpp-python" not in ORDERS:
     register_order("llama-cpp-python", ORDER, ORDER_SOURCE)
+
+#: Contexts whose logits the law keeps from the engine's own decoding (0.6 MB each at V = 151,936).
+SCORES_ROWS = 2048
+
+#: Contexts served from the engine's own scores that are also run through a fresh plain forward (the first ones,
+#: then every SPOT_EVERY-th): a decoder whose rows differ (a speculative verify batch) turns its scores off (law from
+#: plain forwards).  Rows served before the mismatch are not recomputed: a decoder whose rows are wrong at fewer
+#: than 1 in SPOT_EVERY contexts, and right at the first SPOT_FIRST, could go unnoticed there.
+SPOT_FIRST, SPOT_EVERY = 16, 8
+
+#: Llama instances a decoder keeps warm, one per prompt (~0.6 GB each for a 0.5B GGUF); more prompts share them
+#: round-robin and re-warm on every switch (slower, the same schedule).
+MAX_INSTANCES = 4
+
+#: Processed laws kept per handle (1.2 MB each at V = 151,936).
+LAW_ROWS = 512
+
+#: Largest TV between the processed laws of a kept score row and a fresh plain forward at the same context (float32
+#: batching differences are ~1e-6).
+SCORES_TOL = 1e-3
+
+#: numpy layout of llama.cpp's ``llama_token_data`` (id int32, logit float32, p float32; 12 bytes).
+TOKEN_DATA = np.dtype([("id", "<i4"), ("logit", "<f4"), ("p", "<f4")])
 
 #: Llama() keyword arguments shared by every instance (tiny models: one thread, no log lines).
 LLAMA_KW = {"n_threads": 1, "n_threads_batch": 1, "verbose": False, "n_batch": 128, "n_ubatch": 128}
@@ -221,15 +257,15 @@ def engine_law(llm, logits, generated, kw) -> np.ndarray:
         for t in generated:
             lc.llama_sampler_accept(chain, int(t))
         V = logits.shape[0]
-        data = (lc.llama_token_data * V)()
-        for i in range(V):
-            data[i].id, data[i].logit, data[i].p = i, float(logits[i]), 0.0
-        arr = lc.llama_token_data_array(data=ctypes.cast(data, lc.llama_token_data_p), size=V, selected=-1,
+        data = np.zeros(V, dtype=TOKEN_DATA)               # llama_token_data[V]: (id int32, logit f32, p f32)
+        data["id"], data["logit"] = np.arange(V, dtype=np.int32), logits
+        arr = lc.llama_token_data_array(data=data.ctypes.data_as(lc.llama_token_data_p), size=V, selected=-1,
                                         sorted=False)
         for i in range(n - 1):
             lc.llama_sampler_apply(lc.llama_sampler_chain_get(chain, i), ctypes.byref(arr))
-        ids = np.array([arr.data[i].id for i in range(arr.size)], dtype=np.int64)
-        kept = np.array([arr.data[i].logit for i in range(arr.size)], dtype=np.float64)
+        out = np.frombuffer((lc.llama_token_data * arr.size).from_address(ctypes.addressof(arr.data.contents)),
+                            dtype=TOKEN_DATA)               # the samplers may shrink, sort or move the array
+        ids, kept = out["id"].astype(np.int64), out["logit"].astype(np.float64)
     finally:
         sampler.close()
     keep = np.isfinite(kept)
@@ -242,8 +278,107 @@ def engine_law(llm, logits, generated, kw) -> np.ndarray:
     return law
 
 
+def gguf_models(target, draft, prompts, seed: int = 0):
+    """``TinyModels`` (``gguf=True``) for the user's GGUF files: V and EOS read from the target's metadata.
+
+    ``target`` / ``draft``: paths of ``.gguf`` files (the draft must share the target's vocabulary); ``prompts``:
+    (P, L) int64 token ids in [0, V).  Raises ``ValueError`` naming the argument for a file that is missing, not a
+    GGUF, without a token list, or a draft / prompt that does not fit the target's vocabulary.
+    """
+    from gguf import GGUFReader
+
+    from .tiny import TinyModels
+
+    def meta(path, flag):
+        path = Path(path)
+        if not path.is_file():
+            raise ValueError(f"{flag} {path}: no such file (give a GGUF file)")
+        try:
+            reader = GGUFReader(str(path), "r")
+        except Exception as exc:  # gguf raises ValueError / struct errors / OSError on a file that is not GGUF
+            raise ValueError(f"{flag} {path} is not a readable GGUF file ({type(exc).__name__}: {exc})") from None
+        toks = reader.fields.get("tokenizer.ggml.tokens")
+        if toks is None:
+            raise ValueError(f"{flag} {path} has no tokenizer.ggml.tokens: its vocabulary is unknown")
+        eos = reader.fields.get("tokenizer.ggml.eos_token_id")
+        return len(toks.data), int(eos.parts[eos.data[0]][0]) if eos is not None else 0
+
+    vocab, eos = meta(target, "--model")
+    dvocab, _ = meta(target if draft is None else draft, "--draft-model")
+    if dvocab != vocab:
+        raise ValueError(f"--draft-model has vocabulary {dvocab:,}, --model {vocab:,}: a draft must share the "
+                         "target's tokenizer")
+    why = f"--prompts must be rows of equal length of integer ids in [0, {vocab:,}) (the GGUF's vocabulary)"
+    try:
+        raw = np.asarray(prompts)
+    except ValueError:                                   # ragged rows
+        raise ValueError(why) from None
+    if raw.dtype == bool or not np.issubdtype(raw.dtype, np.integer) or raw.ndim != 2 or 0 in raw.shape \
+            or raw.min() < 0 or raw.max() >= vocab:
+        raise ValueError(why)
+    return TinyModels(Path(target), Path(target if draft is None else draft), vocab, eos, raw.astype(np.int64),
+                      int(seed), gguf=True)
+
+
 # ----------------------------------------------------------------------------------------------------------------
 # Speculative decoding
+
+
+def last_logits(llm, ids) -> np.ndarray:
+    """``llm``'s float32 logits (V,) after the context ``ids`` (``logits_all=True``), reusing its KV cache.
+
+    Keeps the longest common prefix of ``ids`` with what ``llm`` last evaluated (``Llama.n_tokens`` and
+    ``kv_cache_seq_rm``, as ``Llama.generate`` does with its prompt) and evaluates only the rest; a context equal to
+    that prefix re-evaluates its last token.  The result is the same forward a ``reset()`` + ``eval(ids)`` gives,
+    up to float32 batching differences; it saves the prompt's forward on every call.
+    """
+    have = llm.input_ids[: llm.n_tokens]
+    n = min(len(ids), have.size)
+    diff = np.flatnonzero(have[:n] != np.asarray(ids[:n]))
+    common = int(diff[0]) if diff.size else n
+    common = min(common, len(ids) - 1)           # at least one token evaluated: fresh logits for the last position
+    llm.n_tokens = common
+    llm.eval(ids[common:])                       # eval drops the KV cache from n_tokens on (kv_cache_seq_rm)
+    return np.array(llm.scores[len(ids) - 1], dtype=np.float32)
+
+
+def warm_prompt(llm, ids) -> None:
+    """Put the prompt ``ids`` in ``llm``'s KV cache as every later request of it finds it: the prompt in one batch
+    from an empty cache, then its last token again alone.
+
+    ``Llama.generate`` keeps a prompt it has seen and re-evaluates only its last token (its prefix reuse), so every
+    request but the first of a prompt draws its first token from that single-token forward; warming the prompt
+    this way makes the first request the same as the others.
+    """
+    llm.reset()
+    llm.eval(list(ids))                          # the prompt in one batch (eval splits at n_batch, as generate does)
+    llm.n_tokens = len(ids) - 1
+    llm.eval([int(ids[-1])])                     # its last token alone: the row the first new token is drawn from
+
+
+def plain_logits(llm, ids, prompt_len: int) -> np.ndarray:
+    """The logits (V,) float32 plain decoding computes after ``ids``, on the schedule :class:`LlamaCppDecoder` runs.
+
+    llama.cpp's logits depend on how a context was batched (measured on the Qwen2.5-Coder GGUFs: a token evaluated
+    alone vs inside a batch moves logits by up to 0.4, TV 0.01-0.04 at a position; docs/audit.md), so the law
+    follows plain decoding's own schedule: the prompt warmed as :func:`warm_prompt` does (one batch, then its last
+    token alone), then each generated token alone.  The KV cache of the longest common prefix is reused (it was
+    built on that schedule).  ``llm`` needs ``logits_all=True``.
+    """
+    L = int(prompt_len)
+    have = llm.input_ids[: llm.n_tokens]
+    n = min(len(ids), have.size)
+    diff = np.flatnonzero(have[:n] != np.asarray(ids[:n]))
+    common = int(diff[0]) if diff.size else n
+    if common < L:                               # the prompt is not held: warm it
+        warm_prompt(llm, ids[:L])
+        common = L
+    if len(ids) > L:
+        common = min(common, len(ids) - 1)       # the last token evaluated now: fresh logits for it
+        llm.n_tokens = common
+        for t in ids[common:]:                   # generated tokens one at a time, as plain generate evaluates them
+            llm.eval([int(t)])
+    return np.array(llm.scores[len(ids) - 1], dtype=np.float32)
 
 
 class GreedyDraftModel:
@@ -252,22 +387,46 @@ class GreedyDraftModel:
     llama-cpp-python ships only the abstract hook and prompt lookup; this is the smallest draft model through the
     hook (argmax of the draft's logits, a deterministic function of the context, as the hook's contract allows).
     ``proposals`` / ``lengths``: per call, the tokens proposed and the context length it was handed.
+    ``make``: () -> another draft ``Llama``; with it, up to ``pool`` instances each keep their own context's KV cache
+    (one per prompt when prompts alternate), the one sharing the longest prefix with the context serving it.
+    Which instance serves, and what its cache held, never depends on the verifier's random numbers, so the
+    proposals stay independent of them (what sample-and-match needs).
     """
 
-    def __init__(self, llm, k: int = 3):
-        self.llm, self.k = llm, int(k)
+    def __init__(self, llm, k: int = 3, make=None, pool: int = 4):
+        self.llm, self.k, self.make, self.pool = llm, int(k), make, int(pool)
+        self.llms = [llm]
         self.proposals: list[list[int]] = []
         self.lengths: list[int] = []
 
+    def _instance(self, ids):
+        """The pooled draft Llama sharing the longest prefix with ``ids`` (a new one if none shares half)."""
+        def shared(llm):
+            have = llm.input_ids[: min(llm.n_tokens, len(ids))]
+            diff = np.flatnonzero(have != np.asarray(ids[: have.size]))
+            return int(diff[0]) if diff.size else have.size
+
+        best = max(self.llms, key=shared)
+        if 2 * shared(best) < len(ids) and self.make is not None and len(self.llms) < self.pool:
+            best = self.make()
+            self.llms.append(best)
+        return best
+
     def __call__(self, input_ids, /, **kwargs):
         ids = [int(t) for t in input_ids]
-        self.llm.reset()
-        self.llm.eval(ids)
+        llm = self._instance(ids)
+        k = min(self.k, llm.n_ctx() - len(ids) + 1)   # its forwards stay inside its own context (n_ctx)
+        if k <= 0:
+            self.proposals.append([])
+            self.lengths.append(len(ids))
+            return np.zeros(0, dtype=np.intc)
+        last_logits(llm, ids)                # the KV cache of the common prefix is kept
         out = []
-        for _ in range(self.k):
-            tok = int(np.argmax(self.llm.scores[self.llm.n_tokens - 1]))
+        for i in range(k):
+            tok = int(np.argmax(llm.scores[llm.n_tokens - 1]))
             out.append(tok)
-            self.llm.eval([tok])
+            if i + 1 < k:                        # the last proposal needs no forward of its own
+                llm.eval([tok])
         self.proposals.append(out)
         self.lengths.append(len(ids))
         return np.array(out, dtype=np.intc)
@@ -318,13 +477,31 @@ class LlamaCppDecoder:
     rounds_checked: int = 0
     rounds_consistent: int = 0
     requests: int = 0
+    handle: object = None          # a LlamaCppHandle: the emitted positions' logits go to its ``scores``
+    make: object = None            # () -> another Llama like ``llm``: one per prompt, each keeping its prompt warm
+    instances: dict = field(default_factory=dict)   # prompt -> its Llama
+    warm: dict = field(default_factory=dict)        # id(Llama) -> the prompt it holds warm
 
     def __call__(self, prompt, new_tokens, rng):
         seed = int(rng.integers(1, 2**32 - 1))  # 0xFFFFFFFF is LLAMA_DEFAULT_SEED (random)
-        self.llm.set_seed(seed)
         start = len(self.draft.lengths) if self.draft is not None else 0
         ids = [int(t) for t in np.asarray(prompt)]
-        gen = self.llm.generate(ids, **self.kw)
+        key = tuple(ids)
+        llm = self.instances.get(key)
+        if llm is None:  # a new prompt: its own Llama where ``make`` can build one (at most MAX_INSTANCES)
+            pool = list({id(x): x for x in self.instances.values()}.values())
+            if not pool:
+                llm = self.llm
+            elif self.make is not None and len(pool) < MAX_INSTANCES:
+                llm = self.make()
+            else:  # shared round-robin: re-warmed at every switch of prompt
+                llm = pool[len(self.instances) % len(pool)]
+            self.instances[key] = llm
+        if self.warm.get(id(llm)) != key:  # the prompt warmed: every request then runs the same schedule
+            warm_prompt(llm, ids)
+            self.warm[id(llm)] = key
+        llm.set_seed(seed)
+        gen = llm.generate(ids, **self.kw)
         out = []
         try:
             for tok in gen:  # generate never stops on EOS (create_completion does): exactly new_tokens tokens
@@ -335,6 +512,9 @@ class LlamaCppDecoder:
             gen.close()
         if self.draft is not None:
             self._count(ids + out, start)
+        if self.handle is not None and getattr(llm, "_logits_all", False):
+            for i in range(len(out)):  # token i was drawn from the row of its context (prompt + out[:i])
+                self.handle.remember(tuple(ids + out[:i]), llm.scores[len(ids) - 1 + i])
         self.requests += 1
         return np.asarray(out, dtype=np.int64)
 
@@ -365,7 +545,33 @@ class LlamaCppHandle:
     vocab: int
     eos: int
     n_ctx: int = 128
+    threads: int = 1
     cache: dict = field(default_factory=dict)
+    #: the engine's own float32 logits (V,) at contexts its decoders emitted from (``Llama.scores`` under
+    #: ``logits_all``): the law reads them instead of a separate target pass (issue 38, item 4)
+    scores: dict = field(default_factory=dict)
+    #: [contexts spot-checked against a fresh plain forward, max TV of their processed laws, first mismatch or None,
+    #: contexts served from the scores]
+    scores_check: list = field(default_factory=lambda: [0, 0.0, None, 0])
+
+    #: processed laws the target callables computed: (setting label, context) -> (law (V,) float64, from scores)
+    laws: dict = field(default_factory=dict)
+
+    def new_source(self) -> None:
+        """A new decoder: forget the previous decoder's scores and every law computed from them."""
+        self.scores.clear()
+        self.scores_check[:] = [0, 0.0, None, 0]
+        self.forget_scores()
+
+    def forget_scores(self) -> None:
+        """Drop the laws that came from kept scores (a mismatch, or a new decoder)."""
+        for k in [k for k, (_, from_scores) in self.laws.items() if from_scores]:
+            del self.laws[k]
+
+    def remember(self, context: tuple, logits) -> None:
+        """Keep the engine's logits at ``context`` (the first seen; at most :data:`SCORES_ROWS` contexts)."""
+        if context not in self.scores and len(self.scores) < SCORES_ROWS and not self.scores_check[2]:
+            self.scores[context] = np.array(logits, dtype=np.float32)
 
     def llama(self, path, *, last_n: int | None, logits_all: bool = False, draft_model=None, key=None):
         """A cached ``Llama`` of ``path`` (``last_n`` = the penalty window; None: the whole context)."""
@@ -374,8 +580,9 @@ class LlamaCppHandle:
         window = self.n_ctx if last_n is None else int(last_n)
         k = (str(path), window, logits_all, key)
         if key is None or k not in self.cache:
+            kw = dict(LLAMA_KW, n_threads=self.threads, n_threads_batch=self.threads)
             llm = Llama(model_path=str(path), n_ctx=self.n_ctx, logits_all=logits_all, last_n_tokens_size=window,
-                        draft_model=draft_model, **LLAMA_KW)
+                        draft_model=draft_model, **kw)
             if llm.n_vocab() != self.vocab:
                 raise EngineUnavailable(f"{path} loads with n_vocab {llm.n_vocab()}, expected {self.vocab}")
             if key is None:
@@ -396,6 +603,8 @@ class LlamaCppEngine(Engine):
     supported = frozenset({"temperature", "top_k", "top_p", "min_p", "repetition_penalty", "presence_penalty",
                            "frequency_penalty", "penalty_window", "logit_bias"})
     options = OPTIONS
+    formats = ("hf", "gguf")
+    context = 256   # n_ctx of every Llama: a prompt plus its new tokens must fit (the audit refuses more)
 
     def missing(self):
         import importlib.util
@@ -417,9 +626,14 @@ class LlamaCppEngine(Engine):
         if why:
             raise EngineUnavailable(why)
         work = Path(workdir)
-        tgt = write_gguf(models.target_dir, work / "target.gguf")
-        drf = write_gguf(models.draft_dir, work / "draft.gguf")
-        handle = LlamaCppHandle(tgt, drf, int(models.vocab), int(models.eos))
+        if getattr(models, "gguf", False):  # the user's GGUF files, as they are (all cores: real models)
+            tgt, drf = Path(models.target_dir), Path(models.draft_dir)
+            handle = LlamaCppHandle(tgt, drf, int(models.vocab), int(models.eos), n_ctx=self.context,
+                                    threads=max(1, min(os.cpu_count() or 1, 8)))
+        else:
+            tgt = write_gguf(models.target_dir, work / "target.gguf")
+            drf = write_gguf(models.draft_dir, work / "draft.gguf")
+            handle = LlamaCppHandle(tgt, drf, int(models.vocab), int(models.eos), n_ctx=self.context)
         try:
             handle.llama(tgt, last_n=None, logits_all=True, key="law")
         except (ValueError, RuntimeError, OSError) as exc:  # Llama() raises ValueError on a failed load
@@ -444,13 +658,40 @@ class LlamaCppEngine(Engine):
             if not max(prompt_len, 1) <= ctx.shape[1] <= handle.n_ctx:
                 raise ValueError(f"contexts length {ctx.shape[1]} must lie in [max(prompt_len, 1), n_ctx "
                                  f"{handle.n_ctx}] (prompt_len {prompt_len})")
-            out = np.empty((ctx.shape[0], handle.vocab), dtype=np.float64)
-            for b, row in enumerate(ctx):
-                llm.reset()
-                llm.eval([int(t) for t in row])
-                logits = np.array(llm.scores[len(row) - 1], dtype=np.float32)
-                out[b] = engine_law(llm, logits, row[prompt_len:], kw)
-            return out
+            keys = [tuple(int(t) for t in row) for row in ctx]
+            laws, trusted = {}, handle.scores_check[2] is None
+            for key in sorted(set(keys)):  # sorted: neighbours share prefixes, so the KV cache is reused
+                got = handle.laws.get((label, key))
+                if got is None:
+                    logits, from_scores = _logits(key)
+                    got = handle.laws[(label, key)] = (engine_law(llm, logits, key[prompt_len:], kw), from_scores)
+                laws[key] = got[0]
+            if trusted and handle.scores_check[2] is not None:  # a mismatch during this call: no kept scores
+                return law(contexts)
+            while len(handle.laws) > LAW_ROWS:  # oldest first
+                handle.laws.pop(next(iter(handle.laws)))
+            return np.stack([laws[key] for key in keys]) if keys else np.zeros((0, handle.vocab), dtype=np.float64)
+
+        label = settings.label()
+
+        def _logits(key):
+            """(logits, from scores): the engine's own, from its decoder's scores (spot-checked) or plain forwards."""
+            kept = handle.scores.get(key)
+            if kept is None or handle.scores_check[2]:
+                return plain_logits(llm, key, prompt_len), False
+            chk = handle.scores_check
+            chk[3] += 1
+            if chk[3] <= SPOT_FIRST or chk[3] % SPOT_EVERY == 0:
+                fresh = plain_logits(llm, key, prompt_len)
+                gen = key[prompt_len:]
+                tv = float(0.5 * np.abs(engine_law(llm, kept, gen, kw) - engine_law(llm, fresh, gen, kw)).sum())
+                chk[0], chk[1] = chk[0] + 1, max(chk[1], tv)
+                if tv > SCORES_TOL:  # the decoder's logits are not plain decoding's: stop trusting them
+                    chk[2] = {"context": list(key), "tv": tv}
+                    handle.scores.clear()
+                    handle.forget_scores()
+                    return fresh, False
+            return kept, True
 
         return law
 
@@ -465,14 +706,23 @@ class LlamaCppEngine(Engine):
             draft = CountingLookup(max_ngram_size=2, num_pred_tokens=3)
         elif option in ("draft", "self_draft"):
             path = handle.draft_gguf if option == "draft" else handle.target_gguf
-            draft = GreedyDraftModel(handle.llama(path, last_n=None, logits_all=True, key=option), k=3)
-        llm = handle.llama(handle.target_gguf, last_n=settings.penalty_window, draft_model=draft)
-        return LlamaCppDecoder(llm, sampling_kwargs(settings), handle.vocab, draft=draft)
+            draft = GreedyDraftModel(handle.llama(path, last_n=None, logits_all=True, key=option), k=3,
+                                     make=lambda: handle.llama(path, last_n=None, logits_all=True))
+        handle.new_source()
+
+        def make():
+            return handle.llama(handle.target_gguf, last_n=settings.penalty_window, logits_all=True, draft_model=draft)
+
+        return LlamaCppDecoder(make(), sampling_kwargs(settings), handle.vocab, draft=draft, handle=handle, make=make)
 
     def acceptance(self, decoder) -> dict:
         """Drafted tokens proposed / kept over the decoder's calls (read from the engine's draft-model calls)."""
+        h = getattr(decoder, "handle", None)
+        law = {} if h is None else {"scores_kept": len(h.scores), "law_rows_served_from_scores": h.scores_check[3],
+                                    "scores_spot_checked": h.scores_check[0], "scores_max_tv": h.scores_check[1],
+                                    "scores_mismatch": h.scores_check[2]}
         if getattr(decoder, "draft", None) is None:
-            return {}
-        return {"drafted": decoder.drafted, "checked": decoder.checked, "accepted": decoder.accepted,
+            return law
+        return law | {"drafted": decoder.drafted, "checked": decoder.checked, "accepted": decoder.accepted,
                 "rate": decoder.accepted / decoder.checked if decoder.checked else float("nan"),
                 "rounds_checked": decoder.rounds_checked, "rounds_consistent": decoder.rounds_consistent}

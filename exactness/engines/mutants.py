@@ -120,7 +120,7 @@ class PlantedEngine(Engine):
         self.base, self.bug = engine, bug
         self.factory = bugs[bug][0]
         self.name = f"{engine.name}+{bug}"
-        for attr in ("distribution", "install", "order", "supported", "options", "law_source"):
+        for attr in ("distribution", "install", "order", "supported", "options", "law_source", "formats", "context"):
             if hasattr(engine, attr):
                 setattr(self, attr, getattr(engine, attr))
 

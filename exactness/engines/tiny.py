@@ -27,6 +27,8 @@ class TinyModels:
     ``target_dir`` / ``draft_dir``: ``save_pretrained`` directories (config.json, model.safetensors,
     generation_config.json, tokenizer.json, tokenizer_config.json); ``vocab``: V; ``eos``: the EOS id;
     ``prompts``: (P, L) int64 default prompts; ``seed``: the torch seed of the target (draft: seed + 1).
+    ``gguf``: True when ``target_dir`` / ``draft_dir`` are GGUF FILES (the user's quantised models, llama.cpp only;
+    no float64 twin exists, so the law is not cross-checked).
     """
 
     target_dir: Path
@@ -35,6 +37,7 @@ class TinyModels:
     eos: int
     prompts: np.ndarray
     seed: int
+    gguf: bool = False
 
 
 def _tokenizer_files(out: Path, vocab: int) -> None:

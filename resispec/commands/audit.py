@@ -53,10 +53,11 @@ def add_arguments(parser) -> None:
     parser.add_argument("--plant", metavar="BUG", help="plant a known bug in the engine (a negative control the "
                         "audit must FAIL; exactness.engines.mutants.PLANTED lists them, e.g. argmax_draft)")
     parser.add_argument("--no-shrink", action="store_true", help="do not search the smallest failing setting")
-    parser.add_argument("--model", metavar="DIR", help="your own target checkpoint (Hugging Face folder, loaded "
-                        "offline) instead of the built tiny one; needs --prompts")
-    parser.add_argument("--draft-model", metavar="DIR", help="your own draft checkpoint for the 'draft' options "
-                        "(default: --model itself)")
+    parser.add_argument("--model", metavar="MODEL", help="your own target instead of the built tiny one: a Hugging "
+                        "Face folder (loaded offline), or for llama-cpp-python a .gguf file or a built-in model name "
+                        "(resispec models list; fetched beforehand); needs --prompts")
+    parser.add_argument("--draft-model", metavar="MODEL", help="your own draft (same forms as --model) for the "
+                        "'draft' options (default: --model itself)")
     parser.add_argument("--prompts", metavar="IDS;IDS", help="prompts as token ids with --model, rows separated by "
                         "';', ids by ',' (equal lengths), e.g. '1,2,3;4,5,6'")
     parser.add_argument("--out", default="audit-out", help="report folder (default audit-out/, git-ignored)")
@@ -69,6 +70,27 @@ def _settings(text):
     if not items:
         raise ValueError(f"--settings {text!r} names no setting; e.g. --settings 'T=1;temperature=0.7'")
     return items
+
+
+def _gguf_or_dir(value, flag):
+    """An existing file (a GGUF) or folder (Hugging Face), else a built-in real model's cached GGUF (never downloads).
+
+    Returns ``(path, is_gguf)``; raises ``ValueError`` naming ``flag`` for anything else.
+    """
+    from pathlib import Path
+
+    from resispec.decoding.fetch import MODELS, ModelNotFetchedError, fetch_model
+
+    path = Path(value).expanduser()
+    if path.exists():                            # a path wins over a built-in name spelled the same
+        return path, path.is_file()
+    if value in MODELS:
+        try:
+            return fetch_model(value, download=False, progress=False), True
+        except ModelNotFetchedError as exc:
+            raise ValueError(f"{flag} {value}: {str(exc).replace(', or pass --fetch', '')}") from None
+    raise ValueError(f"{flag} {value}: no such file or folder, and not a built-in model ({', '.join(sorted(MODELS))}; "
+                     "resispec models list)")
 
 
 def _user_models(args):
@@ -84,11 +106,15 @@ def _user_models(args):
 
     from exactness.engines.tiny import TinyModels
 
-    target = Path(args.model)
-    draft = Path(args.draft_model) if args.draft_model else target
-    for flag, d in (("--model", target), ("--draft-model", draft)):
-        if not (d / "config.json").is_file():
-            raise ValueError(f"{flag} {d} is not a Hugging Face checkpoint folder (no config.json)")
+    (target, is_gguf), (draft, draft_gguf) = (_gguf_or_dir(args.model, "--model"),
+                                              _gguf_or_dir(args.draft_model or args.model, "--draft-model"))
+    if is_gguf != draft_gguf:
+        raise ValueError("--model and --draft-model must both be GGUF (files / built-in names) or both folders")
+    if not is_gguf:
+        for flag, d in (("--model", target), ("--draft-model", draft)):
+            if not (d / "config.json").is_file():
+                raise ValueError(f"{flag} {d} is not a Hugging Face checkpoint folder (no config.json) or a GGUF "
+                                 "file")
     if not args.prompts:
         raise ValueError("--model needs --prompts (token ids, e.g. '1,2,3;4,5,6')")
     try:
@@ -98,6 +124,10 @@ def _user_models(args):
         raise ValueError(f"--prompts {args.prompts!r}: give token ids, rows separated by ';' of equal length") from None
     if prompts.ndim != 2 or prompts.shape[1] == 0:
         raise ValueError(f"--prompts {args.prompts!r}: rows must be non-empty and of equal length")
+    if is_gguf:
+        from exactness.engines.llamacpp import gguf_models
+
+        return gguf_models(target, draft, prompts, args.seed)
     try:
         cfg = json.loads((target / "config.json").read_text())
         vocab = int(cfg.get("vocab_size") or (cfg.get("text_config") or {}).get("vocab_size") or 0)
@@ -123,10 +153,8 @@ def run(args) -> int:
     if args.docs and not args.summary:
         raise ValueError("--docs goes with --summary DIR")
     if args.list:
-        rows = A.engine_table()
-        print(f"{'engine':<20} {'installed':<40} install")
-        for r in rows:
-            print(f"{r['engine']:<20} {r['installed'][:40]:<40} {r['install']}")
+        for r in A.engine_table():  # one block per engine: nothing cut, whatever the terminal width
+            print(f"{r['engine']}\n  installed: {r['installed']}\n  install:   {r['install']}")
         return 0
     if args.summary:
         from pathlib import Path

@@ -28,7 +28,9 @@ def add_arguments(parser):
     from ..bench.defaults import TREES_TEMPERATURES as DEFAULT_TEMPERATURES
 
     parser.add_argument("--families", action=ListAction, default=list(DEFAULT_FAMILIES), help="pair families")
-    parser.add_argument("--temperatures", action=ListAction, item_type=float, default=list(DEFAULT_TEMPERATURES))
+    parser.add_argument("--temperatures", action=ListAction, item_type=float, default=list(DEFAULT_TEMPERATURES),
+                        help="temperatures the pair families are drawn at, comma- or space-separated (default: "
+                             f"{','.join(f'{t:g}' for t in DEFAULT_TEMPERATURES)})")
     parser.add_argument("--shapes", action=ListAction, sep=None, default=list(DEFAULT_SHAPES),
                         help="tree shapes, e.g. 4,2,2,1 or wor:8,4 (without replacement)")
     parser.add_argument("--V", type=int, default=1000, help="vocabulary size of synthetic families (default 1000)")
