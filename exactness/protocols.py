@@ -87,6 +87,10 @@ HOOKS: dict[tuple[str, str], tuple[bool, str, str]] = {
                                       "counters, reported beside the verdict", "engines.audit"),
     ("engine", "law_source"): (False, "one line naming where the engine's law comes from (report header)",
                                "engines.audit"),
+    ("engine", "formats"): (False, "tuple of the model formats prepare() takes: 'hf' (a Hugging Face folder) and/or "
+                                   "'gguf' (a GGUF file); default ('hf',): a GGUF is refused (exit 2)", "engines.audit"),
+    ("engine", "context"): (False, "int: the most tokens a prompt plus its new tokens may hold; more is refused up "
+                                   "front (exit 2)", "engines.audit"),
     ("engine", "repro_script"): (False, "repro_script(models, settings, option, offending, report) -> str: a "
                                         "standalone script per FAIL", "engines.audit"),
 }

@@ -150,7 +150,7 @@ class AuditReport:
                  "(biased upward by sampling noise: read it with the verdict); 'detectable TV joint (per position)' "
                  "the smallest TV the joint check, and (in brackets) each position's check, detects with power "
                  "0.99; 'n' continuations in all (both prompts); 'cont./s' continuations per second through the "
-                 "adapter (pilot); 's' seconds the cell took; 'acceptance' the engine's own count of accepted / drafted tokens where it "
+                 "adapter (pilot); 's' seconds the cell took; 'acceptance' the engine's own acceptance rate where it reports one (accepted over the drafted tokens its verifier checked; each engine's acceptance() says which counts; the JSON has them) "
                  "reports one ('-': none, or the engine has no counters). Check names: joint[i] the joint law for prompt i, pit[j,...] the law of new token j "
                  "(from 1), pit_pairs / pit_tuple the tokens jointly.", "",
                  "| setting | option | verdict | p-value | TV estimate (upper) | detectable TV joint (per position) "

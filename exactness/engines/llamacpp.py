@@ -19,7 +19,7 @@ float64 softmax of the surviving logits (what ``dist`` draws from).  Its documen
 The user's own GGUF files (``resispec audit llama-cpp-python --model FILE.gguf|NAME``, :func:`gguf_models`) are
 loaded as they are, on all cores.  Two facts about llama.cpp shape the law there.  (1) Its logits depend on how a
 context was batched: on the Qwen2.5-Coder Q4_K_M GGUFs, a token evaluated alone vs inside a batch moves logits by up
-to 0.4 (TV 0.01-0.04 of the next-token law), while every schedule is deterministic.  So the decoder keeps one
+to 0.6 (TV 0.01-0.06 of the next-token law), while every schedule is deterministic.  So the decoder keeps one
 ``Llama`` per prompt with the prompt warmed (:func:`warm_prompt`: one batch, then its last token alone, which is
 what ``generate``'s prefix reuse re-evaluates on every later request), and the law (:func:`plain_logits`) follows
 plain decoding's schedule exactly: that warm prompt, then each generated token alone.  (2) No separate target pass
@@ -360,7 +360,7 @@ def plain_logits(llm, ids, prompt_len: int) -> np.ndarray:
     """The logits (V,) float32 plain decoding computes after ``ids``, on the schedule :class:`LlamaCppDecoder` runs.
 
     llama.cpp's logits depend on how a context was batched (measured on the Qwen2.5-Coder GGUFs: a token evaluated
-    alone vs inside a batch moves logits by up to 0.4, TV 0.01-0.04 at a position; docs/audit.md), so the law
+    alone vs inside a batch moves logits by up to 0.6, TV 0.01-0.06 at a position; docs/audit.md), so the law
     follows plain decoding's own schedule: the prompt warmed as :func:`warm_prompt` does (one batch, then its last
     token alone), then each generated token alone.  The KV cache of the longest common prefix is reused (it was
     built on that schedule).  ``llm`` needs ``logits_all=True``.
