@@ -559,7 +559,8 @@ def audit(engine, *, settings=None, options=None, tv: float = DEFAULT_TV, n: int
         raise EngineUnavailable(f"{eng.name}.missing() (is the engine installed?) failed: {got.why}")
     if got.value:
         raise EngineUnavailable(got.value)
-    if models is not None and getattr(models, "gguf", False) and "gguf" not in getattr(eng, "formats", ("hf",)):
+    gguf = bool(getattr(models, "gguf", False))   # the user's GGUF files (models None: the tiny pair, not GGUF)
+    if gguf and "gguf" not in getattr(eng, "formats", ("hf",)):
         raise ValueError(f"{eng.name} takes Hugging Face checkpoint folders, not GGUF files; audit a GGUF with "
                          "llama-cpp-python (resispec audit llama-cpp-python --model FILE.gguf)")
     context = getattr(eng, "context", None)
@@ -594,7 +595,7 @@ def audit(engine, *, settings=None, options=None, tv: float = DEFAULT_TV, n: int
                              command or f"resispec audit {eng.name}",
                              law_source=law_source.value if law_source.kind is None else f"unknown ({law_source.why})",
                              user_models=user_models, n_given=None if n is None else int(n),
-                             models_note=_gguf_note(models) if getattr(models, "gguf", False) else "")
+                             models_note=_gguf_note(models) if gguf else "")
         got = _guarded(lambda: eng.prepare(models, Path(workdir)), PREPARE_SECONDS)
         if got.kind is not None:  # nothing can run: every cell says why
             why = (got.why if got.kind == "unavailable" else
@@ -604,7 +605,7 @@ def audit(engine, *, settings=None, options=None, tv: float = DEFAULT_TV, n: int
             _finish(report, out, t_start)
             return report
         handle = got.value
-        f64 = None if getattr(models, "gguf", False) else float64_logits(models.target_dir)  # GGUF: no float64 twin
+        f64 = None if gguf else float64_logits(models.target_dir)  # GGUF: no float64 twin
         L = models.prompts.shape[1]
         rng = np.random.default_rng([seed, 3])
         for s in grid:

@@ -303,8 +303,9 @@ def gguf_models(target, draft, prompts, seed: int = 0):
         eos = reader.fields.get("tokenizer.ggml.eos_token_id")
         return len(toks.data), int(eos.parts[eos.data[0]][0]) if eos is not None else 0
 
+    draft = target if draft is None else draft
     vocab, eos = meta(target, "--model")
-    dvocab, _ = meta(target if draft is None else draft, "--draft-model")
+    dvocab, _ = meta(draft, "--draft-model")
     if dvocab != vocab:
         raise ValueError(f"--draft-model has vocabulary {dvocab:,}, --model {vocab:,}: a draft must share the "
                          "target's tokenizer")
@@ -316,12 +317,20 @@ def gguf_models(target, draft, prompts, seed: int = 0):
     if raw.dtype == bool or not np.issubdtype(raw.dtype, np.integer) or raw.ndim != 2 or 0 in raw.shape \
             or raw.min() < 0 or raw.max() >= vocab:
         raise ValueError(why)
-    return TinyModels(Path(target), Path(target if draft is None else draft), vocab, eos, raw.astype(np.int64),
+    return TinyModels(Path(target), Path(draft), vocab, eos, raw.astype(np.int64),
                       int(seed), gguf=True)
 
 
 # ----------------------------------------------------------------------------------------------------------------
 # Speculative decoding
+
+
+def held_prefix(llm, ids) -> int:
+    """How many leading tokens of ``ids`` (a sequence of int ids) ``llm``'s KV cache already holds."""
+    have = llm.input_ids[: llm.n_tokens]                                  # (n_tokens,) the evaluated ids
+    n = min(len(ids), have.size)
+    diff = np.flatnonzero(have[:n] != np.asarray(ids[:n]))
+    return int(diff[0]) if diff.size else n
 
 
 def last_logits(llm, ids) -> np.ndarray:
@@ -332,10 +341,7 @@ def last_logits(llm, ids) -> np.ndarray:
     that prefix re-evaluates its last token.  The result is the same forward a ``reset()`` + ``eval(ids)`` gives,
     up to float32 batching differences; it saves the prompt's forward on every call.
     """
-    have = llm.input_ids[: llm.n_tokens]
-    n = min(len(ids), have.size)
-    diff = np.flatnonzero(have[:n] != np.asarray(ids[:n]))
-    common = int(diff[0]) if diff.size else n
+    common = held_prefix(llm, ids)
     common = min(common, len(ids) - 1)           # at least one token evaluated: fresh logits for the last position
     llm.n_tokens = common
     llm.eval(ids[common:])                       # eval drops the KV cache from n_tokens on (kv_cache_seq_rm)
@@ -366,10 +372,7 @@ def plain_logits(llm, ids, prompt_len: int) -> np.ndarray:
     built on that schedule).  ``llm`` needs ``logits_all=True``.
     """
     L = int(prompt_len)
-    have = llm.input_ids[: llm.n_tokens]
-    n = min(len(ids), have.size)
-    diff = np.flatnonzero(have[:n] != np.asarray(ids[:n]))
-    common = int(diff[0]) if diff.size else n
+    common = held_prefix(llm, ids)
     if common < L:                               # the prompt is not held: warm it
         warm_prompt(llm, ids[:L])
         common = L
@@ -401,13 +404,8 @@ class GreedyDraftModel:
 
     def _instance(self, ids):
         """The pooled draft Llama sharing the longest prefix with ``ids`` (a new one if none shares half)."""
-        def shared(llm):
-            have = llm.input_ids[: min(llm.n_tokens, len(ids))]
-            diff = np.flatnonzero(have != np.asarray(ids[: have.size]))
-            return int(diff[0]) if diff.size else have.size
-
-        best = max(self.llms, key=shared)
-        if 2 * shared(best) < len(ids) and self.make is not None and len(self.llms) < self.pool:
+        best = max(self.llms, key=lambda llm: held_prefix(llm, ids))
+        if 2 * held_prefix(best, ids) < len(ids) and self.make is not None and len(self.llms) < self.pool:
             best = self.make()
             self.llms.append(best)
         return best
