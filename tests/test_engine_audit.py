@@ -404,6 +404,16 @@ def test_a_setting_given_twice_is_refused(work):
         A.audit(NumpyEngine(), settings=["T=1", "top_k=0"], options=["off"], n=50, workdir=work)
 
 
+def test_front_door_routes_an_engine_to_the_audit(work):
+    """``exactness.certify(engine)`` is the audit; its report says PASS / FAIL as every certificate does."""
+    from exactness import Budget, certify
+
+    rep = certify(NumpyEngine(), settings=["T=1"], options=["off"], budget=Budget(n=50))
+    assert isinstance(rep, A.AuditReport) and rep.outcome == "PASS" and rep.passed
+    bad = certify(BiasedNumpyEngine(), settings=["temperature=0.5"], options=["off"], budget=Budget(n=300), shrink=False)
+    assert bad.outcome == "FAIL" and not bad.passed
+
+
 def test_report_header_names_a_given_n(work, tmp_path):
     rep = A.audit(NumpyEngine(), settings=["T=1"], options=["off"], n=50, workdir=work, out=tmp_path)
     text = (tmp_path / "audit_numpy-test.md").read_text()
@@ -436,6 +446,27 @@ def test_cli_gguf_models_bad_input(tmp_path, monkeypatch, capsys):
     assert "not a readable GGUF" in capsys.readouterr().err
 
 
+def test_cli_checks_every_argument_before_reading_a_model(tmp_path, monkeypatch, capsys):
+    """A typo in --options / --n / --tv / --settings / --plant is refused before --model is read: the model here
+    would be refused too ("not a readable GGUF"), so the message says which check ran first."""
+    import exactness.engines.llamacpp as L
+    from resispec.cli import main
+
+    def never(*a, **k):
+        raise AssertionError("gguf_models read the model before the arguments were checked")
+
+    monkeypatch.setattr(L, "gguf_models", never)
+    (tmp_path / "junk.gguf").write_bytes(b"junk")
+    base = ["audit", "llama-cpp-python", "--model", str(tmp_path / "junk.gguf"), "--prompts", "2,3,4",
+            "--out", str(tmp_path / "out")]
+    for extra, says in ((["--options", "bogus"], "has no option bogus"), (["--n", "5"], "n must be an integer"),
+                        (["--tv", "2"], "tv must lie in (0, 1)"), (["--settings", "T=1;top_k=0"], "more than once"),
+                        (["--plant", "nope"], "no planted bug")):
+        assert main(base + extra) == 2, extra
+        assert says in capsys.readouterr().err, extra
+    assert not (tmp_path / "out").exists()
+
+
 def test_pilot_times_a_batched_decoder_by_the_batch():
     """A decoder with ``sample`` is timed on one batch of PILOT_ROWS rows (as the certificate draws), so an engine
     that batches (vLLM) is not planned at its one-row-a-call rate; a per-call decoder is timed call by call."""
@@ -460,4 +491,4 @@ def test_pilot_times_a_batched_decoder_by_the_batch():
         return rng.integers(0, 8, size=new_tokens)
 
     A._plan_n(one, prompts, 2, 0.05, 600.0, 0)
-    assert calls == [(2,)] * A.PILOT
+    assert calls == [(2,)] * (len(prompts) + A.PILOT)   # one untimed warm-up call per prompt, then the pilot

@@ -187,16 +187,19 @@ def run(args) -> int:
         A.HANG_SLACK = float(args.hang_seconds)
     kw = {k: v for k, v in dict(tv=args.tv, cell_seconds=args.cell_seconds, n=args.n, new_tokens=args.new_tokens,
                                 vocab=args.vocab).items() if v is not None}
-    models = _user_models(args)
     import shlex
 
     command = ("resispec audit " + shlex.join(sys.argv[2:]) if len(sys.argv) > 2 and sys.argv[1] == "audit"
                else f"resispec audit {args.engine}")
-    engine = args.engine
+    engine = A.get_engine(args.engine)
     if args.plant:
         from exactness.engines.mutants import planted
 
-        engine = planted(args.engine, args.plant)
+        engine = planted(engine, args.plant)
+    # every argument checked before a model is read (a GGUF's metadata takes seconds): a typo is refused at once
+    A.check_request(engine, settings=_settings(args.settings), options=args.options, seed=args.seed,
+                    **{k: v for k, v in kw.items() if k != "vocab"})
+    models = _user_models(args)
     try:
         report = A.audit(engine, settings=_settings(args.settings), options=args.options, seed=args.seed,
                          out=args.out, shrink=not args.no_shrink, command=command,
