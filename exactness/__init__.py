@@ -5,7 +5,11 @@ accepted index (stop position; -1 = residual), residual, acceptance rate,
 TV (total variation), detectable TV (smallest bias found with the stated
 power), cell (one (p, q, k, verifier) configuration).
 
-The contract::
+The front door (``exactness.front_door``: picks the route below from what it is given)::
+
+    certify(subject, *, budget=Budget(n=..., tv=...), run=Run(workers=..., time_limit=...), seed=0, **inputs)
+
+The routes::
 
     certify_sampler(sample, law, n, *, alpha=1e-3, seed=0) -> Certificate
     certify_verifier(verifier, p, q, k, *, n=None, alpha=1e-3, seed=0, workers=1,
@@ -49,12 +53,13 @@ _PUBLIC = {
     "assert_exact": "assertions", "assert_coupled": "assertions",
     "certify_stepwise": "stepwise", "StepwiseCertificate": "stepwise",
     "validate_proxy": "proxy_validation", "ProxyValidation": "proxy_validation",
+    "certify": "front_door", "Budget": "front_door", "Run": "front_door",
 }
 #: submodules listed by ``dir(exactness)``; every submodule (``exactness.coupled``, ``exactness.decoder``, ...) is
 #: reachable as an attribute without an explicit import.
 _SUBMODULES = ("mutants", "strategies", "grid", "exact", "tree", "gof", "power", "sampling", "sequential", "budget",
                "stepwise", "limits", "protocols", "coupled", "decoder", "decoder_mutants", "certificate", "collected",
-               "verifier_cert", "chain", "adapters", "engines", "settings")
+               "verifier_cert", "chain", "adapters", "engines", "settings", "front_door", "result")
 
 
 def __getattr__(name):  # PEP 562: resolve a public name (or submodule) on first use
@@ -74,5 +79,5 @@ def __dir__():
     return sorted(set(globals()) | set(_PUBLIC) | set(_SUBMODULES))
 
 
-__all__ = ["Certificate", "ExactnessWarning", "SubjectError", "assert_coupled", "assert_exact", "certify_counts", "certify_coupled", "certify_decoder",
+__all__ = ["Budget", "Run", "certify", "Certificate", "ExactnessWarning", "SubjectError", "assert_coupled", "assert_exact", "certify_counts", "certify_coupled", "certify_decoder",
            "certify_samples", "certify_sampler", "certify_stepwise", "certify_verifier", "chi2_power", "detectable_tv", "samples_for_tv", "validate_proxy"]

@@ -195,6 +195,11 @@ class Certificate:
             out += "; also failed: " + ", ".join(rest)
         return out + (f"; n = {self.n:,}" if self.n else "")
 
+    @property
+    def outcome(self) -> str:
+        """``"PASS"`` or ``"FAIL"`` (this route has no inconclusive verdict; the shared names: exactness.result)."""
+        return "PASS" if self.passed else "FAIL"
+
     def summary(self) -> str:
         """The verdict in one line of at most :attr:`SUMMARY_WIDTH` (120) columns.
 

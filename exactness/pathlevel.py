@@ -24,7 +24,7 @@ naming the method that returned it.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -47,10 +47,10 @@ class PathCertificate:
     Attributes
     ----------
     passed : bool
-        ``p_value >= alpha``.
-    p_value : float
-        Pearson chi-square p-value of the pooled horizon outcomes (0 when an outcome of target
-        probability 0 was sampled); also readable as ``pvalue``.
+        ``pvalue >= alpha``.
+    pvalue : float
+        Smallest Holm-adjusted p-value of :attr:`checks`: the Pearson chi-square of the pooled horizon outcomes
+        (0 when an outcome of target probability 0 was sampled) and the acceptance-bound check.
     n : int
         Decoding steps sampled.
     counts : ndarray, (V^(L+1),) int64
@@ -67,10 +67,20 @@ class PathCertificate:
         Test level and the power ``detectable_tv`` is stated at.
     tv_estimate, tv_upper : float
         Plug-in horizon TV and its ``1 - alpha`` upper bound (:func:`exactness.gof.tv_bounds`).
+    acceptance_bound : dict or None
+        The acceptance-bound check (``exactness.acceptance_bound``): the mean drafts kept per step, its standard
+        error, the bound (``resispec.pathlevel.optimal_accepted``: the LP over all exact rules), p-value,
+        detectable excess and ``reason`` (its one line); None where it did not run (``skipped`` says why).
+    skipped : dict
+        Check name -> why it did not run.
+    exact_bound : dict or None
+        A rule that declares its plan (``plan``): the plan's exact E[accepted] against the same bound, without
+        sampling (``exactness.acceptance_bound.AcceptanceBound.exact_path``: ``expected_accepted``, ``bound``,
+        ``exact_tv``, ``exceeded``, ``reason``; ``error`` when the plan is not a law, a FAIL).
     """
 
     passed: bool
-    p_value: float
+    pvalue: float
     n: int
     counts: np.ndarray
     statistic: float
@@ -80,18 +90,33 @@ class PathCertificate:
     power: float
     tv_estimate: float
     tv_upper: float
+    raw_checks: dict = field(default_factory=dict)
+    acceptance_bound: dict | None = None
+    skipped: dict = field(default_factory=dict)
+    exact_bound: dict | None = None
 
     @property
-    def pvalue(self) -> float:
-        """Alias of ``p_value`` (the name of :class:`exactness.certificate.Certificate`)."""
-        return self.p_value
+    def outcome(self) -> str:
+        """``"PASS"`` or ``"FAIL"`` (the shared names: ``exactness.result.VOCABULARY``)."""
+        return "PASS" if self.passed else "FAIL"
+
+    @property
+    def checks(self) -> dict:
+        """Raw p-values: ``horizon`` (the chi-square of the horizon outcomes) and ``acceptance_bound`` (the mean
+        drafts kept per step against the LP bound over all exact rules), where it ran."""
+        return dict(self.raw_checks) or {"horizon": float(self.pvalue)}
 
     def summary(self) -> str:
         """One line: verdict, p-value, chi-square (df), TV estimate, detectable TV at alpha and power, n."""
         stat = f"{self.statistic:.4g}" if math.isfinite(self.statistic) else str(self.statistic)
-        out = (f"{'NO BIAS DETECTED' if self.passed else 'FAIL'}: p = {self.p_value:.3g}; horizon chi2 = {stat} (df {self.df}), "
+        out = (f"{'NO BIAS DETECTED' if self.passed else 'FAIL'}: p = {self.pvalue:.3g}; horizon chi2 = {stat} (df {self.df}), "
                f"TV ~ {self.tv_estimate:.3g} (<= {self.tv_upper:.3g}), detectable TV {self.detectable_tv:.3g} at "
                f"alpha {self.alpha:g}, power {self.power:g}, n = {self.n:,}")
+        b, e = self.acceptance_bound, self.exact_bound or {}
+        if e.get("error") or e.get("exceeded"):
+            out += f"; exact_bound: {e.get('error') or e['reason']}"
+        if b is not None and b["pvalue"] < self.alpha:
+            out += f"; acceptance_bound: {b['reason']}"
         if self.passed and self.detectable_tv >= 1:
             out += "; note: no power (detectable TV >= 1): a pass here is no evidence of exactness"
         return out
@@ -138,22 +163,62 @@ def _pooled_df(target: np.ndarray, n: int, min_expected: float, what: str) -> in
     return df
 
 
+def _bound_check(accepted: np.ndarray, where: tuple, alpha: float) -> tuple[dict | None, str | None]:
+    """The acceptance-bound check of a chain / tree rule: ``(record, None)`` or ``(None, why it was skipped)``.
+
+    ``where`` = ``(pair, branching, context)``; the bound is ``optimal_accepted`` (the LP over all exact rules)
+    plus its solver tolerance.
+    """
+    from resispec.pathlevel.bound import optimal_accepted
+
+    from .acceptance_bound import ACCEPTANCE_BOUND as AB
+
+    if accepted.size < 100:
+        return None, f"needs n >= 100 steps for the test on the mean accepted length (n = {accepted.size})"
+    try:
+        b = optimal_accepted(*where)
+    except ValueError as exc:                         # the LP is too large at this size: the check cannot run
+        return None, f"no bound at this size: {exc}"
+    res = AB.run_mean(accepted, b.expected_accepted + 10 * b.tolerance, alpha, POWER)  # LP optimum + its tolerance
+    return res.as_dict(), None
+
+
 def _certificate(counts: np.ndarray, target: np.ndarray, n: int, df: int, alpha: float,
-                 min_expected: float) -> PathCertificate:
+                 min_expected: float, accepted: np.ndarray | None = None, where: tuple | None = None,
+                 exact: dict | None = None) -> PathCertificate:
+    from .certificate import holm
+
     res = gof_test(counts, target, min_expected=min_expected)
-    p_value = float(res.pvalue)
+    checks = {"horizon": float(res.pvalue)}
+    skipped: dict = {}
+    bound = None
+    if accepted is not None and where is not None:
+        bound, why = _bound_check(accepted, where, alpha)
+        if why is None:
+            checks["acceptance_bound"] = bound["pvalue"]
+        else:
+            skipped["acceptance_bound"] = why
+    if exact is not None:
+        if "skipped" in exact:
+            skipped["exact_bound"] = exact["skipped"]
+        else:   # deterministic: 0.0 when the plan accepts more than the bound or is not a law, else 1.0
+            checks["exact_bound"] = 0.0 if ("error" in exact or exact["exceeded"]) else 1.0
+    pvalue = min(holm(checks).values())               # Holm over the checks (the horizon test alone: its p-value)
     tv_hat, tv_up = tv_bounds(counts, target, alpha)
     det = detectable_tv(n, max(1, df), alpha=alpha, power=POWER)
-    return PathCertificate(passed=bool(p_value >= alpha), p_value=p_value, n=int(n), counts=counts,
+    return PathCertificate(passed=bool(pvalue >= alpha), pvalue=pvalue, n=int(n), counts=counts,
                            statistic=float(res.statistic), df=int(df), detectable_tv=float(det), alpha=alpha,
-                           power=POWER, tv_estimate=float(tv_hat), tv_upper=float(tv_up))
+                           power=POWER, tv_estimate=float(tv_hat), tv_upper=float(tv_up), raw_checks=checks,
+                           acceptance_bound=bound, skipped=skipped, exact_bound=exact)
 
 
-def sample_horizon(verifier, pair, L: int, n: int, rng: np.random.Generator, context=()) -> np.ndarray:
+def sample_horizon(verifier, pair, L: int, n: int, rng: np.random.Generator, context=(),
+                   accepted: np.ndarray | None = None) -> np.ndarray:
     """``n`` sampled first-``L+1``-token outcomes, (n,) int64 flat indices into ``V^(L+1)`` (row-major).
 
     Each: drafts ``d_{i+1} ~ q(. | d_1..d_i)``, ``verifier.verify(p rows (L+1, V), q rows (L, V), d, rng)``,
-    then the target continues the emitted tokens to ``L + 1``.  ValueError when ``verify`` returns
+    then the target continues the emitted tokens to ``L + 1``; ``accepted`` ((n,) int64, optional) receives
+    the drafts kept at each step.  ValueError when ``verify`` returns
     ``accepted`` outside ``0..L`` or a token outside ``[0, V)``; TypeError without ``verify``.
     """
     verify = _method(verifier, "verify", "verify(p, q, drafts, rng) -> PathResult(accepted, token), e.g. "
@@ -177,6 +242,8 @@ def sample_horizon(verifier, pair, L: int, n: int, rng: np.random.Generator, con
         acc = _int_in(r.accepted, 0, L, f"{type(verifier).__name__}.verify(...).accepted (drafts kept, L = {L})")
         tok = _int_in(r.token, 0, V - 1, f"{type(verifier).__name__}.verify(...).token (a token id of the "
                                          f"pair's vocabulary, V = {V})")
+        if accepted is not None:
+            accepted[s] = acc
         z = d[:acc] + [tok]
         while len(z) < L + 1:
             one[0] = rng.random()
@@ -226,11 +293,18 @@ def certify_path(verifier, pair, L: int, *, n: int = 4000, alpha: float = 1e-3, 
     rng = as_generator(seed)
     target = continuation(prefix_laws(pair, L, context), V, L + 1)[0].ravel()
     df = _pooled_df(target, n, min_expected, f"the horizon test (V^(L+1) = {V}^{L + 1} outcomes)")
-    counts = np.bincount(sample_horizon(verifier, pair, L, n, rng, context), minlength=target.size)
-    return _certificate(counts, target, n, df, alpha, min_expected)
+    exact = None
+    if callable(getattr(verifier, "plan", None)):     # a declared plan: the bound check without sampling too
+        from .acceptance_bound import ACCEPTANCE_BOUND
+
+        exact = ACCEPTANCE_BOUND.exact_path(verifier, pair, L, context)
+    acc = np.zeros(n, dtype=np.int64)
+    counts = np.bincount(sample_horizon(verifier, pair, L, n, rng, context, acc), minlength=target.size)
+    return _certificate(counts, target, n, df, alpha, min_expected, acc, (pair, (1,) * L, context), exact)
 
 
-def sample_tree_horizon(verifier, pair, branching, n: int, rng: np.random.Generator, context=()) -> np.ndarray:
+def sample_tree_horizon(verifier, pair, branching, n: int, rng: np.random.Generator, context=(),
+                        accepted: np.ndarray | None = None) -> np.ndarray:
     """As :func:`sample_horizon` for a tree rule (``verify_tree``) on iid-drafted trees of shape ``branching``
     (``"2,1"`` or (2, 1)): (n,) int64 flat indices into ``V^(D+1)`` of the emitted tokens continued by the target.
 
@@ -276,6 +350,8 @@ def sample_tree_horizon(verifier, pair, branching, n: int, rng: np.random.Genera
                                  f"{int(par_ids[k])}, not of {up} (-1 = root)")
             up = k
         token = _int_in(token, 0, V - 1, f"{name} token (a token id of the pair's vocabulary, V = {V})")
+        if accepted is not None:
+            accepted[s] = len(kept)
         z = [toks[int(i)] for i in kept] + [token]
         while len(z) < D + 1:
             one[0] = rng.random()
@@ -306,5 +382,7 @@ def certify_tree_rule(verifier, pair, branching, *, n: int = 4000, alpha: float 
     rng = as_generator(seed)
     target = continuation(prefix_laws(pair, D, context), V, D + 1)[0].ravel()
     df = _pooled_df(target, n, min_expected, f"the horizon test (V^(D+1) = {V}^{D + 1} outcomes)")
-    counts = np.bincount(sample_tree_horizon(verifier, pair, branching, n, rng, context), minlength=target.size)
-    return _certificate(counts, target, n, df, alpha, min_expected)
+    acc = np.zeros(n, dtype=np.int64)
+    counts = np.bincount(sample_tree_horizon(verifier, pair, branching, n, rng, context, acc),
+                         minlength=target.size)
+    return _certificate(counts, target, n, df, alpha, min_expected, acc, (pair, branching, context))

@@ -52,6 +52,10 @@ HOOKS: dict[tuple[str, str], tuple[bool, str, str]] = {
     ("verifier", "step_plan"): (False, "step_plan(p_i (V,), q_i (V,), *, last) -> StepPlan: the step verify "
                                        "takes at one node, checked by certify_stepwise at every visited state",
                                 "stepwise, verifier_cert"),
+    ("verifier", "plan"): (False, "plan(p (L+1, V), q (L, V), drafts (L,)) -> PathPlan(stop (L+1,), laws (L+1, V)): a "
+                                  "path-level rule's declared decision law; certify_path analyses it exactly (its "
+                                  "E[accepted] against the LP bound over exact rules; a plan that is not a law "
+                                  "FAILs)", "acceptance_bound, pathlevel"),
     ("verifier", "name"): (False, "registry name: a built-in rule's name selects its exact fast path",
                            "coupled, fast_paths"),
     ("verifier", "options"): (False, "options() -> dict: a built-in with non-default options is treated as a "

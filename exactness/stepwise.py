@@ -166,6 +166,33 @@ class StepwiseCertificate:
     cause: str | None = None
     coupling_pvalue: float | None = None
 
+    @property
+    def outcome(self) -> str:
+        """``verdict`` under the shared name (``exactness.result.VOCABULARY``)."""
+        return self.verdict
+
+    @property
+    def checks(self) -> dict:
+        """Raw p-values: ``declared_steps`` (0.0 when a state's declared step is not exact, a deterministic check;
+        1.0 otherwise) and, on a mismatch, ``coupling`` (:attr:`coupling_pvalue`); ``subject`` 0.0 when the
+        verifier misbehaved (:attr:`cause`)."""
+        out = {"declared_steps": 0.0 if self.defects else 1.0}
+        if self.coupling_pvalue is not None:
+            out["coupling"] = float(self.coupling_pvalue)
+        if self.cause is not None:
+            out["subject"] = 0.0
+        return out
+
+    @property
+    def pvalue(self) -> float:
+        """The smallest of :attr:`checks` (deterministic checks count 1.0 / 0.0)."""
+        return min(self.checks.values())
+
+    @property
+    def tv_estimate(self) -> None:
+        """None: this route finds events and bounds TV (:attr:`tv_upper`); it does not estimate it."""
+        return None
+
     def summary(self) -> str:
         """The verdict in one paragraph (as ``Certificate.summary()``)."""
         return self.report

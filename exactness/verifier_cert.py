@@ -49,6 +49,7 @@ sampled and the exact law of the verifier's own chain.
 
 from __future__ import annotations
 
+import math
 from dataclasses import replace
 
 import numpy as np
@@ -351,10 +352,28 @@ def _check_budget(sampler: NodeSampler, n: int, workers: int = 1, sequential: bo
 def _max_checks(exact: bool, chain_ok: bool, tree: bool, V: int, black_box: bool = False,
                 generic: bool = False) -> int:
     """Most p-values Holm can count in one certificate: marginal, exact_law + joint + accepted_count + residual
-    (with a chain), determinism, batched (a Verifier taking uniforms) or else batched_rows and small_batches
-    (``black_box``), batch_sizes (the generic path) and the two tree checks (V <= ``TREE_MAX_V``)."""
-    return (1 + (4 if exact and chain_ok else 0) + 1 + (2 if black_box else 1) + (1 if generic else 0)
+    (with a chain), acceptance_bound, determinism, batched (a Verifier taking uniforms) or else batched_rows and
+    small_batches (``black_box``), batch_sizes (the generic path) and the two tree checks (V <= ``TREE_MAX_V``)."""
+    return (1 + (4 if exact and chain_ok else 0) + 1 + 1 + (2 if black_box else 1) + (1 if generic else 0)
             + (2 if tree and V <= TREE_MAX_V else 0))
+
+
+def _acceptance_bound(mc, node, k, drafting, alpha, power, checks, skipped, details) -> None:
+    """The acceptance-bound check (``exactness.acceptance_bound``) on the draws' (stop, token) counts: its
+    p-value into ``checks``, its record into ``details``, or why it cannot run into ``skipped``.  ``node``: the
+    one-node ``Laws`` checked at the door (handed on, not checked again)."""
+    from .acceptance_bound import ACCEPTANCE_BOUND as AB
+
+    why = AB.skip_reason(mc.joint is not None, drafting)
+    if why is None:
+        res = AB.run_node(mc.joint, node, None, k, drafting, alpha, power)
+        details[AB.name] = res.as_dict()
+        if math.isinf(res.detectable_excess):
+            why = f"{res.n:,} draws against alpha* = {res.bound:.4g}: no accepted count can fail the test"
+        else:
+            checks[AB.name] = res.pvalue
+    if why is not None:
+        skipped[AB.name] = why
 
 
 def certify_verifier(verifier, p, q, k: int, *, n: int | None = None, alpha: float = 1e-3, seed=0,
@@ -691,6 +710,7 @@ def _certify(verifier, node, k: int, *, n, alpha, power, tv, tree, exact, worker
     elif J is not None:
         for name in ("joint", "accepted_count", "residual"):
             skipped[name] = "verify returned no .accepted" if mc.note is None else BAD_ACCEPTED_SKIP
+    _acceptance_bound(mc, node, k, drafting_of(verifier), alpha, power, checks, skipped, details)
     notes = ()
     if mc.note is not None:   # a pipeline that drafts its own candidates: certified on the tokens it emits,
         # and the broken contract is itself a FAIL (p = 0: the subject misbehaved; return only .tokens to avoid it)

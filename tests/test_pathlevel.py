@@ -104,7 +104,7 @@ def test_monte_carlo_certificate(name):
     and flags every planted bug at n = 3000 (alpha = 1e-3)."""
     ver = get_path_verifier(name) if name in RULES else PATH_MUTANTS[name]()
     cert = certify_path(ver, _pair(**MUTANT_PAIR), 2, n=3000, seed=1)
-    assert cert.passed == (name in RULES), (name, cert.p_value)
+    assert cert.passed == (name in RULES), (name, cert.pvalue)
 
 
 # ------------------------------------------------------------------ the LP bound
@@ -271,7 +271,7 @@ def test_tree_mutants_are_biased(name):
 def test_tree_monte_carlo_certificate(name):
     ver = get_path_verifier(name) if name.startswith("traversal") and name not in TREE_MUTANTS else TREE_MUTANTS[name]()
     cert = certify_tree_rule(ver, _pair(**TREE_MUTANT_PAIR), (2, 1), n=2000, seed=2)
-    assert cert.passed == (name not in TREE_MUTANTS), (name, cert.p_value)
+    assert cert.passed == (name not in TREE_MUTANTS), (name, cert.pvalue)
 
 
 def test_tree_bad_input():

@@ -150,7 +150,8 @@ def test_tv_with_n_keeps_the_warning():
 def test_sequential_correct_verifier_draws_the_whole_plan():
     cert = certify_verifier(get_verifier("rrs"), P, Q, 2, tv=0.03, sequential=True, seed=2, tree=False)
     s = cert.details["sequential"]
-    assert s["level"] == pytest.approx(1e-3 / 7)  # marginal, exact_law, joint, accepted, residual, det., batched
+    assert s["level"] == pytest.approx(1e-3 / 8)  # marginal, exact_law, joint, accepted, residual, acceptance_bound,
+    # determinism, batched
     n_plan, df = plan_for_tv(P, 0.03, alpha=s["level"], power=0.99, sequential=True)
     assert cert.passed and cert.n == n_plan == s["n_max"] and not s["rejected"]
     assert cert.checks["marginal"] == s["pvalue"] and "sequential: " in cert.report()
@@ -261,14 +262,14 @@ def test_a_sequential_stop_always_fails_the_certificate():
             stops += 1
             assert not cert.passed and "marginal" in cert.failed_checks(), cert.summary()
         assert s["rejected"] == (not cert.passed)
-        assert s["level"] == pytest.approx(1e-3 / 5)
+        assert s["level"] == pytest.approx(1e-3 / 6)
     assert stops >= 2
 
 
 def test_the_sequential_level_counts_every_check():
-    """With a chain and the tree checks (V = 8) all 9 checks run, and the e-process level is alpha / 9."""
+    """With a chain and the tree checks (V = 8) all 10 checks run, and the e-process level is alpha / 10."""
     cert = certify_verifier(get_verifier("rrs"), P, Q, 2, n=20_000, sequential=True, seed=4)
-    assert len(cert.checks) == 9 and cert.details["sequential"]["level"] == pytest.approx(1e-3 / 9)
+    assert len(cert.checks) == 10 and cert.details["sequential"]["level"] == pytest.approx(1e-3 / 10)
     assert cert.passed and cert.n == 20_000
 
 

@@ -166,6 +166,49 @@ class CoupledCertificate:
         """``"PASS"`` (no bias detected), ``"FAIL"`` or ``"INCONCLUSIVE"`` (the CLI's exit 0, 1, 3)."""
         return "PASS" if self.passed else "INCONCLUSIVE" if self.inconclusive else "FAIL"
 
+    @property
+    def checks(self) -> dict:
+        """Raw p-values of the checks that ran: ``coupled`` (1.0 with zero mismatches, 0.0 with any: a deterministic
+        comparison with the reference), ``law`` / ``conditional`` (:attr:`law_pvalue`, :attr:`conditional_pvalue`)
+        and ``fallback`` (the ``certify_verifier`` certificate's p-value) where they ran; ``subject`` 0.0 when the
+        kernel misbehaved (:attr:`cause`)."""
+        out = {"coupled": 1.0 if self.mismatches == 0 else 0.0}
+        for name, v in (("law", self.law_pvalue), ("conditional", self.conditional_pvalue),
+                        ("fallback", None if self.fallback is None else self.fallback.pvalue)):
+            if v is not None:
+                out[name] = float(v)
+        if self.cause is not None:
+            out["subject"] = 0.0                       # the kernel misbehaved (raised, hung, broke its contract)
+        return out
+
+    @property
+    def pvalue(self) -> float:
+        """The p-value the verdict rests on: 1.0 for zero mismatches; the ``fallback``'s where it decided a pass;
+        else the smallest law check's (``law``, ``conditional``, ``fallback``) when it is below ``alpha`` or the
+        run is INCONCLUSIVE; 0.0 for a FAIL resting on a deterministic finding (the kernel ignores its coins,
+        raised, or the reference is biased)."""
+        c = self.checks
+        if self.passed:
+            return c["fallback"] if self.mismatches and "fallback" in c else 1.0
+        law = [v for k, v in c.items() if k not in ("coupled", "subject")]
+        if self.inconclusive:
+            return min(law, default=1.0)
+        return min(law) if law and min(law) < self.alpha else 0.0
+
+    @property
+    def tv_estimate(self) -> None:
+        """None: coupled draws bound TV(kernel, reference) by P(mismatch) (:attr:`tv_upper`); they do not estimate
+        a TV."""
+        return None
+
+    @property
+    def detectable_tv(self) -> float:
+        """Smallest TV(kernel, reference) seen as a mismatch with probability 0.99 in :attr:`n` coupled draws
+        (``exactness.result.detectable_mismatch_rate``; TV <= P(mismatch))."""
+        from ..result import detectable_mismatch_rate
+
+        return detectable_mismatch_rate(self.n)
+
     def summary(self) -> str:
         """The verdict in one line of at most :attr:`SUMMARY_WIDTH` (120) columns (as ``Certificate.summary``).
 

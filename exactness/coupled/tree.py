@@ -78,7 +78,9 @@ class TreeCertificate:
     two-token path law), ``seconds``, ``first_mismatch`` (``draw``, ``row``
     (tree row), ``depth`` (1 or 2), ``slot`` (tree slot of the node whose
     decision differs, by the reference's path), ``candidates_root``,
-    ``kernel`` and ``reference`` paths), ``verdict``, ``convention``.
+    ``kernel`` and ``reference`` paths), ``verdict`` (a paragraph), ``convention``, ``alpha``; and the shared
+    names of every certificate (``exactness.result.VOCABULARY``: ``outcome``, ``pvalue``, ``checks``,
+    ``tv_estimate`` None, ``detectable_tv``, ``summary()``).
     """
 
     passed: bool
@@ -89,6 +91,39 @@ class TreeCertificate:
     first_mismatch: dict | None
     verdict: str
     convention: str = "resispec"
+    alpha: float = 1e-3
+
+    @property
+    def outcome(self) -> str:
+        """``"PASS"`` or ``"FAIL"`` (the shared names: ``exactness.result.VOCABULARY``)."""
+        return "PASS" if self.passed else "FAIL"
+
+    @property
+    def checks(self) -> dict:
+        """``coupled``: 1.0 with zero mismatching paths, 0.0 with any or when the kernel ignored its coins (a
+        deterministic comparison)."""
+        return {"coupled": 1.0 if self.passed else 0.0}
+
+    @property
+    def pvalue(self) -> float:
+        """1.0 for a pass, 0.0 for a failure (:attr:`checks`: deterministic)."""
+        return self.checks["coupled"]
+
+    @property
+    def tv_estimate(self) -> None:
+        """None: coupled draws bound the path-law TV (:attr:`tv_upper`), they do not estimate it."""
+        return None
+
+    @property
+    def detectable_tv(self) -> float:
+        """Smallest path-law TV(kernel, reference) seen as a mismatch with probability 0.99 in :attr:`n` draws."""
+        from ..result import detectable_mismatch_rate
+
+        return detectable_mismatch_rate(self.n)
+
+    def summary(self) -> str:
+        """The verdict in one line (its first line)."""
+        return self.verdict.splitlines()[0] if self.verdict else self.outcome
 
     def __str__(self):
         return self.verdict
@@ -309,7 +344,7 @@ def certify_coupled_tree(kernel, reference, p_root, q_root, p_child, q_child, k:
                                        f"FAIL: tree kernel vs {name!r}: the kernel returned different outputs for "
                                        "the same inputs and coins (it ignores the coins it is given, or draws its "
                                        "own randomness); coupled certification needs a kernel that is a function "
-                                       "of its coins", convention)
+                                       "of its coins", convention, alpha)
         rt, ra = reference_tree(ref, P0, Q0, P1, Q1, c0, c1, convention=convention, coins=coins)
         bad = (kt != rt) | (ka != ra)
         rows = np.flatnonzero(bad.any(axis=1))
@@ -331,4 +366,4 @@ def certify_coupled_tree(kernel, reference, p_root, q_root, p_child, q_child, k:
         verdict = (f"FAIL: tree kernel vs {name!r} ({convention!r} tree layout): {mism:,} mismatching paths in "
                    f"{done:,}; first at draw {first['draw']:,}, tree row {first['row']}, depth {first['depth']}, "
                    f"slot {first['slot']}: kernel {first['kernel']}, reference {first['reference']}")
-    return TreeCertificate(mism == 0, mism, done, tv, sec, first, verdict, convention)
+    return TreeCertificate(mism == 0, mism, done, tv, sec, first, verdict, convention, alpha)

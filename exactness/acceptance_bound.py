@@ -1,0 +1,300 @@
+"""The acceptance-bound check: a verifier that accepts more often than any exact rule can is biased.
+
+At a node (target ``p``, draft ``q``, ``k`` candidates) no exact verifier accepts a candidate with probability
+above alpha* (``resispec.analysis.optimal_acceptance``: ``1 - max_H [Q(all k drafts in H) - p(H)]``; Sun et al.
+2023, arXiv 2310.15141; Hu et al. 2025, arXiv 2502.18779; ``docs/RESISPEC.md`` section 5), since an accepted
+candidate is an emitted token equal to a candidate and a coupling of the candidates with ``p`` puts at most alpha*
+on that event.  So the accepted count ``A`` of ``n`` independent draws tests H0: P(accept) <= alpha* one-sided,
+``p = P(Binomial(n, alpha*) >= A)``, whatever the histograms look like: the excess is a first moment, its
+standard error falls as ``1/sqrt(n)``, where a histogram needs ~1/TV^2 draws over many cells.
+
+One check object (its name, when it applies, how it runs, what it detects at ``n`` and the ``n`` for an excess;
+the mutant it must catch, :func:`too_generous`, lives here too) and one frozen result record.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass
+
+import numpy as np
+
+#: Slack added to alpha* (round-off of the O(V log V) bound; without-replacement k >= 3: the bound's certified
+#: error 1e-4, ``resispec.wor_bound.alpha_star_wor``).
+BOUND_SLACK = {"iid": 1e-9, "without_replacement": 1e-4}
+
+
+class _PlanError(ValueError):
+    """A declared plan that is not a law."""
+
+
+@dataclass(frozen=True)
+class AcceptanceBoundResult:
+    """One run of :class:`AcceptanceBound` (a frozen record, scipy.stats style).
+
+    Attributes
+    ----------
+    accepted, n : int            draws that accepted a candidate; draws
+    acceptance : float           ``accepted / n``
+    se : float                   its standard error ``sqrt(a (1 - a) / n)``
+    bound : float                alpha* plus :data:`BOUND_SLACK` (the largest acceptance of an exact rule)
+    pvalue : float               ``P(Binomial(n, bound) >= accepted)``
+    detectable_excess : float    smallest acceptance - bound found with probability ``power`` at level ``alpha``
+    alpha, power : float
+    """
+
+    accepted: int
+    n: int
+    acceptance: float
+    se: float
+    bound: float
+    pvalue: float
+    detectable_excess: float
+    alpha: float
+    power: float
+
+    @property
+    def exceeded(self) -> bool:
+        """The test rejects H0 (acceptance <= bound) at ``alpha``."""
+        return self.pvalue < self.alpha
+
+    def line(self) -> str:
+        """``accepts more than any exact rule can: E[accepted] = a +- s.e. > bound b`` (or within it)."""
+        core = f"E[accepted] = {self.acceptance:.4g} +- {self.se:.2g}"
+        if self.exceeded:
+            return f"accepts more than any exact rule can: {core} > bound {self.bound:.4g}"
+        return (f"{core} within the bound {self.bound:.4g} (detects an excess >= {self.detectable_excess:.3g} "
+                f"at n = {self.n:,})")
+
+    def as_dict(self) -> dict:
+        """The record as ``Certificate.details["acceptance_bound"]`` keeps it (``reason``: :meth:`line`)."""
+        return {**asdict(self), "reason": self.line()}
+
+
+class AcceptanceBound:
+    """Check: the sampled acceptance against alpha* (module docstring).
+
+    Applies when the verifier reports which candidate it accepted (``.accepted``) and the bound is computable for
+    its drafting; otherwise :meth:`skip_reason` says why.  Detects: any verifier whose acceptance exceeds alpha* by
+    at least :meth:`detectable_excess` ``(n, bound)``, with probability ``power`` (a biased rule that accepts no
+    more than alpha* is left to the histogram checks).
+    """
+
+    name = "acceptance_bound"
+    mutant = "too_generous"
+
+    @staticmethod
+    def bound(p, q, k: int, drafting: str) -> float:
+        """alpha* for ``drafting`` (``"any"`` is certified under iid candidates) plus :data:`BOUND_SLACK`.
+
+        ``p``, ``q``: (V,) float64 laws of one node, or ``p`` a one-node ``resispec._validation.Laws`` (checked
+        at the door) and ``q`` None.  Raises ``ValueError`` as ``optimal_acceptance`` does.
+        """
+        from resispec.analysis import optimal_acceptance
+
+        d = "iid" if drafting == "any" else drafting
+        return min(1.0, float(optimal_acceptance(p, q, k, drafting=d)) + BOUND_SLACK[d])  # alpha* + slack
+
+    @staticmethod
+    def skip_reason(accepted_known: bool, drafting: str) -> str | None:
+        """Why the check cannot run (None: it runs)."""
+        if not accepted_known:
+            return "needs the accepted index of every draw (verify returned no usable .accepted)"
+        if drafting not in ("iid", "any", "without_replacement"):
+            return f"no acceptance bound for drafting {drafting!r}"
+        return None
+
+    @staticmethod
+    def _critical(n: int, bound: float, alpha: float) -> int:
+        """Smallest accepted count ``c`` with ``P(Binomial(n, bound) >= c) < alpha`` (``n + 1``: none)."""
+        from scipy.stats import binom
+
+        c = int(binom.isf(alpha, n, bound)) + 1                    # sf(c - 1) = P(X >= c) <= alpha
+        while c <= n and binom.sf(c - 1, n, bound) >= alpha:       # strict: reject only when p < alpha
+            c += 1
+        return c
+
+    @classmethod
+    def detectable_excess(cls, n: int, bound: float, alpha: float = 1e-3, power: float = 0.99) -> float:
+        """Smallest ``a - bound`` such that a verifier accepting with probability ``a`` fails with probability
+        ``power`` in ``n`` draws (``inf`` when no count of ``n`` draws can fail the test)."""
+        from scipy.optimize import brentq
+        from scipy.stats import binom
+
+        c = cls._critical(n, bound, alpha)
+        if c > n:
+            return math.inf
+        if binom.sf(c - 1, n, bound) >= power:
+            return 0.0
+        a = brentq(lambda x: binom.sf(c - 1, n, x) - power, bound, 1.0, xtol=1e-12)  # P(X >= c | a) = power
+        return float(a - bound)
+
+    @classmethod
+    def n_for_excess(cls, excess: float, bound: float, alpha: float = 1e-3, power: float = 0.99) -> int:
+        """Fewest draws at which an excess of ``excess`` over ``bound`` is detected with probability ``power``."""
+        from scipy.stats import norm
+
+        if not (0 < excess <= 1 - bound):
+            raise ValueError(f"excess must lie in (0, 1 - bound = {1 - bound:.4g}], got {excess!r}")
+        a = bound + excess
+        za, zb = norm.isf(alpha), norm.isf(1 - power)
+        n = max(1, math.ceil(((za * math.sqrt(bound * (1 - bound)) + zb * math.sqrt(a * (1 - a))) / excess) ** 2))
+        while cls.detectable_excess(n, bound, alpha, power) > excess:   # the normal start, made exact upward
+            n = math.ceil(n * 1.05) + 1
+        return n
+
+    def run(self, accepted: int, n: int, bound: float, alpha: float = 1e-3,
+            power: float = 0.99) -> AcceptanceBoundResult:
+        """The test on ``accepted`` of ``n`` draws against ``bound`` (from :meth:`bound`)."""
+        from scipy.stats import binom
+
+        a = accepted / n
+        pv = float(binom.sf(accepted - 1, n, bound)) if accepted > 0 else 1.0   # P(Binomial(n, bound) >= A)
+        return AcceptanceBoundResult(int(accepted), int(n), float(a), float(math.sqrt(a * (1 - a) / n)),
+                                     float(bound), min(1.0, pv), self.detectable_excess(n, bound, alpha, power),
+                                     float(alpha), float(power))
+
+    @staticmethod
+    def run_mean(accepted: np.ndarray, bound: float, alpha: float = 1e-3,
+                 power: float = 0.99) -> AcceptanceBoundResult:
+        """The test for a rule keeping several drafts a step (chains, trees): ``accepted`` (n,) int64, the drafts
+        kept per step; H0: E[accepted] <= ``bound`` (``resispec.pathlevel.optimal_accepted``).
+
+        One-sided z-test on the mean, ``p = 1 - Phi((mean - bound) / se)``, ``se = sd / sqrt(n)`` (normal
+        approximation, as the chi-square of the horizon test; ``n`` >= 100).  ``detectable_excess``:
+        ``(z_alpha + z_power) sd / sqrt(n)`` at the sample's ``sd``.
+        """
+        from scipy.stats import norm
+
+        x = np.asarray(accepted, dtype=np.float64)
+        n = int(x.size)
+        if n < 100:
+            raise ValueError(f"the acceptance-bound test on a mean needs n >= 100 steps, got {n}")
+        mean, sd = float(x.mean()), float(x.std(ddof=1))
+        se = sd / math.sqrt(n)                                                   # standard error of the mean
+        if se > 0:
+            pv = float(norm.sf((mean - bound) / se))                             # 1 - Phi((mean - bound) / se)
+        else:
+            pv = 0.0 if mean > bound else 1.0                                    # every step kept the same count
+        det = (norm.isf(alpha) + norm.isf(1 - power)) * max(sd, 1e-12) / math.sqrt(n)
+        return AcceptanceBoundResult(int(x.sum()), n, mean, se, float(bound), pv, float(det), float(alpha),
+                                     float(power))
+
+    @staticmethod
+    def exact_path(verifier, pair, L: int, context=()) -> dict:
+        """Sampling-free form for a chain rule that declares its plan (``verifier.plan(p, q, drafts) ->
+        PathPlan``): the plan's exact E[accepted] (``resispec.pathlevel.analyse_path``) against the LP bound
+        (``resispec.pathlevel.optimal_accepted`` plus its tolerance).
+
+        Returns a dict: ``expected_accepted``, ``bound``, ``exact_tv`` (the plan's horizon TV), ``exceeded``,
+        ``reason`` (one line); or ``skipped`` (why: the enumeration or the LP too large at this size); or
+        ``error`` (the declared plan is not a law: negative, non-finite, not summing to 1 -- a FAIL).
+        """
+        from resispec.pathlevel.analysis import MAX_CELLS, analyse_path, check_pair
+        from resispec.pathlevel.bound import optimal_accepted
+
+        V = check_pair(pair, L)
+        if V ** (L + 1) > MAX_CELLS:
+            return {"skipped": f"V^(L+1) = {V ** (L + 1):,} outcomes exceed the exact enumeration's {MAX_CELLS:,}"}
+        try:
+            b = optimal_accepted(pair, (1,) * L, context)
+        except ValueError as exc:
+            return {"skipped": f"no bound at this size: {exc}"}
+
+        class Checked:                                   # the rule's plan, checked to be a law at every chain
+            @staticmethod
+            def plan(pp, qq, d):
+                pl = verifier.plan(pp, qq, d)
+                stop, laws = np.asarray(pl.stop, dtype=np.float64), np.asarray(pl.laws, dtype=np.float64)
+                if stop.shape != (L + 1,) or laws.shape != (L + 1, V):
+                    raise _PlanError(f"plan shapes stop {stop.shape}, laws {laws.shape}; expected ({L + 1},) and "
+                                     f"({L + 1}, {V})")
+                if not (np.all(np.isfinite(stop)) and np.all(np.isfinite(laws))):
+                    raise _PlanError(f"non-finite values at drafts {d.tolist()}")
+                if stop.min() < -1e-12 or laws.min() < -1e-12:
+                    raise _PlanError(f"negative probabilities at drafts {d.tolist()}")
+                if abs(stop.sum() - 1) > 1e-9 or np.abs(laws.sum(axis=1) - 1).max() > 1e-9:
+                    raise _PlanError(f"stop law or token laws not summing to 1 at drafts {d.tolist()} (stop sums "
+                                     f"to {stop.sum():.6g})")
+                return pl
+
+        try:
+            a = analyse_path(Checked(), pair, L, context)
+        except _PlanError as exc:
+            return {"error": f"its declared plan is not a law: {exc}"}
+        except Exception as exc:                         # the rule's own plan raised: the subject misbehaved
+            return {"error": f"its declared plan raised {type(exc).__name__}: {exc}"}
+        bound = b.expected_accepted + 10 * b.tolerance   # LP optimum plus its solver tolerance
+        out = {"expected_accepted": a.expected_accepted, "bound": bound, "exact_tv": a.tv,
+               "exceeded": bool(a.expected_accepted > bound)}
+        out["reason"] = (f"accepts more than any exact rule can: its plan's E[accepted] = "
+                         f"{a.expected_accepted:.6g} > bound {bound:.6g}" if out["exceeded"] else
+                         f"its plan's E[accepted] = {a.expected_accepted:.6g} <= bound {bound:.6g}")
+        return out
+
+    def run_node(self, stop_counts: np.ndarray, p, q, k: int, drafting: str, alpha: float = 1e-3,
+                 power: float = 0.99) -> AcceptanceBoundResult:
+        """From the (stop, token) counts of a node's draws: ``stop_counts`` ((k + 1) V,) or (k + 1, V) int64,
+        row ``k`` the residual draws; ``p``, ``q`` as :meth:`bound` takes them."""
+        by_stop = np.asarray(stop_counts).reshape(k + 1, -1)
+        n = int(by_stop.sum())
+        return self.run(n - int(by_stop[k].sum()), n, self.bound(p, q, k, drafting), alpha, power)
+
+
+#: The check instance the routes use.
+ACCEPTANCE_BOUND = AcceptanceBound()
+
+
+def _generous_chain(p, q, c, factor):
+    """The rrs walk accepting with ``min(1, factor p_i / q)``: ``(a (B, k), residual (B, V))`` float64."""
+    from resispec.verifiers.base import reject_update
+
+    B, k = c.shape
+    rows, p_i, acc = np.arange(B), p, []
+    for i in range(k):
+        with np.errstate(divide="ignore", invalid="ignore"):      # q = 0: never a candidate
+            ratio = np.clip(factor * p_i / q, 0.0, 1.0)             # min(1, factor p_i / q): factor 1 is rrs
+        acc.append(ratio[rows, c[:, i]])
+        p_i = reject_update(p_i, ratio * q)                         # norm((p_i - min(factor p_i, q))_+)
+    return np.stack(acc, axis=1), p_i
+
+
+def too_generous(factor: float = 1.1):
+    """The mutant this check must catch: recursive rejection (SpecInfer, Miao et al. 2024, arXiv 2305.09781) that
+    accepts candidate ``x`` with ``min(1, factor p_i(x) / q(x))`` instead of ``min(1, p_i(x) / q(x))``.
+
+    For ``factor > 1`` it accepts more than alpha* wherever some token has ``p < q`` (at ``k = 1``:
+    ``sum min(factor p, q) > sum min(p, q) = alpha*``) and its output law is not ``p``.  Returns a
+    ``resispec.Verifier`` (iid drafts, with a chain: the exact checks see the excess without sampling).
+    """
+    from resispec.verifiers.base import Verifier
+
+    class TooGenerous(Verifier):
+        name = "too_generous"
+        drafting = "iid"
+        bug = f"accept with min(1, {factor:g} p/q) (too generous)"
+
+        def _chain(self, p, q, c):
+            return _generous_chain(p, q, c, factor)
+
+        def __repr__(self):
+            return f"mutant:too_generous(factor={factor:g})"
+
+    return TooGenerous()
+
+
+def too_generous_block(factor: float = 1.2):
+    """Block verification (Sun et al. 2024, arXiv 2403.10444) whose final acceptance is ``min(1, factor w_L)``
+    where block uses ``w_L``: it keeps all L drafts more often than the LP bound over exact rules allows, and its
+    horizon law is not the target's.  Returns a ``resispec.pathlevel.PathVerifier`` (with a plan)."""
+    from resispec.pathlevel.block import BlockVerifier
+
+    class TooGenerousBlock(BlockVerifier):
+        name = "too_generous_block"
+
+        def _hazards(self, w, s):
+            h = super()._hazards(w, s)
+            h[-1] = min(1.0, factor * w[-1])                        # BUG: h_L = min(1, factor w_L), block: w_L
+            return h
+
+    return TooGenerousBlock()
