@@ -74,8 +74,9 @@ def run(seeds: int = 5, progress=print) -> list[dict]:
                 excess = ex.acceptance - ex.alpha_star
                 row = {"node": label, "k": k, "factor": f, "acceptance": ex.acceptance, "alpha_star": ex.alpha_star,
                        "excess": excess, "tv": ex.tv}
-                if excess <= bound - ex.alpha_star:         # within the bound's slack: the check cannot see it
-                    row["note"] = "excess within the bound's slack"
+                if excess <= bound - ex.alpha_star:         # accepts no more than alpha*: the check cannot see it
+                    row["note"] = ("accepts less than alpha*: only the histograms can convict it" if excess < 0
+                                   else "excess within the bound's slack")
                     rows.append(row)
                     continue
                 n_b = AB.n_for_excess(excess - (bound - ex.alpha_star), bound)
