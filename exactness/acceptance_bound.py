@@ -24,6 +24,33 @@ import numpy as np
 BOUND_SLACK = {"iid": 1e-9, "without_replacement": 1e-4}
 
 
+#: Most draws :meth:`AcceptanceBound.n_for_excess` will plan (beyond it: ValueError, not an endless search).
+MAX_PLANNED = 10**12
+
+
+def _level(x, name: str) -> float:
+    """``x`` as a float in (0, 1), else ValueError naming ``name``."""
+    if isinstance(x, (bool, np.bool_)) or not isinstance(x, (int, float, np.integer, np.floating)) or \
+            not (math.isfinite(float(x)) and 0 < float(x) < 1):
+        raise ValueError(f"{name} must be a number in (0, 1), got {x!r}")
+    return float(x)
+
+
+def _bound_value(x) -> float:
+    """``bound`` as a float in [0, 1], else ValueError."""
+    if isinstance(x, (bool, np.bool_)) or not isinstance(x, (int, float, np.integer, np.floating)) or \
+            not (math.isfinite(float(x)) and 0 <= float(x) <= 1):
+        raise ValueError(f"bound must be an acceptance in [0, 1] (alpha* or the LP bound), got {x!r}")
+    return float(x)
+
+
+def _count(x, name: str, least: int = 0) -> int:
+    """``x`` as an int >= ``least``, else ValueError naming ``name``."""
+    if isinstance(x, (bool, np.bool_)) or not isinstance(x, (int, np.integer)) or int(x) < least:
+        raise ValueError(f"{name} must be an integer >= {least}, got {x!r}")
+    return int(x)
+
+
 class _PlanError(ValueError):
     """A declared plan that is not a law."""
 
@@ -121,6 +148,8 @@ class AcceptanceBound:
         from scipy.optimize import brentq
         from scipy.stats import binom
 
+        n, bound = _count(n, "n", 1), _bound_value(bound)
+        alpha, power = _level(alpha, "alpha"), _level(power, "power")
         c = cls._critical(n, bound, alpha)
         if c > n:
             return math.inf
@@ -131,23 +160,42 @@ class AcceptanceBound:
 
     @classmethod
     def n_for_excess(cls, excess: float, bound: float, alpha: float = 1e-3, power: float = 0.99) -> int:
-        """Fewest draws at which an excess of ``excess`` over ``bound`` is detected with probability ``power``."""
+        """Fewest draws at which an excess of ``excess`` over ``bound`` is detected with probability ``power``
+        (exact binomial; ValueError when that is more than :data:`MAX_PLANNED` draws)."""
         from scipy.stats import norm
 
-        if not (0 < excess <= 1 - bound):
+        bound, alpha, power = _bound_value(bound), _level(alpha, "alpha"), _level(power, "power")
+        if isinstance(excess, (bool, np.bool_)) or not isinstance(excess, (int, float, np.integer, np.floating)) \
+                or not (0 < excess <= 1 - bound):
             raise ValueError(f"excess must lie in (0, 1 - bound = {1 - bound:.4g}], got {excess!r}")
         a = bound + excess
         za, zb = norm.isf(alpha), norm.isf(1 - power)
-        n = max(1, math.ceil(((za * math.sqrt(bound * (1 - bound)) + zb * math.sqrt(a * (1 - a))) / excess) ** 2))
-        while cls.detectable_excess(n, bound, alpha, power) > excess:   # the normal start, made exact upward
-            n = math.ceil(n * 1.05) + 1
-        return n
+        start = ((za * math.sqrt(bound * (1 - bound)) + zb * math.sqrt(a * (1 - a))) / excess) ** 2  # normal approx.
+        if start > MAX_PLANNED:
+            raise ValueError(f"an excess of {excess:g} over {bound:g} needs ~{start:.3g} draws, over "
+                             f"MAX_PLANNED = {MAX_PLANNED:.0e}: give a larger excess")
+        ok = lambda m: cls.detectable_excess(m, bound, alpha, power) <= excess   # noqa: E731
+        hi = max(1, math.ceil(start))
+        while not ok(hi):                                   # up from the normal start until it detects
+            hi = math.ceil(hi * 1.25) + 1
+        lo = max(0, hi // 2)
+        while lo > 0 and ok(lo):                            # down until it does not
+            hi, lo = lo, lo // 2
+        while hi - lo > 1:                                  # the fewest n in (lo, hi] (monotone in n, up to the
+            mid = (lo + hi) // 2                            # binomial's discreteness)
+            lo, hi = (lo, mid) if ok(mid) else (mid, hi)
+        return hi
 
     def run(self, accepted: int, n: int, bound: float, alpha: float = 1e-3,
             power: float = 0.99) -> AcceptanceBoundResult:
         """The test on ``accepted`` of ``n`` draws against ``bound`` (from :meth:`bound`)."""
         from scipy.stats import binom
 
+        n = _count(n, "n", 1)
+        accepted = _count(accepted, "accepted")
+        if accepted > n:
+            raise ValueError(f"accepted ({accepted}) cannot exceed n ({n}) draws")
+        bound, alpha, power = _bound_value(bound), _level(alpha, "alpha"), _level(power, "power")
         a = accepted / n
         pv = float(binom.sf(accepted - 1, n, bound)) if accepted > 0 else 1.0   # P(Binomial(n, bound) >= A)
         return AcceptanceBoundResult(int(accepted), int(n), float(a), float(math.sqrt(a * (1 - a) / n)),
@@ -166,7 +214,15 @@ class AcceptanceBound:
         """
         from scipy.stats import norm
 
-        x = np.asarray(accepted, dtype=np.float64)
+        if isinstance(bound, (bool, np.bool_)) or not isinstance(bound, (int, float, np.integer, np.floating)) or \
+                not (math.isfinite(float(bound)) and bound >= 0):
+            raise ValueError(f"bound must be a finite expected accepted length >= 0, got {bound!r}")
+        bound, alpha, power = float(bound), _level(alpha, "alpha"), _level(power, "power")
+        x = np.asarray(accepted)
+        if x.ndim != 1 or not np.issubdtype(x.dtype, np.integer) or (x.size and x.min() < 0):
+            raise ValueError("accepted must be a (n,) array of non-negative integers (drafts kept per step), got "
+                             f"dtype {x.dtype}, shape {x.shape}")
+        x = x.astype(np.float64)
         n = int(x.size)
         if n < 100:
             raise ValueError(f"the acceptance-bound test on a mean needs n >= 100 steps, got {n}")
@@ -236,8 +292,17 @@ class AcceptanceBound:
                  power: float = 0.99) -> AcceptanceBoundResult:
         """From the (stop, token) counts of a node's draws: ``stop_counts`` ((k + 1) V,) or (k + 1, V) int64,
         row ``k`` the residual draws; ``p``, ``q`` as :meth:`bound` takes them."""
-        by_stop = np.asarray(stop_counts).reshape(k + 1, -1)
+        c = np.asarray(stop_counts)
+        if not np.issubdtype(c.dtype, np.integer) or (c.size and c.min() < 0) or c.size % (k + 1) or c.size == 0:
+            raise ValueError(f"stop_counts must be non-negative integer counts of shape ((k + 1) V,) or (k + 1, V) "
+                             f"with k = {k}, got dtype {c.dtype}, shape {c.shape}")
+        by_stop = c.reshape(k + 1, -1)
+        V = np.asarray(p.p if q is None and hasattr(p, "p") else p).shape[-1]
+        if by_stop.shape[1] != V:
+            raise ValueError(f"stop_counts have {by_stop.shape[1]} tokens per stop, p has V = {V}")
         n = int(by_stop.sum())
+        if n == 0:
+            raise ValueError("stop_counts are all zero: no draws to test")
         return self.run(n - int(by_stop[k].sum()), n, self.bound(p, q, k, drafting), alpha, power)
 
 

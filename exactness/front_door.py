@@ -34,6 +34,18 @@ from dataclasses import dataclass, fields
 from typing import Callable
 
 
+def _is_int(x) -> bool:
+    import numpy as np
+
+    return isinstance(x, (int, np.integer)) and not isinstance(x, (bool, np.bool_))
+
+
+def _is_number(x) -> bool:
+    import numpy as np
+
+    return isinstance(x, (int, float, np.integer, np.floating)) and not isinstance(x, (bool, np.bool_))
+
+
 @dataclass(frozen=True)
 class Budget:
     """How many draws a certificate may make; the same fields on every route.
@@ -56,14 +68,17 @@ class Budget:
     power: float = 0.99
 
     def __post_init__(self):
-        if self.n is not None and (isinstance(self.n, bool) or not isinstance(self.n, int) or self.n < 1):
-            raise ValueError(f"Budget.n must be an integer >= 1 (draws), got {self.n!r}")
+        if self.n is not None:
+            if not _is_int(self.n) or self.n < 1:
+                raise ValueError(f"Budget.n must be an integer >= 1 (draws), got {self.n!r}")
+            object.__setattr__(self, "n", int(self.n))          # numpy integers become a Python int
         for name in ("tv", "alpha", "power"):
             v = getattr(self, name)
             if v is None and name == "tv":
                 continue
-            if isinstance(v, bool) or not isinstance(v, (int, float)) or not (math.isfinite(v) and 0 < v < 1):
+            if not _is_number(v) or not (math.isfinite(float(v)) and 0 < float(v) < 1):
                 raise ValueError(f"Budget.{name} must be a number in (0, 1), got {v!r}")
+            object.__setattr__(self, name, float(v))
         if not isinstance(self.sequential, bool):
             raise ValueError(f"Budget.sequential must be True or False, got {self.sequential!r}")
 
@@ -75,7 +90,7 @@ class Run:
     Attributes
     ----------
     workers : int >= 1              processes / threads drawing in parallel (routes that parallelise)
-    executor : str                  ``"process"`` or ``"thread"`` (with ``workers`` > 1)
+    executor : str                  ``"local"``, ``"process"`` or ``"ray"`` (``exactness.executors``)
     time_limit : float > 0, optional  seconds the certificate may take (the route's ``time_limit`` / ``timeout``)
 
     Raises ``ValueError`` naming the field for a value out of range.
@@ -86,13 +101,19 @@ class Run:
     time_limit: float | None = None
 
     def __post_init__(self):
-        if isinstance(self.workers, bool) or not isinstance(self.workers, int) or self.workers < 1:
+        if not _is_int(self.workers) or self.workers < 1:
             raise ValueError(f"Run.workers must be an integer >= 1, got {self.workers!r}")
-        if self.executor not in ("process", "thread"):
-            raise ValueError(f"Run.executor must be 'process' or 'thread', got {self.executor!r}")
+        object.__setattr__(self, "workers", int(self.workers))
+        from .executors import EXECUTORS
+
+        if not isinstance(self.executor, str) or self.executor not in EXECUTORS:
+            raise ValueError(f"Run.executor must be one of {sorted(EXECUTORS)} (exactness.executors), got "
+                             f"{self.executor!r}")
         t = self.time_limit
-        if t is not None and (isinstance(t, bool) or not isinstance(t, (int, float)) or not (math.isfinite(t) and t > 0)):
-            raise ValueError(f"Run.time_limit must be a positive number of seconds, got {t!r}")
+        if t is not None:
+            if not _is_number(t) or not (math.isfinite(float(t)) and t > 0):
+                raise ValueError(f"Run.time_limit must be a positive number of seconds, got {t!r}")
+            object.__setattr__(self, "time_limit", float(t))
 
 
 def _has(name: str) -> Callable[[object], bool]:
@@ -187,6 +208,12 @@ def _pick(subject, given: dict, route: str | None) -> Route:
     for r in ROUTES:
         if all(g in given for g in r.given) and r.applies(subject):
             return r
+    if isinstance(subject, str) and not given:
+        from .engines.base import ENGINE_MODULES
+
+        raise ValueError(f"{subject!r} is not an engine; engines: {', '.join(sorted(ENGINE_MODULES))}, or "
+                         "'module:Class' (your own Engine); a registry verifier is certified as "
+                         "certify(resispec.get_verifier(name), p=..., q=..., k=...)")
     have = ", ".join(sorted(given)) or "no keywords"
     raise ValueError(f"nothing to certify from a {type(subject).__name__} subject with {have}; give one of: "
                      + "; ".join(f"{r.name}: {', '.join(r.given) or 'an engine name or Engine'}" for r in ROUTES)
@@ -242,7 +269,7 @@ def certify(subject=None, *, budget: Budget | None = None, run: Run | None = Non
     kw = {a: given[a] for a in r.optional if a in given}
     if "seed" in params:
         kw["seed"] = seed
-    elif not (isinstance(seed, int) and seed == 0):
+    elif not (_is_int(seed) and seed == 0):
         raise ValueError(f"route {r.name!r} ({r.what}) draws nothing, so it takes no seed")
     for obj, defaults in ((budget, Budget()), (run, Run())):
         for f in fields(defaults):

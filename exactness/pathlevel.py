@@ -163,6 +163,18 @@ def _pooled_df(target: np.ndarray, n: int, min_expected: float, what: str) -> in
     return df
 
 
+#: Most horizon outcomes ``V^(L+1)`` a path / tree certificate tests (the target law and its prefixes are built
+#: whole; beyond this a ValueError, not an allocation the machine cannot hold).
+MAX_OUTCOMES = 20_000_000
+
+
+def _check_size(V: int, L: int, what: str) -> None:
+    """ValueError naming ``what`` when ``V^(L+1)`` exceeds :data:`MAX_OUTCOMES`."""
+    if V ** (L + 1) > MAX_OUTCOMES:
+        raise ValueError(f"V^({what} + 1) = {V}^{L + 1} horizon outcomes exceed MAX_OUTCOMES = {MAX_OUTCOMES:,} "
+                         f"(exactness.pathlevel): give a smaller {what} or a pair with a smaller vocabulary")
+
+
 def _bound_check(accepted: np.ndarray, where: tuple, alpha: float) -> tuple[dict | None, str | None]:
     """The acceptance-bound check of a chain / tree rule: ``(record, None)`` or ``(None, why it was skipped)``.
 
@@ -290,6 +302,7 @@ def certify_path(verifier, pair, L: int, *, n: int = 4000, alpha: float = 1e-3, 
     alpha = check_alpha(alpha)
     min_expected = check_min_expected(min_expected)
     V = check_pair(pair, L)
+    _check_size(V, L, "L")
     rng = as_generator(seed)
     target = continuation(prefix_laws(pair, L, context), V, L + 1)[0].ravel()
     df = _pooled_df(target, n, min_expected, f"the horizon test (V^(L+1) = {V}^{L + 1} outcomes)")
@@ -379,6 +392,7 @@ def certify_tree_rule(verifier, pair, branching, *, n: int = 4000, alpha: float 
     branching = _tree_shape(branching)
     D = len(branching)
     V = check_pair(pair, D)
+    _check_size(V, D, "the depth of branching")
     rng = as_generator(seed)
     target = continuation(prefix_laws(pair, D, context), V, D + 1)[0].ravel()
     df = _pooled_df(target, n, min_expected, f"the horizon test (V^(D+1) = {V}^{D + 1} outcomes)")

@@ -358,15 +358,18 @@ def _max_checks(exact: bool, chain_ok: bool, tree: bool, V: int, black_box: bool
             + (2 if tree and V <= TREE_MAX_V else 0))
 
 
-def _acceptance_bound(mc, node, k, drafting, alpha, power, checks, skipped, details) -> None:
+def _acceptance_bound(mc, node, k, drafting, alpha, power, checks, skipped, details, m_max: int = 1) -> None:
     """The acceptance-bound check (``exactness.acceptance_bound``) on the draws' (stop, token) counts: its
     p-value into ``checks``, its record into ``details``, or why it cannot run into ``skipped``.  ``node``: the
-    one-node ``Laws`` checked at the door (handed on, not checked again)."""
+    one-node ``Laws`` checked at the door (handed on, not checked again); ``m_max``: the most checks Holm can
+    count, so the detectable excess is stated at ``alpha / m_max`` (Bonferroni-safe after Holm)."""
     from .acceptance_bound import ACCEPTANCE_BOUND as AB
 
     why = AB.skip_reason(mc.joint is not None, drafting)
     if why is None:
         res = AB.run_node(mc.joint, node, None, k, drafting, alpha, power)
+        # its power is stated at alpha / (the most checks Holm can count): what the certificate itself detects
+        res = replace(res, detectable_excess=AB.detectable_excess(res.n, res.bound, alpha / m_max, power))
         details[AB.name] = res.as_dict()
         if math.isinf(res.detectable_excess):
             why = f"{res.n:,} draws against alpha* = {res.bound:.4g}: no accepted count can fail the test"
@@ -710,7 +713,7 @@ def _certify(verifier, node, k: int, *, n, alpha, power, tv, tree, exact, worker
     elif J is not None:
         for name in ("joint", "accepted_count", "residual"):
             skipped[name] = "verify returned no .accepted" if mc.note is None else BAD_ACCEPTED_SKIP
-    _acceptance_bound(mc, node, k, drafting_of(verifier), alpha, power, checks, skipped, details)
+    _acceptance_bound(mc, node, k, drafting_of(verifier), alpha, power, checks, skipped, details, m_max)
     notes = ()
     if mc.note is not None:   # a pipeline that drafts its own candidates: certified on the tokens it emits,
         # and the broken contract is itself a FAIL (p = 0: the subject misbehaved; return only .tokens to avoid it)

@@ -161,6 +161,7 @@ def test_bad_input_names_the_argument(kwargs, says):
 @pytest.mark.parametrize("make,says", [
     (lambda: Budget(n=0), "Budget.n"), (lambda: Budget(tv=1.5), "Budget.tv"), (lambda: Budget(alpha=0), "alpha"),
     (lambda: Run(workers=0), "Run.workers"), (lambda: Run(executor="gpu"), "Run.executor"),
+    (lambda: Run(executor="thread"), "one of \\['local', 'process', 'ray'\\]"),
     (lambda: Run(time_limit=-1), "Run.time_limit"),
 ])
 def test_budget_and_run_refuse_bad_fields(make, says):
@@ -183,3 +184,11 @@ def test_routes_table_is_in_the_docs():
 
 def test_front_door_is_public():
     assert exactness.certify is certify and "certify" in exactness.__all__
+
+
+def test_numpy_scalars_are_accepted_and_an_unknown_engine_is_named():
+    assert Budget(n=np.int64(100)).n == 100 and type(Budget(n=np.int64(100)).n) is int
+    assert Run(workers=np.int64(2), executor="local").workers == 2
+    assert certify(counts=_counts(P, 4000, 1), p=P, seed=np.int64(0)).passed
+    with pytest.raises(ValueError, match="'nonexistent-engine' is not an engine; engines: "):
+        certify("nonexistent-engine")
