@@ -175,11 +175,12 @@ def _check_size(V: int, L: int, what: str) -> None:
                          f"(exactness.pathlevel): give a smaller {what} or a pair with a smaller vocabulary")
 
 
-def _bound_check(accepted: np.ndarray, where: tuple, alpha: float) -> tuple[dict | None, str | None]:
+def _bound_check(accepted: np.ndarray, where: tuple, alpha: float,
+                 known: float | None = None) -> tuple[dict | None, str | None]:
     """The acceptance-bound check of a chain / tree rule: ``(record, None)`` or ``(None, why it was skipped)``.
 
     ``where`` = ``(pair, branching, context)``; the bound is ``optimal_accepted`` (the LP over all exact rules)
-    plus its solver tolerance.
+    plus its solver tolerance, or ``known`` when the exact form already solved that LP (it is not solved twice).
     """
     from resispec.pathlevel.bound import optimal_accepted
 
@@ -187,11 +188,13 @@ def _bound_check(accepted: np.ndarray, where: tuple, alpha: float) -> tuple[dict
 
     if accepted.size < 100:
         return None, f"needs n >= 100 steps for the test on the mean accepted length (n = {accepted.size})"
-    try:
-        b = optimal_accepted(*where)
-    except ValueError as exc:                         # the LP is too large at this size: the check cannot run
-        return None, f"no bound at this size: {exc}"
-    res = AB.run_mean(accepted, b.expected_accepted + 10 * b.tolerance, alpha, POWER)  # LP optimum + its tolerance
+    if known is None:
+        try:
+            b = optimal_accepted(*where)
+        except ValueError as exc:                     # the LP is too large at this size: the check cannot run
+            return None, f"no bound at this size: {exc}"
+        known = b.expected_accepted + 10 * b.tolerance                  # LP optimum + its tolerance
+    res = AB.run_mean(accepted, known, alpha, POWER)
     return res.as_dict(), None
 
 
@@ -205,7 +208,7 @@ def _certificate(counts: np.ndarray, target: np.ndarray, n: int, df: int, alpha:
     skipped: dict = {}
     bound = None
     if accepted is not None and where is not None:
-        bound, why = _bound_check(accepted, where, alpha)
+        bound, why = _bound_check(accepted, where, alpha, (exact or {}).get("bound"))
         if why is None:
             checks["acceptance_bound"] = bound["pvalue"]
         else:
