@@ -792,8 +792,12 @@ def _certify(decoder, target, prompts, new_tokens, n, tv, alpha, seed, seeded, t
         from .decoder_events import conditional_checks, conditional_values
 
         rows, toks, ev = flat
-        vals, imp_c = conditional_values(ev, prompts[rows], toks, tgt, decoder, decoder.rule, r_cond)
+        per_node = ev_skip is None                       # else only the rule-free bonus check (ev_skip: why)
+        vals, imp_c = conditional_values(ev, prompts[rows], toks, tgt, decoder,
+                                         decoder.rule if per_node else None, r_cond)
         c, d, sk = conditional_checks(vals, imp_c, alpha)
+        if not per_node:
+            sk.update({"accepted_count": ev_skip, "after_rejection": ev_skip})
         checks.update(c)
         details.update(d)
         skipped.update(sk)
@@ -906,7 +910,9 @@ def _scope(details: dict, m: int, mj: int, det: float, orders) -> dict:
 
 
 def _events_mode(decoder):
-    """``(sample_events or None, skip reason)``: whether the conditional checks run, and why not.
+    """``(sample_events or None, reason)``: whether the conditional checks run, and why not (all of them, or with
+    ``sample_events`` given, the per-node ones: a decoder whose rule is None or not per node still has its bonus
+    draws checked, the bonus law after a full path being the target's for every exact rule).
 
     Raises ValueError when ``decoder.rule`` names no registry verifier and no known non-per-node rule.
     """
@@ -918,12 +924,13 @@ def _events_mode(decoder):
             "in the joint and PIT checks")
     rule = getattr(decoder, "rule", None)
     if rule is None:
-        return None, ("decoder.rule is None: the decoder names no per-node rule (a resispec registry verifier name, "
-                      "e.g. 'rrs' for token-level chain verification), so its events cannot be checked")
+        return fn, ("decoder.rule is None: the decoder names no per-node rule (a resispec registry verifier name, "
+                    "e.g. 'rrs' for token-level chain verification), so its accept decisions and residual tokens "
+                    "have no law to check (the rule-free bonus check runs)")
     from .decoder_events import NOT_PER_NODE
 
     if rule in NOT_PER_NODE:
-        return None, f"decoder.rule = {rule!r}: {NOT_PER_NODE[rule]}"
+        return fn, f"decoder.rule = {rule!r}: {NOT_PER_NODE[rule]} (the rule-free bonus check runs)"
     import resispec
 
     names = resispec.available_verifiers()

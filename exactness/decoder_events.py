@@ -232,11 +232,15 @@ def conditional_values(ev: DecoderEvents, prompts_rows, tokens, tgt, decoder, ru
     """PIT values of the three conditional checks: ``{check: (N,) float64}`` and impossible counts.
 
     ``prompts_rows`` (N, L) and ``tokens`` (N, m): the prompt and the tokens of every row that
-    ``ev.row`` indexes; ``tgt`` the validated target; ``rule`` a registry verifier name.
+    ``ev.row`` indexes; ``tgt`` the validated target; ``rule`` a registry verifier name, or None: then only the
+    bonus draws are scored (their law, ``p`` at the context, is the same for every exact rule: a bonus ``y`` after
+    the full path ``d`` and any other route to the output ``d, y`` -- a residual token, then later steps -- add up
+    to ``p(y | d)`` only if the bonus law is ``p(. | d)``, the later steps being target continuations), and
+    ``accepted_count`` / ``after_rejection`` are None.
     """
     import resispec
 
-    verifier = resispec.get_verifier(rule)
+    verifier = None if rule is None else resispec.get_verifier(rule)
     E = ev.row.size
     V = tgt.V
     k = (ev.candidates >= 0).sum(axis=1)
@@ -251,7 +255,7 @@ def conditional_values(ev: DecoderEvents, prompts_rows, tokens, tgt, decoder, ru
             p = tgt(ctx)
             law = p.copy()                                 # bonus: p; rejection: the residual
             dec = k[e] > 0
-            if dec.any():
+            if dec.any() and verifier is not None:
                 q = _event_q(decoder, ctx[dec], ev.candidates[e[dec]], k[e][dec], V)
                 for kk in np.unique(k[e][dec]):
                     sel = np.flatnonzero(dec)[k[e][dec] == kk]
@@ -286,6 +290,9 @@ def conditional_values(ev: DecoderEvents, prompts_rows, tokens, tgt, decoder, ru
     r_sel = rej[decided]
     a_rej[inv[r_sel]] = 1.0 - alpha[decided][r_sel]
     u_count = np.clip(1.0 - S + rng.random(ids.size) * S * a_rej, 0.0, 1.0)
+    if verifier is None:                                  # no rule: the rule-free bonus check only
+        return ({"accepted_count": None, "after_rejection": None,
+                 "bonus": {o: u_tok[o][bonus] for o in TOKEN_ORDERS}}, impossible)
     return ({"accepted_count": u_count,
              "after_rejection": {o: u_tok[o][rej] for o in TOKEN_ORDERS},
              "bonus": {o: u_tok[o][bonus] for o in TOKEN_ORDERS}}, impossible)
@@ -297,6 +304,8 @@ def conditional_checks(values, impossible, alpha: float):
     checks, details, skipped = {}, {}, {}
     for name in ("accepted_count", "after_rejection", "bonus"):
         v = values[name]
+        if v is None:                                     # not scored (no rule): the caller says why
+            continue
         n = (v if isinstance(v, np.ndarray) else v[TOKEN_ORDERS[0]]).size
         if n == 0:
             what = {"accepted_count": "target calls with a decision", "after_rejection": "rejections",

@@ -27,6 +27,14 @@ Tree rule (``resispec.pathlevel.traversal``), ``TREE_MUTANTS``:
 - ``traversal_resispec_no_bottom``: ``traversal_resispec`` hands its node rule the normalised requirement
   ``m / |m|`` without the "keeps nothing" outcome ``⊥`` (right only when ``|m| = 1``, at the root).
 
+Plan and sampler apart (``PLAN_MUTANTS``; ``exactness.plan_check`` must flag them, the exact analysis of the
+declared plan cannot, since it reads the plan and not the code that runs):
+
+- ``plan_says_block``: declares block's plan, samples token-wise (exact, so the horizon test passes; its plan's
+  ``E[accepted]`` overstates what runs); ``verify`` takes ``uniforms=`` (the coupled form applies);
+- ``plan_says_block_rng``: the same with ``verify(p, q, drafts, rng)`` only (the PIT form alone);
+- ``traversal_plan_says_exact``: declares ``traversal``'s plan, samples ``traversal_stale_requirement``'s (biased).
+
 Not a bug (so not here): dropping the bonus token after a full acceptance and letting the next
 step draw it -- the emitted ``L`` drafts continued by the target keep the target law; it only wastes
 a token (``docs/pathlevel.md``).
@@ -117,4 +125,34 @@ TREE_MUTANTS = {
     "traversal_resispec_no_bottom": NoBottom,
 }
 for _name, _cls in TREE_MUTANTS.items():
+    _cls.name = _name
+
+
+class PlanSaysBlock(BlockVerifier):
+    """Block's plan, token-wise sampler (``PathVerifier.verify`` contract, with ``uniforms=``)."""
+
+    def verify(self, p, q, drafts, rng=None, *, uniforms=None):
+        return TokenwiseVerifier().verify(p, q, drafts, rng, uniforms=uniforms)   # BUG: not its declared plan
+
+
+class PlanSaysBlockRng(BlockVerifier):
+    """Block's plan, token-wise sampler taking only ``rng``."""
+
+    def verify(self, p, q, drafts, rng):
+        return TokenwiseVerifier().verify(p, q, drafts, rng)                      # BUG: not its declared plan
+
+
+class TraversalPlanSaysExact(TraversalVerifier):
+    """``traversal``'s plan, ``traversal_stale_requirement``'s sampler."""
+
+    def verify_tree(self, p, q, parent, tokens, rng):
+        return StaleRequirement().verify_tree(p, q, parent, tokens, rng)         # BUG: not its declared plan
+
+
+PLAN_MUTANTS = {
+    "plan_says_block": PlanSaysBlock,
+    "plan_says_block_rng": PlanSaysBlockRng,
+    "traversal_plan_says_exact": TraversalPlanSaysExact,
+}
+for _name, _cls in PLAN_MUTANTS.items():
     _cls.name = _name

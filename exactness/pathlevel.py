@@ -16,22 +16,24 @@ The exact check is :func:`resispec.pathlevel.analyse_path` (TV by enumeration).
 Every :class:`PathCertificate` states what it could detect: ``detectable_tv``, the smallest horizon TV
 flagged with probability ``power`` (0.99) at its ``alpha`` (:func:`exactness.power.detectable_tv` on the
 pooled df).  Refused up front, never passed: an ``alpha`` outside (0, 1), an ``n`` so small that pooling
-leaves the test no degree of freedom (it could not fail); a rule output that is no valid step (``accepted``
-outside ``0..L``, a token outside ``[0, V)``, kept nodes that are no root path of the tree) is a ValueError
-naming the method that returned it.
+leaves the test no degree of freedom (it could not fail).  A rule that misbehaves -- ``verify`` raising, a
+result that is no valid step (``accepted`` outside ``0..L``, a token outside ``[0, V)``, kept nodes that are no
+root path of the tree) -- is a FAIL certificate whose ``cause`` names the method, never a refusal.  A rule that
+declares its plan also has it checked against its sampler (:mod:`exactness.plan_check`) and its plan's
+``E[accepted]`` against the LP bound without sampling (:mod:`exactness.acceptance_bound`).
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
 from resispec.pathlevel.analysis import check_pair, continuation, prefix_laws, tree_nodes
 from resispec.sampling import _inverse_cdf
 
-from ._checks import as_generator, check_alpha, check_n
+from ._checks import SubjectError, as_generator, check_alpha, check_n, subject_call
 from .certificate import check_min_expected, no_df_message
 from .gof import MIN_EXPECTED, gof_test, pool_cells, tv_bounds
 from .power import detectable_tv
@@ -77,6 +79,13 @@ class PathCertificate:
         A rule that declares its plan (``plan``): the plan's exact E[accepted] against the same bound, without
         sampling (``exactness.acceptance_bound.AcceptanceBound.exact_path``: ``expected_accepted``, ``bound``,
         ``exact_tv``, ``exceeded``, ``reason``; ``error`` when the plan is not a law, a FAIL).
+    plan_sampler : dict or None
+        A rule that declares its plan (``plan`` / ``plan_tree``): does its sampler follow it
+        (``exactness.plan_check``: the PIT of each sampled step's outcome under the plan, and with ``uniforms=``
+        the coupled draw; ``reason`` its one line)?  None where it did not run (``skipped`` says why).
+    cause : str or None
+        The rule misbehaved (``verify`` / ``verify_tree`` raised, or returned no valid step): the FAIL's cause,
+        naming the method; ``n`` is then the steps completed before it and ``counts`` theirs.
     """
 
     passed: bool
@@ -94,6 +103,8 @@ class PathCertificate:
     acceptance_bound: dict | None = None
     skipped: dict = field(default_factory=dict)
     exact_bound: dict | None = None
+    plan_sampler: dict | None = None
+    cause: str | None = None
 
     @property
     def outcome(self) -> str:
@@ -102,12 +113,15 @@ class PathCertificate:
 
     @property
     def checks(self) -> dict:
-        """Raw p-values: ``horizon`` (the chi-square of the horizon outcomes) and ``acceptance_bound`` (the mean
-        drafts kept per step against the LP bound over all exact rules), where it ran."""
+        """Raw p-values: ``horizon`` (the chi-square of the horizon outcomes), ``acceptance_bound`` (the mean
+        drafts kept per step against the LP bound over all exact rules), ``exact_bound`` and ``plan_sampler``
+        where they ran; ``subject`` (0.0) when the rule misbehaved."""
         return dict(self.raw_checks) or {"horizon": float(self.pvalue)}
 
     def summary(self) -> str:
         """One line: verdict, p-value, chi-square (df), TV estimate, detectable TV at alpha and power, n."""
+        if self.cause is not None:
+            return f"FAIL: the rule misbehaved after {self.n:,} steps: {self.cause}"
         stat = f"{self.statistic:.4g}" if math.isfinite(self.statistic) else str(self.statistic)
         out = (f"{'NO BIAS DETECTED' if self.passed else 'FAIL'}: p = {self.pvalue:.3g}; horizon chi2 = {stat} (df {self.df}), "
                f"TV ~ {self.tv_estimate:.3g} (<= {self.tv_upper:.3g}), detectable TV {self.detectable_tv:.3g} at "
@@ -117,6 +131,9 @@ class PathCertificate:
             out += f"; exact_bound: {e.get('error') or e['reason']}"
         if b is not None and b["pvalue"] < self.alpha:
             out += f"; acceptance_bound: {b['reason']}"
+        ps = self.plan_sampler
+        if ps is not None and ps["pvalue"] < self.alpha:
+            out += f"; plan_sampler: {ps['reason']}"
         if self.passed and self.detectable_tv >= 1:
             out += "; note: no power (detectable TV >= 1): a pass here is no evidence of exactness"
         return out
@@ -131,9 +148,9 @@ def _method(verifier, name: str, what: str):
 
 
 def _int_in(x, lo: int, hi: int, what: str) -> int:
-    """``x`` as an int in ``[lo, hi]``, else ValueError naming ``what``."""
+    """``x`` as an int in ``[lo, hi]``, else :class:`SubjectError` naming ``what`` (the rule returned it: a FAIL)."""
     if isinstance(x, (bool, np.bool_)) or not isinstance(x, (int, np.integer)) or not lo <= x <= hi:
-        raise ValueError(f"{what} must be an integer in [{lo}, {hi}], got {x!r}")
+        raise SubjectError(f"{what} must be an integer in [{lo}, {hi}], got {x!r}")
     return int(x)
 
 
@@ -200,7 +217,7 @@ def _bound_check(accepted: np.ndarray, where: tuple, alpha: float,
 
 def _certificate(counts: np.ndarray, target: np.ndarray, n: int, df: int, alpha: float,
                  min_expected: float, accepted: np.ndarray | None = None, where: tuple | None = None,
-                 exact: dict | None = None) -> PathCertificate:
+                 exact: dict | None = None, plan_sampler: dict | None = None) -> PathCertificate:
     from .certificate import holm
 
     res = gof_test(counts, target, min_expected=min_expected)
@@ -218,23 +235,27 @@ def _certificate(counts: np.ndarray, target: np.ndarray, n: int, df: int, alpha:
             skipped["exact_bound"] = exact["skipped"]
         else:   # deterministic: 0.0 when the plan accepts more than the bound or is not a law, else 1.0
             checks["exact_bound"] = 0.0 if ("error" in exact or exact["exceeded"]) else 1.0
+    if plan_sampler is not None:
+        checks["plan_sampler"] = plan_sampler["pvalue"]
     pvalue = min(holm(checks).values())               # Holm over the checks (the horizon test alone: its p-value)
     tv_hat, tv_up = tv_bounds(counts, target, alpha)
     det = detectable_tv(n, max(1, df), alpha=alpha, power=POWER)
     return PathCertificate(passed=bool(pvalue >= alpha), pvalue=pvalue, n=int(n), counts=counts,
                            statistic=float(res.statistic), df=int(df), detectable_tv=float(det), alpha=alpha,
                            power=POWER, tv_estimate=float(tv_hat), tv_upper=float(tv_up), raw_checks=checks,
-                           acceptance_bound=bound, skipped=skipped, exact_bound=exact)
+                           acceptance_bound=bound, skipped=skipped, exact_bound=exact, plan_sampler=plan_sampler)
 
 
 def sample_horizon(verifier, pair, L: int, n: int, rng: np.random.Generator, context=(),
-                   accepted: np.ndarray | None = None) -> np.ndarray:
+                   accepted: np.ndarray | None = None, observe=None) -> np.ndarray:
     """``n`` sampled first-``L+1``-token outcomes, (n,) int64 flat indices into ``V^(L+1)`` (row-major).
 
     Each: drafts ``d_{i+1} ~ q(. | d_1..d_i)``, ``verifier.verify(p rows (L+1, V), q rows (L, V), d, rng)``,
     then the target continues the emitted tokens to ``L + 1``; ``accepted`` ((n,) int64, optional) receives
-    the drafts kept at each step.  ValueError when ``verify`` returns
-    ``accepted`` outside ``0..L`` or a token outside ``[0, V)``; TypeError without ``verify``.
+    the drafts kept at each step; ``observe(args, stop_row, token, drafts)`` (optional) sees each step
+    (``args = (p, q, d)``, as ``exactness.plan_check`` scores it).  :class:`exactness.SubjectError` (the rule
+    misbehaved: a FAIL) when ``verify`` raises or returns ``accepted`` outside ``0..L`` or a token outside
+    ``[0, V)`` (its ``steps`` attribute: the steps completed before); TypeError without ``verify``.
     """
     verify = _method(verifier, "verify", "verify(p, q, drafts, rng) -> PathResult(accepted, token), e.g. "
                                          "resispec.pathlevel.get_path_verifier('block')")
@@ -243,6 +264,7 @@ def sample_horizon(verifier, pair, L: int, n: int, rng: np.random.Generator, con
     laws = prefix_laws(pair, L, context)
     one = np.empty(1)
     out = np.empty(n, dtype=np.int64)
+    name = f"{type(verifier).__name__}.verify"
     for s in range(n):
         d = []
         for i in range(L):
@@ -250,21 +272,55 @@ def sample_horizon(verifier, pair, L: int, n: int, rng: np.random.Generator, con
             d.append(int(_inverse_cdf(laws[tuple(d)][1][None, :], one)[0]))
         p = np.stack([laws[tuple(d[:i])][0] for i in range(L + 1)])
         q = np.stack([laws[tuple(d[:i])][1] for i in range(L)])
-        r = verify(p, q, np.array(d, dtype=np.int64), rng)
-        if not hasattr(r, "accepted") or not hasattr(r, "token"):
-            raise TypeError(f"{type(verifier).__name__}.verify must return a PathResult(accepted, token), "
-                            f"got {type(r).__name__}")
-        acc = _int_in(r.accepted, 0, L, f"{type(verifier).__name__}.verify(...).accepted (drafts kept, L = {L})")
-        tok = _int_in(r.token, 0, V - 1, f"{type(verifier).__name__}.verify(...).token (a token id of the "
-                                         f"pair's vocabulary, V = {V})")
+        try:
+            r = subject_call(verify, name, p.copy(), q.copy(), np.array(d, dtype=np.int64), rng)
+            if not hasattr(r, "accepted") or not hasattr(r, "token"):
+                raise SubjectError(f"{name} must return a PathResult(accepted, token), got {type(r).__name__}")
+            acc = _int_in(r.accepted, 0, L, f"{name}(...).accepted (drafts kept, L = {L})")
+            tok = _int_in(r.token, 0, V - 1, f"{name}(...).token (a token id of the pair's vocabulary, V = {V})")
+        except SubjectError as exc:
+            exc.steps = s                                 # steps completed before the misbehaviour
+            raise
         if accepted is not None:
             accepted[s] = acc
+        if observe is not None:
+            observe((p, q, np.array(d, dtype=np.int64)), acc, tok, d)
         z = d[:acc] + [tok]
         while len(z) < L + 1:
             one[0] = rng.random()
             z.append(int(_inverse_cdf(laws[tuple(z)][0][None, :], one)[0]))
         out[s] = int(np.ravel_multi_index(tuple(z), (V,) * (L + 1)))
     return out
+
+
+def _side_rng(rng: np.random.Generator) -> np.random.Generator:
+    """An independent generator for the plan check, spawned so that ``rng``'s own draws are unchanged."""
+    try:
+        return rng.spawn(1)[0]
+    except (AttributeError, TypeError, ValueError):       # a bit generator without a seed sequence
+        return np.random.default_rng(np.random.SeedSequence(int(rng.bit_generator.random_raw())))
+
+
+def _run(sample, n: int, target: np.ndarray, df: int, alpha: float, min_expected: float, where: tuple,
+         exact: dict | None, collector) -> PathCertificate:
+    """Sample the horizon (``sample(accepted, observe)``), then the certificate; a misbehaving rule is a FAIL."""
+    acc = np.zeros(n, dtype=np.int64)
+    try:
+        idx = sample(acc, None if collector is None else collector.observe)
+    except SubjectError as exc:
+        return _subject_failure(target, getattr(exc, "steps", 0), alpha, exc.cause, exact)
+    counts = np.bincount(idx, minlength=target.size)
+    ps = None if collector is None else collector.result(alpha, POWER).as_dict()
+    return _certificate(counts, target, n, df, alpha, min_expected, acc, where, exact, ps)
+
+
+def _subject_failure(target: np.ndarray, steps: int, alpha: float, cause: str, exact: dict | None
+                     ) -> PathCertificate:
+    """The FAIL of a rule that raised or returned no valid step after ``steps`` steps."""
+    return PathCertificate(passed=False, pvalue=0.0, n=int(steps), counts=np.zeros(target.size, dtype=np.int64),
+                           statistic=float("nan"), df=0, detectable_tv=1.0, alpha=alpha, power=POWER,
+                           tv_estimate=float("nan"), tv_upper=1.0, raw_checks={"subject": 0.0},
+                           skipped={"horizon": f"the rule misbehaved: {cause}"}, exact_bound=exact, cause=cause)
 
 
 def certify_path(verifier, pair, L: int, *, n: int = 4000, alpha: float = 1e-3, seed=0, context=(),
@@ -314,18 +370,21 @@ def certify_path(verifier, pair, L: int, *, n: int = 4000, alpha: float = 1e-3, 
         from .acceptance_bound import ACCEPTANCE_BOUND
 
         exact = ACCEPTANCE_BOUND.exact_path(verifier, pair, L, context)
-    acc = np.zeros(n, dtype=np.int64)
-    counts = np.bincount(sample_horizon(verifier, pair, L, n, rng, context, acc), minlength=target.size)
-    return _certificate(counts, target, n, df, alpha, min_expected, acc, (pair, (1,) * L, context), exact)
+    coll, why = _plan_collector(verifier, "path", rng, L + 1, V)
+    cert = _run(lambda acc, obs: sample_horizon(verifier, pair, L, n, rng, context, acc, obs), n, target, df,
+                alpha, min_expected, (pair, (1,) * L, context), exact, coll)
+    return _with_skip(cert, why)
 
 
 def sample_tree_horizon(verifier, pair, branching, n: int, rng: np.random.Generator, context=(),
-                        accepted: np.ndarray | None = None) -> np.ndarray:
+                        accepted: np.ndarray | None = None, observe=None) -> np.ndarray:
     """As :func:`sample_horizon` for a tree rule (``verify_tree``) on iid-drafted trees of shape ``branching``
     (``"2,1"`` or (2, 1)): (n,) int64 flat indices into ``V^(D+1)`` of the emitted tokens continued by the target.
 
-    ValueError when ``verify_tree`` returns kept nodes that are not a root path of the tree (ids in ``[0, N)``,
-    each the child of the one before) or a token outside ``[0, V)``; TypeError without ``verify_tree``.
+    ``observe(args, stop_row, token, tokens)`` (optional) sees each step (``args = (p, q, parent, tokens)``, the
+    stop row = the last kept node + 1, 0 for the root).  :class:`exactness.SubjectError` (a FAIL) when
+    ``verify_tree`` raises or returns kept nodes that are not a root path of the tree (ids in ``[0, N)``, each the
+    child of the one before) or a token outside ``[0, V)``; TypeError without ``verify_tree``.
     """
     verify_tree = _method(verifier, "verify_tree", "verify_tree(p, q, parent, tokens, rng) -> (kept node ids, "
                                                    "token), e.g. resispec.pathlevel.get_path_verifier('traversal')")
@@ -349,31 +408,44 @@ def sample_tree_horizon(verifier, pair, branching, n: int, rng: np.random.Genera
             paths.append(paths[parent[r]] + (t,))
         p = np.stack([laws[paths[r]][0] for r in range(N + 1)])
         q = np.stack([laws[paths[r]][1] for r in range(N + 1)])
-        res = verify_tree(p, q, par_ids, np.array(toks, dtype=np.int64), rng)
+        tok_arr = np.array(toks, dtype=np.int64)
         try:
-            kept, token = res
-            kept = list(kept)
-        except (TypeError, ValueError):
-            raise TypeError(f"{name} must return (kept node ids, token), got {res!r}") from None
-        if len(kept) > D:
-            raise ValueError(f"{name} kept {len(kept)} nodes {kept!r}; a root path of a depth-{D} tree has at most "
-                             f"{D}")
-        up = -1
-        for j, k in enumerate(kept):
-            k = _int_in(k, 0, N - 1, f"{name} kept node ids (drafted nodes 0..N-1, N = {N}); entry {j}")
-            if par_ids[k] != up:
-                raise ValueError(f"{name} kept nodes {kept!r} are not a root path: node {k} is a child of "
-                                 f"{int(par_ids[k])}, not of {up} (-1 = root)")
-            up = k
-        token = _int_in(token, 0, V - 1, f"{name} token (a token id of the pair's vocabulary, V = {V})")
+            kept, token = _tree_step(subject_call(verify_tree, name, p.copy(), q.copy(), par_ids.copy(),
+                                                  tok_arr.copy(), rng), name, par_ids, N, D, V)
+        except SubjectError as exc:
+            exc.steps = s                                 # steps completed before the misbehaviour
+            raise
         if accepted is not None:
             accepted[s] = len(kept)
+        if observe is not None:
+            observe((p, q, par_ids, tok_arr), kept[-1] + 1 if kept else 0, token, toks)
         z = [toks[int(i)] for i in kept] + [token]
         while len(z) < D + 1:
             one[0] = rng.random()
             z.append(int(_inverse_cdf(laws[tuple(z)][0][None, :], one)[0]))
         out[s] = int(np.ravel_multi_index(tuple(z), (V,) * (D + 1)))
     return out
+
+
+def _tree_step(res, name: str, par_ids: np.ndarray, N: int, D: int, V: int) -> tuple[list[int], int]:
+    """``verify_tree``'s ``(kept, token)`` checked: a root path of at most ``D`` node ids and a token in
+    ``[0, V)``; else :class:`SubjectError` naming ``name``."""
+    try:
+        kept, token = res
+        kept = list(kept)
+    except (TypeError, ValueError):
+        raise SubjectError(f"{name} must return (kept node ids, token), got {res!r}") from None
+    if len(kept) > D:
+        raise SubjectError(f"{name} kept {len(kept)} nodes {kept!r}; a root path of a depth-{D} tree has at most {D}")
+    up = -1
+    for j, k in enumerate(kept):
+        k = _int_in(k, 0, N - 1, f"{name} kept node ids (drafted nodes 0..N-1, N = {N}); entry {j}")
+        if par_ids[k] != up:
+            raise SubjectError(f"{name} kept nodes {kept!r} are not a root path: node {k} is a child of "
+                               f"{int(par_ids[k])}, not of {up} (-1 = root)")
+        up = k
+    token = _int_in(token, 0, V - 1, f"{name} token (a token id of the pair's vocabulary, V = {V})")
+    return [int(k) for k in kept], token
 
 
 def certify_tree_rule(verifier, pair, branching, *, n: int = 4000, alpha: float = 1e-3, seed=0,
@@ -399,7 +471,25 @@ def certify_tree_rule(verifier, pair, branching, *, n: int = 4000, alpha: float 
     rng = as_generator(seed)
     target = continuation(prefix_laws(pair, D, context), V, D + 1)[0].ravel()
     df = _pooled_df(target, n, min_expected, f"the horizon test (V^(D+1) = {V}^{D + 1} outcomes)")
-    acc = np.zeros(n, dtype=np.int64)
-    counts = np.bincount(sample_tree_horizon(verifier, pair, branching, n, rng, context, acc),
-                         minlength=target.size)
-    return _certificate(counts, target, n, df, alpha, min_expected, acc, (pair, branching, context))
+    N = len(tree_nodes(branching)[0]) - 1
+    coll, why = _plan_collector(verifier, "tree", rng, N + 1, V)
+    cert = _run(lambda acc, obs: sample_tree_horizon(verifier, pair, branching, n, rng, context, acc, obs), n,
+                target, df, alpha, min_expected, (pair, branching, context), None, coll)
+    return _with_skip(cert, why)
+
+
+def _plan_collector(verifier, kind: str, rng: np.random.Generator, rows: int, V: int):
+    """``(collector, None)`` for a rule with a declared plan (``exactness.plan_check``), else ``(None, why)``."""
+    from .plan_check import PLAN_SAMPLER
+
+    why = PLAN_SAMPLER.applies(verifier, kind)
+    if why is not None:
+        return None, why
+    return PLAN_SAMPLER.collector(verifier, kind, _side_rng(rng), rows, V), None
+
+
+def _with_skip(cert: PathCertificate, why: str | None) -> PathCertificate:
+    """``cert`` with ``skipped["plan_sampler"] = why`` when the plan check did not apply."""
+    if why is None:
+        return cert
+    return replace(cert, skipped={**cert.skipped, "plan_sampler": why})

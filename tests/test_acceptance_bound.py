@@ -162,7 +162,7 @@ def test_exact_path_rules_never_fail_the_bound_in_20_seeds(name, shape):
 
 def test_block_passes_both_bound_checks_in_certify_path():
     cert = certify_path(get_path_verifier("block"), PAIR, 2, n=2000, seed=0)
-    assert cert.passed and set(cert.checks) == {"horizon", "acceptance_bound", "exact_bound"}
+    assert cert.passed and set(cert.checks) == {"horizon", "acceptance_bound", "exact_bound", "plan_sampler"}
     e = cert.exact_bound
     assert not e["exceeded"] and e["expected_accepted"] == pytest.approx(e["bound"], abs=1e-6)   # block attains it
 

@@ -43,7 +43,9 @@ def test_block_verification_is_not_per_node():
     model, target, prompts = setup()
     cert = exactness.certify_decoder(CORRECT["block_chain"](model), target, prompts, new_tokens=3, n=2000)
     assert cert.passed, cert.summary()
-    assert "block verification" in cert.skipped["conditional"] and "accepted_count" not in cert.checks
+    assert "block verification" in cert.skipped["accepted_count"] and "accepted_count" not in cert.checks
+    assert "block verification" in cert.skipped["after_rejection"] and "conditional" not in cert.skipped
+    assert "bonus" in cert.checks and cert.details["bonus"]["n"] > 0      # the rule-free bonus check runs
 
 
 def test_no_events_is_skipped_with_the_reason():
@@ -61,11 +63,27 @@ def test_unknown_rule_in_a_user_kernel_is_skipped_and_a_bad_rule_is_an_error():
         return out[out >= 0]
 
     cert = exactness.certify_decoder(ChainDecoder(per_request(one), model), target, prompts, n=500)
-    assert "decoder.rule is None" in cert.skipped["conditional"]
+    assert "decoder.rule is None" in cert.skipped["accepted_count"]   # bonus: none within 2 new tokens
     cert = exactness.certify_decoder(ChainDecoder(per_request(one), model, rule="rrs"), target, prompts, n=3000)
     assert cert.passed and "after_rejection" in cert.checks, cert.summary()
     with pytest.raises(ValueError, match="'token' is not a resispec registry verifier"):
         exactness.certify_decoder(ChainDecoder(token_chain_kernel, model, rule="token"), target, prompts, n=50)
+
+
+def test_a_user_kernel_without_a_rule_still_has_its_bonus_checked():
+    """Issue 40 item 4: the bonus law after a full path is the target's for every exact rule, so a user kernel
+    that names no rule (rule None) still gets the bonus check; a bonus drawn from a residual fails it."""
+    from exactness.decoder_mutants import bonus_from_residual_kernel
+
+    model, target, prompts = setup()
+
+    def one(tp, dp, d, rng):                         # the planted bug as a per-request user kernel, no rule
+        out = bonus_from_residual_kernel(tp[None], dp[None], d[None], rng)[0]
+        return out[out >= 0]
+
+    cert = exactness.certify_decoder(ChainDecoder(per_request(one), model), target, prompts, new_tokens=3, n=N)
+    assert "bonus" in cert.failed_checks() and cert.checks["bonus"] < 1e-6, cert.summary()
+    assert "decoder.rule is None" in cert.skipped["after_rejection"]
 
 
 def test_rows_mixed_fails_batch_rows_and_reports_the_row():

@@ -94,21 +94,30 @@ def test_certificate_states_detectable_tv():
     assert t.summary().startswith("FAIL")
 
 
-# ------------------------------------------------------------ 4. bad input: clear errors
+# ------------------------------------------------------------ 4. a rule that misbehaves is a FAIL naming it
+def _fails_with(cert, match):
+    """A misbehaving rule: FAIL (never a pass, never "bad input"), the cause naming what it returned."""
+    import re
+
+    assert not cert.passed and cert.outcome == "FAIL" and cert.pvalue == 0.0
+    assert cert.cause is not None and re.search(match, cert.cause), cert.cause
+    assert cert.summary().startswith("FAIL: the rule misbehaved") and cert.checks == {"subject": 0.0}
+
+
 @pytest.mark.parametrize("token", [99, -1, 1.7, 3])
 def test_token_out_of_range(token):
-    """Used to be a bare KeyError from the prefix-law dict."""
-    with pytest.raises(ValueError, match=r"Ret.verify\(\.\.\.\)\.token .*must be an integer in \[0, 2\]"):
-        certify_path(Ret(0, token), PAIR, 2, n=200)
-    with pytest.raises(ValueError, match=r"verify_tree token .*must be an integer in \[0, 2\]"):
-        certify_tree_rule(TreeRet([], token), PAIR, (2, 1), n=200)
+    """Used to be a bare KeyError from the prefix-law dict, then a ValueError (exit 2); now a FAIL."""
+    _fails_with(certify_path(Ret(0, token), PAIR, 2, n=200),
+                r"Ret.verify\(\.\.\.\)\.token .*must be an integer in \[0, 2\]")
+    _fails_with(certify_tree_rule(TreeRet([], token), PAIR, (2, 1), n=200),
+                r"verify_tree token .*must be an integer in \[0, 2\]")
 
 
 @pytest.mark.parametrize("accepted", [-1, 3, 5, 1.0])
 def test_accepted_outside_zero_to_L(accepted):
     """accepted = -1 or > L used to be silently sliced."""
-    with pytest.raises(ValueError, match=r"accepted \(drafts kept, L = 2\) must be an integer in \[0, 2\]"):
-        certify_path(Ret(accepted, 0), PAIR, 2, n=200)
+    _fails_with(certify_path(Ret(accepted, 0), PAIR, 2, n=200),
+                r"accepted \(drafts kept, L = 2\) must be an integer in \[0, 2\]")
 
 
 @pytest.mark.parametrize("kept, match", [
@@ -117,10 +126,44 @@ def test_accepted_outside_zero_to_L(accepted):
     ([0, 1, 2], r"kept 3 nodes .*at most 2"),                                # numpy multi_index error before
     ([2], r"not a root path"),                                               # a depth-2 node without its parent
     ([0, 3], r"not a root path"),                                            # node 3 is a child of node 1
+    (None, r"must return \(kept node ids, token\)"),
 ])
 def test_kept_nodes_must_be_a_root_path(kept, match):
-    with pytest.raises(ValueError, match=match):
-        certify_tree_rule(TreeRet(kept, 0), PAIR, (2, 1), n=200)
+    rule = TreeRet(kept, 0) if kept is not None else type("Bad", (), {"verify_tree": lambda *a: 7})()
+    _fails_with(certify_tree_rule(rule, PAIR, (2, 1), n=200), match)
+
+
+class Raises:
+    """Raises on its 50th call (a rule that crashes mid-run)."""
+
+    def __init__(self):
+        self.calls = 0
+
+    def verify(self, p, q, d, rng=None):
+        self.calls += 1
+        if self.calls == 50:
+            raise ZeroDivisionError("boom")
+        return get_path_verifier("block").verify(p, q, d, rng)
+
+    def verify_tree(self, p, q, parent, tokens, rng):
+        self.calls += 1
+        if self.calls == 50:
+            raise SystemExit(2)
+        return get_path_verifier("traversal").verify_tree(p, q, parent, tokens, rng)
+
+
+def test_a_rule_that_raises_is_a_fail_naming_it():
+    """Used to propagate the rule's own exception (a traceback, exit 2 in the CLI)."""
+    c = certify_path(Raises(), PAIR, 2, n=200)
+    _fails_with(c, r"Raises.verify raised ZeroDivisionError: boom")
+    assert c.n == 49
+    t = certify_tree_rule(Raises(), PAIR, (2, 1), n=200)
+    _fails_with(t, r"Raises.verify_tree called sys.exit\(2\)")
+
+
+def test_a_result_without_fields_is_a_fail():
+    bad = type("Bad", (), {"verify": lambda self, p, q, d, rng=None: (0, 1)})()
+    _fails_with(certify_path(bad, PAIR, 2, n=200), r"must return a PathResult\(accepted, token\), got tuple")
 
 
 def test_valid_root_path_is_accepted():

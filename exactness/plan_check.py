@@ -1,0 +1,272 @@
+"""Plan and sampler agree: a path-level rule's ``verify`` follows the plan it declares (issue 40, item 2).
+
+``resispec.pathlevel.analyse_path`` / ``analyse_tree`` and the sampling-free acceptance bound read a rule's
+*declared* plan (``plan(p, q, drafts) -> PathPlan``, ``plan_tree(p, q, parent, tokens) -> PathPlan``: the law of
+the stop row and of the emitted token given the drafts).  They say nothing about the code that runs unless its
+sampler (``verify`` / ``verify_tree``) draws from that plan.  This check ties the two, on the steps the horizon
+certificate already samples:
+
+* **law form (always, when a plan is declared)**, two tests on the outcomes ``o = (stop row, token)`` given
+  the drafts, Bonferroni-combined: (a) *grouped*: the steps with the same drafted chain / tree share one plan
+  law, so per drafted chain the counts of ``o`` against ``stop[:, None] * laws`` give a Pearson chi-square
+  (pooled, ``exactness.gof``), summed over the chains with a degree of freedom (sum of independent
+  chi-squares); (b) *PIT*: the randomised PIT of each step's ``o`` under its plan law, ``u = F(o-) + U P(o)``
+  in row-major order (Brockwell 2007; exactly uniform when ``o`` is drawn from the plan), binned in
+  ``exactness.pit.PIT_BINS``, which still sees drafted chains too rare to group.  An outcome the plan gives
+  probability 0 FAILs at once.  Conditioning on the drafts means an exact sampler with a wrong plan (or the
+  reverse) fails even when the horizon test passes.  Power is stated as the PIT test's ``detectable_tv``
+  at ``n`` (the grouped test is at least as strong on few drafted chains).
+* **coupled form (when the sampler takes ``uniforms=``, the ``PathVerifier.verify`` contract)**: ``verify`` with
+  two shared uniforms must return exactly the plan's inverse-CDF draw (``uniforms[0]`` the stop row,
+  ``uniforms[1]`` the token, index order), as ``exactness.certify_coupled`` couples a kernel to its reference.
+  Any disagreement FAILs with the first counterexample; zero mismatches in ``n`` steps bound the mismatch rate by
+  ``1 - 0.01^(1/n)`` (detected with probability 0.99 above it).
+
+A plan that raises or is not a law (negative, non-finite, not summing to 1 within 1e-9) is the subject's
+misbehaviour: a FAIL naming it.  Node-level plans are checked elsewhere: ``chain`` against ``verify`` by
+``certify_verifier``'s ``joint`` check, ``step_plan`` by ``certify_stepwise`` (coupled).
+"""
+
+from __future__ import annotations
+
+import inspect
+from dataclasses import asdict, dataclass
+
+import numpy as np
+from scipy.stats import chi2
+
+from .pit import PIT_BINS, POWER
+from .gof import gof_test
+from .power import detectable_tv
+
+#: Tolerance on a plan's sums (as ``AcceptanceBound.exact_path``).
+SUM_TOL = 1e-9
+
+
+@dataclass(frozen=True)
+class PlanSamplerResult:
+    """One run of :class:`PlanSamplerCheck` (frozen).
+
+    Attributes
+    ----------
+    n : int                  sampled steps whose outcome was scored under the plan
+    pvalue : float           0.0 on a deterministic failure (``error``, an impossible outcome, a coupled
+                             mismatch), else ``min(1, 2 min(pit_pvalue, grouped_pvalue))`` (Bonferroni)
+    statistic : float        the PIT chi-square (``nan`` before any step)
+    pit_pvalue : float       its p-value
+    grouped_statistic, grouped_df, grouped_pvalue   the per-drafted-chain chi-square summed (df 0, p 1: no
+                             chain had enough steps)
+    pit_tv : float           TV between the binned PITs and uniform (plug-in)
+    detectable_tv : float    smallest PIT TV detected with probability ``power`` at ``alpha`` (df PIT_BINS - 1)
+    impossible : int         outcomes the plan gave probability 0
+    coupled_n : int          steps run again with shared uniforms (0: the sampler takes none)
+    mismatches : int         coupled steps where the sampler and the plan's inverse-CDF draw differ
+    detectable_mismatch_rate : float or None   ``1 - 0.01^(1/coupled_n)``
+    first_mismatch : dict or None              drafts, uniforms, the sampler's and the plan's outcome
+    error : str or None      the plan raised or is not a law
+    alpha, power : float
+    """
+
+    n: int
+    pvalue: float
+    statistic: float
+    pit_pvalue: float
+    grouped_statistic: float
+    grouped_df: int
+    grouped_pvalue: float
+    pit_tv: float
+    detectable_tv: float
+    impossible: int
+    coupled_n: int
+    mismatches: int
+    detectable_mismatch_rate: float | None
+    first_mismatch: dict | None
+    error: str | None
+    alpha: float
+    power: float
+
+    @property
+    def failed(self) -> bool:
+        return self.pvalue < self.alpha
+
+    def line(self) -> str:
+        """One line: why it failed, or what it could detect."""
+        if self.error:
+            return f"its declared plan {self.error}"
+        if self.impossible:
+            return f"verify emitted {self.impossible} outcome(s) its own plan gives probability 0"
+        if self.mismatches:
+            m = self.first_mismatch
+            return (f"verify disagrees with its plan on {self.mismatches} of {self.coupled_n} coupled steps: drafts "
+                    f"{m['drafts']}, uniforms {m['uniforms']}: verify gave {m['sampler']}, the plan {m['plan']}")
+        core = (f"sampler vs plan: p = {self.pvalue:.3g} (per drafted chain chi2 = {self.grouped_statistic:.4g}, "
+                f"df {self.grouped_df}; PIT chi2 = {self.statistic:.4g}), n = {self.n:,} "
+                f"(detects PIT TV >= {self.detectable_tv:.3g}")
+        if self.coupled_n:
+            core += f"; coupled: 0 mismatches in {self.coupled_n:,}, rate <= {self.detectable_mismatch_rate:.3g}"
+        return core + ")"
+
+    def as_dict(self) -> dict:
+        return {**asdict(self), "reason": self.line()}
+
+
+def takes_uniforms(fn) -> bool:
+    """Whether ``fn`` accepts a ``uniforms`` keyword (the coupled form applies)."""
+    try:
+        return "uniforms" in inspect.signature(fn).parameters
+    except (TypeError, ValueError):
+        return False
+
+
+def _draw(w: np.ndarray, u: float) -> int:
+    """Inverse-CDF draw from weights ``w`` (V,) with uniform ``u``, exactly as ``PathVerifier.verify`` draws."""
+    from resispec.sampling import _inverse_cdf
+
+    return int(_inverse_cdf(w[None, :], np.array([u]))[0])
+
+
+class _Collector:
+    """Scores each sampled step; ``result`` makes the record."""
+
+    def __init__(self, plan_fn, verify_fn, rng: np.random.Generator, rows: int, V: int, coupled: bool,
+                 plan_name: str, verify_name: str):
+        self.plan_fn, self.verify_fn, self.rng = plan_fn, verify_fn, rng
+        self.rows, self.V, self.coupled = rows, V, coupled
+        self.plan_name, self.verify_name = plan_name, verify_name
+        self.u: list[float] = []
+        self.impossible = 0
+        self.coupled_n = self.mismatches = 0
+        self.first_mismatch = None
+        self.error: str | None = None
+        self.groups: dict = {}                    # drafts key -> [stop, laws, flat law (rows V,), counts]
+
+    def _plan(self, args) -> tuple[np.ndarray, np.ndarray] | None:
+        """The plan's ``(stop (rows,), laws (rows, V))`` for these drafts, or None after recording an error."""
+        try:
+            pl = self.plan_fn(*args)
+            stop = np.asarray(pl.stop, dtype=np.float64)
+            laws = np.asarray(pl.laws, dtype=np.float64)
+        except Exception as exc:                          # the subject's plan raised: a FAIL naming it
+            self.error = f"{self.plan_name} raised {type(exc).__name__}: {exc}"
+            return None
+        R, V = self.rows, self.V
+        if stop.shape != (R,) or laws.shape != (R, V):
+            self.error = (f"{self.plan_name} returned shapes stop {stop.shape}, laws {laws.shape}; expected ({R},) "
+                          f"and ({R}, {V})")
+        elif not (np.all(np.isfinite(stop)) and np.all(np.isfinite(laws))):
+            self.error = f"{self.plan_name} is not a law: non-finite values"
+        elif stop.min() < -SUM_TOL or laws.min() < -SUM_TOL:
+            self.error = f"{self.plan_name} is not a law: negative probabilities"
+        elif abs(stop.sum() - 1) > SUM_TOL or np.abs(laws.sum(axis=1) - 1).max() > SUM_TOL:
+            self.error = f"{self.plan_name} is not a law: stop or token laws not summing to 1 (stop {stop.sum():.9g})"
+        if self.error:
+            return None
+        return stop, laws
+
+    def observe(self, args: tuple, row: int, token: int, shown: list) -> None:
+        """One sampled step: ``args`` the plan's arguments, ``(row, token)`` what ``verify`` returned."""
+        if self.error:
+            return
+        key = tuple(shown)
+        g = self.groups.get(key)
+        if g is None:                             # the plan is a function of the drafts: computed once per chain
+            plan = self._plan(args)
+            if plan is None:
+                return
+            stop, laws = plan
+            flat = (np.clip(stop, 0, None)[:, None] * np.clip(laws, 0, None)).ravel()   # P(row, y | d) (rows V,)
+            g = self.groups[key] = [stop, laws, flat, np.zeros(flat.size, dtype=np.int64)]
+        stop, laws, flat, counts = g
+        o = row * self.V + token
+        counts[o] += 1
+        if flat[o] <= 0:
+            self.impossible += 1
+        self.u.append(float(flat[:o].sum() + self.rng.random() * flat[o]))   # PIT = F(o-) + U P(o)
+        if self.coupled:
+            u = self.rng.random(2)
+            try:
+                got = self.verify_fn(*args, uniforms=u)
+                got = (int(got[0]), int(got[1]))
+            except Exception as exc:                      # the sampler raised on shared uniforms: a FAIL
+                self.error = f"coupled call {self.verify_name}(..., uniforms=) raised {type(exc).__name__}: {exc}"
+                return
+            r = _draw(stop, u[0])                                       # stop row: inverse CDF of plan.stop
+            want = (r, _draw(laws[r], u[1]))                            # token: inverse CDF of plan.laws[r]
+            self.coupled_n += 1
+            if got != want:
+                self.mismatches += 1
+                if self.first_mismatch is None:
+                    self.first_mismatch = {"drafts": shown, "uniforms": [float(x) for x in u],
+                                           "sampler": got, "plan": want}
+
+    def result(self, alpha: float, power: float = POWER) -> PlanSamplerResult:
+        n = len(self.u)
+        dmr = None if not self.coupled_n else float(1 - 0.01 ** (1 / self.coupled_n))
+        det = float(detectable_tv(max(n, 1), PIT_BINS - 1, alpha=alpha, power=power))
+        if n:
+            uv = np.clip(np.asarray(self.u), 0.0, 1.0)
+            bins = np.minimum((uv * PIT_BINS).astype(np.int64), PIT_BINS - 1)
+            counts = np.bincount(bins, minlength=PIT_BINS)
+            g = gof_test(counts, np.full(PIT_BINS, 1.0 / PIT_BINS))
+            stat, pv = float(g.statistic), float(g.pvalue)
+            tv = float(0.5 * np.abs(counts / n - 1.0 / PIT_BINS).sum())
+        else:
+            stat, pv, tv = float("nan"), 1.0, float("nan")
+        gs, gdf = 0.0, 0
+        for _, _, flat, counts in self.groups.values():
+            r = gof_test(counts, flat)
+            if r.df >= 1 and np.isfinite(r.statistic):
+                gs, gdf = gs + float(r.statistic), gdf + int(r.df)   # independent chains: chi-squares add
+        gp = float(chi2.sf(gs, gdf)) if gdf else 1.0
+        pit_p = pv
+        pv = min(1.0, 2 * min(pit_p, gp))                              # Bonferroni over the two law tests
+        if self.error or self.impossible or self.mismatches:
+            pv = 0.0                                                    # deterministic: the plan is not what runs
+        return PlanSamplerResult(n, pv, stat, pit_p, gs, gdf, gp, tv, det, self.impossible, self.coupled_n, self.mismatches, dmr,
+                                 self.first_mismatch, self.error, float(alpha), float(power))
+
+
+class PlanSamplerCheck:
+    """Check object: does a path-level rule's sampler follow its declared plan (module docstring)?
+
+    ``applies(verifier, kind)`` returns None or the reason it is skipped (no declared plan); ``collector(...)``
+    returns the per-step scorer the horizon samplers of :mod:`exactness.pathlevel` feed; its ``result`` is a
+    :class:`PlanSamplerResult`.  The mutant it must catch is :func:`exactness.path_mutants.plan_says_block`
+    (a token-wise sampler declaring block's plan: exact, so the horizon test passes, yet its plan is false).
+    """
+
+    name = "plan_sampler"
+    mutant = "plan_says_block"
+
+    @staticmethod
+    def applies(verifier, kind: str) -> str | None:
+        attr = "plan" if kind == "path" else "plan_tree"
+        if not callable(getattr(verifier, attr, None)):
+            return f"no declared plan ({attr}): nothing to compare the sampler with"
+        return None
+
+    @staticmethod
+    def collector(verifier, kind: str, rng: np.random.Generator, rows: int, V: int) -> _Collector:
+        """``kind`` "path" (``plan`` / ``verify``, rows ``L + 1``) or "tree" (``plan_tree`` / ``verify_tree``,
+        rows ``N + 1``)."""
+        plan_attr, verify_attr = ("plan", "verify") if kind == "path" else ("plan_tree", "verify_tree")
+        name = type(verifier).__name__
+        verify = getattr(verifier, verify_attr)
+        coupled = kind == "path" and takes_uniforms(verify)
+        if coupled:
+            def verify_fn(*args, uniforms):
+                r = verify(*args, uniforms=uniforms)
+                return r.accepted, r.token
+        else:
+            verify_fn = None
+        return _Collector(getattr(verifier, plan_attr), verify_fn, rng, rows, V, coupled,
+                          f"{name}.{plan_attr}", f"{name}.{verify_attr}")
+
+    @staticmethod
+    def detectable_tv(n: int, alpha: float = 1e-3, power: float = POWER) -> float:
+        """Smallest PIT TV the law form detects at ``n`` steps (chi-square, df ``PIT_BINS - 1``)."""
+        return float(detectable_tv(n, PIT_BINS - 1, alpha=alpha, power=power))
+
+
+#: The check instance the routes use.
+PLAN_SAMPLER = PlanSamplerCheck()
