@@ -97,6 +97,9 @@ HOOKS: dict[tuple[str, str], tuple[bool, str, str]] = {
                                    "front (exit 2)", "engines.audit"),
     ("engine", "repro_script"): (False, "repro_script(models, settings, option, offending, report) -> str: a "
                                         "standalone script per FAIL", "engines.audit"),
+    ("engine", "own_law_options"): (False, "set of options that run a model of their own (e.g. an MTP model): the "
+                                           "audit certifies their cells against target(handle, settings, prompt_len, "
+                                           "option=o) instead of the shared law", "engines.audit"),
 }
 
 #: Variable names the harness gives each kind of subject (what tests/test_protocols.py scans for).

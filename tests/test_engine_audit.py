@@ -492,3 +492,41 @@ def test_pilot_times_a_batched_decoder_by_the_batch():
 
     A._plan_n(one, prompts, 2, 0.05, 600.0, 0)
     assert calls == [(2,)] * (len(prompts) + A.PILOT)   # one untimed warm-up call per prompt, then the pilot
+
+
+class OwnModelEngine(NumpyEngine):
+    """Option ``own`` runs a model of its own (the target's logits halved: another law) and declares it."""
+
+    options = {"off": "exact sampler", "own": "exact sampler of its own model"}
+    own_law_options = frozenset({"own"})
+
+    def target(self, f64, settings, prompt_len, option=None):
+        self.check_settings(settings)
+        g = (lambda c: 0.5 * f64(c)) if option == "own" else f64
+        return lambda ctx: processed_law(g(ctx), ctx, prompt_len, settings, self.order)
+
+    def decoder(self, f64, settings, option):
+        def decode(prompt, new_tokens, rng):
+            law, ctx = self.target(f64, settings, len(prompt), option), list(prompt)
+            for _ in range(new_tokens):
+                p = law(np.array([ctx]))[0]
+                ctx.append(int(rng.choice(p.size, p=p)))
+            return np.array(ctx[len(prompt):], dtype=np.int64)
+
+        return decode
+
+
+def test_an_option_with_its_own_model_is_certified_against_its_own_law(work, tmp_path):
+    """own_law_options (exactness.protocols.HOOKS): the cell's law is target(..., option=o), its 'law TV' '-'.
+    Without the declaration the same exact sampler would be certified against the shared law and fail."""
+    rep = A.audit(OwnModelEngine(), settings=["T=1"], options=["off", "own"], n=400, workdir=work, out=tmp_path)
+    off, own = rep.cells
+    assert off.verdict == "PASS" and own.verdict == "PASS", (off.cause, own.cause)
+    assert off.law_tv is not None and own.law_tv is None
+
+    class Undeclared(OwnModelEngine):
+        own_law_options = frozenset()
+
+    rep = A.audit(Undeclared(), settings=["T=1"], options=["own"], n=400, workdir=work, out=tmp_path / "u",
+                  shrink=False)
+    assert rep.cells[0].verdict == "FAIL"

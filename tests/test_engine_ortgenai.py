@@ -1,8 +1,9 @@
 """onnxruntime-genai adapter (``exactness.engines.ortgenai``) on the shared tiny models: law, exact paths, a bias.
 
 Skips with the reason when onnxruntime-genai (or its builder's onnx / onnx-ir) is not installed.  Budget: the
-conversion (~10 s) once per module, then ``certify_decoder`` at n = 1,000 continuations per prompt x 2 prompts,
-3 new tokens, per speculative option.
+conversion (~10 s) once per module, option ``mtp``'s own Qwen3.5 + MTP model (~15 s, on first use), then
+``certify_decoder`` at n = 1,000 continuations per prompt x 2 prompts, 3 new tokens, per speculative option.  The
+standalone ``mtp`` reproduction script (~40 s) is ``slow``.
 """
 
 from __future__ import annotations
@@ -54,6 +55,56 @@ def test_law_matches_float64(tiny, settings):
         assert 0.5 * np.abs(got - want).sum(1).max() < 1e-4
 
 
+def _mtp_float64_logits(handle):
+    """``contexts (B, L) -> (B, V)``: transformers float64 logits of option ``mtp``'s checkpoint (its text model;
+    no image is given, so the multimodal wrapper is bypassed)."""
+    import torch
+    from transformers import Qwen3_5ForConditionalGeneration
+
+    handle.mtp()  # built on first use
+    model = Qwen3_5ForConditionalGeneration.from_pretrained(str(handle.mtp_root / "hf"), dtype=torch.float64).eval()
+
+    def logits(ctx):
+        with torch.inference_mode():
+            hidden = model.model.language_model(input_ids=torch.as_tensor(ctx), use_cache=False).last_hidden_state
+            return model.lm_head(hidden)[:, -1].numpy()
+
+    return logits
+
+
+@pytest.mark.parametrize("settings", [SamplingSettings(), SamplingSettings(temperature=0.7), MIXED],
+                         ids=lambda s: s.label())
+def test_mtp_law_matches_float64(tiny, settings):
+    """Option mtp's law is its model's own float16 logits: they are transformers float64 logits rounded to float16
+    (to within one float16 step), and its law is processed_law on those rounded logits (TV < 1e-4); the rounding
+    itself moves the law by less than 1e-3 in TV from the unrounded float64 law (measured ~2e-4 - 5e-4)."""
+    models, handle = tiny
+    plen = models.prompts.shape[1]
+    f64 = _mtp_float64_logits(handle)
+    for ctx in (models.prompts, _contexts(models.prompts)):
+        raw, ref = ENGINE.raw_logits(handle, ctx, "mtp"), f64(ctx)
+        ref16 = ref.astype(np.float16).astype(np.float64)
+        assert np.all(np.abs(raw - ref16) <= np.spacing(np.abs(ref16).astype(np.float16)).astype(np.float64))
+        got = ENGINE.target(handle, settings, plen, option="mtp")(ctx)
+        assert got.shape == (len(ctx), models.vocab) and np.allclose(got.sum(1), 1.0)
+        assert 0.5 * np.abs(got - processed_law(ref16, ctx, plen, settings, ENGINE.order)).sum(1).max() < 1e-4
+        assert 0.5 * np.abs(got - processed_law(ref, ctx, plen, settings, ENGINE.order)).sum(1).max() < 1e-3
+
+
+def test_mtp_declares_its_own_law(tiny):
+    """Option mtp runs a model of its own: the engine declares it (own_law_options), target(option="mtp") is that
+    model's law, and target() without an option stays the shared target's whatever decoder was made."""
+    models, handle = tiny
+    plen, s = models.prompts.shape[1], SamplingSettings()
+    assert ENGINE.own_law_options == {"mtp"}
+    plain = ENGINE.target(handle, s, plen, option="off")(models.prompts)
+    mtp = ENGINE.target(handle, s, plen, option="mtp")(models.prompts)
+    assert 0.5 * np.abs(plain - mtp).sum(1).max() > 0.1  # two different models
+    law = ENGINE.target(handle, s, plen)
+    ENGINE.decoder(handle, s, "mtp")
+    assert np.array_equal(law(models.prompts), plain)
+
+
 def test_order_is_declared_with_its_source():
     steps, source = ORDERS["onnxruntime-genai"]
     assert steps == ("repetition_penalty", "temperature", "top_k", "top_p:descending")
@@ -67,30 +118,31 @@ def test_option_certifies(tiny, option):
 
     models, handle = tiny
     dec = ENGINE.decoder(handle, MIXED, option)
-    cert = exactness.certify_decoder(dec, ENGINE.target(handle, MIXED, models.prompts.shape[1]), models.prompts,
-                                     new_tokens=NEW, n=N, seed=1)
+    cert = exactness.certify_decoder(dec, ENGINE.target(handle, MIXED, models.prompts.shape[1], option=option),
+                                     models.prompts, new_tokens=NEW, n=N, seed=1)
     assert cert.passed, cert.summary()
     if option != "off":
         acc = ENGINE.acceptance(dec)
         assert acc["tokens_emitted"] > 0 and acc["draft_tokens_evaluated"] > 0
 
 
-def test_planted_temperature_drop_fails(tiny):
-    """The engine's draft path run at temperature 1 while the law is at 0.7 (a dropped setting) fails."""
+@pytest.mark.parametrize("option", ["draft", "mtp"])
+def test_planted_temperature_drop_fails(tiny, option):
+    """The engine's speculative path run at temperature 1 while the law is at 0.7 (a dropped setting) fails."""
     import exactness
 
     models, handle = tiny
     law = SamplingSettings(temperature=0.7)
-    dec = ENGINE.decoder(handle, SamplingSettings(temperature=1.0), "draft")
-    cert = exactness.certify_decoder(dec, ENGINE.target(handle, law, models.prompts.shape[1]), models.prompts,
-                                     new_tokens=NEW, n=N, seed=2)
+    dec = ENGINE.decoder(handle, SamplingSettings(temperature=1.0), option)
+    cert = exactness.certify_decoder(dec, ENGINE.target(handle, law, models.prompts.shape[1], option=option),
+                                     models.prompts, new_tokens=NEW, n=N, seed=2)
     assert not cert.passed
 
 
 def test_exactly_new_tokens_and_seeded(tiny):
     """Exactly new_tokens tokens (EOS t1 does not stop: the ghost EOS is never drawn); same rng state, same draw."""
     models, handle = tiny
-    for option in ("off", "draft", "ngram"):
+    for option in ("off", "draft", "ngram", "mtp"):
         dec = ENGINE.decoder(handle, SamplingSettings(), option)
         a = dec.sample(np.repeat(models.prompts, 50, 0), 6, np.random.default_rng(5))
         b = dec.sample(np.repeat(models.prompts, 50, 0), 6, np.random.default_rng(5))
@@ -103,8 +155,12 @@ def test_bad_input(tiny):
     models, handle = tiny
     with pytest.raises(EngineUnavailable, match="does not implement min_p"):
         ENGINE.target(handle, SamplingSettings(min_p=0.1), 5)
-    with pytest.raises(EngineUnavailable, match="no option 'mtp'"):
-        ENGINE.decoder(handle, SamplingSettings(), "mtp")
+    with pytest.raises(EngineUnavailable, match="no option 'medusa'"):
+        ENGINE.decoder(handle, SamplingSettings(), "medusa")
+    with pytest.raises(EngineUnavailable, match="no option 'medusa'"):
+        ENGINE.target(handle, SamplingSettings(), 5, option="medusa")
+    with pytest.raises(EngineUnavailable, match="option mtp only"):
+        ENGINE.repro_script(models, SamplingSettings(), "draft", {}, None)
     with pytest.raises(EngineUnavailable, match="top_k > vocab_size"):
         ENGINE.decoder(handle, SamplingSettings(top_k=17), "off")
     dec = ENGINE.decoder(handle, SamplingSettings(), "off")
@@ -112,3 +168,21 @@ def test_bad_input(tiny):
         dec.sample(np.array([[3, 16]], dtype=np.int64), 2, np.random.default_rng(0))
     with pytest.raises(ValueError, match="new_tokens"):
         dec.sample(models.prompts, 0, np.random.default_rng(0))
+
+
+@pytest.mark.slow  # rebuilds the MTP model in a subprocess and draws 2 x 600 continuations: ~40 s
+def test_mtp_repro_script_is_standalone(tiny, tmp_path):
+    """The mtp reproduction script runs without this project (python -I, another folder) and compares the engine's
+    plain Generator with its MtpGenerator on the rebuilt model."""
+    import subprocess
+    import sys
+
+    models, _ = tiny
+    off = {"position": 1, "prompt": models.prompts[0].tolist(), "prefix": [], "token": 3, "observed": 0.1,
+           "exact": 0.2, "count": 100}
+    path = tmp_path / "repro.py"
+    path.write_text(ENGINE.repro_script(models, SamplingSettings(), "mtp", off, None))
+    out = subprocess.run([sys.executable, "-I", str(path), "600"], capture_output=True, text=True, cwd=tmp_path,
+                         timeout=600)
+    assert out.returncode in (0, 1), out.stderr[-2000:]
+    assert "draws with prefix []: off 600, mtp 600" in out.stdout, out.stdout

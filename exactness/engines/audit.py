@@ -646,6 +646,7 @@ def audit(engine, *, settings=None, options=None, tv: float = DEFAULT_TV, n: int
         f64 = None if gguf else float64_logits(models.target_dir)  # GGUF: no float64 twin
         L = models.prompts.shape[1]
         rng = np.random.default_rng([seed, 3])
+        own_law = frozenset(getattr(eng, "own_law_options", ()) or ())
         for s in grid:
             def law_of(s=s):
                 eng.check_settings(s)
@@ -660,10 +661,20 @@ def audit(engine, *, settings=None, options=None, tv: float = DEFAULT_TV, n: int
                     report.cells.append(Cell(s.label(), o, "INCONCLUSIVE", cause=why))
                 _finish(report, out, t_start)
                 continue
-            law, law_tv = got.value
+            shared, shared_tv = got.value
             for o in opts:
                 report.status = f"running: {s.label()} / {o}"
                 _finish(report, out, t_start)         # a run the engine kills says which cell it was in
+                law, law_tv = shared, shared_tv
+                if o in own_law:                      # the option runs a model of its own: its law is that model's
+                    got = _guarded(lambda s=s, o=o: eng.target(handle, s, L, option=o), cell_seconds + HANG_SLACK)
+                    if got.kind is not None:
+                        report.cells.append(Cell(s.label(), o, "INCONCLUSIVE", cause=(
+                            f"option {o}'s own law (its model, speculation off) "
+                            f"{got.why if got.kind in ('timeout', 'unavailable') else 'failed: ' + got.why}")))
+                        _finish(report, out, t_start)
+                        continue
+                    law, law_tv = got.value, None     # no float64 twin of that model here: 'law TV' is '-'
                 cell, cert, rec = run_cell(eng, handle, s, o, models, law=law, n=n, tv=tv, new_tokens=new_tokens,
                                            cell_seconds=cell_seconds, seed=seed)
                 cell.law_tv = law_tv
@@ -718,7 +729,9 @@ def _shrink(eng, handle, settings, option, models, *, n, tv, new_tokens, cell_se
     while changed and cur.active():
         changed = False
         for smaller in _smaller(cur):
-            got = _guarded(lambda: eng.target(handle, smaller, models.prompts.shape[1]), cell_seconds + HANG_SLACK)
+            own = {"option": option} if option in (getattr(eng, "own_law_options", ()) or ()) else {}
+            got = _guarded(lambda: eng.target(handle, smaller, models.prompts.shape[1], **own),
+                           cell_seconds + HANG_SLACK)
             if got.kind is not None:  # no law for this smaller setting: try another
                 continue
             law = got.value

@@ -1,4 +1,4 @@
-"""onnxruntime-genai as an audited engine: draft-model and n-gram speculative sampling, and plain sampling.
+"""onnxruntime-genai as an audited engine: draft-model, n-gram and MTP speculative sampling, and plain sampling.
 
 Models
 ------
@@ -41,11 +41,24 @@ tokens sampled from its processed, truncated law; target verifies with min(1, p/
 ``ngram``: ``speculative.ngram_size = 2`` (``NGramDecodingStrategy``: a deterministic proposal from the context,
 verified by sampling the target and matching); ``ngram_chained``: the same with ``ngram_chained_lookup``;
 ``draft_adaptive``: the draft with ``min_adaptive_k = 1`` (K changes with measured throughput);
-``draft_cooldown``: the draft with ``cooldown`` (a plain step after three zero-accept rounds).  MTP
-(``og.MtpGenerator``) needs a Qwen3.6-style MTP head (``builders/mtp.py``), and the DFlash2 / DSpark drafters
-(``builders/dflash2.py``, ``dspark.py``; driven by ``og.Engine``) need trained drafter heads of their own; none can be
-made from the shared Llama checkpoints, so they are not offered.  Speculative decoding takes batch 1
-(``models/speculative_decoding.cpp``); option ``off`` decodes a batch of distinct prompts in one Generator.
+``draft_cooldown``: the draft with ``cooldown`` (a plain step after three zero-accept rounds).  The DFlash2 /
+DSpark drafters (``builders/dflash2.py``, ``dspark.py``; driven by ``og.Engine``) need trained drafter heads of
+their own and are not offered.  Speculative decoding takes batch 1 (``models/speculative_decoding.cpp``); option
+``off`` decodes a batch of distinct prompts in one Generator.
+
+Option ``mtp`` (its own model)
+------------------------------
+``og.MtpGenerator(main, head, params)`` with ``max_draft_tokens = 4``: the model's MTP head drafts, the main model
+verifies.  The builder writes an MTP graph only for a Qwen3.5 / 3.6 checkpoint with ``mtp.*`` tensors, so this
+option runs on a model of its own, built offline on first use by :mod:`exactness.engines.ort_mtp` (a tiny random
+Qwen3.5, hidden 64, 2 layers, with a random 1-layer MTP head; the SAME vocabulary V and token ids, so the audit's
+prompts and contexts are valid as they are) under ``workdir/ortgenai/mtp``.  On CPU its ``model.onnx`` must emit
+float16 logits (see that module), so the law of option ``mtp`` is read from THIS model's raw logits through the
+plain ``og.Generator`` -- the fp16 rounding is in the law as in the subject -- with the same documented order.
+The engine declares ``own_law_options = {"mtp"}`` (``exactness.protocols.HOOKS``): the audit loop then asks
+:meth:`OrtGenaiEngine.target` with ``option="mtp"`` for that cell's law, so the ``mtp`` cell is certified against
+the MTP model's own law (its 'law TV' column is '-': the float64 twin in the audit is the shared target's; the MTP
+model's law is cross-checked against transformers float64 rounded to float16 in ``tests/test_engine_ortgenai.py``).
 """
 
 from __future__ import annotations
@@ -57,6 +70,7 @@ from pathlib import Path
 import numpy as np
 
 from ..settings import register_order
+from . import ort_mtp
 from .base import Engine, EngineUnavailable, register_engine
 from .tiny import check_ids as _check_ids
 from .tiny import widen_heads
@@ -74,23 +88,31 @@ ORDER_SOURCE = (
 
 register_order("onnxruntime-genai", ("repetition_penalty", "temperature", "top_k", "top_p:descending"), ORDER_SOURCE)
 
-#: speculative option -> (uses the draft model, GeneratorParams.set_speculative_options keywords)
+#: speculative option -> (the model it runs: "plain" the target, "spec" the target with model.draft, "mtp" the
+#: MTP model's main + head through og.MtpGenerator; GeneratorParams.set_speculative_options keywords)
 OPTION_SPEC = {
-    "off": (False, {}),
-    "draft": (True, {"max_draft_tokens": 4}),
-    "draft_adaptive": (True, {"max_draft_tokens": 4, "min_adaptive_k": 1}),
-    "draft_cooldown": (True, {"max_draft_tokens": 4, "cooldown": True}),
-    "ngram": (False, {"ngram_size": 2, "max_draft_tokens": 4}),
-    "ngram_chained": (False, {"ngram_size": 2, "max_draft_tokens": 4, "ngram_chained_lookup": True}),
+    "off": ("plain", {}),
+    "draft": ("spec", {"max_draft_tokens": 4}),
+    "draft_adaptive": ("spec", {"max_draft_tokens": 4, "min_adaptive_k": 1}),
+    "draft_cooldown": ("spec", {"max_draft_tokens": 4, "cooldown": True}),
+    "ngram": ("plain", {"ngram_size": 2, "max_draft_tokens": 4}),
+    "ngram_chained": ("plain", {"ngram_size": 2, "max_draft_tokens": 4, "ngram_chained_lookup": True}),
+    "mtp": ("mtp", {"max_draft_tokens": 4}),
 }
 
-#: Counters of ``Generator.get_speculative_stats()`` that add up over requests (rates and timings do not).
+#: Counters of ``Generator.get_speculative_stats()`` / ``MtpGenerator.get_stats()`` that add up over requests
+#: (rates and timings do not).
 COUNTERS = ("rounds", "draft_tokens_proposed", "draft_tokens_evaluated", "draft_tokens_accepted",
             "correction_tokens", "bonus_tokens", "tokens_emitted", "tokens_discarded", "draft_forward_passes",
-            "target_forward_passes", "standard_fallback_steps", "ngram_lookup_hits", "ngram_lookup_misses")
+            "target_forward_passes", "standard_fallback_steps", "ngram_lookup_hits", "ngram_lookup_misses",
+            "mtp_failures")
 
 #: float32 lowest: the logit of the ghost EOS column (the engine masks tokens with the same value).
 GHOST_LOGIT = float(np.finfo(np.float32).min)
+#: Output-head multiplier of option ``mtp``'s model (as ``tiny.build_tiny``'s default ``scale``: sharper laws).
+MTP_SCALE = 8.0
+#: The ghost's logit in the MTP model's float16 logits (float16 lowest: float32 lowest would cast to -inf).
+MTP_GHOST_LOGIT = ort_mtp.FP16_GHOST
 #: Rows per Generator in :meth:`OrtGenaiEngine.target` and the batched ``off`` decoder (the engine's limit is 32).
 MAX_BATCH = 32
 
@@ -188,12 +210,83 @@ def _build(jobs, vocab: int) -> None:
         cfg_path.write_text(json.dumps(cfg, indent=2))
 
 
-class OrtGenaiHandle:
-    """The converted models: ``plain`` (target alone) and ``spec`` (target with ``model.draft``), ``vocab`` V."""
+#: The standalone reproduction script of an ``mtp`` FAIL (``OrtGenaiEngine.repro_script``; ``str.format`` fields).
+REPRO_MTP = '''#!/usr/bin/env python
+"""Reproduce without ResiSpec: onnxruntime-genai {version} og.MtpGenerator vs the same model's plain Generator.
 
-    def __init__(self, target_dir: Path, draft_dir: Path, vocab: int):
+The audit (option mtp, setting {setting}) found position {position}, prompt {prompt}, prefix {prefix}: token
+{token} observed {observed:.4f} vs exact {exact:.4f} ({count:,} draws).  This script rebuilds the audit's tiny
+random Qwen3.5 + MTP head offline (the builder below, pasted from exactness/engines/ort_mtp.py; nothing downloaded),
+draws N continuations of the prompt with speculation off (og.Generator) and N with og.MtpGenerator, and compares
+the law of the token after the prefix (two-sample chi-square).  Needs torch, transformers, tokenizers, safetensors,
+onnx, onnx-ir, onnxruntime-genai, numpy, scipy.  Usage: python THIS.py [N] (default 4000); exit 1 when p < 1e-3.
+"""
+{builder}
+
+if __name__ == "__main__":
+    import atexit
+    import sys
+    import tempfile
+
+    import numpy as np
+    import onnxruntime_genai as og
+    from scipy import stats
+
+    V, SEED, SCALE, K = {vocab}, {seed}, {scale}, {k}
+    PROMPT, PREFIX = {prompt}, {prefix}
+    SEARCH = {search}  # GeneratorParams.set_search_options, as the audit set them
+    N = int(sys.argv[1]) if len(sys.argv) > 1 else 4000
+    work = tempfile.mkdtemp(prefix="repro-ort-mtp-")
+    atexit.register(shutil.rmtree, work, True)  # nothing left behind
+    main_dir, mtp_dir = build_mtp_models(os.path.join(work, "m"), V, SEED, SCALE)
+    main, head = og.Model(main_dir), og.Model(mtp_dir)
+    counts = np.zeros((2, V))
+    for k in range(2):  # 0: speculation off, 1: og.MtpGenerator
+        for i in range(N):
+            params = og.GeneratorParams(main)
+            params.set_search_options(**SEARCH, max_length=len(PROMPT) + len(PREFIX) + 1, random_seed=k * N + i)
+            if k:
+                params.set_speculative_options(max_draft_tokens=K)
+                gen = og.MtpGenerator(main, head, params)
+                gen.append_tokens(np.array(PROMPT, dtype=np.int32))
+            else:
+                gen = og.Generator(main, params)
+                gen.append_tokens(np.array([PROMPT], dtype=np.int32))
+            for _ in range(len(PREFIX) + 1):
+                gen.generate_next_token()
+            toks = [int(t) for t in (gen.get_sequence() if k else gen.get_sequence(0))][len(PROMPT):]
+            if toks[:len(PREFIX)] == PREFIX:
+                counts[k, toks[len(PREFIX)]] += 1
+    keep = counts.sum(axis=0) > 0
+    p = stats.chi2_contingency(counts[:, keep]).pvalue if keep.sum() > 1 else 1.0
+    freq = counts / np.maximum(counts.sum(axis=1, keepdims=True), 1)
+    print(f"draws with prefix {{PREFIX}}: off {{int(counts[0].sum())}}, mtp {{int(counts[1].sum())}}; "
+          f"TV {{0.5 * abs(freq[0] - freq[1]).sum():.4f}}, two-sample chi-square p = {{p:.3g}}")
+    for t in np.argsort(-abs(freq[0] - freq[1]))[:5]:
+        print(f"token {{t}}: speculation off {{freq[0, t]:.4f}}  mtp {{freq[1, t]:.4f}}")
+    sys.exit(1 if p < 1e-3 else 0)
+'''
+
+
+def _mtp_builder_source() -> str:
+    """:mod:`exactness.engines.ort_mtp` as pasteable source (its docstring and ``__future__`` import dropped)."""
+    import inspect
+
+    src = inspect.getsource(ort_mtp)
+    return src[src.index("from __future__ import annotations\n") + len("from __future__ import annotations\n"):]
+
+
+class OrtGenaiHandle:
+    """The converted models: ``plain`` (target alone) and ``spec`` (target with ``model.draft``), ``vocab`` V.
+
+    :meth:`mtp` builds and loads option ``mtp``'s own model on first use (under ``mtp_root``, seeded by ``seed``).
+    """
+
+    def __init__(self, target_dir: Path, draft_dir: Path, vocab: int, mtp_root: Path | None = None, seed: int = 0):
         og = _og()
         self.vocab, self.target_dir, self.draft_dir = vocab, target_dir, draft_dir
+        self.mtp_root, self.seed = mtp_root, int(seed)
+        self._mtp = None
         try:
             self.plain = og.Model(str(target_dir))
             cfg = og.Config(str(target_dir))
@@ -203,6 +296,41 @@ class OrtGenaiHandle:
             self.spec = og.Model(cfg)
         except Exception as exc:  # the engine raises RuntimeError / OgaResult errors
             raise EngineUnavailable(f"onnxruntime-genai cannot load the converted models: {exc}") from exc
+
+    def mtp(self):
+        """``(main, head)``: the ``og.Model`` pair of option ``mtp`` (``ort_mtp.build_mtp_models`` under ``mtp_root``,
+        reused when its ``done.json`` records the same vocab, seed, scale, engine version and builder source).
+
+        Raises :class:`EngineUnavailable` with the cause when the handle has no ``mtp_root``, or the checkpoint,
+        the builder or the engine fails (e.g. a transformers without Qwen3.5).
+        """
+        import hashlib
+        import inspect
+
+        if self._mtp is not None:
+            return self._mtp
+        if self.mtp_root is None:
+            raise EngineUnavailable("this onnxruntime-genai handle has no mtp_root: option mtp needs its own model "
+                                    "(OrtGenaiEngine.prepare sets it)")
+        og = _og()
+        root = Path(self.mtp_root)
+        stamp = {"vocab": self.vocab, "seed": self.seed, "scale": MTP_SCALE, "version": OrtGenaiEngine().version(),
+                 "builder": hashlib.sha256(inspect.getsource(ort_mtp).encode()).hexdigest()[:16]}
+        done = root / "done.json"
+        try:
+            if not (done.exists() and json.loads(done.read_text()) == stamp):
+                ort_mtp.build_mtp_models(root, self.vocab, self.seed, MTP_SCALE)
+                done.write_text(json.dumps(stamp))
+            self._mtp = (og.Model(str(root / "onnx")), og.Model(str(root / "mtp_pkg")))
+        except Exception as exc:  # transformers / the builder / the engine: any failure leaves mtp unavailable
+            raise EngineUnavailable(f"onnxruntime-genai option mtp: its tiny Qwen3.5 + MTP model could not be built "
+                                    f"or loaded under {root}: {type(exc).__name__}: {exc}") from exc
+        return self._mtp
+
+    def law_model(self, option: str):
+        """``(og.Model, ghost logit)`` whose plain logits give ``option``'s law: the MTP main model (float16 logits)
+        for ``mtp``, the shared target (float32) for every other option."""
+        return (self.mtp()[0], MTP_GHOST_LOGIT) if option == "mtp" else (self.plain, GHOST_LOGIT)
 
 
 def search_options(settings, *, max_length: int, batch_size: int = 1, seed: int | None = None) -> dict:
@@ -220,13 +348,16 @@ class OrtGenaiDecoder:
 
     ``off``: one Generator per call holds all B distinct prompts (the engine's batching; one ``random_seed`` drawn
     from ``rng`` per call).  Speculative options: batch 1 (the engine's limit), one Generator and one seed per row.
-    Every Generator runs exactly ``new_tokens`` ``generate_next_token`` steps (the ghost EOS is never drawn).
-    :attr:`stats` sums the engine's ``get_speculative_stats()`` over requests.  Engine errors propagate.
+    Option ``mtp``: one ``og.MtpGenerator`` (the MTP model's main + head) per row.  Every Generator runs exactly
+    ``new_tokens`` ``generate_next_token`` steps (the ghost EOS is never drawn).  :attr:`stats` sums the engine's
+    ``get_speculative_stats()`` (``MtpGenerator.get_stats()``) over requests.  Engine errors propagate.
     """
 
     def __init__(self, handle: OrtGenaiHandle, settings, option: str):
         self.handle, self.settings, self.option = handle, settings, option
-        self.uses_draft, self.spec_kw = OPTION_SPEC[option]
+        self.model_key, self.spec_kw = OPTION_SPEC[option]
+        if self.model_key == "mtp":
+            handle.mtp()  # built / loaded now: EngineUnavailable here, not while decoding
         self.stats: dict = {}
 
     def _params(self, model, *, max_length, batch_size, seed):
@@ -241,14 +372,24 @@ class OrtGenaiDecoder:
     def _run(self, rows: np.ndarray, new_tokens: int, seed: int) -> np.ndarray:
         og = _og()
         b, length = rows.shape
-        model = self.handle.spec if self.uses_draft else self.handle.plain
-        gen = og.Generator(model, self._params(model, max_length=length + new_tokens, batch_size=b, seed=seed))
-        gen.append_tokens(np.ascontiguousarray(rows, dtype=np.int32))
+        if self.model_key == "mtp":
+            main, head = self.handle.mtp()
+            gen = og.MtpGenerator(main, head, self._params(main, max_length=length + new_tokens, batch_size=b,
+                                                           seed=seed))
+        else:
+            model = self.handle.spec if self.model_key == "spec" else self.handle.plain
+            gen = og.Generator(model, self._params(model, max_length=length + new_tokens, batch_size=b, seed=seed))
+        gen.append_tokens(np.ascontiguousarray(rows if self.model_key != "mtp" else rows[0], dtype=np.int32))
         for _ in range(new_tokens):
             gen.generate_next_token()
-        out = np.stack([np.asarray(gen.get_sequence(i), dtype=np.int64) for i in range(b)])
+        if self.model_key == "mtp":
+            out = np.asarray(gen.get_sequence(), dtype=np.int64)[None, :]
+            stats = gen.get_stats()
+        else:
+            out = np.stack([np.asarray(gen.get_sequence(i), dtype=np.int64) for i in range(b)])
+            stats = gen.get_speculative_stats() if self.option != "off" else {}
         if self.option != "off":
-            for k, v in gen.get_speculative_stats().items():
+            for k, v in stats.items():
                 if k in COUNTERS:
                     self.stats[k] = self.stats.get(k, 0) + int(v)
         if out.shape[1] != length + new_tokens:
@@ -290,7 +431,11 @@ class OrtGenaiEngine(Engine):
         "draft_cooldown": "the draft with cooldown (a plain step after three zero-accept rounds)",
         "ngram": "n-gram prompt lookup (NGramDecodingStrategy, ngram_size 2, K = 4, sample-and-match)",
         "ngram_chained": "n-gram lookup refilled from its own synthetic context (ngram_chained_lookup)",
+        "mtp": "og.MtpGenerator, K = 4, on its own tiny Qwen3.5 with a random 1-layer MTP head (float16 logits; "
+               "its law from that model's plain Generator)",
     }
+    #: options that run a model of their own: the audit asks target(..., option=) for their law
+    own_law_options = frozenset({"mtp"})
 
     def missing(self):
         import importlib.util
@@ -303,8 +448,10 @@ class OrtGenaiEngine(Engine):
     def prepare(self, models, workdir) -> OrtGenaiHandle:
         """Convert ``models`` (``TinyModels``) with the builder into ``workdir/ortgenai/{target,draft}``.
 
-        Reuses a finished conversion (``done.json`` records the tiny stamp).  Raises :class:`EngineUnavailable`
-        when the engine or its builder's dependencies are missing, or the builder fails (with its last lines).
+        Reuses a finished conversion (``done.json`` records the tiny stamp).  Option ``mtp``'s own model is built
+        under ``workdir/ortgenai/mtp`` on first use (:meth:`OrtGenaiHandle.mtp`), not here.  Raises
+        :class:`EngineUnavailable` when the engine or its builder's dependencies are missing, or the builder fails
+        (with its last lines).
         """
         why = self.missing()
         if why:
@@ -318,47 +465,61 @@ class OrtGenaiEngine(Engine):
             root.mkdir(parents=True)
             _build([(models.target_dir, root / "target"), (models.draft_dir, root / "draft")], models.vocab)
             done.write_text(json.dumps(stamp))
-        return OrtGenaiHandle(root / "target", root / "draft", int(models.vocab))
+        return OrtGenaiHandle(root / "target", root / "draft", int(models.vocab), mtp_root=root / "mtp",
+                              seed=int(models.seed))
 
-    def raw_logits(self, handle: OrtGenaiHandle, contexts) -> np.ndarray:
-        """The engine's own float32 next-token logits of ``contexts`` (B, L) int64 -> (B, V) float64.
+    def raw_logits(self, handle: OrtGenaiHandle, contexts, option: str = "off") -> np.ndarray:
+        """The engine's own next-token logits of ``contexts`` (B, L) int64 -> (B, V) float64, from the model of
+        ``option`` (:meth:`OrtGenaiHandle.law_model`: float32 logits of the shared target; float16 logits of the MTP
+        model for ``mtp``).
 
-        One batched ``Generator`` per 32 rows (``append_tokens`` then ``get_logits``).  Raises ``RuntimeError`` if
-        the ghost column is not float32 lowest (the edited graph is not the one loaded).
+        One batched plain ``Generator`` per 32 rows (``append_tokens`` then ``get_logits``).  Raises
+        ``RuntimeError`` if the ghost column is not the model's ghost logit (the edited graph is not the one
+        loaded).
         """
         og = _og()
         ctx = _check_ids("contexts", contexts, handle.vocab)
+        model, ghost = handle.law_model(option)
         out = []
         for i in range(0, len(ctx), MAX_BATCH):
             rows = ctx[i:i + MAX_BATCH]
-            params = og.GeneratorParams(handle.plain)
+            params = og.GeneratorParams(model)
             params.set_search_options(do_sample=True, top_k=0, top_p=1.0, max_length=rows.shape[1] + 1,
                                       batch_size=len(rows))
-            gen = og.Generator(handle.plain, params)
+            gen = og.Generator(model, params)
             gen.append_tokens(np.ascontiguousarray(rows, dtype=np.int32))
             lg = np.asarray(gen.get_logits(), dtype=np.float64).reshape(len(rows), -1)
-            if lg.shape[1] != handle.vocab + 1 or not np.all(lg[:, -1] == GHOST_LOGIT):
+            if lg.shape[1] != handle.vocab + 1 or not np.all(lg[:, -1] == ghost):
                 raise RuntimeError(f"onnxruntime-genai logits have shape {lg.shape} / ghost column "
                                    f"{lg[:, -1].min() if lg.size else None}; expected {handle.vocab + 1} columns "
-                                   f"ending in {GHOST_LOGIT}")
+                                   f"ending in {ghost}")
             out.append(lg[:, :-1])
         return np.concatenate(out) if out else np.empty((0, handle.vocab))
 
-    def target(self, handle, settings, prompt_len):
-        """Engine raw logits + ``ORDERS["onnxruntime-genai"]`` in float64: ``contexts (B, L) -> (B, V)``."""
+    def target(self, handle, settings, prompt_len, option: str | None = None):
+        """Engine raw logits + ``ORDERS["onnxruntime-genai"]`` in float64: ``contexts (B, L) -> (B, V)``.
+
+        ``option``: the speculative option whose model the law is of; None or any option but ``mtp`` (the one in
+        :attr:`own_law_options`) is the shared target's law.
+        """
         from ..settings import processed_law
 
         self.check_settings(settings)
         settings.vocab_check(handle.vocab)
+        if option is not None and option not in OPTION_SPEC:
+            raise EngineUnavailable(f"onnxruntime-genai has no option {option!r}; options: {', '.join(OPTION_SPEC)}")
+        which = option or "off"
 
         def law(contexts):
             ctx = np.asarray(contexts, dtype=np.int64)
-            return processed_law(self.raw_logits(handle, ctx), ctx, prompt_len, settings, self.order)
+            raw = self.raw_logits(handle, ctx, which)
+            return processed_law(raw, ctx, prompt_len, settings, self.order)
 
         return law
 
     def decoder(self, handle, settings, option):
-        """An :class:`OrtGenaiDecoder` for ``option`` (EngineUnavailable for an unknown option or setting)."""
+        """An :class:`OrtGenaiDecoder` for ``option`` (EngineUnavailable for an unknown option or setting, or an
+        MTP model that cannot be built)."""
         self.check_settings(settings)
         settings.vocab_check(handle.vocab)
         if option not in OPTION_SPEC:
@@ -366,6 +527,27 @@ class OrtGenaiEngine(Engine):
         if settings.top_k > handle.vocab:
             raise EngineUnavailable(f"onnxruntime-genai rejects top_k > vocab_size ({settings.top_k} > {handle.vocab})")
         return OrtGenaiDecoder(handle, settings, option)
+
+    def repro_script(self, models, settings, option, offending, report):
+        """A standalone script (no resispec) for an ``mtp`` FAIL: the MTP model rebuilt by the pasted
+        :mod:`~exactness.engines.ort_mtp`, ``og.Generator`` vs ``og.MtpGenerator`` at the offending prefix.
+
+        Raises :class:`EngineUnavailable` for any other option (no standalone script for them).
+        """
+        if option != "mtp":
+            raise EngineUnavailable(f"onnxruntime-genai has a standalone reproduction script for option mtp only, "
+                                    f"not {option!r}")
+        search = search_options(settings, max_length=1)
+        for key in ("max_length", "batch_size"):
+            search.pop(key)
+        return REPRO_MTP.format(version=self.version(), setting=settings.label(), position=offending["position"],
+                                prompt=[int(t) for t in offending["prompt"]],
+                                prefix=[int(t) for t in offending["prefix"]], token=offending.get("token", "-"),
+                                observed=offending.get("observed", float("nan")),
+                                exact=offending.get("exact", float("nan")), count=offending.get("count", 0),
+                                vocab=int(models.vocab), seed=int(models.seed), scale=MTP_SCALE,
+                                k=OPTION_SPEC["mtp"][1]["max_draft_tokens"], search=repr(search),
+                                builder=_mtp_builder_source())
 
     def acceptance(self, decoder) -> dict:
         """The engine's own speculative counters (``get_speculative_stats``), summed over the decoder's requests.
