@@ -116,6 +116,16 @@ def check_law(law, *, name: str = "law") -> np.ndarray:
     return arr
 
 
+def is_int(x) -> bool:
+    """An int or numpy integer, not a bool (the one test every argument check here uses)."""
+    return isinstance(x, (int, np.integer)) and not isinstance(x, (bool, np.bool_))
+
+
+def is_number(x) -> bool:
+    """An int, float or numpy number, not a bool."""
+    return isinstance(x, (int, float, np.integer, np.floating)) and not isinstance(x, (bool, np.bool_))
+
+
 def check_n(n, *, name: str = "n") -> int:
     """Validate a sample size (integer >= 1)."""
     if isinstance(n, bool) or not isinstance(n, (int, np.integer)):

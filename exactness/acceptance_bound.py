@@ -19,6 +19,8 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
+from ._checks import is_int, is_number
+
 #: Slack added to alpha* (round-off of the O(V log V) bound; without-replacement k >= 3: the bound's certified
 #: error 1e-4, ``resispec.wor_bound.alpha_star_wor``).
 BOUND_SLACK = {"iid": 1e-9, "without_replacement": 1e-4}
@@ -30,23 +32,21 @@ MAX_PLANNED = 10**12
 
 def _level(x, name: str) -> float:
     """``x`` as a float in (0, 1), else ValueError naming ``name``."""
-    if isinstance(x, (bool, np.bool_)) or not isinstance(x, (int, float, np.integer, np.floating)) or \
-            not (math.isfinite(float(x)) and 0 < float(x) < 1):
+    if not is_number(x) or not (math.isfinite(float(x)) and 0 < float(x) < 1):
         raise ValueError(f"{name} must be a number in (0, 1), got {x!r}")
     return float(x)
 
 
 def _bound_value(x) -> float:
     """``bound`` as a float in [0, 1], else ValueError."""
-    if isinstance(x, (bool, np.bool_)) or not isinstance(x, (int, float, np.integer, np.floating)) or \
-            not (math.isfinite(float(x)) and 0 <= float(x) <= 1):
+    if not is_number(x) or not (math.isfinite(float(x)) and 0 <= float(x) <= 1):
         raise ValueError(f"bound must be an acceptance in [0, 1] (alpha* or the LP bound), got {x!r}")
     return float(x)
 
 
 def _count(x, name: str, least: int = 0) -> int:
     """``x`` as an int >= ``least``, else ValueError naming ``name``."""
-    if isinstance(x, (bool, np.bool_)) or not isinstance(x, (int, np.integer)) or int(x) < least:
+    if not is_int(x) or int(x) < least:
         raise ValueError(f"{name} must be an integer >= {least}, got {x!r}")
     return int(x)
 

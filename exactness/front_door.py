@@ -35,15 +35,15 @@ from typing import Callable
 
 
 def _is_int(x) -> bool:
-    import numpy as np
+    from ._checks import is_int
 
-    return isinstance(x, (int, np.integer)) and not isinstance(x, (bool, np.bool_))
+    return is_int(x)
 
 
 def _is_number(x) -> bool:
-    import numpy as np
+    from ._checks import is_number
 
-    return isinstance(x, (int, float, np.integer, np.floating)) and not isinstance(x, (bool, np.bool_))
+    return is_number(x)
 
 
 @dataclass(frozen=True)
