@@ -176,7 +176,8 @@ ROUTES = (
           applies=_has("step_plan"), what="a node verifier that declares its steps (step_plan)"),
     Route("verifier", "verifier_cert:certify_verifier", ("p", "q", "k"), ("subject", "p", "q", "k"),
           applies=_has("verify"), what="a node verifier (verify)"),
-    Route("engine", "engines.audit:audit", (), ("subject",), ("settings", "options", "new_tokens", "out", "models", "shrink", "workdir"),
+    Route("engine", "engines.audit:audit", (), ("subject",),
+          ("settings", "options", "new_tokens", "out", "models", "shrink", "workdir", "cell_seconds"),
           applies=_is_engine, what="an inference engine's speculative decoding (the audit)"),
 )
 
@@ -262,8 +263,8 @@ def certify(subject=None, *, budget: Budget | None = None, run: Run | None = Non
     if unused:
         wrong = [u for u in unused if u not in _INPUTS and u not in params]
         hint = f" (not an input of any route: {', '.join(wrong)})" if wrong else ""
-        raise ValueError(f"route {r.name!r} ({r.what}) does not use {', '.join(unused)}{hint}; it takes "
-                         f"{', '.join(a for a in r.args if a != 'subject')}"
+        takes = ", ".join(a for a in r.args if a != "subject") or "the subject alone"
+        raise ValueError(f"route {r.name!r} ({r.what}) does not use {', '.join(unused)}{hint}; it takes {takes}"
                          + (f" and optionally {', '.join(r.optional)}" if r.optional else ""))
     args = [subject if a == "subject" else given[a] for a in r.args]
     kw = {a: given[a] for a in r.optional if a in given}

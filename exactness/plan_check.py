@@ -222,7 +222,8 @@ class _Collector:
         pv = min(1.0, 2 * min(pit_p, gp))                              # Bonferroni over the two law tests
         if self.error or self.impossible or self.mismatches:
             pv = 0.0                                                    # deterministic: the plan is not what runs
-        return PlanSamplerResult(n, pv, stat, pit_p, gs, gdf, gp, tv, det, self.impossible, self.coupled_n, self.mismatches, dmr,
+        return PlanSamplerResult(n, pv, stat, pit_p, gs, gdf, gp, tv, det, self.impossible, self.coupled_n,
+                                 self.mismatches, dmr,
                                  self.first_mismatch, self.error, float(alpha), float(power))
 
 

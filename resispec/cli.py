@@ -49,6 +49,7 @@ def main(argv: list[str] | None = None) -> int:
     if not getattr(args, "_run", None):
         parser.print_help()
         return 2
+    args._program = argv is None            # run as a program (not main([...]) in a test): the audit may supervise
     from exactness._checks import SubjectError
     from exactness._timeout import TimeLimitExceeded
 

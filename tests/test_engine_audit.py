@@ -412,6 +412,17 @@ def test_front_door_routes_an_engine_to_the_audit(work):
     assert isinstance(rep, A.AuditReport) and rep.outcome == "PASS" and rep.passed
     bad = certify(BiasedNumpyEngine(), settings=["temperature=0.5"], options=["off"], budget=Budget(n=300), shrink=False)
     assert bad.outcome == "FAIL" and not bad.passed
+    from exactness.result import VOCABULARY, Result
+
+    for r in (rep, bad):     # the shared result vocabulary, read over the cells (new-user finding: it had none)
+        assert isinstance(r, Result) and all(hasattr(r, v) for v in VOCABULARY)
+        assert r.alpha == 1e-3 and r.n == sum(c.n for c in r.cells) and r.summary().startswith(r.outcome)
+    assert rep.pvalue >= 1e-3 and bad.pvalue < 1e-3 and set(bad.checks) == {"temperature=0.5 / off"}
+    assert 0 < rep.detectable_tv < 1 and rep.tv_upper >= rep.tv_estimate
+    with pytest.raises(ValueError, match="both given"):
+        certify(NumpyEngine(), settings=["T=1"], options=["off"], budget=Budget(n=50, tv=0.05))
+    with pytest.raises(ValueError, match="it takes the subject alone and optionally settings"):
+        certify(NumpyEngine(), settings=["T=1"], prompts=[[1]], route="engine")
 
 
 def test_report_header_names_a_given_n(work, tmp_path):
@@ -460,7 +471,7 @@ def test_cli_checks_every_argument_before_reading_a_model(tmp_path, monkeypatch,
     base = ["audit", "llama-cpp-python", "--model", str(tmp_path / "junk.gguf"), "--prompts", "2,3,4",
             "--out", str(tmp_path / "out")]
     for extra, says in ((["--options", "bogus"], "has no option bogus"), (["--n", "5"], "n must be an integer"),
-                        (["--tv", "2"], "tv must lie in (0, 1)"), (["--settings", "T=1;top_k=0"], "more than once"),
+                        (["--tv", "2"], "tv must lie in [0.0001, 1)"), (["--settings", "T=1;top_k=0"], "more than once"),
                         (["--plant", "nope"], "no planted bug")):
         assert main(base + extra) == 2, extra
         assert says in capsys.readouterr().err, extra
@@ -530,3 +541,165 @@ def test_an_option_with_its_own_model_is_certified_against_its_own_law(work, tmp
     rep = A.audit(Undeclared(), settings=["T=1"], options=["own"], n=400, workdir=work, out=tmp_path / "u",
                   shrink=False)
     assert rep.cells[0].verdict == "FAIL"
+
+
+EXITS = '''
+import os
+
+import numpy as np
+
+from exactness.engines.base import Engine
+
+
+class Exits(Engine):
+    """Ends the whole process with status 0 from inside its decoder (as an engine's C code might)."""
+
+    name = "exits"
+    distribution = "numpy"
+    install = "-"
+    order = "transformers"
+    supported = frozenset({"temperature"})
+    options = {"off": "ends the process"}
+
+    def missing(self):
+        return None
+
+    def version(self):
+        return "0"
+
+    def prepare(self, models, workdir):
+        return models.vocab
+
+    def target(self, V, settings, prompt_len):
+        return lambda ctx: np.full((len(ctx), V), 1.0 / V)
+
+    def decoder(self, V, settings, option):
+        def decode(prompt, new_tokens, rng):
+            os._exit(0)
+        return decode
+'''
+
+
+def test_an_engine_ending_the_process_with_status_0_is_not_a_pass(tmp_path):
+    """Breaker finding: os._exit(0) inside the engine made `resispec audit` exit 0 (CI reads: every cell PASS).  The
+    CLI runs the audit in a child process and takes the status from the report: INCOMPLETE RUN, exit 3."""
+    import os
+    import subprocess
+    import sys
+
+    (tmp_path / "fakeexit.py").write_text(EXITS)
+    out = tmp_path / "out"
+    code = ("import sys; from resispec.cli import main; sys.argv = ['resispec', 'audit', 'fakeexit:Exits', "
+            f"'--settings', 'T=1', '--n', '20', '--out', {str(out)!r}]; sys.exit(main())")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")])}
+    env.pop("RESISPEC_AUDIT_CHILD", None)
+    r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=600)
+    assert r.returncode == 3, (r.returncode, r.stderr[-2000:])
+    assert "ended with exit 0" in r.stderr and "INCOMPLETE RUN" in r.stderr
+    data = json.loads((out / "audit_exits.json").read_text())
+    assert data["status"].startswith("running")
+
+
+@pytest.mark.parametrize("kw, exc, match", [
+    (dict(tv=1e-300), ValueError, r"tv must lie in \[0.0001, 1\)"),                  # overflowed the planner
+    (dict(n=50, tv=0.05), ValueError, "both given"),                                   # n silently won
+    (dict(options=[]), ValueError, "options is empty"),                                # ran every option
+    (dict(options="off"), TypeError, "options must be a list"),                        # "no option o, f, f"
+    (dict(settings="T=1;top_k=3"), TypeError, "settings must be a list"),
+    (dict(settings=[3]), TypeError, "settings must hold strings"),
+    (dict(models="/some/dir"), TypeError, "models must be an exactness.engines.tiny.TinyModels"),
+    (dict(shrink="no"), TypeError, "shrink must be True or False"),
+])
+def test_breaker_arguments_are_refused_up_front(kw, exc, match, work):
+    with pytest.raises(exc, match=match):
+        A.audit(NumpyEngine(), workdir=work, **kw)
+
+
+def test_cell_and_hang_seconds_beyond_a_time_limit_are_refused(work, monkeypatch):
+    """--hang-seconds 1e8 became INCONCLUSIVE cells blaming the law; now refused up front (CLI: (0, 1e6])."""
+    monkeypatch.setattr(A, "HANG_SLACK", 5e6)
+    with pytest.raises(ValueError, match=r"exceed the 1e\+07 s a time limit can hold"):
+        A.audit(NumpyEngine(), workdir=work, cell_seconds=1e6)
+
+
+@pytest.mark.parametrize("subject", [lambda: 0, None, 42])
+def test_a_subject_that_is_no_engine_is_refused(subject, work):
+    with pytest.raises(TypeError, match="engine must be an engine name"):
+        A.audit(subject, workdir=work)
+
+
+def test_out_or_workdir_that_is_a_file_is_refused_before_anything_runs(work, tmp_path):
+    f = tmp_path / "afile"
+    f.write_text("x")
+    for kw in (dict(out=f), dict(out=f / "x"), dict(workdir=f)):
+        with pytest.raises(ValueError, match="cannot be a folder"):
+            A.audit(NumpyEngine(), settings=["T=1"], options=["off"], n=30, **({"workdir": work} | kw))
+
+
+class NarrowLaw(NumpyEngine):
+    """Its own law drops the last token (rows of V - 1): the law, not the decoder, is wrong."""
+
+    def target(self, f64, settings, prompt_len, option=None):
+        law = super().target(f64, settings, prompt_len)
+        return lambda ctx: law(ctx)[:, :-1]
+
+
+class LawHangs(NumpyEngine):
+    """Its own law hangs once the certificate evaluates it past the prompts (the law is not the subject)."""
+
+    def target(self, f64, settings, prompt_len, option=None):
+        law = super().target(f64, settings, prompt_len)
+
+        def hanging(ctx):
+            import time
+
+            if np.asarray(ctx).shape[1] > 5:
+                time.sleep(30)
+            return law(ctx)
+        return hanging
+
+
+def test_a_law_of_the_wrong_width_or_a_hanging_law_is_inconclusive_not_the_decoders_fail(work, monkeypatch):
+    rep = A.audit(NarrowLaw(), settings=["T=1"], options=["off"], n=30, workdir=work)
+    (cell,) = rep.cells
+    assert cell.verdict == "INCONCLUSIVE" and "returned shape (2, 15)" in cell.cause and "expected (2, 16)" in cell.cause
+    monkeypatch.setattr(A, "HANG_SLACK", 1.0)
+    rep = A.audit(LawHangs(), settings=["T=1"], options=["off"], n=30, workdir=work, cell_seconds=1)
+    (cell,) = rep.cells
+    assert cell.verdict == "INCONCLUSIVE" and "own law" in cell.cause and "did not return" in cell.cause, cell.cause
+
+
+def test_a_report_folder_lost_mid_run_keeps_the_cells_and_exits_3(work, tmp_path):
+    class RemovesOut(NumpyEngine):
+        def decoder(self, f64, settings, option):
+            import shutil
+
+            shutil.rmtree(tmp_path / "out")
+            (tmp_path / "out").write_text("now a file")     # every later write fails
+            return super().decoder(f64, settings, option)
+
+    rep = A.audit(RemovesOut(), settings=["T=1"], options=["off"], n=30, workdir=work, out=tmp_path / "out")
+    assert rep.cells[0].verdict == "PASS" and rep.write_error and rep.exit_code == 3
+
+
+def test_a_plant_runs_only_the_options_that_exercise_it():
+    from exactness.engines.mutants import planted
+
+    eng = planted("transformers", "argmax_draft")
+    assert set(eng.options) == {"off", "draft"} and "planted" in eng.options["draft"]
+    with pytest.raises(ValueError, match="has no option ngram"):
+        A.check_request(eng, options=["ngram"])
+
+
+@pytest.mark.parametrize("body, rc", [("import sys\nsys.exit(1)\n", 1), ("import no_such_module_xyz\n", 2),
+                                      ("raise RuntimeError('engine crashed')\n", 2), ("print('ok')\n", 0)])
+def test_a_reproduction_script_exits_1_only_for_a_reproduced_bias(body, rc, tmp_path):
+    """New-user finding: a missing scipy or an engine crash exited 1, read as "bias reproduced"."""
+    import subprocess
+    import sys
+
+    path = tmp_path / "repro.py"
+    path.write_text(A._with_guard('"""A reproduction."""\n' + body))
+    r = subprocess.run([sys.executable, "-I", str(path)], capture_output=True, text=True, timeout=60)
+    assert r.returncode == rc, r.stderr
+    assert ("could not run this reproduction" in r.stderr) == (rc == 2)

@@ -32,8 +32,8 @@ from pathlib import Path
 
 import numpy as np
 
-from .base import EngineUnavailable, get_engine
-from .tiny import PROMPTS
+from .base import Engine, EngineUnavailable, get_engine
+from .tiny import PROMPTS, TinyModels
 
 #: Settings certified by default (engine-neutral; an engine that does not implement one gives INCONCLUSIVE cells).
 DEFAULT_SETTINGS = ("T=1", "temperature=0.7", "top_k=3", "top_p=0.8", "min_p=0.1", "repetition_penalty=1.5",
@@ -50,6 +50,8 @@ NEW_TOKENS = 3
 VOCAB = 16
 LOW_ACCEPTANCE = 0.05      # a PASS whose engine accepted fewer drafted tokens barely exercised verification
 HANG_SLACK = 300.0         # seconds past the cell's budget before a call that has not returned is a hang
+AUDIT_ALPHA = 1e-3         # the level of every cell's certificate
+MIN_TV = 1e-4              # the smallest detectable TV an audit may aim at (1e-300 overflowed the planner)
 PREPARE_SECONDS = 1800.0   # converting the tiny models (a hang past it: every cell INCONCLUSIVE)
 
 
@@ -97,6 +99,8 @@ class AuditReport:
     user_models: bool = False         # --model: the user's checkpoints, not the built tiny pair
     n_given: int | None = None        # --n: continuations per prompt the caller fixed (no planned budget)
     models_note: str = ""             # what the models are when they are not the tiny pair (GGUF files)
+    write_error: str = ""             # a report write that failed (the run went on; the CLI exits 3 and prints it)
+    python: str = ""                  # the interpreter that ran the audit (the one its reproduction scripts need)
 
     @property
     def law_findings(self) -> list:
@@ -120,6 +124,53 @@ class AuditReport:
     def passed(self) -> bool:
         """Every cell passed, no law finding, the run complete (:attr:`outcome` ``"PASS"``)."""
         return self.exit_code == 0
+
+    # -- the shared result vocabulary (exactness.result.VOCABULARY): the audit read as one certificate ----------
+    @property
+    def checks(self) -> dict:
+        """``"setting / option"`` -> the cell's p-value (0.0 for a FAIL without one: a crash, an impossible token);
+        INCONCLUSIVE cells are not checks."""
+        return {f"{c.setting} / {c.option}": (c.pvalue if c.pvalue is not None else 0.0)
+                for c in self.cells if c.verdict != "INCONCLUSIVE"}
+
+    @property
+    def pvalue(self) -> float:
+        """The smallest cell p-value (each cell is its own certificate at ``alpha``; 1.0 with no cell run)."""
+        return min(self.checks.values(), default=1.0)
+
+    @property
+    def tv_estimate(self) -> float | None:
+        """The largest cell TV estimate (None: no cell estimated one)."""
+        return max((c.tv_estimate for c in self.cells if c.tv_estimate is not None), default=None)
+
+    @property
+    def tv_upper(self) -> float:
+        """The largest cell upper bound on TV (1.0: no cell bounded it)."""
+        return max((c.tv_upper for c in self.cells if c.tv_upper is not None), default=1.0)
+
+    @property
+    def detectable_tv(self) -> float:
+        """The largest detectable TV (joint law of the new tokens) over the cells: what every cell detects."""
+        return max((c.detectable_tv for c in self.cells if c.detectable_tv is not None), default=1.0)
+
+    @property
+    def n(self) -> int:
+        """Continuations drawn over all cells."""
+        return sum(int(c.n or 0) for c in self.cells)
+
+    @property
+    def alpha(self) -> float:
+        """The level of every cell's certificate."""
+        return AUDIT_ALPHA
+
+    def summary(self) -> str:
+        """One line: the outcome, cells by verdict, the smallest p-value, the detectable TV per position."""
+        count = {v: sum(c.verdict == v for c in self.cells) for v in ("PASS", "FAIL", "INCONCLUSIVE")}
+        det = [c.position_detectable_tv for c in self.cells if c.position_detectable_tv is not None]
+        return (f"{self.outcome}: {self.engine} {self.version}, {len(self.cells)} cells ({count['PASS']} PASS, "
+                f"{count['FAIL']} FAIL, {count['INCONCLUSIVE']} INCONCLUSIVE), smallest p = {self.pvalue:.3g}, "
+                f"detectable TV per position <= {max(det) if det else 1.0:.3g}, n = {self.n:,}"
+                + ("" if self.status == "complete" else f"; INCOMPLETE RUN ({self.status})"))
 
     @classmethod
     def from_json(cls, data: dict) -> "AuditReport":
@@ -160,8 +211,8 @@ class AuditReport:
                  "(biased upward by sampling noise: read it with the verdict); 'detectable TV joint (per position)' "
                  "the smallest TV the joint check, and (in brackets) each position's check, detects with power "
                  "0.99; 'n' continuations in all (both prompts); 'cont./s' continuations per second through the "
-                 "adapter (pilot); 's' seconds the cell took; 'acceptance' the engine's own acceptance rate where it reports one (accepted over the drafted tokens its verifier checked; each engine's acceptance() says which counts; the JSON has them) "
-                 "reports one ('-': none, or the engine has no counters). Check names: joint[i] the joint law for prompt i, pit[j,...] the law of new token j "
+                 "adapter (pilot); 's' seconds the cell took; 'acceptance' the engine's own acceptance rate where it reports one (accepted over the drafted tokens its verifier checked; each engine's acceptance() says which counts; the JSON has them; "
+                 "'-': none, or the engine has no counters). Check names: joint[i] the joint law for prompt i, pit[j,...] the law of new token j "
                  "(from 1), pit_pairs / pit_tuple the tokens jointly.", "",
                  "| setting | option | verdict | p-value | TV estimate (upper) | detectable TV joint (per position) "
                  "| n | cont./s | s | law TV | acceptance |", "|---|---|---|---|---|---|---|---|---|---|---|"]
@@ -214,7 +265,9 @@ class AuditReport:
                                  f"{o['prefix']}: token {o['token']} of exact probability 0 was emitted "
                                  f"({o['observed']:.4f} of {o['count']:,} continuations)")
                 if c.repro:
-                    lines.append(f"  - reproduction: `python {c.repro}`")
+                    lines.append(f"  - reproduction: `{self.python or 'python'} {c.repro} [N draws per path]` (run "
+                                 "with the engine's Python; exit 1: bias reproduced, 0: not at this N, 2: could not "
+                                 "run)")
         lines += ["", "A FAIL is a finding about the engine (reproduce it with its script where the engine has a "
                   "reproduction template (its repro_script); a planted bug (--plant) has none: it lives in the "
                   "audit's patch); INCONCLUSIVE means the cell could not run (its cause); PASS means no bias was "
@@ -226,7 +279,8 @@ class AuditReport:
         """1 a FAIL cell; 3 no FAIL but an INCONCLUSIVE cell, a law finding or an incomplete run; 0 otherwise."""
         if self.failed:
             return 1
-        return 3 if (self.inconclusive or self.law_findings or self.status != "complete" or not self.cells) else 0
+        return 3 if (self.inconclusive or self.law_findings or self.status != "complete" or not self.cells
+                      or self.write_error) else 0
 
     def write(self, out) -> tuple[str, ...]:
         """Write ``audit_<engine>.md``, ``.json`` and ``.png`` under the folder ``out``; returns the paths."""
@@ -320,8 +374,16 @@ class _Recorder:
         return out
 
 
+#: Prefixes per position the offending-token search scores (the most frequent ones), and the fewest draws a prefix
+#: needs to be scored.
+OFFENDING_PREFIXES, OFFENDING_MIN_DRAWS = 8, 20
+
+
 def offending_token(recorder: _Recorder, cert, target, prompts=None) -> dict | None:
-    """The observed vs exact law of the worst token: position of smallest p-value, its most frequent prefix.
+    """The observed vs exact law of the worst token: over every position and its most frequent prefixes
+    (:data:`OFFENDING_PREFIXES`, each with >= :data:`OFFENDING_MIN_DRAWS` draws), the prefix whose emitted token's
+    chi-square against the law is smallest (the most frequent prefix alone had p = 0.006 where the cell failed at
+    p = 1e-77, and its reproduction script then could not reproduce), and in it the token farthest from the law.
 
     A token of target probability 0 (``cert.details["impossible"]``) is the offending token itself: exact 0.
     """
@@ -336,31 +398,50 @@ def offending_token(recorder: _Recorder, cert, target, prompts=None) -> dict | N
     pos = cert.details.get("positions") or []
     if not pos or not recorder.seen:
         return None
-    j = min(pos, key=lambda d: d["pvalue"])["position"] - 1
-    groups: dict = {}
-    for prompt, toks in recorder.seen:
-        for row in toks:
-            if row.size > j:
-                groups.setdefault((prompt, tuple(int(t) for t in row[:j])), []).append(int(row[j]))
-    (prompt, prefix), tokens = max(groups.items(), key=lambda kv: len(kv[1]))
-    law = target(np.array([list(prompt) + list(prefix)], dtype=np.int64))[0]
-    counts = np.bincount(tokens, minlength=law.size)[: law.size]
+    best = None
+    for j in sorted({d["position"] - 1 for d in pos}):
+        groups: dict = {}
+        for prompt, toks in recorder.seen:
+            for row in toks:
+                if row.size > j:
+                    groups.setdefault((prompt, tuple(int(t) for t in row[:j])), []).append(int(row[j]))
+        ranked = sorted(groups.items(), key=lambda kv: -len(kv[1]))
+        ranked = [kv for kv in ranked[:OFFENDING_PREFIXES] if len(kv[1]) >= OFFENDING_MIN_DRAWS] or ranked[:1]
+        laws = target(np.array([list(pr) + list(px) for (pr, px), _ in ranked], dtype=np.int64))
+        for ((prompt, prefix), tokens), law in zip(ranked, laws):
+            counts = np.bincount(tokens, minlength=law.size)[: law.size]
+            keep = law > 0
+            p = float(stats.chisquare(counts[keep], law[keep] / law[keep].sum() * counts[keep].sum()).pvalue) \
+                if counts[~keep].sum() == 0 else 0.0
+            if best is None or (p, -counts.sum()) < (best[0], -best[4].sum()):
+                best = (p, j, prompt, prefix, counts, law)
+    p, j, prompt, prefix, counts, law = best
     freq = counts / counts.sum()
     worst = int(np.argmax(np.abs(freq - law)))
-    keep = law > 0
-    p = float(stats.chisquare(counts[keep], law[keep] / law[keep].sum() * counts[keep].sum()).pvalue) \
-        if counts[~keep].sum() == 0 else 0.0
     return {"position": j + 1, "prompt": list(prompt), "prefix": list(prefix), "token": worst,
             "observed": float(freq[worst]), "exact": float(law[worst]), "count": int(counts.sum()),
             "tv": float(0.5 * np.abs(freq - law).sum()), "pvalue": p,
             "observed_law": freq.round(6).tolist(), "exact_law": law.round(6).tolist()}
 
 
+def checked_law(law, prompts: np.ndarray, V: int):
+    """``law`` after one look at the prompts: (P, V) finite non-negative rows summing to 1 (within 1e-6), else a
+    ValueError naming what it returned (the cell is then INCONCLUSIVE: the law is not the subject)."""
+    rows = np.asarray(law(np.array(prompts, dtype=np.int64)), dtype=np.float64)
+    want = (len(prompts), V)
+    if rows.shape != want:
+        raise ValueError(f"target(contexts) returned shape {rows.shape} for {len(prompts)} contexts; expected {want} "
+                         f"(one law over the vocabulary of {V} tokens per context)")
+    if not np.all(np.isfinite(rows)) or rows.min() < 0 or np.abs(rows.sum(axis=1) - 1).max() > 1e-6:
+        raise ValueError("target(contexts) returned rows that are not laws (non-finite, negative or not summing to 1)")
+    return law
+
+
 def _law_tv(engine, handle, settings, models, f64, prompt_len, new_tokens, rng):
     """Max TV between the engine's law and the independent float64 law at the prompts and random prefixes."""
     from ..settings import ORDERS, processed_law
 
-    law = engine.target(handle, settings, prompt_len)
+    law = checked_law(engine.target(handle, settings, prompt_len), models.prompts, models.vocab)
     if engine.order not in ORDERS or f64 is None:  # no documented order or no float64 twin: nothing to compare
         return law, None
     ctx = [models.prompts]
@@ -424,7 +505,8 @@ def _acceptance(counters, dec) -> dict:
     return acc
 
 
-def run_cell(engine, handle, settings, option, models, *, law, n, tv, new_tokens, cell_seconds, seed, alpha=1e-3):
+def run_cell(engine, handle, settings, option, models, *, law, n, tv, new_tokens, cell_seconds, seed,
+             alpha=AUDIT_ALPHA):
     """Certify one cell; returns ``(Cell, certificate or None, recorder or None)``."""
     from .. import certify_decoder
     from .._checks import SubjectError, exception_line
@@ -470,12 +552,18 @@ def run_cell(engine, handle, settings, option, models, *, law, n, tv, new_tokens
         cell.seconds = time.perf_counter() - t0
         return cell, None, rec
     cell.seconds = time.perf_counter() - t0
+    stopped = (cert.details.get("time_limit") or {}).get("running") or ""
+    if stopped.startswith("target("):   # the engine's own law hung, not its speculative decoder: INCONCLUSIVE
+        cell.cause = (f"the engine's own law (speculation off) {stopped} did not return within "
+                      f"{3 * cell_seconds + HANG_SLACK:g} s (3 x --cell-seconds + --hang-seconds)")
+        return cell, None, rec
     counters = getattr(engine, "acceptance", None)
     if counters is not None:  # a courtesy of the engine: never a verdict
         got = _guarded(lambda: _acceptance(counters, dec), cell_seconds + HANG_SLACK)
         cell.acceptance = got.value if got.kind is None else {"error": got.why}
     cell.verdict = "PASS" if cert.passed else "FAIL"
-    cell.cause = "" if cert.passed else cert._verdict_head(width=400).removeprefix("FAIL: ")
+    cell.cause = "" if cert.passed else cert._verdict_head(width=400).removeprefix("FAIL: ").replace(
+        "raise time_limit / --time-limit", "raise --cell-seconds / --hang-seconds: the limit is 3 x cell + hang")
     cell.pvalue, cell.tv_estimate, cell.tv_upper = cert.pvalue, cert.tv_estimate, cert.tv_upper
     cell.detectable_tv, cell.n = cert.detectable_tv, int(cert.n)
     pos = cert.details.get("positions") or []
@@ -512,12 +600,24 @@ def check_request(eng, *, settings=None, options=None, tv: float = DEFAULT_TV, n
         An unknown option or setting, a setting given twice, ``tv`` / ``n`` / ``cell_seconds`` / ``new_tokens`` /
         ``seed`` out of range.
     """
+    from .._timeout import MAX_TIMEOUT as MAX_SECONDS
     from ..settings import SamplingSettings, parse_settings
 
-    if not (isinstance(tv, (int, float)) and 0 < tv < 1):
-        raise ValueError(f"tv must lie in (0, 1), got {tv!r}")
+    if not (isinstance(tv, (int, float)) and MIN_TV <= tv < 1):
+        raise ValueError(f"tv must lie in [{MIN_TV:g}, 1) (the detectable TV per position to aim at; below "
+                         f"{MIN_TV:g} no run could reach it), got {tv!r}")
     if not (isinstance(cell_seconds, (int, float)) and math.isfinite(cell_seconds) and 0 < cell_seconds <= 1e6):
         raise ValueError(f"cell_seconds must be a finite number of seconds in (0, 1e6], got {cell_seconds!r}")
+    if 4 * cell_seconds + 2 * HANG_SLACK > MAX_SECONDS:   # the longest time limit built from them (a FAIL's shrink)
+        raise ValueError(f"4 x cell_seconds + 2 x hang seconds = {4 * cell_seconds + 2 * HANG_SLACK:.3g} s exceed the "
+                         f"{MAX_SECONDS:g} s a time limit can hold; give a smaller --cell-seconds / --hang-seconds")
+    for what, v in (("settings", settings), ("options", options)):
+        if isinstance(v, (str, bytes)) or (v is not None and not hasattr(v, "__iter__")):
+            raise TypeError(f"{what} must be a list (e.g. {what}=['T=1', 'top_k=3'] / ['off', 'draft']) or None, "
+                            f"got {v!r}")
+    if n is not None and tv != DEFAULT_TV:
+        raise ValueError(f"n = {n!r} and tv = {tv!r} both given: n fixes the continuations per prompt, tv plans them; "
+                         "give one of the two")
     if n is not None and (isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < MIN_USER_N):
         raise ValueError(f"n must be an integer >= {MIN_USER_N} (fewer continuations leave the checks no degree of "
                          f"freedom), got {n!r}")
@@ -527,12 +627,18 @@ def check_request(eng, *, settings=None, options=None, tv: float = DEFAULT_TV, n
         raise ValueError(f"seed must be an integer in [0, 2**63), got {seed!r}")
     if settings is not None and not list(settings):
         raise ValueError("settings is empty: give at least one setting (or None for the default grid)")
+    bad = [s for s in (settings or ()) if not isinstance(s, (str, SamplingSettings))]
+    if bad:
+        raise TypeError(f"settings must hold strings such as 'temperature=0.7,top_k=3' or SamplingSettings, got "
+                        f"{bad[0]!r}")
     grid = [s if isinstance(s, SamplingSettings) else parse_settings(s) for s in (settings or DEFAULT_SETTINGS)]
     labels = [s.label() for s in grid]
     twice = sorted({x for x in labels if labels.count(x) > 1})
     if twice:
         raise ValueError(f"settings lists {', '.join(repr(x) for x in twice)} more than once (the same law after "
                          "parsing: top_k=0, top_p=1, penalties 1 or 0 are the defaults); give each setting once")
+    if options is not None and not list(options):
+        raise ValueError("options is empty: give at least one option (or None for all the engine's options)")
     opts = list(options or eng.options)
     if not opts:
         raise ValueError(f"{eng.name} declares no speculative options: nothing to audit")
@@ -590,6 +696,20 @@ def audit(engine, *, settings=None, options=None, tv: float = DEFAULT_TV, n: int
     from .tiny import build_tiny, float64_logits
 
     eng = get_engine(engine) if isinstance(engine, str) else engine
+    if not isinstance(eng, Engine):
+        raise TypeError(f"engine must be an engine name (resispec audit --list) or an exactness.engines.base.Engine "
+                        f"instance, got {type(engine).__name__}")
+    if models is not None and not isinstance(models, TinyModels):
+        raise TypeError(f"models must be an exactness.engines.tiny.TinyModels (target_dir, draft_dir, vocab, "
+                        f"prompts) or None, got {type(models).__name__}")
+    if not isinstance(shrink, (bool, np.bool_)):
+        raise TypeError(f"shrink must be True or False, got {shrink!r}")
+    for what, folder in (("out", out), ("workdir", workdir)):
+        if folder is not None:
+            try:
+                Path(folder).mkdir(parents=True, exist_ok=True)
+            except (OSError, TypeError, ValueError) as exc:
+                raise ValueError(f"{what} = {folder!r} cannot be a folder ({exc}); give a folder path") from None
     grid, opts = check_request(eng, settings=settings, options=options, tv=tv, n=n, cell_seconds=cell_seconds,
                                new_tokens=new_tokens, seed=seed)
     got = _guarded(eng.missing, PREPARE_SECONDS)
@@ -633,7 +753,7 @@ def audit(engine, *, settings=None, options=None, tv: float = DEFAULT_TV, n: int
                              command or f"resispec audit {eng.name}",
                              law_source=law_source.value if law_source.kind is None else f"unknown ({law_source.why})",
                              user_models=user_models, n_given=None if n is None else int(n),
-                             models_note=_gguf_note(models) if gguf else "")
+                             models_note=_gguf_note(models) if gguf else "", python=sys.executable)
         got = _guarded(lambda: eng.prepare(models, Path(workdir)), PREPARE_SECONDS)
         if got.kind is not None:  # nothing can run: every cell says why
             why = (got.why if got.kind == "unavailable" else
@@ -667,7 +787,8 @@ def audit(engine, *, settings=None, options=None, tv: float = DEFAULT_TV, n: int
                 _finish(report, out, t_start)         # a run the engine kills says which cell it was in
                 law, law_tv = shared, shared_tv
                 if o in own_law:                      # the option runs a model of its own: its law is that model's
-                    got = _guarded(lambda s=s, o=o: eng.target(handle, s, L, option=o), cell_seconds + HANG_SLACK)
+                    got = _guarded(lambda s=s, o=o: checked_law(eng.target(handle, s, L, option=o), models.prompts,
+                                                                models.vocab), cell_seconds + HANG_SLACK)
                     if got.kind is not None:
                         report.cells.append(Cell(s.label(), o, "INCONCLUSIVE", cause=(
                             f"option {o}'s own law (its model, speculation off) "
@@ -711,7 +832,9 @@ def _explain(eng, handle, report, cell, cert, rec, law, s, o, models, out, *, sh
             cell.cause += f"; (the FAIL analysis stopped: {got.why})"
     if shrink and statistical:  # a raise or hang would only repeat once per field: shrink statistical FAILs
         fields = len(s.active())
-        shrink_limit = fields * (fields + 1) / 2 * (4 * cell_seconds + 2 * HANG_SLACK)  # every smaller cell tried
+        from .._timeout import MAX_TIMEOUT
+
+        shrink_limit = min(MAX_TIMEOUT, fields * (fields + 1) / 2 * (4 * cell_seconds + 2 * HANG_SLACK))  # all tried
         got = _guarded(lambda: _shrink(eng, handle, s, o, models, n=cell.n // len(models.prompts) or n, tv=tv,
                                        new_tokens=new_tokens, cell_seconds=cell_seconds, seed=seed), shrink_limit)
         cell.smallest_setting = got.value
@@ -743,6 +866,35 @@ def _shrink(eng, handle, settings, option, models, *, n, tv, new_tokens, cell_se
     return cur.label()
 
 
+#: Put after a reproduction script's docstring: an error exits 2, so that exit 1 always means "bias reproduced" (a
+#: missing scipy or an engine crash exited 1 by its traceback before).
+REPRO_GUARD = '''
+import sys as _sys
+
+
+def _could_not_run(kind, value, tb):  # an error is not a reproduced bias: exit 2 (1 means p < 1e-3)
+    import atexit, os, traceback
+    traceback.print_exception(kind, value, tb)
+    print("could not run this reproduction (an error, not a reproduced bias): exit 2", file=_sys.stderr)
+    atexit._run_exitfuncs()  # the temporary models are removed
+    _sys.stdout.flush()
+    _sys.stderr.flush()
+    os._exit(2)
+
+
+_sys.excepthook = _could_not_run
+'''
+
+
+def _with_guard(src: str) -> str:
+    """``src`` with :data:`REPRO_GUARD` after its module docstring (at the top when it has none)."""
+    head = src.lstrip()
+    if head.startswith('"""'):
+        end = src.index('"""', src.index('"""') + 3) + 3
+        return src[:end] + "\n" + REPRO_GUARD + src[end:]
+    return REPRO_GUARD + src
+
+
 def _write_repro(eng, report, cell, out, models) -> str | None:
     """Write the cell's reproduction script next to the report; its path (None without ``out``)."""
     if out is None:
@@ -757,6 +909,7 @@ def _write_repro(eng, report, cell, out, models) -> str | None:
     src = make(models, setting, cell.option, off, report)
     if not isinstance(src, str):
         raise TypeError(f"repro_script returned {type(src).__name__}, not the script's source (str)")
+    src = _with_guard(src)
     k = sum(1 for c in report.cells if c.repro) + 1
     path = Path(out) / f"audit_{report.engine.replace('.', '_')}_repro_{k}.py"
     from resispec._io import atomic_write
@@ -766,9 +919,14 @@ def _write_repro(eng, report, cell, out, models) -> str | None:
 
 
 def _finish(report, out, t_start):
+    """Time the run and rewrite the report under ``out``; a write that fails (the folder gone, the disk full) is
+    recorded in ``report.write_error`` and the run goes on: the CLI prints the report and exits 3, never losing it."""
     report.seconds = time.perf_counter() - t_start
     if out is not None:
-        report.write(out)
+        try:
+            report.write(out)
+        except OSError as exc:
+            report.write_error = f"the report could not be written under {out}: {exc}"
 
 
 def _cores() -> int:
@@ -789,14 +947,19 @@ def summary(folder) -> str:
             rep = AuditReport.from_json(json.loads(path.read_text()))
         except ValueError:
             continue  # another report (e.g. a benchmark's) that shares the prefix
-        count = {v: sum(c.verdict == v for c in rep.cells) for v in ("PASS", "FAIL", "INCONCLUSIVE")}
-        det = [c.position_detectable_tv for c in rep.cells if c.position_detectable_tv is not None]
-        span = f"{min(det):.3f}-{max(det):.3f}" if det else "-"
-        law = rep.law_findings
-        law = f"{len(law)} ({max(c.law_tv for c in law):.1e})" if law else "0"
-        status = "" if rep.status == "complete" else " (INCOMPLETE RUN)"
-        rows.append(f"| [{rep.engine}]({path.stem}.md){status} | {rep.version} | {count['PASS']} | {count['FAIL']} | "
-                    f"{count['INCONCLUSIVE']} | {law} | {span} | {rep.seconds:.0f} | `{rep.command}` |")
+        try:
+            count = {v: sum(c.verdict == v for c in rep.cells) for v in ("PASS", "FAIL", "INCONCLUSIVE")}
+            det = [float(c.position_detectable_tv) for c in rep.cells if c.position_detectable_tv is not None]
+            span = f"{min(det):.3f}-{max(det):.3f}" if det else "-"
+            law = rep.law_findings
+            law = f"{len(law)} ({max(c.law_tv for c in law):.1e})" if law else "0"
+            status = "" if rep.status == "complete" else " (INCOMPLETE RUN)"
+            rows.append(f"| [{rep.engine}]({path.stem}.md){status} | {rep.version} | {count['PASS']} | "
+                        f"{count['FAIL']} | {count['INCONCLUSIVE']} | {law} | {span} | {rep.seconds:.0f} | "
+                        f"`{rep.command}` |")
+        except (TypeError, ValueError) as exc:   # an audit JSON with fields of the wrong type: name the file
+            raise ValueError(f"{path} is not a readable audit report ({exc}); rerun that audit or remove the file") \
+                from None
     return "\n".join(rows) + "\n"
 
 

@@ -63,7 +63,8 @@ def _mlx():
         import mlx.core as mx
         import mlx_lm  # noqa: F401
     except ImportError as exc:  # pragma: no cover - depends on the machine
-        raise EngineUnavailable(f"mlx-lm is not importable ({exc}): pip install \"mlx[cpu]\" mlx-lm") from exc
+        raise EngineUnavailable(f"mlx-lm is not importable ({exc}): pip install -e \".[audit-mlx]\" "
+                                "(mlx[cpu], mlx-lm)") from exc
     return mx
 
 

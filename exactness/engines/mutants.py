@@ -89,6 +89,9 @@ def _hf_bias_dropped(settings):
     return _hf_verifier(f)
 
 
+#: engine -> the options whose decoding runs the patched code (the others would pass untouched: refused)
+EXERCISED = {"transformers": ("draft",)}
+
 #: engine -> bug -> (patch factory taking the settings, one-line description)
 PLANTED = {
     "transformers": {
@@ -120,9 +123,12 @@ class PlantedEngine(Engine):
         self.base, self.bug = engine, bug
         self.factory = bugs[bug][0]
         self.name = f"{engine.name}+{bug}"
-        for attr in ("distribution", "install", "order", "supported", "options", "law_source", "formats", "context"):
+        for attr in ("distribution", "install", "order", "supported", "law_source", "formats", "context"):
             if hasattr(engine, attr):
                 setattr(self, attr, getattr(engine, attr))
+        run = ("off",) + EXERCISED.get(engine.name, tuple(engine.options))   # off: the unpatched control
+        self.options = {o: d + (f" (planted: {bugs[bug][1]})" if o != "off" else "")
+                        for o, d in engine.options.items() if o in run}
 
     def missing(self):
         return self.base.missing()

@@ -19,6 +19,7 @@ Example:
 
 from __future__ import annotations
 
+import os
 import sys
 
 NAME = "audit"
@@ -140,8 +141,51 @@ def _user_models(args):
     return TinyModels(target, draft, vocab, eos, prompts, args.seed)
 
 
-def run(args) -> int:
+#: Set in the audit's child process (see :func:`_supervise`).
+CHILD = "RESISPEC_AUDIT_CHILD"
+
+
+def _supervise(args, A, name: str) -> int:
+    """Run the audit in a child process and take the exit status from its report, not from the process.
+
+    An engine may end the process itself (``os._exit(0)`` inside its C code or its Python): the report on disk then
+    says INCOMPLETE RUN, but a process exit of 0 would read as "every cell PASS" to CI.  So the audit runs in a
+    child (the same command, ``RESISPEC_AUDIT_CHILD=1``), and the status is the report's: 1 a FAIL cell, 3 an
+    incomplete run or an INCONCLUSIVE cell, 0 only for a complete report of passes.  Bad input (2) and Ctrl-C (130)
+    from the child are kept.
+    """
+    import json
     import os
+    import subprocess
+    import time
+    from pathlib import Path
+
+    start = time.time()
+    cmd = [sys.executable, "-m", "resispec.cli", *sys.argv[1:]]
+    try:
+        rc = subprocess.run(cmd, env={**os.environ, CHILD: "1"}).returncode
+    except KeyboardInterrupt:
+        rc = 130
+    if rc in (2, 130):
+        return rc
+    path = Path(args.out) / f"audit_{name.replace('.', '_')}.json"
+    try:
+        if path.stat().st_mtime < start - 1:
+            raise FileNotFoundError(path)
+        report = A.AuditReport.from_json(json.loads(path.read_text()))
+    except (OSError, ValueError):
+        print(f"resispec audit: INCOMPLETE RUN: the audit process ended (exit {rc}) without a report at {path}",
+              file=sys.stderr)
+        return 1 if rc == 1 else 3
+    code = report.exit_code
+    if code != rc:
+        print(f"resispec audit: the audit process ended with exit {rc}, but its report ({path}) says "
+              f"{'INCOMPLETE RUN (' + report.status + ')' if report.status != 'complete' else report.outcome}: "
+              f"exit {code}", file=sys.stderr)
+    return code
+
+
+def run(args) -> int:
 
     os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")   # the engines' loaders, not the audit's lines
     os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
@@ -182,8 +226,8 @@ def run(args) -> int:
     if args.hang_seconds is not None:
         import math
 
-        if not (math.isfinite(args.hang_seconds) and args.hang_seconds > 0):
-            raise ValueError(f"--hang-seconds must be a positive number, got {args.hang_seconds}")
+        if not (math.isfinite(args.hang_seconds) and 0 < args.hang_seconds <= 1e6):
+            raise ValueError(f"--hang-seconds must be a number of seconds in (0, 1e6], got {args.hang_seconds}")
         A.HANG_SLACK = float(args.hang_seconds)
     kw = {k: v for k, v in dict(tv=args.tv, cell_seconds=args.cell_seconds, n=args.n, new_tokens=args.new_tokens,
                                 vocab=args.vocab).items() if v is not None}
@@ -200,6 +244,8 @@ def run(args) -> int:
     A.check_request(engine, settings=_settings(args.settings), options=args.options, seed=args.seed,
                     **{k: v for k, v in kw.items() if k != "vocab"})
     models = _user_models(args)
+    if getattr(args, "_program", False) and os.environ.get(CHILD) != "1":
+        return _supervise(args, A, engine.name)
     try:
         report = A.audit(engine, settings=_settings(args.settings), options=args.options, seed=args.seed,
                          out=args.out, shrink=not args.no_shrink, command=command,
@@ -207,5 +253,8 @@ def run(args) -> int:
     except EngineUnavailable as exc:
         raise ValueError(str(exc)) from None
     print(report.to_markdown())
-    print(f"wrote {args.out}/audit_{report.engine.replace('.', '_')}.md (.json, .png)", file=sys.stderr)
+    if report.write_error:
+        print(f"INCOMPLETE: {report.write_error} (the report is printed above)", file=sys.stderr)
+    else:
+        print(f"wrote {args.out}/audit_{report.engine.replace('.', '_')}.md (.json, .png)", file=sys.stderr)
     return report.exit_code
