@@ -9,6 +9,8 @@
     engine's draft-model calls agree with its own bookkeeping.
 (c) Dropping a setting (top-k = 2, or temperature = 0.5) on the verified positions (every token after the first)
     fails the same check at n = 400 per prompt.
+(d) Reproduction scripts: a planted FAIL's script, written by the audit and run without this project, exits 1; an
+    exact ``off`` cell's exits 0.
 Opt-in (``python -m pytest -m heavy_engine tests/test_engine_llamacpp.py``: the engine is a source build); skips
 with the reason when llama_cpp does not import (build: benchmarks/build_llamacpp.sh).
 """
@@ -266,3 +268,61 @@ def test_gguf_files_as_the_users_models(tiny, tmp_path):
         gguf_models(handle.target_gguf, other, models.prompts)
     with pytest.raises(ValueError, match="takes Hugging Face checkpoint folders, not GGUF"):
         A.audit("transformers", settings=["T=1"], n=60, models=m)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Standalone reproduction scripts
+
+
+from _repro_run import run_isolated as _run_isolated  # noqa: E402
+
+
+class _TemperatureDroppedOnDraft(type(ENGINE)):
+    """Planted bias: option ``draft`` runs at temperature 1 whatever the setting (the law keeps the setting's)."""
+
+    def run_settings(self, settings, option):
+        import dataclasses
+
+        return dataclasses.replace(settings, temperature=1.0) if option == "draft" else settings
+
+
+def test_planted_fail_script_reproduces_without_the_project(tmp_path):
+    """The audit writes a script for the planted FAIL; run alone (no resispec) it reproduces the bias: exit 1."""
+    from exactness.engines import audit as A
+
+    rep = A.audit(_TemperatureDroppedOnDraft(), settings=["temperature=0.5"], options=["off", "draft"], n=400,
+                  shrink=False, workdir=tmp_path / "w", out=tmp_path / "out")
+    off, draft = rep.cells
+    assert off.verdict == "PASS" and off.repro is None, off.cause
+    assert draft.verdict == "FAIL" and draft.repro, draft.cause
+    src = open(draft.repro).read()
+    assert "'temp': 1.0" in src and "import exactness" not in src and "def write_gguf" in src
+    got = _run_isolated(draft.repro, tmp_path, 4000)
+    assert got.returncode == 1, (got.stdout, got.stderr[-3000:])
+    assert "two-sample chi-square p = " in got.stdout
+
+
+def test_exact_off_cell_script_exits_0(tiny, tmp_path):
+    """Option off at the combined setting, no bias: the plain sampler matches the engine's law in the script."""
+    models, _, _ = tiny
+    off = {"position": 2, "prompt": models.prompts[0].tolist(), "prefix": [int(models.prompts[0][1])], "token": 3,
+           "observed": 0.1, "exact": 0.1, "count": 100}
+    path = tmp_path / "repro_off.py"
+    path.write_text(ENGINE.repro_script(models, SETTINGS["combined"], "off", off, None))
+    got = _run_isolated(path, tmp_path, 4000)
+    assert got.returncode == 0, (got.stdout, got.stderr[-3000:])
+    assert "TV vs the exact law" in got.stdout
+
+
+def test_repro_script_on_the_users_gguf_files_names_them(tiny):
+    """--model x.gguf: the script loads the GGUF paths as they are (no rebuild) and parses."""
+    from exactness.engines.llamacpp import gguf_models
+
+    models, handle, _ = tiny
+    m = gguf_models(handle.target_gguf, handle.draft_gguf, models.prompts)
+    src = ENGINE.repro_script(m, SETTINGS["plain"], "ngram", {"position": 1, "prompt": models.prompts[0].tolist(),
+                                                              "prefix": []}, None)
+    compile(src, "repro.py", "exec")
+    assert f"TARGET_GGUF, DRAFT_GGUF = {str(handle.target_gguf)!r}" in src and "def write_gguf" not in src
+    with pytest.raises(EngineUnavailable, match="no option 'mtp'"):
+        ENGINE.repro_script(models, SETTINGS["plain"], "mtp", {"prompt": [2], "prefix": []}, None)

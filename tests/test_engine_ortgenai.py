@@ -3,7 +3,8 @@
 Skips with the reason when onnxruntime-genai (or its builder's onnx / onnx-ir) is not installed.  Budget: the
 conversion (~10 s) once per module, option ``mtp``'s own Qwen3.5 + MTP model (~15 s, on first use), then
 ``certify_decoder`` at n = 1,000 continuations per prompt x 2 prompts, 3 new tokens, per speculative option.  The
-standalone ``mtp`` reproduction script (~40 s) is ``slow``.
+standalone reproduction scripts (``mtp`` ~40 s; a planted FAIL's from the audit, and an exact ``off`` cell's) are
+``slow``.
 """
 
 from __future__ import annotations
@@ -159,8 +160,8 @@ def test_bad_input(tiny):
         ENGINE.decoder(handle, SamplingSettings(), "medusa")
     with pytest.raises(EngineUnavailable, match="no option 'medusa'"):
         ENGINE.target(handle, SamplingSettings(), 5, option="medusa")
-    with pytest.raises(EngineUnavailable, match="option mtp only"):
-        ENGINE.repro_script(models, SamplingSettings(), "draft", {}, None)
+    with pytest.raises(EngineUnavailable, match="no option 'medusa'"):
+        ENGINE.repro_script(models, SamplingSettings(), "medusa", {"prompt": [2], "prefix": []}, None)
     with pytest.raises(EngineUnavailable, match="top_k > vocab_size"):
         ENGINE.decoder(handle, SamplingSettings(top_k=17), "off")
     dec = ENGINE.decoder(handle, SamplingSettings(), "off")
@@ -186,3 +187,45 @@ def test_mtp_repro_script_is_standalone(tiny, tmp_path):
                          timeout=600)
     assert out.returncode in (0, 1), out.stderr[-2000:]
     assert "draws with prefix []: off 600, mtp 600" in out.stdout, out.stdout
+
+
+from _repro_run import run_isolated as _run_isolated  # noqa: E402
+
+
+class _TemperatureDroppedOnDraft(type(ENGINE)):
+    """Planted bias: option ``draft`` runs at temperature 1 whatever the setting (the law keeps the setting's)."""
+
+    def run_settings(self, settings, option):
+        import dataclasses
+
+        return dataclasses.replace(settings, temperature=1.0) if option == "draft" else settings
+
+
+@pytest.mark.slow  # an audit of 2 cells (conversion ~10 s) and the script (rebuild + 2 x 4,000 draws): ~1-2 min
+def test_planted_fail_script_reproduces_without_the_project(tmp_path):
+    """The audit writes a script for the planted FAIL; run alone (no resispec) it reproduces the bias: exit 1."""
+    from exactness.engines import audit as A
+
+    rep = A.audit(_TemperatureDroppedOnDraft(), settings=["temperature=0.7"], options=["off", "draft"], n=400,
+                  shrink=False, workdir=tmp_path / "w", out=tmp_path / "out")
+    off, draft = rep.cells
+    assert off.verdict == "PASS" and off.repro is None, off.cause
+    assert draft.verdict == "FAIL" and draft.repro, draft.cause
+    src = open(draft.repro).read()
+    assert "SEARCH_ON = {'do_sample': True, 'temperature': 1.0" in src and "import exactness" not in src
+    got = _run_isolated(draft.repro, tmp_path, 4000)
+    assert got.returncode == 1, (got.stdout, got.stderr[-3000:])
+    assert "two-sample chi-square p = " in got.stdout
+
+
+@pytest.mark.slow  # the script rebuilds and converts the tiny pair, then 4,000 batched draws: ~30 s
+def test_exact_off_cell_script_exits_0(tiny, tmp_path):
+    """Option off at a combined setting, no bias: the plain sampler matches the exact law in the script (exit 0)."""
+    models, _ = tiny
+    off = {"position": 2, "prompt": models.prompts[0].tolist(), "prefix": [int(models.prompts[0][1])], "token": 3,
+           "observed": 0.1, "exact": 0.1, "count": 100}
+    path = tmp_path / "repro_off.py"
+    path.write_text(ENGINE.repro_script(models, MIXED, "off", off, None))
+    got = _run_isolated(path, tmp_path, 4000)
+    assert got.returncode == 0, (got.stdout, got.stderr[-3000:])
+    assert "TV vs the exact law" in got.stdout

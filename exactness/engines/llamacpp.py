@@ -225,9 +225,7 @@ def sampling_kwargs(settings) -> dict:
     """``SamplingSettings`` -> ``Llama.generate`` / ``Llama._init_sampler`` keyword arguments (filters off)."""
     from llama_cpp import LogitsProcessorList
 
-    kw = dict(top_k=int(settings.top_k), top_p=float(settings.top_p), min_p=float(settings.min_p), typical_p=1.0,
-              temp=float(settings.temperature), repeat_penalty=float(settings.repetition_penalty),
-              frequency_penalty=float(settings.frequency_penalty), presence_penalty=float(settings.presence_penalty))
+    kw = _run_spec(settings)["kw"]  # the same keywords a reproduction script writes
     if settings.logit_bias:
         kw["logits_processor"] = LogitsProcessorList([logit_bias_processor(settings.logit_bias)])
     return kw
@@ -589,6 +587,164 @@ class LlamaCppHandle:
         return self.cache[k]
 
 
+# ----------------------------------------------------------------------------------------------------------------
+# Standalone reproduction scripts
+
+
+#: The standalone reproduction script of a FAIL (``LlamaCppEngine.repro_script``; ``str.format`` fields).
+REPRO = '''#!/usr/bin/env python
+"""Reproduce a resispec audit finding in llama-cpp-python {version} (CPU), without resispec.
+
+{head}
+Usage: python <this script> [N draws per path] (default 4000; exit 1 when p < 1e-3: the bias is reproduced)
+The audit measured: token {token} observed {observed:.4f} vs exact {exact:.4f} ({count:,} draws with that prefix).
+"""
+import ctypes
+import json
+import os
+from pathlib import Path
+
+import numpy as np
+
+
+class EngineUnavailable(Exception):
+    """The adapter's exception (a plain one here)."""
+
+{models}
+# exactness/engines/llamacpp.py, pasted: the adapter's constants and the code its decoders and law run
+TOKEN_DATA = np.dtype([("id", "<i4"), ("logit", "<f4"), ("p", "<f4")])
+LLAMA_KW = {llama_kw}
+
+{pasted}
+
+if __name__ == "__main__":
+    import sys
+
+    from llama_cpp import Llama, LogitsProcessorList
+    from llama_cpp.llama_speculative import LlamaPromptLookupDecoding
+    from scipy import stats
+
+    V, OPTION, N_CTX = {vocab}, {option!r}, {n_ctx}
+    PROMPT, PREFIX = {prompt}, {prefix}
+    NEW = {new}  # tokens generated per request, as the audit generated them
+    # Llama.generate keyword arguments, logit bias and penalty window of each path, as the audit passed them
+    RUN_OFF = {run_off}
+    RUN_ON = {run_on}
+    LAW = {law}  # the setting the audit certified against
+    N = int(sys.argv[1]) if len(sys.argv) > 1 else 4000
+
+    def kwargs(run):
+        kw = dict(run["kw"])
+        if run["logit_bias"]:  # create_completion's logit-bias processor, first in the sampler chain
+            kw["logits_processor"] = LogitsProcessorList([logit_bias_processor(run["logit_bias"])])
+        return kw
+
+    def llama(path, window=None, draft_model=None):
+        return Llama(model_path=path, n_ctx=N_CTX, logits_all=True,
+                     last_n_tokens_size=N_CTX if window is None else window, draft_model=draft_model,
+                     **dict(LLAMA_KW, n_threads=THREADS, n_threads_batch=THREADS))
+
+    def draft_model():
+        if OPTION == "ngram":
+            return LlamaPromptLookupDecoding(max_ngram_size=2, num_pred_tokens=3)
+        if OPTION in ("draft", "self_draft"):  # a draft GGUF run greedily, 3 tokens a round
+            path = DRAFT_GGUF if OPTION == "draft" else TARGET_GGUF
+            return GreedyDraftModel(llama(path), k=3, make=lambda: llama(path))
+        return None
+
+    def counts(on):
+        """Counts of the token after PREFIX over N Llama.generate requests of PROMPT (one Llama, prompt warmed)."""
+        run = RUN_ON if on else RUN_OFF
+        llm = llama(TARGET_GGUF, run["penalty_window"], draft_model() if on else None)
+        warm_prompt(llm, PROMPT)
+        kw, c = kwargs(run), np.zeros(V)
+        for i in range(N):
+            llm.set_seed(int(on) * N + i + 1)
+            gen, out = llm.generate(PROMPT, **kw), []
+            try:
+                for tok in gen:  # generate never stops on EOS: exactly NEW tokens
+                    out.append(int(tok))
+                    if len(out) == NEW:
+                        break
+            finally:
+                gen.close()
+            if out[:len(PREFIX)] == PREFIX:
+                c[out[len(PREFIX)]] += 1
+        return c
+
+    def pooled(table, expected=None):
+        """Columns with enough mass kept (expected >= 5, or >= 10 draws in all), the rest pooled into one: a
+        chi-square on a large vocabulary is not read off cells of expected count ~0."""
+        mass = expected if expected is not None else table.sum(axis=0)
+        big = mass >= (5 if expected is not None else 10)
+        return np.concatenate([table[..., big], table[..., ~big].sum(axis=-1, keepdims=True)], axis=-1)
+
+    if OPTION == "off":  # the plain sampler against the engine's own law: one-sample chi-square
+        c = counts(False)
+        llm = llama(TARGET_GGUF, LAW["penalty_window"])
+        exact = engine_law(llm, plain_logits(llm, PROMPT + PREFIX, len(PROMPT)), PREFIX, kwargs(LAW))
+        freq = c / max(c.sum(), 1)
+        if c[exact == 0].sum():
+            p = 0.0  # a token the law gives probability 0
+        elif c.sum():
+            e = exact * c.sum()
+            obs, want = pooled(c, e), pooled(e, e)
+            p = stats.chisquare(obs[want > 0], want[want > 0]).pvalue
+        else:
+            p = 1.0
+        print(f"draws with prefix {{PREFIX}}: off {{int(c.sum())}}; TV vs the exact law "
+              f"{{0.5 * abs(freq - exact).sum():.4f}}, chi-square p = {{p:.3g}}")
+        for t in np.argsort(-abs(freq - exact))[:5]:
+            print(f"token {{t}}: speculation off {{freq[t]:.4f}}  exact {{exact[t]:.4f}}")
+    else:  # speculation off vs on: two-sample chi-square
+        c = np.stack([counts(False), counts(True)])
+        t = pooled(c)
+        t = t[:, t.sum(axis=0) > 0]
+        p = stats.chi2_contingency(t).pvalue if t.shape[1] > 1 and c.sum(axis=1).min() > 0 else 1.0
+        freq = c / np.maximum(c.sum(axis=1, keepdims=True), 1)
+        print(f"draws with prefix {{PREFIX}}: off {{int(c[0].sum())}}, {{OPTION}} {{int(c[1].sum())}}; "
+              f"TV {{0.5 * abs(freq[0] - freq[1]).sum():.4f}}, two-sample chi-square p = {{p:.3g}}")
+        for t in np.argsort(-abs(freq[0] - freq[1]))[:5]:
+            print(f"token {{t}}: speculation off {{freq[0, t]:.4f}}  {{OPTION}} {{freq[1, t]:.4f}}")
+    sys.exit(1 if p < 1e-3 else 0)
+'''
+
+
+def _run_spec(settings) -> dict:
+    """A path's settings as a script writes them: ``Llama.generate`` keywords (:func:`sampling_kwargs` without the
+    logits processor), the logit bias it builds that processor from, the penalty window (``last_n_tokens_size``)."""
+    kw = dict(top_k=int(settings.top_k), top_p=float(settings.top_p), min_p=float(settings.min_p), typical_p=1.0,
+              temp=float(settings.temperature), repeat_penalty=float(settings.repetition_penalty),
+              frequency_penalty=float(settings.frequency_penalty), presence_penalty=float(settings.presence_penalty))
+    return {"kw": kw, "logit_bias": [[int(t), float(b)] for t, b in settings.logit_bias],
+            "penalty_window": settings.penalty_window}
+
+
+def _pasted_source() -> str:
+    """The adapter's functions a script runs, as source (none imports the project)."""
+    import inspect
+
+    return "\n\n".join(inspect.getsource(f) for f in (logit_bias_processor, engine_law, held_prefix, last_logits,
+                                                      warm_prompt, plain_logits, GreedyDraftModel))
+
+
+def _models_source(models) -> str:
+    """The script's model section: the tiny pair rebuilt (``tiny.standalone_build``) and written to GGUF by the
+    pasted :func:`write_gguf`, or the user's GGUF paths as they are."""
+    import inspect
+
+    if getattr(models, "gguf", False):
+        return (f"\n# the user's GGUF files, as the audit loaded them (all cores, up to 8)\n"
+                f"TARGET_GGUF, DRAFT_GGUF = {str(models.target_dir)!r}, {str(models.draft_dir)!r}\n"
+                f"THREADS = max(1, min(os.cpu_count() or 1, 8))\n")
+    from .tiny import standalone_build
+
+    return (standalone_build(models) + "\n\n# exactness/engines/llamacpp.py, pasted: HF safetensors -> GGUF float32 "
+            "(the gguf package)\n" + inspect.getsource(_permute) + "\n\n" + inspect.getsource(write_gguf)
+            + "\n\nTARGET_GGUF = str(write_gguf(TARGET, os.path.join(WORK, 'target.gguf')))\n"
+            "DRAFT_GGUF = str(write_gguf(DRAFT, os.path.join(WORK, 'draft.gguf')))\nTHREADS = 1\n")
+
+
 @register_engine("llama-cpp-python")
 class LlamaCppEngine(Engine):
     """llama-cpp-python (``Llama.generate``, its ``draft_model=`` speculation), float32 GGUF on CPU."""
@@ -707,11 +863,55 @@ class LlamaCppEngine(Engine):
             draft = GreedyDraftModel(handle.llama(path, last_n=None, logits_all=True, key=option), k=3,
                                      make=lambda: handle.llama(path, last_n=None, logits_all=True))
         handle.new_source()
+        run = self.run_settings(settings, option)
 
         def make():
-            return handle.llama(handle.target_gguf, last_n=settings.penalty_window, logits_all=True, draft_model=draft)
+            return handle.llama(handle.target_gguf, last_n=run.penalty_window, logits_all=True, draft_model=draft)
 
-        return LlamaCppDecoder(make(), sampling_kwargs(settings), handle.vocab, draft=draft, handle=handle, make=make)
+        return LlamaCppDecoder(make(), sampling_kwargs(run), handle.vocab, draft=draft, handle=handle, make=make)
+
+    def run_settings(self, settings, option):
+        """The settings ``option``'s decoder runs with: ``settings`` itself (the one place a path's settings are
+        chosen; :meth:`repro_script` writes each path's from here, so a script runs what the audit ran)."""
+        return settings
+
+    def repro_script(self, models, settings, option, offending, report):
+        """A standalone script (llama-cpp-python, numpy, scipy; the tiny pair also needs torch, transformers,
+        tokenizers, safetensors, gguf) for a FAIL of ``option``: the tiny pair rebuilt from the same seed and
+        written to GGUF by the pasted :func:`write_gguf` (the user's GGUF files: their paths), then at the
+        offending prefix ``Llama.generate`` without ``draft_model`` vs with the option's (two-sample chi-square), or
+        for ``off`` the plain sampler vs the engine's own law (:func:`engine_law` on :func:`plain_logits`;
+        one-sample chi-square).  Exit 1 when p < 1e-3.  Raises :class:`EngineUnavailable` for an unknown option.
+        """
+        import textwrap
+
+        if option not in OPTIONS:
+            raise EngineUnavailable(f"llama-cpp-python has no option {option!r}; options: {', '.join(OPTIONS)}")
+        gguf = bool(getattr(models, "gguf", False))
+        prompt, prefix = [int(t) for t in offending["prompt"]], [int(t) for t in offending["prefix"]]
+        if option == "off":
+            compare = ("N continuations from plain Llama.generate are compared with the engine's own law: its "
+                       "float32 logits on plain decoding's schedule with its own sampler chain applied (all but the "
+                       "final draw), softmax in float64 (one-sample chi-square).")
+        else:
+            compare = (f"N continuations from Llama.generate without a draft model and N with draft_model= "
+                       f"{OPTIONS[option].split('draft_model=', 1)[-1]}; two-sample chi-square of that token's law.")
+        model = ("the user's GGUF files, as the audit loaded them" if gguf else
+                 "the tiny random Llama target (2 layers; draft 1 layer) rebuilt from the same seed and written to "
+                 "GGUF float32 with the gguf package exactly as the audit wrote it")
+        needs = "llama-cpp-python, numpy, scipy" + ("" if gguf else ", torch, transformers, tokenizers, safetensors, "
+                                                                     "gguf")
+        head = textwrap.fill(
+            f"Setting {settings.label()!r}, option {option!r}: the law of new token {offending['position']} after "
+            f"prompt {prompt} and prefix {prefix}.  {compare}  Models: {model}.  Needs {needs}.", 116)
+        new = max(int(getattr(report, "new_tokens", 0) or 0), len(prefix) + 1)
+        return REPRO.format(
+            version=self.version(), head=head, token=offending.get("token", "-"),
+            observed=offending.get("observed", float("nan")), exact=offending.get("exact", float("nan")),
+            count=offending.get("count", 0), models=_models_source(models), llama_kw=repr(LLAMA_KW),
+            pasted=_pasted_source(), vocab=int(models.vocab), option=option, n_ctx=int(self.context), prompt=prompt,
+            prefix=prefix, new=new, run_off=repr(_run_spec(self.run_settings(settings, "off"))),
+            run_on=repr(_run_spec(self.run_settings(settings, option))), law=repr(_run_spec(settings)))
 
     def acceptance(self, decoder) -> dict:
         """Drafted tokens proposed / kept over the decoder's calls (read from the engine's draft-model calls)."""

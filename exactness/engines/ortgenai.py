@@ -210,62 +210,213 @@ def _build(jobs, vocab: int) -> None:
         cfg_path.write_text(json.dumps(cfg, indent=2))
 
 
-#: The standalone reproduction script of an ``mtp`` FAIL (``OrtGenaiEngine.repro_script``; ``str.format`` fields).
-REPRO_MTP = '''#!/usr/bin/env python
-"""Reproduce without ResiSpec: onnxruntime-genai {version} og.MtpGenerator vs the same model's plain Generator.
+#: The standalone reproduction script of a FAIL (``OrtGenaiEngine.repro_script``; ``str.format`` fields; the model
+#: section ``builder`` defines ``load_models(mode) -> (plain og.Model, the option's og.Model)``).
+REPRO = '''#!/usr/bin/env python
+"""Reproduce a resispec audit finding in onnxruntime-genai {version} (CPU), without resispec.
 
-The audit (option mtp, setting {setting}) found position {position}, prompt {prompt}, prefix {prefix}: token
-{token} observed {observed:.4f} vs exact {exact:.4f} ({count:,} draws).  This script rebuilds the audit's tiny
-random Qwen3.5 + MTP head offline (the builder below, pasted from exactness/engines/ort_mtp.py; nothing downloaded),
-draws N continuations of the prompt with speculation off (og.Generator) and N with og.MtpGenerator, and compares
-the law of the token after the prefix (two-sample chi-square).  Needs torch, transformers, tokenizers, safetensors,
-onnx, onnx-ir, onnxruntime-genai, numpy, scipy.  Usage: python THIS.py [N] (default 4000); exit 1 when p < 1e-3.
+{head}
+Usage: python <this script> [N draws per path] (default 4000; exit 1 when p < 1e-3: the bias is reproduced)
+The audit measured: token {token} observed {observed:.4f} vs exact {exact:.4f} ({count:,} draws with that prefix).
 """
 {builder}
 
 if __name__ == "__main__":
-    import atexit
     import sys
-    import tempfile
 
     import numpy as np
     import onnxruntime_genai as og
     from scipy import stats
 
-    V, SEED, SCALE, K = {vocab}, {seed}, {scale}, {k}
-    PROMPT, PREFIX = {prompt}, {prefix}
-    SEARCH = {search}  # GeneratorParams.set_search_options, as the audit set them
+    V, OPTION, MODE = {vocab}, {option!r}, {mode!r}
+    PROMPT, PREFIX, PROMPTS = {prompt}, {prefix}, {prompts}
+    NEW = {new}  # tokens generated per draw, as the audit generated them
+    SEARCH_OFF = {search_off}  # GeneratorParams.set_search_options of speculation off, as the audit passed them
+    SEARCH_ON = {search_on}  # the same for option OPTION, as the audit passed them
+    SPECULATIVE = {spec}  # GeneratorParams.set_speculative_options of option OPTION
+    LAW = {law}  # the setting the audit certified against
     N = int(sys.argv[1]) if len(sys.argv) > 1 else 4000
+    plain, model = load_models(MODE)
+
+    def draw(on, seed, rows):
+        """The NEW tokens of each row of one request (on: option OPTION; off: the plain og.Generator)."""
+        m = model if on and MODE != "mtp" else plain  # mtp: the params are the main model's
+        params = og.GeneratorParams(m)
+        params.set_search_options(**(SEARCH_ON if on else SEARCH_OFF), max_length=len(rows[0]) + NEW,
+                                  batch_size=len(rows), random_seed=seed)
+        if on and SPECULATIVE:
+            params.set_speculative_options(**SPECULATIVE)
+        if on and MODE == "mtp":
+            gen = og.MtpGenerator(plain, model, params)
+            gen.append_tokens(np.array(rows[0], dtype=np.int32))
+        else:
+            gen = og.Generator(m, params)
+            gen.append_tokens(np.array(rows, dtype=np.int32))
+        for _ in range(NEW):
+            gen.generate_next_token()
+        if on and MODE == "mtp":
+            return [[int(t) for t in gen.get_sequence()][len(rows[0]):]]
+        return [[int(t) for t in gen.get_sequence(b)][len(rows[0]):] for b in range(len(rows))]
+
+    def counts(on):
+        """Counts of the token after PREFIX over N requests of PROMPT (option off: batched with the audit's prompts,
+        one Generator holding them all, as the audit's plain decoder batches distinct prompts)."""
+        rows = PROMPTS if OPTION == "off" and PROMPT in PROMPTS else [PROMPT]
+        row, c = rows.index(PROMPT), np.zeros(V)
+        for i in range(N):
+            new = draw(on, int(on) * N + i + 1, rows)[row]
+            if new[:len(PREFIX)] == PREFIX:
+                c[new[len(PREFIX)]] += 1
+        return c
+
+    def exact_law():
+        """The engine's raw float32 logits of PROMPT + PREFIX (Generator.get_logits) with its documented order in
+        float64: repetition penalty over the whole sequence (prompt included; l / r if l > 0 else l * r),
+        temperature, top-k (ties kept), top-p from the most likely down (the token reaching top_p kept)."""
+        ctx = PROMPT + PREFIX
+        params = og.GeneratorParams(plain)
+        params.set_search_options(do_sample=True, top_k=0, top_p=1.0, max_length=len(ctx) + 1, batch_size=1)
+        gen = og.Generator(plain, params)
+        gen.append_tokens(np.array([ctx], dtype=np.int32))
+        x = np.asarray(gen.get_logits(), dtype=np.float64).reshape(-1)[:V]  # column V is the ghost EOS
+        r = LAW["repetition_penalty"]
+        if r != 1.0:
+            seen = np.unique(ctx)
+            x[seen] = np.where(x[seen] > 0, x[seen] / r, x[seen] * r)
+        x = x / LAW["temperature"]
+        if 0 < LAW["top_k"] < V:
+            x = np.where(x < np.sort(x)[-LAW["top_k"]], -np.inf, x)
+        p = np.exp(x - x.max())
+        p /= p.sum()
+        if LAW["top_p"] < 1.0:
+            order = np.argsort(-x, kind="stable")
+            keep = np.searchsorted(np.cumsum(p[order]), LAW["top_p"]) + 1
+            p[order[keep:]] = 0.0
+            p /= p.sum()
+        return p
+
+    if OPTION == "off":  # the plain sampler against the exact law: one-sample chi-square
+        c, exact = counts(False), exact_law()
+        keep = exact > 0
+        p = 0.0 if c[~keep].sum() else (stats.chisquare(c[keep], exact[keep] / exact[keep].sum() * c.sum()).pvalue
+                                        if c.sum() else 1.0)
+        freq = c / max(c.sum(), 1)
+        print(f"draws with prefix {{PREFIX}}: off {{int(c.sum())}}; TV vs the exact law "
+              f"{{0.5 * abs(freq - exact).sum():.4f}}, chi-square p = {{p:.3g}}")
+        for t in np.argsort(-abs(freq - exact))[:5]:
+            print(f"token {{t}}: speculation off {{freq[t]:.4f}}  exact {{exact[t]:.4f}}")
+    else:  # speculation off vs on: two-sample chi-square
+        c = np.stack([counts(False), counts(True)])
+        keep = c.sum(axis=0) > 0
+        p = stats.chi2_contingency(c[:, keep]).pvalue if keep.sum() > 1 and c.sum(axis=1).min() > 0 else 1.0
+        freq = c / np.maximum(c.sum(axis=1, keepdims=True), 1)
+        print(f"draws with prefix {{PREFIX}}: off {{int(c[0].sum())}}, {{OPTION}} {{int(c[1].sum())}}; "
+              f"TV {{0.5 * abs(freq[0] - freq[1]).sum():.4f}}, two-sample chi-square p = {{p:.3g}}")
+        for t in np.argsort(-abs(freq[0] - freq[1]))[:5]:
+            print(f"token {{t}}: speculation off {{freq[0, t]:.4f}}  {{OPTION}} {{freq[1, t]:.4f}}")
+    sys.exit(1 if p < 1e-3 else 0)
+'''
+
+#: The model section of a reproduction script on the shared tiny Llama pair (``@NAME@`` fields filled by
+#: :func:`_llama_builder_source`): the pair rebuilt, then converted exactly as :func:`_build` converts it.
+_LLAMA_BUILDER = '''
+import contextlib
+import io
+from pathlib import Path
+
+import numpy as np
+
+#: float32 lowest: the logit of the ghost EOS column (exactness/engines/ortgenai.py GHOST_LOGIT).
+GHOST_LOGIT = @GHOST@
+#: onnxruntime's CPU GroupQueryAttention takes head sizes that are multiples of 16; the tiny models have 8.
+GQA_HEAD_MULTIPLE = 16
+
+
+class EngineUnavailable(Exception):
+    """A conversion step failed (the adapter's exception; a plain one here)."""
+
+
+# pasted from exactness/engines/tiny.py: each head zero-padded to 16 dimensions, an exact re-parametrisation
+@WIDEN@
+
+# pasted from exactness/engines/ortgenai.py: one extra logit column V (the ghost EOS, never drawn)
+@GHOST_COLUMN@
+
+def convert(hf_dir, out):
+    """onnxruntime-genai's own model builder (python -m onnxruntime_genai.models.builder -i HF -o OUT -p fp32 -e cpu,
+    in process), heads widened first, then the ghost EOS and genai_config.json edits: exactness/engines/ortgenai.py
+    _build."""
+    from onnxruntime_genai.models import builder
+
+    cfg = json.load(open(os.path.join(hf_dir, "config.json")))
+    d = cfg.get("head_dim") or cfg["hidden_size"] // cfg["num_attention_heads"]
+    src = hf_dir if d % GQA_HEAD_MULTIPLE == 0 else str(widen_heads(hf_dir, out + "_hf", GQA_HEAD_MULTIPLE))
+    args = (None, src, out, "fp32", "cpu", out + "_cache")
+    log = io.StringIO()
+    with contextlib.redirect_stdout(log), contextlib.redirect_stderr(log):
+        extra = builder.parse_extra_options(*args, {})
+        builder.create_model(*args, **extra)
+    _add_ghost_column(Path(out) / "model.onnx", V)
+    path = os.path.join(out, "genai_config.json")
+    cfg = json.load(open(path))
+    cfg["model"].update(vocab_size=V + 1, eos_token_id=V, pad_token_id=V, bos_token_id=V)
+    cfg["search"].update(top_k=0, top_p=1.0, do_sample=True)
+    with open(path, "w") as f:
+        json.dump(cfg, f, indent=2)
+    return out
+
+
+def load_models(mode):
+    """(plain og.Model of the target, the og.Model option mode runs: the target with model.draft for "spec")."""
+    import onnxruntime_genai as og
+
+    target = convert(TARGET, os.path.join(WORK, "target_onnx"))
+    plain = og.Model(target)
+    if mode != "spec":
+        return plain, plain
+    draft = convert(DRAFT, os.path.join(WORK, "draft_onnx"))
+    cfg = og.Config(target)
+    dec = json.load(open(os.path.join(draft, "genai_config.json")))["model"]["decoder"]
+    dec["filename"] = f"../{os.path.basename(draft)}/{dec['filename']}"  # joined to the target dir as text
+    cfg.overlay(json.dumps({"model": {"draft": dec}}))
+    return plain, og.Model(cfg)
+'''
+
+#: The model section of an ``mtp`` reproduction script (after the pasted :mod:`~exactness.engines.ort_mtp`).
+_MTP_LOADER = '''
+
+V, SEED, SCALE = @VOCAB@, @SEED@, @SCALE@
+
+
+def load_models(mode):
+    """(main, head): option mtp's tiny Qwen3.5 + MTP head, rebuilt by the pasted builder above."""
+    import atexit
+    import tempfile
+
+    import onnxruntime_genai as og
+
     work = tempfile.mkdtemp(prefix="repro-ort-mtp-")
     atexit.register(shutil.rmtree, work, True)  # nothing left behind
     main_dir, mtp_dir = build_mtp_models(os.path.join(work, "m"), V, SEED, SCALE)
-    main, head = og.Model(main_dir), og.Model(mtp_dir)
-    counts = np.zeros((2, V))
-    for k in range(2):  # 0: speculation off, 1: og.MtpGenerator
-        for i in range(N):
-            params = og.GeneratorParams(main)
-            params.set_search_options(**SEARCH, max_length=len(PROMPT) + len(PREFIX) + 1, random_seed=k * N + i)
-            if k:
-                params.set_speculative_options(max_draft_tokens=K)
-                gen = og.MtpGenerator(main, head, params)
-                gen.append_tokens(np.array(PROMPT, dtype=np.int32))
-            else:
-                gen = og.Generator(main, params)
-                gen.append_tokens(np.array([PROMPT], dtype=np.int32))
-            for _ in range(len(PREFIX) + 1):
-                gen.generate_next_token()
-            toks = [int(t) for t in (gen.get_sequence() if k else gen.get_sequence(0))][len(PROMPT):]
-            if toks[:len(PREFIX)] == PREFIX:
-                counts[k, toks[len(PREFIX)]] += 1
-    keep = counts.sum(axis=0) > 0
-    p = stats.chi2_contingency(counts[:, keep]).pvalue if keep.sum() > 1 else 1.0
-    freq = counts / np.maximum(counts.sum(axis=1, keepdims=True), 1)
-    print(f"draws with prefix {{PREFIX}}: off {{int(counts[0].sum())}}, mtp {{int(counts[1].sum())}}; "
-          f"TV {{0.5 * abs(freq[0] - freq[1]).sum():.4f}}, two-sample chi-square p = {{p:.3g}}")
-    for t in np.argsort(-abs(freq[0] - freq[1]))[:5]:
-        print(f"token {{t}}: speculation off {{freq[0, t]:.4f}}  mtp {{freq[1, t]:.4f}}")
-    sys.exit(1 if p < 1e-3 else 0)
+    return og.Model(main_dir), og.Model(mtp_dir)
 '''
+
+
+def _llama_builder_source(models) -> str:
+    """The tiny pair's standalone build (``tiny.standalone_build``), :func:`tiny.widen_heads` and
+    :func:`_add_ghost_column` pasted, and the builder call of :func:`_build`: the model section of a script."""
+    import inspect
+
+    from . import tiny
+    from .tiny import standalone_build
+
+    widen = inspect.getsource(tiny.widen_heads)
+    drop = "    from .base import EngineUnavailable\n\n"
+    if drop not in widen:  # the pasted source must not import the project
+        raise EngineUnavailable("tiny.widen_heads no longer imports EngineUnavailable as the script expects")
+    section = (_LLAMA_BUILDER.replace("@GHOST@", repr(GHOST_LOGIT)).replace("@WIDEN@", widen.replace(drop, ""))
+               .replace("@GHOST_COLUMN@", inspect.getsource(_add_ghost_column)))
+    return standalone_build(models) + section
 
 
 def _mtp_builder_source() -> str:
@@ -526,28 +677,72 @@ class OrtGenaiEngine(Engine):
             raise EngineUnavailable(f"onnxruntime-genai has no option {option!r}; options: {', '.join(OPTION_SPEC)}")
         if settings.top_k > handle.vocab:
             raise EngineUnavailable(f"onnxruntime-genai rejects top_k > vocab_size ({settings.top_k} > {handle.vocab})")
-        return OrtGenaiDecoder(handle, settings, option)
+        return OrtGenaiDecoder(handle, self.run_settings(settings, option), option)
+
+    def run_settings(self, settings, option):
+        """The settings ``option``'s decoder runs with: ``settings`` itself (the one place a path's settings are
+        chosen; :meth:`repro_script` writes each path's from here, so a script runs what the audit ran)."""
+        return settings
 
     def repro_script(self, models, settings, option, offending, report):
-        """A standalone script (no resispec) for an ``mtp`` FAIL: the MTP model rebuilt by the pasted
-        :mod:`~exactness.engines.ort_mtp`, ``og.Generator`` vs ``og.MtpGenerator`` at the offending prefix.
+        """A standalone script (no resispec) for a FAIL of ``option``: the model rebuilt and converted inside it
+        (the tiny Llama pair through the engine's own builder, :func:`_build`; ``mtp``: the pasted
+        :mod:`~exactness.engines.ort_mtp`), then at the offending prefix speculation off (``og.Generator``) vs
+        ``option`` (two-sample chi-square), or for ``off`` the plain sampler vs the exact law from the engine's raw
+        logits and its documented order (one-sample chi-square).  Exit 1 when p < 1e-3.
 
-        Raises :class:`EngineUnavailable` for any other option (no standalone script for them).
+        Raises :class:`EngineUnavailable` for an unknown option.
         """
-        if option != "mtp":
-            raise EngineUnavailable(f"onnxruntime-genai has a standalone reproduction script for option mtp only, "
-                                    f"not {option!r}")
-        search = search_options(settings, max_length=1)
-        for key in ("max_length", "batch_size"):
-            search.pop(key)
-        return REPRO_MTP.format(version=self.version(), setting=settings.label(), position=offending["position"],
-                                prompt=[int(t) for t in offending["prompt"]],
-                                prefix=[int(t) for t in offending["prefix"]], token=offending.get("token", "-"),
-                                observed=offending.get("observed", float("nan")),
-                                exact=offending.get("exact", float("nan")), count=offending.get("count", 0),
-                                vocab=int(models.vocab), seed=int(models.seed), scale=MTP_SCALE,
-                                k=OPTION_SPEC["mtp"][1]["max_draft_tokens"], search=repr(search),
-                                builder=_mtp_builder_source())
+        import textwrap
+
+        if option not in OPTION_SPEC:
+            raise EngineUnavailable(f"onnxruntime-genai has no option {option!r}; options: {', '.join(OPTION_SPEC)}")
+        mode, spec = OPTION_SPEC[option]
+
+        def search(s):
+            out = search_options(s, max_length=1)
+            for key in ("max_length", "batch_size"):
+                out.pop(key)
+            return out
+
+        law = {k: v for k, v in search(settings).items()
+               if k in ("temperature", "top_k", "top_p", "repetition_penalty")}
+        if mode == "mtp":
+            builder = _mtp_builder_source() + (_MTP_LOADER.replace("@VOCAB@", str(int(models.vocab)))
+                                               .replace("@SEED@", str(int(models.seed)))
+                                               .replace("@SCALE@", repr(MTP_SCALE)))
+            model = ("option mtp's tiny random Qwen3.5 with a random 1-layer MTP head (its builder pasted below "
+                     "from exactness/engines/ort_mtp.py)")
+        else:
+            builder = _llama_builder_source(models)
+            model = ("the tiny random Llama target (2 layers; draft 1 layer), converted with onnxruntime-genai's "
+                     "own model builder exactly as the audit converted it (heads zero-padded to 16 dimensions, a "
+                     "ghost EOS column never drawn)")
+        if option == "off":
+            compare = ("N continuations from the plain og.Generator (one Generator holding the audit's prompts) "
+                       "are compared with the exact law: the engine's own raw float32 logits (get_logits) with its "
+                       "documented order in float64 (one-sample chi-square).")
+        else:
+            compare = (f"N continuations with speculation off (og.Generator) and N with "
+                       f"{'og.MtpGenerator' if mode == 'mtp' else 'set_speculative_options'}({spec})"
+                       f"{' on the target with model.draft = the 1-layer draft' if mode == 'spec' else ''}; "
+                       "two-sample chi-square of that token's law.")
+        prompts = report.prompts if report is not None and getattr(report, "prompts", None) else \
+            models.prompts.tolist()
+        new = max(int(getattr(report, "new_tokens", 0) or 0), len(offending["prefix"]) + 1)
+        prompt, prefix = [int(t) for t in offending["prompt"]], [int(t) for t in offending["prefix"]]
+        head = textwrap.fill(
+            f"Setting {settings.label()!r}, option {option!r} ({self.options[option]}): the law of new token "
+            f"{offending['position']} after prompt {prompt} and prefix {prefix}.  {compare}  The model is rebuilt "
+            f"here from the same seed, nothing downloaded: {model}.  Needs torch, transformers, tokenizers, "
+            "safetensors, onnx, onnx-ir, onnxruntime-genai, numpy, scipy.", 116)
+        return REPRO.format(
+            version=self.version(), head=head, option=option, prompt=prompt, prefix=prefix,
+            token=offending.get("token", "-"), observed=offending.get("observed", float("nan")),
+            exact=offending.get("exact", float("nan")), count=offending.get("count", 0), builder=builder,
+            vocab=int(models.vocab), mode=mode, prompts=[[int(t) for t in r] for r in prompts], new=new,
+            search_off=repr(search(self.run_settings(settings, "off"))),
+            search_on=repr(search(self.run_settings(settings, option))), spec=repr(dict(spec)), law=repr(law))
 
     def acceptance(self, decoder) -> dict:
         """The engine's own speculative counters (``get_speculative_stats``), summed over the decoder's requests.
