@@ -192,3 +192,19 @@ def test_numpy_scalars_are_accepted_and_an_unknown_engine_is_named():
     assert certify(counts=_counts(P, 4000, 1), p=P, seed=np.int64(0)).passed
     with pytest.raises(ValueError, match="'nonexistent-engine' is not an engine; engines: "):
         certify("nonexistent-engine")
+
+
+def test_the_docs_example_runs():
+    """docs/certify.md "One front door": the example block runs as written (the engine audit line aside, ~80 s)."""
+    import contextlib
+    import io
+    import re
+    from pathlib import Path
+
+    page = (Path(__file__).resolve().parents[1] / "docs" / "certify.md").read_text()
+    block = re.search(r"## One front door.*?```python\n(.*?)```", page, flags=re.S).group(1)
+    code = "\n".join(line for line in block.splitlines() if "llama-cpp-python" not in line and "report." not in line)
+    ns: dict = {}
+    with contextlib.redirect_stdout(io.StringIO()) as out:
+        exec(compile(code, "docs/certify.md", "exec"), ns)
+    assert ns["cert"].passed and out.getvalue().startswith("PASS")

@@ -76,6 +76,7 @@ class Cell:
     offending: dict | None = None
     repro: str | None = None
     acceptance: dict | None = None    # the engine's own speculative counters, where it reports them
+    own_law: bool = False             # the option runs a model of its own (engine.own_law_options): its own law
 
 
 @dataclass
@@ -154,6 +155,13 @@ class AuditReport:
         return max((c.detectable_tv for c in self.cells if c.detectable_tv is not None), default=1.0)
 
     @property
+    def position_detectable_tv(self) -> float:
+        """The largest per-position detectable TV over the cells (what ``Budget(tv=...)`` / ``--tv`` plans for; a CI
+        gate on the audit's power reads this one, :attr:`detectable_tv` being of the joint law)."""
+        return max((c.position_detectable_tv for c in self.cells if c.position_detectable_tv is not None),
+                   default=1.0)
+
+    @property
     def n(self) -> int:
         """Continuations drawn over all cells."""
         return sum(int(c.n or 0) for c in self.cells)
@@ -166,11 +174,13 @@ class AuditReport:
     def summary(self) -> str:
         """One line: the outcome, cells by verdict, the smallest p-value, the detectable TV per position."""
         count = {v: sum(c.verdict == v for c in self.cells) for v in ("PASS", "FAIL", "INCONCLUSIVE")}
-        det = [c.position_detectable_tv for c in self.cells if c.position_detectable_tv is not None]
+        first = next((c for c in self.cells if c.verdict == "FAIL"), None) or \
+            next((c for c in self.cells if c.verdict == "INCONCLUSIVE"), None)
+        cause = f"; {first.setting} / {first.option}: {first.cause}" if first is not None and first.cause else ""
         return (f"{self.outcome}: {self.engine} {self.version}, {len(self.cells)} cells ({count['PASS']} PASS, "
                 f"{count['FAIL']} FAIL, {count['INCONCLUSIVE']} INCONCLUSIVE), smallest p = {self.pvalue:.3g}, "
-                f"detectable TV per position <= {max(det) if det else 1.0:.3g}, n = {self.n:,}"
-                + ("" if self.status == "complete" else f"; INCOMPLETE RUN ({self.status})"))
+                f"detectable TV per position <= {self.position_detectable_tv:.3g}, n = {self.n:,}"
+                + ("" if self.status == "complete" else f"; INCOMPLETE RUN ({self.status})") + cause[:400])
 
     @classmethod
     def from_json(cls, data: dict) -> "AuditReport":
@@ -211,8 +221,8 @@ class AuditReport:
                  "(biased upward by sampling noise: read it with the verdict); 'detectable TV joint (per position)' "
                  "the smallest TV the joint check, and (in brackets) each position's check, detects with power "
                  "0.99; 'n' continuations in all (both prompts); 'cont./s' continuations per second through the "
-                 "adapter (pilot); 's' seconds the cell took; 'acceptance' the engine's own acceptance rate where it reports one (accepted over the drafted tokens its verifier checked; each engine's acceptance() says which counts; the JSON has them; "
-                 "'-': none, or the engine has no counters). Check names: joint[i] the joint law for prompt i, pit[j,...] the law of new token j "
+                 "adapter (pilot; '-' when n was given: no pilot); 's' seconds the cell took; 'acceptance' the engine's own acceptance rate where it reports one (accepted over the drafted tokens its verifier checked; each engine's acceptance() says which counts; the JSON has them; "
+                 "'-': none, or the engine has no counters). A FAIL whose cause is the engine's own misbehaviour (a crash, a token of probability 0) has no test statistics: its row reads '-' and n 0, and its cause says what was drawn. Check names: joint[i] the joint law for prompt i, pit[j,...] the law of new token j "
                  "(from 1), pit_pairs / pit_tuple the tokens jointly.", "",
                  "| setting | option | verdict | p-value | TV estimate (upper) | detectable TV joint (per position) "
                  "| n | cont./s | s | law TV | acceptance |", "|---|---|---|---|---|---|---|---|---|---|---|"]
@@ -237,9 +247,14 @@ class AuditReport:
         if self.models_note and any(c.law_tv is None for c in self.cells if c.verdict != "INCONCLUSIVE"):
             lines += ["", "No independent float64 law: GGUF weights have no float64 twin here, so the "
                       "engine's own plain law is used unchecked ('law TV' -)."]
-        elif any(c.law_tv is None for c in self.cells if c.verdict != "INCONCLUSIVE"):
+        elif any(c.law_tv is None and not c.own_law for c in self.cells if c.verdict != "INCONCLUSIVE"):
             lines += ["", f"No independent float64 law: the engine declares no order in `exactness.settings.ORDERS` "
                       f"(`{self.order}`), so its own law is used unchecked ('law TV' -)."]
+        own = sorted({c.option for c in self.cells if c.own_law})
+        if own:
+            lines += ["", f"Option(s) {', '.join(own)} run a model of their own (the engine's `own_law_options`): "
+                      "their cells are certified against that model's own law (speculation off), which has no float64 "
+                      "twin in the audit ('law TV' -; the adapter's tests cross-check it)."]
         if self.law_findings:
             worst = max(c.law_tv for c in self.law_findings)
             lines += ["", "## Law findings", "",
@@ -582,6 +597,11 @@ def _smaller(settings):
         yield replace(settings, **{name: getattr(base, name)})
 
 
+class EngineNotInstalled(EngineUnavailable, ValueError):
+    """The engine is not installed here (bad input: the message names the install command); a ``ValueError`` too, so
+    a caller catching bad input (``ValueError`` / ``TypeError``) catches it."""
+
+
 def check_request(eng, *, settings=None, options=None, tv: float = DEFAULT_TV, n: int | None = None,
                   cell_seconds: float = CELL_SECONDS, new_tokens: int = NEW_TOKENS, seed: int = 0):
     """Check an audit request before anything is loaded; return ``(grid, options)``.
@@ -611,10 +631,9 @@ def check_request(eng, *, settings=None, options=None, tv: float = DEFAULT_TV, n
     if 4 * cell_seconds + 2 * HANG_SLACK > MAX_SECONDS:   # the longest time limit built from them (a FAIL's shrink)
         raise ValueError(f"4 x cell_seconds + 2 x hang seconds = {4 * cell_seconds + 2 * HANG_SLACK:.3g} s exceed the "
                          f"{MAX_SECONDS:g} s a time limit can hold; give a smaller --cell-seconds / --hang-seconds")
-    for what, v in (("settings", settings), ("options", options)):
+    for what, v, e in (("settings", settings, "['T=1', 'top_k=3']"), ("options", options, "['off', 'draft']")):
         if isinstance(v, (str, bytes)) or (v is not None and not hasattr(v, "__iter__")):
-            raise TypeError(f"{what} must be a list (e.g. {what}=['T=1', 'top_k=3'] / ['off', 'draft']) or None, "
-                            f"got {v!r}")
+            raise TypeError(f"{what} must be a list (e.g. {what}={e}) or None, got {v!r}")
     if n is not None and tv != DEFAULT_TV:
         raise ValueError(f"n = {n!r} and tv = {tv!r} both given: n fixes the continuations per prompt, tv plans them; "
                          "give one of the two")
@@ -714,9 +733,9 @@ def audit(engine, *, settings=None, options=None, tv: float = DEFAULT_TV, n: int
                                new_tokens=new_tokens, seed=seed)
     got = _guarded(eng.missing, PREPARE_SECONDS)
     if got.kind is not None:
-        raise EngineUnavailable(f"{eng.name}.missing() (is the engine installed?) failed: {got.why}")
+        raise EngineNotInstalled(f"{eng.name}.missing() (is the engine installed?) failed: {got.why}")
     if got.value:
-        raise EngineUnavailable(got.value)
+        raise EngineNotInstalled(got.value)
     gguf = bool(getattr(models, "gguf", False))   # the user's GGUF files (models None: the tiny pair, not GGUF)
     if gguf and "gguf" not in getattr(eng, "formats", ("hf",)):
         raise ValueError(f"{eng.name} takes Hugging Face checkpoint folders, not GGUF files; audit a GGUF with "
@@ -799,6 +818,7 @@ def audit(engine, *, settings=None, options=None, tv: float = DEFAULT_TV, n: int
                 cell, cert, rec = run_cell(eng, handle, s, o, models, law=law, n=n, tv=tv, new_tokens=new_tokens,
                                            cell_seconds=cell_seconds, seed=seed)
                 cell.law_tv = law_tv
+                cell.own_law = o in own_law
                 if law_tv is not None and law_tv > LAW_TOL:
                     cell.cause = (cell.cause + "; " if cell.cause else "") + (
                         f"law finding: the engine's own law differs from the float64 law by TV {law_tv:.2e}")
@@ -887,12 +907,17 @@ _sys.excepthook = _could_not_run
 
 
 def _with_guard(src: str) -> str:
-    """``src`` with :data:`REPRO_GUARD` after its module docstring (at the top when it has none)."""
-    head = src.lstrip()
-    if head.startswith('"""'):
-        end = src.index('"""', src.index('"""') + 3) + 3
-        return src[:end] + "\n" + REPRO_GUARD + src[end:]
-    return REPRO_GUARD + src
+    """``src`` with :data:`REPRO_GUARD` after its leading comment lines (a shebang, an encoding) and its module
+    docstring, so both keep their place."""
+    lines = src.splitlines(keepends=True)
+    i = 0
+    while i < len(lines) and (lines[i].startswith("#") or not lines[i].strip()):
+        i += 1
+    head, rest = "".join(lines[:i]), "".join(lines[i:])
+    if rest.startswith('"""'):
+        end = rest.index('"""', 3) + 3
+        return head + rest[:end] + "\n" + REPRO_GUARD + rest[end:]
+    return head + REPRO_GUARD + rest
 
 
 def _write_repro(eng, report, cell, out, models) -> str | None:

@@ -44,12 +44,17 @@ def get_engine(name: str) -> "Engine":
     """An instance of the registered engine ``name``, or of ``"module:Class"`` (a user's ``Engine`` subclass).
 
     Raises ``ValueError`` naming the known engines for an unknown name, or naming the module / class that does
-    not load (a ``module:Class`` IMPORTS AND RUNS that module).
+    not load (a ``module:Class`` IMPORTS AND RUNS that module, found from the current directory first).
     """
     import importlib
 
     if ":" in name:
+        import os
+        import sys
+
         mod, _, attr = name.partition(":")
+        if os.getcwd() not in sys.path:      # the current directory first, as --verifier / --decoder (and pytest)
+            sys.path.insert(0, os.getcwd())
         try:
             cls = getattr(importlib.import_module(mod), attr)
         except Exception as exc:  # the caller's module: any failure to load it is bad input
