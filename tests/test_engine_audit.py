@@ -6,6 +6,7 @@ adapter.  No wall-clock assertion.
 """
 
 import json
+import re
 
 import numpy as np
 import pytest
@@ -575,19 +576,25 @@ class Exits(Engine):
 
     def decoder(self, V, settings, option):
         def decode(prompt, new_tokens, rng):
-            os._exit(0)
+            os._exit(CODE)
         return decode
 '''
 
 
-def test_an_engine_ending_the_process_with_status_0_is_not_a_pass(tmp_path):
-    """Breaker finding: os._exit(0) inside the engine made `resispec audit` exit 0 (CI reads: every cell PASS).  The
-    CLI runs the audit in a child process and takes the status from the report: INCOMPLETE RUN, exit 3."""
+@pytest.mark.parametrize("where, status", [("decoder", 0), ("decoder", 2), ("import", 0)])
+def test_an_engine_ending_the_process_with_status_0_is_not_a_pass(where, status, tmp_path):
+    """Breaker findings: os._exit(0) inside the engine made `resispec audit` exit 0 (CI reads: every cell PASS), and
+    os._exit(2) read as bad input; sys.exit(0) at the engine module's import exited 0 before any supervision.  The
+    CLI runs the audit in a child process before importing the engine and takes the status from the report:
+    INCOMPLETE RUN, exit 3 (no report at all: 3 too)."""
     import os
     import subprocess
     import sys
 
-    (tmp_path / "fakeexit.py").write_text(EXITS)
+    src = EXITS.replace("CODE", str(status))
+    if where == "import":
+        src = "import sys\nsys.exit(0)\n" + src
+    (tmp_path / "fakeexit.py").write_text(src)
     out = tmp_path / "out"
     code = ("import sys; from resispec.cli import main; sys.argv = ['resispec', 'audit', 'fakeexit:Exits', "
             f"'--settings', 'T=1', '--n', '20', '--out', {str(out)!r}]; sys.exit(main())")
@@ -595,9 +602,10 @@ def test_an_engine_ending_the_process_with_status_0_is_not_a_pass(tmp_path):
     env.pop("RESISPEC_AUDIT_CHILD", None)
     r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=600)
     assert r.returncode == 3, (r.returncode, r.stderr[-2000:])
-    assert "ended with exit 0" in r.stderr and "INCOMPLETE RUN" in r.stderr
-    data = json.loads((out / "audit_exits.json").read_text())
-    assert data["status"].startswith("running")
+    assert re.search(rf"process ended \(?(with )?exit {status}", r.stderr) and "INCOMPLETE RUN" in r.stderr
+    if where == "decoder":
+        data = json.loads((out / "audit_exits.json").read_text())
+        assert data["status"].startswith("running")
 
 
 @pytest.mark.parametrize("kw, exc, match", [
@@ -703,3 +711,44 @@ def test_a_reproduction_script_exits_1_only_for_a_reproduced_bias(body, rc, tmp_
     r = subprocess.run([sys.executable, "-I", str(path)], capture_output=True, text=True, timeout=60)
     assert r.returncode == rc, r.stderr
     assert ("could not run this reproduction" in r.stderr) == (rc == 2)
+
+
+@pytest.mark.parametrize("kw, exc, match", [
+    (dict(n=50, tv=0.02), ValueError, "both given"),                        # a tv equal to the default was missed
+    (dict(options=(o for o in ["off"])), None, None),                       # a generator is read once
+    (dict(options=[1]), TypeError, "options must hold option names"),
+    (dict(options=["off", "off"]), ValueError, "more than once"),
+    (dict(cell_seconds=True), ValueError, "cell_seconds must be"),
+    (dict(settings=[""]), ValueError, "empty string"),
+    (dict(out=""), ValueError, "out is an empty path"),
+])
+def test_breaker_second_round_arguments(kw, exc, match, work):
+    if exc is None:
+        rep = A.audit(NumpyEngine(), workdir=work, settings=(s for s in ["T=1"]), n=30, **kw)
+        assert [c.option for c in rep.cells] == ["off"] and rep.cells[0].verdict == "PASS"
+        return
+    with pytest.raises(exc, match=match):
+        A.audit(NumpyEngine(), workdir=work, **kw)
+
+
+@pytest.mark.parametrize("attr, value, match", [("name", None, "name must be a non-empty str"),
+                                                 ("context", "256", "context must be None or an int")])
+def test_an_engine_declaring_a_bad_name_or_context_is_named(attr, value, match, work):
+    eng = NumpyEngine()
+    setattr(eng, attr, value)
+    with pytest.raises(TypeError, match=match):
+        A.audit(eng, settings=["T=1"], options=["off"], n=30, workdir=work)
+
+
+def test_summary_names_a_truncated_report(tmp_path):
+    (tmp_path / "audit_x.json").write_text('{"engine": "x", "cells": [')
+    with pytest.raises(ValueError, match="audit_x.json is not readable JSON"):
+        A.summary(tmp_path)
+
+
+def test_a_repro_guard_keeps_future_imports_first_and_refuses_a_script_that_does_not_compile():
+    g = A._with_guard('"""Repro."""\nfrom __future__ import annotations\nimport sys\n')
+    compile(g, "g", "exec")
+    assert g.index("from __future__") < g.index("_could_not_run")
+    with pytest.raises(SyntaxError):
+        A._with_guard("def (:\n")

@@ -361,7 +361,8 @@ def _guarded(call, seconds: float) -> _Outcome:
     except EngineUnavailable as exc:
         return _Outcome(kind="unavailable", why=str(exc))
     except TimeLimitExceeded:
-        return _Outcome(kind="timeout", why=f"did not return within {seconds:g} s")
+        return _Outcome(kind="timeout", why=f"did not return within {seconds:g} s (raise --cell-seconds / "
+                                            "--hang-seconds if it is merely slow)")
     except (Exception, SystemExit) as exc:
         return _Outcome(kind="raised", why=exception_line(exc))
 
@@ -465,7 +466,10 @@ def _law_tv(engine, handle, settings, models, f64, prompt_len, new_tokens, rng):
         ctx.append(np.concatenate([np.repeat(models.prompts, 4, axis=0), pre], axis=1))
     worst = 0.0
     for c in ctx:
-        a = law(c)
+        a = np.asarray(law(c), dtype=np.float64)
+        if a.shape != (len(c), models.vocab):
+            raise ValueError(f"target(contexts) returned shape {a.shape} for {len(c)} contexts of {c.shape[1]} tokens; "
+                             f"expected {(len(c), models.vocab)}")
         b = processed_law(f64(c), c, prompt_len, settings, engine.order)
         worst = max(worst, float(0.5 * np.abs(a - b).sum(axis=1).max()))
     return law, worst
@@ -602,7 +606,7 @@ class EngineNotInstalled(EngineUnavailable, ValueError):
     a caller catching bad input (``ValueError`` / ``TypeError``) catches it."""
 
 
-def check_request(eng, *, settings=None, options=None, tv: float = DEFAULT_TV, n: int | None = None,
+def check_request(eng, *, settings=None, options=None, tv: float | None = None, n: int | None = None,
                   cell_seconds: float = CELL_SECONDS, new_tokens: int = NEW_TOKENS, seed: int = 0):
     """Check an audit request before anything is loaded; return ``(grid, options)``.
 
@@ -623,10 +627,15 @@ def check_request(eng, *, settings=None, options=None, tv: float = DEFAULT_TV, n
     from .._timeout import MAX_TIMEOUT as MAX_SECONDS
     from ..settings import SamplingSettings, parse_settings
 
-    if not (isinstance(tv, (int, float)) and MIN_TV <= tv < 1):
+    if n is not None and tv is not None:
+        raise ValueError(f"n = {n!r} and tv = {tv!r} both given: n fixes the continuations per prompt, tv plans them; "
+                         "give one of the two")
+    tv = DEFAULT_TV if tv is None else tv
+    if isinstance(tv, bool) or not (isinstance(tv, (int, float)) and MIN_TV <= tv < 1):
         raise ValueError(f"tv must lie in [{MIN_TV:g}, 1) (the detectable TV per position to aim at; below "
                          f"{MIN_TV:g} no run could reach it), got {tv!r}")
-    if not (isinstance(cell_seconds, (int, float)) and math.isfinite(cell_seconds) and 0 < cell_seconds <= 1e6):
+    if isinstance(cell_seconds, bool) or not (isinstance(cell_seconds, (int, float)) and math.isfinite(cell_seconds)
+                                              and 0 < cell_seconds <= 1e6):
         raise ValueError(f"cell_seconds must be a finite number of seconds in (0, 1e6], got {cell_seconds!r}")
     if 4 * cell_seconds + 2 * HANG_SLACK > MAX_SECONDS:   # the longest time limit built from them (a FAIL's shrink)
         raise ValueError(f"4 x cell_seconds + 2 x hang seconds = {4 * cell_seconds + 2 * HANG_SLACK:.3g} s exceed the "
@@ -634,9 +643,16 @@ def check_request(eng, *, settings=None, options=None, tv: float = DEFAULT_TV, n
     for what, v, e in (("settings", settings, "['T=1', 'top_k=3']"), ("options", options, "['off', 'draft']")):
         if isinstance(v, (str, bytes)) or (v is not None and not hasattr(v, "__iter__")):
             raise TypeError(f"{what} must be a list (e.g. {what}={e}) or None, got {v!r}")
-    if n is not None and tv != DEFAULT_TV:
-        raise ValueError(f"n = {n!r} and tv = {tv!r} both given: n fixes the continuations per prompt, tv plans them; "
-                         "give one of the two")
+    settings = None if settings is None else list(settings)     # a generator is read once, here
+    options = None if options is None else list(options)
+    bad = [o for o in (options or ()) if not isinstance(o, str)]
+    if bad:
+        raise TypeError(f"options must hold option names (str), e.g. ['off', 'draft'], got {bad[0]!r}")
+    twice = sorted({o for o in (options or ()) if options.count(o) > 1})
+    if twice:
+        raise ValueError(f"options lists {', '.join(twice)} more than once; give each option once")
+    if any(isinstance(x, str) and not x.strip() for x in (settings or ())):
+        raise ValueError("settings holds an empty string; give each setting as NAME=VALUE[,NAME=VALUE], e.g. 'T=1'")
     if n is not None and (isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < MIN_USER_N):
         raise ValueError(f"n must be an integer >= {MIN_USER_N} (fewer continuations leave the checks no degree of "
                          f"freedom), got {n!r}")
@@ -667,7 +683,7 @@ def check_request(eng, *, settings=None, options=None, tv: float = DEFAULT_TV, n
     return grid, opts
 
 
-def audit(engine, *, settings=None, options=None, tv: float = DEFAULT_TV, n: int | None = None,
+def audit(engine, *, settings=None, options=None, tv: float | None = None, n: int | None = None,
           cell_seconds: float = CELL_SECONDS, new_tokens: int = NEW_TOKENS, vocab: int = VOCAB, seed: int = 0,
           workdir=None, out=None, shrink: bool = True, command: str = "", progress=None, models=None) -> AuditReport:
     """Audit ``engine``'s speculative decoding over ``settings`` x ``options`` (module docstring).
@@ -718,12 +734,21 @@ def audit(engine, *, settings=None, options=None, tv: float = DEFAULT_TV, n: int
     if not isinstance(eng, Engine):
         raise TypeError(f"engine must be an engine name (resispec audit --list) or an exactness.engines.base.Engine "
                         f"instance, got {type(engine).__name__}")
+    if not isinstance(getattr(eng, "name", None), str) or not eng.name.strip():
+        raise TypeError(f"the engine's name must be a non-empty str (it names the report files), got "
+                        f"{getattr(eng, 'name', None)!r} on {type(eng).__name__}")
+    ctx = getattr(eng, "context", None)
+    if ctx is not None and (isinstance(ctx, bool) or not isinstance(ctx, (int, np.integer)) or ctx < 1):
+        raise TypeError(f"the engine's context must be None or an int >= 1 (tokens a prompt plus its new tokens may "
+                        f"hold), got {ctx!r} on {type(eng).__name__}")
     if models is not None and not isinstance(models, TinyModels):
         raise TypeError(f"models must be an exactness.engines.tiny.TinyModels (target_dir, draft_dir, vocab, "
                         f"prompts) or None, got {type(models).__name__}")
     if not isinstance(shrink, (bool, np.bool_)):
         raise TypeError(f"shrink must be True or False, got {shrink!r}")
     for what, folder in (("out", out), ("workdir", workdir)):
+        if isinstance(folder, str) and not folder.strip():
+            raise ValueError(f"{what} is an empty path; give a folder (or None)")
         if folder is not None:
             try:
                 Path(folder).mkdir(parents=True, exist_ok=True)
@@ -731,6 +756,7 @@ def audit(engine, *, settings=None, options=None, tv: float = DEFAULT_TV, n: int
                 raise ValueError(f"{what} = {folder!r} cannot be a folder ({exc}); give a folder path") from None
     grid, opts = check_request(eng, settings=settings, options=options, tv=tv, n=n, cell_seconds=cell_seconds,
                                new_tokens=new_tokens, seed=seed)
+    tv = DEFAULT_TV if tv is None else tv
     got = _guarded(eng.missing, PREPARE_SECONDS)
     if got.kind is not None:
         raise EngineNotInstalled(f"{eng.name}.missing() (is the engine installed?) failed: {got.why}")
@@ -909,15 +935,20 @@ _sys.excepthook = _could_not_run
 def _with_guard(src: str) -> str:
     """``src`` with :data:`REPRO_GUARD` after its leading comment lines (a shebang, an encoding) and its module
     docstring, so both keep their place."""
+    import ast
+
+    compile(src, "<repro_script>", "exec")          # a SyntaxError here: the caller notes it, no script is written
+    body = ast.parse(src).body
+    at = 0                                           # after the docstring and any `from __future__` imports
+    for node in body:
+        docstring = isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant) and \
+            isinstance(node.value.value, str) and node is body[0]
+        if docstring or (isinstance(node, ast.ImportFrom) and node.module == "__future__"):
+            at = node.end_lineno
+        else:
+            break
     lines = src.splitlines(keepends=True)
-    i = 0
-    while i < len(lines) and (lines[i].startswith("#") or not lines[i].strip()):
-        i += 1
-    head, rest = "".join(lines[:i]), "".join(lines[i:])
-    if rest.startswith('"""'):
-        end = rest.index('"""', 3) + 3
-        return head + rest[:end] + "\n" + REPRO_GUARD + rest[end:]
-    return head + REPRO_GUARD + rest
+    return "".join(lines[:at]) + ("\n" if at else "") + REPRO_GUARD + "".join(lines[at:])
 
 
 def _write_repro(eng, report, cell, out, models) -> str | None:
@@ -969,8 +1000,12 @@ def summary(folder) -> str:
             "(min-max) | s | command |", "|---|---|---|---|---|---|---|---|---|"]
     for path in sorted(Path(folder).glob("audit_*.json")):
         try:
-            rep = AuditReport.from_json(json.loads(path.read_text()))
-        except ValueError:
+            data = json.loads(path.read_text())
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:  # truncated, not JSON: name it
+            raise ValueError(f"{path} is not readable JSON ({exc}); rerun that audit or remove the file") from None
+        try:
+            rep = AuditReport.from_json(data)
+        except (ValueError, TypeError, AttributeError):
             continue  # another report (e.g. a benchmark's) that shares the prefix
         try:
             count = {v: sum(c.verdict == v for c in rep.cells) for v in ("PASS", "FAIL", "INCONCLUSIVE")}

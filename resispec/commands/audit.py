@@ -145,38 +145,54 @@ def _user_models(args):
 CHILD = "RESISPEC_AUDIT_CHILD"
 
 
-def _supervise(args, A, name: str) -> int:
+def _supervise(args) -> int:
     """Run the audit in a child process and take the exit status from its report, not from the process.
 
-    An engine may end the process itself (``os._exit(0)`` inside its C code or its Python): the report on disk then
-    says INCOMPLETE RUN, but a process exit of 0 would read as "every cell PASS" to CI.  So the audit runs in a
-    child (the same command, ``RESISPEC_AUDIT_CHILD=1``), and the status is the report's: 1 a FAIL cell, 3 an
-    incomplete run or an INCONCLUSIVE cell, 0 only for a complete report of passes.  Bad input (2) and Ctrl-C (130)
-    from the child are kept.
+    An engine may end the process itself (``os._exit(0)`` in its C code or its Python, at import, in its
+    constructor, in a decoder, at exit): a report on disk says INCOMPLETE RUN, but a process exit of 0 would read as
+    "every cell PASS" to CI, and an exit of 2 as bad input.  So the audit runs in a child (the same command,
+    ``RESISPEC_AUDIT_CHILD=1``) before the engine is even imported, and whenever the child wrote a report the status
+    is the report's: 1 a FAIL cell, 3 an incomplete run or an INCONCLUSIVE cell, 0 only for a complete report of
+    passes.  Without a fresh report the child's own status stands when it is 2 (bad input, refused before anything
+    ran), else 3 (the run ended before its first report).  Ctrl-C gives 130; SIGTERM to this process ends the child.
     """
     import json
-    import os
+    import signal
     import subprocess
     import time
     from pathlib import Path
 
+    from exactness.engines.audit import AuditReport
+
     start = time.time()
-    cmd = [sys.executable, "-m", "resispec.cli", *sys.argv[1:]]
+    child = subprocess.Popen([sys.executable, "-m", "resispec.cli", *sys.argv[1:]], env={**os.environ, CHILD: "1"})
+
+    def stop(signum, frame):  # a cancelled CI job: the child goes with us
+        child.terminate()
+        raise SystemExit(128 + signum)
+
+    old = signal.signal(signal.SIGTERM, stop)
     try:
-        rc = subprocess.run(cmd, env={**os.environ, CHILD: "1"}).returncode
+        rc = child.wait()
     except KeyboardInterrupt:
-        rc = 130
-    if rc in (2, 130):
-        return rc
-    path = Path(args.out) / f"audit_{name.replace('.', '_')}.json"
-    try:
-        if path.stat().st_mtime < start - 1:
-            raise FileNotFoundError(path)
-        report = A.AuditReport.from_json(json.loads(path.read_text()))
-    except (OSError, ValueError):
-        print(f"resispec audit: INCOMPLETE RUN: the audit process ended (exit {rc}) without a report at {path}",
-              file=sys.stderr)
-        return 1 if rc == 1 else 3
+        child.wait()
+        return 130
+    finally:
+        signal.signal(signal.SIGTERM, old)
+    fresh = [p for p in Path(args.out).glob("audit_*.json") if p.stat().st_mtime >= start - 1]
+    report = path = None
+    for path in sorted(fresh, key=lambda p: p.stat().st_mtime, reverse=True):
+        try:
+            report = AuditReport.from_json(json.loads(path.read_text()))
+            break
+        except (OSError, ValueError):
+            continue
+    if report is None:
+        if rc == 2:
+            return 2
+        print(f"resispec audit: INCOMPLETE RUN: the audit process ended (exit {rc}) before it wrote a report under "
+              f"{args.out}", file=sys.stderr)
+        return 3
     code = report.exit_code
     if code != rc:
         print(f"resispec audit: the audit process ended with exit {rc}, but its report ({path}) says "
@@ -222,7 +238,11 @@ def run(args) -> int:
         return 0
     if not args.engine:
         raise ValueError("name an engine (resispec audit --list shows them)")
+    if args.plant is not None and not args.plant.strip():
+        raise ValueError("--plant names no bug; give one (exactness.engines.mutants.PLANTED) or leave it out")
     check_out(args.out, "--out", folder=True)
+    if getattr(args, "_program", False) and os.environ.get(CHILD) != "1":
+        return _supervise(args)     # before the engine is imported: whatever it does, the report decides
     if args.hang_seconds is not None:
         import math
 
@@ -244,8 +264,6 @@ def run(args) -> int:
     A.check_request(engine, settings=_settings(args.settings), options=args.options, seed=args.seed,
                     **{k: v for k, v in kw.items() if k != "vocab"})
     models = _user_models(args)
-    if getattr(args, "_program", False) and os.environ.get(CHILD) != "1":
-        return _supervise(args, A, engine.name)
     try:
         report = A.audit(engine, settings=_settings(args.settings), options=args.options, seed=args.seed,
                          out=args.out, shrink=not args.no_shrink, command=command,
