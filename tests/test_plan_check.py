@@ -18,9 +18,9 @@ PAIR = MarkovPair.random(np.random.default_rng(0), 3, noise=1.0)
 
 
 @pytest.mark.parametrize("name", ["block", "token"])
-def test_exact_chain_rules_follow_their_plan_in_10_seeds(name):
+def test_exact_chain_rules_follow_their_plan_in_6_seeds(name):
     ver = get_path_verifier(name)
-    for seed in range(10):
+    for seed in range(6):
         c = certify_path(ver, PAIR, 2, n=600, seed=seed)
         ps = c.plan_sampler
         assert ps is not None and ps["pvalue"] >= 1e-3 and ps["impossible"] == 0 and ps["mismatches"] == 0

@@ -734,9 +734,9 @@ def audit(engine, *, settings=None, options=None, tv: float | None = None, n: in
     if not isinstance(eng, Engine):
         raise TypeError(f"engine must be an engine name (resispec audit --list) or an exactness.engines.base.Engine "
                         f"instance, got {type(engine).__name__}")
-    if not isinstance(getattr(eng, "name", None), str) or not eng.name.strip():
+    if not isinstance(eng.name, str) or not eng.name.strip():   # Engine.name: a class attribute, always there
         raise TypeError(f"the engine's name must be a non-empty str (it names the report files), got "
-                        f"{getattr(eng, 'name', None)!r} on {type(eng).__name__}")
+                        f"{eng.name!r} on {type(eng).__name__}")
     ctx = getattr(eng, "context", None)
     if ctx is not None and (isinstance(ctx, bool) or not isinstance(ctx, (int, np.integer)) or ctx < 1):
         raise TypeError(f"the engine's context must be None or an int >= 1 (tokens a prompt plus its new tokens may "
