@@ -280,6 +280,9 @@ def conditional_values(ev: DecoderEvents, prompts_rows, tokens, tgt, decoder, ru
     impossible = {"accepted_count": int(np.count_nonzero(acc & (alpha <= IMPOSSIBLE_TOL))),
                   "after_rejection": int(np.count_nonzero(rej & bad_token)),
                   "bonus": int(np.count_nonzero(bonus & bad_token))}
+    if verifier is None:                                  # no rule: the rule-free bonus check only
+        return ({"accepted_count": None, "after_rejection": None,
+                 "bonus": {o: u_tok[o][bonus] for o in TOKEN_ORDERS}}, impossible)
     # accepted_count: S = prod of pass probabilities of the accepted decisions of each call
     decided = k > 0
     ids, inv = np.unique(ev.call[decided], return_inverse=True)
@@ -290,9 +293,6 @@ def conditional_values(ev: DecoderEvents, prompts_rows, tokens, tgt, decoder, ru
     r_sel = rej[decided]
     a_rej[inv[r_sel]] = 1.0 - alpha[decided][r_sel]
     u_count = np.clip(1.0 - S + rng.random(ids.size) * S * a_rej, 0.0, 1.0)
-    if verifier is None:                                  # no rule: the rule-free bonus check only
-        return ({"accepted_count": None, "after_rejection": None,
-                 "bonus": {o: u_tok[o][bonus] for o in TOKEN_ORDERS}}, impossible)
     return ({"accepted_count": u_count,
              "after_rejection": {o: u_tok[o][rej] for o in TOKEN_ORDERS},
              "bonus": {o: u_tok[o][bonus] for o in TOKEN_ORDERS}}, impossible)

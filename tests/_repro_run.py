@@ -18,3 +18,15 @@ def run_isolated(script, tmp_path, n):
                "runpy.run_path(sys.argv[0], run_name='__main__')")
     return subprocess.run([sys.executable, "-I", "-c", prelude, str(script), str(n)], capture_output=True, text=True,
                           cwd=cwd, timeout=900)
+
+
+def temperature_dropped_on_draft(engine_cls):
+    """A subclass of an engine adapter with a planted bias: option ``draft`` runs at temperature 1 whatever the
+    setting (through the adapter's ``run_settings``; the law keeps the setting's)."""
+    import dataclasses
+
+    class TemperatureDroppedOnDraft(engine_cls):
+        def run_settings(self, settings, option):
+            return dataclasses.replace(settings, temperature=1.0) if option == "draft" else settings
+
+    return TemperatureDroppedOnDraft

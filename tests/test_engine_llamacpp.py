@@ -274,16 +274,10 @@ def test_gguf_files_as_the_users_models(tiny, tmp_path):
 # Standalone reproduction scripts
 
 
-from _repro_run import run_isolated as _run_isolated  # noqa: E402
+from _repro_run import run_isolated as _run_isolated, temperature_dropped_on_draft  # noqa: E402
 
 
-class _TemperatureDroppedOnDraft(type(ENGINE)):
-    """Planted bias: option ``draft`` runs at temperature 1 whatever the setting (the law keeps the setting's)."""
-
-    def run_settings(self, settings, option):
-        import dataclasses
-
-        return dataclasses.replace(settings, temperature=1.0) if option == "draft" else settings
+_TemperatureDroppedOnDraft = temperature_dropped_on_draft(type(ENGINE))
 
 
 def test_planted_fail_script_reproduces_without_the_project(tmp_path):

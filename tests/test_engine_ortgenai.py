@@ -189,16 +189,10 @@ def test_mtp_repro_script_is_standalone(tiny, tmp_path):
     assert "draws with prefix []: off 600, mtp 600" in out.stdout, out.stdout
 
 
-from _repro_run import run_isolated as _run_isolated  # noqa: E402
+from _repro_run import run_isolated as _run_isolated, temperature_dropped_on_draft  # noqa: E402
 
 
-class _TemperatureDroppedOnDraft(type(ENGINE)):
-    """Planted bias: option ``draft`` runs at temperature 1 whatever the setting (the law keeps the setting's)."""
-
-    def run_settings(self, settings, option):
-        import dataclasses
-
-        return dataclasses.replace(settings, temperature=1.0) if option == "draft" else settings
+_TemperatureDroppedOnDraft = temperature_dropped_on_draft(type(ENGINE))
 
 
 @pytest.mark.slow  # an audit of 2 cells (conversion ~10 s) and the script (rebuild + 2 x 4,000 draws): ~1-2 min
