@@ -75,13 +75,23 @@ def pool_cells(expected: np.ndarray, min_expected: float = MIN_EXPECTED) -> np.n
     if small.size == 0:
         return cell
     small = small[np.argsort(expected[small], kind="stable")]
+    e = expected[small]                               # (S,) float64, ascending
     group = np.empty(small.size, dtype=np.int64)
-    g, acc = 0, 0.0
-    for j, e in enumerate(expected[small].tolist()):  # greedy: close a group once it reaches min_expected
-        group[j] = g
-        acc += e
-        if acc >= min_expected:
-            g, acc = g + 1, 0.0
+    g, acc, s = 0, 0.0, 0
+    while s < e.size:  # greedy: close a group once its running sum (from 0.0, in order) reaches min_expected
+        w = 64
+        while True:    # the window grows until it holds the group's end: O(S) in all
+            run = np.cumsum(e[s:s + w])               # sequential adds: the same floats as a Python loop's
+            hit = np.flatnonzero(run >= min_expected)
+            if hit.size or s + w >= e.size:
+                break
+            w *= 4
+        if hit.size:
+            group[s:s + hit[0] + 1] = g
+            g, acc, s = g + 1, 0.0, s + int(hit[0]) + 1
+        else:
+            group[s:] = g
+            acc, s = float(run[-1]), e.size
     if 0.0 < acc < min_expected:  # a short last group joins its neighbour
         last = group == g
         if g > 0:

@@ -1,7 +1,7 @@
 """Certification of a verifier at one node: Monte Carlo plus conditional checks.
 
 Checks (each a p-value; deterministic checks give 1.0 = pass, 0.0 = fail),
-combined with Holm's correction (``statsmodels`` ``multipletests``):
+combined with Holm's correction (:func:`exactness.certificate.holm`, the values of ``statsmodels`` ``multipletests``):
 
 ``marginal``
     Chi-square / G-test of the emitted tokens against ``p``.

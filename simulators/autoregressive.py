@@ -44,7 +44,18 @@ def check_contexts(contexts, V: int) -> list[tuple[int, ...]]:
     if isinstance(contexts, np.ndarray):
         if contexts.ndim != 2:
             raise ValueError(f"contexts array must have shape (B, L), got {contexts.shape}")
+        if contexts.size and contexts.dtype != bool and np.issubdtype(contexts.dtype, np.integer) \
+                and contexts.min() >= 0 and contexts.max() < V:   # valid as a whole: no per-row checks
+            return list(map(tuple, contexts.astype(np.int64, copy=False).tolist()))
         contexts = contexts.tolist()
+    elif isinstance(contexts, list) and contexts and isinstance(contexts[0], (tuple, list)) and len(contexts[0]):
+        try:                                  # equal-length integer contexts: checked as one (B, L) array
+            arr = np.array(contexts)
+        except (ValueError, TypeError):       # ragged or odd: the per-context checks below name the culprit
+            arr = None
+        if arr is not None and arr.ndim == 2 and arr.dtype != bool and np.issubdtype(arr.dtype, np.integer) \
+                and arr.min() >= 0 and arr.max() < V:
+            return list(map(tuple, arr.tolist()))
     if isinstance(contexts, (str, bytes)) or not isinstance(contexts, Sequence):
         raise TypeError(f"contexts must be a list of token-id sequences, got {type(contexts).__name__}")
     if len(contexts) == 0:

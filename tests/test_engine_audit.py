@@ -576,17 +576,25 @@ class Exits(Engine):
 
     def decoder(self, V, settings, option):
         def decode(prompt, new_tokens, rng):
+            if CODE is None:    # exact sampling, but a non-daemon thread keeps the process alive at exit
+                import threading, time
+                if not getattr(Exits, "started", False):
+                    Exits.started = True
+                    threading.Thread(target=time.sleep, args=(1e6,)).start()
+                return rng.integers(0, V, size=new_tokens)
             os._exit(CODE)
         return decode
 '''
 
 
-@pytest.mark.parametrize("where, status", [("decoder", 0), ("decoder", 2), ("import", 0)])
+@pytest.mark.parametrize("where, status", [("decoder", 0), ("decoder", 2), ("import", 0), ("thread", None)])
 def test_an_engine_ending_the_process_with_status_0_is_not_a_pass(where, status, tmp_path):
     """Breaker findings: os._exit(0) inside the engine made `resispec audit` exit 0 (CI reads: every cell PASS), and
     os._exit(2) read as bad input; sys.exit(0) at the engine module's import exited 0 before any supervision.  The
     CLI runs the audit in a child process before importing the engine and takes the status from the report:
-    INCOMPLETE RUN, exit 3 (no report at all: 3 too)."""
+    INCOMPLETE RUN, exit 3 (no report at all: 3 too).  A RESISPEC_AUDIT_CHILD=1 left in the user's environment does
+    not turn supervision off.  An engine leaving a non-daemon thread alive ("thread") kept the process running after
+    its complete report: the supervisor ends it after EXIT_GRACE seconds and the report decides."""
     import os
     import subprocess
     import sys
@@ -596,11 +604,18 @@ def test_an_engine_ending_the_process_with_status_0_is_not_a_pass(where, status,
         src = "import sys\nsys.exit(0)\n" + src
     (tmp_path / "fakeexit.py").write_text(src)
     out = tmp_path / "out"
-    code = ("import sys; from resispec.cli import main; sys.argv = ['resispec', 'audit', 'fakeexit:Exits', "
+    code = ("import sys; import resispec.commands.audit as M; M.EXIT_GRACE = 2.0; from resispec.cli import main; "
+            "sys.argv = ['resispec', 'audit', 'fakeexit:Exits', "
             f"'--settings', 'T=1', '--n', '20', '--out', {str(out)!r}]; sys.exit(main())")
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")])}
-    env.pop("RESISPEC_AUDIT_CHILD", None)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")]),
+           "RESISPEC_AUDIT_CHILD": "1"}         # left over in a user's shell: supervision stays on
     r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=600)
+    if where == "thread":   # its uniform law is no tiny model's: a law finding, so the complete report says 3
+        data = json.loads((out / "audit_exits.json").read_text())
+        assert data["status"] == "complete" and [c["verdict"] for c in data["cells"]] == ["PASS"]
+        assert r.returncode == A.AuditReport.from_json(data).exit_code == 3, (r.returncode, r.stderr[-2000:])
+        assert "after its report was complete" in r.stderr
+        return
     assert r.returncode == 3, (r.returncode, r.stderr[-2000:])
     assert re.search(rf"process ended \(?(with )?exit {status}", r.stderr) and "INCOMPLETE RUN" in r.stderr
     if where == "decoder":

@@ -141,8 +141,32 @@ def _user_models(args):
     return TinyModels(target, draft, vocab, eos, prompts, args.seed)
 
 
-#: Set in the audit's child process (see :func:`_supervise`).
+#: Set in the audit's child process to the supervisor's process id (see :func:`_supervise`); a value left in a
+#: user's environment names no parent of theirs, so it never turns supervision off.
 CHILD = "RESISPEC_AUDIT_CHILD"
+#: Seconds a child may keep running after its report is complete (an engine's non-daemon thread keeps a Python
+#: process alive at exit) before the supervisor ends it; the report's status stands.
+EXIT_GRACE = 60.0
+
+
+def _is_child() -> bool:
+    return os.environ.get(CHILD) == str(os.getppid())
+
+
+def _fresh_report(out, start):
+    """The newest audit report under ``out`` written since ``start`` (epoch seconds), with its path, or (None, None)."""
+    import json
+    from pathlib import Path
+
+    from exactness.engines.audit import AuditReport
+
+    fresh = [p for p in Path(out).glob("audit_*.json") if p.stat().st_mtime >= start - 1]
+    for path in sorted(fresh, key=lambda p: p.stat().st_mtime, reverse=True):
+        try:
+            return AuditReport.from_json(json.loads(path.read_text())), path
+        except (OSError, ValueError):
+            continue
+    return None, None
 
 
 def _supervise(args) -> int:
@@ -150,43 +174,66 @@ def _supervise(args) -> int:
 
     An engine may end the process itself (``os._exit(0)`` in its C code or its Python, at import, in its
     constructor, in a decoder, at exit): a report on disk says INCOMPLETE RUN, but a process exit of 0 would read as
-    "every cell PASS" to CI, and an exit of 2 as bad input.  So the audit runs in a child (the same command,
-    ``RESISPEC_AUDIT_CHILD=1``) before the engine is even imported, and whenever the child wrote a report the status
-    is the report's: 1 a FAIL cell, 3 an incomplete run or an INCONCLUSIVE cell, 0 only for a complete report of
-    passes.  Without a fresh report the child's own status stands when it is 2 (bad input, refused before anything
-    ran), else 3 (the run ended before its first report).  Ctrl-C gives 130; SIGTERM to this process ends the child.
+    "every cell PASS" to CI, and an exit of 2 as bad input.  So the audit runs in a child (the same command, with
+    ``RESISPEC_AUDIT_CHILD`` set to this process's id) before the engine is even imported, and whenever the child
+    wrote a report the status is the report's: 1 a FAIL cell, 3 an incomplete run or an INCONCLUSIVE cell, 0 only
+    for a complete report of passes.  Without a fresh report the child's own status stands when it is 2 (bad input,
+    refused before anything ran), else 3 (the run ended before its first report).  A child still running
+    :data:`EXIT_GRACE` seconds after its report is complete (an engine's non-daemon thread) is ended, with its
+    process group; the report stands.  Ctrl-C gives 130; SIGTERM to this process ends the child.
     """
-    import json
     import signal
     import subprocess
     import time
     from pathlib import Path
 
-    from exactness.engines.audit import AuditReport
-
     start = time.time()
-    child = subprocess.Popen([sys.executable, "-m", "resispec.cli", *sys.argv[1:]], env={**os.environ, CHILD: "1"})
+    child = subprocess.Popen([sys.executable, "-m", "resispec.cli", *sys.argv[1:]],
+                             env={**os.environ, CHILD: str(os.getpid())}, start_new_session=True)
+
+    def end_child():
+        for sig, wait in ((signal.SIGTERM, 10), (signal.SIGKILL, 10)):
+            try:
+                os.killpg(child.pid, sig)        # the engine's own workers go with it
+            except (ProcessLookupError, PermissionError):
+                pass
+            try:
+                return child.wait(timeout=wait)
+            except subprocess.TimeoutExpired:
+                continue
+        return child.poll()
 
     def stop(signum, frame):  # a cancelled CI job: the child goes with us
-        child.terminate()
+        end_child()
         raise SystemExit(128 + signum)
 
     old = signal.signal(signal.SIGTERM, stop)
+    complete_at, seen, ended = None, None, False
     try:
-        rc = child.wait()
+        while True:
+            try:
+                rc = child.wait(timeout=1.0)
+                break
+            except subprocess.TimeoutExpired:
+                pass
+            if complete_at is None:
+                stamp = max((p.stat().st_mtime for p in Path(args.out).glob("audit_*.json")), default=None)
+                if stamp is not None and stamp >= start - 1 and stamp != seen:   # parse only a report that changed
+                    seen = stamp
+                    report, _ = _fresh_report(args.out, start)
+                    if report is not None and report.status == "complete":
+                        complete_at = time.time()
+            elif time.time() - complete_at > EXIT_GRACE:
+                rc, ended = end_child(), True
+                print(f"resispec audit: the engine kept the audit process running {EXIT_GRACE:.0f} s after its "
+                      "report was complete (a thread it left running); ended it", file=sys.stderr)
+                break
     except KeyboardInterrupt:
-        child.wait()
+        end_child()
         return 130
     finally:
         signal.signal(signal.SIGTERM, old)
-    fresh = [p for p in Path(args.out).glob("audit_*.json") if p.stat().st_mtime >= start - 1]
-    report = path = None
-    for path in sorted(fresh, key=lambda p: p.stat().st_mtime, reverse=True):
-        try:
-            report = AuditReport.from_json(json.loads(path.read_text()))
-            break
-        except (OSError, ValueError):
-            continue
+    report, path = _fresh_report(args.out, start)
     if report is None:
         if rc == 2:
             return 2
@@ -194,7 +241,7 @@ def _supervise(args) -> int:
               f"{args.out}", file=sys.stderr)
         return 3
     code = report.exit_code
-    if code != rc:
+    if code != rc and not ended:
         print(f"resispec audit: the audit process ended with exit {rc}, but its report ({path}) says "
               f"{'INCOMPLETE RUN (' + report.status + ')' if report.status != 'complete' else report.outcome}: "
               f"exit {code}", file=sys.stderr)
@@ -241,7 +288,7 @@ def run(args) -> int:
     if args.plant is not None and not args.plant.strip():
         raise ValueError("--plant names no bug; give one (exactness.engines.mutants.PLANTED) or leave it out")
     check_out(args.out, "--out", folder=True)
-    if getattr(args, "_program", False) and os.environ.get(CHILD) != "1":
+    if getattr(args, "_program", False) and not _is_child():
         return _supervise(args)     # before the engine is imported: whatever it does, the report decides
     if args.hang_seconds is not None:
         import math
