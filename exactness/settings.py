@@ -22,6 +22,9 @@ import numpy as np
 NEG_INF = -np.inf
 
 
+#: The smallest temperature certified: logits / T of a float32 engine keep their order only to ~1e-7 relative.
+MIN_TEMPERATURE = 1e-4
+
 @dataclass(frozen=True)
 class SamplingSettings:
     """One engine-neutral sampling setting (defaults: plain sampling at temperature 1).
@@ -76,8 +79,9 @@ class SamplingSettings:
             if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 0:
                 bad(name, "an integer >= 0" + (" or None" if allow_none else ""))
 
-        if real("temperature") <= 0:
-            bad("temperature", "> 0 (greedy decoding is not a law to certify)")
+        if real("temperature") < MIN_TEMPERATURE:   # below, logits / T is greedy up to float32 rounding, or inf
+            bad("temperature", f">= {MIN_TEMPERATURE:g} (below it the law is greedy decoding up to the engines' "
+                "float32 rounding, which is not a law to certify)")
         integer("top_k")
         if not 0 < real("top_p") <= 1:
             bad("top_p", "in (0, 1]")

@@ -93,7 +93,7 @@ def test_min_new_tokens_bans_eos_until_enough_tokens():
 
 
 @pytest.mark.parametrize("kw, name", [
-    (dict(temperature=0), "temperature"), (dict(temperature=float("nan")), "temperature"), (dict(top_k=-1), "top_k"),
+    (dict(temperature=0), "temperature"), (dict(temperature=1e-300), "temperature must be >= 0.0001"), (dict(temperature=float("nan")), "temperature"), (dict(top_k=-1), "top_k"),
     (dict(top_p=0), "top_p"), (dict(top_p=1.5), "top_p"), (dict(min_p=1), "min_p"),
     (dict(repetition_penalty=0), "repetition_penalty"), (dict(logit_bias=((1, float("inf")),)), "logit_bias"),
     (dict(logit_bias="x"), "logit_bias"), (dict(bad_words=((),)), "bad_words"), (dict(min_new_tokens=2), "eos"),
