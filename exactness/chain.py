@@ -198,6 +198,8 @@ def per_request(kernel):
 
     batched.__name__ = getattr(kernel, "__name__", "per_request_kernel")
     batched.rule = getattr(kernel, "rule", None)
+    if callable(getattr(kernel, "plan", None)):     # the per-request plan it declares (ChainDecoder.kernel_plan)
+        batched.plan = kernel.plan
     return batched
 
 
@@ -386,6 +388,9 @@ class ChainDecoder:
 
     #: ``sample`` takes a list of B Generators as ``rng``, one per row (checked by ``certify_decoder``).
     per_row_rng = True
+    #: Set by ``certify_decoder`` around its main draw when the kernel declares a plan: every kernel call's
+    #: outcome is scored under that plan (``exactness.plan_check``, check ``plan_sampler``).
+    plan_collector = None
 
     def __init__(self, kernel, model, *, gamma: int = 2, one_hot: bool = False, rule="kernel"):
         if not callable(kernel):
@@ -414,6 +419,26 @@ class ChainDecoder:
     def verify_inputs(self, p, q, d):
         """What the kernel is handed: ``(target_probs, draft_probs or None, draft_ids)``."""
         return p, (None if self.one_hot else q), d
+
+    @property
+    def kernel_plan(self):
+        """The kernel's declared per-request plan, ``plan(target_probs (g+1, V), draft_probs (g, V), draft_ids
+        (g,)) -> resispec.pathlevel.base.PathPlan`` (one-hot draft rows when drafts are one-hot), or None."""
+        plan = getattr(self.kernel, "plan", None)
+        return plan if callable(plan) else None
+
+    def _score_plan(self, tp, dp, di, out) -> None:
+        """Feed each call's outcome ``(accepted count, extra token)`` to :attr:`plan_collector`."""
+        col = self.plan_collector
+        tp = np.asarray(tp, dtype=np.float64)
+        q = _draft_q(dp, di, tp.shape[-1])                 # (A, g, V): one-hot rows when dp is None
+        k = (out >= 0).sum(axis=1)
+        for b in range(out.shape[0]):
+            if col.error:
+                return
+            args = (tp[b], q[b], di[b])
+            col.observe(args, int(k[b] - 1), int(out[b, k[b] - 1]), di[b].tolist(),
+                        key=(tp[b].tobytes(), q[b].tobytes(), di[b].tobytes()))
 
     # -- the decoder ---------------------------------------------------------
     def draft_law(self, contexts) -> np.ndarray:
@@ -479,6 +504,8 @@ class ChainDecoder:
             ps.append(ctx.laws()[0])
             tp, dp, di = self.verify_inputs(np.stack(ps, axis=1), np.stack(qs, axis=1), d)
             out = _call_kernel(self.kernel, tp, dp, np.asarray(di, dtype=np.int64), kr)
+            if self.plan_collector is not None:
+                self._score_plan(tp, dp, np.asarray(di, dtype=np.int64), out)
             k = (out >= 0).sum(axis=1)
             if events:
                 log.append((active, length[active] - L, d, k - 1, out, calls + np.arange(A)))

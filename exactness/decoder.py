@@ -699,7 +699,14 @@ def _certify(decoder, target, prompts, new_tokens, n, tv, alpha, seed, seeded, t
                          f"detectable TV of {DEFAULT_TV:g})")
     checks, details, skipped, notes = {}, {}, {}, []
 
-    seqs, flat = _draw_mixed(draw, batched, prompts, n, m, r_main, V, events=ev_fn, tick=tick)
+    plan_col, plan_skip = _plan_mode(decoder, np.random.default_rng(ss.spawn(1)[0]), V)
+    if plan_col is not None:
+        decoder.plan_collector = plan_col     # the main draw only: the probes repeat seeds (not independent)
+    try:
+        seqs, flat = _draw_mixed(draw, batched, prompts, n, m, r_main, V, events=ev_fn, tick=tick)
+    finally:
+        if plan_col is not None:
+            decoder.plan_collector = None
     if P == 1:
         notes.append("one prompt: batches are homogeneous, so row-mixing bugs cannot show; pass several prompts")
 
@@ -786,6 +793,11 @@ def _certify(decoder, target, prompts, new_tokens, n, tv, alpha, seed, seeded, t
     else:
         skipped["single"] = "the decoder has no sample(prompts, ...): every draw is already one prompt per call"
         skipped["small_batches"] = "the decoder has no sample(prompts, ...): every draw is one prompt per call"
+    if plan_col is not None:
+        res = plan_col.result(alpha)
+        checks["plan_sampler"], details["plan_sampler"] = res.pvalue, res.as_dict()
+    elif plan_skip:
+        skipped["plan_sampler"] = plan_skip
     if ev_fn is None:
         skipped["conditional"] = ev_skip
     else:
@@ -907,6 +919,22 @@ def _scope(details: dict, m: int, mj: int, det: float, orders) -> dict:
         note = (f"detectable TV {det:.3g} is of token 1's {PIT_BINS}-bin PIT law; all tokens are tested through "
                 f"binned PIT laws only{pair_txt and ' (' + pair_txt[2:] + ')'}: see the report's scope")
     return {"note": note, "lines": lines}
+
+
+def _plan_mode(decoder, rng, V):
+    """``(collector or None, skip reason or None)`` of the ``plan_sampler`` check: a decoder built on a chain
+    kernel (``ChainDecoder``: ``plan_collector``, ``kernel_plan``, ``gamma``) whose kernel declares a plan has
+    every kernel call of the main draw scored under it (``exactness.plan_check``); other decoders: no reason."""
+    if not hasattr(decoder, "plan_collector") or not hasattr(decoder, "kernel_plan"):
+        return None, None
+    plan = decoder.kernel_plan
+    if plan is None:
+        return None, ("the chain kernel declares no plan(target_probs, draft_probs, draft_ids) -> PathPlan: "
+                      "nothing to compare its calls with (docs/pathlevel.md, section 11)")
+    from .plan_check import PLAN_SAMPLER
+
+    name = getattr(decoder.kernel, "__name__", type(decoder.kernel).__name__)
+    return PLAN_SAMPLER.kernel_collector(plan, name, rng, int(decoder.gamma) + 1, V), None
 
 
 def _events_mode(decoder):

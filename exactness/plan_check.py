@@ -41,6 +41,8 @@ from .power import detectable_tv
 
 #: Tolerance on a plan's sums (as ``AcceptanceBound.exact_path``).
 SUM_TOL = 1e-9
+#: Distinct plan inputs kept for the grouped test (each holds ``rows * V`` floats); later ones enter the PIT only.
+MAX_GROUPS = 4096
 
 
 @dataclass(frozen=True)
@@ -163,19 +165,22 @@ class _Collector:
             return None
         return stop, laws
 
-    def observe(self, args: tuple, row: int, token: int, shown: list) -> None:
-        """One sampled step: ``args`` the plan's arguments, ``(row, token)`` what ``verify`` returned."""
+    def observe(self, args: tuple, row: int, token: int, shown: list, key=None) -> None:
+        """One sampled step: ``args`` the plan's arguments, ``(row, token)`` what ``verify`` returned; ``key``
+        identifies the plan's inputs (default: the drafts ``shown``, enough where the node laws are fixed)."""
         if self.error:
             return
-        key = tuple(shown)
+        key = tuple(shown) if key is None else key
         g = self.groups.get(key)
-        if g is None:                             # the plan is a function of the drafts: computed once per chain
+        if g is None:                             # the plan is a function of its inputs: computed once per key
             plan = self._plan(args)
             if plan is None:
                 return
             stop, laws = plan
             flat = (np.clip(stop, 0, None)[:, None] * np.clip(laws, 0, None)).ravel()   # P(row, y | d) (rows V,)
-            g = self.groups[key] = [stop, laws, flat, np.zeros(flat.size, dtype=np.int64)]
+            g = [stop, laws, flat, np.zeros(flat.size, dtype=np.int64)]
+            if len(self.groups) < MAX_GROUPS:     # beyond: scored by the PIT only (memory O(MAX_GROUPS rows V))
+                self.groups[key] = g
         stop, laws, flat, counts = g
         o = row * self.V + token
         counts[o] += 1
@@ -262,6 +267,13 @@ class PlanSamplerCheck:
             verify_fn = None
         return _Collector(getattr(verifier, plan_attr), verify_fn, rng, rows, V, coupled,
                           f"{name}.{plan_attr}", f"{name}.{verify_attr}")
+
+    @staticmethod
+    def kernel_collector(plan_fn, name: str, rng: np.random.Generator, rows: int, V: int) -> _Collector:
+        """The scorer of a chain kernel's calls inside a decoder (``exactness.chain.ChainDecoder``): ``plan_fn(
+        target_probs (L+1, V), draft_probs (L, V), draft_ids (L,)) -> PathPlan`` per request, ``rows = L + 1``;
+        law form only (a kernel draws from its own ``rng``: no coupled form)."""
+        return _Collector(plan_fn, None, rng, rows, V, False, f"{name}.plan", name)
 
     @staticmethod
     def detectable_tv(n: int, alpha: float = 1e-3, power: float = POWER) -> float:

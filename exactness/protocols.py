@@ -84,6 +84,13 @@ HOOKS: dict[tuple[str, str], tuple[bool, str, str]] = {
     ("decoder", "events_q"): (False, "'draft_law' (default) or 'one_hot': the q of the decisions", "decoder_events"),
     ("decoder", "per_row_rng"): (False, "True: each row draws from its own generator (the batch_rows check runs)",
                                  "decoder"),
+    ("kernel", "plan"): (False, "plan(target_probs (L+1, V), draft_probs (L, V), draft_ids (L,)) -> PathPlan: a chain "
+                         "kernel's per-request plan; each call of certify_decoder's main draw is scored under it "
+                         "(per_request passes it on)", "chain"),
+    ("decoder", "kernel_plan"): (False, "the chain kernel's declared plan or None (ChainDecoder): the plan_sampler "
+                                 "check runs when it is one", "decoder"),
+    ("decoder", "plan_collector"): (False, "set by certify_decoder around its main draw: the decoder feeds each "
+                                    "kernel call's outcome to it (ChainDecoder)", "decoder"),
     ("decoder", "no_events_reason"): (False, "why the decoder reports no events (shown as the skip reason)",
                                       "decoder, engines"),
     # --- engines (exactness.engines.base.Engine: prepare, target, decoder are required methods) -----------------

@@ -38,6 +38,8 @@ def test_the_worked_example_runs_and_prints_what_the_page_says():
     assert lines[1] == cert.summary() and lines[1].split(", TV")[0] in sec       # the page quotes the printed summary
     assert dcert.passed and "bonus" in dcert.checks and "decoder.rule is None" in dcert.skipped["accepted_count"]
     assert lines[3].startswith("NO BIAS DETECTED (joint test") and lines[3][:60] in sec
+    assert "plan_sampler" in dcert.checks and lines[4] == dcert.details["plan_sampler"]["reason"]
+    assert lines[4].startswith("sampler vs plan: p = ") and lines[4][:40] in sec.replace("\n", " ")
 
 
 def test_the_wrapped_rule_made_too_generous_fails():

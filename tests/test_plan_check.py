@@ -134,3 +134,61 @@ def test_the_result_is_a_frozen_record_stating_its_power():
     assert PLAN_SAMPLER.detectable_tv(5000) < PLAN_SAMPLER.detectable_tv(500)
     assert r.detectable_mismatch_rate == pytest.approx(1 - 0.01 ** (1 / 500))
     assert "0 mismatches in 500" in r.line()
+
+
+# ------------------------------------------------ the same check on a chain kernel's calls inside a decoder (item 4)
+
+def _kernel_from_path_rule(ver, plan_from=None):
+    """A per-request chain kernel running ``ver.verify``, declaring ``plan_from.plan`` (default: its own)."""
+    from exactness.chain import per_request
+
+    def kernel(target_probs, draft_probs, draft_ids, rng):
+        r = ver.verify(target_probs, draft_probs, draft_ids, rng)
+        return np.append(draft_ids[:r.accepted], r.token)
+
+    kernel.plan = (plan_from or ver).plan
+    kernel.__name__ = f"{type(ver).__name__}_kernel"
+    return per_request(kernel)
+
+
+def _decoder_cert(kernel, n=1500, seed=0):
+    import exactness
+    from exactness.chain import chain_decoder, chain_target
+
+    return exactness.certify_decoder(chain_decoder(kernel, PAIR, gamma=2), chain_target(PAIR), [[0], [1], [2]],
+                                     new_tokens=3, n=n, seed=seed)
+
+
+@pytest.mark.parametrize("name", ["block", "token"])
+def test_a_kernel_following_its_plan_passes_the_call_level_check(name):
+    for seed in range(2):
+        c = _decoder_cert(_kernel_from_path_rule(get_path_verifier(name)), n=1000, seed=seed)
+        d = c.details["plan_sampler"]
+        assert c.passed and c.checks["plan_sampler"] >= 1e-3 and d["n"] > 1000 and d["grouped_df"] > 0, d
+
+
+def test_a_kernel_departing_from_its_plan_fails_though_its_law_is_exact():
+    """Token-wise verification (exact: the joint and PIT checks pass) declaring block's plan: the calls' outcomes
+    do not follow the plan, so an exact analysis of that plan says nothing about the code."""
+    c = _decoder_cert(_kernel_from_path_rule(get_path_verifier("token"), plan_from=get_path_verifier("block")))
+    assert not c.passed and c.checks["plan_sampler"] < 1e-3
+    assert all(v >= 1e-3 for k, v in c.checks.items() if k != "plan_sampler"), c.checks
+
+
+def test_a_kernel_whose_plan_is_no_law_fails_naming_it():
+    class Half:
+        def plan(self, p, q, drafts):
+            pl = get_path_verifier("token").plan(p, q, drafts)
+            return type(pl)(pl.stop * 0.5, pl.laws)
+
+        verify = get_path_verifier("token").verify
+
+    c = _decoder_cert(_kernel_from_path_rule(Half()), n=300)
+    assert not c.passed and "not a law" in c.details["plan_sampler"]["reason"]
+
+
+def test_a_kernel_without_a_plan_says_why_the_check_is_skipped():
+    from exactness.chain import token_chain_kernel
+
+    c = _decoder_cert(token_chain_kernel, n=300)
+    assert "plan_sampler" not in c.checks and "declares no plan" in c.skipped["plan_sampler"]
