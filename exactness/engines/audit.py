@@ -35,7 +35,8 @@ import numpy as np
 from .base import Engine, EngineUnavailable, get_engine
 from .tiny import PROMPTS, TinyModels
 
-#: Settings certified by default (engine-neutral; an engine that does not implement one gives INCONCLUSIVE cells).
+#: Settings certified by default (engine-neutral): those an engine does not implement are left out of its default
+#: grid (the report lists them); named by the caller, such a setting is an INCONCLUSIVE cell.
 DEFAULT_SETTINGS = ("T=1", "temperature=0.7", "top_k=3", "top_p=0.8", "min_p=0.1", "repetition_penalty=1.5",
                     "presence_penalty=0.5,frequency_penalty=0.5", "logit_bias=2:2 3:-2", "bad_words=4|5 6",
                     "temperature=0.7,top_k=5,top_p=0.9,repetition_penalty=1.3")
@@ -102,6 +103,7 @@ class AuditReport:
     models_note: str = ""             # what the models are when they are not the tiny pair (GGUF files)
     write_error: str = ""             # a report write that failed (the run went on; the CLI exits 3 and prints it)
     python: str = ""                  # the interpreter that ran the audit (the one its reproduction scripts need)
+    left_out: list = field(default_factory=list)   # default-grid settings the engine does not implement (not run)
 
     @property
     def law_findings(self) -> list:
@@ -177,6 +179,10 @@ class AuditReport:
         first = next((c for c in self.cells if c.verdict == "FAIL"), None) or \
             next((c for c in self.cells if c.verdict == "INCONCLUSIVE"), None)
         cause = f"; {first.setting} / {first.option}: {first.cause}" if first is not None and first.cause else ""
+        weak = self.underpowered
+        if weak and not cause:
+            cause = (f"; {len(weak)} PASS cell(s) short of the asked detectable TV {self.tv:g} per position (first: "
+                     f"{weak[0].setting} / {weak[0].option} at {weak[0].position_detectable_tv:.3g})")
         return (f"{self.outcome}: {self.engine} {self.version}, {len(self.cells)} cells ({count['PASS']} PASS, "
                 f"{count['FAIL']} FAIL, {count['INCONCLUSIVE']} INCONCLUSIVE), smallest p = {self.pvalue:.3g}, "
                 f"detectable TV per position <= {self.position_detectable_tv:.3g}, n = {self.n:,}"
@@ -200,8 +206,9 @@ class AuditReport:
 
         lines = [f"# Audit: {self.engine} {self.version}", ""]
         if self.status != "complete":
-            lines += [f"**INCOMPLETE RUN**: it stopped while {self.status.removeprefix('running: ')} ran (the engine "
-                      "exited or the run was interrupted); the cells below are the finished ones.", ""]
+            lines += [f"**INCOMPLETE RUN**: running, or stopped, while {self.status.removeprefix('running: ')} ran "
+                      "(rewritten after every cell: while the audit runs this is its progress; if no audit is running, "
+                      "the engine exited or the run was interrupted); the cells below are the finished ones.", ""]
         models = (self.models_note if self.models_note else
                   f"The user's checkpoints (vocabulary {self.vocab})" if self.user_models else
                   f"Tiny local models (Llama, vocabulary {self.vocab}, hidden 32, target 2 layers, draft 1 layer; "
@@ -233,11 +240,17 @@ class AuditReport:
                          f"({num(c.tv_upper)}) | {num(c.detectable_tv)} ({num(c.position_detectable_tv)}) | "
                          f"{c.n:,} | {num(c.rate, '.1f')} | {c.seconds:.0f} | {num(c.law_tv, '.1e')} | "
                          f"{num((c.acceptance or {}).get('rate'), '.3f')} |")
+        if self.left_out:
+            lines += ["", f"Left out of the default grid (settings {self.engine} does not implement; name one with "
+                      f"--settings to see its INCONCLUSIVE cell): {', '.join(self.left_out)}."]
         weak = [c for c in self.cells if c.verdict == "PASS" and (c.position_detectable_tv or 1) > self.tv]
-        if weak:
-            lines += ["", f"{len(weak)} PASS cell(s) did not reach the detectable TV {self.tv:g} per position (n was "
-                      f"given, or {self.cell_seconds:g} s of the engine's rate capped it); such a pass rules out only "
-                      "the TV in its row."]
+        if weak and self.n_given is None:
+            lines += ["", f"{len(weak)} PASS cell(s) did not reach the asked detectable TV {self.tv:g} per position "
+                      f"({self.cell_seconds:g} s at the engine's rate capped n): such a pass rules out only the TV in "
+                      "its row, and the audit exits 3 (raise --cell-seconds, or ask a larger --tv)."]
+        elif weak:
+            lines += ["", f"{len(weak)} PASS cell(s) rule out only the TV in their row (n was given: no TV was "
+                      f"asked; the default asks {self.tv:g} per position)."]
         idle = [c for c in self.cells if c.verdict == "PASS" and c.option != "off" and c.acceptance
                 and c.acceptance.get("rate") is not None and c.acceptance["rate"] < LOW_ACCEPTANCE]
         if idle:
@@ -290,12 +303,21 @@ class AuditReport:
         return "\n".join(lines)
 
     @property
+    def underpowered(self) -> list:
+        """PASS cells that did not reach the asked detectable TV per position (``tv``; the engine's rate within
+        ``cell_seconds`` capped them); none when the caller fixed ``n`` (no TV was asked)."""
+        if self.n_given is not None:
+            return []
+        return [c for c in self.cells if c.verdict == "PASS" and (c.position_detectable_tv or 1) > self.tv]
+
+    @property
     def exit_code(self) -> int:
-        """1 a FAIL cell; 3 no FAIL but an INCONCLUSIVE cell, a law finding or an incomplete run; 0 otherwise."""
+        """1 a FAIL cell; 3 no FAIL but an INCONCLUSIVE cell, a law finding, a PASS short of the asked TV
+        (:attr:`underpowered`) or an incomplete run; 0 otherwise (as every certify command: docs/certify.md)."""
         if self.failed:
             return 1
-        return 3 if (self.inconclusive or self.law_findings or self.status != "complete" or not self.cells
-                      or self.write_error) else 0
+        return 3 if (self.inconclusive or self.law_findings or self.underpowered or self.status != "complete"
+                      or not self.cells or self.write_error) else 0
 
     def write(self, out) -> tuple[str, ...]:
         """Write ``audit_<engine>.md``, ``.json`` and ``.png`` under the folder ``out``; returns the paths."""
@@ -757,6 +779,11 @@ def audit(engine, *, settings=None, options=None, tv: float | None = None, n: in
     grid, opts = check_request(eng, settings=settings, options=options, tv=tv, n=n, cell_seconds=cell_seconds,
                                new_tokens=new_tokens, seed=seed)
     tv = DEFAULT_TV if tv is None else tv
+    left_out = []
+    if settings is None:        # the default grid: only what the engine implements (asked for by name: INCONCLUSIVE)
+        supported = set(eng.supported)
+        left_out = [s.label() for s in grid if not set(s.active()) <= supported]
+        grid = [s for s in grid if set(s.active()) <= supported]
     got = _guarded(eng.missing, PREPARE_SECONDS)
     if got.kind is not None:
         raise EngineNotInstalled(f"{eng.name}.missing() (is the engine installed?) failed: {got.why}")
@@ -798,7 +825,8 @@ def audit(engine, *, settings=None, options=None, tv: float | None = None, n: in
                              command or f"resispec audit {eng.name}",
                              law_source=law_source.value if law_source.kind is None else f"unknown ({law_source.why})",
                              user_models=user_models, n_given=None if n is None else int(n),
-                             models_note=_gguf_note(models) if gguf else "", python=sys.executable)
+                             models_note=_gguf_note(models) if gguf else "", python=sys.executable,
+                             left_out=left_out)
         got = _guarded(lambda: eng.prepare(models, Path(workdir)), PREPARE_SECONDS)
         if got.kind is not None:  # nothing can run: every cell says why
             why = (got.why if got.kind == "unavailable" else
@@ -886,7 +914,8 @@ def _explain(eng, handle, report, cell, cert, rec, law, s, o, models, out, *, sh
         cell.smallest_setting = got.value
         if got.kind is not None:
             cell.cause += f"; (the FAIL analysis stopped: {got.why})"
-    got = _guarded(lambda: _write_repro(eng, report, cell, out, models), cell_seconds + HANG_SLACK)
+    crash = cert is not None and "subject" in cert.checks and not impossible   # the engine itself failed
+    got = _guarded(lambda: _write_repro(eng, report, cell, out, models, crash=crash), cell_seconds + HANG_SLACK)
     cell.repro = got.value
     if got.kind is not None:
         cell.cause += f"; (no reproduction script: the engine's repro_script failed: {got.why})"
@@ -932,9 +961,24 @@ _sys.excepthook = _could_not_run
 '''
 
 
-def _with_guard(src: str) -> str:
-    """``src`` with :data:`REPRO_GUARD` after its leading comment lines (a shebang, an encoding) and its module
-    docstring, so both keep their place."""
+#: The guard of a FAIL whose cause is the engine's own failure (it raised, crashed, hung): the script reproduces it
+#: when the engine raises again, so that exception exits 1; a missing module or file still exits 2.
+CRASH_GUARD = REPRO_GUARD.replace('''def _could_not_run(kind, value, tb):''', '''def _could_not_run(kind, value, tb):
+    if not issubclass(kind, (ImportError, FileNotFoundError, KeyboardInterrupt)):
+        import traceback
+        traceback.print_exception(kind, value, tb)
+        print("the engine failed again: the FAIL reproduced (the audit's cell: " + _CAUSE + "): exit 1",
+              file=_sys.stderr)
+        _sys.stdout.flush()
+        _sys.stderr.flush()
+        import os
+        os._exit(1)
+''')
+
+
+def _with_guard(src: str, guard: str = REPRO_GUARD) -> str:
+    """``src`` with ``guard`` (:data:`REPRO_GUARD`) after its leading comment lines (a shebang, an encoding) and
+    its module docstring, so both keep their place."""
     import ast
 
     compile(src, "<repro_script>", "exec")          # a SyntaxError here: the caller notes it, no script is written
@@ -948,11 +992,12 @@ def _with_guard(src: str) -> str:
         else:
             break
     lines = src.splitlines(keepends=True)
-    return "".join(lines[:at]) + ("\n" if at else "") + REPRO_GUARD + "".join(lines[at:])
+    return "".join(lines[:at]) + ("\n" if at else "") + guard + "".join(lines[at:])
 
 
-def _write_repro(eng, report, cell, out, models) -> str | None:
-    """Write the cell's reproduction script next to the report; its path (None without ``out``)."""
+def _write_repro(eng, report, cell, out, models, crash: bool = False) -> str | None:
+    """Write the cell's reproduction script next to the report; its path (None without ``out``).  ``crash``: the
+    cell failed because the engine did (raised, crashed): the script exits 1 when it fails again (:data:`CRASH_GUARD`)."""
     if out is None:
         return None
     from ..settings import parse_settings
@@ -965,7 +1010,7 @@ def _write_repro(eng, report, cell, out, models) -> str | None:
     src = make(models, setting, cell.option, off, report)
     if not isinstance(src, str):
         raise TypeError(f"repro_script returned {type(src).__name__}, not the script's source (str)")
-    src = _with_guard(src)
+    src = _with_guard(src, f"\n_CAUSE = {cell.cause[:300]!r}\n" + CRASH_GUARD if crash else REPRO_GUARD)
     k = sum(1 for c in report.cells if c.repro) + 1
     path = Path(out) / f"audit_{report.engine.replace('.', '_')}_repro_{k}.py"
     from resispec._io import atomic_write

@@ -27,6 +27,18 @@ ENGINE_MODULES = {
 }
 
 
+def module_found(name: str) -> bool:
+    """Whether module ``name`` is installed here (found, not imported: an engine takes seconds to import).  A folder
+    of that name in the current directory (``--out vllm``) is a namespace package with no code: not the engine."""
+    import importlib.util
+
+    try:
+        spec = importlib.util.find_spec(name)
+    except (ImportError, ValueError):      # a dotted name whose parent is missing
+        return False
+    return spec is not None and spec.origin is not None and spec.origin != "namespace"
+
+
 class EngineUnavailable(RuntimeError):
     """The engine cannot run this cell (not installed, model not loadable, setting unsupported): INCONCLUSIVE."""
 
@@ -99,13 +111,7 @@ class Engine:
 
     def missing(self) -> str | None:
         """None when the engine imports here; else why not and how to install it."""
-        import importlib.util
-
-        mod = self.distribution.replace("-", "_")
-        try:
-            found = importlib.util.find_spec(mod) is not None
-        except (ImportError, ValueError):  # a dotted name whose parent is missing
-            found = False
+        found = module_found(self.distribution.replace("-", "_"))
         return None if found else f"{self.distribution} is not installed: {self.install}"
 
     def version(self) -> str:

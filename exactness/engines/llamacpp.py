@@ -761,9 +761,9 @@ class LlamaCppEngine(Engine):
     context = 256   # n_ctx of every Llama: a prompt plus its new tokens must fit (the audit refuses more)
 
     def missing(self):
-        import importlib.util
+        from .base import module_found
 
-        if importlib.util.find_spec("llama_cpp") is None:
+        if not module_found("llama_cpp"):
             return f"llama-cpp-python is not installed: {self.install}"
         try:
             import llama_cpp  # noqa: F401  (the native library loads here)

