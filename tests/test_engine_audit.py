@@ -569,6 +569,8 @@ class Exits(Engine):
         return "0"
 
     def prepare(self, models, workdir):
+        if CODE == "prepare":   # ends the process with status 2 while converting the models
+            os._exit(2)
         return models.vocab
 
     def target(self, V, settings, prompt_len):
@@ -576,7 +578,11 @@ class Exits(Engine):
 
     def decoder(self, V, settings, option):
         def decode(prompt, new_tokens, rng):
-            if CODE is None:    # exact sampling, but a non-daemon thread keeps the process alive at exit
+            if CODE == "alarm":     # ignores the SIGALRM the audit's time limits rest on, then hangs
+                import signal, time
+                signal.signal(signal.SIGALRM, signal.SIG_IGN)
+                time.sleep(1e6)
+            if CODE in (None,):  # exact sampling, but a non-daemon thread keeps the process alive at exit
                 import threading, time
                 if not getattr(Exits, "started", False):
                     Exits.started = True
@@ -587,7 +593,8 @@ class Exits(Engine):
 '''
 
 
-@pytest.mark.parametrize("where, status", [("decoder", 0), ("decoder", 2), ("import", 0), ("thread", None)])
+@pytest.mark.parametrize("where, status", [("decoder", 0), ("decoder", 2), ("import", 0), ("thread", None),
+                                           ("prepare", '"prepare"'), ("alarm", '"alarm"')])
 def test_an_engine_ending_the_process_with_status_0_is_not_a_pass(where, status, tmp_path):
     """Breaker findings: os._exit(0) inside the engine made `resispec audit` exit 0 (CI reads: every cell PASS), and
     os._exit(2) read as bad input; sys.exit(0) at the engine module's import exited 0 before any supervision.  The
@@ -604,9 +611,12 @@ def test_an_engine_ending_the_process_with_status_0_is_not_a_pass(where, status,
         src = "import sys\nsys.exit(0)\n" + src
     (tmp_path / "fakeexit.py").write_text(src)
     out = tmp_path / "out"
-    code = ("import sys; import resispec.commands.audit as M; M.EXIT_GRACE = 2.0; from resispec.cli import main; "
-            "sys.argv = ['resispec', 'audit', 'fakeexit:Exits', "
-            f"'--settings', 'T=1', '--n', '20', '--out', {str(out)!r}]; sys.exit(main())")
+    limits = ", '--cell-seconds', '1', '--hang-seconds', '1'" if where == "alarm" else ""
+    # the watchdog's slack: small enough for a short test, large enough that no legit phase of this tiny engine
+    # outlasts it on a loaded machine (the hang is in the decoder: the report must say "running: T=1 / off")
+    code = ("import sys; import resispec.commands.audit as M; M.EXIT_GRACE = 2.0; M.WATCH_SLACK = 30.0; "
+            "from resispec.cli import main; sys.argv = ['resispec', 'audit', 'fakeexit:Exits', "
+            f"'--settings', 'T=1', '--n', '20', '--out', {str(out)!r}{limits}]; sys.exit(main())")
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")]),
            "RESISPEC_AUDIT_CHILD": "1"}         # left over in a user's shell: supervision stays on
     r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=600)
@@ -615,6 +625,13 @@ def test_an_engine_ending_the_process_with_status_0_is_not_a_pass(where, status,
         assert data["status"] == "complete" and [c["verdict"] for c in data["cells"]] == ["PASS"]
         assert r.returncode == A.AuditReport.from_json(data).exit_code == 3, (r.returncode, r.stderr[-2000:])
         assert "after its report was complete" in r.stderr
+        return
+    if where in ("prepare", "alarm"):   # os._exit(2) converting the models read as bad input (exit 2, no word);
+        # a decoder ignoring SIGALRM never ended: the supervisor's watchdog ends it, the report says where
+        assert r.returncode == 3, (r.returncode, r.stderr[-2000:])
+        data = json.loads((out / "audit_exits.json").read_text())
+        assert data["status"] == ("running: preparing the models" if where == "prepare" else "running: T=1 / off")
+        assert ("no progress for" in r.stderr) == (where == "alarm"), r.stderr[-2000:]
         return
     assert r.returncode == 3, (r.returncode, r.stderr[-2000:])
     assert re.search(rf"process ended \(?(with )?exit {status}", r.stderr) and "INCOMPLETE RUN" in r.stderr
@@ -821,3 +838,35 @@ def test_a_pass_short_of_the_asked_tv_exits_3_and_the_default_grid_leaves_out_wh
     assert "the audit exits 3" in asked.to_markdown()
     again = A.AuditReport.from_json(json.loads((tmp_path / "audit_numpy-test.json").read_text()))
     assert again.left_out == rep.left_out
+
+
+def test_the_supervisor_reads_only_its_own_runs_report(tmp_path):
+    """Breaker finding: two audits sharing --out read each other's reports (a biased engine exited 0), and a stale
+    report in --out turned a refused run into "PASS".  Each report records its run id; the supervisor reads only its
+    own."""
+    from resispec.commands.audit import _fresh_report
+
+    mine = A.AuditReport("x", "0", "?", "-", 16, 3, [[1]], 0.02, 600.0, "c", run_id="mine", status="complete")
+    other = A.AuditReport("y", "0", "?", "-", 16, 3, [[1]], 0.02, 600.0, "c", run_id="other", status="complete")
+    assert _fresh_report(tmp_path, "mine")[0] is None
+    other.write(tmp_path)
+    assert _fresh_report(tmp_path, "mine")[0] is None
+    mine.write(tmp_path)
+    got, path, _ = _fresh_report(tmp_path, "mine")
+    assert got.engine == "x" and path.name == "audit_x.json"
+
+
+def test_a_report_is_never_complete_before_its_last_cell(work, monkeypatch):
+    """Breaker finding: a first setting without a law wrote a report whose status was still the default
+    "complete" while cells were to come, and the supervisor ended the run 60 s later (a FAIL lost, exit 3)."""
+    seen = []
+    real = A._finish
+
+    def spy(report, out, t_start):
+        seen.append(report.status)
+        return real(report, out, t_start)
+
+    monkeypatch.setattr(A, "_finish", spy)
+    rep = A.audit(NumpyEngine(), settings=["top_p=0.5", "T=1"], options=["off"], n=30, workdir=work)
+    assert [c.verdict for c in rep.cells] == ["INCONCLUSIVE", "PASS"]
+    assert seen[-1] == "complete" and "complete" not in seen[:-1], seen

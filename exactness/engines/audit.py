@@ -24,6 +24,7 @@ written after every cell, so a crash of the engine loses no finished cell.
 from __future__ import annotations
 
 import math
+import os
 import platform
 import sys
 import time
@@ -51,6 +52,10 @@ NEW_TOKENS = 3
 VOCAB = 16
 LOW_ACCEPTANCE = 0.05      # a PASS whose engine accepted fewer drafted tokens barely exercised verification
 HANG_SLACK = 300.0         # seconds past the cell's budget before a call that has not returned is a hang
+#: The status of a report while the engine converts the models (a supervisor allows PREPARE_SECONDS for it).
+PREPARING = "running: preparing the models"
+#: Environment variable naming the run (``resispec audit`` sets it for its child): the report records it.
+RUN_ENV = "RESISPEC_AUDIT_RUN"
 AUDIT_ALPHA = 1e-3         # the level of every cell's certificate
 MIN_TV = 1e-4              # the smallest detectable TV an audit may aim at (1e-300 overflowed the planner)
 PREPARE_SECONDS = 1800.0   # converting the tiny models (a hang past it: every cell INCONCLUSIVE)
@@ -104,6 +109,7 @@ class AuditReport:
     write_error: str = ""             # a report write that failed (the run went on; the CLI exits 3 and prints it)
     python: str = ""                  # the interpreter that ran the audit (the one its reproduction scripts need)
     left_out: list = field(default_factory=list)   # default-grid settings the engine does not implement (not run)
+    run_id: str = ""                  # the run that wrote it (RESISPEC_AUDIT_RUN): a supervisor reads only its own
 
     @property
     def law_findings(self) -> list:
@@ -826,13 +832,15 @@ def audit(engine, *, settings=None, options=None, tv: float | None = None, n: in
                              law_source=law_source.value if law_source.kind is None else f"unknown ({law_source.why})",
                              user_models=user_models, n_given=None if n is None else int(n),
                              models_note=_gguf_note(models) if gguf else "", python=sys.executable,
-                             left_out=left_out)
+                             left_out=left_out, run_id=os.environ.get(RUN_ENV, ""), status=PREPARING)
+        _finish(report, out, t_start)             # the phase is on disk: a supervisor times each phase from here
         got = _guarded(lambda: eng.prepare(models, Path(workdir)), PREPARE_SECONDS)
         if got.kind is not None:  # nothing can run: every cell says why
             why = (got.why if got.kind == "unavailable" else
                    f"the engine did not convert the models within {PREPARE_SECONDS:g} s" if got.kind == "timeout" else
                    f"the engine could not load the models: {got.why}")
             report.cells = [Cell(s.label(), o, "INCONCLUSIVE", cause=why) for s in grid for o in opts]
+            report.status = "complete"
             _finish(report, out, t_start)
             return report
         handle = got.value
@@ -845,6 +853,8 @@ def audit(engine, *, settings=None, options=None, tv: float | None = None, n: in
                 eng.check_settings(s)
                 return _law_tv(eng, handle, s, models, f64, L, new_tokens, rng)
 
+            report.status = f"running: {s.label()} (the engine's own law)"
+            _finish(report, out, t_start)
             got = _guarded(law_of, cell_seconds + HANG_SLACK)
             if got.kind is not None:  # no law: nothing to certify against
                 why = (got.why if got.kind == "unavailable" else
@@ -877,8 +887,10 @@ def audit(engine, *, settings=None, options=None, tv: float | None = None, n: in
                     cell.cause = (cell.cause + "; " if cell.cause else "") + (
                         f"law finding: the engine's own law differs from the float64 law by TV {law_tv:.2e}")
                 if cell.verdict == "FAIL":
+                    report.status = f"running: {s.label()} / {o} (explaining its FAIL)"
                     _explain(eng, handle, report, cell, cert, rec, law, s, o, models, out, shrink=shrink, n=n, tv=tv,
-                             new_tokens=new_tokens, cell_seconds=cell_seconds, seed=seed)
+                             new_tokens=new_tokens, cell_seconds=cell_seconds, seed=seed,
+                             touch=lambda: _finish(report, out, t_start))
                 report.cells.append(cell)
                 if progress:
                     progress(f"{eng.name} {cell.setting} / {cell.option}: {cell.verdict} "
@@ -893,13 +905,14 @@ def audit(engine, *, settings=None, options=None, tv: float | None = None, n: in
 
 
 def _explain(eng, handle, report, cell, cert, rec, law, s, o, models, out, *, shrink, n, tv, new_tokens,
-             cell_seconds, seed):
+             cell_seconds, seed, touch=lambda: None):
     """For a FAIL: the offending token, the smallest failing setting, the repro script -- none of which may lose
     the cell (an engine breaking here is noted in the cell, never raised)."""
 
     impossible = cert is not None and (cert.details.get("impossible") or {}).get("token") is not None
     statistical = cert is not None and ("subject" not in cert.checks or impossible)
     if cert is not None:
+        touch()
         got = _guarded(lambda: offending_token(rec, cert, law, models.prompts), cell_seconds + HANG_SLACK)
         cell.offending = got.value
         if got.kind is not None:
@@ -909,24 +922,30 @@ def _explain(eng, handle, report, cell, cert, rec, law, s, o, models, out, *, sh
         from .._timeout import MAX_TIMEOUT
 
         shrink_limit = min(MAX_TIMEOUT, fields * (fields + 1) / 2 * (4 * cell_seconds + 2 * HANG_SLACK))  # all tried
+        touch()
         got = _guarded(lambda: _shrink(eng, handle, s, o, models, n=cell.n // len(models.prompts) or n, tv=tv,
-                                       new_tokens=new_tokens, cell_seconds=cell_seconds, seed=seed), shrink_limit)
+                                       new_tokens=new_tokens, cell_seconds=cell_seconds, seed=seed, touch=touch),
+                       shrink_limit)
         cell.smallest_setting = got.value
         if got.kind is not None:
             cell.cause += f"; (the FAIL analysis stopped: {got.why})"
+    touch()
     crash = cert is not None and "subject" in cert.checks and not impossible   # the engine itself failed
     got = _guarded(lambda: _write_repro(eng, report, cell, out, models, crash=crash), cell_seconds + HANG_SLACK)
     cell.repro = got.value
     if got.kind is not None:
         cell.cause += f"; (no reproduction script: the engine's repro_script failed: {got.why})"
 
-def _shrink(eng, handle, settings, option, models, *, n, tv, new_tokens, cell_seconds, seed) -> str:
-    """The smallest setting (fewest active fields) whose cell still FAILs at the same n."""
+def _shrink(eng, handle, settings, option, models, *, n, tv, new_tokens, cell_seconds, seed,
+            touch=lambda: None) -> str:
+    """The smallest setting (fewest active fields) whose cell still FAILs at the same n; ``touch()`` after each try
+    (the report rewritten: progress a supervisor can see)."""
     cur = settings
     changed = True
     while changed and cur.active():
         changed = False
         for smaller in _smaller(cur):
+            touch()
             own = {"option": option} if option in (getattr(eng, "own_law_options", ()) or ()) else {}
             got = _guarded(lambda: eng.target(handle, smaller, models.prompts.shape[1], **own),
                            cell_seconds + HANG_SLACK)
@@ -997,7 +1016,8 @@ def _with_guard(src: str, guard: str = REPRO_GUARD) -> str:
 
 def _write_repro(eng, report, cell, out, models, crash: bool = False) -> str | None:
     """Write the cell's reproduction script next to the report; its path (None without ``out``).  ``crash``: the
-    cell failed because the engine did (raised, crashed): the script exits 1 when it fails again (:data:`CRASH_GUARD`)."""
+    cell failed because the engine did (raised, crashed): the script exits 1 when it fails again
+    (:data:`CRASH_GUARD`)."""
     if out is None:
         return None
     from ..settings import parse_settings

@@ -147,26 +147,66 @@ CHILD = "RESISPEC_AUDIT_CHILD"
 #: Seconds a child may keep running after its report is complete (an engine's non-daemon thread keeps a Python
 #: process alive at exit) before the supervisor ends it; the report's status stands.
 EXIT_GRACE = 60.0
+#: The child's status for bad input it refused (the supervisor exits 2): a plain 2 from the child is the engine
+#: ending the process (``os._exit(2)``), never read as bad input.
+REFUSED = 202
+#: Seconds of slack on every phase limit of the supervisor's watchdog (a Python start, an engine import).
+WATCH_SLACK = 300.0
 
 
 def _is_child() -> bool:
     return os.environ.get(CHILD) == str(os.getppid())
 
 
-def _fresh_report(out, start):
-    """The newest audit report under ``out`` written since ``start`` (epoch seconds), with its path, or (None, None)."""
+def _fresh_report(out, run_id: str):
+    """This run's audit report under ``out`` (its ``run_id``; another run's report in the same folder is not it),
+    with its path and modification time, or (None, None, None)."""
     import json
     from pathlib import Path
 
     from exactness.engines.audit import AuditReport
 
-    fresh = [p for p in Path(out).glob("audit_*.json") if p.stat().st_mtime >= start - 1]
-    for path in sorted(fresh, key=lambda p: p.stat().st_mtime, reverse=True):
+    for path in sorted(Path(out).glob("audit_*.json"), key=lambda p: p.stat().st_mtime, reverse=True):
         try:
-            return AuditReport.from_json(json.loads(path.read_text())), path
+            mtime = path.stat().st_mtime
+            report = AuditReport.from_json(json.loads(path.read_text()))
         except (OSError, ValueError):
             continue
-    return None, None
+        if report.run_id == run_id:
+            return report, path, mtime
+    return None, None, None
+
+
+def _phase_limit(args, report) -> float:
+    """Seconds the watchdog allows without a report rewrite in the phase ``report`` is in (None: before the first
+    report), beyond the audit's own in-process limits: those rest on SIGALRM, which an engine can block or ignore."""
+    from exactness.engines import audit as A
+
+    cell = args.cell_seconds if args.cell_seconds is not None else A.CELL_SECONDS
+    hang = args.hang_seconds if args.hang_seconds is not None else A.HANG_SLACK
+    if report is None:                    # starting Python, importing the engine, building the tiny models
+        return hang + WATCH_SLACK + 120.0
+    if report.status == A.PREPARING:      # converting the models (limited to PREPARE_SECONDS in the child)
+        return A.PREPARE_SECONDS + hang + WATCH_SLACK
+    return 4 * cell + 3 * hang + WATCH_SLACK   # one cell: its pilot, draws and checks, each limited in the child
+
+
+def _watch_parent(ppid: int) -> None:
+    """In the child: end this process group (the engine's workers with it) when the supervisor is gone."""
+    import signal
+    import threading
+    import time
+
+    def watch():
+        while True:
+            time.sleep(2.0)
+            if os.getppid() != ppid:
+                try:
+                    os.killpg(os.getpgrp(), signal.SIGTERM)
+                finally:
+                    os._exit(3)
+
+    threading.Thread(target=watch, name="resispec-audit-parent-watch", daemon=True).start()
 
 
 def _supervise(args) -> int:
@@ -175,21 +215,25 @@ def _supervise(args) -> int:
     An engine may end the process itself (``os._exit(0)`` in its C code or its Python, at import, in its
     constructor, in a decoder, at exit): a report on disk says INCOMPLETE RUN, but a process exit of 0 would read as
     "every cell PASS" to CI, and an exit of 2 as bad input.  So the audit runs in a child (the same command, with
-    ``RESISPEC_AUDIT_CHILD`` set to this process's id) before the engine is even imported, and whenever the child
-    wrote a report the status is the report's: 1 a FAIL cell, 3 an incomplete run or an INCONCLUSIVE cell, 0 only
-    for a complete report of passes.  Without a fresh report the child's own status stands when it is 2 (bad input,
-    refused before anything ran), else 3 (the run ended before its first report).  A child still running
-    :data:`EXIT_GRACE` seconds after its report is complete (an engine's non-daemon thread) is ended, with its
-    process group; the report stands.  Ctrl-C gives 130; SIGTERM to this process ends the child.
+    ``RESISPEC_AUDIT_CHILD`` set to this process's id and ``RESISPEC_AUDIT_RUN`` to a fresh run id that its report
+    records) before the engine is even imported, and whenever the child wrote this run's report the status is the
+    report's: 1 a FAIL cell, 3 an incomplete run or an INCONCLUSIVE cell, 0 only for a complete report of passes.
+    Without one: 2 when the child refused bad input (its status :data:`REFUSED`), else 3.  A watchdog ends the child
+    (with its process group) when the report has not moved for its phase's limit (:func:`_phase_limit`: a hang the
+    audit's SIGALRM limits could not stop), or :data:`EXIT_GRACE` seconds after the report is complete (an engine's
+    non-daemon thread).  The child ends itself when this process dies.  Ctrl-C gives 130; SIGTERM ends the child.
     """
     import signal
     import subprocess
     import time
-    from pathlib import Path
+    import uuid
+
+    from exactness.engines.audit import RUN_ENV
 
     start = time.time()
+    run_id = uuid.uuid4().hex
     child = subprocess.Popen([sys.executable, "-m", "resispec.cli", *sys.argv[1:]],
-                             env={**os.environ, CHILD: str(os.getpid())}, start_new_session=True)
+                             env={**os.environ, CHILD: str(os.getpid()), RUN_ENV: run_id}, start_new_session=True)
 
     def end_child():
         for sig, wait in ((signal.SIGTERM, 10), (signal.SIGKILL, 10)):
@@ -208,7 +252,7 @@ def _supervise(args) -> int:
         raise SystemExit(128 + signum)
 
     old = signal.signal(signal.SIGTERM, stop)
-    complete_at, seen, ended = None, None, False
+    report, moved, seen, ended = None, start, None, None
     try:
         while True:
             try:
@@ -216,26 +260,31 @@ def _supervise(args) -> int:
                 break
             except subprocess.TimeoutExpired:
                 pass
-            if complete_at is None:
-                stamp = max((p.stat().st_mtime for p in Path(args.out).glob("audit_*.json")), default=None)
-                if stamp is not None and stamp >= start - 1 and stamp != seen:   # parse only a report that changed
-                    seen = stamp
-                    report, _ = _fresh_report(args.out, start)
-                    if report is not None and report.status == "complete":
-                        complete_at = time.time()
-            elif time.time() - complete_at > EXIT_GRACE:
-                rc, ended = end_child(), True
-                print(f"resispec audit: the engine kept the audit process running {EXIT_GRACE:.0f} s after its "
-                      "report was complete (a thread it left running); ended it", file=sys.stderr)
+            now = time.time()
+            got, _, mtime = _fresh_report(args.out, run_id)
+            if got is not None and mtime != seen:        # the report moved: the run makes progress
+                report, seen, moved = got, mtime, now
+            if report is not None and report.status == "complete" and now - moved > EXIT_GRACE:
+                ended = (f"the engine kept the audit process running {EXIT_GRACE:.0f} s after its report was "
+                         "complete (a thread it left running)")
+            elif report is None or report.status != "complete":
+                limit = _phase_limit(args, report)
+                if now - moved > limit:
+                    phase = "before its first report" if report is None else report.status
+                    ended = (f"no progress for {limit:.0f} s ({phase}): a hang the audit's own time limits could "
+                             "not stop (an engine blocking or ignoring SIGALRM)")
+            if ended:
+                rc = end_child()
+                print(f"resispec audit: {ended}; ended it", file=sys.stderr)
                 break
     except KeyboardInterrupt:
         end_child()
         return 130
     finally:
         signal.signal(signal.SIGTERM, old)
-    report, path = _fresh_report(args.out, start)
+    report, path, _ = _fresh_report(args.out, run_id)
     if report is None:
-        if rc == 2:
+        if rc == REFUSED:
             return 2
         print(f"resispec audit: INCOMPLETE RUN: the audit process ended (exit {rc}) before it wrote a report under "
               f"{args.out}", file=sys.stderr)
@@ -253,7 +302,6 @@ def run(args) -> int:
     os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")   # the engines' loaders, not the audit's lines
     os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
     from exactness.engines import audit as A
-    from exactness.engines.base import EngineUnavailable
 
     from ._args import check_out
 
@@ -290,6 +338,20 @@ def run(args) -> int:
     check_out(args.out, "--out", folder=True)
     if getattr(args, "_program", False) and not _is_child():
         return _supervise(args)     # before the engine is imported: whatever it does, the report decides
+    if _is_child():
+        _watch_parent(os.getppid())
+        try:
+            return _audit(args)
+        except (ValueError, TypeError, OSError) as exc:   # bad input refused: the supervisor exits 2
+            print(f"resispec audit: error: {exc}", file=sys.stderr)
+            return REFUSED
+    return _audit(args)
+
+
+def _audit(args) -> int:
+    from exactness.engines import audit as A
+    from exactness.engines.base import EngineUnavailable
+
     if args.hang_seconds is not None:
         import math
 
