@@ -170,11 +170,15 @@ def parse_settings(text: str, *, eos: int | None = None) -> SamplingSettings:
         seen.add(key)
         if not val.strip():
             raise ValueError(f"setting {part!r}: {key} has no value")
+        if not val.isascii() or "_" in val:   # float('١') and int('1_0') parse: a typo would start a long run
+            raise ValueError(f"setting {part!r}: {val!r} is not a plain ASCII number (digits, '.', 'e', '-')")
         try:
             if key == "logit_bias":
                 kw[key] = tuple((int(t), float(b)) for t, b in (x.split(":") for x in re.split(r"[;\s]+", val) if x))
             elif key == "bad_words":
                 kw[key] = tuple(tuple(int(t) for t in w.split()) for w in re.split(r"[;|]", val) if w.strip())
+                if not kw[key]:                # "bad_words=|" named no word: it was read as plain sampling
+                    raise ValueError
             elif key in ("top_k", "min_new_tokens", "eos") or (key == "penalty_window" and val != "None"):
                 kw[key] = int(val)
             elif key == "penalty_window":

@@ -771,12 +771,28 @@ def test_breaker_second_round_arguments(kw, exc, match, work):
 
 
 @pytest.mark.parametrize("attr, value, match", [("name", None, "name must be a non-empty str"),
+                                                 ("name", "../escaped", "letters, digits"),      # wrote outside out
+                                                 ("name", "a\nb", "letters, digits"),
+                                                 ("options", "draft", "options must be a dict"),  # ran d, r, a, f, t
+                                                 ("options", {1: "x"}, "options must be a dict"),
                                                  ("context", "256", "context must be None or an int")])
-def test_an_engine_declaring_a_bad_name_or_context_is_named(attr, value, match, work):
+def test_an_engine_declaring_a_bad_name_options_or_context_is_named(attr, value, match, work, tmp_path):
     eng = NumpyEngine()
     setattr(eng, attr, value)
     with pytest.raises(TypeError, match=match):
-        A.audit(eng, settings=["T=1"], options=["off"], n=30, workdir=work)
+        A.audit(eng, settings=["T=1"], options=None if attr == "options" else ["off"], n=30, workdir=work,
+                out=tmp_path / "out")
+    assert not (tmp_path / "out").exists()           # a refusal leaves nothing behind
+
+
+@pytest.mark.parametrize("kw", [dict(vocab=16.0), dict(n=20.0), dict(settings=["logit_bias=99:2"]),
+                                dict(n=10**9)])
+def test_a_refused_audit_leaves_no_out_folder(kw, work, tmp_path):
+    """Breaker finding: every refusal after the folders were made left an empty --out behind."""
+    with pytest.raises((TypeError, ValueError)):
+        A.audit(NumpyEngine(), **{"settings": ["T=1"], "options": ["off"], "n": 30, **kw}, workdir=work,
+                out=tmp_path / "out")
+    assert not (tmp_path / "out").exists()
 
 
 def test_summary_names_a_truncated_report(tmp_path):

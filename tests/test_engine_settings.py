@@ -106,7 +106,9 @@ def test_bad_settings_name_the_field(kw, name):
 @pytest.mark.parametrize("text, match", [("top_q=3", "top_q"), ("top_k", "NAME=VALUE"), ("top_k=x", "top_k"),
                                          ("seed=3", "seed"), ("logit_bias=3", "logit_bias"),
                                          ("temperature=0.5,temperature=2", "twice"), ("logit_bias=", "no value"),
-                                         ("logit_bias=2:1 2:3", "one bias per token")])
+                                         ("logit_bias=2:1 2:3", "one bias per token"),
+                                         ("bad_words=|", "bad_words"), ("T=\u0661", "plain ASCII number"),
+                                         ("top_k=1_0", "plain ASCII number")])
 def test_parse_errors_name_the_part(text, match):
     with pytest.raises(ValueError, match=match):
         parse_settings(text)

@@ -26,6 +26,7 @@ from __future__ import annotations
 import math
 import os
 import platform
+import re
 import sys
 import time
 from dataclasses import asdict, dataclass, field
@@ -762,9 +763,9 @@ def audit(engine, *, settings=None, options=None, tv: float | None = None, n: in
     if not isinstance(eng, Engine):
         raise TypeError(f"engine must be an engine name (resispec audit --list) or an exactness.engines.base.Engine "
                         f"instance, got {type(engine).__name__}")
-    if not isinstance(eng.name, str) or not eng.name.strip():   # Engine.name: a class attribute, always there
-        raise TypeError(f"the engine's name must be a non-empty str (it names the report files), got "
-                        f"{eng.name!r} on {type(eng).__name__}")
+    if not isinstance(eng.name, str) or not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._+-]*", eng.name):
+        raise TypeError(f"the engine's name must be a non-empty str of letters, digits and . _ + - (it names the "
+                        f"report files), got {eng.name!r} on {type(eng).__name__}")
     ctx = getattr(eng, "context", None)
     if ctx is not None and (isinstance(ctx, bool) or not isinstance(ctx, (int, np.integer)) or ctx < 1):
         raise TypeError(f"the engine's context must be None or an int >= 1 (tokens a prompt plus its new tokens may "
@@ -772,16 +773,23 @@ def audit(engine, *, settings=None, options=None, tv: float | None = None, n: in
     if models is not None and not isinstance(models, TinyModels):
         raise TypeError(f"models must be an exactness.engines.tiny.TinyModels (target_dir, draft_dir, vocab, "
                         f"prompts) or None, got {type(models).__name__}")
+    if models is not None:
+        pr = models.prompts
+        if not (isinstance(pr, np.ndarray) and pr.ndim == 2 and pr.size and np.issubdtype(pr.dtype, np.integer)):
+            raise TypeError(f"models.prompts must be a non-empty (P, L) int64 numpy array of token ids, got "
+                            f"{type(pr).__name__}{' of shape ' + str(pr.shape) if isinstance(pr, np.ndarray) else ''}")
+        if pr.min() < 0 or pr.max() >= models.vocab:
+            raise ValueError(f"models.prompts ids must lie in [0, {models.vocab}) (models.vocab)")
     if not isinstance(shrink, (bool, np.bool_)):
         raise TypeError(f"shrink must be True or False, got {shrink!r}")
     for what, folder in (("out", out), ("workdir", workdir)):
         if isinstance(folder, str) and not folder.strip():
             raise ValueError(f"{what} is an empty path; give a folder (or None)")
-        if folder is not None:
-            try:
-                Path(folder).mkdir(parents=True, exist_ok=True)
-            except (OSError, TypeError, ValueError) as exc:
-                raise ValueError(f"{what} = {folder!r} cannot be a folder ({exc}); give a folder path") from None
+        if folder is not None and Path(folder).exists() and not Path(folder).is_dir():
+            raise ValueError(f"{what} = {folder!r} cannot be a folder (a file is there); give a folder path")
+    if not isinstance(eng.options, dict) or not all(isinstance(o, str) and o for o in eng.options):
+        raise TypeError(f"the engine's options must be a dict of option name (str) -> description, got "
+                        f"{eng.options!r} on {type(eng).__name__}")
     grid, opts = check_request(eng, settings=settings, options=options, tv=tv, n=n, cell_seconds=cell_seconds,
                                new_tokens=new_tokens, seed=seed)
     tv = DEFAULT_TV if tv is None else tv
@@ -812,6 +820,22 @@ def audit(engine, *, settings=None, options=None, tv: float | None = None, n: in
     if n is not None and n * P * new_tokens > MAX_DECODER_TOKENS:
         raise ValueError(f"n = {n:,} x {P} prompts x {new_tokens} tokens exceeds the {MAX_DECODER_TOKENS:,} tokens a "
                          "certificate keeps; give a smaller n")
+    if models is None and (isinstance(vocab, bool) or not isinstance(vocab, (int, np.integer))
+                           or not 8 <= vocab <= 4096):      # build_tiny's own check, before any folder is made
+        raise ValueError(f"vocab must be an integer in [8, 4096], got {vocab!r}")
+    f64 = None
+    if models is not None and not gguf:       # the user's checkpoint must load: a refusal naming it, not a traceback
+        try:
+            f64 = float64_logits(models.target_dir)
+        except Exception as exc:
+            raise ValueError(f"the target checkpoint {models.target_dir} (--model) does not load as a transformers "
+                             f"model: {type(exc).__name__}: {str(exc)[:300]}") from None
+    for what, folder in (("workdir", workdir), ("out", out)):   # created only now: a refusal leaves nothing behind
+        if folder is not None:
+            try:
+                Path(folder).mkdir(parents=True, exist_ok=True)
+            except (OSError, TypeError, ValueError) as exc:
+                raise ValueError(f"{what} = {folder!r} cannot be a folder ({exc}); give a folder path") from None
     t_start = time.perf_counter()
     tmp = None
     if workdir is None:
@@ -844,7 +868,8 @@ def audit(engine, *, settings=None, options=None, tv: float | None = None, n: in
             _finish(report, out, t_start)
             return report
         handle = got.value
-        f64 = None if gguf else float64_logits(models.target_dir)  # GGUF: no float64 twin
+        if f64 is None and not gguf:           # the tiny pair (the user's was loaded above); GGUF: no float64 twin
+            f64 = float64_logits(models.target_dir)
         L = models.prompts.shape[1]
         rng = np.random.default_rng([seed, 3])
         own_law = frozenset(getattr(eng, "own_law_options", ()) or ())

@@ -319,14 +319,18 @@ def run(args) -> int:
         if not Path(args.summary).is_dir():
             raise ValueError(f"--summary {args.summary} is not a folder of audit reports (audit_*.json)")
         table = A.summary(args.summary)
-        atomic_write(str(Path(args.summary) / "audit.md"), "# Engine audits on this machine\n\nRegenerate: "
-                     f"`resispec audit --summary {args.summary}`; each row links its report.\n\n" + table)
-        if args.docs:
+        if args.docs:                         # checked before anything is written
+            if not Path(args.docs).is_file():
+                raise ValueError(f"--docs {args.docs} is not a file (a Markdown page with an <!-- audit-summary --> "
+                                 "block)")
             page = Path(args.docs).read_text()
             head, sep, rest = page.partition("<!-- audit-summary -->")
             _, sep2, tail = rest.partition("<!-- /audit-summary -->")
             if not (sep and sep2):
                 raise ValueError(f"--docs {args.docs} has no <!-- audit-summary --> ... <!-- /audit-summary --> block")
+        atomic_write(str(Path(args.summary) / "audit.md"), "# Engine audits on this machine\n\nRegenerate: "
+                     f"`resispec audit --summary {args.summary}`; each row links its report.\n\n" + table)
+        if args.docs:
             rel = table.replace("](audit_", "](../reports/audit_") if Path(args.summary).name == "reports" else table
             atomic_write(args.docs, head + sep + "\n" + rel + sep2 + tail)
         print(table)
