@@ -300,9 +300,11 @@ class AuditReport:
                                  f"{o['prefix']}: token {o['token']} of exact probability 0 was emitted "
                                  f"({o['observed']:.4f} of {o['count']:,} continuations)")
                 if c.repro:
+                    crashed = c.cause.startswith("subject:") and c.offending is None and "raised" in c.cause
                     lines.append(f"  - reproduction: `{self.python or 'python'} {c.repro} [N draws per path]` (run "
-                                 "with the engine's Python; exit 1: bias reproduced, 0: not at this N, 2: could not "
-                                 "run)")
+                                 "with the engine's Python; exit 1: " + ("the engine failed again" if crashed else
+                                                                         "bias reproduced")
+                                 + ", 0: not at this N, 2: could not run)")
         lines += ["", "A FAIL is a finding about the engine (reproduce it with its script where the engine has a "
                   "reproduction template (its repro_script); a planted bug (--plant) has none: it lives in the "
                   "audit's patch); INCONCLUSIVE means the cell could not run (its cause); PASS means no bias was "

