@@ -735,7 +735,7 @@ def test_a_plant_runs_only_the_options_that_exercise_it():
     ("import sys\nsys.exit(1)\n", False, 1), ("import no_such_module_xyz\n", False, 2),
     ("raise RuntimeError('engine crashed')\n", False, 2), ("print('ok')\n", False, 0),
     ("raise RuntimeError('engine crashed')\n", True, 1), ("import no_such_module_xyz\n", True, 2),
-    ("print('ok')\n", True, 0)])
+    ("print('ok')\n", True, 0), ("int('abc')\n", True, 2)])    # a bad argument is not the engine failing again
 def test_a_reproduction_script_exits_1_only_for_a_reproduced_bias(body, crash, rc, tmp_path):
     """New-user finding: a missing scipy or an engine crash exited 1, read as "bias reproduced".  Second: the
     script of a FAIL caused by the engine crashing (EngineDeadError) could never exit 1; with the crash guard the
@@ -744,7 +744,8 @@ def test_a_reproduction_script_exits_1_only_for_a_reproduced_bias(body, crash, r
     import sys
 
     path = tmp_path / "repro.py"
-    guard = "\n_CAUSE = 'subject: it \"died\"'\n" + A.CRASH_GUARD if crash else A.REPRO_GUARD
+    guard = ("\n_CAUSE = 'subject: it \"died\"'\n_CAUSE_TYPE = 'RuntimeError'\n" + A.CRASH_GUARD if crash
+             else A.REPRO_GUARD)
     path.write_text(A._with_guard('"""A reproduction."""\n' + body, guard))
     r = subprocess.run([sys.executable, "-I", str(path)], capture_output=True, text=True, timeout=60)
     assert r.returncode == rc, r.stderr

@@ -801,8 +801,10 @@ def audit(engine, *, settings=None, options=None, tv: float | None = None, n: in
         left_out = [s.label() for s in grid if not set(s.active()) <= supported]
         grid = [s for s in grid if set(s.active()) <= supported]
     got = _guarded(eng.missing, PREPARE_SECONDS)
-    if got.kind is not None:
-        raise EngineNotInstalled(f"{eng.name}.missing() (is the engine installed?) failed: {got.why}")
+    if got.kind is not None:                  # the engine's own check misbehaved: not the caller's bad input
+        from .._checks import SubjectError
+
+        raise SubjectError(f"{eng.name}.missing() (is the engine installed?) failed: {got.why}")
     if got.value:
         raise EngineNotInstalled(got.value)
     gguf = bool(getattr(models, "gguf", False))   # the user's GGUF files (models None: the tiny pair, not GGUF)
@@ -1010,14 +1012,14 @@ _sys.excepthook = _could_not_run
 #: The guard of a FAIL whose cause is the engine's own failure (it raised, crashed, hung): the script reproduces it
 #: when the engine raises again, so that exception exits 1; a missing module or file still exits 2.
 CRASH_GUARD = REPRO_GUARD.replace('''def _could_not_run(kind, value, tb):''', '''def _could_not_run(kind, value, tb):
-    if not issubclass(kind, (ImportError, FileNotFoundError, KeyboardInterrupt)):
-        import traceback
+    if _CAUSE_TYPE in [k.__name__ for k in kind.__mro__]:   # the exception the audit saw, not any error
+        import atexit, os, traceback
         traceback.print_exception(kind, value, tb)
         print("the engine failed again: the FAIL reproduced (the audit's cell: " + _CAUSE + "): exit 1",
               file=_sys.stderr)
+        atexit._run_exitfuncs()  # the temporary models are removed
         _sys.stdout.flush()
         _sys.stderr.flush()
-        import os
         os._exit(1)
 ''')
 
@@ -1057,7 +1059,11 @@ def _write_repro(eng, report, cell, out, models, crash: bool = False) -> str | N
     src = make(models, setting, cell.option, off, report)
     if not isinstance(src, str):
         raise TypeError(f"repro_script returned {type(src).__name__}, not the script's source (str)")
-    src = _with_guard(src, f"\n_CAUSE = {cell.cause[:300]!r}\n" + CRASH_GUARD if crash else REPRO_GUARD)
+    if crash:                                 # "... raised EngineDeadError: ..." -> only that exception reproduces it
+        kind = re.search(r"raised (\w+)", cell.cause)
+        guard = (f"\n_CAUSE = {cell.cause[:300]!r}\n_CAUSE_TYPE = {(kind.group(1) if kind else 'Exception')!r}\n"
+                 + CRASH_GUARD)
+    src = _with_guard(src, guard if crash else REPRO_GUARD)
     k = sum(1 for c in report.cells if c.repro) + 1
     path = Path(out) / f"audit_{report.engine.replace('.', '_')}_repro_{k}.py"
     from resispec._io import atomic_write

