@@ -9,19 +9,20 @@ The audit measured: token - observed nan vs exact nan (0 draws with that prefix)
 
 
 _CAUSE = 'subject: decoder.sample(prompts, new_tokens, rng) raised EngineDeadError: EngineCore encountered an issue. See stack trace (above) for the root cause. (in ensure_alive, core_client.py:787)'
+_CAUSE_TYPE = 'EngineDeadError'
 
 import sys as _sys
 
 
 def _could_not_run(kind, value, tb):
-    if not issubclass(kind, (ImportError, FileNotFoundError, KeyboardInterrupt)):
-        import traceback
+    if _CAUSE_TYPE in [k.__name__ for k in kind.__mro__]:   # the exception the audit saw, not any error
+        import atexit, os, traceback
         traceback.print_exception(kind, value, tb)
         print("the engine failed again: the FAIL reproduced (the audit's cell: " + _CAUSE + "): exit 1",
               file=_sys.stderr)
+        atexit._run_exitfuncs()  # the temporary models are removed
         _sys.stdout.flush()
         _sys.stderr.flush()
-        import os
         os._exit(1)
   # an error is not a reproduced bias: exit 2 (1 means p < 1e-3)
     import atexit, os, traceback
