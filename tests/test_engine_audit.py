@@ -887,3 +887,16 @@ def test_a_report_is_never_complete_before_its_last_cell(work, monkeypatch):
     rep = A.audit(NumpyEngine(), settings=["top_p=0.5", "T=1"], options=["off"], n=30, workdir=work)
     assert [c.verdict for c in rep.cells] == ["INCONCLUSIVE", "PASS"]
     assert seen[-1] == "complete" and "complete" not in seen[:-1], seen
+
+
+@pytest.mark.parametrize("attr", ["context", "order", "supported"])
+def test_an_engine_attribute_that_raises_is_the_engines_failure_not_bad_input(attr, work):
+    """Breaker finding: a `context` / `order` property raising ValueError exited 2 ("engine-internal" as bad input)."""
+    from exactness._checks import SubjectError
+
+    def boom(self):
+        raise ValueError("engine-internal")
+
+    eng = type("Boom", (NumpyEngine,), {attr: property(boom)})()
+    with pytest.raises(SubjectError, match=f"Boom.{attr} raised ValueError: engine-internal"):
+        A.audit(eng, settings=["T=1"], options=["off"], n=30, workdir=work)

@@ -53,6 +53,8 @@ NEW_TOKENS = 3
 VOCAB = 16
 LOW_ACCEPTANCE = 0.05      # a PASS whose engine accepted fewer drafted tokens barely exercised verification
 HANG_SLACK = 300.0         # seconds past the cell's budget before a call that has not returned is a hang
+#: The engine attributes the audit reads (each a declared hook of exactness.protocols).
+ENGINE_ATTRS = ("name", "options", "supported", "order", "context", "formats", "own_law_options")
 #: The status of a report while the engine converts the models (a supervisor allows PREPARE_SECONDS for it).
 PREPARING = "running: preparing the models"
 #: Environment variable naming the run (``resispec audit`` sets it for its child): the report records it.
@@ -765,6 +767,13 @@ def audit(engine, *, settings=None, options=None, tv: float | None = None, n: in
     if not isinstance(eng, Engine):
         raise TypeError(f"engine must be an engine name (resispec audit --list) or an exactness.engines.base.Engine "
                         f"instance, got {type(engine).__name__}")
+    from .._checks import SubjectError
+
+    for attr in ENGINE_ATTRS:                 # a declared attribute that raises is the engine's failure, not bad input
+        try:
+            getattr(eng, attr, None)
+        except Exception as exc:
+            raise SubjectError(f"{type(eng).__name__}.{attr} raised {type(exc).__name__}: {exc}") from None
     if not isinstance(eng.name, str) or not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._+-]*", eng.name):
         raise TypeError(f"the engine's name must be a non-empty str of letters, digits and . _ + - (it names the "
                         f"report files), got {eng.name!r} on {type(eng).__name__}")
@@ -802,8 +811,6 @@ def audit(engine, *, settings=None, options=None, tv: float | None = None, n: in
         grid = [s for s in grid if set(s.active()) <= supported]
     got = _guarded(eng.missing, PREPARE_SECONDS)
     if got.kind is not None:                  # the engine's own check misbehaved: not the caller's bad input
-        from .._checks import SubjectError
-
         raise SubjectError(f"{eng.name}.missing() (is the engine installed?) failed: {got.why}")
     if got.value:
         raise EngineNotInstalled(got.value)
