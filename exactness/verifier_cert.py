@@ -53,7 +53,6 @@ from dataclasses import replace
 
 import numpy as np
 
-from resispec import Verifier
 from resispec._validation import check_k
 
 from ._checks import as_seed_sequence, check_alpha, check_n
@@ -62,10 +61,10 @@ from .certificate import Certificate, _hours, certificate_from_counts, pilot_sec
 from .limits import DEFAULT_TIMEOUT  # the keyword default (bound at definition)
 from .budget import BudgetError
 from .sampling import (Draws, NodeSampler, UnsupportedK, as_numpy_verifier, concat_draws, door_node, drafting_of,
-                       has_chain, k_support, rechecks_in, takes_uniforms)
+                       has_chain, k_support, rechecks_in)
 # the checks and their constants live in exactness.node_checks (re-exported: docs and tests name them here)
 from .node_checks import (BAD_ACCEPTED_SKIP, BATCH_N, BATCH_ROWS, NODE_CHECKS, SMALL_B, SMALL_N,  # noqa: F401
-                          TREE_MAX_V, TREE_N, NodeRun, _batched_rows)
+                          TREE_MAX_V, TREE_N, NodeRun, _batched_rows, _is_coupled)
 
 #: Default Monte Carlo draws per node.
 DEFAULT_N = 200_000
@@ -390,7 +389,7 @@ def _certify(verifier, node, k: int, *, n, alpha, power, tv, tree, exact, worker
     sampler = NodeSampler(verifier, node, None, k)
     # the e-process runs at alpha / (the most checks Holm can count here): its stop is always a FAIL
     m_max = _max_checks(exact, has_chain(verifier), tree, p1.size,
-                        black_box=not (isinstance(verifier, Verifier) and takes_uniforms(verifier)),
+                        black_box=not _is_coupled(verifier),
                         generic=sampler.path == "generic")
     alpha_seq = alpha / m_max if sequential else alpha
     plan = None

@@ -239,6 +239,7 @@ def _supervise(args) -> int:
     import subprocess
     import time
     import uuid
+    from pathlib import Path
 
     from exactness.engines.audit import RUN_ENV
 
@@ -265,7 +266,7 @@ def _supervise(args) -> int:
         raise SystemExit(128 + signum)
 
     old = signal.signal(signal.SIGTERM, stop)
-    report, moved, seen, ended = None, start, None, None
+    report, moved, seen, mine, ended = None, start, None, None, None
     try:
         while True:
             try:
@@ -278,9 +279,12 @@ def _supervise(args) -> int:
             except subprocess.TimeoutExpired:
                 pass
             now = time.time()
-            got, _, mtime = _fresh_report(args.out, run_id)
-            if got is not None and mtime != seen:        # the report moved: the run makes progress
-                report, seen, moved = got, mtime, now
+            stamp = max((p.stat().st_mtime for p in Path(args.out).glob("audit_*.json")), default=None)
+            if stamp is not None and stamp != seen:      # a report moved: parse only then (not every second)
+                seen = stamp
+                got, _, mtime = _fresh_report(args.out, run_id)
+                if got is not None and mtime != mine:    # this run's report moved: the run makes progress
+                    report, mine, moved = got, mtime, now
             if report is not None and report.status == "complete" and now - moved > EXIT_GRACE:
                 ended = (f"the engine kept the audit process running {EXIT_GRACE:.0f} s after its report was "
                          "complete (a thread it left running)")
