@@ -82,10 +82,8 @@ from scipy import stats
 from ._checks import ExactnessWarning, SubjectError, as_generator, check_alpha, check_n, check_tv
 from ._timeout import TimeLimitExceeded, check_timeout, time_limit as _time_limit
 from .certificate import Certificate, holm, subject_failure
-from .decoder_batches import per_row_check, small_batch_check
-from .gof import gof_test, pool_cells, pooled_gof_test, tv_bounds
-from .pit import (BATCH, PAIR_BINS, PAIR_TOKENS, PIT_BINS, POWER, impossible, impossible_error, pair_check,
-                  running, subject, tuple_check)
+from .gof import pool_cells, pooled_gof_test, tv_bounds
+from .pit import BATCH, PAIR_BINS, PAIR_TOKENS, PIT_BINS, POWER, running, subject
 from .pit import draft_laws as _draft_laws
 from .pit import pit as _pit
 from .pit import pit_check as _pit_check
@@ -643,7 +641,10 @@ def certify_decoder(decoder, target, prompts, *, new_tokens: int = 2, n: int | N
 
 
 def _certify(decoder, target, prompts, new_tokens, n, tv, alpha, seed, seeded, tick) -> Certificate:
-    """The body of :func:`certify_decoder` (arguments as there; ``tick`` a ``_Ticker``)."""
+    """The body of :func:`certify_decoder` (arguments as there; ``tick`` a ``_Ticker``): the door, the main
+    draw, the checks of :data:`exactness.decoder_checks.DECODER_CHECKS` in order, the certificate."""
+    from .decoder_checks import DecoderRun, run_checks
+
     prompts = _check_prompts(prompts)
     if isinstance(new_tokens, bool) or not isinstance(new_tokens, (int, np.integer)) or new_tokens < 1:
         raise ValueError(f"new_tokens must be an integer >= 1, got {new_tokens!r}")
@@ -660,13 +661,7 @@ def _certify(decoder, target, prompts, new_tokens, n, tv, alpha, seed, seeded, t
     V = tgt(prompts[:1]).shape[1]
     if prompts.size and prompts.max() >= V:
         raise ValueError(f"prompts hold token id {int(prompts.max())}, outside the target's vocabulary [0, {V})")
-    if isinstance(seed, np.random.SeedSequence):
-        ss = seed
-    elif isinstance(seed, np.random.Generator):
-        ss = np.random.SeedSequence(int(seed.integers(2**63)))
-    else:
-        as_generator(seed)  # TypeError / ValueError naming seed
-        ss = np.random.SeedSequence(seed)
+    ss = _seed_sequence(seed)
     r_main, r_single, r_pit, r_seed, r_cond, r_small = [np.random.default_rng(s) for s in ss.spawn(6)]
     ev_fn, ev_skip = _events_mode(decoder)
 
@@ -680,24 +675,7 @@ def _certify(decoder, target, prompts, new_tokens, n, tv, alpha, seed, seeded, t
         laws.append(joint_law(tgt, prompts[i], mj))
     if n is None:
         n = _default_n(laws, goal, alpha)
-    if n * P * m > MAX_DECODER_TOKENS:        # the drawn tokens are kept: refuse before a draw, not an OOM
-        from .budget import BudgetError, count_text
-
-        raise BudgetError(f"{'tv = ' + format(goal, 'g') + ' needs ' if tv is not None else ''}n = {count_text(n)} "
-                          f"continuations per prompt x {P} prompt(s) x {m} new tokens, over the "
-                          f"{MAX_DECODER_TOKENS:,} tokens (8 bytes each) the certificate may keep "
-                          "(exactness.decoder.MAX_DECODER_TOKENS); ask for a larger tv (n grows like 1/tv^2), "
-                          "fewer prompts or new_tokens, or a smaller n")
-    # the main check's df after pooling depends on n and the laws only: refuse before drawing (new_tokens = 2000
-    # at n = 2 would sample for seconds, 20,000 for minutes, before refusing)
-    main_df = (sum(int(pool_cells(n * law).max()) for law in laws) if mj
-               else int(pool_cells(np.full(PIT_BINS, n * P / PIT_BINS)).max()))
-    if main_df <= 0:
-        raise ValueError(f"n = {n:,} continuations per prompt are too few: the main check "
-                         f"{'joint' if mj else 'pit[1,id]'} has no degree of freedom after pooling, so the "
-                         "certificate would pass without testing anything; raise n (n=None plans it for a "
-                         f"detectable TV of {DEFAULT_TV:g})")
-    checks, details, skipped, notes = {}, {}, {}, []
+    _check_budget(laws, n, P, m, mj, goal, tv)
 
     plan_col, plan_skip = _plan_mode(decoder, np.random.default_rng(ss.spawn(1)[0]), V)
     if plan_col is not None:
@@ -707,144 +685,52 @@ def _certify(decoder, target, prompts, new_tokens, n, tv, alpha, seed, seeded, t
     finally:
         if plan_col is not None:
             decoder.plan_collector = None
+    st = DecoderRun(decoder=decoder, draw=draw, batched=batched, tgt=tgt, prompts=prompts, m=m, mj=mj, V=V, n=n,
+                    alpha=alpha, laws=laws, seqs=seqs, flat=flat,
+                    rng={"single": r_single, "pit": r_pit, "cond": r_cond, "small": r_small},
+                    seed=int(ss.generate_state(1)[0]), ev_fn=ev_fn, ev_skip=ev_skip, plan_col=plan_col,
+                    plan_skip=plan_skip, seeded=seeded, tick=tick)
     if P == 1:
-        notes.append("one prompt: batches are homogeneous, so row-mixing bugs cannot show; pass several prompts")
+        st.notes.append("one prompt: batches are homogeneous, so row-mixing bugs cannot show; pass several prompts")
+    run_checks(st)
+    return _certificate(st, tv)
 
-    lookup = None
-    if mj:
-        c, d = _joint_check(seqs[:, :, :mj], laws, V, mj, alpha, "joint")
-        checks.update(c)
-        details.update(d)
-        lookup = _joint_lookup(laws, V, mj)
-    else:
-        skipped["joint"] = f"V = {V}: V^1 > JOINT_MAX = {JOINT_MAX:,} sequences do not enumerate; PIT checks only"
 
-    orders = ["id", "argmax"]
-    if hasattr(decoder, "draft_law") and callable(decoder.draft_law):
-        orders.append("ratio")
-    else:
-        skipped["pit[*,ratio]"] = "the decoder reports no draft_law(contexts): the draft-to-target ratio order is not run"
-    pits, imp = _pit_values(tgt, decoder, prompts, seqs, lookup, r_pit, orders, V, tick=tick)
-    if imp is not None:                       # one is enough, whatever the pooling: a FAIL at once
-        raise impossible_error({**imp, "n": P * n, "sample": "the main sample"}, prompts)
-    checks["impossible"] = 1.0
-    details["impossible"] = {"count": 0, "reason": "no sampled token has target probability 0"}
-    c, d = _pit_checks(pits, m, orders, alpha, P=P, covered=mj, seqs=seqs)
-    checks.update(c)
-    details.update(d)
-    for o in orders[:2]:                      # id and argmax: tokens jointly, through their binned PITs
-        u = {j: pits[(j, o)] for j in range(m)}
-        for label, fn in ((f"pit_pairs[{o}]", pair_check), (f"pit_tuple[{o}]", tuple_check)):
-            pv, d = fn(u, m, alpha)
-            if pv is None:
-                if m > 1 and not (label.startswith("pit_tuple") and m < 3):
-                    skipped[label] = d["reason"]
-            else:
-                checks[label], details[label] = pv, d
-    details["positions"] = [
-        {"position": j + 1, "pvalue": min(checks[f"pit[{j + 1},{o}]"] for o in orders),
-         "detectable_tv": details[f"pit[{j + 1},id]"]["detectable_tv"],
-         "tv": max(details[f"pit[{j + 1},{o}]"]["tv"] for o in orders)} for j in range(m)]
+def _seed_sequence(seed) -> np.random.SeedSequence:
+    """``seed`` (int, SeedSequence or Generator) as the SeedSequence every stream of the run is spawned from."""
+    if isinstance(seed, np.random.SeedSequence):
+        return seed
+    if isinstance(seed, np.random.Generator):
+        return np.random.SeedSequence(int(seed.integers(2**63)))
+    as_generator(seed)  # TypeError / ValueError naming seed
+    return np.random.SeedSequence(seed)
 
-    if batched:
-        ns = min(n, SINGLE_N)
-        tick.phase("drawing one prompt per call (single)", P * ns, "call")
 
-        def one(i):
-            tick.step(f"prompt {i + 1} of {P}")
-            return _call(draw, True, prompts[i:i + 1], m, r_single, V)
+def _check_budget(laws, n, P, m, mj, goal, tv) -> None:
+    """Refuse before the first draw: more tokens than the certificate may keep (``MAX_DECODER_TOKENS``), or an
+    ``n`` that leaves the main check no degree of freedom after pooling (it depends on ``n`` and the laws only;
+    new_tokens = 2000 at n = 2 would sample for seconds, 20,000 for minutes, before refusing)."""
+    if n * P * m > MAX_DECODER_TOKENS:        # the drawn tokens are kept: refuse before a draw, not an OOM
+        from .budget import BudgetError, count_text
 
-        single = np.stack([np.concatenate([one(i) for _ in range(ns)]) for i in range(P)])
-        sub = [("single", single)]
-        h = min(n, HOMOGENEOUS)
-        if P > 1 and h:
-            sub.append(("homogeneous", seqs[:, :h]))     # the main sample's first batches: one prompt each
-        for label, part in sub:
-            if mj:
-                flat_ = part[:, :, :mj].reshape(-1, mj)
-                who_ = np.repeat(np.arange(P), part.shape[1])
-                for j in range(mj):              # a token of target probability 0: a FAIL naming it
-                    zero = lookup[j](who_, flat_[:, :j])[np.arange(flat_.shape[0]), flat_[:, j]] <= 0
-                    if zero.any():
-                        raise impossible(zero, prompts, who_, flat_, j, f"the {label} sample")
-                d = _joint_check(part[:, :, :mj], laws, V, mj, alpha, label)[1][label]
-            else:
-                sp, imp_ = _pit_values(tgt, decoder, prompts, part[:, :, :1], None, r_pit, ["id"], V)
-                if imp_ is not None:
-                    raise impossible_error({**imp_, "n": int(part.shape[0] * part.shape[1]),
-                                            "sample": f"the {label} sample"}, prompts)
-                d = _pit_check(sp[(0, "id")], alpha)
-            if d["df"] == 0:                             # could not fail: skipped, never a pass
-                skipped[label] = (f"{part.shape[1]:,} continuations per prompt leave no degree of freedom after "
-                                  "pooling: raise n")
-            else:
-                checks[label], details[label] = d["pvalue"], d
-        tick.phase("drawing batches of 2-8 rows (small_batches)", P * ns, "call")
+        raise BudgetError(f"{'tv = ' + format(goal, 'g') + ' needs ' if tv is not None else ''}n = {count_text(n)} "
+                          f"continuations per prompt x {P} prompt(s) x {m} new tokens, over the "
+                          f"{MAX_DECODER_TOKENS:,} tokens (8 bytes each) the certificate may keep "
+                          "(exactness.decoder.MAX_DECODER_TOKENS); ask for a larger tv (n grows like 1/tv^2), "
+                          "fewer prompts or new_tokens, or a smaller n")
+    main_df = (sum(int(pool_cells(n * law).max()) for law in laws) if mj
+               else int(pool_cells(np.full(PIT_BINS, n * P / PIT_BINS)).max()))
+    if main_df <= 0:
+        raise ValueError(f"n = {n:,} continuations per prompt are too few: the main check "
+                         f"{'joint' if mj else 'pit[1,id]'} has no degree of freedom after pooling, so the "
+                         "certificate would pass without testing anything; raise n (n=None plans it for a "
+                         f"detectable TV of {DEFAULT_TV:g})")
 
-        def small(pr, mm, r):
-            tick.step(f"{pr.shape[0]} rows")
-            return _call(draw, True, pr, mm, r, V)
 
-        pv, d = small_batch_check(small, prompts, m, mj, laws, tgt, V, r_small, P * ns, alpha)
-        if pv is None:
-            skipped["small_batches"] = d["reason"]
-        else:
-            checks["small_batches"], details["small_batches"] = pv, d
-    else:
-        skipped["single"] = "the decoder has no sample(prompts, ...): every draw is already one prompt per call"
-        skipped["small_batches"] = "the decoder has no sample(prompts, ...): every draw is one prompt per call"
-    if plan_col is not None:
-        res = plan_col.result(alpha)
-        checks["plan_sampler"], details["plan_sampler"] = res.pvalue, res.as_dict()
-    elif plan_skip:
-        skipped["plan_sampler"] = plan_skip
-    if ev_fn is None:
-        skipped["conditional"] = ev_skip
-    else:
-        from .decoder_events import conditional_checks, conditional_values
-
-        rows, toks, ev = flat
-        per_node = ev_skip is None                       # else only the rule-free bonus check (ev_skip: why)
-        vals, imp_c = conditional_values(ev, prompts[rows], toks, tgt, decoder,
-                                         decoder.rule if per_node else None, r_cond)
-        c, d, sk = conditional_checks(vals, imp_c, alpha)
-        if not per_node:
-            sk.update({"accepted_count": ev_skip, "after_rejection": ev_skip})
-        checks.update(c)
-        details.update(d)
-        skipped.update(sk)
-
-    tick.phase("seed and batch probes", 1, "probe")
-    if seeded is not False:
-        ok = _seeded_probe(draw, batched, prompts, m, int(ss.generate_state(1)[0]), V)
-        if ok:
-            checks["seeded"] = 1.0
-            details["seeded"] = {"reason": "two runs with the same seed gave the same continuations"}
-            if ev_fn is not None:
-                _events_probe(draw, ev_fn, prompts, m, int(ss.generate_state(1)[0]), V,
-                              rows=min(EVENTS_PROBE_ROWS, n * P))
-        elif seeded:
-            raise ValueError("the decoder ignores its seed: two runs with the same rng seed gave different "
-                             "continuations; draw every random number from the rng argument (seed torch / global "
-                             "RNGs from it), or pass seeded=None to skip the seeded check")
-        else:
-            skipped["seeded"] = ("the decoder ignores its seed (two runs with the same seed differ): the run cannot "
-                                 "be reproduced; draw every random number from the rng argument")
-            if ev_fn is not None:
-                skipped["events_vs_sample"] = ("sample ignores its seed, so its tokens could not be compared with "
-                                               "sample_events' (the main sample and the joint / PIT checks used "
-                                               "sample_events; sample itself was tested only by single and "
-                                               "small_batches)")
-
-    if getattr(decoder, "per_row_rng", False) and batched:
-        c, d = per_row_check(decoder, prompts, m, int(ss.generate_state(1)[0]),
-                             lambda out, B, what: _check_tokens(out, B, m, V, what))
-        checks["batch_rows"], details["batch_rows"] = c, d
-    else:
-        skipped["batch_rows"] = ("the decoder does not declare per_row_rng = True (sample(prompts (B, L), new_tokens, "
-                                 "rng) taking a list of B numpy Generators, one per row): batch of B against B "
-                                 "batches of 1 under fixed per-row seeds is not run")
-
+def _certificate(st, tv) -> Certificate:
+    """The certificate of a run whose checks are done: Holm over every p-value, the main check's numbers, the
+    power warnings and the scope (``st`` an ``exactness.decoder_checks.DecoderRun``)."""
+    n, m, mj, P, details, notes = st.n, st.m, st.mj, st.P, st.details, st.notes
     main = "joint" if mj else "pit[1,id]"
     md = details[main]
     det = md["detectable_tv"]
@@ -856,24 +742,24 @@ def _certify(decoder, target, prompts, new_tokens, n, tv, alpha, seed, seeded, t
         notes.append(f"no power: the detectable TV of {main} at n = {n:,} is {det:.3g} >= 1 (power {POWER:g}); "
                      "a pass here is no evidence of exactness")
         warnings.warn(f"certify_decoder has no power at n = {n:,} continuations per prompt (detectable TV of {main} "
-                      f"{det:.3g} >= 1): a pass is no evidence; raise n", ExactnessWarning, stacklevel=2)
+                      f"{det:.3g} >= 1): a pass is no evidence; raise n", ExactnessWarning, stacklevel=4)
     elif tv is not None and det > tv:
         warnings.warn(f"too few samples for the requested power: with n = {n:,} continuations per prompt the "
-                      f"detectable TV of {main} at alpha = {alpha:g} and power {POWER:g} is {det:.3g} > requested "
-                      f"{tv:.3g}", ExactnessWarning, stacklevel=2)
-    adj = holm(checks)
+                      f"detectable TV of {main} at alpha = {st.alpha:g} and power {POWER:g} is {det:.3g} > "
+                      f"requested {tv:.3g}", ExactnessWarning, stacklevel=4)
+    adj = holm(st.checks)
     pmin = float(min(adj.values()))
-    details["plan"] = {"new_tokens": m, "joint_tokens": mj, "V": V, "prompts": P, "n_per_prompt": n,
-                       "pit_bins": PIT_BINS, "orders": orders, "batched": batched}
-    details["scope"] = _scope(details, m, mj, det, orders)
+    details["plan"] = {"new_tokens": m, "joint_tokens": mj, "V": st.V, "prompts": P, "n_per_prompt": n,
+                       "pit_bins": PIT_BINS, "orders": st.orders, "batched": st.batched}
+    details["scope"] = _scope(details, m, mj, det, st.orders)
     notes.append(details["scope"]["note"])
     if P > 1:                                 # which n is which: Certificate.n (the summary's) is the pooled total
         notes.insert(0, n_text(n, P))
-    return Certificate(passed=bool(pmin >= alpha), statistic=float(md["statistic"]), pvalue=pmin,
+    return Certificate(passed=bool(pmin >= st.alpha), statistic=float(md["statistic"]), pvalue=pmin,
                        tv_estimate=float(md.get("tv", 0.0)), tv_upper=float(md.get("tv_upper", 1.0)),
-                       detectable_tv=float(det), n=int(n * P), alpha=alpha, power=POWER, df=int(md["df"]),
-                       g_statistic=float(md["g_statistic"]), g_pvalue=float(md["g_pvalue"]), checks=checks,
-                       details=details, skipped=skipped, notes=tuple(notes), main=main)
+                       detectable_tv=float(det), n=int(n * P), alpha=st.alpha, power=POWER, df=int(md["df"]),
+                       g_statistic=float(md["g_statistic"]), g_pvalue=float(md["g_pvalue"]), checks=st.checks,
+                       details=details, skipped=st.skipped, notes=tuple(notes), main=main)
 
 
 def _scope(details: dict, m: int, mj: int, det: float, orders) -> dict:

@@ -218,6 +218,74 @@ CORRECT = {
 }
 
 
+
+# --------------------------------------------------------------------------- bugs only one decoder check sees
+class Shifted(ChainDecoder):
+    """Exact token-level chain except the rows ``when(prompts (B, L), B) -> (B,) bool`` picks (a stride, indexing
+    or batch-shape bug): their tokens at ``tokens`` (a slice or index, default all) shift by one id.
+
+    No events and no per-row generators, so neither the conditional checks nor ``batch_rows`` can see it."""
+
+    sample_events = None
+    per_row_rng = False
+
+    def __init__(self, model, when, tokens=slice(None)):
+        super().__init__(token_chain_kernel, model)
+        self.when, self.tokens = when, tokens
+
+    def sample(self, prompts, new_tokens, rng):
+        out = np.array(super().sample(prompts, new_tokens, rng))                      # (B, new_tokens) int64
+        rows = np.asarray(self.when(np.asarray(prompts), out.shape[0]), dtype=bool)   # (B,) bool
+        out[rows, self.tokens] = (out[rows, self.tokens] + 1) % self.model.P.shape[0]
+        return out
+
+
+def batch_row(r):
+    """``when`` of :class:`Shifted`: row ``r`` of every batch that has it (``"last"``: the last row of batches
+    of 2 or more)."""
+    return lambda pr, B: (np.arange(B) == (B - 1 if r == "last" else r)) & (B > 1)
+
+
+class EventsDiffer(ChainDecoder):
+    """Exact ``sample_events``, while ``sample`` shifts the last token of every 11th row: the main sample (drawn
+    through the events) is exact, the decoder users call is not."""
+
+    def sample(self, prompts, new_tokens, rng):
+        out = np.array(super().sample(prompts, new_tokens, rng))
+        flip = np.arange(out.shape[0]) % 11 == 10
+        out[flip, -1] = (out[flip, -1] + 1) % self.model.P.shape[0]
+        return out
+
+
+def kernel_off_its_plan(model, gamma: int = 2) -> ChainDecoder:
+    """Token-wise chain verification (exact: its law is the target's) whose kernel declares block verification's
+    plan (``kernel.plan``): what the plan's exact analysis says is not what the code does."""
+    from resispec.pathlevel import get_path_verifier
+
+    from .chain import per_request
+
+    token, block = get_path_verifier("token"), get_path_verifier("block")
+
+    def kernel(target_probs, draft_probs, draft_ids, rng):
+        r = token.verify(target_probs, draft_probs, draft_ids, rng)
+        return np.append(draft_ids[:r.accepted], r.token)
+
+    kernel.plan = block.plan
+    return ChainDecoder(per_request(kernel), model, gamma=gamma)
+
+
+#: The planted bug each check of a decoder certificate must catch (``exactness.decoder_checks``): name -> factory
+#: ``(model) -> decoder``, certified against ``chain_target(model)`` (``tests/test_decoder_checks.py``).
+CHECK_MUTANTS = {
+    "target_off_by_one": lambda model: MUTANTS["target_off_by_one"](model),
+    "residual_off_by_one": lambda model: MUTANTS["residual_off_by_one"](model),
+    "rows_mixed": lambda model: MUTANTS["rows_mixed"](model),
+    "single_row": lambda model: Shifted(model, lambda pr, B: np.full(B, B == 1)),
+    "row_2": lambda model: Shifted(model, batch_row(2)),
+    "events_differ": lambda model: EventsDiffer(token_chain_kernel, model),
+    "kernel_off_its_plan": kernel_off_its_plan,
+}
+
 # --------------------------------------------------------------------------- 2026: sampling settings
 def _settings_default():
     from .settings import SamplingSettings

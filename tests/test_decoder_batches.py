@@ -10,33 +10,12 @@ import exactness
 import exactness.decoder as dec
 from exactness.chain import ChainDecoder, token_chain_kernel
 from exactness.decoder_batches import small_batch_check
+from exactness.decoder_mutants import Shifted, batch_row
 
 from _decoder_cases import setup
 
 
-class Shifted(ChainDecoder):
-    """Exact except the rows ``when(prompts (B, L), B) -> (B,) bool`` picks (a stride, indexing or batch-shape bug):
-    their tokens in ``tokens`` (a slice, default all) shift by one.
-
-    No events and no per-row generators, so neither the conditional checks nor ``batch_rows`` can see it."""
-
-    sample_events = None
-    per_row_rng = False
-
-    def __init__(self, model, when, tokens=slice(None)):
-        super().__init__(token_chain_kernel, model)
-        self.when, self.tokens = when, tokens
-
-    def sample(self, prompts, new_tokens, rng):
-        out = np.array(super().sample(prompts, new_tokens, rng))
-        rows = np.asarray(self.when(np.asarray(prompts), out.shape[0]), dtype=bool)
-        out[rows, self.tokens] = (out[rows, self.tokens] + 1) % self.model.P.shape[0]
-        return out
-
-
-def _row(r):
-    """Row ``r`` of every batch that has it (``"last"``: the last row of batches of 2 or more)."""
-    return lambda pr, B: (np.arange(B) == (B - 1 if r == "last" else r)) & (B > 1)
+_row = batch_row
 
 
 def _certify(decoder, target, prompts, **kw):
