@@ -17,6 +17,13 @@ Per (node, k, factor), from the mutant's exact law (``exactness.exact.certify_ex
   often each of the two checks rejected (raw p-value below 1e-3).
 
 The claim is the ratio ``n histogram / n bound`` and the measured rejection rates at ``n bound``, in one run.
+
+Paths (``--paths``, on by default): ``exactness.acceptance_bound.too_generous_block(factor)``, block verification
+whose final acceptance is ``min(1, factor w_L)``, on a seeded 3-token Markov pair at L = 2, as a black box (its
+plan hidden, so only samples can convict it).  Per factor: its plan's exact E[accepted] against the LP bound
+(``resispec.pathlevel.optimal_accepted``) and its horizon TV (``exactness.pathlevel.analyse_path``); then
+``exactness.certify_path`` over ``--seeds`` seeds at each n of ``PATH_NS``: how often the acceptance-bound check
+and the horizon histogram each rejected (raw p below 1e-3), side by side.
 """
 
 from __future__ import annotations
@@ -33,6 +40,9 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 FACTORS = (1.02, 1.05, 1.1, 1.2)
+#: Factors and draws of the path-level rows.
+PATH_FACTORS = (1.1, 1.2)
+PATH_NS = (500, 1000, 2000, 4000, 8000)
 KS = (1, 2)
 ALPHA = 1e-3
 
@@ -96,9 +106,65 @@ def run(seeds: int = 5, progress=print) -> list[dict]:
     return rows
 
 
-def markdown(rows, seeds: int, seconds: float, load: tuple) -> str:
+class HiddenPlan:
+    """A path rule behind a plain ``verify`` (no plan): the acceptance bound must come from its samples."""
+
+    def __init__(self, inner):
+        self.inner = inner
+
+    def verify(self, p, q, drafts, rng):
+        return self.inner.verify(p, q, drafts, rng)
+
+
+def run_paths(seeds: int = 5, progress=print) -> list[dict]:
+    """One row per (factor, n) of the path-level comparison (module docstring)."""
+    from exactness.acceptance_bound import ACCEPTANCE_BOUND as AB
+    from exactness.acceptance_bound import too_generous_block
+    from exactness.pathlevel import certify_path
+    from resispec.pathlevel import analyse_path
+    from simulators.autoregressive import MarkovPair
+
+    pair, L = MarkovPair.random(np.random.default_rng(0), 3, noise=1.0), 2
+    rows = []
+    for f in PATH_FACTORS:
+        rule = too_generous_block(f)
+        ex = AB.exact_path(rule, pair, L)                       # the plan's E[accepted] and the LP bound
+        tv = float(analyse_path(rule, pair, L).tv)              # horizon TV of its law to the target's
+        for n in PATH_NS:
+            t0 = time.perf_counter()
+            rej_b = rej_h = 0
+            for s in range(seeds):
+                c = certify_path(HiddenPlan(rule), pair, L, n=n, seed=s)
+                rej_b += c.checks.get("acceptance_bound", 1.0) < ALPHA
+                rej_h += c.checks.get("horizon", 1.0) < ALPHA
+            row = {"factor": f, "n": n, "expected_accepted": ex["expected_accepted"], "bound": ex["bound"],
+                   "excess": ex["expected_accepted"] - ex["bound"], "tv": tv, "rejected_bound": rej_b,
+                   "rejected_histogram": rej_h, "seeds": seeds, "seconds": time.perf_counter() - t0}
+            rows.append(row)
+            progress(f"block x{f} n={n:,}: excess {row['excess']:.4f}, horizon TV {tv:.4f}; bound {rej_b}/{seeds}, "
+                     f"horizon {rej_h}/{seeds}")
+    return rows
+
+
+def path_markdown(rows) -> list[str]:
+    if not rows:
+        return []
+    lines = ["", "## Paths: too-generous block verification (L = 2, a 3-token Markov pair, plan hidden)", "",
+             "`too_generous_block(factor)` keeps all L drafts with min(1, factor w_L) where block uses w_L. 'excess': "
+             "its plan's exact E[accepted] minus the LP bound over exact rules (`AcceptanceBound.exact_path`); "
+             "'rejected': how often `certify_path`'s acceptance-bound check and its horizon histogram each had a raw "
+             "p-value below 1e-3, over the seeds.", "",
+             "| factor | excess over the bound | horizon TV | n | rejected: acceptance bound | horizon histogram |",
+             "|---|---|---|---|---|---|"]
+    for r in rows:
+        lines.append(f"| {r['factor']} | {r['excess']:.4f} | {r['tv']:.4f} | {r['n']:,} | "
+                     f"{r['rejected_bound']}/{r['seeds']} | {r['rejected_histogram']}/{r['seeds']} |")
+    return lines
+
+
+def markdown(rows, seeds: int, seconds: float, load: tuple, path_rows=()) -> str:
     lines = ["# Convict without a histogram: the acceptance bound vs the marginal histogram", "",
-             f"Command: `python benchmarks/acceptance_bound.py --seeds {seeds}`. Run time {seconds:.0f} s; load "
+             f"Command: `python benchmarks/acceptance_bound.py --seeds {seeds} --out reports/acceptance_bound.md`. Run time {seconds:.0f} s; load "
              f"average at the start {load[0]:.2f}, {load[1]:.2f}, {load[2]:.2f} (2 cores). Subject: "
              "`too_generous(factor)` (recursive rejection accepting with min(1, factor p/q)) as a black box. "
              "'n bound' / 'n histogram': draws at which the acceptance-bound check / the marginal chi-square fail "
@@ -116,13 +182,14 @@ def markdown(rows, seeds: int, seconds: float, load: tuple) -> str:
         lines.append(f"| {r['node']} | {r['k']} | {r['factor']} | {r['excess']:.4f} | {r['tv']:.4f} | "
                      f"{r['n_bound']:,} | {r['n_histogram']:,} | {r['ratio']:.1f} | "
                      f"{r['rejected_bound']}/{r['seeds']} | {r['rejected_histogram']}/{r['seeds']} |")
-    return "\n".join(lines) + "\n"
+    return "\n".join(lines + path_markdown(path_rows)) + "\n"
 
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--seeds", type=int, default=5)
     ap.add_argument("--out", default=None, help="write the markdown table (and a JSON beside it)")
+    ap.add_argument("--no-paths", dest="paths", action="store_false", help="skip the path-level rows")
     a = ap.parse_args(argv)
     if a.seeds < 1:
         ap.error("--seeds must be >= 1")
@@ -131,12 +198,13 @@ def main(argv=None) -> int:
     load = os.getloadavg()
     t0 = time.perf_counter()
     rows = run(a.seeds)
-    md = markdown(rows, a.seeds, time.perf_counter() - t0, load)
+    path_rows = run_paths(a.seeds) if a.paths else []
+    md = markdown(rows, a.seeds, time.perf_counter() - t0, load, path_rows)
     print(md)
     if a.out:
         from resispec._io import write_markdown_and_json
 
-        write_markdown_and_json(a.out, md, {"seeds": a.seeds, "rows": rows})
+        write_markdown_and_json(a.out, md, {"seeds": a.seeds, "rows": rows, "path_rows": path_rows})
     return 0
 
 

@@ -21,11 +21,11 @@ lane1() {
   "${RS[@]}" bench-accept --no-progress
   "${RS[@]}" bench-accept --families softmax_noise,zipf,shifted --V 1000 --k 2,4,8 --nodes 4 \
       --out reports/bench_gap_accept.md --no-progress
-  "${RS[@]}" bench-accept --families captured --k 2,4,8 --T 1 --nodes 200 --verifiers rrs,kseq,resispec \
+  "${RS[@]}" bench-accept --families captured --k 2,4,8 --temperatures 1 --nodes 200 --verifiers rrs,kseq,resispec \
       --lp-max-V 0 --out reports/captured_accept.md --no-progress
   "${RS[@]}" drift
   "${RS[@]}" drift --family zipf --k 4 --temperature 0.7 --stem drift_zipf_k4
-  "${RS[@]}" families --V 1000 --n 64 --dial softmax_noise noise 0.25,0.5,1,2,4 \
+  "${RS[@]}" families --V 1000 --nodes 64 --dial softmax_noise noise 0.25,0.5,1,2,4 \
       --dial temp_mismatch ratio 0.5,0.7,0.9,1.2 --dial dirichlet mix 0.1,0.3,0.6 \
       --dial softmax_noise_top_k top_k 5,20,100
   "$PY" benchmarks/ngram_pair.py --contexts 2000 --seed 0
@@ -43,7 +43,7 @@ lane2() {
   "$PY" benchmarks/tree_speed.py --V 32000 --mc 1 --reserve-method sort --out reports/tree_speed_reserve_sort.md
   "$PY" benchmarks/lookahead_search.py --V 1000 --B 8 --k 4 --out reports/lookahead_search.md
   if [ "$QUICK" != --quick ]; then
-    "${RS[@]}" bench-gap --nodes 4 --samples 300 --out reports/bench_gap.md --no-progress
+    "${RS[@]}" bench-gap --nodes 4 --n 300 --out reports/bench_gap.md --no-progress
     "$PY" benchmarks/bench_mutants.py --seeds 20
     "$PY" benchmarks/bench_coupled.py
     "$PY" benchmarks/audit_transformers.py --n 3000 --out reports/audit_transformers_generators.md       # ~45 min on 2 cores

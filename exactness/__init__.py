@@ -16,7 +16,7 @@ The routes::
                      tv=None, sequential=False) -> Certificate   # tv= plans n; sequential: anytime-valid
     certify_counts(counts, p, q=None, k=None, *, alpha=1e-3) -> Certificate   # outputs collected elsewhere
     certify_samples(tokens, p, *, accepted=None, candidates=None, q=None, k=None, alpha=1e-3) -> Certificate
-    certify_decoder(decoder, target, prompts, *, new_tokens=2, n=None, tv=None, alpha=1e-3, seed=0)  # exactness.decoder
+    certify_decoder(decoder, target, prompts, *, new_tokens=2, n=None, tv=None, alpha=1e-3, seed=0)  # exactness.decoder_cert
     certify_coupled(kernel, reference, p, q, k, *, n, alpha, seed, convention="resispec")  # exactness.coupled
     certify_stepwise(verifier, p, q, k, *, n=None, tv=None, alpha=1e-3, seed=0)  # declared steps, O(V) a state
     mutants.CATALOGUE  # name -> biased Verifier
@@ -46,7 +46,7 @@ _PUBLIC = {
     "ExactnessWarning": "_checks", "SubjectError": "_checks",
     "Certificate": "certificate", "certify_sampler": "certificate",
     "certify_counts": "collected", "certify_samples": "collected",
-    "certify_decoder": "decoder",
+    "certify_decoder": "decoder_cert",
     "chi2_power": "power", "detectable_tv": "power", "samples_for_tv": "power",
     "certify_verifier": "verifier_cert",
     "certify_coupled": "coupled",
@@ -58,7 +58,7 @@ _PUBLIC = {
 #: submodules listed by ``dir(exactness)``; every submodule (``exactness.coupled``, ``exactness.decoder``, ...) is
 #: reachable as an attribute without an explicit import.
 _SUBMODULES = ("mutants", "strategies", "grid", "exact", "tree", "gof", "power", "sampling", "sequential", "budget",
-               "stepwise", "limits", "protocols", "coupled", "decoder", "decoder_mutants", "certificate", "collected",
+               "stepwise", "limits", "protocols", "coupled", "decoder", "decoder_cert", "decoder_checks", "decoder_mutants", "certificate", "collected",
                "verifier_cert", "chain", "adapters", "engines", "settings", "front_door", "result")
 
 

@@ -60,6 +60,8 @@ def subject_cause(what: str, exc: BaseException) -> str:
     """The cause of a FAIL for a subject call ``what`` that raised ``exc``: ``"Mine.verify called sys.exit(2) (in
     verify, mine.py:12)"`` for ``SystemExit``, else ``"Mine.verify raised RuntimeError: boom (in verify,
     mine.py:12)"``."""
+    if getattr(exc, "names_itself", False):   # the harness's wrapper already names the subject's own error
+        return f"{exc}, inside {what}"
     line = exception_line(exc)
     if isinstance(exc, SystemExit):   # "SystemExit: called sys.exit(2) (in verify, mine.py:12)"
         return f"{what} {line.split(': ', 1)[1]}"

@@ -141,7 +141,7 @@ class Certificate:
                 parts.append(f"{label} {_fmt_num(v)}")
         if name == "exact_law" and d.get("acceptance") is not None and d.get("alpha_star") is not None:
             parts.append(f"acceptance {d['acceptance']:.6g} vs alpha* {d['alpha_star']:.6g}")
-        if d.get("statistic") is not None:
+        if d.get("statistic") is not None and d.get("df") is not None:   # a check with its own line says its df there
             parts.append(f"chi2 = {_fmt_num(d['statistic'], '.4g')} (df {d.get('df', '?')})")
         if d.get("reason") and not d.get("error"):
             parts.append(str(d["reason"]))

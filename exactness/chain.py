@@ -197,6 +197,7 @@ def per_request(kernel):
         return out
 
     batched.__name__ = getattr(kernel, "__name__", "per_request_kernel")
+    batched.__per_request__ = True
     batched.rule = getattr(kernel, "rule", None)
     if callable(getattr(kernel, "plan", None)):     # the per-request plan it declares (ChainDecoder.kernel_plan)
         batched.plan = kernel.plan
@@ -290,8 +291,12 @@ def _call_kernel(kernel, tp, dp, di, rng) -> np.ndarray:
     name = _kernel_name(kernel)
     A, g = di.shape
     V = tp.shape[-1]
-    call = (f"called as kernel(target_probs ({A}, {g + 1}, {V}) float64, draft_probs ({A}, {g}, {V}) float64 or "
-            f"None, draft_ids ({A}, {g}) int64, rng), see exactness.chain")
+    if getattr(kernel, "__per_request__", False):   # per_request's wrapper: the user's kernel saw one row at a time
+        call = (f"called per row as kernel(target_probs ({g + 1}, {V}) float64, draft_probs ({g}, {V}) float64 or "
+                f"None, draft_ids ({g},) int64, rng) through per_request, see exactness.chain")
+    else:
+        call = (f"called as kernel(target_probs ({A}, {g + 1}, {V}) float64, draft_probs ({A}, {g}, {V}) float64 "
+                f"or None, draft_ids ({A}, {g}) int64, rng), see exactness.chain")
     try:
         out = np.asarray(kernel(tp, dp, di, rng))
     except (SystemExit, GeneratorExit) as exc:       # sys.exit(2) in a kernel: never a silent exit of the caller
@@ -299,8 +304,12 @@ def _call_kernel(kernel, tp, dp, di, rng) -> np.ndarray:
 
         raise SubjectError(f"{subject_cause(f'chain kernel {name}', exc)} ({call})") from exc
     except Exception as exc:
+        from ._checks import exception_line
+
         cls = ValueError if isinstance(exc, ValueError) else TypeError
-        raise cls(f"chain kernel {name} raised {type(exc).__name__}: {exc} ({call})") from exc
+        err = cls(f"chain kernel {name} raised {exception_line(exc)} ({call})")
+        err.names_itself = True          # a subject failure names the kernel's own error, not this wrapper's class
+        raise err from exc
     if out.shape != (A, g + 1):
         raise ValueError(f"chain kernel {name} returned shape {out.shape}, expected ({A}, {g + 1})")
     if out.dtype == bool or not np.issubdtype(out.dtype, np.integer):

@@ -149,8 +149,9 @@ class Pit(DecoderCheck):
     mutant = "target_off_by_one"
 
     def run(self, st):
+        decoder = st.decoder
         st.orders = ["id", "argmax"]
-        if hasattr(st.decoder, "draft_law") and callable(st.decoder.draft_law):
+        if hasattr(decoder, "draft_law") and callable(decoder.draft_law):
             st.orders.append("ratio")
         else:
             st.skipped["pit[*,ratio]"] = ("the decoder reports no draft_law(contexts): the draft-to-target ratio "
@@ -329,7 +330,8 @@ class BatchRows(DecoderCheck):
     deterministic = True
 
     def skip(self, st):
-        if getattr(st.decoder, "per_row_rng", False) and st.batched:
+        decoder = st.decoder
+        if getattr(decoder, "per_row_rng", False) and st.batched:
             return None
         return {"batch_rows": ("the decoder does not declare per_row_rng = True (sample(prompts (B, L), "
                                "new_tokens, rng) taking a list of B numpy Generators, one per row): batch of B "

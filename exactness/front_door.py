@@ -164,7 +164,7 @@ ROUTES = (
           what="a tree kernel against a registry rule under the same coins"),
     Route("coupled", "coupled:certify_coupled", ("reference", "p", "q", "k"), ("subject", "reference", "p", "q", "k"),
           ("convention",), what="a kernel against its reference rule under the same coins"),
-    Route("decoder", "decoder:certify_decoder", ("target", "prompts"), ("subject", "target", "prompts"),
+    Route("decoder", "decoder_cert:certify_decoder", ("target", "prompts"), ("subject", "target", "prompts"),
           ("new_tokens",), what="a whole speculative decoder against its target"),
     Route("tree_rule", "pathlevel:certify_tree_rule", ("pair", "branching"), ("subject", "pair", "branching"),
           ("context",), what="a tree-level rule on a Markov pair"),

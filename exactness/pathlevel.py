@@ -35,6 +35,7 @@ from resispec.sampling import _inverse_cdf
 
 from ._checks import SubjectError, as_generator, check_alpha, check_n, subject_call
 from .certificate import check_min_expected, no_df_message
+from ._timeout import check_timeout
 from .gof import MIN_EXPECTED, gof_test, pool_cells, tv_bounds
 from .power import detectable_tv
 
@@ -119,24 +120,30 @@ class PathCertificate:
         return dict(self.raw_checks) or {"horizon": float(self.pvalue)}
 
     def summary(self) -> str:
-        """One line: verdict, p-value, chi-square (df), TV estimate, detectable TV at alpha and power, n."""
+        """One line.  A pass: the Holm-combined p-value over the checks, the horizon chi-square (df), TV estimate,
+        detectable TV at alpha and power, n.  A FAIL: ``"FAIL: <check>: <why>"`` for each failing check in the
+        order exact_bound, acceptance_bound, plan_sampler, horizon (its chi-square only when it failed), and n."""
         if self.cause is not None:
             return f"FAIL: the rule misbehaved after {self.n:,} steps: {self.cause}"
         stat = f"{self.statistic:.4g}" if math.isfinite(self.statistic) else str(self.statistic)
-        out = (f"{'NO BIAS DETECTED' if self.passed else 'FAIL'}: p = {self.pvalue:.3g}; horizon chi2 = {stat} (df {self.df}), "
-               f"TV ~ {self.tv_estimate:.3g} (<= {self.tv_upper:.3g}), detectable TV {self.detectable_tv:.3g} at "
-               f"alpha {self.alpha:g}, power {self.power:g}, n = {self.n:,}")
-        b, e = self.acceptance_bound, self.exact_bound or {}
+        horizon = (f"horizon chi2 = {stat} (df {self.df}), TV ~ {self.tv_estimate:.3g} (<= {self.tv_upper:.3g}), "
+                   f"detectable TV {self.detectable_tv:.3g} at alpha {self.alpha:g}, power {self.power:g}")
+        if self.passed:
+            out = f"NO BIAS DETECTED: p = {self.pvalue:.3g} (Holm over the checks); {horizon}, n = {self.n:,}"
+            if self.detectable_tv >= 1:
+                out += "; note: no power (detectable TV >= 1): a pass here is no evidence of exactness"
+            return out
+        b, e, ps = self.acceptance_bound, self.exact_bound or {}, self.plan_sampler
+        why = []
         if e.get("error") or e.get("exceeded"):
-            out += f"; exact_bound: {e.get('error') or e['reason']}"
+            why.append(f"exact_bound: {e.get('error') or e['reason']}")
         if b is not None and b["pvalue"] < self.alpha:
-            out += f"; acceptance_bound: {b['reason']}"
-        ps = self.plan_sampler
+            why.append(f"acceptance_bound: {b['reason']}")
         if ps is not None and ps["pvalue"] < self.alpha:
-            out += f"; plan_sampler: {ps['reason']}"
-        if self.passed and self.detectable_tv >= 1:
-            out += "; note: no power (detectable TV >= 1): a pass here is no evidence of exactness"
-        return out
+            why.append(f"plan_sampler: {ps['reason']}")
+        if self.checks.get("horizon", 1.0) < self.alpha or not why:
+            why.append(f"horizon: p = {self.checks.get('horizon', self.pvalue):.3g}, {horizon}")
+        return f"FAIL: {'; '.join(why)}; n = {self.n:,}"
 
 
 def _method(verifier, name: str, what: str):
@@ -180,6 +187,11 @@ def _pooled_df(target: np.ndarray, n: int, min_expected: float, what: str) -> in
     return df
 
 
+#: Default ``time_limit`` (seconds) of ``certify_path`` / ``certify_tree_rule``: past it a FAIL, never a hang.
+DEFAULT_TIME_LIMIT = 3600.0
+#: Why the sampling-free bound check (``exact_bound``) is skipped for a rule without a declared plan.
+NO_PLAN = ("the rule declares no {plan}: its E[accepted] is checked against the bound from samples only "
+           "(acceptance_bound)")
 #: Most horizon outcomes ``V^(L+1)`` a path / tree certificate tests (the target law and its prefixes are built
 #: whole; beyond this a ValueError, not an allocation the machine cannot hold).
 MAX_OUTCOMES = 20_000_000
@@ -202,6 +214,7 @@ def _bound_check(accepted: np.ndarray, where: tuple, alpha: float,
     from resispec.pathlevel.bound import optimal_accepted
 
     from .acceptance_bound import ACCEPTANCE_BOUND as AB
+    from .acceptance_bound import lp_bound
 
     if accepted.size < 100:
         return None, f"needs n >= 100 steps for the test on the mean accepted length (n = {accepted.size})"
@@ -210,8 +223,8 @@ def _bound_check(accepted: np.ndarray, where: tuple, alpha: float,
             b = optimal_accepted(*where)
         except ValueError as exc:                     # the LP is too large at this size: the check cannot run
             return None, f"no bound at this size: {exc}"
-        known = b.expected_accepted + 10 * b.tolerance                  # LP optimum + its tolerance
-    res = AB.run_mean(accepted, known, alpha, POWER)
+        known = lp_bound(b)                                             # LP optimum + its slack
+    res = AB.run_mean(accepted, known, alpha, POWER, top=len(where[1]))   # drafts kept: 0..L (0..D)
     return res.as_dict(), None
 
 
@@ -324,7 +337,7 @@ def _subject_failure(target: np.ndarray, steps: int, alpha: float, cause: str, e
 
 
 def certify_path(verifier, pair, L: int, *, n: int = 4000, alpha: float = 1e-3, seed=0, context=(),
-                 min_expected: float = MIN_EXPECTED) -> PathCertificate:
+                 min_expected: float = MIN_EXPECTED, time_limit: float | None = DEFAULT_TIME_LIMIT) -> PathCertificate:
     """Chi-square test of the first ``L + 1`` output tokens of ``verifier`` against the target's law.
 
     Parameters
@@ -342,6 +355,9 @@ def certify_path(verifier, pair, L: int, *, n: int = 4000, alpha: float = 1e-3, 
     context : sequence of int
     min_expected : float > 0
         Pooling threshold of the chi-square (:mod:`exactness.gof`, Cochran's 5).
+    time_limit : float or None, default ``DEFAULT_TIME_LIMIT`` (3,600 s)
+        Wall-clock limit (0 or None: none; SIGALRM, main thread, POSIX): a plan or ``verify`` that never returns
+        is a FAIL naming the limit.
 
     Returns
     -------
@@ -365,15 +381,20 @@ def certify_path(verifier, pair, L: int, *, n: int = 4000, alpha: float = 1e-3, 
     rng = as_generator(seed)
     target = continuation(prefix_laws(pair, L, context), V, L + 1)[0].ravel()
     df = _pooled_df(target, n, min_expected, f"the horizon test (V^(L+1) = {V}^{L + 1} outcomes)")
-    exact = None
-    if callable(getattr(verifier, "plan", None)):     # a declared plan: the bound check without sampling too
+    limit = check_timeout(time_limit, name="time_limit")
+
+    def body():
         from .acceptance_bound import ACCEPTANCE_BOUND
 
-        exact = ACCEPTANCE_BOUND.exact_path(verifier, pair, L, context)
-    coll, why = _plan_collector(verifier, "path", rng, L + 1, V)
-    cert = _run(lambda acc, obs: sample_horizon(verifier, pair, L, n, rng, context, acc, obs), n, target, df,
-                alpha, min_expected, (pair, (1,) * L, context), exact, coll)
-    return _with_skip(cert, why)
+        plan, exact = _declared_plan(verifier, "plan", "plan(p, q, drafts)")
+        if plan is not None:                          # a declared plan: the bound check without sampling too
+            exact = ACCEPTANCE_BOUND.exact_path(verifier, pair, L, context, plan_fn=plan)
+        coll, why = _plan_collector(verifier, "path", rng, L + 1, V, plan)
+        cert = _run(lambda acc, obs: sample_horizon(verifier, pair, L, n, rng, context, acc, obs), n, target, df,
+                    alpha, min_expected, (pair, (1,) * L, context), exact, coll)
+        return _with_skip(cert, why)
+
+    return _timed(body, limit, target, alpha)
 
 
 def sample_tree_horizon(verifier, pair, branching, n: int, rng: np.random.Generator, context=(),
@@ -449,7 +470,8 @@ def _tree_step(res, name: str, par_ids: np.ndarray, N: int, D: int, V: int) -> t
 
 
 def certify_tree_rule(verifier, pair, branching, *, n: int = 4000, alpha: float = 1e-3, seed=0,
-                      context=(), min_expected: float = MIN_EXPECTED) -> PathCertificate:
+                      context=(), min_expected: float = MIN_EXPECTED,
+                      time_limit: float | None = DEFAULT_TIME_LIMIT) -> PathCertificate:
     """Chi-square test of the first ``D + 1`` output tokens of a tree rule against the target's law.
 
     Same contract as :func:`certify_path`, for ``verifier.verify_tree`` on iid-drafted trees of shape
@@ -472,20 +494,60 @@ def certify_tree_rule(verifier, pair, branching, *, n: int = 4000, alpha: float 
     target = continuation(prefix_laws(pair, D, context), V, D + 1)[0].ravel()
     df = _pooled_df(target, n, min_expected, f"the horizon test (V^(D+1) = {V}^{D + 1} outcomes)")
     N = len(tree_nodes(branching)[0]) - 1
-    coll, why = _plan_collector(verifier, "tree", rng, N + 1, V)
-    cert = _run(lambda acc, obs: sample_tree_horizon(verifier, pair, branching, n, rng, context, acc, obs), n,
-                target, df, alpha, min_expected, (pair, branching, context), None, coll)
-    return _with_skip(cert, why)
+    limit = check_timeout(time_limit, name="time_limit")
+
+    def body():
+        from .acceptance_bound import ACCEPTANCE_BOUND
+
+        plan, exact = _declared_plan(verifier, "plan_tree", "plan_tree(p, q, parent, tokens)")
+        if plan is not None:                          # a declared plan: the bound check without sampling too
+            exact = ACCEPTANCE_BOUND.exact_tree(verifier, pair, branching, context, plan_fn=plan)
+        coll, why = _plan_collector(verifier, "tree", rng, N + 1, V, plan)
+        cert = _run(lambda acc, obs: sample_tree_horizon(verifier, pair, branching, n, rng, context, acc, obs), n,
+                    target, df, alpha, min_expected, (pair, branching, context), exact, coll)
+        return _with_skip(cert, why)
+
+    return _timed(body, limit, target, alpha)
 
 
-def _plan_collector(verifier, kind: str, rng: np.random.Generator, rows: int, V: int):
-    """``(collector, None)`` for a rule with a declared plan (``exactness.plan_check``), else ``(None, why)``."""
+def _timed(body, limit: float | None, target: np.ndarray, alpha: float) -> PathCertificate:
+    """``body()`` within ``limit`` seconds (``exactness._timeout.time_limit``: SIGALRM, main thread); past it, a
+    FAIL naming the limit (a plan or ``verify`` that never returns), never a hang."""
+    from ._timeout import TimeLimitExceeded, time_limit
+
+    try:
+        with time_limit(limit):
+            return body()
+    except TimeLimitExceeded:
+        return _subject_failure(target, 0, alpha, f"time_limit = {limit:g} s passed: the rule's plan or verify did "
+                                "not return (a rule that hangs, or a run longer than the limit: raise time_limit)",
+                                None)
+
+
+def _declared_plan(verifier, attr: str, signature: str):
+    """``(plan, None)``: the rule's declared plan as a :class:`exactness.plan_check.PlanMemo` (computed once per
+    drafted chain / tree, shared by the exact bound form and the plan-vs-sampler check); or ``(None, exact)``, the
+    ``exact_bound`` entry: skipped with the reason (no plan, or one that is not callable), or an error (reading
+    the attribute raised: a FAIL naming it)."""
+    from .plan_check import PlanMemo, declared
+
+    fn, why = declared(verifier, attr)
+    if fn is not None:
+        return PlanMemo(fn), None
+    if why and why.startswith("reading"):
+        return None, {"error": why}
+    return None, {"skipped": why or NO_PLAN.format(plan=signature)}
+
+
+def _plan_collector(verifier, kind: str, rng: np.random.Generator, rows: int, V: int, plan=None):
+    """``(collector, None)`` for a rule with a declared plan ``plan`` (``exactness.plan_check``), else
+    ``(None, why)``."""
     from .plan_check import PLAN_SAMPLER
 
-    why = PLAN_SAMPLER.applies(verifier, kind)
-    if why is not None:
-        return None, why
-    return PLAN_SAMPLER.collector(verifier, kind, _side_rng(rng), rows, V), None
+    why = PLAN_SAMPLER.applies(verifier, kind) if plan is None else None
+    if plan is None:
+        return None, why or "no declared plan: nothing to compare the sampler with"
+    return PLAN_SAMPLER.collector(verifier, kind, _side_rng(rng), rows, V, plan_fn=plan), None
 
 
 def _with_skip(cert: PathCertificate, why: str | None) -> PathCertificate:

@@ -43,6 +43,8 @@ from .power import detectable_tv
 SUM_TOL = 1e-9
 #: Distinct plan inputs kept for the grouped test (each holds ``rows * V`` floats); later ones enter the PIT only.
 MAX_GROUPS = 4096
+#: ... and at most this many stored floats in all (3 arrays of rows V per group): V = 2,000 at gamma = 4 took 1.5 GB.
+MAX_GROUP_ELEMS = 1 << 24
 
 
 @dataclass(frozen=True)
@@ -67,6 +69,7 @@ class PlanSamplerResult:
     first_mismatch : dict or None              drafts, uniforms, the sampler's and the plan's outcome
     error : str or None      the plan raised or is not a law
     alpha, power : float
+    sampler : str            the call that drew the outcomes (``"Mine.verify"``, a chain kernel's name)
     """
 
     n: int
@@ -86,6 +89,7 @@ class PlanSamplerResult:
     error: str | None
     alpha: float
     power: float
+    sampler: str = "verify"
 
     @property
     def failed(self) -> bool:
@@ -94,13 +98,13 @@ class PlanSamplerResult:
     def line(self) -> str:
         """One line: why it failed, or what it could detect."""
         if self.error:
-            return f"its declared plan {self.error}"
+            return f"the {self.error}" if self.error.startswith("coupled call") else f"its declared plan {self.error}"
         if self.impossible:
-            return f"verify emitted {self.impossible} outcome(s) its own plan gives probability 0"
+            return f"{self.sampler} emitted {self.impossible} outcome(s) its own plan gives probability 0"
         if self.mismatches:
             m = self.first_mismatch
-            return (f"verify disagrees with its plan on {self.mismatches} of {self.coupled_n} coupled steps: drafts "
-                    f"{m['drafts']}, uniforms {m['uniforms']}: verify gave {m['sampler']}, the plan {m['plan']}")
+            return (f"{self.sampler} disagrees with its plan on {self.mismatches} of {self.coupled_n} coupled steps: drafts "
+                    f"{m['drafts']}, uniforms {m['uniforms']}: it gave {m['sampler']}, the plan {m['plan']}")
         core = (f"sampler vs plan: p = {self.pvalue:.3g} (per drafted chain chi2 = {self.grouped_statistic:.4g}, "
                 f"df {self.grouped_df}; PIT chi2 = {self.statistic:.4g}), n = {self.n:,} "
                 f"(detects PIT TV >= {self.detectable_tv:.3g}")
@@ -110,6 +114,64 @@ class PlanSamplerResult:
 
     def as_dict(self) -> dict:
         return {**asdict(self), "reason": self.line()}
+
+
+def law_problem(pl, rows: int, V: int) -> tuple[np.ndarray | None, np.ndarray | None, str | None]:
+    """A declared plan ``pl`` (``.stop`` (rows,), ``.laws`` (rows, V)) as float64 arrays, or why it is not a law:
+    ``(stop, laws, None)`` or ``(None, None, "not a law: ...")`` (complex, non-finite, negative beyond ``SUM_TOL``,
+    not summing to 1 within ``SUM_TOL``, wrong shapes).  One rule for every route (the exact bound form and the
+    plan-vs-sampler check)."""
+    try:
+        raw_stop, raw_laws = pl.stop, pl.laws
+    except Exception as exc:                      # no .stop / .laws: not a PathPlan
+        return None, None, f"not a law: returned {type(pl).__name__} without .stop / .laws ({exc})"
+    if np.iscomplexobj(raw_stop) or np.iscomplexobj(raw_laws):
+        return None, None, "not a law: complex values"
+    try:
+        stop, laws = np.asarray(raw_stop, dtype=np.float64), np.asarray(raw_laws, dtype=np.float64)
+    except (TypeError, ValueError) as exc:
+        return None, None, f"not a law: stop / laws are not arrays of numbers ({exc})"
+    if stop.shape != (rows,) or laws.shape != (rows, V):
+        return None, None, (f"not a law of the right shape: stop {stop.shape}, laws {laws.shape}; expected ({rows},) "
+                            f"and ({rows}, {V})")
+    if not (np.all(np.isfinite(stop)) and np.all(np.isfinite(laws))):
+        return None, None, "not a law: non-finite values"
+    if stop.min() < -SUM_TOL or laws.min() < -SUM_TOL:
+        return None, None, "not a law: negative probabilities"
+    if abs(stop.sum() - 1) > SUM_TOL or np.abs(laws.sum(axis=1) - 1).max() > SUM_TOL:
+        return None, None, f"not a law: stop or token laws not summing to 1 (stop sums to {stop.sum():.9g})"
+    return stop, laws, None
+
+
+def declared(obj, attr: str) -> tuple[object, str | None]:
+    """``(obj.<attr>, None)`` when it is a callable; ``(None, why)`` otherwise: absent, not callable, or reading it
+    raised (a property that raises is the subject's failure: the caller FAILs naming ``why``)."""
+    name = f"{type(obj).__name__}.{attr}"
+    try:
+        fn = getattr(obj, attr, None)
+    except (Exception, SystemExit) as exc:
+        return None, f"reading {name} raised {type(exc).__name__}: {exc}"
+    if fn is None:
+        return None, None
+    if not callable(fn):
+        return None, f"{name} is a {type(fn).__name__}, not a callable plan"
+    return fn, None
+
+
+class PlanMemo:
+    """A declared plan computed once per drafted chain / tree and shared by every check that reads it (the exact
+    bound form's enumeration and the plan-vs-sampler check): a plan that answered one way to the enumeration and
+    another way while the sampler ran passed both (breaker).  Keyed by the last argument (the drafts; the node
+    laws are a function of them at a fixed pair and context).  A plan that raises raises each time."""
+
+    def __init__(self, fn):
+        self.fn, self.cache = fn, {}
+
+    def __call__(self, *args):
+        key = tuple(np.asarray(args[-1]).ravel().tolist())
+        if key not in self.cache:
+            self.cache[key] = self.fn(*args)
+        return self.cache[key]
 
 
 def takes_uniforms(fn) -> bool:
@@ -146,22 +208,12 @@ class _Collector:
         """The plan's ``(stop (rows,), laws (rows, V))`` for these drafts, or None after recording an error."""
         try:
             pl = self.plan_fn(*args)
-            stop = np.asarray(pl.stop, dtype=np.float64)
-            laws = np.asarray(pl.laws, dtype=np.float64)
-        except Exception as exc:                          # the subject's plan raised: a FAIL naming it
+        except (Exception, SystemExit) as exc:            # the subject's plan raised: a FAIL naming it
             self.error = f"{self.plan_name} raised {type(exc).__name__}: {exc}"
             return None
-        R, V = self.rows, self.V
-        if stop.shape != (R,) or laws.shape != (R, V):
-            self.error = (f"{self.plan_name} returned shapes stop {stop.shape}, laws {laws.shape}; expected ({R},) "
-                          f"and ({R}, {V})")
-        elif not (np.all(np.isfinite(stop)) and np.all(np.isfinite(laws))):
-            self.error = f"{self.plan_name} is not a law: non-finite values"
-        elif stop.min() < -SUM_TOL or laws.min() < -SUM_TOL:
-            self.error = f"{self.plan_name} is not a law: negative probabilities"
-        elif abs(stop.sum() - 1) > SUM_TOL or np.abs(laws.sum(axis=1) - 1).max() > SUM_TOL:
-            self.error = f"{self.plan_name} is not a law: stop or token laws not summing to 1 (stop {stop.sum():.9g})"
-        if self.error:
+        stop, laws, why = law_problem(pl, self.rows, self.V)
+        if why:
+            self.error = f"{self.plan_name} is {why}"
             return None
         return stop, laws
 
@@ -179,7 +231,7 @@ class _Collector:
             stop, laws = plan
             flat = (np.clip(stop, 0, None)[:, None] * np.clip(laws, 0, None)).ravel()   # P(row, y | d) (rows V,)
             g = [stop, laws, flat, np.zeros(flat.size, dtype=np.int64)]
-            if len(self.groups) < MAX_GROUPS:     # beyond: scored by the PIT only (memory O(MAX_GROUPS rows V))
+            if len(self.groups) < min(MAX_GROUPS, MAX_GROUP_ELEMS // (3 * flat.size)):   # beyond: the PIT only
                 self.groups[key] = g
         stop, laws, flat, counts = g
         o = row * self.V + token
@@ -192,8 +244,8 @@ class _Collector:
             try:
                 got = self.verify_fn(*args, uniforms=u)
                 got = (int(got[0]), int(got[1]))
-            except Exception as exc:                      # the sampler raised on shared uniforms: a FAIL
-                self.error = f"coupled call {self.verify_name}(..., uniforms=) raised {type(exc).__name__}: {exc}"
+            except (Exception, SystemExit) as exc:        # the sampler raised on shared uniforms: a FAIL
+                self.error = f"coupled call {self.verify_name}(..., rng, uniforms=) raised {type(exc).__name__}: {exc}"
                 return
             r = _draw(stop, u[0])                                       # stop row: inverse CDF of plan.stop
             want = (r, _draw(laws[r], u[1]))                            # token: inverse CDF of plan.laws[r]
@@ -229,7 +281,7 @@ class _Collector:
             pv = 0.0                                                    # deterministic: the plan is not what runs
         return PlanSamplerResult(n, pv, stat, pit_p, gs, gdf, gp, tv, det, self.impossible, self.coupled_n,
                                  self.mismatches, dmr,
-                                 self.first_mismatch, self.error, float(alpha), float(power))
+                                 self.first_mismatch, self.error, float(alpha), float(power), self.verify_name)
 
 
 class PlanSamplerCheck:
@@ -247,12 +299,13 @@ class PlanSamplerCheck:
     @staticmethod
     def applies(verifier, kind: str) -> str | None:
         attr = "plan" if kind == "path" else "plan_tree"
-        if not callable(getattr(verifier, attr, None)):
-            return f"no declared plan ({attr}): nothing to compare the sampler with"
+        fn, why = declared(verifier, attr)
+        if fn is None:
+            return f"no declared plan ({why or attr}): nothing to compare the sampler with"
         return None
 
     @staticmethod
-    def collector(verifier, kind: str, rng: np.random.Generator, rows: int, V: int) -> _Collector:
+    def collector(verifier, kind: str, rng: np.random.Generator, rows: int, V: int, plan_fn=None) -> _Collector:
         """``kind`` "path" (``plan`` / ``verify``, rows ``L + 1``) or "tree" (``plan_tree`` / ``verify_tree``,
         rows ``N + 1``)."""
         plan_attr, verify_attr = ("plan", "verify") if kind == "path" else ("plan_tree", "verify_tree")
@@ -260,12 +313,12 @@ class PlanSamplerCheck:
         verify = getattr(verifier, verify_attr)
         coupled = kind == "path" and takes_uniforms(verify)
         if coupled:
-            def verify_fn(*args, uniforms):
-                r = verify(*args, uniforms=uniforms)
+            def verify_fn(*args, uniforms):           # rng too (never drawn from: the uniforms decide)
+                r = verify(*args, np.random.default_rng(0), uniforms=uniforms)
                 return r.accepted, r.token
         else:
             verify_fn = None
-        return _Collector(getattr(verifier, plan_attr), verify_fn, rng, rows, V, coupled,
+        return _Collector(plan_fn or getattr(verifier, plan_attr), verify_fn, rng, rows, V, coupled,
                           f"{name}.{plan_attr}", f"{name}.{verify_attr}")
 
     @staticmethod
@@ -273,7 +326,7 @@ class PlanSamplerCheck:
         """The scorer of a chain kernel's calls inside a decoder (``exactness.chain.ChainDecoder``): ``plan_fn(
         target_probs (L+1, V), draft_probs (L, V), draft_ids (L,)) -> PathPlan`` per request, ``rows = L + 1``;
         law form only (a kernel draws from its own ``rng``: no coupled form)."""
-        return _Collector(plan_fn, None, rng, rows, V, False, f"{name}.plan", name)
+        return _Collector(plan_fn, None, rng, rows, V, False, f"{name}.plan", f"chain kernel {name}")
 
     @staticmethod
     def detectable_tv(n: int, alpha: float = 1e-3, power: float = POWER) -> float:

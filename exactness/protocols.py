@@ -56,6 +56,10 @@ HOOKS: dict[tuple[str, str], tuple[bool, str, str]] = {
                                   "path-level rule's declared decision law; certify_path analyses it exactly (its "
                                   "E[accepted] against the LP bound over exact rules; a plan that is not a law "
                                   "FAILs)", "acceptance_bound, pathlevel"),
+    ("verifier", "plan_tree"): (False, "plan_tree(p (N+1, V), q (N+1, V), parent (N,), tokens (N,)) -> PathPlan(stop "
+                                       "(N+1,), laws (N+1, V)): a tree rule's declared decision law; "
+                                       "certify_tree_rule analyses it exactly (E[accepted] against the LP bound) "
+                                       "and checks verify_tree against it", "acceptance_bound, pathlevel, plan_check"),
     ("verifier", "name"): (False, "registry name: a built-in rule's name selects its exact fast path",
                            "coupled, fast_paths"),
     ("verifier", "options"): (False, "options() -> dict: a built-in with non-default options is treated as a "

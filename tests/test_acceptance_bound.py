@@ -3,6 +3,8 @@ alone; exact rules never are; the check states its power and the draws it needs.
 
 from __future__ import annotations
 
+import sys
+
 import numpy as np
 import pytest
 
@@ -156,7 +158,7 @@ def test_exact_path_rules_never_fail_the_bound_in_20_seeds(name, shape):
             sample_horizon(v, PAIR, 2, 1000, rng, (), acc)
         else:
             sample_tree_horizon(v, PAIR, shape, 1000, rng, (), acc)
-        pvals.append(AB.run_mean(acc, b).pvalue)
+        pvals.append(AB.run_mean(acc, b, top=len(shape)).pvalue)
     assert min(pvals) >= 1e-3, (name, min(pvals))
 
 
@@ -164,7 +166,9 @@ def test_block_passes_both_bound_checks_in_certify_path():
     cert = certify_path(get_path_verifier("block"), PAIR, 2, n=2000, seed=0)
     assert cert.passed and set(cert.checks) == {"horizon", "acceptance_bound", "exact_bound", "plan_sampler"}
     e = cert.exact_bound
-    assert not e["exceeded"] and e["expected_accepted"] == pytest.approx(e["bound"], abs=1e-6)   # block attains it
+    lp = optimal_accepted(PAIR, (1, 1)).expected_accepted
+    assert not e["exceeded"] and e["expected_accepted"] == pytest.approx(lp, abs=1e-6)       # block attains it
+    assert e["bound"] - lp == pytest.approx(1e-6 * max(1.0, lp), rel=1e-3)                  # LP_SLACK above it
 
 
 def test_too_generous_block_is_convicted_without_sampling():
@@ -230,8 +234,9 @@ def test_bound_too_large_is_a_skip_with_its_reason():
     (lambda: AB.run_node(np.zeros(3 * V, int), P, Q, 2, "iid"), "all zero"),
     (lambda: AB.run_node(np.full(3 * V, 0.5), P, Q, 2, "iid"), "non-negative integer counts"),
     (lambda: AB.run_node(np.ones((3, 4), int), P, Q, 2, "iid"), "p has V = 8"),
-    (lambda: AB.run_mean(np.r_[np.ones(200), np.nan], 0.5), "non-negative integers"),
-    (lambda: AB.run_mean(np.ones(200, int), float("nan")), "bound must be"),
+    (lambda: AB.run_mean(np.r_[np.ones(200), np.nan], 0.5, top=2), "integers in \\[0, top"),
+    (lambda: AB.run_mean(np.ones(200, int), float("nan"), top=2), "bound must be"),
+    (lambda: AB.run_mean(np.full(200, 3), 0.5, top=2), "integers in \\[0, top = 2\\]"),
     (lambda: AB.n_for_excess(1e-9, 0.5), "MAX_PLANNED"), (lambda: AB.n_for_excess(0.1, 0.5, power=1), "power"),
 ])
 def test_bad_arguments_are_named(call, says):
@@ -248,3 +253,200 @@ def test_n_for_excess_is_the_fewest():
 def test_a_horizon_too_large_is_refused_before_allocating():
     with pytest.raises(ValueError, match="MAX_OUTCOMES"):
         certify_path(get_path_verifier("block"), PAIR, 30, n=2000)
+
+
+# ------------------------------------------------------------------ trees: the sampling-free form from plan_tree
+
+def test_exact_tree_rules_pass_the_sampling_free_bound_check():
+    cert = certify_tree_rule(get_path_verifier("traversal"), PAIR, (2, 1), n=2000, seed=0)
+    e = cert.exact_bound
+    assert cert.passed and cert.checks["exact_bound"] == 1.0 and not e["exceeded"], e
+    assert e["expected_accepted"] <= e["bound"] and e["exact_tv"] < 1e-9
+
+
+class DeepStop:
+    """Traversal whose declared plan moves half of every other kept node's mass to the deepest node: it claims
+    more accepted drafts than any exact tree rule can keep."""
+
+    def __init__(self):
+        self.inner = get_path_verifier("traversal")
+
+    def plan_tree(self, p, q, parent, tokens):
+        pl = self.inner.plan_tree(p, q, parent, tokens)
+        stop = np.array(pl.stop, dtype=np.float64)
+        moved = 0.5 * stop[:-1].sum()
+        stop[:-1] *= 0.5
+        stop[-1] += moved
+        return type(pl)(stop, pl.laws)
+
+    def verify_tree(self, p, q, parent, tokens, rng):
+        return self.inner.verify_tree(p, q, parent, tokens, rng)
+
+
+def test_a_tree_plan_claiming_too_much_fails_without_sampling():
+    e = AB.exact_tree(DeepStop(), PAIR, (2, 1))
+    assert e["exceeded"] and "accepts more than any exact rule can" in e["reason"], e
+    cert = certify_tree_rule(DeepStop(), PAIR, (2, 1), n=200, seed=0)
+    assert not cert.passed and cert.checks["exact_bound"] == 0.0
+    assert cert.summary().startswith("FAIL: exact_bound: accepts more than any exact rule can")
+
+
+def test_a_tree_plan_that_is_not_a_law_fails_naming_it():
+    class Half(DeepStop):
+        def plan_tree(self, p, q, parent, tokens):
+            pl = self.inner.plan_tree(p, q, parent, tokens)
+            return type(pl)(np.asarray(pl.stop) * 0.5, pl.laws)
+
+    cert = certify_tree_rule(Half(), PAIR, (2, 1), n=200, seed=0)
+    assert not cert.passed and "not a law" in cert.exact_bound["error"]
+
+
+def test_rules_without_a_plan_say_why_the_sampling_free_check_is_skipped():
+    class NoPlan:
+        def __init__(self):
+            self.inner = get_path_verifier("traversal")
+
+        def verify_tree(self, p, q, parent, tokens, rng):
+            return self.inner.verify_tree(p, q, parent, tokens, rng)
+
+    cert = certify_tree_rule(NoPlan(), PAIR, (2, 1), n=500, seed=0)
+    assert "declares no plan_tree" in cert.skipped["exact_bound"] and "exact_bound" not in cert.checks
+    chain = certify_path(PathBlackBox(get_path_verifier("block")), PAIR, 2, n=500, seed=0)
+    assert "declares no plan(p, q, drafts)" in chain.skipped["exact_bound"]
+
+
+def test_the_benchmark_prints_the_path_rows_side_by_side(monkeypatch):
+    """benchmarks/acceptance_bound.py's path section: one row per (factor, n) with both checks' rejections."""
+    import importlib.util
+    from pathlib import Path
+
+    spec = importlib.util.spec_from_file_location(
+        "ab_bench", Path(__file__).resolve().parents[1] / "benchmarks" / "acceptance_bound.py")
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    monkeypatch.setattr(bench, "PATH_FACTORS", (1.2,))
+    monkeypatch.setattr(bench, "PATH_NS", (400,))
+    rows = bench.run_paths(seeds=1, progress=lambda *_: None)
+    assert len(rows) == 1 and rows[0]["excess"] > 0.05 and rows[0]["tv"] > 0.01
+    md = "\n".join(bench.path_markdown(rows))
+    assert "| 1.2 | 0.06" in md and "| 400 |" in md and "rejected: acceptance bound" in md
+
+
+# ------------------------------------------------------------------ breaker round (issue 40)
+
+def test_an_exact_rule_on_a_draft_equal_to_the_target_never_fails_the_sampled_bound():
+    """Nearly every step keeps all drafts: a z-test on the sample's own sd gave p = 0 (12 of 20 seeds failed);
+    the Chernoff-Hoeffding test holds at any variance."""
+    pair = MarkovPair.random(np.random.default_rng(0), 3, noise=1e-3)
+    for seed in range(10):
+        c = certify_path(get_path_verifier("block"), pair, 1, n=4000, seed=seed)
+        assert c.passed and c.checks["acceptance_bound"] >= 1e-3, (seed, c.acceptance_bound)
+
+
+def test_the_sampled_bound_is_a_valid_test_at_any_variance():
+    """Two-point laws on [0, L] with mean exactly at the bound (the extremal case): rejections at most alpha."""
+    rng = np.random.default_rng(3)
+    for top, b in ((1, 0.9999), (2, 1.999), (2, 0.5), (3, 2.9)):
+        x = (rng.random((400, 500)) < b / top).astype(np.int64) * top
+        rej = sum(AB.run_mean(row, b, top=top).pvalue < 1e-2 for row in x)
+        assert rej <= 4 + 3 * 2, (top, b, rej)                 # at most ~1 % of 400, with room for noise
+
+
+class TwoFaced:
+    """Declares block's plan for the first V^L calls (the enumeration), then the too-generous plan it samples."""
+
+    def __init__(self):
+        self.gen, self.block, self.calls = too_generous_block(1.05), get_path_verifier("block"), 0
+
+    def plan(self, p, q, drafts):
+        self.calls += 1
+        return (self.block if self.calls <= 9 else self.gen).plan(p, q, drafts)
+
+    def verify(self, p, q, drafts, rng=None, *, uniforms=None):
+        return self.gen.verify(p, q, drafts, rng, uniforms=uniforms)
+
+
+def test_a_plan_that_answers_differently_later_is_read_once():
+    pair = MarkovPair.random(np.random.default_rng(0), 3, noise=1.0)
+    cert = certify_path(TwoFaced(), pair, 2, n=4000, seed=0)
+    assert not cert.passed and cert.checks["plan_sampler"] < 1e-3, cert.checks
+
+
+@pytest.mark.parametrize("bad, match", [
+    (lambda pl: type(pl)(pl.stop + 0.05j, pl.laws), "complex"),
+    (lambda pl: sys.exit(3), "SystemExit"),
+])
+def test_complex_plans_and_plans_calling_exit_fail_naming_it(bad, match):
+    block = get_path_verifier("block")
+
+    class Bad:
+        def plan(self, p, q, drafts):
+            return bad(block.plan(p, q, drafts))
+
+        def verify(self, p, q, drafts, rng=None, *, uniforms=None):
+            return block.verify(p, q, drafts, rng, uniforms=uniforms)
+
+    cert = certify_path(Bad(), PAIR, 2, n=300, seed=0)
+    assert not cert.passed and match in (cert.exact_bound.get("error") or ""), cert.exact_bound
+
+
+def test_a_plan_property_that_raises_fails_and_a_non_callable_plan_is_named():
+    block = get_path_verifier("block")
+
+    class Raises:
+        @property
+        def plan(self):
+            raise RuntimeError("no plan today")
+
+        def verify(self, p, q, drafts, rng=None):
+            return block.verify(p, q, drafts, rng)
+
+    cert = certify_path(Raises(), PAIR, 2, n=300, seed=0)
+    assert not cert.passed and "no plan today" in cert.exact_bound["error"]
+
+    class Five(Raises):
+        plan = 5
+
+    cert = certify_path(Five(), PAIR, 2, n=300, seed=0)
+    assert "not a callable plan" in cert.skipped["exact_bound"] and "not a callable plan" in cert.skipped["plan_sampler"]
+
+
+def test_a_verify_needing_its_rng_runs_in_the_coupled_check():
+    block = get_path_verifier("block")
+
+    class NeedsRng:
+        plan = block.plan
+
+        def verify(self, p, q, drafts, rng, uniforms=None):
+            return block.verify(p, q, drafts, rng, uniforms=uniforms)
+
+    cert = certify_path(NeedsRng(), PAIR, 2, n=500, seed=0)
+    assert cert.passed and cert.plan_sampler["coupled_n"] > 0, cert.summary()
+
+
+def test_the_lp_refuses_sizes_whose_constraints_would_not_fit():
+    with pytest.raises(ValueError, match="MAX_NONZEROS"):
+        optimal_accepted(MarkovPair.random(np.random.default_rng(0), 30, noise=1.0), (1, 1))
+
+
+def test_run_node_names_a_bad_k():
+    with pytest.raises(ValueError, match="k must be an integer >= 1"):
+        AB.run_node(np.ones(4, dtype=np.int64), np.full(2, 0.5), np.full(2, 0.5), -1, "iid")
+
+
+def test_a_plan_that_hangs_is_a_fail_past_the_time_limit():
+    import time as _time
+
+    block = get_path_verifier("block")
+
+    class Hangs:
+        def plan(self, p, q, drafts):
+            _time.sleep(60)
+
+        def verify(self, p, q, drafts, rng=None):
+            return block.verify(p, q, drafts, rng)
+
+    cert = certify_path(Hangs(), PAIR, 2, n=300, seed=0, time_limit=1)
+    assert not cert.passed and "time_limit = 1 s passed" in cert.cause
+    cert = certify_tree_rule(get_path_verifier("traversal"), PAIR, (2, 1), n=300, seed=0, time_limit=None)
+    assert cert.passed

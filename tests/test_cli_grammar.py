@@ -1,62 +1,116 @@
-"""The CLI's grammar: one name for one thing across every subcommand (issue 39).
+"""The CLI's grammar (issue 39), checked over every option of every subcommand:
 
-Old names survive only as aliases listed in ``LEGACY`` (a committed report or old command line still uses them);
-no subcommand may register a legacy name as its primary option, and the concepts in ``CANONICAL`` are spelled
-the same way wherever they appear.
+- one name for one thing: a primary option name is a list everywhere or a value everywhere; a count of Monte Carlo
+  draws (or continuations) is ``--n``, a count of (p, q) pairs or nodes is ``--nodes``;
+- singular for a value, plural for a list: a list option's primary name is plural (math symbols such as ``--k``
+  and ``--V`` excepted: one or several values of the symbol), and where both spellings exist (``--temperature``,
+  ``--temperatures``) the singular takes one value;
+- old names survive only as aliases listed in ``LEGACY`` (a committed report's command line still uses them), never
+  as a primary name.
+
+docs/certify.md, "Option grammar", states the same rules.
 """
 
 from __future__ import annotations
 
 import argparse
+import re
+
+import pytest
 
 from resispec.cli import build_parser
 from resispec.commands._args import ListAction
 
-#: legacy option string -> the canonical one it is an alias of
-LEGACY = {"--T": "--temperatures", "--family": "--families"}
-#: concept -> canonical option (a list of temperatures is --temperatures in bench, bench-accept, bench-gap, families)
-CANONICAL = {"temperature list": "--temperatures", "family list": "--families"}
+#: legacy option string -> the primary option it aliases (kept for the committed reports' command lines)
+LEGACY = {"--T": "--temperatures", "--family": "--families", "--samples": "--n", "--proxy": "--proxies",
+          "--score": "--scores", "--n-samples": "--n", "--mc-samples": "--n"}
+#: math symbols: one or several values under the symbol's own name
+SYMBOLS = {"--k", "--V", "--wor-k"}
+#: names no primary option may have: the concept has a canonical name
+NOT_PRIMARY = {"--samples": "--n", "--n-samples": "--n", "--mc-samples": "--n", "--draws": "--n", "--pairs": "--nodes",
+               "--T": "--temperatures"}
 
 
-def _subparsers():
+def _options():
+    """``[(subcommand, primary, aliases, action)]`` for every long option of every subcommand."""
     parser = build_parser()
     sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
-    return sub.choices
-
-
-def test_no_primary_option_is_a_legacy_name():
-    bad = []
-    for name, sp in _subparsers().items():
+    out = []
+    for name, sp in sub.choices.items():
         for action in sp._actions:
-            longs = [o for o in action.option_strings if o.startswith("--")]
-            if not longs:
-                continue
-            primary = longs[0]
-            if primary in LEGACY and not (primary == "--family" and not isinstance(action, ListAction)):
-                bad.append(f"resispec {name} {primary} (use {LEGACY[primary]})")
-            for alias in longs[1:]:
-                if alias in LEGACY:
-                    assert LEGACY[alias] == primary, f"resispec {name}: {alias} aliases {primary}, not {LEGACY[alias]}"
-    assert not bad, "legacy option names registered as primary: " + "; ".join(bad)
+            longs = [o for o in action.option_strings if o.startswith("--") and o != "--help"]
+            if longs:
+                out.append((name, longs[0], longs[1:], action))
+    return out
 
 
-def test_lists_of_temperatures_and_families_have_one_name():
-    for name, sp in _subparsers().items():
-        for action in sp._actions:
-            if not isinstance(action, ListAction):
-                continue
-            primary = next((o for o in action.option_strings if o.startswith("--")), None)
-            if primary in ("--T", "--temperature"):
-                raise AssertionError(f"resispec {name} {primary}: a list of temperatures is {CANONICAL['temperature list']}")
-            if primary == "--family":
-                raise AssertionError(f"resispec {name} --family: a list of families is {CANONICAL['family list']}")
+OPTIONS = _options()
 
 
-def test_legacy_aliases_still_parse():
+def test_the_scan_sees_every_subcommand():
+    assert len({s for s, *_ in OPTIONS}) >= 14 and len(OPTIONS) > 150
+
+
+def test_no_primary_option_has_a_retired_name():
+    bad = [f"resispec {s} {p} (use {NOT_PRIMARY[p]})" for s, p, _, _ in OPTIONS if p in NOT_PRIMARY]
+    assert not bad, "retired names registered as primary: " + "; ".join(bad)
+
+
+def test_every_alias_is_a_listed_legacy_name_of_its_primary():
+    bad = [f"resispec {s} {a} aliases {p}" for s, p, aliases, _ in OPTIONS for a in aliases if LEGACY.get(a) != p]
+    assert not bad, "aliases not in LEGACY (or of another primary): " + "; ".join(bad)
+
+
+def test_a_name_is_a_list_everywhere_or_a_value_everywhere():
+    kinds: dict = {}
+    for s, p, _, action in OPTIONS:
+        if p not in SYMBOLS:
+            kinds.setdefault(p, {}).setdefault(isinstance(action, ListAction), []).append(s)
+    mixed = {p: k for p, k in kinds.items() if len(k) > 1}
+    assert not mixed, f"options that are a list in some subcommands and a value in others: {mixed}"
+
+
+@pytest.mark.parametrize("sub, primary, action", [(s, p, a) for s, p, _, a in OPTIONS if isinstance(a, ListAction)],
+                         ids=lambda x: x if isinstance(x, str) else "")
+def test_a_list_has_a_plural_name(sub, primary, action):
+    assert primary in SYMBOLS or primary.endswith("s"), f"resispec {sub} {primary} is a list: name it in the plural"
+
+
+def test_the_singular_is_a_value_and_the_plural_a_list_where_both_exist():
+    """--temperature / --temperatures, --verifier / --verifiers, --seed / --seeds, --family / --families, --proxy /
+    --proxies: wherever both spellings are primary names, the singular takes one value and the plural a list."""
+    kind = {}
+    for s, p, _, action in OPTIONS:
+        kind.setdefault(p, set()).add(isinstance(action, ListAction))
+    plural = {p: p + "s" for p in kind} | {p: p[:-1] + "ies" for p in kind if p.endswith("y")}
+    # --prompts names one prompt set (a file, or rows in one ';'-separated string), beside --prompt (one prompt)
+    pairs = [(one, many) for one, many in plural.items() if many in kind and many != "--prompts"]
+    assert len(pairs) >= 3, pairs
+    for one, many in pairs:
+        assert kind[one] == {False} and kind[many] == {True}, (one, kind[one], many, kind[many])
+
+
+def test_draw_counts_are_n_and_pair_counts_are_nodes():
+    for s, p, _, action in OPTIONS:
+        text = (action.help or "").lower()
+        if p == "--n":
+            assert re.search(r"draw|continuation|sample|tuple", text), (s, text)
+        if p == "--nodes":
+            assert re.search(r"pair|node", text), (s, text)
+        if re.search(r"\b(pairs|nodes) per\b|number of \(p, q\) pairs", text):
+            assert p != "--n", f"resispec {s} --n: a count of pairs / nodes is --nodes, --n counts draws"
+
+
+def test_legacy_aliases_still_parse_to_the_same_value():
     parser = build_parser()
-    a = parser.parse_args(["bench-gap", "--T", "0.7,1.5"])
-    b = parser.parse_args(["bench-gap", "--temperatures", "0.7,1.5"])
-    assert a.T == b.T == [0.7, 1.5]
-    c = parser.parse_args(["certify", "--family", "zipf"])
-    d = parser.parse_args(["certify", "--families", "zipf"])
-    assert c.family == d.family == ["zipf"]
+    for old, new, dest in (
+            (["bench-gap", "--T", "0.7,1.5"], ["bench-gap", "--temperatures", "0.7,1.5"], "T"),
+            (["certify", "--family", "zipf"], ["certify", "--families", "zipf"], "family"),
+            (["certify", "--samples", "2e5"], ["certify", "--n", "2e5"], "samples"),
+            (["certify-decoder", "--decoder", "m:f", "--samples", "300"],
+             ["certify-decoder", "--decoder", "m:f", "--n", "300"], "samples"),
+            (["certify", "--proxy", "draft"], ["certify", "--proxies", "draft"], "proxy"),
+            (["bench", "--n-samples", "64"], ["bench", "--n", "64"], "n_samples"),
+            (["bench-accept", "--mc-samples", "64"], ["bench-accept", "--n", "64"], "mc_samples"),
+            (["bench-decode", "--score", "all"], ["bench-decode", "--scores", "all"], "score")):
+        assert getattr(parser.parse_args(old), dest) == getattr(parser.parse_args(new), dest)

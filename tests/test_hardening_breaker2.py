@@ -60,7 +60,7 @@ def k_raises(tp, dp, di, rng):
     (k_float, TypeError, r"k_float returned dtype float64.*integer"),
     (k_bool, TypeError, r"k_bool returned dtype bool"),
     (k_not_prefix, ValueError, r"k_not_prefix: row 0 .*accepted prefix is not draft_ids\[0\]"),
-    (k_raises, TypeError, r"chain kernel k_raises raised RuntimeError: boom \(called as kernel\(target_probs"),
+    (k_raises, TypeError, r"chain kernel k_raises raised RuntimeError: boom \(in k_raises, .*\) \(called as kernel\(target_probs"),
 ])
 def test_chain_kernel_output_checked(kernel, exc, match):
     with pytest.raises(exc, match=match):

@@ -189,7 +189,7 @@ def test_absurd_samples_refused_up_front(tmp_path, capsys, monkeypatch):
     _no_cell_runs(monkeypatch)
     assert main(["certify", "--verifier", "rrs", "--samples", "1e12", "--out", str(tmp_path / "c.md")]) == 2
     err = capsys.readouterr().err
-    assert "--samples" in err and "GiB" in err and "limit" in err
+    assert "--n 1,000,000,000,000" in err and "GiB" in err and "limit" in err
     assert not list(tmp_path.iterdir())
 
 
@@ -334,4 +334,4 @@ def test_samples_refused_when_estimate_exceeds_half_the_memory(tmp_path, capsys,
                         or real(name))  # a 1 GiB machine
     assert main(["certify", "--verifier", "rrs", *TINY[:4], "--samples", "1e8", "--out", str(tmp_path / "c.md")]) == 2
     err = capsys.readouterr().err
-    assert "--samples 100,000,000" in err and "half of this machine's 1.0 GiB" in err and "~1.5 GiB" in err
+    assert "--n 100,000,000" in err and "half of this machine's 1.0 GiB" in err and "~1.5 GiB" in err

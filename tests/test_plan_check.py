@@ -192,3 +192,40 @@ def test_a_kernel_without_a_plan_says_why_the_check_is_skipped():
 
     c = _decoder_cert(token_chain_kernel, n=300)
     assert "plan_sampler" not in c.checks and "declares no plan" in c.skipped["plan_sampler"]
+
+
+def test_a_kernel_plan_with_complex_values_fails_and_a_raising_plan_attribute_is_the_kernels_failure():
+    token = get_path_verifier("token")
+
+    class Complex:
+        def plan(self, p, q, drafts):
+            pl = token.plan(p, q, drafts)
+            return type(pl)(pl.stop + 0.05j, pl.laws)
+
+        verify = token.verify
+
+    c = _decoder_cert(_kernel_from_path_rule(Complex()), n=300)
+    assert not c.passed and "complex" in c.details["plan_sampler"]["reason"]
+
+    from exactness.chain import token_chain_kernel
+
+    class Raising:
+        __name__ = "raising_kernel"
+
+        @property
+        def plan(self):
+            raise RuntimeError("plan unavailable")
+
+        def __call__(self, *a):
+            return token_chain_kernel(*a)
+
+    c = _decoder_cert(Raising(), n=300)
+    assert not c.passed and "plan unavailable" in c.details["subject"]["error"]
+
+
+def test_the_stored_groups_are_capped_by_memory(monkeypatch):
+    import exactness.plan_check as pc
+
+    monkeypatch.setattr(pc, "MAX_GROUP_ELEMS", 3 * 3 * 3 * 5)     # five groups of rows 3 x V 3
+    c = _decoder_cert(_kernel_from_path_rule(get_path_verifier("token")), n=300)
+    assert c.details["plan_sampler"]["n"] > 300 and c.passed

@@ -20,13 +20,18 @@ ROOT = Path(__file__).resolve().parents[1]
 ADAPTERS = {"transformers_engine.py", "ortgenai.py", "mlxlm.py", "llamacpp.py", "vllm_engine.py", "tiny.py"}
 
 
+#: calls that read a hook by name: getattr / hasattr, and the plan readers that wrap them
+#: (``exactness.plan_check.declared``, ``exactness.pathlevel._declared_plan``)
+HOOK_READERS = ("getattr", "hasattr", "declared", "_declared_plan")
+
+
 def _hook_reads():
     for path in sorted((ROOT / "exactness").rglob("*.py")):
         if path.parent.name == "engines" and path.name in ADAPTERS:
             continue
         for node in ast.walk(ast.parse(path.read_text())):
             if (isinstance(node, ast.Call) and isinstance(node.func, ast.Name)
-                    and node.func.id in ("getattr", "hasattr") and len(node.args) >= 2
+                    and node.func.id in HOOK_READERS and len(node.args) >= 2
                     and isinstance(node.args[0], ast.Name) and node.args[0].id in protocols.SUBJECT_NAMES
                     and isinstance(node.args[1], ast.Constant) and isinstance(node.args[1].value, str)
                     and not node.args[1].value.startswith("__")):

@@ -101,7 +101,6 @@ def _user_models(args):
             raise ValueError("--draft-model and --prompts go with --model (your own checkpoint)")
         return None
     import json
-    from pathlib import Path
 
     import numpy as np
 

@@ -34,8 +34,8 @@ def add_arguments(parser):
     parser.add_argument("--shapes", action=ListAction, sep=None, default=list(DEFAULT_SHAPES),
                         help="tree shapes, e.g. 4,2,2,1 or wor:8,4 (without replacement)")
     parser.add_argument("--V", type=int, default=1000, help="vocabulary size of synthetic families (default 1000)")
-    parser.add_argument("--n", type=int, default=32, help="(p, q) pairs per family and temperature (default 32)")
-    parser.add_argument("--n-samples", type=int, default=128,
+    parser.add_argument("--nodes", dest="n", type=int, default=32, help="(p, q) pairs per family and temperature (default 32)")
+    parser.add_argument("--n", "--n-samples", dest="n_samples", type=int, default=128,
                         help="candidate tuples per pair for without-replacement Monte Carlo (default 128)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--path-rules", action=ListAction, default=None,
@@ -78,7 +78,7 @@ def run(args) -> int:
         print(f"wrote {md}")
         return 0
 
-    for name, val, lo in (("--V", args.V, 2), ("--n", args.n, 1), ("--n-samples", args.n_samples, 2)):
+    for name, val, lo in (("--V", args.V, 2), ("--nodes", args.n, 1), ("--n", args.n_samples, 2)):
         if val < lo:
             raise ValueError(f"{name} must be >= {lo}, got {val}")
     for s in args.shapes:

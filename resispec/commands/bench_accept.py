@@ -35,7 +35,7 @@ def add_arguments(parser):
                         help="comma-separated verifiers (default: every iid-capable one)")
     parser.add_argument("--lp-max-V", type=int, default=1000,
                         help="run the sequential-optimum LP only when V <= this (0: never; default %(default)s)")
-    parser.add_argument("--mc-samples", type=int, default=20000,
+    parser.add_argument("--n", "--mc-samples", dest="mc_samples", type=int, default=20000,
                         help="draws per node for verifiers with no exact acceptance formula")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", default="reports/bench_accept.md",

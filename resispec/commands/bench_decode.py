@@ -39,7 +39,7 @@ def add_arguments(p) -> None:
     p.add_argument("--verifiers", action=ListAction, default=list(DEFAULT_VERIFIERS),
                    help="registry verifiers, each run (timed) on every tree it serves; the path-level rules 'block' "
                    "and 'token' run on the chain trees (e.g. --trees 1,1,1) only, 'traversal' on every iid tree")
-    p.add_argument("--score", action=ListAction, default=[],
+    p.add_argument("--scores", "--score", dest="score", action=ListAction, default=[],
                    help="verifiers scored by the paired exact estimator only, not run: their exact expected block "
                    "efficiency on the same drafted trees and a projected speed-up ('all' = every built-in "
                    "verifier that needs no options)")
@@ -109,7 +109,7 @@ def run(args) -> int:
     args.score = score_names(args.score)
     if args.proxy is not None and "resispec" not in args.verifiers and "resispec" not in args.score:
         raise ValueError(f"--proxy {args.proxy} applies to the resispec verifier only, which neither --verifiers "
-                         "nor --score names; add resispec or drop --proxy")
+                         "nor --scores names; add resispec or drop --proxy")
     if named:                       # a scored rule no tree's drafting serves would be dropped without a word
         from ..bench.decode import _servable
 
@@ -117,11 +117,11 @@ def run(args) -> int:
         served = {m for s in shapes for m in _servable(shape_verifiers(named, s, args.proxy), runners[s.label], s)}
         unserved = [m for m in dict.fromkeys(named) if m not in served and m not in args.verifiers]
         if unserved:
-            raise ValueError(f"--score {' '.join(unserved)}: exact for none of --trees {' '.join(args.trees)} "
+            raise ValueError(f"--scores {' '.join(unserved)}: exact for none of --trees {' '.join(args.trees)} "
                              "(block and token need a chain; rrs, kseq and the tree rules need iid drafts, not "
                              "'wor:'); drop them or add a tree they fit")
     if args.score and args.no_paired:
-        raise ValueError("--score needs the paired estimator; drop --no-paired")
+        raise ValueError("--scores needs the paired estimator; drop --no-paired")
     check_report_path(args.out, "--out")
     previous, first = _stopped_run(args, sampling) if args.resume else (None, None)
     if not args.resume:

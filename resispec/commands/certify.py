@@ -17,7 +17,7 @@ cell that runs past it, or whose verifier raises, is a FAILED cell with the
 reason shown.  ``--verifier module:object`` imports and runs that module
 (current directory first on the import path); a module or factory that
 fails to load -- any exception, even ``sys.exit()`` -- is an error (exit 2).
-``--proxy module:object`` loads a rejection-dependent proxy ``(R, q, x, *, step)`` the same way and
+``--proxies module:object`` loads a rejection-dependent proxy ``(R, q, x, *, step)`` the same way and
 certifies ``rejection_proxy[proxy=module:object]`` (``docs/verifiers.md``).
 
 Exit status: 0 all verifiers pass; 1 a verifier fails (a cell failed its
@@ -49,7 +49,7 @@ def add_arguments(parser) -> None:
                              "searched first, as pytest does. Any failure to load it is an error (exit 2). "
                              "Repeatable (not comma-separated: specs contain commas); default: every built-in "
                              "verifier")
-    parser.add_argument("--proxy", action=ListAction, metavar="NAME|MODULE:OBJECT",
+    parser.add_argument("--proxies", "--proxy", dest="proxy", action=ListAction, metavar="NAME|MODULE:OBJECT",
                         help="also certify resispec with these built-in proxies (comma-separated and/or "
                              "repeatable; 'all' = every proxy); or module:object naming a rejection-dependent "
                              "proxy(R, q, x, *, step) (IMPORTS AND RUNS that module; a failure to load it is exit 2), "
@@ -57,19 +57,19 @@ def add_arguments(parser) -> None:
                              "--verifier or a built-in proxy name is given)")
     parser.add_argument("--k", action=ListAction, item_type=int, metavar="K",
                         help="candidates per node: --k 2,4 or --k 2 --k 4 (default 1,2,4,8)")
-    parser.add_argument("--samples", type=count, default=None, metavar="N",
+    parser.add_argument("--n", "--samples", dest="samples", type=count, default=None, metavar="N",
                         help="Monte Carlo draws per cell, e.g. 200000 or 2e5 (default: 200,000, capped for O(V) "
                              "samplers; at most 1e9, and refused when the estimated memory exceeds half of this "
                              "machine's)")
     parser.add_argument("--tv", type=float, default=None, metavar="X",
-                        help="smallest TV bias to detect per cell, in (0, 1]: without --samples it plans each "
+                        help="smallest TV bias to detect per cell, in (0, 1]: without --n it plans each "
                              "cell's draws (power 0.99 at --alpha; n grows like 1/X^2), states the estimated time "
                              "on stderr and refuses a plan over the time or memory limit (that cell FAILS with "
-                             "the reason); with --samples it only warns when --samples is too small. The report "
+                             "the reason); with --n it only warns when --n is too small. The report "
                              "gives each cell's equivalence statement 'TV <= x at confidence 1 - alpha'")
     parser.add_argument("--sequential", action="store_true",
                         help="anytime-valid sequential marginal test (e-process): each cell stops drawing as "
-                             "soon as a bias is evident, else draws its whole budget (--samples or the plan for "
+                             "soon as a bias is evident, else draws its whole budget (--n or the plan for "
                              "--tv); the level holds under this optional stopping")
     parser.add_argument("--seed", type=seed, default=0, metavar="S",
                         help="base seed: an integer >= 0 or a sequence such as 0,3 (= SeedSequence([0, 3])); "
@@ -122,7 +122,7 @@ def _check_output(flag: str, path) -> None:
 
 
 def _check_samples(n: int, ks) -> None:
-    """Refuse an absurd ``--samples`` before running.
+    """Refuse an absurd ``--n`` before running.
 
     Refused: more than ``exactness.limits.MAX_CELL_SAMPLES`` (1e9) draws per
     cell, or an estimated peak (``exactness.certify_run.sample_memory`` at the
@@ -135,8 +135,8 @@ def _check_samples(n: int, ks) -> None:
 
     kmax = max(ks)
     if n > 10**15:              # no float overflow below, and no 400-digit number in the message
-        raise ValueError(f"--samples {count_text(n)} exceeds the limit of {MAX_CELL_SAMPLES:,} draws per cell; pass "
-                         "a smaller --samples (the default 200,000 detects TV ~ 0.01)")
+        raise ValueError(f"--n {count_text(n)} exceeds the limit of {MAX_CELL_SAMPLES:,} draws per cell; pass "
+                         "a smaller --n (the default 200,000 detects TV ~ 0.01)")
     mem = sample_memory(n, kmax)
     try:
         ram = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
@@ -146,9 +146,9 @@ def _check_samples(n: int, ks) -> None:
            else f"needs more than half of this machine's {ram / 2**30:.1f} GiB of memory" if ram and mem > ram / 2
            else None)
     if why:
-        raise ValueError(f"--samples {n:,} {why}: one cell at k = {kmax} would hold ~{mem / 2**30:,.1f} GiB "
+        raise ValueError(f"--n {n:,} {why}: one cell at k = {kmax} would hold ~{mem / 2**30:,.1f} GiB "
                          f"(16 bytes per draw for tokens and accepted indices, plus 8 x (2k+1) bytes per draw of "
-                         f"uniforms per chunk); pass a smaller --samples (the default 200,000 detects TV ~ 0.01)")
+                         f"uniforms per chunk); pass a smaller --n (the default 200,000 detects TV ~ 0.01)")
 
 
 def _check_executor(executor, address) -> None:
@@ -182,7 +182,7 @@ def run(args) -> int:
     if tv is not None and not 0 < tv <= 1:  # also NaN
         raise ValueError(f"--tv must lie in (0, 1] (the smallest TV bias to detect, e.g. 0.001), got {tv}")
     if args.samples is not None and args.samples < 1:
-        raise ValueError(f"--samples must be >= 1, got {args.samples}")
+        raise ValueError(f"--n must be >= 1, got {args.samples}")
     if args.mutant_seeds < 1:
         raise ValueError(f"--mutant-seeds must be >= 1, got {args.mutant_seeds}")
     if isinstance(args.seed, int) and args.seed < 0:  # the parser refuses these; a caller's namespace may not
@@ -235,11 +235,11 @@ def run(args) -> int:
 
         paths = [name for name in args.proxy if ":" in name]   # rejection-dependent proxies (module:object)
         for path in paths:
-            load_proxy(path, "--proxy")   # fail now (exit 2), before any cell runs
+            load_proxy(path, "--proxies")   # fail now (exit 2), before any cell runs
         names = sorted(PROXIES) if "all" in args.proxy else [name for name in args.proxy if ":" not in name]
         for name in names:
             if name not in PROXIES:
-                raise ValueError(f"--proxy {name!r}: choose one of {sorted(PROXIES)}, 'all', or module:object "
+                raise ValueError(f"--proxies {name!r}: choose one of {sorted(PROXIES)}, 'all', or module:object "
                                  "for a rejection-dependent proxy(R, q, x, *, step)")
         if not specs and names:
             import resispec
@@ -293,7 +293,7 @@ def run(args) -> int:
     dets = [c.certificate.detectable_tv for c in grid.cells if c.certificate is not None]
     unsupported = [c for c in grid.cells if c.certificate is None and c.skipped.startswith("not supported")]
     print(f"NO BIAS DETECTED in any verifier (each cell's detectable TV {min(dets):.3g} to {max(dets):.3g} at power "
-          f"0.99: column 'detect. TV'; raise --samples to see smaller biases)"
+          f"0.99: column 'detect. TV'; raise --n to see smaller biases)"
           + (f"; {len(unsupported)} cell(s) not supported by the verifier (its supported_k), listed as skipped, "
              "not certified" if unsupported else ""))
     return 0

@@ -15,7 +15,7 @@ on saved models (folders, loaded offline) through ``exactness.adapters.hf``: ``H
 or ``--prompt-text`` (tokenised with the target's tokenizer; repeat for several).
 
 Writes a terminal table (under a line naming the sample: ``n = 150,000 continuations (50,000 per prompt x 3
-prompts)``; ``--samples`` is per prompt, the summary's ``n`` the pooled total), a Markdown report (default
+prompts)``; ``--n`` is per prompt, the summary's ``n`` the pooled total), a Markdown report (default
 certify-out/certify_decoder.md, git-ignored), a JSON file and a PNG figure (per-position PIT p-values and detectable TV) next
 to it; progress of slow phases on stderr.
 Exit status (as ``resispec certify``): 0 no bias detected; 1 bias found or the decoder misbehaved (it
@@ -26,7 +26,7 @@ that raises or returns a bad law).
 
 Example:
   resispec certify-decoder --decoder exactness.decoder_mutants:demo --new-tokens 3
-  resispec certify-decoder --hf-target ./target --hf-draft ./draft --top-k 3 --prompt-text "hello" --samples 2000
+  resispec certify-decoder --hf-target ./target --hf-draft ./draft --top-k 3 --prompt-text "hello" --n 2000
 """
 
 from __future__ import annotations
@@ -65,7 +65,7 @@ def add_arguments(parser) -> None:
     hf.add_argument("--prompt-text", action="append", metavar="TEXT", help="a prompt as text, tokenised with "
                     "--hf-target's tokenizer; repeat for several (they must tokenise to equal lengths)")
     parser.add_argument("--new-tokens", type=int, default=2, help="tokens per continuation (default 2)")
-    parser.add_argument("--samples", type=count, default=None, metavar="N",
+    parser.add_argument("--n", "--samples", dest="samples", type=count, default=None, metavar="N",
                         help="continuations per prompt (default: the n at which the joint test detects TV 0.02); "
                              "the summary's n is the total over the prompts")
     parser.add_argument("--tv", type=float, default=None, help="TV to detect (plans n; warns if n is too small)")
@@ -231,7 +231,7 @@ def run(args) -> int:
     if args.new_tokens < 1:
         raise ValueError(f"--new-tokens must be >= 1, got {args.new_tokens}")
     if args.samples is not None and args.samples < 1:
-        raise ValueError(f"--samples must be >= 1, got {args.samples}")
+        raise ValueError(f"--n must be >= 1, got {args.samples}")
     from exactness._timeout import check_timeout
 
     time_limit = check_timeout(args.time_limit, name="--time-limit")

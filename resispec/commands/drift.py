@@ -19,7 +19,7 @@ HELP = "residual drift per chain step (beta_i, TV, top-mass residual, acceptance
 def add_arguments(parser):
     parser.add_argument("--family", default="softmax_noise", help="pair family (default softmax_noise)")
     parser.add_argument("--V", type=int, default=1000, help="vocabulary size (default 1000)")
-    parser.add_argument("--n", type=int, default=32, help="number of (p, q) pairs (default 32)")
+    parser.add_argument("--nodes", dest="n", type=int, default=32, help="number of (p, q) pairs (default 32)")
     parser.add_argument("--k", type=int, default=8, help="candidates per node (default 8)")
     parser.add_argument("--temperature", type=float, default=1.0, help="temperature of p and q (default 1.0)")
     parser.add_argument("--gammas", action=ListAction, item_type=float, default=[0, 0.25, 0.5, 0.75, 1, 1.25, 1.5, 2],

@@ -18,7 +18,7 @@ def add_arguments(parser):
     parser.add_argument("--families", action=ListAction, default=None, help="families (default: all registered)")
     parser.add_argument("--temperatures", action=ListAction, item_type=float, default=[0.7, 1.0, 1.5])
     parser.add_argument("--V", type=int, default=1000)
-    parser.add_argument("--n", type=int, default=64, help="pairs per family and temperature")
+    parser.add_argument("--nodes", dest="n", type=int, default=64, help="pairs per family and temperature")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--dial", nargs=3, metavar=("FAMILY", "PARAM", "VALUES"), action="append", default=[],
                         help="also tabulate TV / KL as PARAM of FAMILY takes comma-separated VALUES")
@@ -33,7 +33,7 @@ def run(args) -> int:
     from simulators._io import write_text
 
     if args.V < 2 or args.n < 1:
-        raise ValueError("--V must be >= 2 and --n >= 1")
+        raise ValueError("--V must be >= 2 and --nodes >= 1")
     if not args.families:
         get_family("ngram")                   # load the lazily registered real-data family
     names = args.families or sorted(FAMILIES)
@@ -41,7 +41,7 @@ def run(args) -> int:
         get_family(nm)
     rows, md = divergence_table(names, args.temperatures, V=args.V, n=args.n, seed=args.seed)
     out = ["# Pair families: measured divergence", "",
-           f"Command: `resispec families --V {args.V} --n {args.n}`" + "".join(f" --dial {' '.join(d)}" for d in args.dial), "",
+           f"Command: `resispec families --V {args.V} --nodes {args.n}`" + "".join(f" --dial {' '.join(d)}" for d in args.dial), "",
            f"Mean over {args.n} sampled pairs; TV = 1/2 sum |p - q| (single-draft acceptance is 1 - TV); "
            "KL(p‖q) in nats is inf after truncation (p keeps tokens q dropped).", "", md, ""]
     for fam, param, values in args.dial:

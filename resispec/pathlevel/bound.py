@@ -32,6 +32,8 @@ from .analysis import check_pair, continuation, enumerate_trees, prefix_laws, tr
 
 #: Largest LP (number of variables) :func:`optimal_accepted` builds.
 MAX_VARIABLES = 600_000
+#: Largest number of constraint nonzeros (estimated): the solver's cost grows with them, not with the variables.
+MAX_NONZEROS = 8_000_000
 #: Feasibility tolerances tried in turn (HiGHS dual simplex); the first that solves is reported.
 LP_TOLERANCES = (1e-10, 1e-9, 1e-7)
 
@@ -95,6 +97,11 @@ def optimal_accepted(pair, branching, context=()) -> PathBound:
     if n_var > MAX_VARIABLES:
         raise ValueError(f"the LP would have ~{float(n_var):.3g} variables (V = {V}, {N} drafted nodes), over {MAX_VARIABLES}; "
                          "use a smaller V or tree")
+    nnz = V ** N * V * sum(V ** (D - int(d)) for d in depth)    # each outcome of row r spreads over V^(D - depth r)
+    if nnz > MAX_NONZEROS:                                       # horizon cells: the solver's memory and time
+        raise ValueError(f"the LP would have ~{float(nnz):.3g} constraint nonzeros (V = {V}, {N} drafted nodes, depth "
+                         f"{D}), over MAX_NONZEROS = {MAX_NONZEROS:,} (V = 30 at L = 2 took 2 minutes and 4 GB); use a "
+                         "smaller V or tree")
     laws = prefix_laws(pair, D, context)
     cont = continuation(laws, V, D + 1)
     target = cont[0].ravel()
