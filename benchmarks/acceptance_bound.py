@@ -162,9 +162,11 @@ def path_markdown(rows) -> list[str]:
     return lines
 
 
-def markdown(rows, seeds: int, seconds: float, load: tuple, path_rows=()) -> str:
+def markdown(rows, seeds: int, seconds: float, load: tuple, path_rows=(), out: str | None = None,
+             paths: bool = True) -> str:
     lines = ["# Convict without a histogram: the acceptance bound vs the marginal histogram", "",
-             f"Command: `python benchmarks/acceptance_bound.py --seeds {seeds} --out reports/acceptance_bound.md`. Run time {seconds:.0f} s; load "
+             f"Command: `python benchmarks/acceptance_bound.py --seeds {seeds}{' --out ' + out if out else ''}"
+             f"{'' if paths else ' --no-paths'}`. Run time {seconds:.0f} s; load "
              f"average at the start {load[0]:.2f}, {load[1]:.2f}, {load[2]:.2f} (2 cores). Subject: "
              "`too_generous(factor)` (recursive rejection accepting with min(1, factor p/q)) as a black box. "
              "'n bound' / 'n histogram': draws at which the acceptance-bound check / the marginal chi-square fail "
@@ -199,7 +201,7 @@ def main(argv=None) -> int:
     t0 = time.perf_counter()
     rows = run(a.seeds)
     path_rows = run_paths(a.seeds) if a.paths else []
-    md = markdown(rows, a.seeds, time.perf_counter() - t0, load, path_rows)
+    md = markdown(rows, a.seeds, time.perf_counter() - t0, load, path_rows, a.out, a.paths)
     print(md)
     if a.out:
         from resispec._io import write_markdown_and_json

@@ -58,6 +58,10 @@ def own_limit(seconds: float | None) -> float | None:
     return None if 0 < delay <= seconds else seconds
 
 
+#: Shortest alarm delay and repeat interval (seconds) of :func:`time_limit`.
+MIN_ALARM = 1e-3
+
+
 @contextmanager
 def time_limit(seconds: float | None):
     """Raise ``TimeLimitExceeded`` in the block after ``seconds`` (None/0: no limit).
@@ -80,12 +84,15 @@ def time_limit(seconds: float | None):
     old_handler = signal.signal(signal.SIGALRM, _alarm)
     # the alarm repeats (every min(1 s, seconds)) until the block is left, so a plug-in that swallows
     # the first TimeLimitExceeded (``except BaseException``) is interrupted again
-    old_delay, old_interval = signal.setitimer(signal.ITIMER_REAL, seconds, min(1.0, seconds))
+    # (at least MIN_ALARM apart: an alarm every microsecond outran the handler and the default one killed the process)
+    old_delay, old_interval = signal.setitimer(signal.ITIMER_REAL, max(seconds, MIN_ALARM),
+                                               max(min(1.0, seconds), MIN_ALARM))
     t0 = time.monotonic()
     try:
         yield True
     finally:
         signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, signal.SIG_IGN)     # an alarm already pending is dropped, never the default kill
         signal.signal(signal.SIGALRM, signal.SIG_DFL if old_handler is None else old_handler)
         if old_delay > 0:
             signal.setitimer(signal.ITIMER_REAL, max(old_delay - (time.monotonic() - t0), 1e-3), old_interval)

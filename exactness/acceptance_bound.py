@@ -68,25 +68,42 @@ def lp_bound(b) -> float:
     return float(b.expected_accepted + max(10 * b.tolerance, LP_SLACK * max(1.0, b.expected_accepted)))
 
 
-def _exact_form(plan_fn, plan_attr: str, rows: int, V: int, where: tuple, analyse) -> dict:
+#: Largest probability-weighted law error of a declared plan (sum over drafted chains / trees of the chance of the
+#: drafts times the plan's largest deviation there from a law): below it the plan's rounding cannot move its
+#: E[accepted] across the bound (``LP_SLACK``); traversal's plan is off by 3e-4 on trees of probability 6e-14.
+PLAN_WEIGHTED_TOL = 1e-8
+
+
+def _exact_form(plan_fn, plan_attr: str, rows: int, V: int, where: tuple, analyse, chance) -> dict:
     """The sampling-free bound check: ``analyse(checked)`` (an exact analysis reading ``checked.<plan_attr>``: the
-    rule's ``plan_fn``, checked to be a law of ``rows`` rows over ``V`` tokens at every draft by
-    ``exactness.plan_check.law_problem``) against the LP bound at ``where`` (:func:`lp_bound` of
-    ``optimal_accepted(*where)``).  Returns the dict of :meth:`AcceptanceBound.exact_path`."""
+    rule's ``plan_fn``, checked at every draft to be a law of ``rows`` rows over ``V`` tokens by
+    ``exactness.plan_check.law_problem``: its structure exactly, its sums and signs up to rounding weighted by the
+    drafts' probability ``chance(*args)``, in all at most :data:`PLAN_WEIGHTED_TOL`) against the LP bound at
+    ``where`` (:func:`lp_bound` of ``optimal_accepted(*where)``).  Returns the dict of
+    :meth:`AcceptanceBound.exact_path`."""
     from resispec.pathlevel.bound import optimal_accepted
 
-    from .plan_check import law_problem
+    from .plan_check import LAW_TOL, law_problem
 
     try:
         b = optimal_accepted(*where)
     except ValueError as exc:
         return {"skipped": f"no bound at this size: {exc}"}
+    off = {"total": 0.0, "worst": 0.0, "where": ""}
 
     def checked_plan(*args):                         # the rule's plan, checked to be a law at every draft
         pl = plan_fn(*args)
-        _, _, why = law_problem(pl, rows, V)
+        at = np.asarray(args[-1]).tolist()
+        stop, laws, why = law_problem(pl, rows, V, tol=math.inf)              # structure: exact
         if why:
-            raise _PlanError(f"{why.removeprefix('not a law: ')} at drafts {np.asarray(args[-1]).tolist()}")
+            raise _PlanError(f"{why.removeprefix('not a law: ')} at drafts {at}")
+        _, _, why = law_problem(pl, rows, V)                                  # sums and signs: up to rounding
+        if why:
+            dev = max(abs(stop.sum() - 1), float(np.abs(laws.sum(axis=1) - 1).max()), -min(stop.min(), laws.min()))
+            w = chance(*args) * dev                  # its effect on any expectation under the plan
+            off["total"] += w
+            if w >= off["worst"]:
+                off.update(worst=w, where=f"{why.removeprefix('not a law: ')} at drafts {at}")
         return pl
 
     checked = type("Checked", (), {plan_attr: staticmethod(checked_plan)})()
@@ -96,6 +113,10 @@ def _exact_form(plan_fn, plan_attr: str, rows: int, V: int, where: tuple, analys
         return {"error": f"its declared plan is not a law: {exc}"}
     except (Exception, SystemExit) as exc:           # the rule's own plan raised: the subject misbehaved
         return {"error": f"its declared plan raised {type(exc).__name__}: {exc}"}
+    if off["total"] > PLAN_WEIGHTED_TOL:
+        return {"error": f"its declared plan is not a law: off by {off['total']:.3g} in all, weighted by the drafts' "
+                         f"probability (over {PLAN_WEIGHTED_TOL:g}; rounding of {LAW_TOL:g} is allowed per draft); "
+                         f"the worst: {off['where']}"}
     bound = lp_bound(b)                              # LP optimum plus its solver slack
     out = {"expected_accepted": a.expected_accepted, "bound": bound, "exact_tv": a.tv,
            "exceeded": bool(a.expected_accepted > bound)}
@@ -103,6 +124,21 @@ def _exact_form(plan_fn, plan_attr: str, rows: int, V: int, where: tuple, analys
                      f"> bound {bound:.10g}" if out["exceeded"] else
                      f"its plan's E[accepted] = {a.expected_accepted:.10g} <= bound {bound:.10g}")
     return out
+
+
+def _chain_chance(p, q, drafts) -> float:
+    """Probability of iid-drafted chain ``drafts`` (L,) under the draft rows ``q`` (L, V): prod_i q_i(d_i)."""
+    q = np.asarray(q, dtype=np.float64)
+    d = np.asarray(drafts, dtype=np.int64)
+    return float(np.prod(q[np.arange(d.size), d]))
+
+
+def _tree_chance(p, q, parent, tokens) -> float:
+    """Probability of an iid-drafted tree: prod over drafted nodes n of q[row of n's parent](tokens[n]) (``q``
+    (N+1, V) by tree row, ``parent`` (N,) the parent node ids, -1 the root)."""
+    q = np.asarray(q, dtype=np.float64)
+    rows = np.asarray(parent, dtype=np.int64) + 1
+    return float(np.prod(q[rows, np.asarray(tokens, dtype=np.int64)]))
 
 
 @dataclass(frozen=True)
@@ -265,13 +301,13 @@ class AcceptanceBound:
         1963, JASA 58, Theorem 1 with the Bernoulli law extremal): ``p = exp(-n KL(mean / top || bound / top))``
         for a sample mean above the bound (KL the Bernoulli relative entropy), else 1.  A z-test on the sample's
         own standard deviation failed exact rules whose draft is close to the target (nearly every step keeps
-        all L drafts: sd 0, p 0; breaker).  ``detectable_excess``: the excess over ``bound`` at which the sample
-        mean passes the critical mean with probability ``power`` (normal approximation of the mean under the
-        alternative, its variance at the largest a law on ``[0, top]`` with that mean can have); ``inf`` when
-        even a mean of ``top`` cannot reject at this ``n``.  ``n`` >= 100.
+        all L drafts: sd 0, p 0; breaker).  ``detectable_excess``: the excess over ``bound`` that the test finds
+        with probability ``power`` when the drafts kept follow the two-point law on ``{0, top}`` (exact binomial;
+        the largest variance a law on ``[0, top]`` with that mean has; laws with less spread are typically found
+        at smaller excesses); ``inf`` when even a mean of ``top`` cannot reject at this ``n``.  ``n`` >= 100.
         """
         from scipy.optimize import brentq
-        from scipy.stats import norm
+        from scipy.stats import binom
 
         if isinstance(bound, (bool, np.bool_)) or not isinstance(bound, (int, float, np.integer, np.floating)) or \
                 not (math.isfinite(float(bound)) and bound >= 0):
@@ -295,15 +331,14 @@ class AcceptanceBound:
             return math.exp(-n * float(rel_entr(a, b) + rel_entr(1 - a, 1 - b)))   # KL(a || b), Bernoulli
 
         pv = 1.0 if (mean <= bound or b >= 1) else tail(mean)
-        if b >= 1 or tail(top) >= alpha:                # not even a mean of top rejects at this n
-            det = math.inf
-        else:
-            crit = brentq(lambda m: tail(m) - alpha, bound, top)                 # critical mean: tail(crit) = alpha
-            zb = norm.isf(1 - power)
-
-            def short(mu):                             # P(mean >= crit | mu) >= power, normal approx, max variance
-                return mu - zb * math.sqrt(max(mu * (top - mu), 0.0) / n) - crit
-            det = (brentq(short, crit, top) if short(top) >= 0 else top) - bound
+        det = math.inf
+        if b < 1 and tail(top) < alpha:                 # else not even a mean of top rejects at this n
+            # power at the two-point law on {0, top} (the largest variance a law on [0, top] with that mean has):
+            # the mean is top K / n, K ~ Binomial(n, mu / top); it rejects from the smallest K with tail < alpha
+            k_min = next(k for k in range(int(math.floor(n * b)), n + 1) if tail(top * k / n) < alpha)
+            reach = lambda mu: float(binom.sf(k_min - 1, n, mu / top)) - power   # noqa: E731  P(K >= k_min) - power
+            if reach(top * (1 - 1e-12)) >= 0:
+                det = brentq(reach, bound, top * (1 - 1e-12)) - bound
         return AcceptanceBoundResult(int(x.sum()), n, mean, se, float(bound), pv, float(det), float(alpha),
                                      float(power))
 
@@ -325,7 +360,7 @@ class AcceptanceBound:
         if V ** (L + 1) > MAX_CELLS:
             return {"skipped": f"V^(L+1) = {V ** (L + 1):,} outcomes exceed the exact enumeration's {MAX_CELLS:,}"}
         return _exact_form(plan_fn or verifier.plan, "plan", L + 1, V, (pair, (1,) * L, context),
-                           lambda checked: analyse_path(checked, pair, L, context))
+                           lambda checked: analyse_path(checked, pair, L, context), _chain_chance)
 
     @staticmethod
     def exact_tree(verifier, pair, branching, context=(), plan_fn=None) -> dict:
@@ -341,7 +376,7 @@ class AcceptanceBound:
             return {"skipped": f"V^(N + D + 1) = {V}^{N + D + 1} drafted trees and outcomes exceed the exact "
                                f"enumeration's {10 * MAX_CELLS:,}"}
         return _exact_form(plan_fn or verifier.plan_tree, "plan_tree", N + 1, V, (pair, tuple(branching), context),
-                           lambda checked: analyse_tree(checked, pair, tuple(branching), context))
+                           lambda checked: analyse_tree(checked, pair, tuple(branching), context), _tree_chance)
 
     def run_node(self, stop_counts: np.ndarray, p, q, k: int, drafting: str, alpha: float = 1e-3,
                  power: float = 0.99) -> AcceptanceBoundResult:

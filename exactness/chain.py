@@ -281,6 +281,14 @@ def _kernel_name(kernel) -> str:
     return getattr(kernel, "__name__", type(kernel).__name__)
 
 
+def _own(cls, message: str) -> Exception:
+    """``cls(message)`` marked as naming the kernel's own failure (``exactness._checks.subject_cause`` then reports
+    the message itself, not "decoder.sample raised ValueError: ...")."""
+    err = cls(message)
+    err.names_itself = True
+    return err
+
+
 def _call_kernel(kernel, tp, dp, di, rng) -> np.ndarray:
     """Run a chain kernel and check its output: (A, g + 1) integer ids in [-1, V), prefix = ``di``.
 
@@ -307,28 +315,27 @@ def _call_kernel(kernel, tp, dp, di, rng) -> np.ndarray:
         from ._checks import exception_line
 
         cls = ValueError if isinstance(exc, ValueError) else TypeError
-        err = cls(f"chain kernel {name} raised {exception_line(exc)} ({call})")
-        err.names_itself = True          # a subject failure names the kernel's own error, not this wrapper's class
-        raise err from exc
+        raise _own(cls, f"chain kernel {name} raised {exception_line(exc)} ({call})") from exc
     if out.shape != (A, g + 1):
-        raise ValueError(f"chain kernel {name} returned shape {out.shape}, expected ({A}, {g + 1})")
+        raise _own(ValueError, f"chain kernel {name} returned shape {out.shape}, expected ({A}, {g + 1})")
     if out.dtype == bool or not np.issubdtype(out.dtype, np.integer):
-        raise TypeError(f"chain kernel {name} returned dtype {out.dtype}; it must return integer token ids "
-                        "(int64), -1 as padding")
+        raise _own(TypeError, f"chain kernel {name} returned dtype {out.dtype}; it must return integer token ids "
+                   "(int64), -1 as padding")
     out = out.astype(np.int64, copy=False)
     if np.any(out >= V) or np.any(out < -1):
         bad = out[(out >= V) | (out < -1)][0]
-        raise ValueError(f"chain kernel {name} returned token id {int(bad)}, outside [0, {V}) (and -1 padding)")
+        raise _own(ValueError, f"chain kernel {name} returned token id {int(bad)}, outside [0, {V}) (and -1 "
+                   "padding)")
     k = (out >= 0).sum(axis=1)
     if np.any(k < 1) or np.any(np.cumprod(out >= 0, axis=1).sum(axis=1) != k):
-        raise ValueError(f"chain kernel {name}: output rows must hold the accepted prefix plus one token, then -1 "
-                         "padding (at least one token per row)")
+        raise _own(ValueError, f"chain kernel {name}: output rows must hold the accepted prefix plus one token, "
+                   "then -1 padding (at least one token per row)")
     cols = np.arange(g)[None, :]
     wrong = (cols < (k - 1)[:, None]) & (out[:, :g] != di)
     if wrong.any():
         b = int(np.flatnonzero(wrong.any(axis=1))[0])
-        raise ValueError(f"chain kernel {name}: row {b} returned {out[b].tolist()}, whose accepted prefix is not "
-                         f"draft_ids[{b}] = {di[b].tolist()}; return draft_ids[:a] followed by one token")
+        raise _own(ValueError, f"chain kernel {name}: row {b} returned {out[b].tolist()}, whose accepted prefix is "
+                   f"not draft_ids[{b}] = {di[b].tolist()}; return draft_ids[:a] followed by one token")
     return out
 
 

@@ -124,6 +124,8 @@ class PathCertificate:
         detectable TV at alpha and power, n.  A FAIL: ``"FAIL: <check>: <why>"`` for each failing check in the
         order exact_bound, acceptance_bound, plan_sampler, horizon (its chi-square only when it failed), and n."""
         if self.cause is not None:
+            if self.cause.startswith("time_limit"):
+                return f"FAIL: {self.cause}"
             return f"FAIL: the rule misbehaved after {self.n:,} steps: {self.cause}"
         stat = f"{self.statistic:.4g}" if math.isfinite(self.statistic) else str(self.statistic)
         horizon = (f"horizon chi2 = {stat} (df {self.df}), TV ~ {self.tv_estimate:.3g} (<= {self.tv_upper:.3g}), "
@@ -389,6 +391,7 @@ def certify_path(verifier, pair, L: int, *, n: int = 4000, alpha: float = 1e-3, 
         plan, exact = _declared_plan(verifier, "plan", "plan(p, q, drafts)")
         if plan is not None:                          # a declared plan: the bound check without sampling too
             exact = ACCEPTANCE_BOUND.exact_path(verifier, pair, L, context, plan_fn=plan)
+            plan.storing = False                      # the sampler reads what the enumeration stored, no more
         coll, why = _plan_collector(verifier, "path", rng, L + 1, V, plan)
         cert = _run(lambda acc, obs: sample_horizon(verifier, pair, L, n, rng, context, acc, obs), n, target, df,
                     alpha, min_expected, (pair, (1,) * L, context), exact, coll)
@@ -502,6 +505,7 @@ def certify_tree_rule(verifier, pair, branching, *, n: int = 4000, alpha: float 
         plan, exact = _declared_plan(verifier, "plan_tree", "plan_tree(p, q, parent, tokens)")
         if plan is not None:                          # a declared plan: the bound check without sampling too
             exact = ACCEPTANCE_BOUND.exact_tree(verifier, pair, branching, context, plan_fn=plan)
+            plan.storing = False                      # the sampler reads what the enumeration stored, no more
         coll, why = _plan_collector(verifier, "tree", rng, N + 1, V, plan)
         cert = _run(lambda acc, obs: sample_tree_horizon(verifier, pair, branching, n, rng, context, acc, obs), n,
                     target, df, alpha, min_expected, (pair, branching, context), exact, coll)
@@ -513,28 +517,32 @@ def certify_tree_rule(verifier, pair, branching, *, n: int = 4000, alpha: float 
 def _timed(body, limit: float | None, target: np.ndarray, alpha: float) -> PathCertificate:
     """``body()`` within ``limit`` seconds (``exactness._timeout.time_limit``: SIGALRM, main thread); past it, a
     FAIL naming the limit (a plan or ``verify`` that never returns), never a hang."""
-    from ._timeout import TimeLimitExceeded, time_limit
+    from ._timeout import TimeLimitExceeded, own_limit
+    from .certificate import subject_time_limit
 
+    mine = own_limit(limit) is not None              # else an outer limit due sooner governs: its exception passes
     try:
-        with time_limit(limit):
+        with subject_time_limit(limit):
             return body()
     except TimeLimitExceeded:
-        return _subject_failure(target, 0, alpha, f"time_limit = {limit:g} s passed: the rule's plan or verify did "
-                                "not return (a rule that hangs, or a run longer than the limit: raise time_limit)",
-                                None)
+        if not mine:
+            raise
+    # the alarm is off here: the FAIL is built outside the limit (a repeating alarm cannot interrupt it)
+    return _subject_failure(target, 0, alpha, f"time_limit = {limit:g} s passed before the certificate was done (a "
+                            "plan or verify that hangs, or a run longer than the limit: raise time_limit)", None)
 
 
 def _declared_plan(verifier, attr: str, signature: str):
     """``(plan, None)``: the rule's declared plan as a :class:`exactness.plan_check.PlanMemo` (computed once per
     drafted chain / tree, shared by the exact bound form and the plan-vs-sampler check); or ``(None, exact)``, the
-    ``exact_bound`` entry: skipped with the reason (no plan, or one that is not callable), or an error (reading
-    the attribute raised: a FAIL naming it)."""
+    ``exact_bound`` entry: skipped with the reason (no plan), or an error (reading the attribute raised, or it is
+    not callable: a FAIL naming it)."""
     from .plan_check import PlanMemo, declared
 
     fn, why = declared(verifier, attr)
     if fn is not None:
         return PlanMemo(fn), None
-    if why and why.startswith("reading"):
+    if why:                                           # reading it raised, or it is not callable: declared wrong
         return None, {"error": why}
     return None, {"skipped": why or NO_PLAN.format(plan=signature)}
 

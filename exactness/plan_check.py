@@ -40,7 +40,9 @@ from .gof import gof_test
 from .power import detectable_tv
 
 #: Tolerance on a plan's sums (as ``AcceptanceBound.exact_path``).
-SUM_TOL = 1e-9
+#: Tolerance of a declared plan's sums and negatives (a float32 plan rounds to ~1e-7 per entry; 1e-5 of mass moves
+#: no law by a TV any check here could see).
+LAW_TOL = 1e-5
 #: Distinct plan inputs kept for the grouped test (each holds ``rows * V`` floats); later ones enter the PIT only.
 MAX_GROUPS = 4096
 #: ... and at most this many stored floats in all (3 arrays of rows V per group): V = 2,000 at gamma = 4 took 1.5 GB.
@@ -116,11 +118,12 @@ class PlanSamplerResult:
         return {**asdict(self), "reason": self.line()}
 
 
-def law_problem(pl, rows: int, V: int) -> tuple[np.ndarray | None, np.ndarray | None, str | None]:
+def law_problem(pl, rows: int, V: int, tol: float = LAW_TOL) -> tuple[np.ndarray | None, np.ndarray | None,
+                                                                        str | None]:
     """A declared plan ``pl`` (``.stop`` (rows,), ``.laws`` (rows, V)) as float64 arrays, or why it is not a law:
-    ``(stop, laws, None)`` or ``(None, None, "not a law: ...")`` (complex, non-finite, negative beyond ``SUM_TOL``,
-    not summing to 1 within ``SUM_TOL``, wrong shapes).  One rule for every route (the exact bound form and the
-    plan-vs-sampler check)."""
+    ``(stop, laws, None)`` or ``(None, None, "not a law: ...")``: complex, non-finite, wrong shapes; negative
+    beyond ``tol`` or not summing to 1 within ``tol`` (default :data:`LAW_TOL`; ``math.inf``: the structure only).
+    One rule for every route (the exact bound form and the plan-vs-sampler check)."""
     try:
         raw_stop, raw_laws = pl.stop, pl.laws
     except Exception as exc:                      # no .stop / .laws: not a PathPlan
@@ -136,10 +139,14 @@ def law_problem(pl, rows: int, V: int) -> tuple[np.ndarray | None, np.ndarray | 
                             f"and ({rows}, {V})")
     if not (np.all(np.isfinite(stop)) and np.all(np.isfinite(laws))):
         return None, None, "not a law: non-finite values"
-    if stop.min() < -SUM_TOL or laws.min() < -SUM_TOL:
-        return None, None, "not a law: negative probabilities"
-    if abs(stop.sum() - 1) > SUM_TOL or np.abs(laws.sum(axis=1) - 1).max() > SUM_TOL:
-        return None, None, f"not a law: stop or token laws not summing to 1 (stop sums to {stop.sum():.9g})"
+    if stop.min() < -tol or laws.min() < -tol:
+        return None, None, f"not a law: negative probabilities (down to {min(stop.min(), laws.min()):.3g})"
+    if abs(stop.sum() - 1) > tol:
+        return None, None, f"not a law: the stop law sums to {stop.sum():.9g}"
+    sums = laws.sum(axis=1)
+    if np.abs(sums - 1).max() > tol:
+        r = int(np.argmax(np.abs(sums - 1)))
+        return None, None, f"not a law: token law {r} sums to {sums[r]:.9g}"
     return stop, laws, None
 
 
@@ -154,24 +161,47 @@ def declared(obj, attr: str) -> tuple[object, str | None]:
     if fn is None:
         return None, None
     if not callable(fn):
-        return None, f"{name} is a {type(fn).__name__}, not a callable plan"
+        return None, f"{name} is not callable (it is {type(fn).__name__}): a declared plan must be a method"
     return fn, None
 
 
 class PlanMemo:
     """A declared plan computed once per drafted chain / tree and shared by every check that reads it (the exact
     bound form's enumeration and the plan-vs-sampler check): a plan that answered one way to the enumeration and
-    another way while the sampler ran passed both (breaker).  Keyed by the last argument (the drafts; the node
-    laws are a function of them at a fixed pair and context).  A plan that raises raises each time."""
+    another way while the sampler ran passed both (breaker).  Each answer is kept as a snapshot, its own copies of
+    ``stop`` and ``laws`` (a plan object whose fields change between reads cannot answer twice either).  Keyed by
+    the last argument (the drafts; the node laws are a function of them at a fixed pair and context).  Answers are
+    stored while :attr:`storing` (the exact form's enumeration, bounded by its size limits); afterwards a stored
+    answer is served and any other computed afresh, so memory stays that of the enumeration.  A plan that raises
+    raises each time."""
 
     def __init__(self, fn):
-        self.fn, self.cache = fn, {}
+        self.fn, self.cache, self.storing = fn, {}, True
 
     def __call__(self, *args):
         key = tuple(np.asarray(args[-1]).ravel().tolist())
-        if key not in self.cache:
-            self.cache[key] = self.fn(*args)
-        return self.cache[key]
+        got = self.cache.get(key)
+        if got is None:
+            got = _snapshot(self.fn(*args))
+            if self.storing:
+                self.cache[key] = got
+        return got
+
+
+class _Snapshot:
+    __slots__ = ("stop", "laws")
+
+    def __init__(self, stop, laws):
+        self.stop, self.laws = stop, laws
+
+
+def _snapshot(pl):
+    """``pl``'s ``stop`` and ``laws`` copied once into a plain record (dtype kept: a complex plan stays complex for
+    :func:`law_problem` to name); ``pl`` itself when it has no such fields (``law_problem`` names that)."""
+    try:
+        return _Snapshot(np.array(pl.stop, copy=True), np.array(pl.laws, copy=True))
+    except Exception:
+        return pl
 
 
 def takes_uniforms(fn) -> bool:

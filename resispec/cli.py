@@ -28,12 +28,14 @@ def build_parser() -> argparse.ArgumentParser:
     """The ``resispec`` argument parser with every discovered subcommand."""
     from . import __version__
 
-    parser = argparse.ArgumentParser(prog="resispec", description="Exact multi-candidate speculative sampling.")
+    parser = argparse.ArgumentParser(prog="resispec", description="Exact multi-candidate speculative sampling.",
+                                     allow_abbrev=False)
     parser.add_argument("--version", action="version", version=f"resispec {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for mod in _discover():
         p = sub.add_parser(mod.NAME, help=mod.HELP, description=getattr(mod, "__doc__", None) or mod.HELP,
-                           formatter_class=argparse.RawDescriptionHelpFormatter)
+                           formatter_class=argparse.RawDescriptionHelpFormatter,
+                           allow_abbrev=False)   # --n is not --nodes, --temperature not --temperatures
         mod.add_arguments(p)
         p.set_defaults(_run=mod.run)
     return parser

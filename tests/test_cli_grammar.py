@@ -114,3 +114,21 @@ def test_legacy_aliases_still_parse_to_the_same_value():
             (["bench-accept", "--mc-samples", "64"], ["bench-accept", "--n", "64"], "mc_samples"),
             (["bench-decode", "--score", "all"], ["bench-decode", "--scores", "all"], "score")):
         assert getattr(parser.parse_args(old), dest) == getattr(parser.parse_args(new), dest)
+
+
+def test_no_option_is_reached_by_an_abbreviation():
+    """argparse's prefix matching made `families --n 2` mean --nodes and `--temperature` mean --temperatures."""
+    parser = build_parser()
+    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    assert parser.allow_abbrev is False and all(sp.allow_abbrev is False for sp in sub.choices.values())
+    with pytest.raises(SystemExit):
+        parser.parse_args(["families", "--n", "2"])
+
+
+def test_n_takes_a_count_in_every_form_everywhere():
+    from resispec.commands._args import count
+
+    for s, p, _, action in OPTIONS:
+        if p == "--n":
+            assert action.type is count, f"resispec {s} --n: type count (accepts 2e5, 200_000)"
+            assert action.metavar == "N", f"resispec {s} --n: metavar N"

@@ -22,6 +22,8 @@ from __future__ import annotations
 import os
 import sys
 
+from ._args import count
+
 NAME = "audit"
 HELP = "audit an inference engine's speculative decoding for exactness (tiny local models, its sampling settings)"
 
@@ -45,7 +47,7 @@ def add_arguments(parser) -> None:
     parser.add_argument("--tv", type=float, default=None, help="detectable TV per position to aim at (default 0.02)")
     parser.add_argument("--cell-seconds", type=float, default=None, help="engine time per cell the budget may use "
                         "(default 600)")
-    parser.add_argument("--n", type=int, default=None, help="continuations per prompt (overrides the planned budget)")
+    parser.add_argument("--n", type=count, default=None, metavar="N", help="continuations per prompt (overrides the planned budget)")
     parser.add_argument("--new-tokens", type=int, default=None, help="tokens per continuation (default 3)")
     parser.add_argument("--vocab", type=int, default=None, help="vocabulary of the tiny models (default 16)")
     parser.add_argument("--seed", type=int, default=0)

@@ -16,7 +16,7 @@ import shlex
 import sys
 import time
 
-from ._args import ListAction, check_out
+from ._args import ListAction, check_out, count
 
 NAME = "bench"
 HELP = "block efficiency of every verifier on tree shapes x temperatures x families"
@@ -35,7 +35,7 @@ def add_arguments(parser):
                         help="tree shapes, e.g. 4,2,2,1 or wor:8,4 (without replacement)")
     parser.add_argument("--V", type=int, default=1000, help="vocabulary size of synthetic families (default 1000)")
     parser.add_argument("--nodes", dest="n", type=int, default=32, help="(p, q) pairs per family and temperature (default 32)")
-    parser.add_argument("--n", "--n-samples", dest="n_samples", type=int, default=128,
+    parser.add_argument("--n", "--n-samples", dest="n_samples", type=count, default=128, metavar="N",
                         help="candidate tuples per pair for without-replacement Monte Carlo (default 128)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--path-rules", action=ListAction, default=None,

@@ -12,7 +12,7 @@ from __future__ import annotations
 import shlex
 import sys
 
-from ._args import ListAction, check_out  # noqa: E402
+from ._args import ListAction, check_out, count  # noqa: E402
 
 NAME = "bench-gap"
 HELP = "acceptance of resispec (look-ahead, without-replacement) against the sequential optimum and alpha*"
@@ -34,7 +34,7 @@ def add_arguments(parser):
     parser.add_argument("--V-small", type=int, default=8, help="vocabulary of the small WOR cases (default %(default)s)")
     parser.add_argument("--nodes", type=int, default=4, help="nodes per cell (default %(default)s)")
     parser.add_argument("--small-nodes", type=int, default=6, help="nodes per small WOR cell (default %(default)s)")
-    parser.add_argument("--n", "--samples", dest="samples", type=int, default=500,
+    parser.add_argument("--n", "--samples", dest="samples", type=count, default=500, metavar="N",
                         help="Monte Carlo draws per node for WOR cells past exact computation (default %(default)s)")
     parser.add_argument("--sections", action=ListAction, default=["iid", "wor", "wor_small"],
                         help="comma-separated subset of iid,wor,wor_small")

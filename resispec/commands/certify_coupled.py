@@ -47,7 +47,7 @@ def add_arguments(parser) -> None:
                         help="how the kernel takes its coins (default: from its verify signature -- resispec for "
                         "uniforms=(B, k + 1), sglang for uniform_samples=, else generator: a seeded rng)")
     parser.add_argument("--k", type=int, default=2, help="candidates per node (default 2)")
-    parser.add_argument("--n", type=count, default=100_000, help="coupled draws, e.g. 1e5 (default 100,000)")
+    parser.add_argument("--n", type=count, default=100_000, metavar="N", help="coupled draws, e.g. 1e5 (default 100,000)")
     parser.add_argument("--alpha", type=float, default=1e-3, help="1 - confidence of the TV bound (default 1e-3)")
     parser.add_argument("--seed", type=seed, default=0, metavar="S",
                         help="seed: an integer >= 0 or a sequence such as 0,3 (= SeedSequence([0, 3])); default 0")

@@ -42,7 +42,7 @@ def add_arguments(parser) -> None:
     budget = parser.add_mutually_exclusive_group()
     budget.add_argument("--tv", type=float, default=None,
                         help="the TV bound to certify; the draws are planned from it (default 1e-3)")
-    budget.add_argument("--n", type=count, default=None, help="draws instead of --tv, e.g. 1e4")
+    budget.add_argument("--n", type=count, default=None, metavar="N", help="draws instead of --tv, e.g. 1e4")
     parser.add_argument("--alpha", type=float, default=1e-3, help="1 - confidence of the TV bound (default 1e-3)")
     parser.add_argument("--seed", type=seed, default=0, metavar="S",
                         help="seed: an integer >= 0 or a sequence such as 0,3; default 0")

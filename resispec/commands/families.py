@@ -2,7 +2,7 @@
 so you can dial the divergence; writes reports/families.md.
 
 Example:
-  resispec families --V 1000 --n 64
+  resispec families --V 1000 --nodes 64
   resispec families --dial softmax_noise noise 0.25,0.5,1,2
 """
 
