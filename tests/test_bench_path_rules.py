@@ -164,7 +164,7 @@ def test_bench_from_json_renders_like_the_run(tmp_path):
     from resispec.cli import main
 
     argv = ["bench", "--families", "zipf", "--temperatures", "1", "--shapes", "1,1", "2", "wor:2", "--V", "50",
-            "--n", "4", "--n-samples", "8", "--n-trees", "8", "--no-progress", "--out", str(tmp_path / "a")]
+            "--nodes", "4", "--n", "8", "--n-trees", "8", "--no-progress", "--out", str(tmp_path / "a")]
     assert main(argv) == 0
     first = (tmp_path / "a" / "bench.md").read_text()
     assert main(["bench", "--from-json", str(tmp_path / "a" / "bench.json"), "--out", str(tmp_path / "b")]) == 0

@@ -66,7 +66,7 @@ def test_drift_bad_input(pairs):
 
 
 def test_drift_cli_writes_report(tmp_path, capsys):
-    rc = main(["drift", "--V", "50", "--n", "3", "--k", "3", "--gammas", "0,1", "--proxies", "draft,topk",
+    rc = main(["drift", "--V", "50", "--nodes", "3", "--k", "3", "--gammas", "0,1", "--proxies", "draft,topk",
                "--out", str(tmp_path)])
     assert rc == 0
     for f in ("drift.md", "drift.json", "drift_steps.png", "drift_gamma.png"):
@@ -118,7 +118,7 @@ def test_bench_verifier_list_is_data():
 
 def test_bench_cli_small(tmp_path, capsys):
     rc = main(["bench", "--families", "zipf", "--temperatures", "1.0", "--shapes", "2,2", "wor:2,2", "--V", "40",
-               "--n", "2", "--n-samples", "16", "--out", str(tmp_path), "--no-progress"])
+               "--nodes", "2", "--n", "16", "--out", str(tmp_path), "--no-progress"])
     assert rc == 0
     out = capsys.readouterr().out
     assert "largest resispec / best-baseline ratio" in out
@@ -129,7 +129,7 @@ def test_bench_cli_small(tmp_path, capsys):
 
 def test_families_cli(tmp_path, capsys):
     out = tmp_path / "fam.md"
-    rc = main(["families", "--families", "zipf", "dirichlet", "--temperatures", "1.0", "--V", "50", "--n", "4",
+    rc = main(["families", "--families", "zipf", "dirichlet", "--temperatures", "1.0", "--V", "50", "--nodes", "4",
                "--dial", "softmax_noise", "noise", "0.5,2", "--out", str(out)])
     assert rc == 0
     md = out.read_text()
@@ -140,7 +140,7 @@ def test_families_cli(tmp_path, capsys):
 
 
 def test_bench_report_rerenders_from_json(tmp_path):
-    args = ["bench", "--families", "zipf", "--temperatures", "1.0", "--shapes", "2,2", "1,1", "--V", "30", "--n", "2",
+    args = ["bench", "--families", "zipf", "--temperatures", "1.0", "--shapes", "2,2", "1,1", "--V", "30", "--nodes", "2",
             "--out", str(tmp_path), "--no-progress"]
     assert main(args) == 0
     first = (tmp_path / "bench.md").read_text()
