@@ -21,10 +21,9 @@ import numpy as np
 
 from . import decoder as _d
 from .decoder_batches import per_row_check, small_batch_check
-from .pit import POWER, impossible, impossible_error, pair_check, tuple_check
+from .pit import impossible, impossible_error, pair_check, tuple_check
 from .pit import pit_check as _pit_check
-from .power import detectable_tv as _chi2_detectable_tv
-from .power import samples_for_tv
+from .power import DesignTwins
 
 
 @dataclass
@@ -91,7 +90,7 @@ class DecoderRun:
             self.checks[name], self.details[name] = float(pvalue), detail
 
 
-class DecoderCheck:
+class DecoderCheck(DesignTwins):
     """One check of a decoder certificate (module docstring).  Subclasses set the class attributes and ``run``."""
 
     #: the p-values it records (``Certificate.checks`` keys; ``*`` a family)
@@ -100,8 +99,6 @@ class DecoderCheck:
     detects: str = ""
     #: the planted bug it must catch (``exactness.decoder_mutants.CHECK_MUTANTS``)
     mutant: str = ""
-    #: True: a deterministic comparison (any disagreement fails; no sampling power to state)
-    deterministic: bool = False
 
     def skip(self, st: DecoderRun) -> dict | None:
         """None: the check runs; else ``{name: reason}`` recorded in ``Certificate.skipped`` (may be empty:
@@ -110,15 +107,6 @@ class DecoderCheck:
 
     def run(self, st: DecoderRun) -> None:
         raise NotImplementedError
-
-    def detectable_tv(self, n: int, df: int, alpha: float = 1e-3, power: float = POWER) -> float:
-        """Smallest TV detected with probability ``power`` at ``alpha`` from ``n`` continuations over ``df``
-        degrees of freedom (chi-square noncentrality, ``exactness.power``); 0.0 for a deterministic check."""
-        return 0.0 if self.deterministic else float(_chi2_detectable_tv(n, df, alpha=alpha, power=power))
-
-    def n_for_tv(self, tv: float, df: int, alpha: float = 1e-3, power: float = POWER) -> int:
-        """Continuations for :meth:`detectable_tv` to reach ``tv``; 1 for a deterministic check."""
-        return 1 if self.deterministic else int(samples_for_tv(tv, df, alpha=alpha, power=power))
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({', '.join(self.names)})"

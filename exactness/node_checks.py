@@ -27,9 +27,7 @@ from resispec.enumeration import count_tuples
 from ._checks import SubjectError, plural
 from .exact import MAX_TUPLES, ChainError, certify_exact, enumerable, exact_tol
 from .gof import gof_test
-from .pit import POWER
-from .power import detectable_tv as _chi2_detectable_tv
-from .power import samples_for_tv
+from .power import DesignTwins
 from .sampling import (_ELEMS, NodeSampler, call_subject, candidate_law, draw_node_candidates, drafting_of,
                        emitted_result, has_chain, subject_cause, takes_laws, takes_uniforms)
 from .tree import tree_check
@@ -111,7 +109,7 @@ class NodeRun:
             self.checks[name] = res.pvalue
 
 
-class NodeCheck:
+class NodeCheck(DesignTwins):
     """One check of a node certificate (module docstring).  Subclasses set the class attributes and ``run``."""
 
     #: the p-values it records (``Certificate.checks`` keys)
@@ -120,23 +118,12 @@ class NodeCheck:
     detects: str = ""
     #: the planted bug it must catch (``exactness.node_mutants.NODE_MUTANTS``)
     mutant: str = ""
-    #: True: a deterministic comparison (any disagreement fails; no sampling power to state)
-    deterministic: bool = False
 
     def before(self, st: NodeRun) -> None:
         """Work before the Monte Carlo draws (default: none)."""
 
     def run(self, st: NodeRun) -> None:
         raise NotImplementedError
-
-    def detectable_tv(self, n: int, df: int, alpha: float = 1e-3, power: float = POWER) -> float:
-        """Smallest TV detected with probability ``power`` at ``alpha`` from ``n`` draws over ``df`` degrees of
-        freedom (chi-square noncentrality, ``exactness.power``); 0.0 for a deterministic check."""
-        return 0.0 if self.deterministic else float(_chi2_detectable_tv(n, df, alpha=alpha, power=power))
-
-    def n_for_tv(self, tv: float, df: int, alpha: float = 1e-3, power: float = POWER) -> int:
-        """Draws for :meth:`detectable_tv` to reach ``tv``; 1 for a deterministic check."""
-        return 1 if self.deterministic else int(samples_for_tv(tv, df, alpha=alpha, power=power))
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({', '.join(self.names)})"

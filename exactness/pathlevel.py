@@ -385,19 +385,10 @@ def certify_path(verifier, pair, L: int, *, n: int = 4000, alpha: float = 1e-3, 
     df = _pooled_df(target, n, min_expected, f"the horizon test (V^(L+1) = {V}^{L + 1} outcomes)")
     limit = check_timeout(time_limit, name="time_limit")
 
-    def body():
-        from .acceptance_bound import ACCEPTANCE_BOUND
-
-        plan, exact = _declared_plan(verifier, "plan", "plan(p, q, drafts)")
-        if plan is not None:                          # a declared plan: the bound check without sampling too
-            exact = ACCEPTANCE_BOUND.exact_path(verifier, pair, L, context, plan_fn=plan)
-            plan.storing = False                      # the sampler reads what the enumeration stored, no more
-        coll, why = _plan_collector(verifier, "path", rng, L + 1, V, plan)
-        cert = _run(lambda acc, obs: sample_horizon(verifier, pair, L, n, rng, context, acc, obs), n, target, df,
-                    alpha, min_expected, (pair, (1,) * L, context), exact, coll)
-        return _with_skip(cert, why)
-
-    return _timed(body, limit, target, alpha)
+    return _timed(lambda: _certify_rule(
+        verifier, "path", (pair, (1,) * L, context), L + 1, V, rng,
+        lambda acc, obs: sample_horizon(verifier, pair, L, n, rng, context, acc, obs), n, target, df, alpha,
+        min_expected), limit, target, alpha)
 
 
 def sample_tree_horizon(verifier, pair, branching, n: int, rng: np.random.Generator, context=(),
@@ -499,19 +490,34 @@ def certify_tree_rule(verifier, pair, branching, *, n: int = 4000, alpha: float 
     N = len(tree_nodes(branching)[0]) - 1
     limit = check_timeout(time_limit, name="time_limit")
 
-    def body():
-        from .acceptance_bound import ACCEPTANCE_BOUND
+    return _timed(lambda: _certify_rule(
+        verifier, "tree", (pair, branching, context), N + 1, V, rng,
+        lambda acc, obs: sample_tree_horizon(verifier, pair, branching, n, rng, context, acc, obs), n, target, df,
+        alpha, min_expected), limit, target, alpha)
 
-        plan, exact = _declared_plan(verifier, "plan_tree", "plan_tree(p, q, parent, tokens)")
-        if plan is not None:                          # a declared plan: the bound check without sampling too
-            exact = ACCEPTANCE_BOUND.exact_tree(verifier, pair, branching, context, plan_fn=plan)
-            plan.storing = False                      # the sampler reads what the enumeration stored, no more
-        coll, why = _plan_collector(verifier, "tree", rng, N + 1, V, plan)
-        cert = _run(lambda acc, obs: sample_tree_horizon(verifier, pair, branching, n, rng, context, acc, obs), n,
-                    target, df, alpha, min_expected, (pair, branching, context), exact, coll)
-        return _with_skip(cert, why)
 
-    return _timed(body, limit, target, alpha)
+#: kind -> (plan attribute, its signature, the exact bound form)
+_PLAN_FORMS = {"path": ("plan", "plan(p, q, drafts)", "exact_path"),
+               "tree": ("plan_tree", "plan_tree(p, q, parent, tokens)", "exact_tree")}
+
+
+def _certify_rule(verifier, kind: str, where: tuple, rows: int, V: int, rng, sample, n: int, target: np.ndarray,
+                  df: int, alpha: float, min_expected: float) -> PathCertificate:
+    """The checks of a path (``kind`` "path") or tree rule at ``where`` = ``(pair, branching, context)``: its
+    declared plan (read once, :func:`_declared_plan`) through the exact bound form, then the horizon sample
+    (``sample(accepted, observe)``) scored by the plan-vs-sampler collector, the certificate."""
+    from .acceptance_bound import ACCEPTANCE_BOUND
+
+    attr, signature, form = _PLAN_FORMS[kind]
+    pair, branching, context = where
+    plan, exact = _declared_plan(verifier, attr, signature)
+    if plan is not None:                              # a declared plan: the bound check without sampling too
+        shape = len(branching) if kind == "path" else branching
+        exact = getattr(ACCEPTANCE_BOUND, form)(verifier, pair, shape, context, plan_fn=plan)
+        plan.storing = False                          # the sampler reads what the enumeration stored, no more
+    coll, why = _plan_collector(verifier, kind, rng, rows, V, plan)
+    cert = _run(sample, n, target, df, alpha, min_expected, where, exact, coll)
+    return _with_skip(cert, why)
 
 
 def _timed(body, limit: float | None, target: np.ndarray, alpha: float) -> PathCertificate:

@@ -136,3 +136,22 @@ def samples_for_tv(tv: float, df: int, *, alpha: float = 1e-3, power: float = 0.
     from fractions import Fraction  # beyond float range: exact rational arithmetic
 
     return int(math.ceil(Fraction(lam) / (4 * Fraction(float(tv)) ** 2)))
+
+
+class DesignTwins:
+    """The design twins of a statistical check, in the manner of TFP's ``statistical_testing``: the smallest TV it
+    detects at ``n`` and the ``n`` for a TV (chi-square noncentrality over ``df`` degrees of freedom, power
+    ``power`` at ``alpha``); a deterministic check (``deterministic = True``: any disagreement fails) states 0.0
+    and 1.  Shared by the check objects of every route (``exactness.node_checks``, ``exactness.decoder_checks``)."""
+
+    #: True: a deterministic comparison (no sampling power to state)
+    deterministic: bool = False
+
+    def detectable_tv(self, n: int, df: int, alpha: float = 1e-3, power: float = 0.99) -> float:
+        """Smallest TV detected with probability ``power`` at ``alpha`` from ``n`` draws over ``df`` degrees of
+        freedom; 0.0 for a deterministic check."""
+        return 0.0 if self.deterministic else float(detectable_tv(n, df, alpha=alpha, power=power))
+
+    def n_for_tv(self, tv: float, df: int, alpha: float = 1e-3, power: float = 0.99) -> int:
+        """Draws for :meth:`detectable_tv` to reach ``tv``; 1 for a deterministic check."""
+        return 1 if self.deterministic else int(samples_for_tv(tv, df, alpha=alpha, power=power))

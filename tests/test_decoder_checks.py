@@ -19,17 +19,6 @@ def test_the_table_names_every_check_once_and_each_declares_itself():
         assert isinstance(c, DecoderCheck) and c.detects and c.mutant in CHECK_MUTANTS, c
 
 
-@pytest.mark.parametrize("check", DECODER_CHECKS, ids=repr)
-def test_design_twins_agree(check):
-    """detectable_tv falls with n, and n_for_tv(detectable_tv(n)) gives back about n (deterministic: 0 and 1)."""
-    if check.deterministic:
-        assert check.detectable_tv(1000, 4) == 0.0 and check.n_for_tv(0.01, 4) == 1
-        return
-    a, b = check.detectable_tv(1_000, 4), check.detectable_tv(100_000, 4)
-    assert 0 < b < a < 1
-    assert abs(check.n_for_tv(a, 4) - 1_000) <= 10
-
-
 def _fails(name: str, cert) -> set:
     """The failed checks of ``cert`` (a subject failure counts for the check whose probe raised it)."""
     failed = set(cert.failed_checks())
