@@ -104,7 +104,9 @@ def _exact_form(plan_fn, plan_attr: str, rows: int, V: int, where: tuple, analys
             off["total"] += w
             if w >= off["worst"]:
                 off.update(worst=w, where=f"{why.removeprefix('not a law: ')} at drafts {at}")
-        return pl
+        stop, laws = np.clip(stop, 0, None), np.clip(laws, 0, None)           # analysed as the law it rounds to:
+        with np.errstate(invalid="ignore", divide="ignore"):                  # (all-zero rows: nan, an error below)
+            return _Law(stop / stop.sum(), laws / laws.sum(axis=1, keepdims=True))   # a deflated stop hides nothing
 
     checked = type("Checked", (), {plan_attr: staticmethod(checked_plan)})()
     try:
@@ -117,6 +119,9 @@ def _exact_form(plan_fn, plan_attr: str, rows: int, V: int, where: tuple, analys
         return {"error": f"its declared plan is not a law: off by {off['total']:.3g} in all, weighted by the drafts' "
                          f"probability (over {PLAN_WEIGHTED_TOL:g}; rounding of {LAW_TOL:g} is allowed per draft); "
                          f"the worst: {off['where']}"}
+    if not (math.isfinite(a.expected_accepted) and math.isfinite(a.tv)):
+        return {"error": f"its declared plan is not a law: its exact analysis gives E[accepted] = "
+                         f"{a.expected_accepted}, TV = {a.tv}"}
     bound = lp_bound(b)                              # LP optimum plus its solver slack
     out = {"expected_accepted": a.expected_accepted, "bound": bound, "exact_tv": a.tv,
            "exceeded": bool(a.expected_accepted > bound)}
@@ -124,6 +129,14 @@ def _exact_form(plan_fn, plan_attr: str, rows: int, V: int, where: tuple, analys
                      f"> bound {bound:.10g}" if out["exceeded"] else
                      f"its plan's E[accepted] = {a.expected_accepted:.10g} <= bound {bound:.10g}")
     return out
+
+
+class _Law:
+    """A plan as the analysis reads it: ``stop`` (rows,), ``laws`` (rows, V) float64."""
+    __slots__ = ("stop", "laws")
+
+    def __init__(self, stop, laws):
+        self.stop, self.laws = stop, laws
 
 
 def _chain_chance(p, q, drafts) -> float:

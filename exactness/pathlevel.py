@@ -115,8 +115,10 @@ class PathCertificate:
     @property
     def checks(self) -> dict:
         """Raw p-values: ``horizon`` (the chi-square of the horizon outcomes), ``acceptance_bound`` (the mean
-        drafts kept per step against the LP bound over all exact rules), ``exact_bound`` and ``plan_sampler``
-        where they ran; ``subject`` (0.0) when the rule misbehaved."""
+        drafts kept per step against the LP bound over all exact rules), ``plan_sampler``, and the deterministic
+        ``exact_bound`` (the plan's E[accepted] against the bound) and ``exact_law`` (the plan's horizon law against
+        the target's, TV within ``PLAN_TV_TOL``) where they ran; ``subject`` (0.0) when the rule misbehaved.
+        The verdict is Holm over the sampled checks, and a FAIL of a deterministic one."""
         return dict(self.raw_checks) or {"horizon": float(self.pvalue)}
 
     def summary(self) -> str:
@@ -131,7 +133,7 @@ class PathCertificate:
         horizon = (f"horizon chi2 = {stat} (df {self.df}), TV ~ {self.tv_estimate:.3g} (<= {self.tv_upper:.3g}), "
                    f"detectable TV {self.detectable_tv:.3g} at alpha {self.alpha:g}, power {self.power:g}")
         if self.passed:
-            out = f"NO BIAS DETECTED: p = {self.pvalue:.3g} (Holm over the checks); {horizon}, n = {self.n:,}"
+            out = f"NO BIAS DETECTED: p = {self.pvalue:.3g} (Holm over the sampled checks); {horizon}, n = {self.n:,}"
             if self.detectable_tv >= 1:
                 out += "; note: no power (detectable TV >= 1): a pass here is no evidence of exactness"
             return out
@@ -139,6 +141,9 @@ class PathCertificate:
         why = []
         if e.get("error") or e.get("exceeded"):
             why.append(f"exact_bound: {e.get('error') or e['reason']}")
+        if self.raw_checks.get("exact_law") == 0.0:
+            why.append(f"exact_law: its declared plan's horizon law is TV {e['exact_tv']:.3g} from the target's "
+                       f"(exact, over {PLAN_TV_TOL:g}): the plan is not exact")
         if b is not None and b["pvalue"] < self.alpha:
             why.append(f"acceptance_bound: {b['reason']}")
         if ps is not None and ps["pvalue"] < self.alpha:
@@ -189,6 +194,9 @@ def _pooled_df(target: np.ndarray, n: int, min_expected: float, what: str) -> in
     return df
 
 
+#: Largest horizon TV of a declared plan's own exact law against the target's (``exact_law``): rounding passes,
+#: a plan that is not exact (a bonus row mixed 0.5 % with the draft: TV 1.7e-3) FAILs.
+PLAN_TV_TOL = 1e-6
 #: Default ``time_limit`` (seconds) of ``certify_path`` / ``certify_tree_rule``: past it a FAIL, never a hang.
 DEFAULT_TIME_LIMIT = 3600.0
 #: Why the sampling-free bound check (``exact_bound``) is skipped for a rule without a declared plan.
@@ -239,20 +247,25 @@ def _certificate(counts: np.ndarray, target: np.ndarray, n: int, df: int, alpha:
     checks = {"horizon": float(res.pvalue)}
     skipped: dict = {}
     bound = None
-    if accepted is not None and where is not None:
-        bound, why = _bound_check(accepted, where, alpha, (exact or {}).get("bound"))
+    if accepted is not None and where is not None:     # its power and verdict line at Holm's first level
+        bound, why = _bound_check(accepted, where, alpha / _sampled_checks(plan_sampler is not None),
+                                  (exact or {}).get("bound"))
         if why is None:
             checks["acceptance_bound"] = bound["pvalue"]
         else:
             skipped["acceptance_bound"] = why
+    if plan_sampler is not None:
+        checks["plan_sampler"] = plan_sampler["pvalue"]
+    pvalue = min(holm(checks).values())               # Holm over the sampled checks (the horizon test alone: its p)
     if exact is not None:
         if "skipped" in exact:
             skipped["exact_bound"] = exact["skipped"]
         else:   # deterministic: 0.0 when the plan accepts more than the bound or is not a law, else 1.0
             checks["exact_bound"] = 0.0 if ("error" in exact or exact["exceeded"]) else 1.0
-    if plan_sampler is not None:
-        checks["plan_sampler"] = plan_sampler["pvalue"]
-    pvalue = min(holm(checks).values())               # Holm over the checks (the horizon test alone: its p-value)
+            if "error" not in exact:                  # the plan's own horizon law against the target's, exactly
+                checks["exact_law"] = 0.0 if exact["exact_tv"] > PLAN_TV_TOL else 1.0
+        if min(checks.get("exact_bound", 1.0), checks.get("exact_law", 1.0)) == 0.0:
+            pvalue = 0.0                              # deterministic: no multiple-testing share
     tv_hat, tv_up = tv_bounds(counts, target, alpha)
     det = detectable_tv(n, max(1, df), alpha=alpha, power=POWER)
     return PathCertificate(passed=bool(pvalue >= alpha), pvalue=pvalue, n=int(n), counts=counts,
@@ -325,8 +338,14 @@ def _run(sample, n: int, target: np.ndarray, df: int, alpha: float, min_expected
     except SubjectError as exc:
         return _subject_failure(target, getattr(exc, "steps", 0), alpha, exc.cause, exact)
     counts = np.bincount(idx, minlength=target.size)
-    ps = None if collector is None else collector.result(alpha, POWER).as_dict()
+    ps = None if collector is None else collector.result(alpha / _sampled_checks(True), POWER).as_dict()
     return _certificate(counts, target, n, df, alpha, min_expected, acc, where, exact, ps)
+
+
+def _sampled_checks(with_plan: bool) -> int:
+    """The most sampled checks Holm counts in a path / tree certificate (horizon, acceptance_bound, plan_sampler):
+    powers are stated at ``alpha`` over this, Holm's first level (the deterministic exact checks take no share)."""
+    return 2 + int(with_plan)
 
 
 def _subject_failure(target: np.ndarray, steps: int, alpha: float, cause: str, exact: dict | None

@@ -43,6 +43,8 @@ from .power import detectable_tv
 #: Tolerance of a declared plan's sums and negatives (a float32 plan rounds to ~1e-7 per entry; 1e-5 of mass moves
 #: no law by a TV any check here could see).
 LAW_TOL = 1e-5
+#: Every entry of a declared plan lies in [-RANGE_TOL, 1 + RANGE_TOL], whatever the chance of its drafts.
+RANGE_TOL = 1e-3
 #: Distinct plan inputs kept for the grouped test (each holds ``rows * V`` floats); later ones enter the PIT only.
 MAX_GROUPS = 4096
 #: ... and at most this many stored floats in all (3 arrays of rows V per group): V = 2,000 at gamma = 4 took 1.5 GB.
@@ -139,6 +141,9 @@ def law_problem(pl, rows: int, V: int, tol: float = LAW_TOL) -> tuple[np.ndarray
                             f"and ({rows}, {V})")
     if not (np.all(np.isfinite(stop)) and np.all(np.isfinite(laws))):
         return None, None, "not a law: non-finite values"
+    lo, hi = min(stop.min(), laws.min()), max(stop.max(), laws.max())
+    if lo < -RANGE_TOL or hi > 1 + RANGE_TOL:     # structural whatever the weight: 1e308 entries overflowed E to nan
+        return None, None, f"not a law: entries outside [0, 1] (from {lo:.3g} to {hi:.3g})"
     if stop.min() < -tol or laws.min() < -tol:
         return None, None, f"not a law: negative probabilities (down to {min(stop.min(), laws.min()):.3g})"
     if abs(stop.sum() - 1) > tol:

@@ -164,7 +164,7 @@ def test_exact_path_rules_never_fail_the_bound_in_20_seeds(name, shape):
 
 def test_block_passes_both_bound_checks_in_certify_path():
     cert = certify_path(get_path_verifier("block"), PAIR, 2, n=2000, seed=0)
-    assert cert.passed and set(cert.checks) == {"horizon", "acceptance_bound", "exact_bound", "plan_sampler"}
+    assert cert.passed and set(cert.checks) == {"horizon", "acceptance_bound", "exact_bound", "exact_law", "plan_sampler"}
     e = cert.exact_bound
     lp = optimal_accepted(PAIR, (1, 1)).expected_accepted
     assert not e["exceeded"] and e["expected_accepted"] == pytest.approx(lp, abs=1e-6)       # block attains it
@@ -538,3 +538,75 @@ def test_the_stated_detectable_excess_is_found_with_the_stated_power():
         hits = np.mean([AB.run_mean((rng.random(n) < mu / top).astype(np.int64) * top, b, top=top).pvalue < 1e-3
                         for _ in range(300)])
         assert hits >= 0.97, (n, top, b, det, hits)                     # 0.99 stated; 300 draws of noise
+
+
+# ------------------------------------------------------------------ breaker round 3 (issue 40)
+
+class _Plan:
+    def __init__(self, stop, laws):
+        self.stop, self.laws = stop, laws
+
+
+def test_huge_entries_on_a_chain_of_tiny_chance_are_not_a_law():
+    """Entries of 1e308 on a chain of chance ~1e-318 weigh ~1e-10 and overflowed E[accepted] to nan, which passed."""
+    gen = too_generous_block(1.05)
+
+    class NanGenerous:
+        def plan(self, p, q, d):
+            pl = gen.plan(p, q, d)
+            if np.prod(np.asarray(q)[np.arange(len(d)), d]) < 1e-300:
+                return _Plan(np.array([0.0, 1e308, -1e308, 1e308]), pl.laws)
+            return pl
+
+        def verify(self, p, q, d, rng=None, *, uniforms=None):
+            return gen.verify(p, q, d, rng, uniforms=uniforms)
+
+    pair = MarkovPair.random(np.random.default_rng(14), 5, scale=100, noise=3.0)
+    e = AB.exact_path(NanGenerous(), pair, 3)
+    assert "error" in e and "outside [0, 1]" in e["error"], e
+
+
+def test_a_plan_that_is_not_exact_fails_exact_law_though_it_accepts_within_the_bound():
+    token = get_path_verifier("token")
+
+    class Mixed:
+        def plan(self, p, q, d):
+            pl = token.plan(p, q, d)
+            laws = np.array(pl.laws, dtype=np.float64)
+            laws[-1] = 0.995 * laws[-1] + 0.005 * np.asarray(q)[-1]        # the bonus row 0.5 % draft
+            return _Plan(np.asarray(pl.stop), laws)
+
+        def verify(self, p, q, d, rng=None):
+            r = np.random.default_rng(rng.integers(2**63)) if rng is not None else np.random.default_rng()
+            pl = self.plan(p, q, d)
+            row = int(r.choice(len(pl.stop), p=pl.stop / pl.stop.sum()))
+            return type(token.verify(p, q, d, r))(row, int(r.choice(pl.laws.shape[1], p=pl.laws[row])))
+
+    cert = certify_path(Mixed(), PAIR, 2, n=500, seed=0)
+    assert not cert.passed and cert.checks["exact_law"] == 0.0 and cert.checks["exact_bound"] == 1.0
+    assert "exact_law: its declared plan's horizon law is TV" in cert.summary()
+
+
+def test_a_deflated_plan_cannot_hide_an_excess_within_the_rounding_tolerance():
+    gen = too_generous_block(1.0000265)
+
+    class Deflated:
+        def plan(self, p, q, d):
+            pl = gen.plan(p, q, d)
+            stop = np.array(pl.stop, dtype=np.float64)
+            stop[-1] -= 9e-6                                               # within LAW_TOL: rounding, not a law error
+            return _Plan(stop, pl.laws)
+
+        def verify(self, p, q, d, rng=None, *, uniforms=None):
+            return gen.verify(p, q, d, rng, uniforms=uniforms)
+
+    pair = MarkovPair.random(np.random.default_rng(0), 3, noise=1.0)
+    honest = AB.exact_path(gen, pair, 2)
+    e = AB.exact_path(Deflated(), pair, 2)
+    assert honest["exceeded"] and e["exceeded"], (honest, e)
+
+
+def test_a_passing_certificate_never_says_more_than_any_exact_rule_can():
+    cert = certify_path(get_path_verifier("block"), PAIR, 2, n=2000, seed=0)
+    assert cert.passed and "more than any exact rule" not in cert.acceptance_bound["reason"]
+    assert cert.acceptance_bound["alpha"] == pytest.approx(cert.alpha / 3)     # stated at Holm's first level

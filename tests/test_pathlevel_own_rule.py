@@ -34,7 +34,7 @@ def test_the_worked_example_runs_and_prints_what_the_page_says():
     lines = out.getvalue().splitlines()
     assert float(lines[0]) < 1e-12                                   # the declared plan is exact
     cert, dcert = ns["cert"], ns["dcert"]
-    assert cert.passed and set(cert.checks) == {"horizon", "acceptance_bound", "exact_bound", "plan_sampler"}
+    assert cert.passed and set(cert.checks) == {"horizon", "acceptance_bound", "exact_bound", "exact_law", "plan_sampler"}
     assert lines[1] == cert.summary() and lines[1].split(", TV")[0] in sec       # the page quotes the printed summary
     assert dcert.passed and "bonus" in dcert.checks and "decoder.rule is None" in dcert.skipped["accepted_count"]
     assert lines[3].startswith("NO BIAS DETECTED (joint test") and lines[3][:60] in sec
