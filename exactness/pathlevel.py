@@ -515,9 +515,8 @@ def certify_tree_rule(verifier, pair, branching, *, n: int = 4000, alpha: float 
         alpha, min_expected), limit, target, alpha)
 
 
-#: kind -> (plan attribute, its signature, the exact bound form)
-_PLAN_FORMS = {"path": ("plan", "plan(p, q, drafts)", "exact_path"),
-               "tree": ("plan_tree", "plan_tree(p, q, parent, tokens)", "exact_tree")}
+#: kind -> the exact bound form of ``exactness.acceptance_bound.AcceptanceBound``
+_PLAN_FORMS = {"path": "exact_path", "tree": "exact_tree"}
 
 
 def _certify_rule(verifier, kind: str, where: tuple, rows: int, V: int, rng, sample, n: int, target: np.ndarray,
@@ -527,12 +526,12 @@ def _certify_rule(verifier, kind: str, where: tuple, rows: int, V: int, rng, sam
     (``sample(accepted, observe)``) scored by the plan-vs-sampler collector, the certificate."""
     from .acceptance_bound import ACCEPTANCE_BOUND
 
-    attr, signature, form = _PLAN_FORMS[kind]
     pair, branching, context = where
-    plan, exact = _declared_plan(verifier, attr, signature)
+    plan, exact = (_declared_plan(verifier, "plan", "plan(p, q, drafts)") if kind == "path" else
+                   _declared_plan(verifier, "plan_tree", "plan_tree(p, q, parent, tokens)"))
     if plan is not None:                              # a declared plan: the bound check without sampling too
         shape = len(branching) if kind == "path" else branching
-        exact = getattr(ACCEPTANCE_BOUND, form)(verifier, pair, shape, context, plan_fn=plan)
+        exact = getattr(ACCEPTANCE_BOUND, _PLAN_FORMS[kind])(verifier, pair, shape, context, plan_fn=plan)
         plan.storing = False                          # the sampler reads what the enumeration stored, no more
     coll, why = _plan_collector(verifier, kind, rng, rows, V, plan)
     cert = _run(sample, n, target, df, alpha, min_expected, where, exact, coll)
