@@ -522,11 +522,9 @@ def test_an_outer_time_limit_due_sooner_governs():
         def verify(self, p, q, drafts, rng=None, *, uniforms=None):
             _time.sleep(30)
 
-    t0 = _time.monotonic()
-    with pytest.raises(TimeLimitExceeded):
+    with pytest.raises(TimeLimitExceeded):           # the outer limit's own exception, not a FAIL of the inner one
         with time_limit(1):
             certify_path(HangVerify(), PAIR, 2, n=300, seed=0)
-    assert _time.monotonic() - t0 < 20
 
 
 def test_the_stated_detectable_excess_is_found_with_the_stated_power():
