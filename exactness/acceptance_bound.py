@@ -81,6 +81,7 @@ def _exact_form(plan_fn, plan_attr: str, rows: int, V: int, where: tuple, analys
     drafts' probability ``chance(*args)``, in all at most :data:`PLAN_WEIGHTED_TOL`) against the LP bound at
     ``where`` (:func:`lp_bound` of ``optimal_accepted(*where)``).  Returns the dict of
     :meth:`AcceptanceBound.exact_path`."""
+    from resispec.pathlevel.base import PathPlan
     from resispec.pathlevel.bound import optimal_accepted
 
     from .plan_check import LAW_TOL, law_problem
@@ -97,16 +98,16 @@ def _exact_form(plan_fn, plan_attr: str, rows: int, V: int, where: tuple, analys
         stop, laws, why = law_problem(pl, rows, V, tol=math.inf)              # structure: exact
         if why:
             raise _PlanError(f"{why.removeprefix('not a law: ')} at drafts {at}")
-        _, _, why = law_problem(pl, rows, V)                                  # sums and signs: up to rounding
-        if why:
-            dev = max(abs(stop.sum() - 1), float(np.abs(laws.sum(axis=1) - 1).max()), -min(stop.min(), laws.min()))
-            w = chance(*args) * dev                  # its effect on any expectation under the plan
+        # sums and signs: up to rounding, weighted by the drafts' chance (its effect on any expectation)
+        dev = max(abs(stop.sum() - 1), float(np.abs(laws.sum(axis=1) - 1).max()), -min(stop.min(), laws.min()))
+        if dev > LAW_TOL:
+            w = chance(*args) * dev
             off["total"] += w
             if w >= off["worst"]:
-                off.update(worst=w, where=f"{why.removeprefix('not a law: ')} at drafts {at}")
+                off.update(worst=w, where=f"off a law by {dev:.3g} (stop sums to {stop.sum():.9g}) at drafts {at}")
         stop, laws = np.clip(stop, 0, None), np.clip(laws, 0, None)           # analysed as the law it rounds to:
         with np.errstate(invalid="ignore", divide="ignore"):                  # (all-zero rows: nan, an error below)
-            return _Law(stop / stop.sum(), laws / laws.sum(axis=1, keepdims=True))   # a deflated stop hides nothing
+            return PathPlan(stop / stop.sum(), laws / laws.sum(axis=1, keepdims=True))   # a deflated stop hides nothing
 
     checked = type("Checked", (), {plan_attr: staticmethod(checked_plan)})()
     try:
@@ -129,14 +130,6 @@ def _exact_form(plan_fn, plan_attr: str, rows: int, V: int, where: tuple, analys
                      f"> bound {bound:.10g}" if out["exceeded"] else
                      f"its plan's E[accepted] = {a.expected_accepted:.10g} <= bound {bound:.10g}")
     return out
-
-
-class _Law:
-    """A plan as the analysis reads it: ``stop`` (rows,), ``laws`` (rows, V) float64."""
-    __slots__ = ("stop", "laws")
-
-    def __init__(self, stop, laws):
-        self.stop, self.laws = stop, laws
 
 
 def _chain_chance(p, q, drafts) -> float:
@@ -377,9 +370,12 @@ class AcceptanceBound:
 
     @staticmethod
     def exact_tree(verifier, pair, branching, context=(), plan_fn=None) -> dict:
-        """As :meth:`exact_path` for a tree rule that declares ``plan_tree(p, q, parent, tokens) -> PathPlan``
-        on iid-drafted trees of shape ``branching`` (a tuple of int): ``resispec.pathlevel.analyse_tree``
-        against the LP bound over exact tree rules."""
+        """As :meth:`exact_path` for a tree rule that declares ``plan_tree(p (N+1, V), q (N+1, V), parent (N,),
+        tokens (N,)) -> PathPlan(stop (N+1,), laws (N+1, V))`` (float64; row ``n + 1`` drafted node ``n``) on
+        iid-drafted trees of shape ``branching`` (a tuple of int, ``N`` drafted nodes): the plan's exact
+        E[accepted] in tokens (``resispec.pathlevel.analyse_tree``, traversal verification after Weng et al. 2025,
+        arXiv 2505.12398) against the LP bound over exact tree rules.  Returns the dict of :meth:`exact_path`.
+        Raises TypeError / ValueError for a bad ``pair`` or ``branching`` (``check_pair``)."""
         from resispec.pathlevel.analysis import MAX_CELLS, analyse_tree, check_pair, tree_nodes
 
         D = len(branching)

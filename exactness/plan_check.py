@@ -193,18 +193,13 @@ class PlanMemo:
         return got
 
 
-class _Snapshot:
-    __slots__ = ("stop", "laws")
-
-    def __init__(self, stop, laws):
-        self.stop, self.laws = stop, laws
-
-
 def _snapshot(pl):
-    """``pl``'s ``stop`` and ``laws`` copied once into a plain record (dtype kept: a complex plan stays complex for
+    """``pl``'s ``stop`` and ``laws`` copied once into a ``PathPlan`` (dtype kept: a complex plan stays complex for
     :func:`law_problem` to name); ``pl`` itself when it has no such fields (``law_problem`` names that)."""
+    from resispec.pathlevel.base import PathPlan
+
     try:
-        return _Snapshot(np.array(pl.stop, copy=True), np.array(pl.laws, copy=True))
+        return PathPlan(np.array(pl.stop, copy=True), np.array(pl.laws, copy=True))
     except Exception:
         return pl
 
