@@ -199,8 +199,8 @@ def per_request(kernel):
     batched.__name__ = getattr(kernel, "__name__", "per_request_kernel")
     batched.__per_request__ = True
     batched.rule = getattr(kernel, "rule", None)
-    if callable(getattr(kernel, "plan", None)):     # the per-request plan it declares (ChainDecoder.kernel_plan)
-        batched.plan = kernel.plan
+    if getattr(kernel, "plan", None) is not None:   # the per-request plan it declares (ChainDecoder.kernel_plan);
+        batched.plan = kernel.plan                  # passed on as declared: one that is not callable is a FAIL there
     return batched
 
 

@@ -601,9 +601,10 @@ def _plan_mode(decoder, rng, V):
         raise SubjectError(subject_cause("reading the chain kernel's plan", exc)) from exc
     if plan is None:
         _, why = declared(decoder.kernel, "plan")
-        return None, (f"{why}: " if why else "") + (
-            "the chain kernel declares no plan(target_probs, draft_probs, draft_ids) -> PathPlan: nothing to "
-            "compare its calls with (docs/pathlevel.md, section 11)")
+        if why:                                   # a plan declared wrong (not callable): the subject's failure
+            raise SubjectError(f"the chain kernel's plan: {why}")
+        return None, ("the chain kernel declares no plan(target_probs, draft_probs, draft_ids) -> PathPlan: nothing "
+                      "to compare its calls with (docs/pathlevel.md, section 11)")
     from .plan_check import PLAN_SAMPLER
 
     name = getattr(decoder.kernel, "__name__", type(decoder.kernel).__name__)

@@ -132,3 +132,9 @@ def test_n_takes_a_count_in_every_form_everywhere():
         if p == "--n":
             assert action.type is count, f"resispec {s} --n: type count (accepts 2e5, 200_000)"
             assert action.metavar == "N", f"resispec {s} --n: metavar N"
+
+
+def test_a_count_past_any_limit_is_refused_by_the_parser():
+    parser = build_parser()
+    with pytest.raises(SystemExit):
+        parser.parse_args(["certify-stepwise", "--n", "1e400"])

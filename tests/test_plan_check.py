@@ -229,3 +229,16 @@ def test_the_stored_groups_are_capped_by_memory(monkeypatch):
     monkeypatch.setattr(pc, "MAX_GROUP_ELEMS", 3 * 3 * 3 * 5)     # five groups of rows 3 x V 3
     c = _decoder_cert(_kernel_from_path_rule(get_path_verifier("token")), n=300)
     assert c.details["plan_sampler"]["n"] > 300 and c.passed
+
+
+def test_a_kernel_plan_that_is_not_callable_fails():
+    from exactness.chain import token_chain_kernel
+
+    def kernel(tp, dp, di, rng):
+        return token_chain_kernel(tp[None], None if dp is None else dp[None], di[None], rng)[0]
+
+    kernel.plan = 5
+    from exactness.chain import per_request
+
+    c = _decoder_cert(per_request(kernel), n=300)
+    assert not c.passed and "not callable" in c.details["subject"]["error"]
