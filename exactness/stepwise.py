@@ -772,6 +772,13 @@ def certify_stepwise(verifier, p, q, k: int, *, n: int | None = None, tv: float 
         n = draws_for_tv(tv, alpha, power)
     else:
         n = check_n(n)
+    from .limits import MAX_COUNTED
+
+    if n > MAX_COUNTED:                                    # refused before its time estimate overflows a float
+        from .budget import BudgetError, count_text
+
+        raise BudgetError(f"n = {count_text(n)} draws exceeds exactness.limits.MAX_COUNTED = {MAX_COUNTED:,} (counted chunk "
+                          "by chunk); ask a larger tv or a smaller n")
     check_min_draws(n, alpha)
     workers = check_workers(workers)
     if time_limit is not None and (isinstance(time_limit, bool) or not isinstance(time_limit, (int, float))
