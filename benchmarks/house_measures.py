@@ -18,6 +18,10 @@ Measures (over the three import packages ``resispec/``, ``exactness/``, ``simula
 - public certify entry points: top-level public functions named ``certify_*``, ``assert_*`` or ``validate_*`` in
   ``exactness``;
 - CLI subcommands, options (every optional flag of every subcommand) and distinct option names;
+- verifier cost: microseconds per node of ``verify`` (B = 64 nodes, V = 32,000, k = 4 iid candidates, shared
+  uniforms; best of ``--repeat`` calls in each of ``--repeat`` fresh interpreters per tree, the trees interleaved;
+  one torch thread) for ``rrs``, ``kseq``, ``target_only`` and ``resispec`` on numpy and torch, and each one's cost
+  relative to ``rrs`` on the same backend (``bench-verify``'s ratio);
 - seconds to ``import exactness`` and to ``resispec --help`` in a fresh interpreter (median of ``--repeat`` runs,
   after one untimed run that compiles the tree's ``.pyc`` files; the two trees interleaved so machine load falls on
   both alike; wall time).
@@ -102,6 +106,40 @@ out["option_names"] = len(set(opts))
 print(json.dumps(out))
 '''
 
+#: The verifier-cost child: prints {"name/backend": seconds per node}, best of argv[1] calls per cell.
+VERIFY_CHILD = r'''
+import json, sys, time
+import numpy as np
+import torch
+from resispec import get_verifier
+from resispec.sampling import draw_candidates
+
+torch.set_num_threads(1)
+reps = int(sys.argv[1])
+B, V, k = 64, 32000, 4
+rng = np.random.default_rng(0)
+logits = 3.0 * rng.standard_normal((B, V))
+def softmax(z):
+    e = np.exp(z - z.max(axis=1, keepdims=True))
+    return e / e.sum(axis=1, keepdims=True)
+p, q = softmax(logits), softmax(logits + rng.standard_normal((B, V)))
+c = draw_candidates(q, k, "iid", rng)
+u = rng.random((B, k + 1))
+out = {}
+for backend in ("numpy", "torch"):
+    args = (p, q, c, u) if backend == "numpy" else tuple(torch.from_numpy(a) for a in (p, q, c, u))
+    for name in ("rrs", "kseq", "target_only", "resispec"):
+        v = get_verifier(name, backend=backend)
+        v.verify(*args[:3], uniforms=args[3])                     # warm-up (numba compiles, caches fill)
+        best = float("inf")
+        for _ in range(reps):
+            t0 = time.perf_counter()
+            v.verify(*args[:3], uniforms=args[3])
+            best = min(best, time.perf_counter() - t0)
+        out[f"{name}/{backend}"] = best / B
+print(json.dumps(out))
+'''
+
 TIMED = {"import exactness": [sys.executable, "-c", "import exactness"],
          "resispec --help": [sys.executable, "-c", "import sys; from resispec.cli import main; "
                                                    "sys.argv = ['resispec', '--help']; main(['--help'])"]}
@@ -153,7 +191,21 @@ def timings(trees: dict, repeat: int) -> dict:
     return {label: {k: statistics.median(v) for k, v in d.items()} for label, d in got.items()}
 
 
-def table(base_rev: str, after_rev: str, m: dict, t: dict) -> str:
+def verify_costs(trees: dict, repeat: int) -> dict:
+    """Seconds per node of each ``name/backend`` per tree: the best over ``repeat`` interleaved fresh interpreters."""
+    got = {label: {} for label in trees}
+    for _ in range(repeat):
+        for label, tree in trees.items():
+            res = subprocess.run([sys.executable, "-c", VERIFY_CHILD, str(repeat)], cwd=tree, capture_output=True,
+                                 text=True, env={**os.environ, "PYTHONPATH": str(tree)})
+            if res.returncode:
+                raise SystemExit(f"timing verify in {tree} failed:\n{res.stderr[-2000:]}")
+            for key, sec in json.loads(res.stdout.strip().splitlines()[-1]).items():
+                got[label][key] = min(sec, got[label].get(key, float("inf")))
+    return got
+
+
+def table(base_rev: str, after_rev: str, m: dict, t: dict, cost: dict) -> str:
     b, a = m["base"], m["after"]
     rows = [("source lines (non-blank)", b["lines"], a["lines"]),
             ("comment lines, % of source", f"{100 * b['comment_lines'] / b['lines']:.1f}",
@@ -170,6 +222,11 @@ def table(base_rev: str, after_rev: str, m: dict, t: dict) -> str:
             ("CLI options (all subcommands)", b["options"], a["options"]),
             ("distinct option names", b["option_names"], a["option_names"])]
     rows += [(f"seconds to `{k}` (median)", f"{t['base'][k]:.2f}", f"{t['after'][k]:.2f}") for k in TIMED]
+    for key in cost["base"]:
+        rrs = key.split("/")[0] == "rrs"
+        cells = [f"{1e6 * cost[s][key]:.1f}" + ("" if rrs else f" ({cost[s][key] / cost[s]['rrs/' + key.split('/')[1]]:.2f}x rrs)")
+                 for s in ("base", "after")]
+        rows.append((f"verify us/node `{key}` (after / before {cost['after'][key] / cost['base'][key]:.2f})", *cells))
     lines = [f"| measure | before (`{base_rev}`) | after (`{after_rev}`) |", "|---|---|---|"]
     lines += [f"| {name} | {x} | {y} |" for name, x, y in rows]
     return "\n".join(lines)
@@ -197,8 +254,9 @@ def main(argv=None) -> int:
         m = {label: run_child(tree) for label, tree in trees.items()}
         load = os.getloadavg()[0]
         t = timings(trees, args.repeat)
+        cost = verify_costs(trees, args.repeat)
     after = args.after or "working tree"
-    text = table(args.base, after, m, t)
+    text = table(args.base, after, m, t, cost)
     print(text)
     print(f"\nentry points before: {', '.join(m['base']['entry_points'])}\nentry points after: "
           f"{', '.join(m['after']['entry_points'])}\nload average at the start of the timings: {load:.1f}")

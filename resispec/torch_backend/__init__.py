@@ -31,8 +31,9 @@ says so when it does).
 
 Modules: :mod:`._validation` (input rules: devices, dtypes and half-precision
 up-casting, contiguity, shapes), :mod:`.sampling` (inverse CDF,
-``draw_candidates``), :mod:`.base` (engine, ``decide``), :mod:`.baselines`,
-:mod:`.kseq`, :mod:`.resispec` (reserve solvers and their error bound),
+``draw_candidates``), :mod:`.base` (``TorchVerifier``, ``decide``, ``TorchRule``: a rule written once
+against the array namespace, :mod:`resispec._xp`, run on tensors), :mod:`.rules` (``sps``, ``rrs``,
+``rrs_wor``, ``target_only``, ``kseq``, ``rejection_proxy``: written once, no twin), :mod:`.resispec` (reserve solvers and their error bound),
 :mod:`.lookahead` (look-ahead reserve: the compiled kernel on CPU, ``searchsorted`` elsewhere),
 :mod:`.proxies`, :mod:`.numpy_facade` (``NumpyFacade``: a numpy-facing view
 for harnesses such as ``exactness.certify_verifier``).  Throughput:
@@ -44,11 +45,11 @@ from __future__ import annotations
 
 import torch  # noqa: F401  (ImportError here tells the registry torch is missing)
 
-from . import baselines, kseq, lookahead, rejection_proxy, resispec  # noqa: F401  (register the torch verifiers)
+from . import lookahead, resispec, rules  # noqa: F401  (register the torch verifiers)
 from .numpy_facade import NumpyFacade
-from .base import TorchChain, TorchMassVerifier, TorchVerifier, TorchVerifyResult, decide, law_from_chain
+from .base import TorchChain, TorchMassVerifier, TorchRule, TorchVerifier, TorchVerifyResult, decide, law_from_chain
 from .resispec import ReserveInfo, solve_reserve_fused, solve_reserve_newton, solve_reserve_sort
 from .sampling import draw_candidates, inverse_cdf
 
-__all__ = ["NumpyFacade", "ReserveInfo", "TorchChain", "TorchMassVerifier", "TorchVerifier", "TorchVerifyResult", "decide",
+__all__ = ["NumpyFacade", "ReserveInfo", "TorchChain", "TorchMassVerifier", "TorchRule", "TorchVerifier", "TorchVerifyResult", "decide",
            "draw_candidates", "inverse_cdf", "law_from_chain", "solve_reserve_fused", "solve_reserve_newton", "solve_reserve_sort"]

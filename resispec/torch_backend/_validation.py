@@ -47,8 +47,10 @@ def sum_tolerance(dtype: torch.dtype, V: int = 1) -> float:
 
 
 def residual_eps(dtype: torch.dtype) -> float:
-    """Below this remaining mass a rejection is treated as impossible (1e-13 in float64)."""
-    return max(1e-13, 16.0 * torch.finfo(dtype).eps)
+    """Below this remaining mass a rejection is treated as impossible (1e-13 in float64; :mod:`resispec._xp`)."""
+    from .._xp import residual_eps as eps
+
+    return eps(torch, dtype)
 
 
 def _to_tensor(x, name, dtype, device):

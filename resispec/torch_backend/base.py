@@ -21,9 +21,10 @@ import numpy as np
 import torch
 
 from .._validation import c_writable
+from .._xp import walk
 from ..verifiers.base import Chain as NumpyChain
-from ._validation import (as_candidates_t, as_laws_t, as_uniforms_t, check_generator,
-                          residual_eps)
+from ..verifiers.base import MassVerifier
+from ._validation import as_candidates_t, as_laws_t, as_uniforms_t, check_generator
 from .sampling import inverse_cdf
 
 
@@ -218,27 +219,6 @@ def law_from_chain(a: torch.Tensor, r: torch.Tensor, c: torch.Tensor) -> torch.T
     return law
 
 
-def reject_update(p_i: torch.Tensor, m: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
-    """Residual after a rejection ``(p_i - m)_+ / sum``; ``p_i`` unchanged if that mass is ~0.
-
-    Leviathan et al. 2023 (arXiv 2211.17192).  ``p_i``, ``m``: (B, V);
-    ``out`` (B, V), optional: buffer for the result (not ``p_i``; may be ``m``).
-    """
-    resid = torch.sub(p_i, m, out=out).clamp_(min=0.0)
-    z = resid.sum(dim=1, keepdim=True)
-    ok = z > residual_eps(p_i.dtype)
-    resid.div_(torch.where(ok, z, torch.ones_like(z)))
-    return torch.where(ok, resid, p_i, out=resid)
-
-
-def accept_prob(m: torch.Tensor, q_i: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
-    """``clip(m_i(x_i) / q_i(x_i), 0, 1)`` (0 where ``q_i(x_i) = 0``); shapes (B, V), (B, V), (B,) -> (B,)."""
-    mx = torch.gather(m, 1, x.unsqueeze(1)).squeeze(1)
-    qx = torch.gather(q_i, 1, x.unsqueeze(1)).squeeze(1)
-    pos = qx > 0
-    return torch.where(pos, mx / torch.where(pos, qx, torch.ones_like(qx)), torch.zeros_like(qx)).clamp_(0.0, 1.0)
-
-
 class TorchMassVerifier(TorchVerifier):
     """A sequential verifier defined by its accepted-mass rule ``m_i`` (torch).
 
@@ -268,30 +248,55 @@ class TorchMassVerifier(TorchVerifier):
             return self._walk_steps(p, q, c, ms, ps, qs)
 
     def _walk_steps(self, p, q, c, ms=None, ps=None, qs=None):
-        B, k = c.shape
-        a = torch.empty((B, k), dtype=p.dtype, device=p.device)
-        keep = ms is not None
-        # Two (B, V) buffers, reused: on CPU a fresh (B, V) allocation costs ~5x the pass itself
-        # (page faults).  Step i writes m_i, then p_{i+1} over it, into bufs[i % 2], which never
-        # holds p_i.
-        bufs = (None, None) if keep else (torch.empty_like(p), torch.empty_like(p))
-        p_i, q_i = p, q
-        if self.drafting == "without_replacement":
-            q_i = q / q.sum(dim=1, keepdim=True)  # the law the sampler draws (rows may be off 1 by the tolerance)
-        for i in range(k):  # loop over the k candidates only
-            x = c[:, i]
-            buf = bufs[i % 2]
-            m = self.accepted_mass(i, k, p_i, q_i, q=q, rejected=c[:, :i], out=buf)
-            a[:, i] = accept_prob(m, q_i, x)
-            if keep:
-                ms.append(m), ps.append(p_i), qs.append(q_i)
-            p_i = reject_update(p_i, m, out=buf)
-            if self.drafting == "without_replacement" and i + 1 < k:
-                q_i = q_i.scatter(1, x.unsqueeze(1), 0.0)
-                q_i = q_i / q_i.sum(dim=1, keepdim=True)
-        if ps is not None:
-            ps.append(p_i)
-        return a, p_i
+        return walk(self, p, q, c, ms, ps, qs)           # the one engine (resispec._xp.walk) on tensors
 
     def _chain_t(self, p, q, c):
         return self._walk(p, q, c)
+
+
+class TorchRule(TorchVerifier):
+    """A rule written once against the array namespace (:mod:`resispec._xp`), run on tensors.
+
+    ``get_verifier(name, backend="torch", dtype=, device=, **options)`` for such a rule builds the numpy
+    registry's class with ``options`` and calls its own ``_chain`` on validated tensors: the same lines,
+    no twin.  Validation, the generator, the float64 decisions and the inverse CDF are
+    :class:`TorchVerifier`'s.
+    """
+
+    rule_class: type = None
+
+    def __init__(self, *, dtype=None, device=None, **options):
+        self._init_backend(dtype, device)
+        self.rule = self.rule_class(**options)
+
+    def options(self) -> dict:
+        return self.rule.options()
+
+    def _chain_t(self, p, q, c):
+        return self.rule._chain(p, q, c)
+
+    def masses(self, p, q, candidates):
+        """Per-step ``m`` (B, k, V), residuals ``p_steps`` (B, k + 1, V) and drafts ``q_steps`` (B, k, V).
+
+        Raises
+        ------
+        TypeError
+            The rule is not an accepted-mass rule (no per-step masses).
+        """
+        if not isinstance(self.rule, MassVerifier):
+            raise TypeError(f"{self.name!r} is not an accepted-mass rule: it has no per-step masses")
+        p2, q2, c, _ = self._prepare(p, q, candidates)
+        ms, ps, qs = [], [], []
+        self.rule._walk(p2, q2, c, ms, ps, qs)
+        return torch.stack(ms, 1), torch.stack(ps, 1), torch.stack(qs, 1)
+
+
+def on_torch(name: str) -> type:
+    """Register the numpy registry's rule ``name`` (written once, :mod:`resispec._xp`) for ``backend="torch"``."""
+    from ..verifiers.registry import _REGISTRY, register
+
+    cls = _REGISTRY["numpy"][name]
+    twin = type(f"{cls.__name__}Torch", (TorchRule,), {
+        "rule_class": cls, "drafting": cls.drafting, "__module__": __name__,
+        "__doc__": f"``{name}`` on torch tensors: the numpy rule's own lines ({cls.__module__}.{cls.__name__})."})
+    return register(name, backend="torch")(twin)

@@ -26,11 +26,12 @@ from dataclasses import dataclass
 import numpy as np
 
 from .._validation import as_candidates, as_node, as_uniforms, check_drafting, check_k, check_rng, shares_one_row
+from .._xp import RESIDUAL_EPS, reject_update, walk  # noqa: F401  (reject_update: re-exported, its one definition)
 from ..sampling import _inverse_cdf
 
 #: Below this remaining mass a rejection is treated as impossible and the
 #: residual is kept unchanged (its weight in the output law is < 1e-13).
-_RESIDUAL_EPS = 1e-13
+_RESIDUAL_EPS = RESIDUAL_EPS
 
 _WALK = threading.local()
 
@@ -424,17 +425,6 @@ def sum_of_others(v: np.ndarray) -> np.ndarray:
     return np.maximum(out, 0.0)
 
 
-def reject_update(p_i: np.ndarray, m: np.ndarray) -> np.ndarray:
-    """Residual after a rejection: ``(p_i - m)_+ / sum``; unchanged if that is ~0.
-
-    ``p_i``, ``m``: (B, V) float64.  Leviathan et al. 2023 (arXiv 2211.17192).
-    """
-    resid = np.maximum(p_i - m, 0.0)
-    z = resid.sum(axis=1, keepdims=True)
-    ok = z > _RESIDUAL_EPS
-    return np.where(ok, resid / np.where(ok, z, 1.0), p_i)
-
-
 def _record_methods(cls) -> None:
     """Keep the methods ``cls`` was created with (``_as_defined``), so that the exactness harness can tell a
     built-in rule from one whose methods were replaced later (``exactness.fast_paths.pristine``)."""
@@ -485,27 +475,7 @@ class MassVerifier(Verifier):
             return self._walk_steps(p, q, c, ms, ps, qs)
 
     def _walk_steps(self, p, q, c, ms=None, ps=None, qs=None):
-        B, k = c.shape
-        rows = np.arange(B)
-        a = np.empty((B, k))
-        p_i, q_i = p, q
-        if self.drafting == "without_replacement":
-            q_i = q / q.sum(axis=1, keepdims=True)  # the law the sampler draws (rows may be off 1 by SUM_TOL)
-        for i in range(k):
-            x = c[:, i]
-            m = self.accepted_mass(i, k, p_i, q_i, q=q, rejected=c[:, :i])
-            qx = q_i[rows, x]
-            a[:, i] = np.clip(np.where(qx > 0, m[rows, x] / np.where(qx > 0, qx, 1.0), 0.0), 0.0, 1.0)
-            if ms is not None:
-                ms.append(m), ps.append(p_i), qs.append(q_i)
-            p_i = reject_update(p_i, m)
-            if self.drafting == "without_replacement" and i + 1 < k:
-                q_i = q_i.copy()
-                q_i[rows, x] = 0.0
-                q_i = q_i / q_i.sum(axis=1, keepdims=True)
-        if ps is not None:
-            ps.append(p_i)
-        return a, p_i
+        return walk(self, p, q, c, ms, ps, qs)           # the one engine (resispec._xp.walk), numpy or torch
 
     def _chain(self, p, q, c):
         return self._walk(p, q, c)

@@ -1,6 +1,7 @@
 """Published baselines: single-draft, recursive rejection and target-only.
 
-Rules from ``docs/RESISPEC.md`` section 3.
+Rules from ``docs/RESISPEC.md`` section 3.  Each is written once, against the array namespace of its
+inputs (:mod:`resispec._xp`): ``backend="torch"`` runs these lines on tensors.
 """
 
 from __future__ import annotations
@@ -8,7 +9,8 @@ from __future__ import annotations
 import numpy as np
 
 from .._validation import as_node, check_k
-from .base import MassVerifier, Verifier, reject_update, sum_of_others
+from .._xp import at, device, namespace, only_at, reject_update
+from .base import MassVerifier, Verifier, sum_of_others
 from .registry import register
 
 
@@ -25,7 +27,10 @@ class SingleDraft(MassVerifier):
     drafting = "iid"
 
     def accepted_mass(self, i, k, p_i, q_i, *, q, rejected):
-        return np.minimum(p_i, q_i) if i == 0 else np.zeros(p_i.shape)
+        xp = namespace(p_i, q_i)
+        if i > 0:                                                         # C order, as every mass of the walk
+            return xp.zeros(p_i.shape, dtype=p_i.dtype, device=device(p_i))
+        return xp.minimum(p_i, q_i)                                       # m_0 = min(p, q), then nothing
 
 
 @register("rrs")
@@ -39,7 +44,7 @@ class RecursiveRejection(MassVerifier):
     drafting = "iid"
 
     def accepted_mass(self, i, k, p_i, q_i, *, q, rejected):
-        return np.minimum(p_i, q_i)
+        return namespace(p_i, q_i).minimum(p_i, q_i)                      # m_i = min(p_i, q)
 
 
 @register("rrs_wor")
@@ -54,7 +59,7 @@ class RecursiveRejectionWOR(MassVerifier):
     candidate_independent = False
 
     def accepted_mass(self, i, k, p_i, q_i, *, q, rejected):
-        return np.minimum(p_i, q_i)
+        return namespace(p_i, q_i).minimum(p_i, q_i)                      # m_i = min(p_i, q_i)
 
 
 @register("target_only")
@@ -69,17 +74,15 @@ class TargetOnly(Verifier):
     drafting = "any"
 
     def _chain(self, p, q, c):
+        xp = namespace(p, q)
         B, k = c.shape
-        rows = np.arange(B)
-        a = np.empty((B, k))
-        p_i = p
+        a = xp.empty((B, k), dtype=p.dtype, device=device(p))          # (B, k)
+        p_i = p                                                         # (B, V)
         for i in range(k):
-            x = c[:, i]
-            a[:, i] = p_i[rows, x]
-            m = np.zeros(p_i.shape)          # C order (zeros_like of a broadcast batch is Fortran-strided)
-            m[rows, x] = p_i[rows, x]
-            p_i = reject_update(p_i, m)
-        return np.clip(a, 0.0, 1.0), p_i
+            x = c[:, i]                                                 # (B,)
+            a[:, i] = at(p_i, x)                                        # accept x_i w.p. p_i(x_i)
+            p_i = reject_update(p_i, only_at(p_i, x))                   # p_{i+1} = norm(p_i without x_i)
+        return xp.clip(a, 0.0, 1.0), p_i
 
     def closed_form_split(self, p, q, k, drafting=None):
         """``M = p (1 - (1 - q)^k)``, ``R = p (1 - q)^k`` under iid drafts.

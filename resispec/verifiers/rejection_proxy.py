@@ -16,13 +16,19 @@ because rejecting ``x`` has probability ``q(x) - m(x) = (q(x) - R(x))_+`` and ``
 ``rrs_residual`` = ``norm((R - q)_+)``, meets it with equality for every ``x``: the default verifier IS ``rrs``.
 For iid drafts no candidate-dependent residual beats the best sequential verifier (``docs/RESISPEC.md``
 section 5; :func:`resispec.bounds.sequential_optimum_iid`).
+
+Written once against the array namespace of its inputs (:mod:`resispec._xp`): ``backend="torch"`` runs these
+lines on tensors and hands the proxy torch tensors (``R``, ``q``: (B, V) in the working dtype on the laws'
+device, ``x``: (B,) int64).  Checking a proxy's output synchronises with the host once per step on a GPU: this
+rule is for trying ideas, not for serving.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from .base import Verifier, _RESIDUAL_EPS
+from .._xp import accept_prob, device, namespace, reject_update
+from .base import Verifier
 from .registry import register
 
 #: A proxy's output must sum to 1 within this (float64 round-off of a normalised law).
@@ -34,7 +40,7 @@ def rrs_residual(R, q, x, *, step):
 
     Parameters
     ----------
-    R, q : ndarray, shape (B, V), float64
+    R, q : array (numpy or torch), shape (B, V), float64 (float32 tensors too)
         Current residual and draft law.
     x : ndarray, shape (B,), int64
         The rejected candidate of each row (unused: this rule transports every rejection the same way).
@@ -43,12 +49,9 @@ def rrs_residual(R, q, x, *, step):
 
     Returns
     -------
-    ndarray, shape (B, V), float64, rows summing to 1.
+    array of ``R``'s library, shape (B, V), ``R``'s dtype, rows summing to 1.
     """
-    resid = np.maximum(R - q, 0.0)
-    z = resid.sum(axis=1, keepdims=True)
-    ok = z > _RESIDUAL_EPS
-    return np.where(ok, resid / np.where(ok, z, 1.0), R)
+    return reject_update(R, q)                     # norm((R - q)_+): the residual after an rrs rejection
 
 
 def proxy_name(proxy) -> str:
@@ -56,54 +59,56 @@ def proxy_name(proxy) -> str:
     return getattr(proxy, "__qualname__", None) or getattr(proxy, "__name__", None) or type(proxy).__name__
 
 
-def apply_proxy(proxy, R: np.ndarray, q: np.ndarray, x: np.ndarray, step: int) -> np.ndarray:
+def apply_proxy(proxy, R, q, x, step: int):
     """``proxy(R, q, x, step=step)`` checked: a law per row, shape (B, V).
 
     Parameters
     ----------
     proxy : callable ``(R (B, V), q (B, V), x (B,) int64, *, step: int) -> (B, V) or (V,)``
-    R, q : ndarray, shape (B, V), float64
-    x : ndarray, shape (B,), int64
+    R, q : array (numpy or torch), shape (B, V), float64 (float32 tensors too)
+    x : array, shape (B,), int64
     step : int
 
     Returns
     -------
-    ndarray, shape (B, V), float64 (a ``(V,)`` output is used for every row)
+    array of ``R``'s library, shape (B, V), ``R``'s dtype on its device (a ``(V,)`` output is used for every row)
 
     Raises
     ------
     ValueError
         The proxy raised, or its output is not of shape (B, V) or (V,), has non-finite or negative entries,
-        or rows that do not sum to 1 within ``SUM_TOL`` (more than the mass that is left, or less); the message
-        names the proxy and the step.
+        or rows that do not sum to 1 within ``SUM_TOL`` (float32: ``max(SUM_TOL, 64 eps)``; more than the mass
+        that is left, or less); the message names the proxy and the step.
     """
+    xp = namespace(R, q)
     who = f"proxy {proxy_name(proxy)!r} at step {step}"
     try:
-        out = proxy(R.copy(), q.copy(), x.copy(), step=step)
+        out = proxy(xp.asarray(R, copy=True), xp.asarray(q, copy=True), xp.asarray(x, copy=True), step=step)
     except Exception as exc:
         raise ValueError(f"{who} raised {type(exc).__name__}: {exc}") from exc
     try:
-        out = np.asarray(out, dtype=np.float64)
-    except (TypeError, ValueError) as exc:
+        out = xp.asarray(out, dtype=R.dtype, device=device(R))
+    except (TypeError, ValueError, RuntimeError) as exc:
         raise ValueError(f"{who} must return an array of floats, got {type(out).__name__}") from exc
     B, V = R.shape
-    if out.shape == (V,):
-        out = np.broadcast_to(out, (B, V))
-    if out.shape != (B, V):
-        raise ValueError(f"{who} returned shape {out.shape}; it must return the next residual, shape "
+    if tuple(out.shape) == (V,):
+        out = xp.broadcast_to(out, (B, V))
+    if tuple(out.shape) != (B, V):
+        raise ValueError(f"{who} returned shape {tuple(out.shape)}; it must return the next residual, shape "
                          f"({B}, {V}) (one law per row) or ({V},)")
-    if not np.all(np.isfinite(out)):
+    if not bool(xp.all(xp.isfinite(out))):
         raise ValueError(f"{who} returned non-finite entries (NaN or inf); return a law over the vocabulary")
-    if np.any(out < 0):
-        raise ValueError(f"{who} returned negative entries (min {out.min():.3g}); a residual is a law, >= 0")
-    s = out.sum(axis=1)
-    bad = np.abs(s - 1.0) > SUM_TOL
-    if np.any(bad):
-        v = float(s[np.argmax(bad)])
+    if bool(xp.any(out < 0)):
+        raise ValueError(f"{who} returned negative entries (min {float(xp.min(out)):.3g}); a residual is a law, >= 0")
+    s = xp.sum(out, axis=1)                                                  # (B,)
+    tol = max(SUM_TOL, 64 * float(xp.finfo(R.dtype).eps))
+    bad = xp.abs(s - 1.0) > tol
+    if bool(xp.any(bad)):
+        v = float(s[bad][0])
         what = "more mass than is left (a residual is a law)" if v > 1 else "less than 1"
         raise ValueError(f"{who} returned a row summing to {v:.12g}: {what}; normalise it to sum to 1 "
-                         f"(within {SUM_TOL:g})")
-    return np.array(out)
+                         f"(within {tol:g})")
+    return xp.asarray(out, copy=True)
 
 
 @register("rejection_proxy", ours=True)
@@ -147,17 +152,16 @@ class RejectionProxy(Verifier):
         return {} if self.proxy is rrs_residual else {"proxy": proxy_name(self.proxy)}
 
     def _chain(self, p, q, c):
+        xp = namespace(p, q)
         B, k = c.shape
-        rows = np.arange(B)
-        a = np.empty((B, k))
-        R = np.array(p, dtype=np.float64)
+        a = xp.empty((B, k), dtype=p.dtype, device=device(p))             # (B, k)
+        R = xp.asarray(p, copy=True)                                         # R_0 = p, (B, V)
         for i in range(k):
-            x = c[:, i]
-            qx = q[rows, x]
-            a[:, i] = np.clip(np.where(qx > 0, R[rows, x] / np.where(qx > 0, qx, 1.0), 0.0), 0.0, 1.0)
-            live = a[:, i] < 1.0
-            if np.any(live):
-                R[live] = apply_proxy(self.proxy, R[live], q[live], x[live], i)
+            x = c[:, i]                                                      # (B,)
+            a[:, i] = accept_prob(R, q, x)                                   # min(1, R_i(x_i) / q(x_i))
+            live = a[:, i] < 1.0                                             # rows whose rejection can happen
+            if bool(xp.any(live)):
+                R[live] = apply_proxy(self.proxy, R[live], q[live], x[live], i)   # R_{i+1} = proxy(R_i, q, x_i)
         return a, R
 
 

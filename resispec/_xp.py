@@ -1,0 +1,141 @@
+"""One rule for numpy and torch: the array namespace and the row operations the array API lacks.
+
+A rule's step is written once against ``xp = namespace(p, q)`` (the Python array API standard through
+``array_api_compat``: ``xp`` is numpy's namespace for numpy arrays and torch's for tensors), so
+``get_verifier(name, backend="torch")`` runs the same lines on tensors, on any device.  The array API has no
+fancy indexing by a per-row column and no scatter; :func:`at` and :func:`zero_at` are those two, written
+once.  Every function here gives the same values as the numpy indexing it replaces (the parity tests of
+``tests/test_torch_parity.py`` compare decisions bit for bit off near-ties).
+"""
+
+from __future__ import annotations
+
+from array_api_compat import array_namespace, device, is_torch_namespace
+
+#: Below this remaining mass (float64) a rejection is treated as impossible and the residual is kept
+#: unchanged (its weight in the output law is < 1e-13); float32 uses 16 ulp of its own (:func:`residual_eps`).
+RESIDUAL_EPS = 1e-13
+
+
+def namespace(*arrays):
+    """The array namespace of ``arrays`` (numpy's or torch's, via ``array_api_compat.array_namespace``).
+
+    Raises
+    ------
+    TypeError
+        Arrays of two libraries mixed (``array_api_compat``'s message).
+    """
+    return array_namespace(*arrays)
+
+
+def native(xp):
+    """The library behind ``xp`` (``numpy`` or ``torch``), for the ``out=`` forms both spell alike
+    (``subtract``, ``divide``, ``clip``): the engine's own buffers, never a rule's arrays."""
+    if is_torch_namespace(xp):
+        import torch
+
+        return torch
+    import numpy
+
+    return numpy
+
+
+def residual_eps(xp, dtype) -> float:
+    """Remaining mass below which a rejection is impossible: ``max(1e-13, 16 eps(dtype))`` (1e-13 in float64)."""
+    return max(RESIDUAL_EPS, 16.0 * float(xp.finfo(dtype).eps))
+
+
+def at(x, idx):
+    """``x[b, idx[b]]`` for every row: ``x`` (B, V), ``idx`` (B,) int64 -> (B,), ``x``'s dtype."""
+    xp = array_namespace(x)
+    return xp.take_along_axis(x, idx[:, None], axis=1)[:, 0]
+
+
+def zero_at(x, idx):
+    """A copy of ``x`` (B, V) with ``x[b, idx[b]] = 0`` in each row; ``idx`` (B,) int64."""
+    xp = array_namespace(x)
+    cols = xp.arange(x.shape[1], device=device(x))                   # (V,)
+    return xp.where(cols[None, :] == idx[:, None], 0.0, x)           # (B, V)
+
+
+def only_at(x, idx):
+    """``x`` (B, V) kept at ``idx[b]`` in each row and zero elsewhere (a one-hot mass); ``idx`` (B,) int64."""
+    xp = array_namespace(x)
+    cols = xp.arange(x.shape[1], device=device(x))                   # (V,)
+    return xp.where(cols[None, :] == idx[:, None], x, 0.0)           # (B, V)
+
+
+def accept_prob(m, q_i, x):
+    """``clip(m_i(x_i) / q_i(x_i), 0, 1)``, 0 where ``q_i(x_i) = 0``: ``m``, ``q_i`` (B, V), ``x`` (B,) -> (B,).
+
+    The acceptance probability of candidate ``x_i`` given ``0..i-1`` rejected (Leviathan et al. 2023,
+    arXiv 2211.17192; the lemma of ``docs/RESISPEC.md`` section 2).
+    """
+    xp = array_namespace(m, q_i)
+    qx = at(q_i, x)                                                   # (B,)
+    return xp.clip(xp.where(qx > 0, at(m, x) / xp.where(qx > 0, qx, 1.0), 0.0), 0.0, 1.0)   # m(x) / q(x)
+
+
+def reject_update(p_i, m, out=None):
+    """Residual after a rejection, ``(p_i - m)_+ / sum``; ``p_i`` unchanged where that mass is ~0.
+
+    ``p_i``, ``m``: (B, V), float64 or float32 -> (B, V), same dtype.  ``out``: optional (B, V) buffer of
+    that dtype for the result (never ``p_i``; may be ``m``).  Leviathan et al. 2023 (arXiv 2211.17192).
+    """
+    xp = array_namespace(p_i, m)
+    nat = native(xp)
+    resid = nat.subtract(p_i, m, out=out)                            # p_i - m_i, (B, V)
+    nat.clip(resid, 0.0, None, out=resid)                            # (p_i - m_i)_+
+    z = xp.sum(resid, axis=1, keepdims=True)                         # 1 - sum(m_i) up to round-off, (B, 1)
+    ok = z > residual_eps(xp, p_i.dtype)                             # (B, 1)
+    nat.divide(resid, xp.where(ok, z, 1.0), out=resid)               # p_{i+1} = (p_i - m_i)_+ / z
+    if is_torch_namespace(xp):
+        return nat.where(ok, resid, p_i, out=resid)                  # rows with no mass left keep p_i
+    nat.copyto(resid, p_i, where=~ok)
+    return resid
+
+
+def walk(rule, p, q, c, ms=None, ps=None, qs=None):
+    """The sequential engine every accepted-mass rule shares, on numpy arrays or torch tensors.
+
+    Step ``i`` asks ``rule.accepted_mass(i, k, p_i, q_i, q=q, rejected=c[:, :i])`` for ``m_i`` (B, V),
+    accepts ``x_i`` with probability ``m_i(x_i) / q_i(x_i)`` and moves to the residual
+    ``p_{i+1} = (p_i - m_i)_+ / (1 - sum m_i)``; under without-replacement drafting the draft ``q_i`` drops
+    each rejected candidate and is renormalised (the law the sampler drew ``x_{i+1}`` from).
+
+    Parameters
+    ----------
+    rule : object with ``accepted_mass`` and ``drafting``
+    p, q : (B, V) float64 (or float32 tensors), validated laws
+    c : (B, k) int64 candidates
+    ms, ps, qs : lists, optional
+        Filled with each step's ``m_i``, ``p_i`` (and the final residual) and ``q_i`` (drift analysis).
+
+    Returns
+    -------
+    a : (B, k), ``p``'s dtype -- acceptance probability of each step
+    residual : (B, V) -- the law of the token emitted when all ``k`` are rejected
+    """
+    xp = array_namespace(p, q)
+    B, k = c.shape
+    wor = rule.drafting == "without_replacement"
+    a = xp.empty((B, k), dtype=p.dtype, device=device(p))
+    # Two (B, V) buffers, reused: step i writes p_{i+1} into bufs[i % 2], which never holds p_i (a fresh
+    # (B, V) allocation a step costs up to ~2x the step on CPU, page faults).  Kept steps (ps) get new arrays.
+    # C order (empty_like of a broadcast batch is Fortran-strided: its sums would run in another order).
+    bufs = (None, None) if ps is not None else tuple(xp.empty(p.shape, dtype=p.dtype, device=device(p)) for _ in "ab")
+    p_i = p
+    q_i = q / xp.sum(q, axis=1, keepdims=True) if wor else q         # the law the sampler draws (rows off 1 by SUM_TOL)
+    for i in range(k):
+        x = c[:, i]                                                    # (B,)
+        m = rule.accepted_mass(i, k, p_i, q_i, q=q, rejected=c[:, :i])  # (B, V), 0 <= m <= min(p_i, q_i)
+        a[:, i] = accept_prob(m, q_i, x)
+        if ms is not None:
+            ms.append(m), ps.append(p_i), qs.append(q_i)
+        p_i = reject_update(p_i, m, out=bufs[i % 2])
+        if wor and i + 1 < k:
+            q_i = zero_at(q_i, x)
+            q_i = q_i / xp.sum(q_i, axis=1, keepdims=True)             # q_{i+1} = norm(q_i without x_i)
+    if ps is not None:
+        ps.append(p_i)
+    return a, p_i

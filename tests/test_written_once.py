@@ -1,0 +1,83 @@
+"""Each rule once (issue 39 item 1): the rules of ``WRITTEN_ONCE`` run their numpy module's own lines on torch.
+
+The exact-enumeration, Monte Carlo and decision-parity tests of these rules on torch (float64 and float32) are
+``tests/test_torch_exact.py``, ``tests/test_torch_certify.py`` and ``tests/test_torch_parity.py``; this file pins
+that no torch twin exists for them and that the shared pieces (``resispec._xp``) give the numpy indexing's values.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+
+import resispec  # noqa: E402
+from resispec import _xp  # noqa: E402
+from resispec.torch_backend.base import TorchRule  # noqa: E402
+from resispec.torch_backend.rules import WRITTEN_ONCE  # noqa: E402
+from resispec.verifiers.registry import _REGISTRY  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.mark.parametrize("name", WRITTEN_ONCE)
+def test_torch_runs_the_numpy_rule(name):
+    v = resispec.get_verifier(name, backend="torch")
+    assert isinstance(v, TorchRule)
+    assert type(v).rule_class is _REGISTRY["numpy"][name]
+    assert type(v)._chain_t is TorchRule._chain_t               # no rule code of its own
+    assert v.drafting == resispec.get_verifier(name).drafting
+
+
+def test_no_torch_module_defines_a_written_once_rule():
+    """No class in ``resispec/torch_backend/`` is registered under a written-once name by hand."""
+    for path in (ROOT / "resispec" / "torch_backend").glob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            for deco in getattr(node, "decorator_list", []):
+                if isinstance(deco, ast.Call) and getattr(deco.func, "id", "") == "register" and deco.args:
+                    assert getattr(deco.args[0], "value", None) not in WRITTEN_ONCE, (path.name, node.name)
+
+
+@pytest.mark.parametrize("name", ["sps", "rrs", "rrs_wor"])
+def test_masses_on_torch_equal_numpy(name):
+    rng = np.random.default_rng(3)
+    p, q = rng.dirichlet(np.ones(12), size=5), rng.dirichlet(np.ones(12), size=5)
+    drafting = resispec.get_verifier(name).drafting
+    c = resispec.sampling.draw_candidates(q, 3, drafting, rng)
+    want = resispec.get_verifier(name).masses(p, q, c)
+    got = resispec.get_verifier(name, backend="torch").masses(*(torch.from_numpy(a) for a in (p, q, c)))
+    for w, g in zip(want, got):                                   # sums differ in order: round-off only
+        np.testing.assert_allclose(g.numpy(), w, rtol=1e-12, atol=1e-15)
+
+
+def test_masses_of_a_rule_without_masses_is_a_clear_error():
+    v = resispec.get_verifier("kseq", backend="torch")
+    p = torch.full((1, 4), 0.25, dtype=torch.float64)
+    with pytest.raises(TypeError, match="not an accepted-mass rule"):
+        v.masses(p, p, torch.zeros((1, 2), dtype=torch.int64))
+
+
+@pytest.mark.parametrize("lib", ["numpy", "torch"])
+def test_row_operations_equal_numpy_indexing(lib):
+    rng = np.random.default_rng(0)
+    x, idx = rng.random((6, 9)), rng.integers(0, 9, 6)
+    rows = np.arange(6)
+    zeroed, kept = x.copy(), np.zeros_like(x)
+    zeroed[rows, idx] = 0.0
+    kept[rows, idx] = x[rows, idx]
+    m = 0.5 * x
+    m[0] = x[0]                                                   # a row with no mass left keeps p_i
+    X, I, M = (x, idx, m) if lib == "numpy" else (torch.from_numpy(x), torch.from_numpy(idx), torch.from_numpy(m))
+    as_np = (lambda a: a) if lib == "numpy" else (lambda a: a.numpy())
+    np.testing.assert_array_equal(as_np(_xp.at(X, I)), x[rows, idx])
+    np.testing.assert_array_equal(as_np(_xp.zero_at(X, I)), zeroed)
+    np.testing.assert_array_equal(as_np(_xp.only_at(X, I)), kept)
+    resid = np.maximum(x - m, 0.0)
+    z = resid.sum(axis=1, keepdims=True)
+    want = np.where(z > 1e-13, resid / np.where(z > 1e-13, z, 1.0), x)
+    np.testing.assert_array_equal(as_np(_xp.reject_update(X, M)), want)
+    np.testing.assert_array_equal(want[0], x[0])
