@@ -1,6 +1,11 @@
 """``resispec`` command line.  Each subcommand lives in ``resispec/commands/<name>.py``
 and defines ``NAME``, ``HELP``, ``add_arguments(parser)`` and ``run(args) -> int``;
 they are discovered automatically, so adding one touches one file.
+
+One verb, several subjects: a command named ``VERB-KIND`` (``certify-decoder``) whose ``VERB`` is a command
+too is that verb's kind, run as ``resispec VERB KIND ...`` (``resispec certify decoder``); the verb's own
+module names its default kind (``KIND = "verifiers"``: ``resispec certify`` = ``resispec certify
+verifiers``).  The hyphenated names still parse (committed reports quote them) but are not listed.
 """
 
 from __future__ import annotations
@@ -24,34 +29,96 @@ def _discover():
     return sorted(mods, key=lambda m: m.NAME)
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """The ``resispec`` argument parser with every discovered subcommand."""
+def verbs(mods=None) -> dict[str, dict[str, str]]:
+    """``{verb: {kind: command NAME}}`` for every verb with kinds, its default kind included
+    (``{"certify": {"verifiers": "certify", "decoder": "certify-decoder", ...}, "bench": {...}}``)."""
+    mods = _discover() if mods is None else mods
+    names = {m.NAME: m for m in mods}
+    table: dict[str, dict[str, str]] = {}
+    for name in names:
+        verb, _, kind = name.partition("-")
+        if kind and verb in names:
+            table.setdefault(verb, {getattr(names[verb], "KIND", verb): verb})[kind] = name
+    return table
+
+
+def build_parser(spaced: bool = False) -> argparse.ArgumentParser:
+    """The ``resispec`` argument parser with every discovered subcommand (a verb's kinds parse, unlisted).
+
+    ``spaced``: a kind's usage and help name it ``resispec certify decoder`` (as the user typed it) rather
+    than ``resispec certify-decoder``.
+    """
     from . import __version__
 
     parser = argparse.ArgumentParser(prog="resispec", description="Exact multi-candidate speculative sampling.",
                                      allow_abbrev=False)
     parser.add_argument("--version", action="version", version=f"resispec {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-    for mod in _discover():
-        p = sub.add_parser(mod.NAME, help=mod.HELP, description=getattr(mod, "__doc__", None) or mod.HELP,
-                           formatter_class=argparse.RawDescriptionHelpFormatter,
-                           allow_abbrev=False)   # --n is not --nodes, --temperature not --temperatures
+    mods = _discover()
+    table = verbs(mods)
+    kinds = {name: verb for verb, ks in table.items() for name in ks.values() if name != verb}
+    helps = {m.NAME: m.HELP for m in mods}
+    for mod in mods:
+        listed = {} if mod.NAME in kinds else {"help": mod.HELP}      # a kind is listed under its verb's --help
+        if mod.NAME in table:
+            listed["help"] += f" [subjects: {', '.join(table[mod.NAME])}]"
+        epilog = None
+        if mod.NAME in table:
+            epilog = "subjects (resispec %s KIND ...; each has its own --help):\n" % mod.NAME + "\n".join(
+                f"  {kind:10s} {helps[name]}" + (" (the default)" if name == mod.NAME else "")
+                for kind, name in table[mod.NAME].items())
+        prog = f"resispec {kinds[mod.NAME]} {mod.NAME.partition('-')[2]}" if spaced and mod.NAME in kinds else None
+        p = sub.add_parser(mod.NAME, description=getattr(mod, "__doc__", None) or mod.HELP, epilog=epilog,
+                           formatter_class=argparse.RawDescriptionHelpFormatter, **({"prog": prog} if prog else {}),
+                           allow_abbrev=False, **listed)   # --n is not --nodes, --temperature not --temperatures
         mod.add_arguments(p)
-        p.set_defaults(_run=mod.run)
+        p.set_defaults(_run=mod.run, _name=mod.NAME)
     return parser
+
+
+def _below_one(parser, args) -> str | None:
+    """The first count option (``type=count``: ``--n``, ``--stop-after``, ...) given below 1, as a message."""
+    from .commands._args import count
+
+    sub = parser._subparsers._group_actions[0].choices[args._name]
+    for action in sub._actions:
+        value = getattr(args, action.dest, None)
+        if action.type is count and isinstance(value, int) and value < 1:
+            return f"{action.option_strings[0]} must be a whole number >= 1 (a count), got {value}"
+    return None
+
+
+def join_verb(argv: list[str]) -> list[str]:
+    """``["certify", "decoder", ...]`` -> ``["certify-decoder", ...]``; ``["certify", "verifiers", ...]`` ->
+    ``["certify", ...]``; anything else unchanged."""
+    if len(argv) >= 2:
+        kinds = verbs().get(argv[0], {})
+        if argv[1] in kinds:
+            return [kinds[argv[1]], *argv[2:]]
+    return list(argv)
 
 
 def main(argv: list[str] | None = None) -> int:
     """Run the CLI; returns the exit status (2 with a one-line error for bad input)."""
-    parser = build_parser()
+    program = argv is None
+    argv = sys.argv[1:] if argv is None else list(argv)
+    joined = join_verb(argv)
+    spaced = joined[:1] != argv[:1] and joined[:1] != argv[1:2]     # typed "certify decoder", not "certify-decoder"
+    parser = build_parser(spaced)
     try:
-        args = parser.parse_args(argv)
+        args = parser.parse_args(joined)
     except SystemExit as exc:  # argparse: usage error (2) or --help / --version (0), already printed
         return exc.code if isinstance(exc.code, int) else 2
     if not getattr(args, "_run", None):
         parser.print_help()
         return 2
-    args._program = argv is None            # run as a program (not main([...]) in a test): the audit may supervise
+    if spaced:
+        args.command = " ".join(args.command.split("-", 1))
+    low = _below_one(parser, args)
+    if low:
+        print(f"resispec {args.command}: error: {low}", file=sys.stderr)
+        return 2
+    args._program = program                 # run as a program (not main([...]) in a test): the audit may supervise
     from exactness._checks import SubjectError
     from exactness._timeout import TimeLimitExceeded
 

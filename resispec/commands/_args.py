@@ -163,8 +163,8 @@ def count(text: str) -> int:
 
     For argparse ``type=``.  Exact (no float rounding: ``"1e18"`` ->
     ``10**18``).  Raises ``argparse.ArgumentTypeError`` for a value that is
-    not a whole number (``"1.5"``, ``"1e-3"``, ``"nan"``, ``"inf"``, ``"x"``).
-    Range checks (>= 1, upper limits) are the command's.
+    not a whole number (``"1.5"``, ``"1e-3"``, ``"nan"``, ``"inf"``, ``"x"``).  A count below 1 is refused
+    after parsing by :func:`resispec.cli.main`, in one line naming the flag; upper limits are the command's.
     """
     s = str(text).strip().replace("_", "")
     try:

@@ -19,6 +19,7 @@ import time
 from ._args import ListAction, check_out, count
 
 NAME = "bench"
+KIND = "trees"   # `resispec bench` = `resispec bench trees` (resispec.cli.verbs)
 HELP = "block efficiency of every verifier on tree shapes x temperatures x families"
 
 

@@ -36,6 +36,7 @@ from pathlib import Path
 from exactness.limits import CELL_TIMEOUT  # light: the exactness package imports its modules lazily
 
 NAME = "certify"
+KIND = "verifiers"   # `resispec certify` = `resispec certify verifiers` (resispec.cli.verbs)
 HELP = "certify verifiers zero-bias (exact enumeration + Monte Carlo, with mutant detection)"
 
 

@@ -1,0 +1,61 @@
+"""One verb, several subjects (issue 39 item 2): ``resispec certify KIND`` and ``resispec bench KIND``."""
+
+from __future__ import annotations
+
+import pytest
+
+from resispec import cli
+
+
+def test_every_hyphenated_command_is_a_kind_of_its_verb():
+    table = cli.verbs()
+    assert set(table) == {"certify", "bench"}
+    assert table["certify"] == {"verifiers": "certify", "coupled": "certify-coupled", "decoder": "certify-decoder",
+                                "stepwise": "certify-stepwise"}
+    assert set(table["bench"]) == {"trees", "accept", "decode", "gap", "verify"}
+    parser = cli.build_parser()
+    for verb, kinds in table.items():
+        for kind, name in kinds.items():
+            assert cli.join_verb([verb, kind, "--help"]) == [name, "--help"]
+            assert parser._subparsers._group_actions[0].choices[name].prog == f"resispec {name}"
+            spaced = cli.build_parser(spaced=True)._subparsers._group_actions[0].choices[name]
+            assert spaced.prog == (f"resispec {verb} {kind}" if name != verb else f"resispec {verb}")
+
+
+def test_join_verb_leaves_everything_else_alone():
+    assert cli.join_verb(["certify", "--n", "100"]) == ["certify", "--n", "100"]
+    assert cli.join_verb(["certify-decoder", "--decoder", "m:f"]) == ["certify-decoder", "--decoder", "m:f"]
+    assert cli.join_verb(["audit", "vllm"]) == ["audit", "vllm"]
+    assert cli.join_verb([]) == []
+
+
+def test_help_lists_verbs_and_their_subjects(capsys):
+    assert cli.main(["--help"]) == 0
+    out = capsys.readouterr().out
+    assert "certify-decoder" not in out and "bench-verify" not in out
+    assert "[subjects: verifiers, coupled, decoder, stepwise]" in " ".join(out.split())
+    assert cli.main(["certify", "--help"]) == 0
+    out = capsys.readouterr().out
+    assert "decoder    certify a whole speculative decoder" in out
+
+
+@pytest.mark.parametrize("argv,who", [(["certify", "stepwise", "--n", "-5"], "resispec certify stepwise"),
+                                      (["certify-stepwise", "--n", "-5"], "resispec certify-stepwise")])
+def test_both_spellings_run_the_same_command(argv, who, capsys):
+    """The message names the command as it was typed, and the flag (was "n must be >= 1", an internal name)."""
+    assert cli.main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == f"{who}: error: --n must be a whole number >= 1 (a count), got -5"
+
+
+def test_a_count_below_one_is_refused_for_every_command(capsys):
+    from resispec.commands._args import count
+
+    parser = cli.build_parser()
+    for name, sub in parser._subparsers._group_actions[0].choices.items():
+        required = [a for x in sub._actions if x.required and x.option_strings for a in (x.option_strings[0], "x")]
+        for action in sub._actions:
+            if action.type is count:
+                flag = action.option_strings[0]
+                assert cli.main([name, *required, flag, "0"]) == 2, (name, flag)
+                assert capsys.readouterr().err.strip().endswith(f"{flag} must be a whole number >= 1 (a count), got 0")
