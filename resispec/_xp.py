@@ -10,6 +10,9 @@ once.  Every function here gives the same values as the numpy indexing it replac
 
 from __future__ import annotations
 
+import inspect
+from functools import lru_cache
+
 from array_api_compat import array_namespace, device, is_torch_namespace
 
 #: Below this remaining mass (float64) a rejection is treated as impossible and the residual is kept
@@ -95,7 +98,26 @@ def reject_update(p_i, m, out=None):
     return resid
 
 
-def walk(rule, p, q, c, ms=None, ps=None, qs=None):
+@lru_cache(maxsize=None)
+def _takes_state(fn) -> bool:
+    """True when the function ``fn`` (a class's ``accepted_mass``) has a ``state`` parameter."""
+    try:
+        return "state" in inspect.signature(fn).parameters
+    except (TypeError, ValueError):
+        return False
+
+
+def mass(rule, i, k, p_i, q_i, *, q, rejected, state):
+    """``rule.accepted_mass(i, k, p_i, q_i, q=q, rejected=rejected)`` (B, V); an ``accepted_mass`` that takes
+    ``state=`` (ResiSpec's: its look-ahead schedule, a solver's warm start) also gets the walk's own dict
+    (made by the walk, passed explicitly: no thread-local, no state on the rule).  A subclass overriding
+    ``accepted_mass`` without ``state`` is called without it."""
+    if _takes_state(getattr(type(rule), "accepted_mass", None)):
+        return rule.accepted_mass(i, k, p_i, q_i, q=q, rejected=rejected, state=state)
+    return rule.accepted_mass(i, k, p_i, q_i, q=q, rejected=rejected)
+
+
+def walk(rule, p, q, c, ms=None, ps=None, qs=None, state=None):
     """The sequential engine every accepted-mass rule shares, on numpy arrays or torch tensors.
 
     Step ``i`` asks ``rule.accepted_mass(i, k, p_i, q_i, q=q, rejected=c[:, :i])`` for ``m_i`` (B, V),
@@ -110,6 +132,9 @@ def walk(rule, p, q, c, ms=None, ps=None, qs=None):
     c : (B, k) int64 candidates
     ms, ps, qs : lists, optional
         Filled with each step's ``m_i``, ``p_i`` (and the final residual) and ``q_i`` (drift analysis).
+    state : dict, optional
+        The walk's state handed to an ``accepted_mass`` that takes ``state=`` (:func:`mass`); a fresh dict by default
+        (a rule may seed it, e.g. with solver buffers).
 
     Returns
     -------
@@ -118,6 +143,7 @@ def walk(rule, p, q, c, ms=None, ps=None, qs=None):
     """
     xp = array_namespace(p, q)
     B, k = c.shape
+    state = {} if state is None else state
     wor = rule.drafting == "without_replacement"
     a = xp.empty((B, k), dtype=p.dtype, device=device(p))
     # Two (B, V) buffers, reused: step i writes p_{i+1} into bufs[i % 2], which never holds p_i (a fresh
@@ -128,7 +154,7 @@ def walk(rule, p, q, c, ms=None, ps=None, qs=None):
     q_i = q / xp.sum(q, axis=1, keepdims=True) if wor else q         # the law the sampler draws (rows off 1 by SUM_TOL)
     for i in range(k):
         x = c[:, i]                                                    # (B,)
-        m = rule.accepted_mass(i, k, p_i, q_i, q=q, rejected=c[:, :i])  # (B, V), 0 <= m <= min(p_i, q_i)
+        m = mass(rule, i, k, p_i, q_i, q=q, rejected=c[:, :i], state=state)   # (B, V), 0 <= m <= min(p_i, q_i)
         a[:, i] = accept_prob(m, q_i, x)
         if ms is not None:
             ms.append(m), ps.append(p_i), qs.append(q_i)

@@ -81,3 +81,30 @@ def test_row_operations_equal_numpy_indexing(lib):
     want = np.where(z > 1e-13, resid / np.where(z > 1e-13, z, 1.0), x)
     np.testing.assert_array_equal(as_np(_xp.reject_update(X, M)), want)
     np.testing.assert_array_equal(want[0], x[0])
+
+
+def test_the_walk_hands_its_state_explicitly():
+    """A rule's plan lives in the walk's own dict, passed as ``state=`` (was a thread-local ``walk_plan()``):
+    one dict for the steps of one walk, a fresh one for the next walk; a rule without ``state`` is not given it."""
+    from resispec.verifiers.base import MassVerifier
+
+    seen = []
+
+    class Planned(MassVerifier):
+        def accepted_mass(self, i, k, p_i, q_i, *, q, rejected, state=None):
+            seen.append(id(state))
+            state.setdefault("steps", []).append(i)
+            return np.minimum(p_i, q_i)
+
+    class Plain(MassVerifier):
+        def accepted_mass(self, i, k, p_i, q_i, *, q, rejected):
+            return np.minimum(p_i, q_i)
+
+    p, q = np.full((2, 4), 0.25), np.array([[0.7, 0.1, 0.1, 0.1]] * 2)
+    c = np.array([[0, 1, 2], [3, 0, 1]])
+    for v in (Planned(), Plain()):
+        np.testing.assert_array_equal(v.chain(p, q, c).accept_probs, resispec.get_verifier("rrs").chain(p, q, c).accept_probs)
+    Planned().chain(p, q, c)
+    assert seen[0] == seen[1] == seen[2] and seen[3] == seen[4] == seen[5] and len(seen) == 6
+    for path in (ROOT / "resispec").rglob("*.py"):
+        assert "threading.local" not in path.read_text(), path

@@ -242,13 +242,11 @@ class TorchMassVerifier(TorchVerifier):
         return torch.stack(ms, 1), torch.stack(ps, 1), torch.stack(qs, 1)
 
     def _walk(self, p, q, c, ms=None, ps=None, qs=None):
-        from ..verifiers.base import walk_scope
+        return walk(self, p, q, c, ms, ps, qs, state=self._walk_state(p))   # the one engine (resispec._xp.walk)
 
-        with walk_scope():
-            return self._walk_steps(p, q, c, ms, ps, qs)
-
-    def _walk_steps(self, p, q, c, ms=None, ps=None, qs=None):
-        return walk(self, p, q, c, ms, ps, qs)           # the one engine (resispec._xp.walk) on tensors
+    def _walk_state(self, p) -> dict:
+        """The state a walk over ``p`` (B, V) starts with (a rule may seed solver buffers); default empty."""
+        return {}
 
     def _chain_t(self, p, q, c):
         return self._walk(p, q, c)

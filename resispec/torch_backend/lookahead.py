@@ -35,7 +35,6 @@ from __future__ import annotations
 import torch
 
 from .._reserve_tol import LOOKAHEAD_TOL
-from ..verifiers.base import walk_plan
 from ..verifiers.lookahead import _PLAN_KEY, _REACH_EPS
 from ..verifiers.registry import register
 from .base import TorchMassVerifier
@@ -303,13 +302,11 @@ class ResiSpecLookaheadTorch(TorchMassVerifier):
         """Proxy ``rho_i = q_i`` (B, V) and reserve ``lambda_i`` (B,) for 0-based step ``i``."""
         return q_i, self.gamma * lookahead_reserve_t(p_i, q_i, k - i)
 
-    def accepted_mass(self, i, k, p_i, q_i, *, q, rejected, out=None):
+    def accepted_mass(self, i, k, p_i, q_i, *, q, rejected, out=None, state=None):
         if i == k - 1 or self.gamma == 0:
             return torch.minimum(p_i, q_i, out=out)
-        if self.gamma == 1.0:
-            plan = walk_plan()
-            if plan is not None:
-                return self._planned(plan, k - i, p_i, q_i, out)
+        if self.gamma == 1.0 and state is not None:
+            return self._planned(state, k - i, p_i, q_i, out)
         if p_i.dtype == torch.float64 and _fused_ok(p_i) and p_i.is_contiguous() and q_i.is_contiguous():
             from .._lookahead_fused import lookahead_rows    # reserve and mass in one compiled pass per row
 

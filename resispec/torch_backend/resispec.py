@@ -65,7 +65,6 @@ from dataclasses import dataclass
 
 import torch
 
-from ..verifiers.base import walk_plan, walk_scope
 from ..verifiers.registry import register
 from .._reserve_tol import reserve_tol
 from .base import TorchMassVerifier
@@ -502,16 +501,16 @@ class ResiSpecTorch(TorchMassVerifier):
             return "fused" if p_i.device.type == "cpu" and _reserve_fused.AVAILABLE else "newton"
         return self.solver
 
-    def _solve(self, i, k, p_i, q_i, out=None):
-        """``(rho, lam, m)`` for 0-based step ``i`` (``m`` at ``lam``, written into ``out`` if given)."""
+    def _solve(self, i, k, p_i, q_i, out=None, plan=None):
+        """``(rho, lam, m)`` for 0-based step ``i`` (``m`` at ``lam``, written into ``out`` if given);
+        ``plan``: the walk's state (warm start, Newton buffers), or None outside a walk."""
         rho = self._rho(i, k, p_i, q_i)
         solver = self._solver_for(p_i)
         if solver == "sort":
             lam = solve_reserve_sort(p_i, q_i, rho, self.gamma)
             m = torch.addcmul(p_i, rho, lam.unsqueeze(1), value=-1.0, out=out).clamp_(min=0.0)  # (p_i - lam rho)_+
             return rho, lam, torch.minimum(m, q_i, out=m)
-        plan = walk_plan()                     # this walk's own state (thread-safe): warm start and buffers
-        state = plan.setdefault(_STATE_KEY, {}) if plan is not None else {}
+        state = plan.setdefault(_STATE_KEY, {}) if plan is not None else {}   # this walk's: warm start, buffers
         warm = state.get("warm")
         warm = warm if (i > 0 and warm is not None and warm.shape[0] == p_i.shape[0]) else None
         if solver == "fused":
@@ -527,15 +526,14 @@ class ResiSpecTorch(TorchMassVerifier):
         rho, lam, _ = self._solve(i, k, p_i, q_i)
         return rho, lam
 
-    def accepted_mass(self, i, k, p_i, q_i, *, q, rejected, out=None):
+    def accepted_mass(self, i, k, p_i, q_i, *, q, rejected, out=None, state=None):
         if i == k - 1 or self.gamma == 0:
             return torch.minimum(p_i, q_i, out=out)
-        return self._solve(i, k, p_i, q_i, out=out)[2]
+        return self._solve(i, k, p_i, q_i, out=out, plan=state)[2]
 
-    def _walk(self, p, q, c, ms=None, ps=None, qs=None):
-        with walk_scope() as plan:             # Newton buffers and the warm start live in the walk, not on self
-            plan[_STATE_KEY] = {"ws": _Workspace(p) if self._solver_for(p) == "newton" else None}
-            return self._walk_steps(p, q, c, ms, ps, qs)
+    def _walk_state(self, p) -> dict:
+        """Newton buffers and the warm start live in the walk, not on self."""
+        return {_STATE_KEY: {"ws": _Workspace(p) if self._solver_for(p) == "newton" else None}}
 
 
 @register("resispec_myopic", backend="torch", ours=True)

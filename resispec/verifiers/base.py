@@ -18,45 +18,18 @@ at ``x_i`` or later candidates, the emitted token has law ``p`` exactly.
 
 from __future__ import annotations
 
-import threading
 from abc import ABC, abstractmethod
-from contextlib import contextmanager
 from dataclasses import dataclass
 
 import numpy as np
 
 from .._validation import as_candidates, as_node, as_uniforms, check_drafting, check_k, check_rng, shares_one_row
-from .._xp import RESIDUAL_EPS, reject_update, walk  # noqa: F401  (reject_update: re-exported, its one definition)
+from .._xp import RESIDUAL_EPS, mass, reject_update, walk  # noqa: F401  (reject_update: re-exported, its one definition)
 from ..sampling import _inverse_cdf
 
 #: Below this remaining mass a rejection is treated as impossible and the
 #: residual is kept unchanged (its weight in the output law is < 1e-13).
 _RESIDUAL_EPS = RESIDUAL_EPS
-
-_WALK = threading.local()
-
-
-@contextmanager
-def walk_scope():
-    """One walk over a batch of nodes' candidates (steps ``0..k-1`` in order, the same rows throughout).
-
-    Inside it :func:`walk_plan` returns a dict a rule may keep a plan in, made at its first step and read
-    at the later ones (ResiSpec's look-ahead schedule: one solve a node instead of one a candidate).  The
-    dict lives for this walk only and in this thread only, so a rule's output stays a function of its
-    inputs; outside a walk (a direct ``accepted_mass`` call) :func:`walk_plan` is ``None``.
-    """
-    prev = getattr(_WALK, "plan", None)
-    _WALK.plan = {}
-    try:
-        yield _WALK.plan
-    finally:
-        _WALK.plan = prev
-
-
-def walk_plan() -> dict | None:
-    """The plan dict of the walk in progress in this thread (:func:`walk_scope`), else ``None``."""
-    return getattr(_WALK, "plan", None)
-
 
 @dataclass(frozen=True)
 class VerifyResult:
@@ -437,9 +410,13 @@ _record_methods(Verifier)
 class MassVerifier(Verifier):
     """A sequential verifier defined by its accepted-mass rule ``m_i``.
 
-    Subclasses implement :meth:`accepted_mass`; the engine walks the
-    candidates, keeps the residual ``p_i`` and (for without-replacement
-    drafting) the renormalised draft ``q_i``.
+    Subclasses implement :meth:`accepted_mass`; the engine (:func:`resispec._xp.walk`, the same for numpy and
+    torch) walks the candidates, keeps the residual ``p_i`` and (for without-replacement drafting) the
+    renormalised draft ``q_i``.  An ``accepted_mass`` that also takes ``state=`` gets a dict that lives for
+    one walk over a batch's candidates (steps ``0..k-1`` in order, the same rows throughout), where it may
+    keep a plan made at its first step and read at the later ones (ResiSpec's look-ahead schedule: one solve
+    a node instead of one a candidate); it is passed explicitly, so a rule's output stays a function of its
+    inputs and a verifier shared by threads decides as one thread.
     """
 
     #: True when ``accepted_mass`` ignores the rejected candidates, so that
@@ -471,10 +448,6 @@ class MassVerifier(Verifier):
         return np.stack(ms, 1), np.stack(ps, 1), np.stack(qs, 1)
 
     def _walk(self, p, q, c, ms=None, ps=None, qs=None):
-        with walk_scope():
-            return self._walk_steps(p, q, c, ms, ps, qs)
-
-    def _walk_steps(self, p, q, c, ms=None, ps=None, qs=None):
         return walk(self, p, q, c, ms, ps, qs)           # the one engine (resispec._xp.walk), numpy or torch
 
     def _chain(self, p, q, c):
@@ -493,11 +466,11 @@ class MassVerifier(Verifier):
         p_i = p1
         safe = np.where(q1 > 0, q1, 1.0)
         empty = np.zeros((1, 0), dtype=np.int64)
-        with walk_scope():
-            for i in range(k):
-                m = self.accepted_mass(i, k, p_i, q1, q=q1, rejected=empty)
-                a[i] = np.clip(np.where(q1 > 0, m / safe, 0.0), 0.0, 1.0)[0]
-                p_i = reject_update(p_i, m)
+        state: dict = {}
+        for i in range(k):
+            m = mass(self, i, k, p_i, q1, q=q1, rejected=empty, state=state)
+            a[i] = np.clip(np.where(q1 > 0, m / safe, 0.0), 0.0, 1.0)[0]
+            p_i = reject_update(p_i, m)
         return a, p_i[0]
 
     def closed_form_split(self, p, q, k, drafting=None):
@@ -519,12 +492,12 @@ class MassVerifier(Verifier):
         reach = np.ones(B)
         p_i = p2
         empty = np.zeros((B, 0), dtype=np.int64)
-        with walk_scope():
-            for i in range(k):
-                m = self.accepted_mass(i, k, p_i, q2, q=q2, rejected=empty)
-                M += reach[:, None] * m
-                reach = reach * np.clip(1.0 - m.sum(axis=1), 0.0, 1.0)
-                p_i = reject_update(p_i, m)
+        state: dict = {}
+        for i in range(k):
+            m = mass(self, i, k, p_i, q2, q=q2, rejected=empty, state=state)
+            M += reach[:, None] * m
+            reach = reach * np.clip(1.0 - m.sum(axis=1), 0.0, 1.0)
+            p_i = reject_update(p_i, m)
         return M, reach[:, None] * p_i
 
     def step_acceptance(self, p, q, k):
@@ -536,9 +509,9 @@ class MassVerifier(Verifier):
         beta = np.empty((B, k))
         p_i = p2
         empty = np.zeros((B, 0), dtype=np.int64)
-        with walk_scope():
-            for i in range(k):
-                m = self.accepted_mass(i, k, p_i, q2, q=q2, rejected=empty)
-                beta[:, i] = m.sum(axis=1)
-                p_i = reject_update(p_i, m)
+        state: dict = {}
+        for i in range(k):
+            m = mass(self, i, k, p_i, q2, q=q2, rejected=empty, state=state)
+            beta[:, i] = m.sum(axis=1)
+            p_i = reject_update(p_i, m)
         return np.clip(beta, 0.0, 1.0)

@@ -48,7 +48,6 @@ from __future__ import annotations
 import numpy as np
 
 from .._reserve_tol import LOOKAHEAD_TOL
-from .base import walk_plan
 
 _BISECT = 80
 
@@ -219,19 +218,18 @@ def lookahead_reserve(p_i: np.ndarray, q: np.ndarray, k_left: int) -> np.ndarray
     return lookahead_reserve_and_mass(p_i, q, k_left)[0]
 
 
-def lookahead_reserve_and_mass(p_i: np.ndarray, q: np.ndarray, k_left: int, gamma: float | None = None):
+def lookahead_reserve_and_mass(p_i: np.ndarray, q: np.ndarray, k_left: int, gamma: float | None = None,
+                               plan: dict | None = None):
     """``(Lambda, m)``: the reserve (B,) and, with ``gamma``, ``m = min(q, (p_i - gamma Lambda q)_+)`` (B, V).
 
     ``m`` is ``None`` without ``gamma``.  One fused pass per row computes both
     when numba is installed (:mod:`resispec._lookahead_fused`); otherwise the
-    reference sort (:func:`_lookahead_reserve_ref`) and numpy.  Inside a walk
-    (:func:`resispec.verifiers.base.walk_scope`) with ``gamma = 1`` the schedule
-    of the walk's first step serves the later ones (:func:`planned_step`).
+    reference sort (:func:`_lookahead_reserve_ref`) and numpy.  Given the walk's
+    ``plan`` (its state dict, :func:`resispec._xp.walk`) with ``gamma = 1`` the
+    schedule of the walk's first step serves the later ones (:func:`planned_step`).
     """
-    if gamma == 1.0 and k_left > 1:
-        plan = walk_plan()
-        if plan is not None:
-            return planned_step(plan, p_i, q, k_left)
+    if gamma == 1.0 and k_left > 1 and plan is not None:
+        return planned_step(plan, p_i, q, k_left)
     return _solve_step(p_i, q, k_left, gamma)
 
 

@@ -13,7 +13,6 @@ verification (SpecTr, arXiv 2310.15141; Khisti et al. 2025, arXiv 2410.18234).
 
 from __future__ import annotations
 
-import threading
 
 import numpy as np
 
@@ -299,31 +298,30 @@ class ResiSpec(MassVerifier):
         rho, lam, _ = self._solve(i, k, p_i, q_i)
         return rho, lam
 
-    def _solve(self, i, k, p_i, q_i):
-        """``(rho, lam, m)``: proxy, reserve and accepted mass of 0-based step ``i``."""
+    def _solve(self, i, k, p_i, q_i, state=None):
+        """``(rho, lam, m)``: proxy, reserve and accepted mass of 0-based step ``i``; ``state``: the walk's dict."""
         if self.reserve_rule == "lookahead":
-            lam, m = lookahead_reserve_and_mass(p_i, q_i, k - i, self.gamma)   # one fused pass when numba is there
+            lam, m = lookahead_reserve_and_mass(p_i, q_i, k - i, self.gamma, state)   # one fused pass (numba)
             return q_i, self.gamma * lam, m
         rho, lam = self._proxy_and_lookahead(i, k, p_i, q_i)
         if (lam is None and getattr(self, "reserve_method", "newton") == "newton" and self.gamma <= 1.0
                 and _fused_available()):
-            # warm start from this thread's previous candidate's reserve (it moves lambda's last bit, so it is
-            # kept per thread: a verifier shared by threads decides as a single-threaded one)
-            store = self.__dict__.setdefault("_warm_by_thread", {})
-            key = threading.get_ident()
-            warm = store.get(key)
+            # warm start from this walk's previous candidate's reserve (it moves lambda's last bit, so it lives
+            # in the walk's state: a verifier shared by threads decides as a single-threaded one)
+            warm = None if state is None else state.get("warm")
             warm = warm if (i > 0 and warm is not None and warm.shape[0] == p_i.shape[0]) else None
             lam, m = _solve_fused(p_i, q_i, rho, self.gamma, warm)
-            store[key] = lam
+            if state is not None:
+                state["warm"] = lam
             return rho, lam, m
         if lam is None:
             lam = solve_reserve(p_i, q_i, rho, self.gamma, method=getattr(self, "reserve_method", "newton"))
         return rho, lam, np.minimum(q_i, np.maximum(p_i - lam[:, None] * rho, 0.0))
 
-    def accepted_mass(self, i, k, p_i, q_i, *, q, rejected):
+    def accepted_mass(self, i, k, p_i, q_i, *, q, rejected, state=None):
         if i == k - 1 or self.gamma == 0:
             return np.minimum(p_i, q_i)
-        return self._solve(i, k, p_i, q_i)[2]
+        return self._solve(i, k, p_i, q_i, state)[2]
 
 
 def _iid_only(name: str, drafting) -> None:
