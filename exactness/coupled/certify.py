@@ -560,9 +560,9 @@ def certify_coupled(kernel, reference, p, q, k: int, *, n: int = 100_000, alpha:
     hard = None if time_limit is None else own_limit(hard_limit(time_limit))
     try:
         with _time_limit(hard):
-            return _certify(kernel_obj, ref, kernel, reference, ref_name, p2, q2, k, n, alpha, seed, rng,
-                            convention, note, fallback, stop_after, counterexample, kernel_spec, time_limit,
-                            fallback_n, copies, reference_check, drafting, head, state, t_start)
+            return _certify(_Args(kernel_obj, ref, kernel, reference, ref_name, p2, q2, k, n, alpha, seed, rng,
+                                  convention, note, fallback, stop_after, counterexample, kernel_spec, time_limit,
+                                  fallback_n, copies, reference_check, drafting, head), state, t_start)
     except SubjectError as exc:
         return _failed(state, exc.cause, head, alpha, convention, ref_name, t_start)
     except TimeLimitExceeded as exc:
@@ -596,28 +596,112 @@ def _failed(state, cause, head, alpha, convention, ref_name, t_start, *, hard=No
                               reference=ref_name, cause=cause)
 
 
-def _certify(kernel_obj, ref, kernel, reference, ref_name, p2, q2, k, n, alpha, seed, rng, convention, note,
-             fallback, stop_after, counterexample, kernel_spec, time_limit, fallback_n, copies, reference_check,
-             drafting, head, state, t_start) -> CoupledCertificate:
-    """The body of :func:`certify_coupled` on checked arguments (run under its hard time limit)."""
-    R, V = p2.shape
-    ref_law, ref_detail = check_reference(ref, p2, q2, k, reference_check, alpha=alpha, seed=seed)
+@dataclass(frozen=True)
+class _Args:
+    """:func:`certify_coupled`'s arguments, checked at its door."""
+
+    kernel_obj: object
+    ref: object
+    kernel: object
+    reference: object
+    ref_name: str
+    p2: np.ndarray            # (R, V) float64, the nodes
+    q2: np.ndarray            # (R, V) float64
+    k: int
+    n: int
+    alpha: float
+    seed: object
+    rng: np.random.Generator
+    convention: str
+    note: str | None
+    fallback: bool
+    stop_after: int | None
+    counterexample: bool
+    kernel_spec: str | None
+    time_limit: float | None
+    fallback_n: int | None
+    copies: bool
+    reference_check: str
+    drafting: str
+    head: str
+
+
+@dataclass
+class _Pass:
+    """What the coupled pass saw: draws run, mismatches, the first one, and how it ended."""
+
+    done: int = 0
+    mism: int = 0
+    first: dict | None = None
+    t_first: float | None = None
+    ignores: bool = False              # the first batch gave other outputs the second time: not a function of the coins
+    stopped: bool = False              # time_limit stopped it before n draws
+    rows_seen: list = None             # (node, candidates) of the first mismatches, for their law checks
+    counts: np.ndarray | None = None   # (R * V,) kernel tokens per node, when that fits
+    path: str = "generic"              # "table": the reference answered from its accept table
+    cand_law: np.ndarray | None = None
+
+
+def _certify(a: _Args, state: dict, t_start: float) -> CoupledCertificate:
+    """The body of :func:`certify_coupled` on checked arguments (run under its hard time limit): the reference's
+    own law, the coupled pass, then the verdict (a clean pass, or the mismatch's law checks)."""
+    ref_law, ref_detail = check_reference(a.ref, a.p2, a.q2, a.k, a.reference_check, alpha=a.alpha, seed=a.seed)
     state["phase"] = "pass"
-    cand_law = candidate_law(ref, q2)
+    run = _coupled_pass(a, state, t_start)
+    state["phase"] = "analysis"
+    done, mism, first = run.done, run.mism, run.first
+    seconds = time.perf_counter() - t_start
+    tv = tv_upper_bound(mism, done, a.alpha)
+    notes = ([a.note] if a.note else []) + ([f"time_limit = {a.time_limit:g} s stopped the coupled pass after "
+                                             f"{done:,} of {a.n:,} draws; the bound uses the draws run"]
+                                            if run.stopped else [])
+    tail = "".join(f" Note: {x}." for x in notes)
+    kw = dict(reference=a.ref_name, path=run.path, reference_law=ref_law, reference_detail=ref_detail,
+              notes=tuple(notes))
+    head, ref_name, convention = a.head, a.ref_name, a.convention
+    if run.ignores:
+        return CoupledCertificate(False, mism, done, tv, a.alpha, seconds, first, convention, "kernel ignores the coins",
+                                  f"FAIL: {head}: the kernel returned different outputs for the same inputs and "
+                                  "coins (it ignores the coins it is given, or draws its own randomness); coupled "
+                                  "certification needs a kernel that is a function of its coins" + tail, None, **kw)
+    pair = (f"{mism:,} mismatches in {done:,} coupled draws, so TV(kernel, {ref_name}) <= {tv:.3g} at confidence "
+            f"{1 - a.alpha:g} (coupling inequality, exact binomial bound)")
+    if ref_law == "biased":
+        d = ref_detail
+        how = (f"its exact law differs from p by TV {d['tv']:.3g} at node row {d['node']} (enumerated through its "
+               "chain in this run)" if d["method"] == "exact enumeration" else
+               f"certify_verifier of its chain FAILED at node row {d['node']} ({d['certificates'][-1].summary()})")
+        verdict = (f"FAIL (reference biased): {head}: the reference {ref_name!r} is not a registry rule and {how}; "
+                   f"a kernel coupled to it is certified against a biased law, so nothing holds for p. Kernel vs "
+                   f"reference: {pair}." + tail)
+        return CoupledCertificate(False, mism, done, tv, a.alpha, seconds, first, convention, "reference biased",
+                                  verdict, **kw)
+    if mism == 0:
+        claim = _reference_claim(ref_name, ref_law, ref_detail)
+        if ref_law == "unchecked":          # reference_check="none": nothing is known of the reference's own law
+            verdict = f"INCONCLUSIVE (the reference was not checked): {head}: {pair}. " + claim + tail
+            return CoupledCertificate(False, 0, done, tv, a.alpha, seconds, None, convention, "conforms", verdict,
+                                      inconclusive=True, **kw)
+        verdict = f"NO BIAS DETECTED: {head}: {pair}. " + claim + tail
+        return CoupledCertificate(True, 0, done, tv, a.alpha, seconds, None, convention, "conforms", verdict, **kw)
+    return _mismatch(a, run, ref_law, ref_detail, tv, seconds, tail, kw)
+
+
+def _coupled_pass(a: _Args, state: dict, t_start: float) -> _Pass:
+    """Draw candidates and coins in doubling batches, run the kernel and the reference on the same ones and
+    count mismatches (``state`` follows the counts, for a run stopped by its hard time limit)."""
+    kernel_obj, ref, p2, q2, k, n, rng, convention = a.kernel_obj, a.ref, a.p2, a.q2, a.k, a.n, a.rng, a.convention
+    R, V = p2.shape
+    run = _Pass(rows_seen=[], cand_law=candidate_law(ref, q2))
     table = TableReference.build(ref, p2, q2, k)
-    shared = R == 1 and not copies and table is not None and getattr(kernel_obj, "handles_shared_nodes", False) is True
+    shared = R == 1 and not a.copies and table is not None and getattr(kernel_obj, "handles_shared_nodes", False) is True
     cap = SHARED_ROWS if shared else max(1, min(SHARED_ROWS, _ELEMS // V))
     p_k, q_k = p2.copy(), q2.copy()          # what the kernel sees (views of these): checked unchanged after each call
-    counts = np.zeros(R * V, dtype=np.int64) if R * V <= (1 << 25) else None
-    done = mism = 0
-    first = None
-    t_first = None
+    run.counts = np.zeros(R * V, dtype=np.int64) if R * V <= (1 << 25) else None
     size = min(FIRST_CHUNK, cap)
-    ignores = False
-    stopped = False
-    rows_seen = []
-    path = "table" if table is not None else "generic"
-    while done < n:
+    run.path = "table" if table is not None else "generic"
+    while run.done < n:
+        done = run.done
         B = min(size, n - done)
         node = (done + np.arange(B)) % R
         uc = rng.random((B, k))
@@ -625,19 +709,19 @@ def _certify(kernel_obj, ref, kernel, reference, ref_name, p2, q2, k, n, alpha, 
         for r in range(R):
             sel = node == r
             if np.any(sel):
-                c[sel] = draw_node_candidates(cand_law[r], k, drafting, uc[sel])
+                c[sel] = draw_node_candidates(run.cand_law[r], k, a.drafting, uc[sel])
         coins = draw_coins(convention, rng, B, k)
         P = np.broadcast_to(p_k[0], (B, V)) if R == 1 else p_k[node]
         Q = np.broadcast_to(q_k[0], (B, V)) if R == 1 else q_k[node]
         for rep in range(2 if done == 0 else 1):      # the first batch twice: a kernel must be a function of its coins
-            out = run_kernel(kernel_obj, P, Q, c, coins, copies=copies)
+            out = run_kernel(kernel_obj, P, Q, c, coins, copies=a.copies)
             if not (np.array_equal(p_k, p2) and np.array_equal(q_k, q2)):
                 raise SubjectError(WRITES_INPUTS.format(name=type(kernel_obj).__name__,
                                                         exc="p or q changed during the call"))
             if rep == 0:
                 kt, ka = out
             else:
-                ignores = not (np.array_equal(kt, out[0]) and np.array_equal(ka, out[1]))
+                run.ignores = not (np.array_equal(kt, out[0]) and np.array_equal(ka, out[1]))
         P, Q = (np.broadcast_to(p2[0], (B, V)), np.broadcast_to(q2[0], (B, V))) if R == 1 else (p2[node], q2[node])
         if table is not None:
             rt, ra = table(node, c, coins)
@@ -650,90 +734,69 @@ def _certify(kernel_obj, ref, kernel, reference, ref_name, p2, q2, k, n, alpha, 
         else:
             rt, ra = run_reference(ref, P, Q, c, coins)
         bad = np.flatnonzero((kt != rt) | (ka != ra))
-        if counts is not None:
-            counts += np.bincount(node * V + kt, minlength=R * V)
-        for b in bad[:max(0, 3 - len(rows_seen))]:
-            rows_seen.append((int(node[b]), c[b].copy()))
-        if bad.size and first is None:
+        if run.counts is not None:
+            run.counts += np.bincount(node * V + kt, minlength=R * V)
+        for b in bad[:max(0, 3 - len(run.rows_seen))]:
+            run.rows_seen.append((int(node[b]), c[b].copy()))
+        if bad.size and run.first is None:
             b = int(bad[0])
-            t_first = time.perf_counter() - t_start
-            first = {"draw": done + b, "node": int(node[b]), "candidates": c[b].copy(),
-                     "coins": coins.rows([b]) if convention != "generator" else coins, "row_in_batch": b,
-                     "kernel": (int(kt[b]), int(ka[b])), "reference": (int(rt[b]), int(ra[b]))}
-        mism += int(bad.size)
-        done += B
-        state.update(done=done, mism=mism, first=first)
+            run.t_first = time.perf_counter() - t_start
+            run.first = {"draw": done + b, "node": int(node[b]), "candidates": c[b].copy(),
+                         "coins": coins.rows([b]) if convention != "generator" else coins, "row_in_batch": b,
+                         "kernel": (int(kt[b]), int(ka[b])), "reference": (int(rt[b]), int(ra[b]))}
+        run.mism += int(bad.size)
+        run.done += B
+        state.update(done=run.done, mism=run.mism, first=run.first)
         size = min(cap, size * 2)
-        if ignores or (stop_after is not None and mism >= stop_after):
+        if run.ignores or (a.stop_after is not None and run.mism >= a.stop_after):
             break
-        if time_limit is not None and time.perf_counter() - t_start > time_limit and done < n:
-            stopped = True
+        if a.time_limit is not None and time.perf_counter() - t_start > a.time_limit and run.done < n:
+            run.stopped = True
             break
-    state["phase"] = "analysis"
-    seconds = time.perf_counter() - t_start
-    tv = tv_upper_bound(mism, done, alpha)
-    notes = ([note] if note else []) + ([f"time_limit = {time_limit:g} s stopped the coupled pass after {done:,} "
-                                         f"of {n:,} draws; the bound uses the draws run"] if stopped else [])
-    tail = "".join(f" Note: {x}." for x in notes)
-    kw = dict(reference=ref_name, path=path, reference_law=ref_law, reference_detail=ref_detail, notes=tuple(notes))
-    if ignores:
-        return CoupledCertificate(False, mism, done, tv, alpha, seconds, first, convention, "kernel ignores the coins",
-                                  f"FAIL: {head}: the kernel returned different outputs for the same inputs and "
-                                  "coins (it ignores the coins it is given, or draws its own randomness); coupled "
-                                  "certification needs a kernel that is a function of its coins" + tail, None, **kw)
-    pair = (f"{mism:,} mismatches in {done:,} coupled draws, so TV(kernel, {ref_name}) <= {tv:.3g} at confidence "
-            f"{1 - alpha:g} (coupling inequality, exact binomial bound)")
-    if ref_law == "biased":
-        d = ref_detail
-        how = (f"its exact law differs from p by TV {d['tv']:.3g} at node row {d['node']} (enumerated through its "
-               "chain in this run)" if d["method"] == "exact enumeration" else
-               f"certify_verifier of its chain FAILED at node row {d['node']} ({d['certificates'][-1].summary()})")
-        verdict = (f"FAIL (reference biased): {head}: the reference {ref_name!r} is not a registry rule and {how}; "
-                   f"a kernel coupled to it is certified against a biased law, so nothing holds for p. Kernel vs "
-                   f"reference: {pair}." + tail)
-        return CoupledCertificate(False, mism, done, tv, alpha, seconds, first, convention, "reference biased",
-                                  verdict, **kw)
-    if mism == 0:
-        claim = _reference_claim(ref_name, ref_law, ref_detail)
-        if ref_law == "unchecked":          # reference_check="none": nothing is known of the reference's own law
-            verdict = f"INCONCLUSIVE (the reference was not checked): {head}: {pair}. " + claim + tail
-            return CoupledCertificate(False, 0, done, tv, alpha, seconds, None, convention, "conforms", verdict,
-                                      inconclusive=True, **kw)
-        verdict = f"NO BIAS DETECTED: {head}: {pair}. " + claim + tail
-        return CoupledCertificate(True, 0, done, tv, alpha, seconds, None, convention, "conforms", verdict, **kw)
+    return run
 
+
+def _mismatch(a: _Args, run: _Pass, ref_law, ref_detail, tv, seconds, tail, kw) -> CoupledCertificate:
+    """A mismatch: the kernel's token law against p, its (stop, token) law against the reference's at the
+    shrunk counterexample node, and ``fallback``'s certify_verifier decide biased / another rule / another
+    coupling."""
+    kernel_obj, ref, p2, q2, k, rng, convention, copies = a.kernel_obj, a.ref, a.p2, a.q2, a.k, a.rng, a.convention, a.copies
+    alpha, head, ref_name = a.alpha, a.head, a.ref_name
+    R, V = p2.shape
+    done, mism, first = run.done, run.mism, run.first
     # ---- a mismatch: law checks, counterexample, optional fallback
     law_p = None
-    if counts is not None:
+    if run.counts is not None:
         per_node = np.bincount(np.arange(done) % R, minlength=R).astype(float)
         law = (p2 * (per_node / done)[:, None]).ravel()
-        law_p = gof_test(counts, law).pvalue
-    spec_k = kernel_spec or _spec_of(kernel_obj, kernel)
-    spec_r = reference if isinstance(reference, str) else _spec_of(ref, None)
+        law_p = gof_test(run.counts, law).pvalue
+    spec_k = a.kernel_spec or _spec_of(kernel_obj, a.kernel)
+    spec_r = a.reference if isinstance(a.reference, str) else _spec_of(ref, None)
     cex = None
     fm = first
     shrunk = shrink(kernel_obj, ref, p2[fm["node"]], q2[fm["node"]], fm["candidates"], fm["coins"])
-    if shrunk is not None and counterexample:   # the shrunk node is also tested in law below
+    if shrunk is not None and a.counterexample:   # the shrunk node is also tested in law below
         cex = to_source(spec_k, spec_r, *shrunk)
     sp, sq, sc = (shrunk[0], shrunk[1], shrunk[2]) if shrunk is not None else \
         (p2[fm["node"]], q2[fm["node"]], fm["candidates"])
     pvals = [_conditional_pvalue(kernel_obj, ref, sp, sq, sc, convention, rng, copies)]
     if V * k <= (1 << 16):  # the original mismatching nodes too, while their law check is cheap
         pvals += [_conditional_pvalue(kernel_obj, ref, p2[r], q2[r], cr, convention, rng, copies)
-                  for r, cr in rows_seen]
+                  for r, cr in run.rows_seen]
     pvals = [x for x in pvals if x is not None]
     cond_p = min(1.0, min(pvals) * len(pvals)) if pvals else None  # Bonferroni over the nodes tested
     fb = None
-    if fallback:
+    if a.fallback:
         from ..verifier_cert import certify_verifier
 
-        fb_seed = seed if not isinstance(seed, np.random.Generator) else 0
-        fb = certify_verifier(_Adapter(kernel_obj, convention, drafting, copies), p2[0], q2[0], k, alpha=alpha,
-                              n=fallback_n, seed=fb_seed, exact=False, tree=False)
+        fb_seed = a.seed if not isinstance(a.seed, np.random.Generator) else 0
+        fb = certify_verifier(_Adapter(kernel_obj, convention, a.drafting, copies), p2[0], q2[0], k, alpha=alpha,
+                              n=a.fallback_n, seed=fb_seed, exact=False, tree=False)
     if not ((law_p is not None and law_p < alpha / 3) or (cond_p is not None and cond_p < alpha / 3)):
         m = min(LAW_DRAWS, (1 << 25) // V)
         if m > done:  # too few coupled draws for the law check: a fresh marginal pass at node 0
-            law_p = _marginal_pvalue(kernel_obj, p2[0], q2[0], cand_law[0], k, drafting, convention, rng, copies, m)
+            law_p = _marginal_pvalue(kernel_obj, p2[0], q2[0], run.cand_law[0], k, a.drafting, convention, rng,
+                                     copies, m)
     level = alpha / 3.0
     # "biased" needs evidence against the TARGET law p (the token law, or certify_verifier); a (stop, token)
     # law that differs from the reference's only shows the kernel is another rule, which may be exact
@@ -779,7 +842,9 @@ def _certify(kernel_obj, ref, kernel, reference, ref_name, p2, q2, k, n, alpha, 
         verdict += (f" The reference {ref_name!r} is not a registry rule and its own law was not checked "
                     f"({ref_detail['why']}).")
     return CoupledCertificate(passed, mism, done, tv, alpha, seconds, first, convention, cls, verdict + tail, cex,
-                              law_p, cond_p, fb, seconds_to_first=t_first, inconclusive=inconclusive, **kw)
+                              law_p, cond_p, fb, seconds_to_first=run.t_first, inconclusive=inconclusive, **kw)
+
+
 
 
 def _reference_claim(ref_name, ref_law: str, d: dict) -> str:

@@ -716,52 +716,25 @@ def check_request(eng, *, settings=None, options=None, tv: float | None = None, 
     return grid, opts
 
 
-def audit(engine, *, settings=None, options=None, tv: float | None = None, n: int | None = None,
-          cell_seconds: float = CELL_SECONDS, new_tokens: int = NEW_TOKENS, vocab: int = VOCAB, seed: int = 0,
-          workdir=None, out=None, shrink: bool = True, command: str = "", progress=None, models=None) -> AuditReport:
-    """Audit ``engine``'s speculative decoding over ``settings`` x ``options`` (module docstring).
+@dataclass
+class _AuditRequest:
+    """:func:`audit`'s arguments checked at its door (nothing run, only the folders made)."""
 
-    Parameters
-    ----------
-    engine : str or Engine
-        A registered engine name (``exactness.engines.base.ENGINE_MODULES``) or an instance.
-    settings : sequence of str or SamplingSettings, optional
-        Default :data:`DEFAULT_SETTINGS`.  Strings as ``exactness.settings.parse_settings`` reads them.
-    options : sequence of str, optional
-        Speculative options of the engine (``engine.options``); default all of them.
-    tv : float in (0, 1), default 0.02
-        Detectable TV per position the budget aims at.
-    n : int, optional
-        Continuations per prompt (overrides the planned budget; for tests and quick looks).
-    cell_seconds : float > 0, default 600
-        Engine time per cell the planned budget may use (the certificate's hard time limit is 3x this + 300 s).
-    new_tokens, vocab, seed : int
-    workdir : path, optional
-        Where the tiny models are built (default: a temporary folder).
-    out : path, optional
-        Folder of the reports, rewritten after each cell (``audit_<engine>.md/json/png``, repro scripts).
-    shrink : bool, default True
-        For a FAIL, look for the smallest setting that still fails (one more cell per active field).
-    progress : callable(str), optional
-        Called with one line per finished cell.
-    models : exactness.engines.tiny.TinyModels, optional
-        The user's own checkpoints (``target_dir``, ``draft_dir`` in Hugging Face format, ``vocab``, ``prompts``)
-        instead of the built tiny pair; ``vocab`` and ``seed`` then only label the report.
+    eng: Engine
+    grid: list            # SamplingSettings to audit (the default grid: those the engine implements)
+    opts: list            # the engine's speculative options to audit
+    tv: float
+    left_out: list        # default-grid settings the engine does not implement (labels)
+    gguf: bool            # the user's models are GGUF files
+    f64: object           # float64 logits of the user's target checkpoint (None: built later / GGUF)
 
-    Returns
-    -------
-    AuditReport
 
-    Raises
-    ------
-    ValueError
-        Unknown engine, option or setting; ``tv``, ``n`` or ``cell_seconds`` out of range.
-    EngineUnavailable
-        The engine is not installed (the message names the install command).
-    """
-    import tempfile
-
-    from .tiny import build_tiny, float64_logits
+def _audit_door(engine, *, settings, options, tv, n, cell_seconds, new_tokens, vocab, seed, workdir, out, shrink,
+                models) -> _AuditRequest:
+    """Check :func:`audit`'s arguments and the engine's declared attributes; make ``workdir`` / ``out`` only once
+    all is well (a refusal leaves nothing behind).  Raises what :func:`audit` documents (``SubjectError`` for an
+    engine attribute or ``missing()`` that misbehaves)."""
+    from .tiny import float64_logits
 
     eng = get_engine(engine) if isinstance(engine, str) else engine
     if not isinstance(eng, Engine):
@@ -847,6 +820,60 @@ def audit(engine, *, settings=None, options=None, tv: float | None = None, n: in
                 Path(folder).mkdir(parents=True, exist_ok=True)
             except (OSError, TypeError, ValueError) as exc:
                 raise ValueError(f"{what} = {folder!r} cannot be a folder ({exc}); give a folder path") from None
+    return _AuditRequest(eng, grid, opts, tv, left_out, gguf, f64)
+
+
+def audit(engine, *, settings=None, options=None, tv: float | None = None, n: int | None = None,
+          cell_seconds: float = CELL_SECONDS, new_tokens: int = NEW_TOKENS, vocab: int = VOCAB, seed: int = 0,
+          workdir=None, out=None, shrink: bool = True, command: str = "", progress=None, models=None) -> AuditReport:
+    """Audit ``engine``'s speculative decoding over ``settings`` x ``options`` (module docstring).
+
+    Parameters
+    ----------
+    engine : str or Engine
+        A registered engine name (``exactness.engines.base.ENGINE_MODULES``) or an instance.
+    settings : sequence of str or SamplingSettings, optional
+        Default :data:`DEFAULT_SETTINGS`.  Strings as ``exactness.settings.parse_settings`` reads them.
+    options : sequence of str, optional
+        Speculative options of the engine (``engine.options``); default all of them.
+    tv : float in (0, 1), default 0.02
+        Detectable TV per position the budget aims at.
+    n : int, optional
+        Continuations per prompt (overrides the planned budget; for tests and quick looks).
+    cell_seconds : float > 0, default 600
+        Engine time per cell the planned budget may use (the certificate's hard time limit is 3x this + 300 s).
+    new_tokens, vocab, seed : int
+    workdir : path, optional
+        Where the tiny models are built (default: a temporary folder).
+    out : path, optional
+        Folder of the reports, rewritten after each cell (``audit_<engine>.md/json/png``, repro scripts).
+    shrink : bool, default True
+        For a FAIL, look for the smallest setting that still fails (one more cell per active field).
+    progress : callable(str), optional
+        Called with one line per finished cell.
+    models : exactness.engines.tiny.TinyModels, optional
+        The user's own checkpoints (``target_dir``, ``draft_dir`` in Hugging Face format, ``vocab``, ``prompts``)
+        instead of the built tiny pair; ``vocab`` and ``seed`` then only label the report.
+
+    Returns
+    -------
+    AuditReport
+
+    Raises
+    ------
+    ValueError
+        Unknown engine, option or setting; ``tv``, ``n`` or ``cell_seconds`` out of range.
+    EngineUnavailable
+        The engine is not installed (the message names the install command).
+    """
+    import tempfile
+
+    from .tiny import build_tiny, float64_logits
+
+    req = _audit_door(engine, settings=settings, options=options, tv=tv, n=n, cell_seconds=cell_seconds,
+                      new_tokens=new_tokens, vocab=vocab, seed=seed, workdir=workdir, out=out, shrink=shrink,
+                      models=models)
+    eng, grid, opts, tv, left_out, gguf, f64 = req.eng, req.grid, req.opts, req.tv, req.left_out, req.gguf, req.f64
     t_start = time.perf_counter()
     tmp = None
     if workdir is None:
@@ -881,63 +908,71 @@ def audit(engine, *, settings=None, options=None, tv: float | None = None, n: in
         handle = got.value
         if f64 is None and not gguf:           # the tiny pair (the user's was loaded above); GGUF: no float64 twin
             f64 = float64_logits(models.target_dir)
-        L = models.prompts.shape[1]
-        rng = np.random.default_rng([seed, 3])
-        own_law = frozenset(getattr(eng, "own_law_options", ()) or ())
-        for s in grid:
-            def law_of(s=s):
-                eng.check_settings(s)
-                return _law_tv(eng, handle, s, models, f64, L, new_tokens, rng)
-
-            report.status = f"running: {s.label()} (the engine's own law)"
-            _finish(report, out, t_start)
-            got = _guarded(law_of, cell_seconds + HANG_SLACK)
-            if got.kind is not None:  # no law: nothing to certify against
-                why = (got.why if got.kind == "unavailable" else
-                       f"the engine's own law (speculation off) {got.why}" if got.kind == "timeout" else
-                       f"the engine's own law (speculation off) failed: {got.why}")
-                for o in opts:
-                    report.cells.append(Cell(s.label(), o, "INCONCLUSIVE", cause=why))
-                _finish(report, out, t_start)
-                continue
-            shared, shared_tv = got.value
-            for o in opts:
-                report.status = f"running: {s.label()} / {o}"
-                _finish(report, out, t_start)         # a run the engine kills says which cell it was in
-                law, law_tv = shared, shared_tv
-                if o in own_law:                      # the option runs a model of its own: its law is that model's
-                    got = _guarded(lambda s=s, o=o: checked_law(eng.target(handle, s, L, option=o), models.prompts,
-                                                                models.vocab), cell_seconds + HANG_SLACK)
-                    if got.kind is not None:
-                        report.cells.append(Cell(s.label(), o, "INCONCLUSIVE", cause=(
-                            f"option {o}'s own law (its model, speculation off) "
-                            f"{got.why if got.kind in ('timeout', 'unavailable') else 'failed: ' + got.why}")))
-                        _finish(report, out, t_start)
-                        continue
-                    law, law_tv = got.value, None     # no float64 twin of that model here: 'law TV' is '-'
-                cell, cert, rec = run_cell(eng, handle, s, o, models, law=law, n=n, tv=tv, new_tokens=new_tokens,
-                                           cell_seconds=cell_seconds, seed=seed)
-                cell.law_tv = law_tv
-                cell.own_law = o in own_law
-                if law_tv is not None and law_tv > LAW_TOL:
-                    cell.cause = (cell.cause + "; " if cell.cause else "") + (
-                        f"law finding: the engine's own law differs from the float64 law by TV {law_tv:.2e}")
-                if cell.verdict == "FAIL":
-                    report.status = f"running: {s.label()} / {o} (explaining its FAIL)"
-                    _explain(eng, handle, report, cell, cert, rec, law, s, o, models, out, shrink=shrink, n=n, tv=tv,
-                             new_tokens=new_tokens, cell_seconds=cell_seconds, seed=seed,
-                             touch=lambda: _finish(report, out, t_start))
-                report.cells.append(cell)
-                if progress:
-                    progress(f"{eng.name} {cell.setting} / {cell.option}: {cell.verdict} "
-                             f"(n {cell.n:,}, {cell.seconds:.0f} s){' ' + cell.cause if cell.cause else ''}")
-                _finish(report, out, t_start)
+        _run_grid(report, eng, handle, grid, opts, models, f64, out=out, t_start=t_start, n=n, tv=tv,
+                  new_tokens=new_tokens, cell_seconds=cell_seconds, seed=seed, shrink=shrink, progress=progress)
         report.status = "complete"
         _finish(report, out, t_start)
         return report
     finally:
         if tmp is not None:
             tmp.cleanup()
+
+
+def _run_grid(report, eng, handle, grid, opts, models, f64, *, out, t_start, n, tv, new_tokens, cell_seconds, seed,
+              shrink, progress) -> None:
+    """Every setting x option cell of a prepared engine into ``report.cells``, the report rewritten after each:
+    per setting the engine's own law (speculation off), then per option its certificate, a FAIL explained."""
+    L = models.prompts.shape[1]
+    rng = np.random.default_rng([seed, 3])
+    own_law = frozenset(getattr(eng, "own_law_options", ()) or ())
+    for s in grid:
+        def law_of(s=s):
+            eng.check_settings(s)
+            return _law_tv(eng, handle, s, models, f64, L, new_tokens, rng)
+
+        report.status = f"running: {s.label()} (the engine's own law)"
+        _finish(report, out, t_start)
+        got = _guarded(law_of, cell_seconds + HANG_SLACK)
+        if got.kind is not None:  # no law: nothing to certify against
+            why = (got.why if got.kind == "unavailable" else
+                   f"the engine's own law (speculation off) {got.why}" if got.kind == "timeout" else
+                   f"the engine's own law (speculation off) failed: {got.why}")
+            for o in opts:
+                report.cells.append(Cell(s.label(), o, "INCONCLUSIVE", cause=why))
+            _finish(report, out, t_start)
+            continue
+        shared, shared_tv = got.value
+        for o in opts:
+            report.status = f"running: {s.label()} / {o}"
+            _finish(report, out, t_start)         # a run the engine kills says which cell it was in
+            law, law_tv = shared, shared_tv
+            if o in own_law:                      # the option runs a model of its own: its law is that model's
+                got = _guarded(lambda s=s, o=o: checked_law(eng.target(handle, s, L, option=o), models.prompts,
+                                                            models.vocab), cell_seconds + HANG_SLACK)
+                if got.kind is not None:
+                    report.cells.append(Cell(s.label(), o, "INCONCLUSIVE", cause=(
+                        f"option {o}'s own law (its model, speculation off) "
+                        f"{got.why if got.kind in ('timeout', 'unavailable') else 'failed: ' + got.why}")))
+                    _finish(report, out, t_start)
+                    continue
+                law, law_tv = got.value, None     # no float64 twin of that model here: 'law TV' is '-'
+            cell, cert, rec = run_cell(eng, handle, s, o, models, law=law, n=n, tv=tv, new_tokens=new_tokens,
+                                       cell_seconds=cell_seconds, seed=seed)
+            cell.law_tv = law_tv
+            cell.own_law = o in own_law
+            if law_tv is not None and law_tv > LAW_TOL:
+                cell.cause = (cell.cause + "; " if cell.cause else "") + (
+                    f"law finding: the engine's own law differs from the float64 law by TV {law_tv:.2e}")
+            if cell.verdict == "FAIL":
+                report.status = f"running: {s.label()} / {o} (explaining its FAIL)"
+                _explain(eng, handle, report, cell, cert, rec, law, s, o, models, out, shrink=shrink, n=n, tv=tv,
+                         new_tokens=new_tokens, cell_seconds=cell_seconds, seed=seed,
+                         touch=lambda: _finish(report, out, t_start))
+            report.cells.append(cell)
+            if progress:
+                progress(f"{eng.name} {cell.setting} / {cell.option}: {cell.verdict} "
+                         f"(n {cell.n:,}, {cell.seconds:.0f} s){' ' + cell.cause if cell.cause else ''}")
+            _finish(report, out, t_start)
 
 
 def _explain(eng, handle, report, cell, cert, rec, law, s, o, models, out, *, shrink, n, tv, new_tokens,
