@@ -169,6 +169,49 @@ def _check_executor(executor, address) -> None:
 
 
 def run(args) -> int:
+    """``resispec certify``: check the options, run the grid and the mutant panel, write the reports, print the
+    verdict (exit 0 no bias detected, 1 a FAIL, 3 a mutant escaped; bad options raise ValueError: exit 2)."""
+    ks, do_mutants, families, tv = _check_args(args)
+    progress = not args.no_progress
+    if tv is not None and args.samples is None:
+        import logging
+
+        logging.getLogger("exactness.plan").setLevel(logging.INFO)  # the planned n and time of each cell
+        if not logging.getLogger("exactness.plan").handlers:
+            h = logging.StreamHandler(sys.stderr)
+            h.setFormatter(logging.Formatter("resispec certify: %(message)s"))
+            logging.getLogger("exactness.plan").addHandler(h)
+    from exactness._timeout import limit_available
+
+    if args.timeout and not limit_available():
+        print(f"resispec certify: note: --timeout {args.timeout:g} is off here (no SIGALRM on this platform, or "
+              "not the main thread); a hanging verifier will not be stopped", file=sys.stderr)
+    from exactness.certify_run import run_certify, run_mutants
+
+    t0 = time.perf_counter()
+    specs = _verifier_specs(args)
+    grid = run_certify(specs or None, ks=ks, n=args.samples, alpha=args.alpha, seed=args.seed,
+                       families=families, progress=progress, timeout=args.timeout, workers=args.workers,
+                       executor=args.executor, address=args.address, tv=tv,
+                       sequential=bool(getattr(args, "sequential", False)))
+    mutants, t_mut = None, None
+    if do_mutants:
+        t1 = time.perf_counter()
+        mutants = run_mutants(seeds=args.mutant_seeds, n=args.samples, alpha=args.alpha, seed=args.seed,
+                              progress=progress)
+        t_mut = time.perf_counter() - t1
+    meta = {"command": ("resispec certify " + " ".join(shlex.quote(a) for a in sys.argv[2:])).strip()
+            if len(sys.argv) > 1 and sys.argv[1] == NAME else "resispec certify", "seed": args.seed, "samples": args.samples,
+            "k": list(ks), "tv": tv, "sequential": bool(getattr(args, "sequential", False)),
+            "timeout": args.timeout or None, "workers": args.workers,
+            "executor": args.executor, "address": args.address,
+            "mutant_seconds": t_mut,
+            "total_seconds": time.perf_counter() - t0}
+    return _print_outcome(grid, mutants, meta, args, t0)
+
+
+def _check_args(args):
+    """``(ks, do_mutants, families, tv)`` from the parsed options; ValueError naming the flag (exit 2)."""
     for flag, path in (("--out", args.out), ("--json", args.json)):
         if path is not None:
             _check_output(flag, path)
@@ -194,8 +237,7 @@ def run(args) -> int:
     if not (0 <= args.timeout <= 1e7):
         raise ValueError(f"--timeout must be a number of seconds in [0, 1e7] (0 = no limit), got {args.timeout}")
 
-    from exactness.certify_run import FAMILIES, K_VALUES, MUTANT_KS, run_certify, run_mutants
-    from exactness.report import terminal_table, write_reports
+    from exactness.certify_run import FAMILIES, K_VALUES, MUTANT_KS
 
     from resispec._validation import MAX_K
 
@@ -213,21 +255,12 @@ def run(args) -> int:
         for name in args.family:
             get_family(name)  # unknown name: ValueError listing the families (never an empty, passing run)
         families = tuple(known.get(name, (name, 8, {})) for name in args.family)
-    progress = not args.no_progress
-    if tv is not None and args.samples is None:
-        import logging
+    return ks, do_mutants, families, tv
 
-        logging.getLogger("exactness.plan").setLevel(logging.INFO)  # the planned n and time of each cell
-        if not logging.getLogger("exactness.plan").handlers:
-            h = logging.StreamHandler(sys.stderr)
-            h.setFormatter(logging.Formatter("resispec certify: %(message)s"))
-            logging.getLogger("exactness.plan").addHandler(h)
-    from exactness._timeout import limit_available
 
-    if args.timeout and not limit_available():
-        print(f"resispec certify: note: --timeout {args.timeout:g} is off here (no SIGALRM on this platform, or "
-              "not the main thread); a hanging verifier will not be stopped", file=sys.stderr)
-    t0 = time.perf_counter()
+def _verifier_specs(args) -> list:
+    """The verifier specs to certify: ``--verifier``, plus ``resispec[proxy=NAME]`` / ``rejection_proxy[proxy=...]``
+    for ``--proxies`` (every module:object proxy loaded now, so a bad one exits 2 before any cell runs)."""
     specs = list(args.verifier or [])
     if args.proxy:
         from resispec import PROXIES
@@ -248,23 +281,13 @@ def run(args) -> int:
             specs = resispec.available_verifiers()
         specs += [f"resispec[proxy={name}]" for name in names if name != "draft"]
         specs += [f"rejection_proxy[proxy={path}]" for path in paths]
-    grid = run_certify(specs or None, ks=ks, n=args.samples, alpha=args.alpha, seed=args.seed,
-                       families=families, progress=progress, timeout=args.timeout, workers=args.workers,
-                       executor=args.executor, address=args.address, tv=tv,
-                       sequential=bool(getattr(args, "sequential", False)))
-    mutants, t_mut = None, None
-    if do_mutants:
-        t1 = time.perf_counter()
-        mutants = run_mutants(seeds=args.mutant_seeds, n=args.samples, alpha=args.alpha, seed=args.seed,
-                              progress=progress)
-        t_mut = time.perf_counter() - t1
-    meta = {"command": ("resispec certify " + " ".join(shlex.quote(a) for a in sys.argv[2:])).strip()
-            if len(sys.argv) > 1 and sys.argv[1] == NAME else "resispec certify", "seed": args.seed, "samples": args.samples,
-            "k": list(ks), "tv": tv, "sequential": bool(getattr(args, "sequential", False)),
-            "timeout": args.timeout or None, "workers": args.workers,
-            "executor": args.executor, "address": args.address,
-            "mutant_seconds": t_mut,
-            "total_seconds": time.perf_counter() - t0}
+    return specs
+
+
+def _print_outcome(grid, mutants, meta, args, t0) -> int:
+    """Print the table, notes, calibration and mutant panel, write the reports; the exit status."""
+    from exactness.report import terminal_table, write_reports
+
     print(terminal_table(grid))
     for c in grid.cells:
         if c.certificate is not None and "error" in c.certificate.details:
