@@ -87,7 +87,7 @@ PILOT = 4 * BATCH
 #: Bytes of visited states kept for reuse (a peaked draft revisits the same rejected prefixes).
 CACHE_BYTES = 1 << 28
 #: Below this remaining mass the plain residual is ``p_i`` itself (as ``reject_update``).
-_RESIDUAL_EPS = 1e-13
+from resispec._reserve_tol import RESIDUAL_EPS as _RESIDUAL_EPS  # noqa: E402  (the one value)
 #: Most ``verify`` draws at a mismatching draw's candidates for the law check that tells another coupling of the
 #: coins from a verify off its declared law (fewer at large V: ``2**25 // V``, at least ``LAW_MIN``).
 LAW_DRAWS = 200_000

@@ -11,6 +11,11 @@ from __future__ import annotations
 #: Floor of the reserve tolerance (float64).
 ROOT_TOL = 1e-13
 
+#: Below this remaining mass (float64) a rejection is treated as impossible and the residual is kept unchanged
+#: (its weight in the output law is < 1e-13): every verifier's residual step, the path-level rules, the compiled
+#: without-replacement kernel and the stepwise check (:mod:`resispec._xp`; float32 uses 16 ulp of its own).
+RESIDUAL_EPS = 1e-13
+
 
 def reserve_tol(eps: float, gamma: float) -> float:
     """``tau = max(ROOT_TOL, 64 eps) (1 + gamma)`` (dimensionless, like ``lambda``).

@@ -15,9 +15,7 @@ from functools import lru_cache
 
 from array_api_compat import array_namespace, device, is_torch_namespace
 
-#: Below this remaining mass (float64) a rejection is treated as impossible and the residual is kept
-#: unchanged (its weight in the output law is < 1e-13); float32 uses 16 ulp of its own (:func:`residual_eps`).
-RESIDUAL_EPS = 1e-13
+from ._reserve_tol import RESIDUAL_EPS  # noqa: E402  (the one value; float32: :func:`residual_eps`)
 
 
 def namespace(*arrays):

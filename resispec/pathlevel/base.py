@@ -32,7 +32,7 @@ from ..sampling import _inverse_cdf
 
 #: Below this mass a residual is treated as empty and the node's target row is used instead
 #: (its weight in the output law is below ``_RESIDUAL_EPS``: the rule stops there with probability ~0).
-_RESIDUAL_EPS = 1e-13
+from .._reserve_tol import RESIDUAL_EPS as _RESIDUAL_EPS  # noqa: E402  (the one value)
 
 
 @dataclass(frozen=True)
