@@ -516,7 +516,7 @@ CORRECT_2026 = {"settings_chain": _settings_factory(SettingsChainDecoder)}
 
 
 def demo(V: int = 8, gamma: int = 2, seed: int = 0, name: str = "token_chain", prompts: int = 3):
-    """Factory for ``resispec certify-decoder --decoder exactness.decoder_mutants:demo``:
+    """Factory for ``resispec certify decoder --decoder exactness.decoder_mutants:demo``:
     ``(decoder, target, prompts)`` over a random Markov pair (``simulators.autoregressive.MarkovPair``)."""
     from simulators.autoregressive import MarkovPair
 

@@ -98,7 +98,7 @@ def reject_update(p_i, m, out=None):
 
 @lru_cache(maxsize=None)
 def _takes_state(fn) -> bool:
-    """True when the function ``fn`` (a class's ``accepted_mass``) has a ``state`` parameter."""
+    """True when the function ``fn`` (an ``accepted_mass``, unbound) has a ``state`` parameter."""
     try:
         return "state" in inspect.signature(fn).parameters
     except (TypeError, ValueError):
@@ -110,9 +110,10 @@ def mass(rule, i, k, p_i, q_i, *, q, rejected, state):
     ``state=`` (ResiSpec's: its look-ahead schedule, a solver's warm start) also gets the walk's own dict
     (made by the walk, passed explicitly: no thread-local, no state on the rule).  A subclass overriding
     ``accepted_mass`` without ``state`` is called without it."""
-    if _takes_state(getattr(type(rule), "accepted_mass", None)):
-        return rule.accepted_mass(i, k, p_i, q_i, q=q, rejected=rejected, state=state)
-    return rule.accepted_mass(i, k, p_i, q_i, q=q, rejected=rejected)
+    fn = rule.accepted_mass                  # the instance's (a method set on the instance overrides the class's)
+    if _takes_state(getattr(fn, "__func__", fn)):
+        return fn(i, k, p_i, q_i, q=q, rejected=rejected, state=state)
+    return fn(i, k, p_i, q_i, q=q, rejected=rejected)
 
 
 def walk(rule, p, q, c, ms=None, ps=None, qs=None, state=None):

@@ -102,8 +102,14 @@ def main(argv: list[str] | None = None) -> int:
     """Run the CLI; returns the exit status (2 with a one-line error for bad input)."""
     program = argv is None
     argv = sys.argv[1:] if argv is None else list(argv)
+    kinds = verbs().get(argv[0], {}) if argv else {}
+    if len(argv) >= 2 and kinds and not argv[1].startswith("-") and argv[1] not in kinds:
+        print(f"resispec {argv[0]}: error: unknown subject {argv[1]!r}; choose one of {', '.join(kinds)} "
+              f"(resispec {argv[0]} --help)", file=sys.stderr)
+        return 2
+    typed = " ".join(argv[:2]) if len(argv) >= 2 and argv[1] in kinds else None   # "certify decoder"
     joined = join_verb(argv)
-    spaced = joined[:1] != argv[:1] and joined[:1] != argv[1:2]     # typed "certify decoder", not "certify-decoder"
+    spaced = typed is not None
     parser = build_parser(spaced)
     try:
         args = parser.parse_args(joined)
@@ -112,8 +118,8 @@ def main(argv: list[str] | None = None) -> int:
     if not getattr(args, "_run", None):
         parser.print_help()
         return 2
-    if spaced:
-        args.command = " ".join(args.command.split("-", 1))
+    if typed:
+        args.command = typed
     low = _below_one(parser, args)
     if low:
         print(f"resispec {args.command}: error: {low}", file=sys.stderr)

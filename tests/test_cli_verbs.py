@@ -59,3 +59,23 @@ def test_a_count_below_one_is_refused_for_every_command(capsys):
                 flag = action.option_strings[0]
                 assert cli.main([name, *required, flag, "0"]) == 2, (name, flag)
                 assert capsys.readouterr().err.strip().endswith(f"{flag} must be a whole number >= 1 (a count), got 0")
+
+
+def test_an_unknown_subject_is_named_with_the_choices(capsys):
+    assert cli.main(["certify", "bogus"]) == 2
+    assert capsys.readouterr().err.strip() == ("resispec certify: error: unknown subject 'bogus'; choose one of "
+                                               "verifiers, coupled, decoder, stepwise (resispec certify --help)")
+    assert cli.main(["bench", "verify", "--B", "0"]) == 2
+    assert capsys.readouterr().err.startswith("resispec bench verify: error:")
+    assert cli.main(["certify", "verifiers", "--n", "0"]) == 2
+    assert capsys.readouterr().err.startswith("resispec certify verifiers: error: --n")
+
+
+def test_help_examples_use_the_verbs():
+    """The examples in every subcommand's --help are the form the top-level help lists."""
+    parser = cli.build_parser(spaced=True)
+    for name, sub in parser._subparsers._group_actions[0].choices.items():
+        text = sub.format_help()
+        for hyphenated in ("certify-coupled", "certify-decoder", "certify-stepwise", "bench-accept", "bench-gap",
+                           "bench-verify", "bench-decode"):
+            assert f"resispec {hyphenated}" not in text, (name, hyphenated)

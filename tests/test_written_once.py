@@ -108,3 +108,49 @@ def test_the_walk_hands_its_state_explicitly():
     assert seen[0] == seen[1] == seen[2] and seen[3] == seen[4] == seen[5] and len(seen) == 6
     for path in (ROOT / "resispec").rglob("*.py"):
         assert "threading.local" not in path.read_text(), path
+
+
+@pytest.mark.parametrize("name", WRITTEN_ONCE)
+def test_torch_form_pickles(name):
+    """The torch classes are made by on_torch; they must be importable by name (spawned workers, Ray)."""
+    import pickle
+
+    from resispec.torch_backend import NumpyFacade
+
+    v = NumpyFacade(resispec.get_verifier(name, backend="torch"))
+    assert type(pickle.loads(pickle.dumps(v)).inner) is type(v.inner)
+
+
+def test_an_accepted_mass_set_on_the_instance_is_called_as_it_is():
+    v = resispec.get_verifier("resispec")
+    v.accepted_mass = lambda i, k, p_i, q_i, *, q, rejected: np.minimum(p_i, q_i)
+    want = resispec.get_verifier("rrs").chain([.5, .3, .2], [.1, .2, .7], [2, 1]).accept_probs
+    np.testing.assert_array_equal(v.chain([.5, .3, .2], [.1, .2, .7], [2, 1]).accept_probs, want)
+
+
+@pytest.mark.parametrize("backend", ["numpy", "torch"])
+@pytest.mark.parametrize("out,what", [(lambda R: R.astype(complex) if hasattr(R, "astype") else R.to(torch.complex128),
+                                       "real floats"),
+                                      (lambda R: [[10 ** 400, 0, 0]] * R.shape[0], "floats"),
+                                      (lambda R: [["1", "0", "0"]] * R.shape[0], "floats"),
+                                      (lambda R: R > 0, "real floats")])
+def test_a_proxy_output_of_another_kind_is_refused_naming_the_proxy(backend, out, what):
+    """Complex entries lost their imaginary part (a biased proxy passed), 10**400 escaped as OverflowError, text
+    was accepted on numpy only."""
+    v = resispec.get_verifier("rejection_proxy", backend=backend, proxy=lambda R, q, x, *, step: out(R))
+    p, q, c = np.array([[.5, .3, .2]]), np.array([[.1, .2, .7]]), np.array([[2, 1]])
+    args = (p, q, c) if backend == "numpy" else tuple(torch.from_numpy(a) for a in (p, q, c))
+    with pytest.raises(ValueError, match=f"proxy '.*<lambda>' at step 0 .*{what}"):
+        v.chain(*args)
+
+
+def test_a_torch_proxy_output_that_requires_grad_is_used_for_its_values():
+    w = torch.zeros(3, dtype=torch.float64, requires_grad=True)
+
+    def proxy(R, q, x, *, step):
+        r = (R - q).clamp(min=0)
+        return r / r.sum(1, keepdim=True) + 0 * w
+
+    v = resispec.get_verifier("rejection_proxy", backend="torch", proxy=proxy)
+    law = resispec.exact_output_law(v, [.5, .3, .2], [.1, .2, .7], 2)
+    np.testing.assert_allclose(law, [.5, .3, .2], atol=1e-12)

@@ -3,13 +3,13 @@
 =================  ==================================================  ==============================
 module             what it measures                                    CLI (thin wrapper)
 =================  ==================================================  ==============================
-:mod:`.accept`     exact acceptance of every iid verifier vs alpha*    ``resispec bench-accept``
-:mod:`.gap`        fraction of the rrs-to-optimum gap closed           ``resispec bench-gap``
+:mod:`.accept`     exact acceptance of every iid verifier vs alpha*    ``resispec bench accept``
+:mod:`.gap`        fraction of the rrs-to-optimum gap closed           ``resispec bench gap``
                    (iid and without-replacement, vs the LP optima)
-:mod:`.throughput` nodes verified per second, numpy and torch          ``resispec bench-verify``
+:mod:`.throughput` nodes verified per second, numpy and torch          ``resispec bench verify``
 :mod:`.trees`      block efficiency (tokens per target call) on        ``resispec bench``
                    token-tree shapes x families x temperatures
-:mod:`.decode`     real-model tree decoding vs target-only decoding    ``resispec bench-decode``
+:mod:`.decode`     real-model tree decoding vs target-only decoding    ``resispec bench decode``
 :mod:`.drift`      report (plots, tables) of the residual-drift        ``resispec drift``
                    sweep :func:`simulators.drift.drift_sweep`
 :mod:`._report`    the one markdown-table / markdown+JSON writer       (shared)

@@ -324,7 +324,7 @@ def to_markdown(table: AcceptTable, *, command: str | None = None) -> str:
     """Markdown report: summary, then one row per cell (acceptance and gap closed)."""
     s = table.summary()
     names = table.verifiers
-    lines = ["# Acceptance table (`resispec bench-accept`)", ""] + command_lines(command)
+    lines = ["# Acceptance table (`resispec bench accept`)", ""] + command_lines(command)
     st = table.settings
     lines += [f"Families {', '.join(st['families'])}; V in {st['V']} (real n-gram nodes: their own V); "
               f"k in {st['k']}; T in {st['T']}; {st['nodes']} nodes per cell (same nodes for every k); "

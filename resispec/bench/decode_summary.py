@@ -33,10 +33,10 @@ def load_result(path, need_speculative: bool = True) -> BenchResult:
     try:
         data = json.loads(path.read_text(encoding="utf-8"), parse_constant=_no_nan)
     except FileNotFoundError:
-        raise ValueError(f"{str(path)!r} does not exist; pass the .json a 'resispec bench-decode --out X.md' "
+        raise ValueError(f"{str(path)!r} does not exist; pass the .json a 'resispec bench decode --out X.md' "
                          "run wrote beside X.md") from None
     except (OSError, ValueError, RecursionError) as exc:          # JSONDecodeError, UnicodeDecodeError: ValueError
-        raise ValueError(f"{what} ({type(exc).__name__}: {exc}); pass the .json a 'resispec bench-decode' run "
+        raise ValueError(f"{what} ({type(exc).__name__}: {exc}); pass the .json a 'resispec bench decode' run "
                          "wrote") from None
     if isinstance(data, dict) and "raw" not in data and isinstance(data.get("runs"), list) \
             and all(isinstance(r, dict) and "source" in r for r in data["runs"]):
@@ -62,7 +62,7 @@ def load_result(path, need_speculative: bool = True) -> BenchResult:
         result = BenchResult(rows, cfg, runs=list(runs), complete=complete)
         result.table()                                   # every stored run must render: fail here, not later
     except (KeyError, TypeError, AttributeError, ValueError, ZeroDivisionError, OverflowError) as exc:
-        raise ValueError(f"{what} ({type(exc).__name__}: {exc}); pass the .json a 'resispec bench-decode' run "
+        raise ValueError(f"{what} ({type(exc).__name__}: {exc}); pass the .json a 'resispec bench decode' run "
                          "wrote") from None
     if need_speculative and not any(x.get("method") != AUTOREGRESSIVE for x in result.runs if isinstance(x, dict)):
         raise ValueError(f"{str(path)!r} holds no finished speculative run; nothing to tabulate")

@@ -12,21 +12,21 @@ TREES_SHAPES = (
 TREES_FAMILIES = ("softmax_noise", "zipf", "shifted", "dirichlet", "temp_mismatch", "softmax_noise_top_k", "ngram")
 TREES_TEMPERATURES = (0.7, 1.0, 1.5)
 
-# resispec bench-accept (resispec.bench.accept)
+# resispec bench accept (resispec.bench.accept)
 ACCEPT_FAMILIES = ("softmax_noise", "zipf", "shifted", "ngram")
 ACCEPT_V = (1000, 32000)
 ACCEPT_K = (2, 4, 8)
 ACCEPT_T = (0.7, 1.0, 1.5)
 
-# resispec bench-gap (resispec.bench.gap)
+# resispec bench gap (resispec.bench.gap)
 GAP_FAMILIES = ("softmax_noise", "zipf", "shifted")
 GAP_T = (0.7, 1.0, 1.5)
 GAP_K = (2, 4, 8)
 GAP_WOR_K = (2, 4, 8)
 
-# resispec bench-decode (resispec.bench.decode)
+# resispec bench decode (resispec.bench.decode)
 DECODE_VERIFIERS = ("rrs", "rrs_wor", "kseq", "target_only", "resispec")
 
-# resispec bench-verify (resispec.bench.throughput)
+# resispec bench verify (resispec.bench.throughput)
 VERIFY_VERIFIERS = ("rrs", "kseq", "resispec")
 VERIFY_K = (2, 4, 8)

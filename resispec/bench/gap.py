@@ -1,6 +1,6 @@
 """Closing the gap: acceptance of the new ResiSpec rules against the optima.
 
-Two tables (``resispec bench-gap``):
+Two tables (``resispec bench gap``):
 
 *iid drafts*, per (family, T, k) at vocabulary ``V``: exact acceptance of
 ``rrs``, ``kseq``, ``resispec`` (myopic fixed point), ``resispec`` with
@@ -377,7 +377,7 @@ def to_markdown(table: GapTable, *, command: str | None = None) -> str:
     """Markdown report: headline checks, then one table per section."""
     s = table.summary()
     st = table.settings
-    L = ["# Closing the gap (`resispec bench-gap`)", ""] + command_lines(command)
+    L = ["# Closing the gap (`resispec bench gap`)", ""] + command_lines(command)
     L += [f"Families {', '.join(st['families'])}; T in {st['T']}; iid k in {st['k']}, WOR k in {st['wor_k']}; "
           f"V = {st['V']} ({st['nodes']} nodes per cell), small WOR cases V = {st['V_small']} "
           f"({st['small_nodes']} nodes); seed {st['seed']}. Run time {table.seconds:.0f} s.", "",

@@ -1,6 +1,6 @@
 """Benchmark real-model decoding: target-only vs every verifier, side by side.
 
-    resispec bench-decode --limit 3 --max-new-tokens 48 --trees 2,1 4,1 2,2,1
+    resispec bench decode --limit 3 --max-new-tokens 48 --trees 2,1 4,1 2,2,1
 
 Runs target-only autoregressive decoding and every verifier on the same
 prompts, seeds and tree shapes; prints block efficiency, target calls,
@@ -11,7 +11,7 @@ partial until the end, so a killed run keeps what it finished.  The shipped
 ``reports/decode.md`` changes only when asked (``--out reports/decode.md``).
 An estimate is printed before starting and a progress bar (tokens) while running.
 
-    resispec bench-decode --from-json runs/T0.7.json runs/T1.json --out decode.md
+    resispec bench decode --from-json runs/T0.7.json runs/T1.json --out decode.md
 
 renders one table from finished runs (one section per run; nothing recomputed, no model loaded).
 """
@@ -166,7 +166,7 @@ def run(args) -> int:
 
         from simulators.captured import save_capture
 
-        meta = dict(result.config, source="resispec bench-decode", command=command, top_n=64)
+        meta = dict(result.config, source="resispec bench decode", command=command, top_n=64)
         save_capture(args.capture, *(np.concatenate([c[j] for c in captured]) for j in range(4)), meta)
         print(f"captured {sum(len(c[0]) for c in captured)} nodes -> {args.capture}", file=sys.stderr)
     return 0

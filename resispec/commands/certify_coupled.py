@@ -8,9 +8,9 @@ mismatching draw and a shrunk counterexample (Python that reproduces it).
 See docs/coupled.md.
 
 Examples:
-  resispec certify-coupled --kernel mypkg.kernels:MyRRS --reference rrs --k 2 --V 32000 --n 1e5
-  resispec certify-coupled --kernel exactness.mutants:CATALOGUE.bf16_ratio --reference rrs --stop-after 1
-  resispec certify-coupled --kernel mine:SGLangStyle --convention sglang --pq node.npz --fallback
+  resispec certify coupled --kernel mypkg.kernels:MyRRS --reference rrs --k 2 --V 32000 --n 1e5
+  resispec certify coupled --kernel exactness.mutants:CATALOGUE.bf16_ratio --reference rrs --stop-after 1
+  resispec certify coupled --kernel mine:SGLangStyle --convention sglang --pq node.npz --fallback
 
 A pass bounds the kernel's distance from p only when the reference is
 trusted: a registry rule (exact by proof), or a user's reference whose law is

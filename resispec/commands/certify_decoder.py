@@ -25,8 +25,8 @@ that cannot be loaded, even one that calls ``sys.exit`` at import or in its fact
 that raises or returns a bad law).
 
 Example:
-  resispec certify-decoder --decoder exactness.decoder_mutants:demo --new-tokens 3
-  resispec certify-decoder --hf-target ./target --hf-draft ./draft --top-k 3 --prompt-text "hello" --n 2000
+  resispec certify decoder --decoder exactness.decoder_mutants:demo --new-tokens 3
+  resispec certify decoder --hf-target ./target --hf-draft ./draft --top-k 3 --prompt-text "hello" --n 2000
 """
 
 from __future__ import annotations

@@ -8,9 +8,9 @@ target, and ``verify`` is coupled to the declared chain on the same coins.
 ("the stepwise certificate").
 
 Examples:
-  resispec certify-stepwise --tv 1e-2 --V 1000
-  resispec certify-stepwise --pq node.npz --k 4 --tv 1e-3 --workers 2
-  resispec certify-stepwise --verifier mypkg.rules:MyDeclaredRule --k 3 --n 5000
+  resispec certify stepwise --tv 1e-2 --V 1000
+  resispec certify stepwise --pq node.npz --k 4 --tv 1e-3 --workers 2
+  resispec certify stepwise --verifier mypkg.rules:MyDeclaredRule --k 3 --n 5000
 
 Exit status: 0 PASS; 1 FAIL (a defect, or a mismatch where verify's law
 differs from its declared steps': the first one and how to replay it are
@@ -68,7 +68,7 @@ def run(args) -> int:
     if not callable(getattr(verifier, "step_plan", None)):
         raise ValueError(f"--verifier {args.verifier!r} declares no step_plan(p_i, q_i, *, last): certify-stepwise "
                          "needs a verifier that declares its steps (the default does); use `resispec certify` or "
-                         "`resispec certify-coupled` for others")
+                         "`resispec certify coupled` for others")
     p, q = load_node(args, default_V=1000)
     cert = exactness.certify_stepwise(verifier, p, q, args.k, n=args.n, tv=args.tv, alpha=args.alpha, seed=args.seed,
                                       time_limit=args.time_limit, workers=args.workers)

@@ -16,7 +16,7 @@ Modules (one idea each):
 - :mod:`.capture` record (p, q) at real nodes for the ``captured`` pair family
 
 The decoding benchmark (every verifier vs target-only decoding) lives in the
-benchmark wing: :mod:`resispec.bench.decode` (``resispec bench-decode``).
+benchmark wing: :mod:`resispec.bench.decode` (``resispec bench decode``).
 
 Glossary as in :mod:`resispec`: target ``p``, draft ``q``, candidate, tree,
 block efficiency (tokens emitted per target call).  torch and transformers

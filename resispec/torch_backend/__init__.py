@@ -37,7 +37,7 @@ against the array namespace, :mod:`resispec._xp`, run on tensors), :mod:`.rules`
 :mod:`.lookahead` (look-ahead reserve: the compiled kernel on CPU, ``searchsorted`` elsewhere),
 :mod:`.proxies`, :mod:`.numpy_facade` (``NumpyFacade``: a numpy-facing view
 for harnesses such as ``exactness.certify_verifier``).  Throughput:
-``resispec bench-verify`` (:mod:`resispec.bench.throughput`) and
+``resispec bench verify`` (:mod:`resispec.bench.throughput`) and
 ``benchmarks/device_verify.sh`` on a GPU.
 """
 

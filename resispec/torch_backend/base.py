@@ -297,4 +297,5 @@ def on_torch(name: str) -> type:
     twin = type(f"{cls.__name__}Torch", (TorchRule,), {
         "rule_class": cls, "drafting": cls.drafting, "__module__": __name__,
         "__doc__": f"``{name}`` on torch tensors: the numpy rule's own lines ({cls.__module__}.{cls.__name__})."})
+    globals()[twin.__name__] = twin          # importable by name, so instances pickle (spawned workers, Ray)
     return register(name, backend="torch")(twin)

@@ -28,7 +28,7 @@ and ``"newton"`` on other devices):
     finish (the answer above to round-off), one pass over a cache-resident
     row per step, the accepted mass written at the returned reserve;
     warm-started from the previous candidate's reserve.  Measured with
-    ``resispec bench-verify`` (CPU, float64, B = 256, V = 151,936):
+    ``resispec bench verify`` (CPU, float64, B = 256, V = 151,936):
     ResiSpec / rrs about 1.1-1.6 for k = 2-8 (``reports/bench_verify.md``).
 ``"newton"`` (tensor ops, any device; the GPU path)
     The same Newton iteration on ``h = g + tau`` in tensor ops: bracket

@@ -86,10 +86,17 @@ def apply_proxy(proxy, R, q, x, step: int):
         out = proxy(xp.asarray(R, copy=True), xp.asarray(q, copy=True), xp.asarray(x, copy=True), step=step)
     except Exception as exc:
         raise ValueError(f"{who} raised {type(exc).__name__}: {exc}") from exc
+    if getattr(out, "requires_grad", False):               # a torch output tied to autograd: its values only
+        out = out.detach()
     try:
-        out = xp.asarray(out, dtype=R.dtype, device=device(R))
-    except (TypeError, ValueError, RuntimeError) as exc:
-        raise ValueError(f"{who} must return an array of floats, got {type(out).__name__}") from exc
+        out = xp.asarray(out, device=device(R))
+        kind_ok = xp.isdtype(out.dtype, ("real floating", "integral")) and not xp.isdtype(out.dtype, "bool")
+        out = xp.astype(out, R.dtype) if kind_ok else None
+    except (TypeError, ValueError, RuntimeError, OverflowError) as exc:
+        raise ValueError(f"{who} must return an array of floats, got {type(out).__name__} ({exc})") from exc
+    if out is None:
+        raise ValueError(f"{who} must return an array of real floats (a law over the vocabulary), got entries of "
+                         "another kind (complex, bool or text)")
     B, V = R.shape
     if tuple(out.shape) == (V,):
         out = xp.broadcast_to(out, (B, V))
