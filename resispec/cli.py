@@ -76,6 +76,20 @@ def build_parser(spaced: bool = False) -> argparse.ArgumentParser:
     return parser
 
 
+def _name_the_flag(parser, args, msg: str) -> str:
+    """A library's refusal of a value that came from a flag, named as the flag: ``"numpy_B must be ..."`` ->
+    ``"--numpy-B must be ..."``, ``"time_limit must be ..."`` -> ``"--time-limit must be ..."`` (the library
+    names its parameter; the user typed the flag)."""
+    sub = parser._subparsers._group_actions[0].choices[args._name]
+    for action in sub._actions:
+        if not action.option_strings or action.dest == "help":
+            continue
+        for tail in (" must ", " entries must ", " ="):
+            if msg.startswith(action.dest + tail):
+                return action.option_strings[0] + msg[len(action.dest):]
+    return msg
+
+
 def _below_one(parser, args) -> str | None:
     """The first count option (``type=count``: ``--n``, ``--stop-after``, ...) given below 1, as a message."""
     from .commands._args import count
@@ -138,7 +152,7 @@ def main(argv: list[str] | None = None) -> int:
               "merely slow", file=sys.stderr)
         return 1
     except (ValueError, TypeError, OSError) as exc:  # OSError: unwritable --out, missing input file, ...
-        print(f"resispec {args.command}: error: {exc}", file=sys.stderr)
+        print(f"resispec {args.command}: error: {_name_the_flag(parser, args, str(exc))}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:     # Ctrl-C: one line, not a traceback
         print(f"resispec {args.command}: interrupted (Ctrl-C)", file=sys.stderr)

@@ -79,3 +79,16 @@ def test_help_examples_use_the_verbs():
         for hyphenated in ("certify-coupled", "certify-decoder", "certify-stepwise", "bench-accept", "bench-gap",
                            "bench-verify", "bench-decode"):
             assert f"resispec {hyphenated}" not in text, (name, hyphenated)
+
+
+@pytest.mark.parametrize("argv,flag", [(["bench", "verify", "--numpy-B", "0"], "--numpy-B"),
+                                       (["bench", "verify", "--B", "0"], "--B"),
+                                       (["certify", "stepwise", "--time-limit", "0"], "--time-limit"),
+                                       (["bench", "gap", "--V", "0"], "--V"),
+                                       (["bench", "accept", "--k", "0"], "--k")])
+def test_a_refusal_names_the_flag_not_the_parameter(argv, flag, capsys):
+    """The libraries name their parameters (numpy_B, time_limit); the user typed a flag (breaker, issue 39)."""
+    assert cli.main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith(f"resispec {argv[0]} {argv[1]}: error: {flag} "), err
+    assert len(err.splitlines()) == 1
