@@ -97,23 +97,28 @@ def reject_update(p_i, m, out=None):
 
 
 @lru_cache(maxsize=None)
-def _takes_state(fn) -> bool:
-    """True when the function ``fn`` (an ``accepted_mass``, unbound) has a ``state`` parameter."""
+def _params(fn) -> frozenset:
+    """The parameter names of the function ``fn`` (an ``accepted_mass``, unbound); empty when unknown."""
     try:
-        return "state" in inspect.signature(fn).parameters
+        return frozenset(inspect.signature(fn).parameters)
     except (TypeError, ValueError):
-        return False
+        return frozenset()
 
 
-def mass(rule, i, k, p_i, q_i, *, q, rejected, state):
+def mass(rule, i, k, p_i, q_i, *, q, rejected, state, out=None):
     """``rule.accepted_mass(i, k, p_i, q_i, q=q, rejected=rejected)`` (B, V); an ``accepted_mass`` that takes
     ``state=`` (ResiSpec's: its look-ahead schedule, a solver's warm start) also gets the walk's own dict
-    (made by the walk, passed explicitly: no thread-local, no state on the rule).  A subclass overriding
-    ``accepted_mass`` without ``state`` is called without it."""
+    (made by the walk, passed explicitly: no thread-local, no state on the rule), and one that takes ``out=``
+    (the torch reserve rules) the walk's (B, V) buffer to write ``m_i`` into.  A subclass or instance
+    overriding ``accepted_mass`` without them is called without them."""
     fn = rule.accepted_mass                  # the instance's (a method set on the instance overrides the class's)
-    if _takes_state(getattr(fn, "__func__", fn)):
-        return fn(i, k, p_i, q_i, q=q, rejected=rejected, state=state)
-    return fn(i, k, p_i, q_i, q=q, rejected=rejected)
+    takes = _params(getattr(fn, "__func__", fn))
+    extra = {}
+    if "state" in takes:
+        extra["state"] = state
+    if out is not None and "out" in takes:
+        extra["out"] = out
+    return fn(i, k, p_i, q_i, q=q, rejected=rejected, **extra)
 
 
 def walk(rule, p, q, c, ms=None, ps=None, qs=None, state=None):
@@ -145,15 +150,17 @@ def walk(rule, p, q, c, ms=None, ps=None, qs=None, state=None):
     state = {} if state is None else state
     wor = rule.drafting == "without_replacement"
     a = xp.empty((B, k), dtype=p.dtype, device=device(p))
-    # Two (B, V) buffers, reused: step i writes p_{i+1} into bufs[i % 2], which never holds p_i (a fresh
-    # (B, V) allocation a step costs up to ~2x the step on CPU, page faults).  Kept steps (ps) get new arrays.
+    # Two (B, V) buffers, reused: step i writes m_i (a rule taking out=) and then p_{i+1} over it into
+    # bufs[i % 2], which never holds p_i (a fresh (B, V) allocation a step costs up to ~2x the step on CPU,
+    # page faults).  Kept steps (ms, ps) get new arrays.
     # C order (empty_like of a broadcast batch is Fortran-strided: its sums would run in another order).
     bufs = (None, None) if ps is not None else tuple(xp.empty(p.shape, dtype=p.dtype, device=device(p)) for _ in "ab")
     p_i = p
     q_i = q / xp.sum(q, axis=1, keepdims=True) if wor else q         # the law the sampler draws (rows off 1 by SUM_TOL)
     for i in range(k):
         x = c[:, i]                                                    # (B,)
-        m = mass(rule, i, k, p_i, q_i, q=q, rejected=c[:, :i], state=state)   # (B, V), 0 <= m <= min(p_i, q_i)
+        m = mass(rule, i, k, p_i, q_i, q=q, rejected=c[:, :i], state=state,
+                 out=bufs[i % 2])                                      # (B, V), 0 <= m <= min(p_i, q_i)
         a[:, i] = accept_prob(m, q_i, x)
         if ms is not None:
             ms.append(m), ps.append(p_i), qs.append(q_i)
