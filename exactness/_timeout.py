@@ -10,6 +10,7 @@ system call that retries) is interrupted only when that call returns.
 from __future__ import annotations
 
 import math
+import numbers
 import signal
 import threading
 import time
@@ -36,7 +37,8 @@ def check_timeout(timeout, *, name: str = "timeout") -> float | None:
     """``None`` or ``0`` -> None (no limit); a finite number of seconds > 0 -> float; else ValueError/TypeError."""
     if timeout is None:
         return None
-    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)):
+    if isinstance(timeout, bool) or type(timeout).__name__ == "bool_" or not isinstance(timeout, numbers.Real):
+        # (numpy ints and floats are numbers of seconds too; a bool is not)
         raise TypeError(f"{name} must be a number of seconds (0 or None = no limit), got {timeout!r}")
     if not math.isfinite(timeout) or timeout < 0 or timeout > MAX_TIMEOUT:
         raise ValueError(f"{name} must be a number of seconds in [0, {MAX_TIMEOUT:g}] (0 = no limit), got {timeout}")

@@ -14,8 +14,8 @@ What it cannot: biases that vanish in the law of ``L + 1`` tokens (e.g. a wasted
 The exact check is :func:`resispec.pathlevel.analyse_path` (TV by enumeration).
 
 Every :class:`PathCertificate` states what it could detect: ``detectable_tv``, the smallest horizon TV
-flagged with probability ``power`` (0.99) at its ``alpha`` (:func:`exactness.power.detectable_tv` on the
-pooled df).  Refused up front, never passed: an ``alpha`` outside (0, 1), an ``n`` so small that pooling
+flagged with probability ``power`` (0.99) at ``alpha / sampled``, Holm's first level over the sampled checks that
+ran (:func:`exactness.power.detectable_tv` on the pooled df).  Refused up front, never passed: an ``alpha`` outside (0, 1), an ``n`` so small that pooling
 leaves the test no degree of freedom (it could not fail).  A rule that misbehaves -- ``verify`` raising, a
 result that is no valid step (``accepted`` outside ``0..L``, a token outside ``[0, V)``, kept nodes that are no
 root path of the tree) -- is a FAIL certificate whose ``cause`` names the method, never a refusal.  A rule that
@@ -106,6 +106,9 @@ class PathCertificate:
     exact_bound: dict | None = None
     plan_sampler: dict | None = None
     cause: str | None = None
+    #: Sampled checks Holm combines (horizon, acceptance_bound, plan_sampler that ran): ``detectable_tv`` is stated
+    #: at ``alpha / sampled``, Holm's first level (it was stated at ``alpha``: power 0.98, not 0.99, under Holm).
+    sampled: int = 1
 
     @property
     def outcome(self) -> str:
@@ -131,7 +134,8 @@ class PathCertificate:
             return f"FAIL: the rule misbehaved after {self.n:,} steps: {self.cause}"
         stat = f"{self.statistic:.4g}" if math.isfinite(self.statistic) else str(self.statistic)
         horizon = (f"horizon chi2 = {stat} (df {self.df}), TV ~ {self.tv_estimate:.3g} (<= {self.tv_upper:.3g}), "
-                   f"detectable TV {self.detectable_tv:.3g} at alpha {self.alpha:g}, power {self.power:g}")
+                   f"detectable TV {self.detectable_tv:.3g} at alpha {self.alpha:g}"
+                   + (f" / {self.sampled} (Holm)" if self.sampled > 1 else "") + f", power {self.power:g}")
         if self.passed:
             out = f"NO BIAS DETECTED: p = {self.pvalue:.3g} (Holm over the sampled checks); {horizon}, n = {self.n:,}"
             if self.detectable_tv >= 1:
@@ -154,11 +158,34 @@ class PathCertificate:
 
 
 def _method(verifier, name: str, what: str):
-    """``verifier.<name>`` if callable, else a TypeError naming the method the certificate needs."""
-    f = getattr(verifier, name, None)
+    """``verifier.<name>`` if callable, else a TypeError naming the method the certificate needs; when reading it
+    raises (a property of the rule), a stand-in that raises :class:`SubjectError` naming that when called (a
+    FAIL of the rule, never the caller's bad input)."""
+    try:
+        f = getattr(verifier, name, None)
+    except (Exception, SystemExit) as exc:
+        cause = f"reading {type(verifier).__name__}.{name} raised {type(exc).__name__}: {exc}"
+
+        def broken(*args, **kwargs):
+            raise SubjectError(cause)
+
+        return broken
     if not callable(f):
         raise TypeError(f"verifier must have a {name}(...) method ({what}); {type(verifier).__name__} has none")
     return f
+
+
+def _context(context, V: int) -> tuple[int, ...]:
+    """``context`` (a sequence of token ids in ``[0, V)``) as a tuple of int; TypeError / ValueError naming it."""
+    if isinstance(context, (str, bytes)) or not hasattr(context, "__iter__"):
+        raise TypeError(f"context must be a sequence of token ids (e.g. () or (3, 1)), got {context!r}")
+    ids = list(context)
+    for t in ids:
+        if isinstance(t, (bool, np.bool_)) or not isinstance(t, (int, np.integer)):
+            raise TypeError(f"context must hold integer token ids, got {t!r} in {context!r}")
+        if not 0 <= t < V:
+            raise ValueError(f"context token {t} is outside the pair's vocabulary [0, {V})")
+    return tuple(int(t) for t in ids)
 
 
 def _int_in(x, lo: int, hi: int, what: str) -> int:
@@ -257,20 +284,22 @@ def _certificate(counts: np.ndarray, target: np.ndarray, n: int, df: int, alpha:
     if plan_sampler is not None:
         checks["plan_sampler"] = plan_sampler["pvalue"]
     pvalue = min(holm(checks).values())               # Holm over the sampled checks (the horizon test alone: its p)
+    sampled = len(checks)                             # horizon's power is stated at Holm's first level, alpha / this
     if exact is not None:
         if "skipped" in exact:
             skipped["exact_bound"] = exact["skipped"]
         else:   # deterministic: 0.0 when the plan accepts more than the bound or is not a law, else 1.0
             checks["exact_bound"] = 0.0 if ("error" in exact or exact["exceeded"]) else 1.0
-            if "error" not in exact:                  # the plan's own horizon law against the target's, exactly
-                checks["exact_law"] = 0.0 if exact["exact_tv"] > PLAN_TV_TOL else 1.0
+        if "exact_tv" in exact:                       # the plan's own horizon law against the target's, exactly
+            checks["exact_law"] = 0.0 if exact["exact_tv"] > PLAN_TV_TOL else 1.0   # (also when the LP is too large)
         if min(checks.get("exact_bound", 1.0), checks.get("exact_law", 1.0)) == 0.0:
             pvalue = 0.0                              # deterministic: no multiple-testing share
     tv_hat, tv_up = tv_bounds(counts, target, alpha)
-    det = detectable_tv(n, max(1, df), alpha=alpha, power=POWER)
+    det = detectable_tv(n, max(1, df), alpha=alpha / sampled, power=POWER)
     return PathCertificate(passed=bool(pvalue >= alpha), pvalue=pvalue, n=int(n), counts=counts,
                            statistic=float(res.statistic), df=int(df), detectable_tv=float(det), alpha=alpha,
                            power=POWER, tv_estimate=float(tv_hat), tv_upper=float(tv_up), raw_checks=checks,
+                           sampled=sampled,
                            acceptance_bound=bound, skipped=skipped, exact_bound=exact, plan_sampler=plan_sampler)
 
 
@@ -302,10 +331,15 @@ def sample_horizon(verifier, pair, L: int, n: int, rng: np.random.Generator, con
         q = np.stack([laws[tuple(d[:i])][1] for i in range(L)])
         try:
             r = subject_call(verify, name, p.copy(), q.copy(), np.array(d, dtype=np.int64), rng)
-            if not hasattr(r, "accepted") or not hasattr(r, "token"):
-                raise SubjectError(f"{name} must return a PathResult(accepted, token), got {type(r).__name__}")
-            acc = _int_in(r.accepted, 0, L, f"{name}(...).accepted (drafts kept, L = {L})")
-            tok = _int_in(r.token, 0, V - 1, f"{name}(...).token (a token id of the pair's vocabulary, V = {V})")
+            try:                                          # a property of the result may raise: the rule's failure
+                got = (r.accepted, r.token)
+            except AttributeError:
+                raise SubjectError(f"{name} must return a PathResult(accepted, token), got {type(r).__name__}") \
+                    from None
+            except (Exception, SystemExit) as e:
+                raise SubjectError(f"reading {name}(...).accepted / .token raised {type(e).__name__}: {e}") from None
+            acc = _int_in(got[0], 0, L, f"{name}(...).accepted (drafts kept, L = {L})")
+            tok = _int_in(got[1], 0, V - 1, f"{name}(...).token (a token id of the pair's vocabulary, V = {V})")
         except SubjectError as exc:
             exc.steps = s                                 # steps completed before the misbehaviour
             raise
@@ -398,6 +432,7 @@ def certify_path(verifier, pair, L: int, *, n: int = 4000, alpha: float = 1e-3, 
     alpha = check_alpha(alpha)
     min_expected = check_min_expected(min_expected)
     V = check_pair(pair, L)
+    context = _context(context, V)
     _check_size(V, L, "L")
     rng = as_generator(seed)
     target = continuation(prefix_laws(pair, L, context), V, L + 1)[0].ravel()
@@ -469,6 +504,8 @@ def _tree_step(res, name: str, par_ids: np.ndarray, N: int, D: int, V: int) -> t
         kept = list(kept)
     except (TypeError, ValueError):
         raise SubjectError(f"{name} must return (kept node ids, token), got {res!r}") from None
+    except (Exception, SystemExit) as e:              # its kept ids raised while read: the rule's failure
+        raise SubjectError(f"reading {name}'s (kept node ids, token) raised {type(e).__name__}: {e}") from None
     if len(kept) > D:
         raise SubjectError(f"{name} kept {len(kept)} nodes {kept!r}; a root path of a depth-{D} tree has at most {D}")
     up = -1
@@ -502,6 +539,7 @@ def certify_tree_rule(verifier, pair, branching, *, n: int = 4000, alpha: float 
     branching = _tree_shape(branching)
     D = len(branching)
     V = check_pair(pair, D)
+    context = _context(context, V)
     _check_size(V, D, "the depth of branching")
     rng = as_generator(seed)
     target = continuation(prefix_laws(pair, D, context), V, D + 1)[0].ravel()

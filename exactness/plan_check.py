@@ -120,12 +120,14 @@ class PlanSamplerResult:
         return {**asdict(self), "reason": self.line()}
 
 
-def law_problem(pl, rows: int, V: int, tol: float = LAW_TOL) -> tuple[np.ndarray | None, np.ndarray | None,
-                                                                        str | None]:
+def law_problem(pl, rows: int, V: int, tol: float = LAW_TOL, range_tol: float = RANGE_TOL
+                ) -> tuple[np.ndarray | None, np.ndarray | None, str | None]:
     """A declared plan ``pl`` (``.stop`` (rows,), ``.laws`` (rows, V)) as float64 arrays, or why it is not a law:
     ``(stop, laws, None)`` or ``(None, None, "not a law: ...")``: complex, non-finite, wrong shapes; negative
-    beyond ``tol`` or not summing to 1 within ``tol`` (default :data:`LAW_TOL`; ``math.inf``: the structure only).
-    One rule for every route (the exact bound form and the plan-vs-sampler check)."""
+    beyond ``tol`` or not summing to 1 within ``tol`` (default :data:`LAW_TOL`; ``math.inf``: the structure only);
+    entries outside ``[-range_tol, 1 + range_tol]`` (default :data:`RANGE_TOL`; the exact bound form passes
+    ``math.inf`` and weighs them by the drafts' probability instead).  One rule for every route (the exact bound
+    form and the plan-vs-sampler check)."""
     try:
         raw_stop, raw_laws = pl.stop, pl.laws
     except Exception as exc:                      # no .stop / .laws: not a PathPlan
@@ -142,7 +144,7 @@ def law_problem(pl, rows: int, V: int, tol: float = LAW_TOL) -> tuple[np.ndarray
     if not (np.all(np.isfinite(stop)) and np.all(np.isfinite(laws))):
         return None, None, "not a law: non-finite values"
     lo, hi = min(stop.min(), laws.min()), max(stop.max(), laws.max())
-    if lo < -RANGE_TOL or hi > 1 + RANGE_TOL:     # structural whatever the weight: 1e308 entries overflowed E to nan
+    if lo < -range_tol or hi > 1 + range_tol:     # 1e308 entries overflowed E to nan: never analysed unclipped
         return None, None, f"not a law: entries outside [0, 1] (from {lo:.3g} to {hi:.3g})"
     if stop.min() < -tol or laws.min() < -tol:
         return None, None, f"not a law: negative probabilities (down to {min(stop.min(), laws.min()):.3g})"
@@ -289,7 +291,7 @@ class _Collector:
     def result(self, alpha: float, power: float = POWER) -> PlanSamplerResult:
         n = len(self.u)
         dmr = None if not self.coupled_n else float(1 - 0.01 ** (1 / self.coupled_n))
-        det = float(detectable_tv(max(n, 1), PIT_BINS - 1, alpha=alpha, power=power))
+        det = PlanSamplerCheck.detectable_tv(max(n, 1), alpha, power)   # its PIT test at alpha / 2 (p doubled below)
         if n:
             uv = np.clip(np.asarray(self.u), 0.0, 1.0)
             bins = np.minimum((uv * PIT_BINS).astype(np.int64), PIT_BINS - 1)
@@ -360,8 +362,9 @@ class PlanSamplerCheck:
 
     @staticmethod
     def detectable_tv(n: int, alpha: float = 1e-3, power: float = POWER) -> float:
-        """Smallest PIT TV the law form detects at ``n`` steps (chi-square, df ``PIT_BINS - 1``)."""
-        return float(detectable_tv(n, PIT_BINS - 1, alpha=alpha, power=power))
+        """Smallest PIT TV the law form detects at ``n`` steps when the check runs at ``alpha`` (chi-square, df
+        ``PIT_BINS - 1``, at ``alpha / 2``: the check's p-value doubles it, Bonferroni with the grouped test)."""
+        return float(detectable_tv(n, PIT_BINS - 1, alpha=alpha / 2, power=power))
 
 
 #: The check instance the routes use.

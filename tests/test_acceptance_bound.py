@@ -561,7 +561,7 @@ def test_huge_entries_on_a_chain_of_tiny_chance_are_not_a_law():
 
     pair = MarkovPair.random(np.random.default_rng(14), 5, scale=100, noise=3.0)
     e = AB.exact_path(NanGenerous(), pair, 3)
-    assert "error" in e and "outside [0, 1]" in e["error"], e
+    assert "error" in e and "not a law" in e["error"] and "weighted by the drafts' probability" in e["error"], e
 
 
 def test_a_plan_that_is_not_exact_fails_exact_law_though_it_accepts_within_the_bound():
@@ -608,3 +608,86 @@ def test_a_passing_certificate_never_says_more_than_any_exact_rule_can():
     cert = certify_path(get_path_verifier("block"), PAIR, 2, n=2000, seed=0)
     assert cert.passed and "more than any exact rule" not in cert.acceptance_bound["reason"]
     assert cert.acceptance_bound["alpha"] == pytest.approx(cert.alpha / 3)     # stated at Holm's first level
+
+
+# ------------------------------------------------------------------ fourth breaker round (issue 40)
+
+def test_a_biased_plan_fails_exact_law_where_the_lp_is_too_large():
+    """The LP's size refusal dropped exact_law with exact_bound: too_generous_block(1.2) at V = 6, L = 4 (plan TV
+    0.05) passed 5 of 5 seeds on horizon and plan_sampler alone."""
+    from exactness.pathlevel import certify_path
+
+    pair = MarkovPair.random(np.random.default_rng(0), 6, noise=1.0)
+    c = certify_path(too_generous_block(1.2), pair, 4, n=600, seed=0)
+    assert not c.passed and c.checks["exact_law"] == 0.0, c.summary()
+    assert c.skipped["exact_bound"].startswith("no bound at this size")
+    assert c.summary().startswith("FAIL: exact_law:")
+    ok = certify_path(get_path_verifier("block"), pair, 4, n=600, seed=0)
+    assert ok.checks["exact_law"] == 1.0 and ok.passed
+
+
+def test_traversals_own_plan_is_a_law_where_it_matters():
+    """Traversal's plan_tree has entries of -0.034 (and up to 8.5e4) on trees of chance ~1e-14; the unweighted
+    range check FAILed this exact rule (27 of 3,000 random V = 2 pairs at shape (3, 1))."""
+    from resispec.pathlevel import analyse_tree
+
+    P = np.array([[5.2225851229503884e-08, 9.9999994777414891e-01], [9.9999799330637051e-01, 2.0066936294537067e-06]])
+    Q = np.array([[6.957470666953055e-08, 9.999999304252933e-01], [9.999978690037677e-01, 2.130996232270852e-06]])
+    pair = MarkovPair(P, Q, np.array([0.05180794773897724, 0.9481920522610227]),
+                      np.array([0.03942743418659624, 0.9605725658134038]))
+    tr = get_path_verifier("traversal")
+    assert analyse_tree(tr, pair, (2, 2)).tv < 1e-12
+    e = AB.exact_tree(tr, pair, (2, 2))
+    assert "error" not in e and not e["exceeded"] and e["exact_tv"] < 1e-12, e
+
+
+def test_a_rule_raising_from_its_result_or_attribute_is_a_fail():
+    """Raising from .accepted, from the verify attribute itself, or from the kept ids of a tree escaped as the
+    caller's ValueError / a traceback."""
+    from exactness.pathlevel import certify_path, certify_tree_rule
+
+    pair = MarkovPair.random(np.random.default_rng(0), 3, noise=1.0)
+    blk, tr = get_path_verifier("block"), get_path_verifier("traversal")
+
+    class R:
+        def __init__(self, r):
+            self.r = r
+
+        @property
+        def accepted(self):
+            raise ValueError("lazy tensor on another device")
+
+        token = property(lambda self: self.r.token)
+
+    class A:
+        def verify(self, p, q, d, rng):
+            return R(blk.verify(p, q, d, rng))
+
+    class B:
+        @property
+        def verify(self):
+            raise ValueError("verify not ready")
+
+    class T:
+        def verify_tree(self, p, q, par, tok, rng):
+            kept, token = tr.verify_tree(p, q, par, tok, rng)
+
+            def ids():
+                yield from kept
+                raise RuntimeError("boom")
+            return ids(), token
+
+    for cert, what in ((certify_path(A(), pair, 2, n=300), "lazy tensor"), (certify_path(B(), pair, 2, n=300),
+                       "verify not ready"), (certify_tree_rule(T(), pair, "2,1", n=300), "boom")):
+        assert not cert.passed and what in cert.summary(), cert.summary()
+
+
+def test_a_bad_context_is_refused_naming_it():
+    from exactness.pathlevel import certify_path
+
+    pair = MarkovPair.random(np.random.default_rng(0), 3, noise=1.0)
+    blk = get_path_verifier("block")
+    for bad, err in ((None, TypeError), ("ab", TypeError), ([1.7], TypeError), ([5], ValueError)):
+        with pytest.raises(err, match="context"):
+            certify_path(blk, pair, 2, n=300, context=bad)
+    assert certify_path(blk, pair, 2, n=300, context=[np.int64(1)], time_limit=np.int64(600)).passed

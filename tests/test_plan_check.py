@@ -130,7 +130,10 @@ def test_the_result_is_a_frozen_record_stating_its_power():
     r = PlanSamplerResult(**{k: v for k, v in c.plan_sampler.items() if k != "reason"})
     with pytest.raises(Exception):
         r.pvalue = 0.0
-    assert r.detectable_tv == pytest.approx(PLAN_SAMPLER.detectable_tv(500, alpha=1e-3 / 3))   # Holm's first level
+    # at Holm's first level; the design twin halves it for the PIT test (its p doubled: Bonferroni with the grouped test)
+    assert r.detectable_tv == pytest.approx(PLAN_SAMPLER.detectable_tv(500, alpha=1e-3 / 3))
+    from exactness.power import detectable_tv
+    assert r.detectable_tv == pytest.approx(detectable_tv(500, 15, alpha=1e-3 / 6, power=0.99))   # PIT_BINS - 1
     assert PLAN_SAMPLER.detectable_tv(5000) < PLAN_SAMPLER.detectable_tv(500)
     assert r.detectable_mismatch_rate == pytest.approx(1 - 0.01 ** (1 / 500))
     assert "0 mismatches in 500" in r.line()
