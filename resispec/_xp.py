@@ -53,17 +53,35 @@ def at(x, idx):
 
 
 def zero_at(x, idx):
-    """A copy of ``x`` (B, V) with ``x[b, idx[b]] = 0`` in each row; ``idx`` (B,) int64."""
-    xp = array_namespace(x)
-    cols = xp.arange(x.shape[1], device=device(x))                   # (V,)
-    return xp.where(cols[None, :] == idx[:, None], 0.0, x)           # (B, V)
+    """A copy of ``x`` (B, V) with ``x[b, idx[b]] = 0`` in each row; ``idx`` (B,) int64 (C order)."""
+    return _put(_copy(x), idx, 0.0)
+
+
+def _copy(x):
+    """A C-ordered copy of ``x`` (B, V)."""
+    if is_torch_namespace(array_namespace(x)):
+        return x.contiguous().clone()
+    import numpy
+
+    return numpy.array(x, order="C")
+
+
+def _put(out, idx, values):
+    """``out[b, idx[b]] = values[b]`` (or a scalar) in place, on numpy or torch (the scatter the array API lacks)."""
+    if is_torch_namespace(array_namespace(out)):
+        v = values[:, None] if not isinstance(values, float) else values
+        return out.scatter_(1, idx[:, None], v)
+    import numpy
+
+    numpy.put_along_axis(out, idx[:, None], values if isinstance(values, float) else values[:, None], axis=1)
+    return out
 
 
 def only_at(x, idx):
-    """``x`` (B, V) kept at ``idx[b]`` in each row and zero elsewhere (a one-hot mass); ``idx`` (B,) int64."""
+    """``x`` (B, V) kept at ``idx[b]`` in each row and zero elsewhere (a one-hot mass); ``idx`` (B,) int64 (C order)."""
     xp = array_namespace(x)
-    cols = xp.arange(x.shape[1], device=device(x))                   # (V,)
-    return xp.where(cols[None, :] == idx[:, None], x, 0.0)           # (B, V)
+    out = xp.zeros(x.shape, dtype=x.dtype, device=device(x))          # (B, V)
+    return _put(out, idx, at(x, idx))
 
 
 def accept_prob(m, q_i, x):

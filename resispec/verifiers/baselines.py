@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 
 from .._validation import as_node, check_k
-from .._xp import at, device, namespace, only_at, reject_update
+from .._xp import at, device, namespace, native, only_at, reject_update
 from .base import MassVerifier, Verifier, sum_of_others
 from .registry import register
 
@@ -43,8 +43,8 @@ class RecursiveRejection(MassVerifier):
 
     drafting = "iid"
 
-    def accepted_mass(self, i, k, p_i, q_i, *, q, rejected):
-        return namespace(p_i, q_i).minimum(p_i, q_i)                      # m_i = min(p_i, q)
+    def accepted_mass(self, i, k, p_i, q_i, *, q, rejected, out=None):
+        return native(namespace(p_i, q_i)).minimum(p_i, q_i, out=out)     # m_i = min(p_i, q) (into the walk's buffer)
 
 
 @register("rrs_wor")
@@ -58,8 +58,8 @@ class RecursiveRejectionWOR(MassVerifier):
     drafting = "without_replacement"
     candidate_independent = False
 
-    def accepted_mass(self, i, k, p_i, q_i, *, q, rejected):
-        return namespace(p_i, q_i).minimum(p_i, q_i)                      # m_i = min(p_i, q_i)
+    def accepted_mass(self, i, k, p_i, q_i, *, q, rejected, out=None):
+        return native(namespace(p_i, q_i)).minimum(p_i, q_i, out=out)     # m_i = min(p_i, q_i) (into the walk's buffer)
 
 
 @register("target_only")
