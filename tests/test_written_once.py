@@ -154,3 +154,12 @@ def test_a_torch_proxy_output_that_requires_grad_is_used_for_its_values():
     v = resispec.get_verifier("rejection_proxy", backend="torch", proxy=proxy)
     law = resispec.exact_output_law(v, [.5, .3, .2], [.1, .2, .7], 2)
     np.testing.assert_allclose(law, [.5, .3, .2], atol=1e-12)
+
+
+@pytest.mark.parametrize("name,args,err", [("rejection_proxy", (0, 3), ValueError), ("rrs_wor", ("2",), TypeError),
+                                           ("sps", (0, "without_replacement"), ValueError),
+                                           ("resispec", (2, "neither"), ValueError)])
+def test_closed_form_split_checks_k_and_drafting_even_without_a_closed_form(name, args, err):
+    """It returned None (no closed form) for k = 0, k = '2' or drafting = 3 (breaker)."""
+    with pytest.raises(err):
+        resispec.get_verifier(name).closed_form_split([.5, .3, .2], [.1, .2, .7], *args)

@@ -247,7 +247,14 @@ class Verifier(ABC):
             analysis enumerates the candidate tuples).  Subclasses override
             it; each closed form is tested against enumeration
             (``tests/test_hardening_numerics.py``).
+
+        Raises
+        ------
+        ValueError, TypeError
+            Bad ``k`` or ``drafting`` -- checked even where no closed form exists (it returned None).
         """
+        check_k(k)
+        self._candidate_law(drafting)
         return None
 
     def acceptance_closed_form(self, p, q, k: int, drafting: str | None = None) -> np.ndarray | None:
@@ -481,12 +488,12 @@ class MassVerifier(Verifier):
         and candidate ``i`` is reached with probability
         ``prod_{j<i} (1 - beta_j)``, ``beta_j = sum m_j`` (lemma of
         ``docs/RESISPEC.md`` section 2; SpecInfer, arXiv 2305.09781).
-        ``None`` for without-replacement drafts or candidate-dependent rules.
+        ``None`` for without-replacement drafts or candidate-dependent rules (``k`` and ``drafting`` checked).
         """
+        k = check_k(k)
         if self._candidate_law(drafting) != "iid" or self.drafting != "iid" or not self.candidate_independent:
             return None
         p2, q2, _ = as_node(p, q)
-        k = check_k(k)
         B = p2.shape[0]
         M = np.zeros(p2.shape)
         reach = np.ones(B)

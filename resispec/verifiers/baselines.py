@@ -94,10 +94,10 @@ class TargetOnly(Verifier):
         draws are from ``q / sum(q)`` (rows may be off 1 by ``SUM_TOL``).
         ``None`` for without-replacement drafts.
         """
+        k = check_k(k)
         if self._candidate_law(drafting) != "iid":
             return None
         p2, q2, _ = as_node(p, q)
-        k = check_k(k)
         left = sum_of_others(q2) / q2.sum(axis=1, keepdims=True)   # 1 - q(x) without cancellation
         with np.errstate(divide="ignore"):  # one-hot draft: log(0) = -inf, miss = 0 (correct)
             log_miss = k * np.log(np.minimum(left, 1.0))

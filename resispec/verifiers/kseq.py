@@ -82,10 +82,10 @@ class KSeq(Verifier):
 
     def closed_form_split(self, p, q, k, drafting=None):
         """``M = min(q, p / rho) L``, ``R = (1 - beta)^k norm(p - M)`` (iid drafts; SpecTr, arXiv 2310.15141)."""
+        k = check_k(k)
         if self._candidate_law(drafting) != "iid":
             return None
         p2, q2, _ = as_node(p, q)
-        k = check_k(k)
         rho, beta = kseq_rho(p2, q2, k)
         M, r = _kseq_split(p2, q2, k, rho, beta)
         return M, ((1.0 - beta) ** k)[:, None] * r
