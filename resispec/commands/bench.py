@@ -1,13 +1,13 @@
 """Block efficiency (tokens per target call) of every verifier on token trees x
 temperatures x pair families, with each verifier's ratio to the best baseline;
-writes reports/bench.md and reports/bench.json.
+writes reports/bench.md and reports/bench.json (the shipped reports: give --out to write elsewhere).
 
 Shapes are branching factors per depth ("4,2,2,1"); prefix "wor:" for
 without-replacement drafting ("wor:8,4").
 
 Example:
   resispec bench                                  # full default run (~18 min on 2 shared cores)
-  resispec bench --families zipf --temperatures 1.0 --shapes 4,2,2,1 wor:8,4
+  resispec bench --families zipf --temperatures 1.0 --shapes 4,2,2,1 wor:8,4 --out bench-out/bench.md
 """
 
 from __future__ import annotations

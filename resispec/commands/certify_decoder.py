@@ -27,6 +27,7 @@ that raises or returns a bad law).
 Example:
   resispec certify decoder --decoder exactness.decoder_mutants:demo --new-tokens 3
   resispec certify decoder --hf-target ./target --hf-draft ./draft --top-k 3 --prompt-text "hello" --n 2000
+    (./target, ./draft: folders written by save_pretrained, the target's with its tokenizer; docs/decoders.md)
 """
 
 from __future__ import annotations

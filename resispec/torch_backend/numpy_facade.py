@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from .._validation import as_candidates, as_node
+from .._validation import as_candidates, as_node, c_writable
 from ..verifiers.base import Chain, Verifier, VerifyResult
 from .base import TorchVerifier
 
@@ -45,8 +45,8 @@ class NumpyFacade(Verifier):
 
     def _tensors(self, p2, q2, c):
         dev, dt = self.inner.device, self.inner.dtype
-        P = torch.as_tensor(np.ascontiguousarray(p2), device=dev).to(dt)
-        Q = torch.as_tensor(np.ascontiguousarray(q2), device=dev).to(dt)
+        P = torch.as_tensor(c_writable(p2), device=dev).to(dt)      # a read-only view (broadcast rows) is copied
+        Q = torch.as_tensor(c_writable(q2), device=dev).to(dt)
         return P, Q, torch.as_tensor(np.ascontiguousarray(c), device=dev)
 
     def _chain(self, p, q, c):

@@ -90,6 +90,10 @@ def get_verifier(name: str, *, backend: str = "numpy", **options):
         raise TypeError(f"name must be a verifier name (str), got {type(name).__name__}")
     table = _backend_table(backend)
     if name not in table:
+        if backend != "numpy" and name in _REGISTRY["numpy"]:
+            raise ValueError(f"verifier {name!r} is registered for numpy only; a rule written once against the array "
+                             f"namespace runs on {backend} after resispec.torch_backend.base.on_torch({name!r}) "
+                             "(docs/architecture.md, 'Where new code goes')")
         raise ValueError(f"unknown verifier {name!r}; choose one of {sorted(table)}")
     try:
         return table[name](**options)
