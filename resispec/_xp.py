@@ -162,6 +162,14 @@ def walk(rule, p, q, c, ms=None, ps=None, qs=None, state=None):
     -------
     a : (B, k), ``p``'s dtype -- acceptance probability of each step
     residual : (B, V) -- the law of the token emitted when all ``k`` are rejected
+
+    Raises
+    ------
+    TypeError
+        ``p``, ``q`` of two array libraries (``array_api_compat``); whatever the rule's ``accepted_mass`` raises.
+
+    Source: the sequential lemma of ``docs/RESISPEC.md`` section 2 (exact whenever ``m_i`` never reads ``x_i`` or
+    later candidates); recursive rejection sampling, SpecInfer (Miao et al. 2024, arXiv 2305.09781).
     """
     xp = array_namespace(p, q)
     B, k = c.shape

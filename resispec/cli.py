@@ -14,11 +14,14 @@ import argparse
 import importlib
 import pkgutil
 import sys
+from functools import lru_cache
 
 from . import commands as _commands
 
 
-def _discover():
+@lru_cache(maxsize=None)
+def _discover() -> tuple:
+    """The command modules, once per process (``verbs``, ``build_parser`` and ``main`` all read them)."""
     mods = []
     for info in pkgutil.iter_modules(_commands.__path__):
         if info.name.startswith("_"):
@@ -26,7 +29,7 @@ def _discover():
         mod = importlib.import_module(f"{_commands.__name__}.{info.name}")
         if hasattr(mod, "NAME") and hasattr(mod, "run"):
             mods.append(mod)
-    return sorted(mods, key=lambda m: m.NAME)
+    return tuple(sorted(mods, key=lambda m: m.NAME))
 
 
 def verbs(mods=None) -> dict[str, dict[str, str]]:
@@ -60,10 +63,9 @@ def build_parser(spaced: bool = False) -> argparse.ArgumentParser:
     helps = {m.NAME: m.HELP for m in mods}
     for mod in mods:
         listed = {} if mod.NAME in kinds else {"help": mod.HELP}      # a kind is listed under its verb's --help
-        if mod.NAME in table:
-            listed["help"] += f" [subjects: {', '.join(table[mod.NAME])}]"
         epilog = None
         if mod.NAME in table:
+            listed["help"] += f" [subjects: {', '.join(table[mod.NAME])}]"
             epilog = "subjects (resispec %s KIND ...; each has its own --help):\n" % mod.NAME + "\n".join(
                 f"  {kind:10s} {helps[name]}" + (" (the default)" if name == mod.NAME else "")
                 for kind, name in table[mod.NAME].items())
@@ -76,12 +78,16 @@ def build_parser(spaced: bool = False) -> argparse.ArgumentParser:
     return parser
 
 
+def _subparser(parser, args) -> argparse.ArgumentParser:
+    """The parser of the command ``args`` was parsed by."""
+    return parser._subparsers._group_actions[0].choices[args._name]
+
+
 def _name_the_flag(parser, args, msg: str) -> str:
     """A library's refusal of a value that came from a flag, named as the flag: ``"numpy_B must be ..."`` ->
     ``"--numpy-B must be ..."``, ``"time_limit must be ..."`` -> ``"--time-limit must be ..."`` (the library
     names its parameter; the user typed the flag)."""
-    sub = parser._subparsers._group_actions[0].choices[args._name]
-    for action in sub._actions:
+    for action in _subparser(parser, args)._actions:
         if not action.option_strings or action.dest == "help":
             continue
         for tail in (" must ", " entries must ", " ="):
@@ -94,19 +100,18 @@ def _below_one(parser, args) -> str | None:
     """The first count option (``type=count``: ``--n``, ``--stop-after``, ...) given below 1, as a message."""
     from .commands._args import count
 
-    sub = parser._subparsers._group_actions[0].choices[args._name]
-    for action in sub._actions:
+    for action in _subparser(parser, args)._actions:
         value = getattr(args, action.dest, None)
         if action.type is count and isinstance(value, int) and value < 1:
             return f"{action.option_strings[0]} must be a whole number >= 1 (a count), got {value}"
     return None
 
 
-def join_verb(argv: list[str]) -> list[str]:
+def join_verb(argv: list[str], table: dict | None = None) -> list[str]:
     """``["certify", "decoder", ...]`` -> ``["certify-decoder", ...]``; ``["certify", "verifiers", ...]`` ->
-    ``["certify", ...]``; anything else unchanged."""
+    ``["certify", ...]``; anything else unchanged (``table``: :func:`verbs`, computed when not given)."""
     if len(argv) >= 2:
-        kinds = verbs().get(argv[0], {})
+        kinds = (verbs() if table is None else table).get(argv[0], {})
         if argv[1] in kinds:
             return [kinds[argv[1]], *argv[2:]]
     return list(argv)
@@ -116,13 +121,14 @@ def main(argv: list[str] | None = None) -> int:
     """Run the CLI; returns the exit status (2 with a one-line error for bad input)."""
     program = argv is None
     argv = sys.argv[1:] if argv is None else list(argv)
-    kinds = verbs().get(argv[0], {}) if argv else {}
+    table = verbs()
+    kinds = table.get(argv[0], {}) if argv else {}
     if len(argv) >= 2 and kinds and not argv[1].startswith("-") and argv[1] not in kinds:
         print(f"resispec {argv[0]}: error: unknown subject {argv[1]!r}; choose one of {', '.join(kinds)} "
               f"(resispec {argv[0]} --help)", file=sys.stderr)
         return 2
     typed = " ".join(argv[:2]) if len(argv) >= 2 and argv[1] in kinds else None   # "certify decoder"
-    joined = join_verb(argv)
+    joined = join_verb(argv, table)
     spaced = typed is not None
     parser = build_parser(spaced)
     try:

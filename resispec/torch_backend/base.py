@@ -290,9 +290,19 @@ class TorchRule(TorchVerifier):
 
 
 def on_torch(name: str) -> type:
-    """Register the numpy registry's rule ``name`` (written once, :mod:`resispec._xp`) for ``backend="torch"``."""
+    """Register the numpy registry's rule ``name`` (written once, :mod:`resispec._xp`) for ``backend="torch"``;
+    returns the torch class (a :class:`TorchRule` running that rule's own ``_chain``).
+
+    Raises
+    ------
+    ValueError
+        ``name`` is not a registered numpy verifier (``@register`` it first).
+    """
     from ..verifiers.registry import _REGISTRY, register
 
+    if name not in _REGISTRY["numpy"]:
+        raise ValueError(f"on_torch({name!r}): no numpy verifier of that name is registered; decorate its class "
+                         "with resispec.verifiers.registry.register first")
     cls = _REGISTRY["numpy"][name]
     twin = type(f"{cls.__name__}Torch", (TorchRule,), {
         "rule_class": cls, "drafting": cls.drafting, "__module__": __name__,
