@@ -5,9 +5,9 @@ Usage: python benchmarks/lookahead_search.py [--V 1000 10000] [--B 16] [--k 4] [
 Times ``lookahead_schedule`` (the reserve of one candidate with ``k`` left)
 on ``softmax_noise`` laws, three ways in one run, and prints the ratios:
 ``scan`` (the ``np.sum`` count, O(V) per query), ``bsearch`` (the vectorised
-binary search of :func:`resispec.verifiers.lookahead._count_sorted`, which
-the numpy code uses above ``_SCAN_MAX_V``) and
-``torch`` (CPU float64, :func:`resispec.torch_backend.lookahead.lookahead_schedule_t`).
+binary search of :func:`resispec._xp.count_sorted`, which
+the numpy code uses above ``SCAN_MAX_V``) and
+``torch`` (CPU float64: the same :func:`resispec.verifiers.lookahead.lookahead_schedule` on tensors, ``searchsorted``).
 Also reports the largest difference between the three schedules.
 """
 
@@ -50,7 +50,7 @@ def main(argv=None) -> int:
     a = ap.parse_args(argv)
     import torch
 
-    from resispec.torch_backend.lookahead import lookahead_schedule_t
+    import resispec._xp as xpmod
 
     torch.set_num_threads(1)
     lines = [f"# Look-ahead schedule: scan vs binary search vs torch (B={a.B}, k={a.k}, 1 thread, best of 2)", "",
@@ -58,20 +58,20 @@ def main(argv=None) -> int:
              "|---|---|---|---|---|---|---|"]
     for V in a.V:
         P, Q = get_family("softmax_noise").sample(np.random.default_rng(V), n=a.B, V=V)
-        orig = la._count_sorted
+        orig = la.count_sorted
         try:
-            la._count_sorted = _scan
+            la.count_sorted = _scan
             t_scan, s_scan = _best(lambda: la.lookahead_schedule(P, Q, a.k))
         finally:
-            la._count_sorted = orig
-        old_max = la._SCAN_MAX_V
+            la.count_sorted = orig
+        old_max = xpmod.SCAN_MAX_V
         try:
-            la._SCAN_MAX_V = 0                     # force the binary search
+            xpmod.SCAN_MAX_V = 0                   # force the binary search
             t_bs, s_bs = _best(lambda: la.lookahead_schedule(P, Q, a.k))
         finally:
-            la._SCAN_MAX_V = old_max
+            xpmod.SCAN_MAX_V = old_max
         Pt, Qt = torch.from_numpy(P), torch.from_numpy(Q)
-        t_t, s_t = _best(lambda: lookahead_schedule_t(Pt, Qt, a.k).numpy())
+        t_t, s_t = _best(lambda: la.lookahead_schedule(Pt, Qt, a.k).numpy())
         diff = max(np.abs(s_scan - s_bs).max(), np.abs(s_scan - s_t).max())
         lines.append(f"| {V} | {t_scan:.3f} | {t_bs:.3f} | {t_t:.3f} | {t_scan / t_bs:.1f}x | {t_scan / t_t:.1f}x "
                      f"| {diff:.1e} |")

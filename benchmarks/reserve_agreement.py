@@ -34,7 +34,7 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     import torch
 
-    from resispec.torch_backend import solve_reserve_newton, solve_reserve_sort
+    from resispec.verifiers.reserve import solve_reserve as solve   # the one definition, on tensors here
 
     cols = ["fused f64", "newton f64", "fused f32", "newton f32", "sort f32", "passes cold", "passes warm"]
     print(f"V = {args.V:,}, B = {args.B}; max |lambda - lambda_sort(float64)| and fused-kernel passes per row")
@@ -50,10 +50,10 @@ def main(argv=None) -> int:
             lam, _, cold, _, _ = solve_reserve_rows(p, q, q, gamma)
             _, _, warm, _, _ = solve_reserve_rows(p, q, q, gamma, init=np.clip(want - 0.05, 0.0, gamma))
             got = {"fused f64": lam,
-                   "newton f64": solve_reserve_newton(P, Q, Q, gamma)[0].numpy(),
+                   "newton f64": solve(P, Q, Q, gamma, method="newton").numpy(),
                    "fused f32": solve_reserve_rows(p32, q32, q32, gamma)[0],
-                   "newton f32": solve_reserve_newton(P.float(), Q.float(), Q.float(), gamma)[0].double().numpy(),
-                   "sort f32": solve_reserve_sort(P.float(), Q.float(), Q.float(), gamma).double().numpy()}
+                   "newton f32": solve(P.float(), Q.float(), Q.float(), gamma, method="newton").double().numpy(),
+                   "sort f32": solve(P.float(), Q.float(), Q.float(), gamma, method="sort").double().numpy()}
             err = {k: float(np.abs(v - want).max()) for k, v in got.items()}
             for k, v in err.items():
                 worst[k] = max(worst[k], v)

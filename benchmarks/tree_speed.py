@@ -36,7 +36,7 @@ def main(argv=None) -> int:
     ap.add_argument("--mc", type=int, default=50, help="Monte Carlo sequences per configuration")
     ap.add_argument("--family", default="softmax_noise")
     ap.add_argument("--out", default="reports/tree_speed.md")
-    ap.add_argument("--reserve-method", default="newton", choices=["newton", "sort"],
+    ap.add_argument("--solver", default="auto", choices=["auto", "fused", "newton", "sort"],
                     help="ResiSpec reserve solver (both exact; sort = the O(V log V) reference)")
     ap.add_argument("--shapes", default=None, help="';'-separated tree shapes (default: the four below)")
     args = ap.parse_args(argv)
@@ -48,7 +48,7 @@ def main(argv=None) -> int:
     pair = StaticPair(p[0], q[0])
     lines = [f"# Tree block efficiency: exact recursion vs Monte Carlo decoding (V = {args.V}, `{args.family}`)", "",
              f"Command: `python benchmarks/tree_speed.py --V {args.V} --mc {args.mc} "
-             f"--reserve-method {args.reserve_method}`", "",
+             f"--solver {args.solver}`", "",
              "Exact = `simulators.trees.block_efficiency` on a static pair (the same (p, q) at every node), "
              "closed-form per-token acceptance. "
              f"MC = `decode_tree` with {args.mc} sequences (one block each). Without-replacement verifiers "
@@ -58,7 +58,7 @@ def main(argv=None) -> int:
     worst = 0.0
     for spec in (SHAPES if args.shapes is None else args.shapes.split(";")):
         for name in VERIFIERS:
-            v = (resispec.get_verifier(name, reserve_method=args.reserve_method) if name == "resispec"
+            v = (resispec.get_verifier(name, solver=args.solver) if name == "resispec"
                  else resispec.get_verifier(name))
             shape = TreeShape.parse(spec, "iid")
             t = time.perf_counter()

@@ -2,7 +2,7 @@
 
 The floor under the compiled kernel (:mod:`resispec._reserve_fused`), the
 numpy verifier (:mod:`resispec.verifiers.resispec`) and the torch backend
-(:mod:`resispec.torch_backend.resispec`): it imports nothing of the project,
+(:mod:`resispec.verifiers.reserve`, its solvers on numpy and torch): it imports nothing of the project,
 so the kernel does not import the verifier that calls it.
 """
 

@@ -8,7 +8,9 @@ from the current or later candidates, or exactness is lost
 the candidate being verified, ``k`` the number of candidates.
 
 Built-in names (:data:`PROXIES`): ``draft`` (default), ``tempered``,
-``topk``, ``uniform_mix``, ``coverage``.
+``topk``, ``uniform_mix``, ``coverage``.  Written once against the array
+namespace of ``q_i`` (:mod:`resispec._xp`): the same proxies run on numpy
+arrays and on torch tensors (``backend="torch"`` hands a proxy tensors).
 """
 
 from __future__ import annotations
@@ -16,6 +18,8 @@ from __future__ import annotations
 from typing import Callable
 
 import numpy as np
+
+from ._xp import namespace
 
 Proxy = Callable[..., np.ndarray]
 
@@ -27,9 +31,11 @@ def _real(value, name: str) -> float:
     return float(value)
 
 
-def _normalise(x: np.ndarray, fallback: np.ndarray) -> np.ndarray:
-    z = x.sum(axis=1, keepdims=True)
-    return np.where(z > 0, x / np.where(z > 0, z, 1.0), fallback)
+def _normalise(x, fallback):
+    """``x / sum(x)`` per row (B, V); ``fallback``'s row where that sum is 0."""
+    xp = namespace(x, fallback)
+    z = xp.sum(x, axis=1, keepdims=True)                                    # (B, 1)
+    return xp.where(z > 0, x / xp.where(z > 0, z, 1.0), fallback)
 
 
 def draft() -> Proxy:
@@ -71,19 +77,20 @@ def topk(top_k: int = 64) -> Proxy:
         V = q_i.shape[1]
         if top_k >= V:
             return q_i
-        return _normalise(np.where(topk_mask(q_i, top_k), q_i, 0.0), q_i)
+        return _normalise(namespace(q_i).where(topk_mask(q_i, top_k), q_i, 0.0), q_i)
 
     proxy.__name__ = f"topk(top_k={top_k})"
     return proxy
 
 
-def topk_mask(q_i: np.ndarray, top_k: int) -> np.ndarray:
-    """Boolean (B, V): the ``top_k`` largest entries per row, ties broken by lower token id."""
-    kth = -np.partition(-q_i, top_k - 1, axis=1)[:, top_k - 1:top_k]
+def topk_mask(q_i, top_k: int):
+    """Boolean (B, V): the ``top_k`` largest entries per row of ``q_i`` (B, V), ties broken by lower token id."""
+    xp = namespace(q_i)
+    kth = xp.sort(q_i, axis=1, descending=True)[:, top_k - 1:top_k]          # the top_k-th largest, (B, 1)
     greater = q_i > kth
     eq = q_i == kth
-    rank = np.cumsum(eq, axis=1)                        # 1-based rank among ties, token-id order
-    return greater | (eq & (rank <= top_k - greater.sum(axis=1, keepdims=True)))
+    rank = xp.cumulative_sum(xp.astype(eq, xp.int64), axis=1)               # 1-based rank among ties, token-id order
+    return greater | (eq & (rank <= top_k - xp.sum(xp.astype(greater, xp.int64), axis=1, keepdims=True)))
 
 
 def uniform_mix(eps: float = 0.1) -> Proxy:
@@ -104,8 +111,9 @@ def coverage() -> Proxy:
 
     def proxy(q_i, *, step, k, p_i):
         j = max(1, k - 1 - step)
+        xp = namespace(q_i)
         with np.errstate(divide="ignore"):  # q = 1 gives log1p(-1) = -inf, coverage 1 (correct)
-            cov = -np.expm1(j * np.log1p(-np.minimum(q_i, 1.0)))
+            cov = -xp.expm1(j * xp.log1p(-xp.clip(q_i, None, 1.0)))       # 1 - (1 - q_i)^j
         return _normalise(cov, q_i)
 
     proxy.__name__ = "coverage"
@@ -161,20 +169,49 @@ def _check_proxy_signature(proxy) -> None:
                         "(or **kwargs)") from None
 
 
-def check_proxy_output(rho, shape, name: str) -> np.ndarray:
-    """Validate a proxy's output: (B, V) finite, non-negative, rows summing to 1 (renormalised)."""
+def check_proxy_output(rho, like, name: str):
+    """A proxy's output checked and renormalised: (B, V) finite, non-negative, rows summing to 1.
+
+    Parameters
+    ----------
+    rho : the proxy's return value (an array of ``like``'s library, or anything it converts)
+    like : array (numpy or torch), shape (B, V)
+        The proxy's input ``q_i``: the result has its library, dtype, device and shape.
+    name : str
+        The proxy's name, for the messages.
+
+    Returns
+    -------
+    array of ``like``'s library, shape (B, V), ``like``'s dtype, rows summing to 1 (detached from autograd)
+
+    Raises
+    ------
+    TypeError
+        Not an array of real numbers (complex, bool, text, objects).
+    ValueError
+        Another device, another shape, negative or non-finite entries, or an all-zero row.
+    """
+    xp = namespace(like)
+    if getattr(rho, "requires_grad", False):               # a torch output tied to autograd: its values only
+        rho = rho.detach()
+    dev = getattr(rho, "device", None)
+    if dev is not None and hasattr(like, "device") and not isinstance(rho, np.ndarray) and dev != like.device:
+        raise ValueError(f"proxy {name!r} returned an array on {dev}, expected {like.device}")
     try:
-        raw = np.asarray(rho)
+        raw = xp.asarray(rho if not isinstance(rho, (str, bytes)) else np.asarray(object()),
+                         device=getattr(like, "device", None) if hasattr(like, "device") else None)
+        kind_ok = xp.isdtype(raw.dtype, ("real floating", "integral"))
     except Exception as exc:
-        raise ValueError(f"proxy {name!r} returned something that is not an array ({exc}); return a (B, V) law") from exc
-    if raw.dtype == object or not (np.issubdtype(raw.dtype, np.floating) or np.issubdtype(raw.dtype, np.integer)):
-        raise TypeError(f"proxy {name!r} returned dtype {raw.dtype}; a proxy must return a real (B, V) float array")
-    rho = raw.astype(np.float64, copy=False)
-    if rho.shape != shape:
-        raise ValueError(f"proxy {name!r} returned shape {rho.shape}, expected {shape}")
-    if not np.all(np.isfinite(rho)) or np.any(rho < 0):
+        raise TypeError(f"proxy {name!r} returned {type(rho).__name__}, not an array of real numbers ({exc}); "
+                        "a proxy must return a real (B, V) law") from exc
+    if not kind_ok:
+        raise TypeError(f"proxy {name!r} returned dtype {raw.dtype}; a proxy must return a real (B, V) law")
+    rho = xp.astype(raw, like.dtype)
+    if tuple(rho.shape) != tuple(like.shape):
+        raise ValueError(f"proxy {name!r} returned shape {tuple(rho.shape)}, expected {tuple(like.shape)}")
+    if not bool(xp.all(xp.isfinite(rho))) or bool(xp.any(rho < 0)):
         raise ValueError(f"proxy {name!r} returned negative or non-finite values; a proxy must be a law")
-    z = rho.sum(axis=1, keepdims=True)
-    if np.any(z <= 0):
+    z = xp.sum(rho, axis=1, keepdims=True)                                   # (B, 1)
+    if bool(xp.any(z <= 0)):
         raise ValueError(f"proxy {name!r} returned an all-zero row; a proxy must be a law summing to 1")
-    return rho / z
+    return rho / z                                                           # rows renormalised to 1

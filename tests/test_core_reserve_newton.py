@@ -42,7 +42,7 @@ def cases(draw):
 def test_newton_matches_sort(case):
     p, q, rho, gamma = case
     a = solve_reserve(p, q, rho, gamma, method="sort")
-    b = solve_reserve(p, q, rho, gamma, method="newton")
+    b = solve_reserve(p, q, rho, gamma, method="fused")
     # 1e-9: the documented ill-conditioned crossing (g' ~ 0) moves the point by eps / g'; hypothesis found a
     # 1e-10 gap on p = rho = (1e-10, 1 - 1e-10) with a one-hot q (test_core_reserve_fused has the root check)
     np.testing.assert_allclose(b, a, rtol=0, atol=1e-9)
@@ -54,7 +54,7 @@ def test_flat_piece_smallest_root():
     q = np.array([[0.25, 0.35, 0.4]])
     rho = q.copy()
     left = np.max((p - q) / rho)
-    for method in ("sort", "newton"):
+    for method in ("sort", "fused", "newton"):
         np.testing.assert_allclose(solve_reserve(p, q, rho, 1.0, method=method), [left], atol=1e-11)
 
 
@@ -72,9 +72,9 @@ def test_bad_method():
     p = np.full((1, 3), 1 / 3)
     with pytest.raises(ValueError, match="method"):
         solve_reserve(p, p, p, 1.0, method="bisect")
-    with pytest.raises(ValueError, match="reserve_method"):
-        ResiSpec(reserve_method="bisect")
-    assert ResiSpec(reserve_method="sort").options()["reserve_method"] == "sort"
+    with pytest.raises(ValueError, match="solver"):
+        ResiSpec(solver="bisect")
+    assert ResiSpec(solver="sort").options()["solver"] == "sort"
 
 
 def test_sort_solver_subnormal_proxy_entry_no_nan():
@@ -83,6 +83,6 @@ def test_sort_solver_subnormal_proxy_entry_no_nan():
     p = np.array([[0.0, 1.0, 0.0, 0.0, 0.0, 0.0]])
     q = np.array([[1.0, 0.0, 0.0, 0.0, 0.0, 0.0]])
     rho = np.array([[0.2, 2.22507386e-309, 0.2, 0.2, 0.2, 0.2]])
-    for method in ("sort", "newton"):
+    for method in ("sort", "fused", "newton"):
         lam = solve_reserve(p, q, rho, 0.5, method=method)
         np.testing.assert_allclose(lam, [0.5], atol=1e-12)

@@ -11,9 +11,11 @@ from hypothesis import strategies as st  # noqa: E402
 
 import resispec  # noqa: E402
 from resispec.torch_backend import NumpyFacade, draw_candidates  # noqa: E402
-from resispec.torch_backend.lookahead import PsiTable, lookahead_reserve_t, lookahead_schedule_t  # noqa: E402
 from resispec._reserve_tol import LOOKAHEAD_TOL  # noqa: E402
 from resispec.verifiers.lookahead import _Psi, lookahead_reserve, lookahead_schedule  # noqa: E402
+
+# one definition (resispec._xp): the same functions on tensors
+PsiTable, lookahead_schedule_t, lookahead_reserve_t = _Psi, lookahead_schedule, lookahead_reserve
 
 from _torch_cases import near_tie_rows  # noqa: E402
 
@@ -150,8 +152,6 @@ def test_ill_conditioned_reserve_example():
     q = np.array([1, 1, 2, 2, 3.]) / 9
     P, Q = torch.from_numpy(p[None]), torch.from_numpy(q[None])
     ts = torch.linspace(2 / 7, 9 / 14, 11, dtype=torch.float64)
-    from resispec.torch_backend.lookahead import PsiTable
-
     f = PsiTable(P.expand(11, 5).contiguous(), Q.expand(11, 5).contiguous())
     L0 = f.psi_inv(f.psi(ts) + ts)
     np.testing.assert_allclose((L0 - ts).numpy(), 1.0, atol=1e-12)   # every t on the piece is a root
@@ -237,15 +237,22 @@ def test_identical_rows_share_one_schedule_exactly():
 
 def test_monte_carlo_detects_biased_mutant():
     """The same test catches a biased rule: the reserve with the wrong sign (``m`` may exceed ``p_i``)."""
-    class Mutant(type(resispec.get_verifier("resispec_lookahead", backend="torch"))):
-        def accepted_mass(self, i, k, p_i, q_i, *, q, rejected, out=None):
+    from resispec.torch_backend.base import TorchRule
+    from resispec.verifiers.resispec import ResiSpecLookahead
+
+    class Mutant(ResiSpecLookahead):
+        def accepted_mass(self, i, k, p_i, q_i, *, q, rejected, out=None, state=None):
             if i == k - 1:
                 return torch.minimum(p_i, q_i)
             _, lam = self.reserve(i, k, p_i, q_i)
             return torch.minimum(q_i, p_i + lam[:, None] * q_i)          # biased: exceeds p_i
 
+    class MutantTorch(TorchRule):                                        # a user's rule on tensors
+        rule_class = Mutant
+        name = "mutant"
+
     p, q = _pairs(5, V=6)
-    assert _mc_pvalue(Mutant(), p, q, 3, 20_000, 12, torch.float64) < 1e-6
+    assert _mc_pvalue(MutantTorch(), p, q, 3, 20_000, 12, torch.float64) < 1e-6
 
 
 @pytest.mark.parametrize("kwargs,err,match", [
@@ -286,29 +293,30 @@ def _count_by_scan(rows_sorted, x, strict):
 @settings(deadline=None, max_examples=40)
 @given(st.integers(1, 5), st.integers(1, 40), st.integers(0, 2**32 - 1))
 def test_numpy_binary_search_counts_like_the_scan(B, V, seed):
-    from resispec.verifiers.lookahead import _count_sorted
+    from resispec._xp import count_sorted as _count_sorted
 
     rng = np.random.default_rng(seed)
     rows = np.sort(rng.integers(0, 5, (B, V)).astype(float), axis=1)
     rows[:, V - rng.integers(0, V + 1):] = np.inf                    # +inf tail (q = 0 tokens)
     x = np.concatenate([rng.integers(-1, 6, B).astype(float), rng.random(B) * 5])
     rows2 = np.concatenate([rows, rows])
-    import resispec.verifiers.lookahead as la
+    import resispec._xp as la
 
     for strict in (True, False):
-        for scan_max in (0, la._SCAN_MAX_V):                           # binary search and scan paths
-            monkey = la._SCAN_MAX_V
-            la._SCAN_MAX_V = scan_max
+        for scan_max in (0, la.SCAN_MAX_V):                           # binary search and scan paths
+            monkey = la.SCAN_MAX_V
+            la.SCAN_MAX_V = scan_max
             try:
                 got = _count_sorted(rows2, x, strict)
             finally:
-                la._SCAN_MAX_V = monkey
+                la.SCAN_MAX_V = monkey
             np.testing.assert_array_equal(got, _count_by_scan(rows2, x, strict))
 
 
 @pytest.mark.parametrize("V,B,k", [(6, 30, 3), (300, 10, 4), (3000, 4, 3)])
 def test_numpy_schedule_unchanged_by_binary_search(monkeypatch, V, B, k):
     """The numpy schedule with the binary search == with the former O(V) scan, to 1e-12."""
+    import resispec._xp as xpmod
     import resispec.verifiers.lookahead as la
 
     rng = np.random.default_rng(V)
@@ -316,7 +324,7 @@ def test_numpy_schedule_unchanged_by_binary_search(monkeypatch, V, B, k):
     q = rng.dirichlet(np.full(V, 0.5), B)
     q[:, :2] = 0.0
     q /= q.sum(axis=1, keepdims=True)
-    monkeypatch.setattr(la, "_SCAN_MAX_V", 0)                          # binary search at every V
+    monkeypatch.setattr(xpmod, "SCAN_MAX_V", 0)                        # binary search at every V
     fast = la.lookahead_schedule(p, q, k)
-    monkeypatch.setattr(la, "_count_sorted", _count_by_scan)
+    monkeypatch.setattr(la, "count_sorted", _count_by_scan)
     np.testing.assert_allclose(fast, la.lookahead_schedule(p, q, k), rtol=0, atol=1e-12)

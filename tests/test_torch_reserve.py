@@ -1,13 +1,33 @@
-"""The torch reserve solvers against the numpy one (float64 and float32 error bounds)."""
+"""The reserve solvers (written once, resispec.verifiers.reserve) on tensors against numpy (float64 and float32
+error bounds)."""
 
 import numpy as np
 import pytest
 
 torch = pytest.importorskip("torch")
 
-from resispec.torch_backend import solve_reserve_newton, solve_reserve_sort  # noqa: E402
-from resispec.verifiers.resispec import solve_reserve  # noqa: E402
+from resispec.verifiers.reserve import reserve_and_mass, solve_reserve  # noqa: E402
 from simulators.families import get_family  # noqa: E402
+
+
+def solve_reserve_newton(p, q, rho, gamma, init=None):
+    """``(lam, info)`` of the array-op Newton on tensors (checked like every solver)."""
+    if gamma > 1:
+        return solve_reserve(p, q, rho, gamma, method="newton")
+    solve_reserve(p, q, rho, gamma, method="sort", init=init)          # the shared input checks
+    lam, _, info = reserve_and_mass(p.detach(), q.detach(), rho.detach(), gamma, "newton", init=init)
+    return lam, info
+
+
+def solve_reserve_sort(p, q, rho, gamma):
+    return solve_reserve(p, q, rho, gamma, method="sort")
+
+
+def solve_reserve_fused(p, q, rho, gamma, init=None, out=None):
+    solve_reserve(p, q, rho, gamma, method="fused")                    # the shared input checks and device rule
+    if init is not None:
+        init = torch.as_tensor(init, dtype=p.dtype)
+    return reserve_and_mass(p, q, rho, gamma, "fused", init=init, out=out)
 
 
 @pytest.mark.parametrize("family", ["softmax_noise", "zipf", "shifted"])
@@ -52,14 +72,12 @@ def test_newton_rejects_gamma_above_one():
 @pytest.mark.parametrize("warm", [False, True])
 def test_mass_from_last_evaluation_and_tail_compaction(gamma, warm):
     """The solver's returned mass is min(q, (p - lam rho)_+) at the returned lam, rows compacted or not."""
-    from resispec.torch_backend.resispec import _solve_newton
-
     rng = np.random.default_rng(7)
     p, q = get_family("softmax_noise").sample(rng, n=32, V=4000, temperature=1.0)
     rho = get_family("zipf").sample(rng, n=32, V=4000)[1]
     P, Q, R = (torch.from_numpy(a) for a in (p, q, rho))
     init = torch.from_numpy(rng.uniform(0, gamma, 32)) if warm else None
-    lam, m, info = _solve_newton(P, Q, R, gamma, init=init)
+    lam, m, info = reserve_and_mass(P, Q, R, gamma, "newton", init=init)
     np.testing.assert_allclose(lam.numpy(), solve_reserve(p, q, rho, gamma, method="sort"), atol=1e-11)
     want = np.minimum(q, np.maximum(p - lam.numpy()[:, None] * rho, 0.0))
     np.testing.assert_allclose(m.numpy(), want, rtol=0, atol=1e-15)   # addcmul may fuse: round-off only
@@ -69,8 +87,6 @@ def test_mass_from_last_evaluation_and_tail_compaction(gamma, warm):
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32], ids=["f64", "f32"])
 @pytest.mark.parametrize("gamma", [0.5, 1.0])
 def test_fused_solver_matches_sort_and_returns_its_mass(dtype, gamma):
-    from resispec.torch_backend import solve_reserve_fused
-
     rng = np.random.default_rng(11)
     p, q = get_family("softmax_noise").sample(rng, n=8, V=5000, temperature=1.0)
     rho = get_family("zipf").sample(rng, n=8, V=5000)[1]
@@ -85,16 +101,14 @@ def test_fused_solver_matches_sort_and_returns_its_mass(dtype, gamma):
 
 def test_fused_solver_refuses_other_devices_and_auto_resolves():
     import resispec
-    from resispec.torch_backend import solve_reserve_fused
-
     P = torch.full((1, 4), 0.25, dtype=torch.float64, device="meta")
     with pytest.raises(ValueError, match="solver='newton'"):
         solve_reserve_fused(P, P, P, 1.0)
     v = resispec.get_verifier("resispec_myopic", backend="torch")
-    assert v.options()["solver"] == "auto"
-    assert v._solver_for(torch.zeros(1, 2)) == "fused"
-    assert v._solver_for(P) == "newton"
-    assert resispec.get_verifier("resispec_myopic", backend="torch", gamma=1.5)._solver_for(torch.zeros(1, 2)) == "sort"
+    assert v.solver == "auto" and "solver" not in v.options()
+    assert v.solver_for(torch.zeros(1, 2)) == "fused"
+    assert v.solver_for(P) == "newton"
+    assert resispec.get_verifier("resispec_myopic", backend="torch", gamma=1.5).solver_for(torch.zeros(1, 2)) == "sort"
 
 
 def test_fused_and_tensor_newton_verifiers_decide_alike():
@@ -118,7 +132,7 @@ def test_all_solvers_agree_where_g_is_nearly_flat():
     import resispec
 
     p, q, c = np.array([1 - 3e-14, 3e-14]), np.array([1.0, 0.0]), np.array([0, 0, 0])
-    probs = [resispec.get_verifier("resispec", reserve_method=m).chain(p, q, c).accept_probs for m in ("newton", "sort")]
+    probs = [resispec.get_verifier("resispec", solver=m).chain(p, q, c).accept_probs for m in ("fused", "newton", "sort")]
     probs += [resispec.get_verifier("resispec_myopic", backend="torch", solver=s).chain(p, q, c).accept_probs.numpy()
               for s in ("auto", "fused", "newton", "sort")]
     for a in probs:
@@ -126,8 +140,6 @@ def test_all_solvers_agree_where_g_is_nearly_flat():
 
 
 def test_torch_solver_inputs_checked():
-    from resispec.torch_backend import solve_reserve_fused
-
     P = torch.full((2, 4), 0.25, dtype=torch.float64)
     for fn in (solve_reserve_newton, solve_reserve_sort, solve_reserve_fused):
         with pytest.raises(ValueError, match="float32 or all float64"):

@@ -198,7 +198,7 @@ def bench_verify(*, B: int = 256, V: int = 151_936, ks=DEFAULT_K, verifiers=DEFA
     if extra:
         if "torch" not in backends:
             raise ValueError("torch_solvers other than 'auto' need the torch backend")
-        from ..torch_backend.resispec import SOLVERS
+        from ..verifiers.reserve import SOLVERS
 
         bad = [s for s in torch_solvers if s not in SOLVERS]
         if bad:
@@ -243,7 +243,7 @@ def bench_verify(*, B: int = 256, V: int = 151_936, ks=DEFAULT_K, verifiers=DEFA
         Q = torch.from_numpy(q).to(device=dev, dtype=tdt).contiguous()
         torch_side = (torch, dev, tdt, sync, P, Q)
         if drafting == "iid":
-            config["torch_resispec_solver"] = resispec.get_verifier("resispec_myopic", backend="torch")._solver_for(P)
+            config["torch_resispec_solver"] = resispec.get_verifier("resispec_myopic", backend="torch").solver_for(P)
         config.update({"device": str(dev), "dtype": str(tdt).replace("torch.", ""),
                        "torch": torch.__version__, "threads": torch.get_num_threads(),
                        "gpu": torch.cuda.get_device_name(dev) if dev.type == "cuda" else None})
@@ -349,7 +349,7 @@ def write_reports(result: BenchResult, path: str, *, command: str | None = None)
               "(ResiSpec target: at most 2).", "",
               "ResiSpec reserves: `resispec` (the default) and `resispec_lookahead` are the look-ahead (the compiled "
               "kernel of `resispec._lookahead_fused`, one schedule solve a node); `resispec_myopic` is the fixed "
-              "point, numpy: the fused per-row kernel of `resispec._reserve_fused` (`reserve_method=\"newton\"`), "
+              "point, numpy: the fused per-row kernel of `resispec._reserve_fused` (`solver=\"auto\"`), "
               f"torch: `{c.get('torch_resispec_solver', '-')}` (`solver=\"auto\"`). "
               + (f"The kernel's one-time JIT compile / cache load ({c['reserve_kernel_warmup_s']} s) ran before "
                  "timing." if c.get("reserve_kernel_warmup_s") is not None else ""), ""]

@@ -1,10 +1,10 @@
 """Batched torch backend: every verifier on tensors, on any device.
 
-``resispec.get_verifier(name, backend="torch", **options)`` builds the torch
-twin of a numpy verifier (``sps``, ``rrs``, ``rrs_wor``, ``target_only``,
-``kseq``, ``resispec``, ``resispec_lookahead``; same names and options, plus ``dtype=``/``device=``
-for numpy inputs and ``solver=`` for ResiSpec).  ``resispec`` with ``drafting="without_replacement"``
-(:mod:`resispec.torch_backend.resispec_wor`) runs the numpy rule's compiled step kernel on the host.  Verification is batched
+``resispec.get_verifier(name, backend="torch", **options)`` runs a registered
+rule on tensors: every rule is written once against the array namespace
+(:mod:`resispec._xp`), so these are the numpy module's own lines (same names and
+options, plus ``dtype=``/``device=`` for numpy inputs).  ``resispec`` with
+``drafting="without_replacement"`` runs the numpy rule's compiled step kernel on the host.  Verification is batched
 over the ``B`` nodes and the ``V`` tokens; the only Python loop runs over the
 ``k`` candidates.
 
@@ -32,10 +32,9 @@ says so when it does).
 Modules: :mod:`._validation` (input rules: devices, dtypes and half-precision
 up-casting, contiguity, shapes), :mod:`.sampling` (inverse CDF,
 ``draw_candidates``), :mod:`.base` (``TorchVerifier``, ``decide``, ``TorchRule``: a rule written once
-against the array namespace, :mod:`resispec._xp`, run on tensors), :mod:`.rules` (``sps``, ``rrs``,
-``rrs_wor``, ``target_only``, ``kseq``, ``rejection_proxy``: written once, no twin), :mod:`.resispec` (reserve solvers and their error bound),
-:mod:`.lookahead` (look-ahead reserve: the compiled kernel on CPU, ``searchsorted`` elsewhere),
-:mod:`.proxies`, :mod:`.numpy_facade` (``NumpyFacade``: a numpy-facing view
+against the array namespace, :mod:`resispec._xp`, run on tensors), :mod:`.rules` (the list of rules
+registered for torch: every one, no twin; the reserve solvers are :mod:`resispec.verifiers.reserve` and
+:mod:`resispec.verifiers.lookahead`), :mod:`.numpy_facade` (``NumpyFacade``: a numpy-facing view
 for harnesses such as ``exactness.certify_verifier``).  Throughput:
 ``resispec bench verify`` (:mod:`resispec.bench.throughput`) and
 ``benchmarks/device_verify.sh`` on a GPU.
@@ -45,11 +44,10 @@ from __future__ import annotations
 
 import torch  # noqa: F401  (ImportError here tells the registry torch is missing)
 
-from . import lookahead, resispec, rules  # noqa: F401  (register the torch verifiers)
+from . import rules  # noqa: F401  (register the torch verifiers)
 from .numpy_facade import NumpyFacade
 from .base import TorchChain, TorchMassVerifier, TorchRule, TorchVerifier, TorchVerifyResult, decide, law_from_chain
-from .resispec import ReserveInfo, solve_reserve_fused, solve_reserve_newton, solve_reserve_sort
 from .sampling import draw_candidates, inverse_cdf
 
-__all__ = ["NumpyFacade", "ReserveInfo", "TorchChain", "TorchMassVerifier", "TorchRule", "TorchVerifier", "TorchVerifyResult", "decide",
-           "draw_candidates", "inverse_cdf", "law_from_chain", "solve_reserve_fused", "solve_reserve_newton", "solve_reserve_sort"]
+__all__ = ["NumpyFacade", "TorchChain", "TorchMassVerifier", "TorchRule", "TorchVerifier", "TorchVerifyResult", "decide",
+           "draw_candidates", "inverse_cdf", "law_from_chain"]

@@ -258,20 +258,51 @@ class TorchRule(TorchVerifier):
     ``get_verifier(name, backend="torch", dtype=, device=, **options)`` for such a rule builds the numpy
     registry's class with ``options`` and calls its own ``_chain`` on validated tensors: the same lines,
     no twin.  Validation, the generator, the float64 decisions and the inverse CDF are
-    :class:`TorchVerifier`'s.
+    :class:`TorchVerifier`'s.  A rule whose steps are compiled host kernels (``host_only``, e.g. ResiSpec's
+    without-replacement rule) runs on the host in float64: a CPU float64 batch without a copy, any other
+    batch copied there and its chain copied back in the working dtype.  The rule's reserve and solver
+    attributes (:data:`SHARED`) read through.
     """
 
     rule_class: type = None
+    #: Attributes of the rule that the torch verifier shows as its own.
+    SHARED = frozenset({"gamma", "solver", "solver_for", "last_reserve", "proxy", "proxy_name", "reserve",
+                        "reserve_rule", "scales"})
 
     def __init__(self, *, dtype=None, device=None, **options):
         self._init_backend(dtype, device)
         self.rule = self.rule_class(**options)
+        self.drafting = self.rule.drafting
+
+    def __getattr__(self, attr):
+        rule = self.__dict__.get("rule")
+        if rule is None or attr not in TorchRule.SHARED:
+            raise AttributeError(f"{type(self).__name__!r} object has no attribute {attr!r}")
+        return getattr(rule, attr)
 
     def options(self) -> dict:
         return self.rule.options()
 
     def _chain_t(self, p, q, c):
+        if self.rule.host_only:
+            return self._host_chain(p, q, c, None)
         return self.rule._chain(p, q, c)
+
+    def _chain_decided_t(self, p, q, c, u):
+        """A host-only rule in float64 skips the steps after a row's first acceptance (as its numpy
+        ``verify``); in float32 :func:`decide` compares the uniforms with rounded probabilities, so the full
+        chain is kept."""
+        if self.rule.host_only and p.dtype == torch.float64:
+            return self._host_chain(p, q, c, u.to("cpu").numpy())
+        return self._chain_t(p, q, c)
+
+    def _host_chain(self, p, q, c, u):
+        """The rule's chain on the host in float64 (``u`` (B, k + 1) or None: the decided chain or the full
+        one), returned on ``p``'s device in its dtype."""
+        P, Q = (np.ascontiguousarray(t.detach().to(device="cpu", dtype=torch.float64).numpy()) for t in (p, q))
+        a, r = self.rule._chain_decided(P, Q, c.to("cpu").numpy().astype(np.int64, copy=False), u)
+        return (torch.from_numpy(a).to(device=p.device, dtype=p.dtype),
+                torch.from_numpy(r).to(device=p.device, dtype=p.dtype))
 
     def masses(self, p, q, candidates):
         """Per-step ``m`` (B, k, V), residuals ``p_steps`` (B, k + 1, V) and drafts ``q_steps`` (B, k, V).

@@ -93,6 +93,9 @@ class Verifier(ABC):
     backend: str = "numpy"
     #: Listed by the benchmark tables that take every registered verifier by default (``bench-accept``).
     bench_default: bool = True
+    #: Steps are compiled host kernels, not written against the array namespace: ``backend="torch"`` runs
+    #: the rule on the host in float64 (:class:`resispec.torch_backend.base.TorchRule`).
+    host_only: bool = False
 
     def __init_subclass__(cls, **kwargs):
         super().__init_subclass__(**kwargs)

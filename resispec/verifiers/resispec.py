@@ -9,6 +9,11 @@ sequential lemma (section 2) for any proxy that never reads ``x_i`` or later
 candidates.  Builds on recursive rejection sampling (SpecInfer, Miao et al.
 2024, arXiv 2305.09781) and the optimal-transport view of multi-draft
 verification (SpecTr, arXiv 2310.15141; Khisti et al. 2025, arXiv 2410.18234).
+
+Written once against the array namespace of its inputs (:mod:`resispec._xp`):
+``get_verifier("resispec", backend="torch")`` runs these lines on tensors.  The
+reserve's solvers are :mod:`resispec.verifiers.reserve` (fixed point) and
+:mod:`resispec.verifiers.lookahead` (look-ahead), both written once too.
 """
 
 from __future__ import annotations
@@ -16,11 +21,12 @@ from __future__ import annotations
 
 import numpy as np
 
+from .._xp import is_torch, namespace
 from ..proxies import check_proxy_output, get_proxy
 from .base import MassVerifier
 from .lookahead import lookahead_reserve, lookahead_reserve_and_mass
 from .registry import register
-from .._reserve_tol import reserve_tol
+from .reserve import SOLVERS, ReserveInfo, reserve_and_mass, solve_reserve, solver_for  # noqa: F401
 
 
 #: Reserve rules of the iid ResiSpec verifier (``"auto"``, the default, resolves to one of them:
@@ -34,8 +40,8 @@ def resolve_reserve(reserve: str, proxy, proxy_options, solver_option: str | Non
     ``"auto"`` (the default of ``resispec``) is the look-ahead, the best exact rule we ship
     (``docs/verifiers.md``), wherever it applies: the draft proxy (``proxy="draft"``, no
     ``proxy_options``) and no fixed-point solver asked for.  Any other proxy, or a fixed-point solver
-    option (numpy ``reserve_method=``, torch ``solver=``; named by ``solver_option``, ``None`` when not
-    given), selects the myopic fixed point of ``docs/RESISPEC.md`` section 4.
+    option (``solver=``; named by ``solver_option``, ``None`` when not given), selects the myopic
+    fixed point of ``docs/RESISPEC.md`` section 4.
 
     Raises
     ------
@@ -54,144 +60,17 @@ def resolve_reserve(reserve: str, proxy, proxy_options, solver_option: str | Non
     return reserve
 
 
-#: Solvers of :func:`solve_reserve`.
-RESERVE_METHODS = ("newton", "sort")
-
-
-def solve_reserve(p_i: np.ndarray, q_i: np.ndarray, rho: np.ndarray, gamma: float,
-                  method: str = "newton", *, init: np.ndarray | None = None) -> np.ndarray:
-    """Reserve of ResiSpec: the fixed point ``lambda = gamma (1 - s(lambda))``.
-
-    ``s(lambda) = sum_x min(q, (p - lambda rho)_+)`` is piecewise linear with
-    breakpoints ``(p - q)_+ / rho`` (slope drops by ``rho``) and ``p / rho``
-    (slope rises by ``rho``); ``g(lambda) = lambda - gamma (1 - s(lambda))``
-    has ``g(0) <= 0 <= g(gamma)``.  Every method returns the same point,
-
-        ``lambda = min {l in [0, gamma] : g(l) >= -tau}``,  ``tau = 1e-13 (1 + gamma)``,
-
-    the smallest root up to ``tau``: the left end of a flat piece of roots
-    (``gamma = 1``, every token with ``rho > 0`` active), 0 when ``p ~ q``,
-    and otherwise ``tau / g'`` left of the exact root
-    (``|lambda - lambda*| <= tau / (1 - gamma)`` for ``gamma < 1``).
-
-    ``method="newton"`` (default, ``0 <= gamma <= 1``): the fused per-row
-    Newton kernel of :mod:`resispec._reserve_fused` (one compiled pass over
-    a cache-resident row per step, about 4-7 steps, exact finish), shared
-    with the torch backend on CPU; ``init`` (B,) warm-starts it (speed
-    only).  ``method="sort"``: sort the ``2V`` knots, O(V log V) per row.
-    ``gamma > 1`` (``g`` may decrease) always sorts.  Without numba,
-    ``"newton"`` falls back to the sort with a warning.
-
-    Parameters
-    ----------
-    p_i, q_i, rho : array_like, shape (B, V)
-        Residual target, draft of the current candidate, proxy (rows sum to
-        1); computed in float64 whatever their dtype.
-    gamma : float >= 0
-        Reserve scale.
-    method : {"newton", "sort"}
-        Solver (the same answer to round-off).
-    init : ndarray, shape (B,), optional
-        Warm start of ``"newton"``.
-
-    Returns
-    -------
-    ndarray, shape (B,), float64 in [0, gamma]
-
-    Raises
-    ------
-    ValueError
-        Unknown ``method``; negative or non-finite ``gamma``; arrays not
-        2-D of one shape; ``init`` not of shape (B,).
-
-    Source: ``docs/RESISPEC.md`` section 4 (ResiSpec's reserve, reshaping
-    the residual of SpecInfer's recursive rejection sampling, arXiv
-    2305.09781).
-    """
-    if method not in RESERVE_METHODS:
-        raise ValueError(f"method must be one of {RESERVE_METHODS}, got {method!r}")
-    if isinstance(gamma, bool) or not isinstance(gamma, (int, float, np.integer, np.floating)) \
-            or not np.isfinite(gamma) or gamma < 0:
-        raise ValueError(f"gamma must be a finite number >= 0, got {gamma!r}")
-    p_i, q_i, rho = (np.asarray(a, dtype=np.float64) for a in (p_i, q_i, rho))   # float64 reference
-    shapes = [np.shape(a) for a in (p_i, q_i, rho)]
-    if len(shapes[0]) != 2 or len(set(shapes)) != 1:
-        raise ValueError(f"p_i, q_i and rho must be 2-D arrays of one shape (B, V), got {shapes}; "
-                         "use x[None] for a single row")
-    B, V = shapes[0]
-    if gamma == 0:
-        return np.zeros(B)
-    if method == "newton" and gamma <= 1.0 and _fused_available():
-        return _solve_fused(p_i, q_i, rho, gamma, init)[0]
-    return _solve_reserve_sort(p_i, q_i, rho, gamma)
-
-
-def _fused_available() -> bool:
-    from .. import _reserve_fused
-
-    if not _reserve_fused.AVAILABLE:
-        _reserve_fused.warn_unavailable("the exact breakpoint sort")
-    return _reserve_fused.AVAILABLE
-
-
-def _solve_fused(p_i, q_i, rho, gamma, init=None):
-    """``(lambda, m)`` by the fused kernel (float64, C-contiguous copies where needed)."""
-    from .._reserve_fused import solve_reserve_rows
-
-    arrays = [np.ascontiguousarray(a, dtype=np.float64) for a in (p_i, q_i, rho)]
-    lam, m, _, _, _ = solve_reserve_rows(*arrays, float(gamma), init=init)
-    return lam, m
-
-
-def _solve_reserve_sort(p_i, q_i, rho, gamma):
-    """The sort solver of :func:`solve_reserve` (any ``gamma > 0``)."""
-    B, V = p_i.shape
-    lo = np.minimum(p_i, q_i)
-    s0 = lo.sum(axis=1)
-    pos = rho > 0
-    safe = np.where(pos, rho, 1.0)
-    far = 2.0 * gamma + 1.0  # beyond the root bracket [0, gamma]
-    # Breakpoints past the bracket (including ones that overflow for a
-    # subnormal rho) are clamped to ``far``: the root lies before them.
-    with np.errstate(over="ignore", invalid="ignore"):
-        start = np.where(pos, np.minimum(np.maximum(p_i - q_i, 0.0) / safe, far), far)
-        stop = np.where(pos, np.minimum(p_i / safe, far), far)
-    t = np.concatenate([start, stop], axis=1)
-    d = np.concatenate([np.where(pos, -rho, 0.0), np.where(pos, rho, 0.0)], axis=1)
-    order = np.argsort(t, axis=1, kind="stable")
-    t = np.take_along_axis(t, order, axis=1)
-    d = np.take_along_axis(d, order, axis=1)
-    t = np.concatenate([np.zeros((B, 1)), t], axis=1)           # (B, 2V+1) knots
-    slope = np.concatenate([np.zeros((B, 1)), np.cumsum(d, axis=1)], axis=1)  # slope of s right of knot
-    ds = slope[:, :-1] * np.diff(t, axis=1)
-    s = s0[:, None] + np.concatenate([np.zeros((B, 1)), np.cumsum(ds, axis=1)], axis=1)
-    g = t - gamma * (1.0 - s)
-    n = t.shape[1]
-    rows = np.arange(B)
-    tau = reserve_tol(np.finfo(np.float64).eps, gamma)   # one definition for every solver
-    above = g >= -tau                                             # g == 0 up to round-off counts
-    has = above.any(axis=1)
-    j = np.where(has, np.argmax(above, axis=1), n)                # first knot with g >= -tau
-    jm = np.clip(j - 1, 0, n - 1)
-    t1 = np.where(has, t[rows, np.clip(j, 0, n - 1)], np.inf)
-    t0, g0, sl = t[rows, jm], g[rows, jm], slope[rows, jm]
-    dg = 1.0 + gamma * sl
-    lam = np.where(dg > 0, t0 - (g0 + tau) / np.where(dg > 0, dg, 1.0), t1)   # g = -tau on this piece
-    lam = np.minimum(lam, t1)                                      # the crossing lies in (t_{j-1}, t_j]
-    lam = np.where(j == 0, 0.0, lam)                               # g(0) >= 0: root at 0
-    return np.clip(lam, 0.0, gamma)
-
-
 @register("resispec", ours=True)
 class ResiSpec(MassVerifier):
-    """ResiSpec verifier (iid drafts).
+    """ResiSpec verifier (iid drafts), on numpy arrays or torch tensors.
 
     Parameters
     ----------
     proxy : str or callable, default "draft"
         Auxiliary proxy ``rho_i`` (see :mod:`resispec.proxies`): a built-in
         name (``draft``, ``tempered``, ``topk``, ``uniform_mix``,
-        ``coverage``) or ``callable(q_i, *, step, k, p_i) -> (B, V)``.
+        ``coverage``) or ``callable(q_i, *, step, k, p_i) -> (B, V)``, called
+        with arrays of the verifier's inputs (tensors on ``backend="torch"``).
     gamma : float >= 0, default 1
         Reserve scale; ``gamma = 0`` gives ``rrs``.
     proxy_options : dict, optional
@@ -210,18 +89,20 @@ class ResiSpec(MassVerifier):
         ``lambda = gamma (1 - s(lambda))`` of section 4 (optimal for k = 2;
         also ``get_verifier("resispec_myopic")``).  ``"auto"``: the look-ahead
         for the draft proxy, the fixed point for any other proxy or when
-        ``reserve_method`` is given (:func:`resolve_reserve`).
-    reserve_method : {"newton", "sort"}, optional
-        Solver of the fixed-point reserve (:func:`solve_reserve`; same answer
-        to round-off; default ``"newton"``).  Giving it selects the fixed
-        point under ``reserve="auto"``.
+        ``solver`` is given (:func:`resolve_reserve`).
+    solver : {"auto", "fused", "newton", "sort"}, optional
+        Solver of the fixed-point reserve (:mod:`resispec.verifiers.reserve`; the same point to round-off;
+        default ``"auto"``: the compiled kernel for host arrays, array-op Newton on other devices).  Giving it
+        selects the fixed point under ``reserve="auto"``.
 
     Raises
     ------
     ValueError
         Unknown proxy, negative or non-finite gamma, unsupported drafting,
-        unknown reserve, or ``reserve="lookahead"`` with a proxy other than
-        ``"draft"`` or with ``reserve_method``.
+        unknown reserve or solver, or ``reserve="lookahead"`` with a proxy other than
+        ``"draft"`` or with ``solver``.
+    TypeError
+        ``gamma`` not a real number; a proxy that cannot be called as one.
     """
 
     def __new__(cls, *args, drafting: str = "iid", **kwargs):
@@ -241,12 +122,10 @@ class ResiSpec(MassVerifier):
         return super().__new__(cls)
 
     def __init__(self, proxy="draft", gamma: float = 1.0, proxy_options: dict | None = None,
-                 drafting: str = "iid", reserve: str = "auto", reserve_method: str | None = None):
-        reserve = resolve_reserve(reserve, proxy, proxy_options,
-                                  None if reserve_method is None else f"reserve_method={reserve_method!r}")
-        reserve_method = "newton" if reserve_method is None else reserve_method
-        if reserve_method not in RESERVE_METHODS:
-            raise ValueError(f"reserve_method must be one of {RESERVE_METHODS}, got {reserve_method!r}")
+                 drafting: str = "iid", reserve: str = "auto", solver: str | None = None):
+        reserve = resolve_reserve(reserve, proxy, proxy_options, None if solver is None else f"solver={solver!r}")
+        if solver is not None and solver not in SOLVERS:
+            raise ValueError(f"solver must be one of {SOLVERS}, got {solver!r}")
         if isinstance(gamma, bool) or not isinstance(gamma, (int, float, np.floating, np.integer)):
             raise TypeError(f"gamma must be a real number >= 0, got {gamma!r}")
         if not np.isfinite(gamma) or gamma < 0:
@@ -262,66 +141,105 @@ class ResiSpec(MassVerifier):
         self.reserve_rule = reserve
         self.proxy_name = proxy if isinstance(proxy, str) else getattr(proxy, "__name__", "custom")
         self.proxy = get_proxy(proxy, **(proxy_options or {}))
+        self._builtin_proxy = isinstance(proxy, str)
         self.gamma = float(gamma)
         self.drafting = drafting
         self._proxy_options = dict(proxy_options or {})
-        self.reserve_method = reserve_method
+        self.solver = "auto" if solver is None else solver
+        self.last_reserve: ReserveInfo | None = None     # diagnostics of the last fixed-point solve
+
+    def __getnewargs_ex__(self):
+        # copy / pickle rebuild through __new__ (drafting="iid": never the without-replacement rule)
+        return (), {}
+
+    def __getstate__(self):
+        state = dict(self.__dict__)
+        if self._builtin_proxy:
+            state["proxy"] = None        # a closure: rebuilt from its name and options (pickles for workers)
+        return state
+
+    def __setstate__(self, state):
+        self.__dict__.update(state)
+        if self.proxy is None:
+            self.proxy = get_proxy(self.proxy_name, **self._proxy_options)
 
     def options(self):
         out = {"proxy": self.proxy_name, "gamma": self.gamma, "reserve": self.reserve_rule}
-        if self.reserve_rule == "fixed_point" and self.reserve_method != "newton":
-            out["reserve_method"] = self.reserve_method
+        if self.reserve_rule == "fixed_point" and self.solver != "auto":
+            out["solver"] = self.solver
         if self._proxy_options:
             out["proxy_options"] = self._proxy_options
         return out
 
-    def _proxy_and_lookahead(self, i, k, p_i, q_i):
-        """``(rho, lam)``: ``lam`` from the look-ahead rule, ``None`` for the fixed point (to solve)."""
-        if self.reserve_rule == "lookahead":
-            return q_i, self.gamma * lookahead_reserve(p_i, q_i, k - i)
-        # Read-only views: a proxy that writes into its inputs would corrupt the
-        # caller's q (and the residual) without any error.
-        q_ro, p_ro = q_i.view(), p_i.view()
-        q_ro.flags.writeable = False
-        p_ro.flags.writeable = False
+    def _rho(self, i, k, p_i, q_i):
+        """The proxy ``rho_i`` (B, V) of 0-based step ``i``, checked (a law; the proxy left its inputs alone)."""
+        if self._builtin_proxy:          # built-ins return laws by construction and never write their inputs
+            return self.proxy(q_i, step=i, k=k, p_i=p_i)
+        wrote = ValueError(f"proxy {self.proxy_name!r} tried to write into its input q_i or p_i (an in-place op); "
+                           "a proxy must return a new array and leave its arguments unchanged")
+        before = _fingerprint(q_i, p_i)
         try:
-            out = self.proxy(q_ro, step=i, k=k, p_i=p_ro)
+            out = self.proxy(_read_only(q_i), step=i, k=k, p_i=_read_only(p_i))
         except ValueError as exc:
-            if "read-only" not in str(exc):
-                raise
-            raise ValueError(f"proxy {self.proxy_name!r} tried to write into its input q_i or p_i; "
-                             "a proxy must return a new array and leave its arguments unchanged") from exc
-        return check_proxy_output(out, p_i.shape, self.proxy_name), None
+            if "read-only" in str(exc):
+                raise wrote from exc
+            raise
+        if _fingerprint(q_i, p_i) != before:
+            raise wrote
+        return check_proxy_output(out, q_i, self.proxy_name)
 
     def reserve(self, i, k, p_i, q_i):
         """Proxy ``rho_i`` (B, V) and reserve ``lambda_i`` (B,) for 0-based step ``i``."""
-        rho, lam, _ = self._solve(i, k, p_i, q_i)
-        return rho, lam
-
-    def _solve(self, i, k, p_i, q_i, state=None):
-        """``(rho, lam, m)``: proxy, reserve and accepted mass of 0-based step ``i``; ``state``: the walk's dict."""
         if self.reserve_rule == "lookahead":
-            lam, m = lookahead_reserve_and_mass(p_i, q_i, k - i, self.gamma, state)   # one fused pass (numba)
-            return q_i, self.gamma * lam, m
-        rho, lam = self._proxy_and_lookahead(i, k, p_i, q_i)
-        if (lam is None and getattr(self, "reserve_method", "newton") == "newton" and self.gamma <= 1.0
-                and _fused_available()):
-            # warm start from this walk's previous candidate's reserve (it moves lambda's last bit, so it lives
-            # in the walk's state: a verifier shared by threads decides as a single-threaded one)
-            warm = None if state is None else state.get("warm")
-            warm = warm if (i > 0 and warm is not None and warm.shape[0] == p_i.shape[0]) else None
-            lam, m = _solve_fused(p_i, q_i, rho, self.gamma, warm)
-            if state is not None:
-                state["warm"] = lam
-            return rho, lam, m
-        if lam is None:
-            lam = solve_reserve(p_i, q_i, rho, self.gamma, method=getattr(self, "reserve_method", "newton"))
-        return rho, lam, np.minimum(q_i, np.maximum(p_i - lam[:, None] * rho, 0.0))
+            return q_i, self.gamma * lookahead_reserve(p_i, q_i, k - i)     # lambda_i = gamma Lambda_i
+        rho = self._rho(i, k, p_i, q_i)
+        return rho, reserve_and_mass(p_i, q_i, rho, self.gamma, self.solver)[0]
 
-    def accepted_mass(self, i, k, p_i, q_i, *, q, rejected, state=None):
+    def solver_for(self, p) -> str:
+        """The fixed-point solver that runs for arrays like ``p`` (B, V) (``"auto"`` resolved)."""
+        return solver_for(self.solver, self.gamma, p)
+
+    def accepted_mass(self, i, k, p_i, q_i, *, q, rejected, out=None, state=None):
+        """``m_i = min(q_i, (p_i - lambda_i rho_i)_+)`` (B, V); the last candidate greedy, ``min(p_i, q_i)``.
+
+        ``state``: the walk's dict (the look-ahead's schedule, the fixed point's warm start and buffers);
+        ``out``: the walk's (B, V) buffer for ``m_i``."""
         if i == k - 1 or self.gamma == 0:
-            return np.minimum(p_i, q_i)
-        return self._solve(i, k, p_i, q_i, state)[2]
+            m = namespace(p_i, q_i).minimum(p_i, q_i)                       # m_k = min(p_k, q_k)
+            return m if out is None else _into(out, m)
+        if self.reserve_rule == "lookahead":                                # lambda_i = gamma Lambda_i (s.4-5)
+            return lookahead_reserve_and_mass(p_i, q_i, k - i, self.gamma, state, out)[1]
+        rho = self._rho(i, k, p_i, q_i)
+        state = {} if state is None else state
+        warm = state.get("warm") if i > 0 else None                         # the previous candidate's reserve
+        warm = warm if (warm is not None and warm.shape[0] == p_i.shape[0]) else None
+        lam, m, self.last_reserve = reserve_and_mass(p_i, q_i, rho, self.gamma, self.solver, init=warm, out=out,
+                                                     workspace=state.setdefault("newton", {}))
+        state["warm"] = lam                  # the walk's: a verifier shared by threads decides as a single one
+        return m
+
+
+def _into(out, m):
+    out[...] = m
+    return out
+
+
+def _read_only(x):
+    """A read-only view of a numpy array (a proxy writing into it raises); a tensor as it is (its version
+    counter says whether it was written: :func:`_fingerprint`)."""
+    if is_torch(x):
+        return x
+    v = x.view()
+    v.flags.writeable = False
+    return v
+
+
+def _fingerprint(*arrays):
+    """Autograd version counters of tensors (bumped by in-place ops), or None (numpy, inference tensors)."""
+    try:
+        return tuple(a._version for a in arrays if is_torch(a))
+    except RuntimeError:  # inference tensors do not track versions
+        return None
 
 
 def _iid_only(name: str, drafting) -> None:
@@ -340,13 +258,13 @@ class ResiSpecMyopic(ResiSpec):
     """
 
     def __init__(self, proxy="draft", gamma: float = 1.0, proxy_options: dict | None = None,
-                 drafting: str = "iid", reserve: str = "fixed_point", reserve_method: str | None = None):
+                 drafting: str = "iid", reserve: str = "fixed_point", solver: str | None = None):
         _iid_only("resispec_myopic", drafting)
         if reserve not in ("auto", "fixed_point"):
             raise ValueError(f"resispec_myopic is the fixed-point reserve; got reserve={reserve!r} "
                              "(use get_verifier('resispec') for the look-ahead)")
         super().__init__(proxy=proxy, gamma=gamma, proxy_options=proxy_options, drafting=drafting,
-                         reserve="fixed_point", reserve_method=reserve_method)
+                         reserve="fixed_point", solver=solver)
 
 
 @register("resispec_lookahead", ours=True)

@@ -256,6 +256,7 @@ class ResiSpecWOR(Verifier):
 
     name = "resispec"
     drafting = "without_replacement"
+    host_only = True     # its steps are the compiled kernel of resispec._wor_fused (or the numpy reference)
 
     def __init__(self, scales=(1.0,), solver: str = "auto"):
         if isinstance(scales, (str, bytes)):
