@@ -46,6 +46,20 @@ def residual_eps(xp, dtype) -> float:
     return max(RESIDUAL_EPS, 16.0 * float(xp.finfo(dtype).eps))
 
 
+def sub_scaled(p, lam, rho, out=None):
+    """``p - lam[:, None] rho`` (B, V) into ``out`` when given: ``p``, ``rho`` (B, V), ``lam`` (B,).  One fused
+    pass on torch (``addcmul``); numpy: a product into ``out``, then the difference in place."""
+    xp = array_namespace(p, rho)
+    if is_torch_namespace(xp):
+        import torch
+
+        return torch.addcmul(p, rho, lam[:, None], value=-1.0, out=out)
+    import numpy
+
+    y = numpy.multiply(rho, lam[:, None], out=out)
+    return numpy.subtract(p, y, out=y)
+
+
 def at(x, idx):
     """``x[b, idx[b]]`` for every row: ``x`` (B, V), ``idx`` (B,) int64 -> (B,), ``x``'s dtype."""
     xp = array_namespace(x)
@@ -214,6 +228,21 @@ def host(x, dtype=None):
             return None
         x = x.detach().numpy()
     return numpy.ascontiguousarray(x, dtype=dtype)
+
+
+def host_out(out):
+    """A numpy array that writes through to ``out`` (a C-ordered float64 numpy array or CPU tensor), else None:
+    the buffer a compiled kernel may fill in place."""
+    import numpy
+
+    if out is None:
+        return None
+    if is_torch(out):
+        if out.device.type != "cpu" or not out.is_contiguous():
+            return None
+        out = out.detach().numpy()
+    ok = out.dtype == numpy.float64 and out.flags.c_contiguous and out.flags.writeable
+    return out if ok else None
 
 
 def like(a, ref):

@@ -52,7 +52,7 @@ from __future__ import annotations
 import numpy as np
 
 from .._reserve_tol import LOOKAHEAD_TOL
-from .._xp import at, count_sorted, cummax, device, host, like, namespace
+from .._xp import at, count_sorted, cummax, device, host, host_out, like, namespace, native, sub_scaled
 
 _BISECT = 80
 
@@ -258,13 +258,10 @@ _PLAN_KEY = "resispec.lookahead"
 
 
 def _mass(p_i, q, lam, gamma, out=None):
-    """``m = min(q, (p_i - gamma lam q)_+)`` (B, V), into ``out`` when given."""
-    xp = namespace(p_i, q)
-    y = p_i - (gamma * lam)[:, None] * q                                    # p_i - gamma Lambda q
-    if out is None:
-        return xp.minimum(q, xp.clip(y, 0.0, None))
-    out[...] = xp.minimum(q, xp.clip(y, 0.0, None))
-    return out
+    """``m = min(q, (p_i - gamma lam q)_+)`` (B, V), into ``out`` when given (no other (B, V) allocation)."""
+    nat = native(namespace(p_i, q))
+    m = sub_scaled(p_i, gamma * lam, q, out)                                # p_i - gamma Lambda q
+    return nat.minimum(nat.clip(m, 0.0, None, out=m), q, out=m)             # min(q, (.)_+)
 
 
 def _solve_schedule(p_i, q, k_left: int, gamma, out=None):
@@ -276,26 +273,23 @@ def _solve_schedule(p_i, q, k_left: int, gamma, out=None):
     if P is not None and _lookahead_fused.AVAILABLE:
         if gamma is None:
             return like(_lookahead_fused.lookahead_rows(P, Q, int(k_left)), p_i), None
-        direct = out is not None and host(out) is not None and host(out).dtype == np.float64 \
-            and p_i.dtype == out.dtype and np.shares_memory(host(out), _raw(out))
-        buf = host(out) if direct else None
+        buf = host_out(out) if p_i.dtype == out_dtype(out) else None          # the kernel writes m into out
         sched, m = _lookahead_fused.lookahead_rows(P, Q, int(k_left), gamma=float(gamma), out=buf)
-        return like(sched, p_i), (out if direct else _into(like(m, p_i), out))
+        if buf is None:
+            m = like(m, p_i)
+            if out is not None:
+                out[...] = m
+                m = out
+        else:
+            m = out
+        return like(sched, p_i), m
     sched = _lookahead_schedule_ref(p_i, q, k_left)
     return sched, (None if gamma is None else _mass(p_i, q, sched[:, 1], gamma, out))
 
 
-def _raw(x):
-    """The numpy memory behind ``x`` (a numpy array or a CPU tensor)."""
-    return x.detach().numpy() if hasattr(x, "detach") else x
-
-
-def _into(m, out):
-    """``m`` written into ``out`` when given (the walk's buffer), else ``m``."""
-    if out is None:
-        return m
-    out[...] = m
-    return out
+def out_dtype(out):
+    """``out``'s dtype, or None."""
+    return None if out is None else out.dtype
 
 
 def _lookahead_reserve_ref(p_i, q, k_left: int):

@@ -40,7 +40,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .._reserve_tol import reserve_tol
-from .._xp import at, device, host, is_torch, like, namespace, native
+from .._xp import at, device, host, host_out, is_torch, like, namespace, native, sub_scaled
 
 #: Reserve solvers (module docstring).
 SOLVERS = ("auto", "fused", "newton", "sort")
@@ -164,7 +164,7 @@ def reserve_and_mass(p_i, q_i, rho, gamma, solver="auto", *, init=None, out=None
 def _clip_mass(p_i, q_i, rho, lam, out=None):
     """``m = min(q, (p - lam rho)_+)`` (B, V) (``lam`` None: ``min(p, q)``), into ``out`` when given."""
     nat = native(namespace(p_i))
-    y = p_i if lam is None else p_i - lam[:, None] * rho                   # p - lambda rho
+    y = p_i if lam is None else sub_scaled(p_i, lam, rho, out)              # p - lambda rho
     m = nat.clip(y, 0.0, None, out=out)                                     # (p - lambda rho)_+
     return nat.minimum(m, q_i, out=m)                                       # min(q, .)
 
@@ -174,15 +174,20 @@ def _fused(p_i, q_i, rho, gamma, init, out, _ws):
     from .._reserve_fused import solve_reserve_rows
 
     P, Q, R = (host(a) for a in (p_i, q_i, rho))
-    buf = host(out) if out is not None else None
-    direct = buf is not None and np.shares_memory(buf, out.detach().numpy() if is_torch(out) else out)
+    buf = host_out(out) if (out is not None and out.dtype == p_i.dtype) else None   # the kernel writes m there
+    if buf is None and out is not None and is_torch(out) and out.device.type == "cpu" and out.is_contiguous() \
+            and out.dtype == p_i.dtype:
+        buf = out.detach().numpy()                                          # float32 tensors too
     warm = None if init is None else host(init, np.float64)
-    lam, m, passes, resid, _ = solve_reserve_rows(P, Q, R, gamma, init=warm, out=buf if direct else None)
+    lam, m, passes, resid, _ = solve_reserve_rows(P, Q, R, gamma, init=warm, out=buf)
     info = ReserveInfo(int(passes.max()) if passes.size else 0, float(abs(resid).max()) if resid.size else 0.0)
-    m = out if direct else like(m, p_i)
-    if out is not None and not direct:
-        out[...] = m
+    if buf is not None:
         m = out
+    else:
+        m = like(m, p_i)
+        if out is not None:
+            out[...] = m
+            m = out
     return like(lam, p_i), m, info
 
 
@@ -244,7 +249,7 @@ def _newton(p_i, q_i, rho, gamma, init, out, ws):
         its += 1
         xs = x if rows is None else x[rows]
         nat = native(xp)
-        nat.subtract(P, nat.multiply(R, xs[:, None], out=Y), out=Y)         # y = p - x rho
+        sub_scaled(P, xs, R, Y)                                             # y = p - x rho
         nat.minimum(nat.clip(Y, 0.0, None, out=Z), Q, out=Z)                # m(x) = min(q, y_+)
         s = xp.sum(Z, axis=1)                                               # s(x)
         if rows is not None:

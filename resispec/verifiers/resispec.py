@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .._xp import is_torch, namespace
+from .._xp import is_torch, namespace, native
 from ..proxies import check_proxy_output, get_proxy
 from .base import MassVerifier
 from .lookahead import lookahead_reserve, lookahead_reserve_and_mass
@@ -205,8 +205,7 @@ class ResiSpec(MassVerifier):
         ``state``: the walk's dict (the look-ahead's schedule, the fixed point's warm start and buffers);
         ``out``: the walk's (B, V) buffer for ``m_i``."""
         if i == k - 1 or self.gamma == 0:
-            m = namespace(p_i, q_i).minimum(p_i, q_i)                       # m_k = min(p_k, q_k)
-            return m if out is None else _into(out, m)
+            return native(namespace(p_i, q_i)).minimum(p_i, q_i, out=out)   # m_k = min(p_k, q_k)
         if self.reserve_rule == "lookahead":                                # lambda_i = gamma Lambda_i (s.4-5)
             return lookahead_reserve_and_mass(p_i, q_i, k - i, self.gamma, state, out)[1]
         rho = self._rho(i, k, p_i, q_i)
@@ -217,11 +216,6 @@ class ResiSpec(MassVerifier):
                                                      workspace=state.setdefault("newton", {}))
         state["warm"] = lam                  # the walk's: a verifier shared by threads decides as a single one
         return m
-
-
-def _into(out, m):
-    out[...] = m
-    return out
 
 
 def _read_only(x):
