@@ -331,8 +331,84 @@ class BatchRows(DecoderCheck):
         st.record("batch_rows", c, d)
 
 
+class AcceptanceBoundDecoder(DecoderCheck):
+    names = ("acceptance_bound",)
+    detects = ("a chain decoder (decoder.gamma drafts a target call, from the law decoder.draft_law reports) whose "
+               "first target call keeps more drafts on average than any exact rule can: the LP over all exact rules "
+               "(resispec.pathlevel.optimal_accepted) at each prompt, from the decisions it reports (sample_events); "
+               "biased whatever its samples look like")
+    mutant = "too_generous_chain"
+
+    def skip(self, st):
+        decoder = st.decoder
+        gamma = getattr(decoder, "gamma", None)
+        why = ("needs the decoder's decisions (sample_events) to count the drafts kept" if st.flat is None else
+               "needs decoder.gamma, the drafts of a chain per target call (an int >= 1)"
+               if isinstance(gamma, bool) or not isinstance(gamma, (int, np.integer)) or gamma < 1 else
+               "needs decoder.draft_law, the law the drafts come from" if not callable(
+                   getattr(decoder, "draft_law", None)) else None)
+        return None if why is None else {"acceptance_bound": why}
+
+    def run(self, st):
+        from resispec.pathlevel.bound import optimal_accepted
+
+        from .acceptance_bound import ACCEPTANCE_BOUND, lp_bound
+
+        rows, _, ev = st.flat
+        gamma = int(st.decoder.gamma)
+        kept = first_call_kept(ev, rows.size)                             # (R,) drafts kept by each row's first call
+        if kept.size < 100:
+            st.skipped["acceptance_bound"] = f"needs >= 100 continuations for the test on the mean (got {kept.size})"
+            return
+        pair = _ReportedPair(st.tgt, st.decoder, st.V)
+        bounds = np.empty(st.P)
+        for i, prompt in enumerate(st.prompts):
+            try:
+                bounds[i] = lp_bound(optimal_accepted(pair, (1,) * gamma, context=tuple(int(t) for t in prompt)))
+            except ValueError as exc:                 # the LP is too large at this size: the check cannot run
+                st.skipped["acceptance_bound"] = f"no bound at this size (V = {st.V}, gamma = {gamma}): {exc}"
+                return
+        bound = float(bounds[rows].mean())                                 # E over the rows' prompts
+        res = ACCEPTANCE_BOUND.run_mean(kept.astype(np.int64), bound, st.alpha, _d.POWER, top=gamma)
+        st.record("acceptance_bound", res.pvalue, {**res.as_dict(), "per_prompt_bound": bounds.tolist(),
+                                                   "gamma": gamma})
+
+
+def first_call_kept(ev, R: int) -> np.ndarray:
+    """Drafts kept by each row's first target call (R,) int64, from its decisions: the entries of the call that
+    emits position 0 whose candidate was accepted (a bonus draw has no candidate).  Entries past ``new_tokens``
+    are not reported, so a count is never above the call's own (the test stays valid, with less power)."""
+    start = ev.position == 0
+    call0 = np.full(R, -1, dtype=np.int64)
+    call0[ev.row[start]] = ev.call[start]
+    kept = (ev.call == call0[ev.row]) & (ev.accepted >= 0) & (ev.candidates >= 0).any(axis=1)
+    return np.bincount(ev.row[kept], minlength=R).astype(np.int64)
+
+
+class _ReportedPair:
+    """The (target, draft) pair ``resispec.pathlevel.optimal_accepted`` reads: the certified target and the draft
+    law the decoder reports (``laws(contexts) -> (p, q)`` over token tuples of any length)."""
+
+    def __init__(self, tgt, decoder, V: int):
+        self.tgt, self.decoder, self.vocab_size = tgt, decoder, int(V)
+
+    def laws(self, contexts):
+        from .pit import draft_laws
+
+        n = len(contexts)
+        p, q = np.empty((n, self.vocab_size)), np.empty((n, self.vocab_size))
+        by_len: dict = {}
+        for j, c in enumerate(contexts):
+            by_len.setdefault(len(c), []).append(j)
+        for _, idx in by_len.items():
+            ctx = np.array([contexts[j] for j in idx], dtype=np.int64)
+            p[idx], q[idx] = self.tgt(ctx), draft_laws(self.decoder, ctx, self.vocab_size)   # laws (checked)
+        return p / p.sum(axis=1, keepdims=True), q / q.sum(axis=1, keepdims=True)   # round-off: the LP's 1e-9
+
+
 #: The checks of a decoder certificate, in run order (module docstring: the order fixes the random streams).
-DECODER_CHECKS = (Joint(), Pit(), Single(), SmallBatches(), PlanSampler(), Conditional(), Seeded(), BatchRows())
+DECODER_CHECKS = (Joint(), Pit(), Single(), SmallBatches(), PlanSampler(), Conditional(), AcceptanceBoundDecoder(),
+                  Seeded(), BatchRows())
 
 
 def run_checks(st: DecoderRun) -> None:

@@ -274,6 +274,22 @@ def kernel_off_its_plan(model, gamma: int = 2) -> ChainDecoder:
     return ChainDecoder(per_request(kernel), model, gamma=gamma)
 
 
+def too_generous_chain(model, gamma: int = 2, factor: float = 1.2) -> ChainDecoder:
+    """Block verification (Sun et al. 2024, arXiv 2403.10444) whose final acceptance is ``min(1, factor w_L)``
+    (:func:`exactness.acceptance_bound.too_generous_block`) as a chain decoder that reports its decisions: it keeps
+    more drafts a target call than any exact rule can (the acceptance-bound check), and its law is not the target's."""
+    from .acceptance_bound import too_generous_block
+    from .chain import per_request
+
+    rule = too_generous_block(factor)
+
+    def kernel(target_probs, draft_probs, draft_ids, rng):
+        r = rule.verify(target_probs, draft_probs, draft_ids, rng)
+        return np.append(draft_ids[:r.accepted], r.token)
+
+    return ChainDecoder(per_request(kernel), model, gamma=gamma)
+
+
 #: The planted bug each check of a decoder certificate must catch (``exactness.decoder_checks``): name -> factory
 #: ``(model) -> decoder``, certified against ``chain_target(model)`` (``tests/test_decoder_checks.py``).
 CHECK_MUTANTS = {
@@ -284,6 +300,7 @@ CHECK_MUTANTS = {
     "row_2": lambda model: Shifted(model, batch_row(2)),
     "events_differ": lambda model: EventsDiffer(token_chain_kernel, model),
     "kernel_off_its_plan": kernel_off_its_plan,
+    "too_generous_chain": too_generous_chain,
 }
 
 # --------------------------------------------------------------------------- 2026: sampling settings

@@ -105,8 +105,11 @@ def draft_laws(decoder, ctx, V):
     """``decoder.draft_law`` on ``ctx`` (N, L) in chunks: (N, V) float64.
 
     Raises :class:`SubjectError` (the decoder misbehaved: a FAIL) when it raises or returns another shape,
-    non-numeric, non-finite or negative values.
+    non-numeric, non-finite or negative values, or rows that do not sum to 1 (within ``resispec``'s law tolerance,
+    1e-6).
     """
+    from resispec._validation import SUM_TOL
+
     out = []
     rows = max(1, min(BATCH, (1 << 22) // V))                      # (rows, V) float64 a call
     what = "decoder.draft_law(contexts)"
@@ -120,6 +123,11 @@ def draft_laws(decoder, ctx, V):
         if q.shape != (min(rows, ctx.shape[0] - s), V) or not np.all(np.isfinite(q)) or np.any(q < 0):
             raise SubjectError(f"{what} returned shape {q.shape} or non-finite / negative values; it must return "
                                f"the (B, V) = (.., {V}) draft law handed to the verifier")
+        off = np.abs(q.sum(axis=1) - 1.0) > SUM_TOL
+        if off.any():
+            j = int(np.flatnonzero(off)[0])
+            raise SubjectError(f"{what} returned a row summing to {float(q[j].sum())!r} (context {ctx[s + j].tolist()}); "
+                               f"it must return the draft law handed to the verifier, rows summing to 1 (within {SUM_TOL:g})")
         out.append(q)
     return np.concatenate(out)
 

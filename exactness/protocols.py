@@ -85,6 +85,8 @@ HOOKS: dict[tuple[str, str], tuple[bool, str, str]] = {
                           "decoder"),
     ("decoder", "draft_law"): (False, "draft_law(contexts) -> (B, V): the q each decision was verified with",
                                "decoder"),
+    ("decoder", "gamma"): (False, "drafts of a chain per target call: the acceptance-bound check (LP over exact rules)",
+                           "decoder_checks"),
     ("decoder", "events_q"): (False, "'draft_law' (default) or 'one_hot': the q of the decisions", "decoder_events"),
     ("decoder", "per_row_rng"): (False, "True: each row draws from its own generator (the batch_rows check runs)",
                                  "decoder"),

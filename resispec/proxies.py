@@ -19,7 +19,7 @@ from typing import Callable
 
 import numpy as np
 
-from ._xp import namespace
+from ._xp import device, is_torch, namespace
 
 Proxy = Callable[..., np.ndarray]
 
@@ -169,6 +169,11 @@ def _check_proxy_signature(proxy) -> None:
                         "(or **kwargs)") from None
 
 
+def is_torch_like(x) -> bool:
+    """Whether ``x`` is a torch tensor (without importing torch)."""
+    return type(x).__module__.startswith("torch") and hasattr(x, "device")
+
+
 def check_proxy_output(rho, like, name: str):
     """A proxy's output checked and renormalised: (B, V) finite, non-negative, rows summing to 1.
 
@@ -194,12 +199,10 @@ def check_proxy_output(rho, like, name: str):
     xp = namespace(like)
     if getattr(rho, "requires_grad", False):               # a torch output tied to autograd: its values only
         rho = rho.detach()
-    dev = getattr(rho, "device", None)
-    if dev is not None and hasattr(like, "device") and not isinstance(rho, np.ndarray) and dev != like.device:
-        raise ValueError(f"proxy {name!r} returned an array on {dev}, expected {like.device}")
+    if is_torch(like) and is_torch_like(rho) and rho.device != like.device:
+        raise ValueError(f"proxy {name!r} returned a tensor on {rho.device}, expected {like.device}")
     try:
-        raw = xp.asarray(rho if not isinstance(rho, (str, bytes)) else np.asarray(object()),
-                         device=getattr(like, "device", None) if hasattr(like, "device") else None)
+        raw = xp.asarray(rho if not isinstance(rho, (str, bytes)) else np.asarray(object()), device=device(like))
         kind_ok = xp.isdtype(raw.dtype, ("real floating", "integral"))
     except Exception as exc:
         raise TypeError(f"proxy {name!r} returned {type(rho).__name__}, not an array of real numbers ({exc}); "

@@ -691,3 +691,77 @@ def test_a_bad_context_is_refused_naming_it():
         with pytest.raises(err, match="context"):
             certify_path(blk, pair, 2, n=300, context=bad)
     assert certify_path(blk, pair, 2, n=300, context=[np.int64(1)], time_limit=np.int64(600)).passed
+
+
+# ---- the decoder form: the first target call of each continuation against the LP at its prompt --------------------
+
+def _decoder_case(V=4):
+    from exactness.chain import chain_target
+
+    model = MarkovPair.random(np.random.default_rng(0), V, noise=2.0)
+    return model, chain_target(model), np.array([[0], [1], [3 % V]], dtype=np.int64)
+
+
+def test_first_call_kept_counts_the_first_call_only():
+    from exactness.decoder_checks import first_call_kept
+    from exactness.decoder_events import DecoderEvents
+
+    # row 0: call 7 keeps 2 then a bonus, call 8 keeps 1; row 1: call 3 rejects at once; row 2: no entry at all
+    ev = DecoderEvents(row=np.array([0, 0, 0, 0, 1]), position=np.array([0, 1, 2, 3, 0]),
+                       candidates=np.array([[5], [6], [-1], [2], [4]]), accepted=np.array([0, 0, -1, 0, -1]),
+                       token=np.array([5, 6, 1, 2, 0]), call=np.array([7, 7, 7, 8, 3]))
+    assert first_call_kept(ev, 3).tolist() == [2, 0, 0]
+
+
+@pytest.mark.parametrize("name", ["token_chain", "block_chain"])
+def test_exact_chain_decoders_never_fail_the_decoder_bound_in_20_seeds(name):
+    from exactness.acceptance_bound import lp_bound
+    from exactness.decoder import _Target
+    from exactness.decoder_checks import _ReportedPair, first_call_kept
+    from exactness.decoder_mutants import CORRECT
+    from resispec.pathlevel.bound import optimal_accepted
+
+    model, target, prompts = _decoder_case()
+    dec = CORRECT[name](model)
+    tgt = _Target(target)
+    tgt(prompts)
+    pair = _ReportedPair(tgt, dec, 4)
+    bounds = np.array([lp_bound(optimal_accepted(pair, (1,) * dec.gamma, context=tuple(p))) for p in prompts])
+    rows = np.repeat(np.arange(3), 1000)
+    for seed in range(20):
+        _, ev = dec.sample_events(prompts[rows], 3, np.random.default_rng(seed))
+        res = AB.run_mean(first_call_kept(ev, rows.size), float(bounds[rows].mean()), 1e-3, 0.99, top=dec.gamma)
+        assert not res.exceeded, (seed, res.line())
+
+
+def test_too_generous_chain_fails_the_decoder_bound_by_its_acceptance():
+    import exactness
+    from exactness.decoder_mutants import too_generous_chain
+
+    model, target, prompts = _decoder_case()
+    cert = exactness.certify_decoder(too_generous_chain(model), target, prompts, new_tokens=3, n=3000, seed=1)
+    assert not cert.passed and cert.checks["acceptance_bound"] < 1e-3
+    assert cert.details["acceptance_bound"]["reason"].startswith("accepts more than any exact rule can")
+
+
+def test_decoder_bound_skipped_with_its_reason_or_a_fail_for_a_bad_draft_law():
+    import exactness
+    from exactness.chain import ChainDecoder, token_chain_kernel
+    from exactness.decoder_mutants import RRSDecoder
+
+    model, target, prompts = _decoder_case()
+    cert = exactness.certify_decoder(RRSDecoder(model), target, prompts, new_tokens=2, n=300, seed=0)
+    assert "acceptance_bound" in cert.skipped                     # no sample_events, no gamma: why, not a pass
+
+    class Unnormalised(ChainDecoder):                             # reports a draft law that is not a law
+        def draft_law(self, contexts):
+            return 1.1 * super().draft_law(contexts)
+
+    cert = exactness.certify_decoder(Unnormalised(token_chain_kernel, model, gamma=2), target, prompts,
+                                     new_tokens=3, n=1000, seed=0)
+    assert not cert.passed and "draft_law" in cert.summary() and "summing to" in cert.summary(), cert.summary()
+
+    big, tbig, pbig = _decoder_case(V=40)
+    cert = exactness.certify_decoder(ChainDecoder(token_chain_kernel, big, gamma=3), tbig, pbig[:1], new_tokens=2,
+                                     n=200, seed=0)
+    assert "no bound at this size" in cert.skipped["acceptance_bound"], cert.skipped

@@ -102,8 +102,11 @@ def test_fused_solver_matches_sort_and_returns_its_mass(dtype, gamma):
 def test_fused_solver_refuses_other_devices_and_auto_resolves():
     import resispec
     P = torch.full((1, 4), 0.25, dtype=torch.float64, device="meta")
-    with pytest.raises(ValueError, match="solver='newton'"):
+    with pytest.raises(ValueError, match="meta tensors"):
         solve_reserve_fused(P, P, P, 1.0)
+    from resispec.verifiers.reserve import solver_for
+    with pytest.raises(ValueError, match="solver='newton'"):                # off the host: the kernel refuses
+        solver_for("fused", 1.0, P)
     v = resispec.get_verifier("resispec_myopic", backend="torch")
     assert v.solver == "auto" and "solver" not in v.options()
     assert v.solver_for(torch.zeros(1, 2)) == "fused"
@@ -217,3 +220,34 @@ def test_float32_verifiers_decide_alike_on_small_vocabularies():
     ref = resispec.get_verifier("resispec_myopic").verify(p, q, c, uniforms=u).tokens
     for o in outs:
         assert (o != ref).mean() <= 0.01      # float32 near-ties only (was 7-11% for newton + warm start)
+
+
+def test_torch_rule_options_set_on_the_verifier_reach_the_rule_and_tensors_are_guarded():
+    """Breaker (written-once round): ``v.gamma = 0`` on a torch verifier changed nothing; a proxy writing through
+    ``.numpy()`` corrupted the caller's q; a numpy verifier refused a proxy returning a CPU tensor."""
+    import resispec
+
+    rng = np.random.default_rng(7)
+    p, q = rng.dirichlet(np.ones(5) * .5, 4), rng.dirichlet(np.ones(5) * .5, 4)
+    P, Q, C = torch.tensor(p), torch.tensor(q), torch.tensor([[0, 1, 2]] * 4)
+    v = resispec.get_verifier("resispec_myopic", backend="torch")
+    v.gamma = 0.0
+    rrs = resispec.get_verifier("rrs", backend="torch")
+    torch.testing.assert_close(v.chain(P, Q, C).accept_probs, rrs.chain(P, Q, C).accept_probs)
+    assert "gamma=0.0" in repr(v)
+
+    def writes(q_i, *, step, k, p_i):
+        q_i.numpy()[0, 0] *= 2                                         # no version bump: lands in the copy
+        return q_i
+
+    Q0 = Q.clone()
+    resispec.get_verifier("resispec", backend="torch", proxy=writes).verify(P, Q, C, uniforms=rng.random((4, 4)))
+    assert torch.equal(Q, Q0)
+
+    def tensor_out(q_i, *, step, k, p_i):
+        return torch.tensor(q_i)
+
+    out = resispec.get_verifier("resispec", proxy=tensor_out).verify(p, q, C.numpy(), uniforms=rng.random((4, 4)))
+    assert out.tokens.shape == (4,)
+    with pytest.raises(ValueError, match="meta"):
+        resispec.get_verifier("resispec", backend="torch", device="meta")

@@ -94,6 +94,8 @@ class TorchVerifier(ABC):
             self.device = torch.device("cpu" if device is None else device)
         except (RuntimeError, TypeError) as exc:
             raise ValueError(f"device {device!r} is not a torch device ({exc}); use 'cpu', 'cuda' or 'cuda:N'") from exc
+        if self.device.type == "meta":
+            raise ValueError("device 'meta' holds no values to verify; use device='cpu' or 'cuda'")
         if self.device.type == "cuda" and not torch.cuda.is_available():
             raise ValueError(f"device {device!r} requested but torch.cuda.is_available() is False; use device='cpu'")
 
@@ -279,6 +281,12 @@ class TorchRule(TorchVerifier):
         if rule is None or attr not in TorchRule.SHARED:
             raise AttributeError(f"{type(self).__name__!r} object has no attribute {attr!r}")
         return getattr(rule, attr)
+
+    def __setattr__(self, attr, value):
+        if attr in TorchRule.SHARED and "rule" in self.__dict__:
+            setattr(self.rule, attr, value)          # the rule's option: set where the rule reads it
+        else:
+            object.__setattr__(self, attr, value)
 
     def options(self) -> dict:
         return self.rule.options()

@@ -121,6 +121,8 @@ def checked(p_i, q_i, rho, gamma, method):
                          "use x[None] for a single row")
     if len({a.dtype for a in arrays}) != 1 or arrays[0].dtype not in (xp.float32, xp.float64):
         raise ValueError(f"p_i, q_i and rho must all be float32 or all float64, got {[str(a.dtype) for a in arrays]}")
+    if any(str(device(a)) == "meta" for a in arrays):
+        raise ValueError("p_i, q_i and rho are meta tensors (no values); pass tensors on 'cpu' or 'cuda'")
     if len({str(device(a)) for a in arrays}) != 1:
         raise ValueError(f"p_i, q_i and rho must be on one device, got {[str(device(a)) for a in arrays]}")
     return tuple(a.detach() if is_torch(a) else a for a in arrays)

@@ -142,7 +142,7 @@ class ResiSpec(MassVerifier):
         self.proxy_name = proxy if isinstance(proxy, str) else getattr(proxy, "__name__", "custom")
         self.proxy = get_proxy(proxy, **(proxy_options or {}))
         self._builtin_proxy = isinstance(proxy, str)
-        self.gamma = float(gamma)
+        self.gamma = float(gamma) + 0.0                  # -0.0 reads as 0.0
         self.drafting = drafting
         self._proxy_options = dict(proxy_options or {})
         self.solver = "auto" if solver is None else solver
@@ -177,14 +177,15 @@ class ResiSpec(MassVerifier):
             return self.proxy(q_i, step=i, k=k, p_i=p_i)
         wrote = ValueError(f"proxy {self.proxy_name!r} tried to write into its input q_i or p_i (an in-place op); "
                            "a proxy must return a new array and leave its arguments unchanged")
-        before = _fingerprint(q_i, p_i)
+        q_in, p_in = _guarded(q_i), _guarded(p_i)
+        before = _fingerprint(q_in, p_in)
         try:
-            out = self.proxy(_read_only(q_i), step=i, k=k, p_i=_read_only(p_i))
+            out = self.proxy(q_in, step=i, k=k, p_i=p_in)
         except ValueError as exc:
-            if "read-only" in str(exc):
+            if "read-only" in str(exc) and not is_torch(q_i):
                 raise wrote from exc
             raise
-        if _fingerprint(q_i, p_i) != before:
+        if _fingerprint(q_in, p_in) != before:
             raise wrote
         return check_proxy_output(out, q_i, self.proxy_name)
 
@@ -218,11 +219,12 @@ class ResiSpec(MassVerifier):
         return m
 
 
-def _read_only(x):
-    """A read-only view of a numpy array (a proxy writing into it raises); a tensor as it is (its version
-    counter says whether it was written: :func:`_fingerprint`)."""
+def _guarded(x):
+    """What a user's proxy gets: a read-only view of a numpy array (writing into it raises); a copy of a tensor
+    (tensors cannot be made read-only: a write through ``.data`` or ``.numpy()`` lands in the copy, an in-place op
+    bumps its version counter, :func:`_fingerprint`)."""
     if is_torch(x):
-        return x
+        return x.clone()
     v = x.view()
     v.flags.writeable = False
     return v
