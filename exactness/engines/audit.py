@@ -209,6 +209,74 @@ class AuditReport:
     def to_json(self) -> dict:
         return {**{k: v for k, v in asdict(self).items() if k != "cells"}, "cells": [asdict(c) for c in self.cells]}
 
+    def _notes(self) -> list:
+        """The report's notes under the table: settings left out, weak or idle PASS cells, the law findings."""
+        lines: list = []
+        if self.left_out:
+            lines += ["", f"Left out of the default grid (settings {self.engine} does not implement; name one with "
+                      f"--settings to see its INCONCLUSIVE cell): {', '.join(self.left_out)}."]
+        weak = [c for c in self.cells if c.verdict == "PASS" and (c.position_detectable_tv or 1) > self.tv]
+        if weak and self.n_given is None:
+            lines += ["", f"{len(weak)} PASS cell(s) did not reach the asked detectable TV {self.tv:g} per position "
+                      f"({self.cell_seconds:g} s at the engine's rate capped n): such a pass rules out only the TV in "
+                      "its row, and the audit exits 3 (raise --cell-seconds, or ask a larger --tv)."]
+        elif weak:
+            lines += ["", f"{len(weak)} PASS cell(s) rule out only the TV in their row (n was given: no TV was "
+                      f"asked; the default asks {self.tv:g} per position)."]
+        idle = [c for c in self.cells if c.verdict == "PASS" and c.option != "off" and c.acceptance
+                and c.acceptance.get("rate") is not None and c.acceptance["rate"] < LOW_ACCEPTANCE]
+        if idle:
+            lines += ["", f"{len(idle)} PASS cell(s) accepted fewer than {LOW_ACCEPTANCE:.0%} of drafted tokens "
+                      "(the engine's own counters): their speculative path was barely exercised, so their PASS says "
+                      "little about it: " + ", ".join(f"{c.setting} / {c.option}" for c in idle) + "."]
+        if self.models_note and any(c.law_tv is None for c in self.cells if c.verdict != "INCONCLUSIVE"):
+            lines += ["", "No independent float64 law: GGUF weights have no float64 twin here, so the "
+                      "engine's own plain law is used unchecked ('law TV' -)."]
+        elif any(c.law_tv is None and not c.own_law for c in self.cells if c.verdict != "INCONCLUSIVE"):
+            lines += ["", f"No independent float64 law: the engine declares no order in `exactness.settings.ORDERS` "
+                      f"(`{self.order}`), so its own law is used unchecked ('law TV' -)."]
+        own = sorted({c.option for c in self.cells if c.own_law})
+        if own:
+            lines += ["", f"Option(s) {', '.join(own)} run a model of their own (the engine's `own_law_options`): "
+                      "their cells are certified against that model's own law (speculation off), which has no float64 "
+                      "twin in the audit ('law TV' -; the adapter's tests cross-check it)."]
+        if self.law_findings:
+            worst = max(c.law_tv for c in self.law_findings)
+            lines += ["", "## Law findings", "",
+                      f"In {len(self.law_findings)} cell(s) the engine's own law (speculation off) differs from the "
+                      f"independent float64 law by more than TV {LAW_TOL:g} (largest {worst:.2e}): the engine does not "
+                      "sample the law its settings and documented order give. The cells are certified against the "
+                      "engine's own law; the mismatch makes the audit exit 3 unless a cell FAILs.", ""]
+            lines += [f"- {c.setting} / {c.option}: law TV {c.law_tv:.2e}" for c in self.law_findings]
+        return lines
+
+    def _failing(self) -> list:
+        """The report's section on failing and inconclusive cells (cause, smallest setting, offending token, reproduction)."""
+        lines: list = []
+        bad = [c for c in self.cells if c.verdict != "PASS"]
+        if bad:
+            lines += ["", "## Failing and inconclusive cells", ""]
+            for c in bad:
+                lines.append(f"- {c.setting} / {c.option}: {c.verdict}: {c.cause}")
+                if c.smallest_setting is not None:
+                    lines.append(f"  - smallest setting that still fails: `{c.smallest_setting}`")
+                if c.offending:
+                    o = c.offending
+                    lines.append(f"  - offending token: position {o['position']}, prompt {o['prompt']}, prefix "
+                                 f"{o['prefix']}: token {o['token']} observed {o['observed']:.4f} vs exact "
+                                 f"{o['exact']:.4f} ({o['count']:,} draws with that prefix over all the cell's calls, pilot and side checks included; TV {o['tv']:.3f}, "
+                                 f"p = {o['pvalue']:.3g})" if o["exact"] > 0 else
+                                 f"  - offending token: position {o['position']}, prompt {o['prompt']}, prefix "
+                                 f"{o['prefix']}: token {o['token']} of exact probability 0 was emitted "
+                                 f"({o['observed']:.4f} of {o['count']:,} continuations)")
+                if c.repro:
+                    crashed = c.cause.startswith("subject:") and c.offending is None and "raised" in c.cause
+                    lines.append(f"  - reproduction: `{self.python or 'python'} {c.repro} [N draws per path]` (run "
+                                 "with the engine's Python; exit 1: " + ("the engine failed again" if crashed else
+                                                                         "bias reproduced")
+                                 + ", 0: not at this N, 2: could not run)")
+        return lines
+
     def to_markdown(self) -> str:
         def num(x, spec=".3g"):
             return "-" if x is None or (isinstance(x, float) and not math.isfinite(x)) else format(x, spec)
@@ -249,64 +317,7 @@ class AuditReport:
                          f"({num(c.tv_upper)}) | {num(c.detectable_tv)} ({num(c.position_detectable_tv)}) | "
                          f"{c.n:,} | {num(c.rate, '.1f')} | {c.seconds:.0f} | {num(c.law_tv, '.1e')} | "
                          f"{num((c.acceptance or {}).get('rate'), '.3f')} |")
-        if self.left_out:
-            lines += ["", f"Left out of the default grid (settings {self.engine} does not implement; name one with "
-                      f"--settings to see its INCONCLUSIVE cell): {', '.join(self.left_out)}."]
-        weak = [c for c in self.cells if c.verdict == "PASS" and (c.position_detectable_tv or 1) > self.tv]
-        if weak and self.n_given is None:
-            lines += ["", f"{len(weak)} PASS cell(s) did not reach the asked detectable TV {self.tv:g} per position "
-                      f"({self.cell_seconds:g} s at the engine's rate capped n): such a pass rules out only the TV in "
-                      "its row, and the audit exits 3 (raise --cell-seconds, or ask a larger --tv)."]
-        elif weak:
-            lines += ["", f"{len(weak)} PASS cell(s) rule out only the TV in their row (n was given: no TV was "
-                      f"asked; the default asks {self.tv:g} per position)."]
-        idle = [c for c in self.cells if c.verdict == "PASS" and c.option != "off" and c.acceptance
-                and c.acceptance.get("rate") is not None and c.acceptance["rate"] < LOW_ACCEPTANCE]
-        if idle:
-            lines += ["", f"{len(idle)} PASS cell(s) accepted fewer than {LOW_ACCEPTANCE:.0%} of drafted tokens "
-                      "(the engine's own counters): their speculative path was barely exercised, so their PASS says "
-                      "little about it: " + ", ".join(f"{c.setting} / {c.option}" for c in idle) + "."]
-        if self.models_note and any(c.law_tv is None for c in self.cells if c.verdict != "INCONCLUSIVE"):
-            lines += ["", "No independent float64 law: GGUF weights have no float64 twin here, so the "
-                      "engine's own plain law is used unchecked ('law TV' -)."]
-        elif any(c.law_tv is None and not c.own_law for c in self.cells if c.verdict != "INCONCLUSIVE"):
-            lines += ["", f"No independent float64 law: the engine declares no order in `exactness.settings.ORDERS` "
-                      f"(`{self.order}`), so its own law is used unchecked ('law TV' -)."]
-        own = sorted({c.option for c in self.cells if c.own_law})
-        if own:
-            lines += ["", f"Option(s) {', '.join(own)} run a model of their own (the engine's `own_law_options`): "
-                      "their cells are certified against that model's own law (speculation off), which has no float64 "
-                      "twin in the audit ('law TV' -; the adapter's tests cross-check it)."]
-        if self.law_findings:
-            worst = max(c.law_tv for c in self.law_findings)
-            lines += ["", "## Law findings", "",
-                      f"In {len(self.law_findings)} cell(s) the engine's own law (speculation off) differs from the "
-                      f"independent float64 law by more than TV {LAW_TOL:g} (largest {worst:.2e}): the engine does not "
-                      "sample the law its settings and documented order give. The cells are certified against the "
-                      "engine's own law; the mismatch makes the audit exit 3 unless a cell FAILs.", ""]
-            lines += [f"- {c.setting} / {c.option}: law TV {c.law_tv:.2e}" for c in self.law_findings]
-        bad = [c for c in self.cells if c.verdict != "PASS"]
-        if bad:
-            lines += ["", "## Failing and inconclusive cells", ""]
-            for c in bad:
-                lines.append(f"- {c.setting} / {c.option}: {c.verdict}: {c.cause}")
-                if c.smallest_setting is not None:
-                    lines.append(f"  - smallest setting that still fails: `{c.smallest_setting}`")
-                if c.offending:
-                    o = c.offending
-                    lines.append(f"  - offending token: position {o['position']}, prompt {o['prompt']}, prefix "
-                                 f"{o['prefix']}: token {o['token']} observed {o['observed']:.4f} vs exact "
-                                 f"{o['exact']:.4f} ({o['count']:,} draws with that prefix over all the cell's calls, pilot and side checks included; TV {o['tv']:.3f}, "
-                                 f"p = {o['pvalue']:.3g})" if o["exact"] > 0 else
-                                 f"  - offending token: position {o['position']}, prompt {o['prompt']}, prefix "
-                                 f"{o['prefix']}: token {o['token']} of exact probability 0 was emitted "
-                                 f"({o['observed']:.4f} of {o['count']:,} continuations)")
-                if c.repro:
-                    crashed = c.cause.startswith("subject:") and c.offending is None and "raised" in c.cause
-                    lines.append(f"  - reproduction: `{self.python or 'python'} {c.repro} [N draws per path]` (run "
-                                 "with the engine's Python; exit 1: " + ("the engine failed again" if crashed else
-                                                                         "bias reproduced")
-                                 + ", 0: not at this N, 2: could not run)")
+        lines += self._notes() + self._failing()
         lines += ["", "A FAIL is a finding about the engine (reproduce it with its script where the engine has a "
                   "reproduction template (its repro_script); a planted bug (--plant) has none: it lives in the "
                   "audit's patch); INCONCLUSIVE means the cell could not run (its cause); PASS means no bias was "
