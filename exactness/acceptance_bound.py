@@ -195,10 +195,12 @@ class AcceptanceBoundResult:
         core = f"E[accepted] = {self.acceptance:.4g} +- {self.se:.2g}"
         if self.exceeded:
             return f"accepts more than any exact rule can: {core} > bound {self.bound:.4g}"
+        where = (f"within the bound {self.bound:.4g}" if self.acceptance <= self.bound else
+                 f"above the bound {self.bound:.4g} but not significantly (p = {self.pvalue:.3g} >= alpha "
+                 f"{self.alpha:g})")
         if not math.isfinite(self.detectable_excess):
-            return f"{core} within the bound {self.bound:.4g} (no excess can be detected at n = {self.n:,}: raise n)"
-        return (f"{core} within the bound {self.bound:.4g} (detects an excess >= {self.detectable_excess:.3g} "
-                f"at n = {self.n:,})")
+            return f"{core} {where} (no excess can be detected at n = {self.n:,}: raise n)"
+        return f"{core} {where} (detects an excess >= {self.detectable_excess:.3g} at n = {self.n:,})"
 
     def as_dict(self) -> dict:
         """The record as ``Certificate.details["acceptance_bound"]`` keeps it (``reason``: :meth:`line`)."""

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from . import decoder as _d
+from ._checks import SubjectError, subject_call
 from .decoder_batches import per_row_check, small_batch_check
 from .pit import impossible, impossible_error, pair_check, tuple_check
 from .pit import pit_check as _pit_check
@@ -331,63 +332,157 @@ class BatchRows(DecoderCheck):
         st.record("batch_rows", c, d)
 
 
+#: Largest LP (constraint nonzeros, ``resispec.pathlevel.bound``'s estimate) the decoder route solves per prompt:
+#: about 2 s each (V = 4, gamma = 5 is 5.6e6 and took 27 s); larger pairs skip with the reason (the step form,
+#: ``certify_path``, solves up to ``MAX_NONZEROS``).
+DECODER_LP_NONZEROS = 1_000_000
+
+
 class AcceptanceBoundDecoder(DecoderCheck):
-    names = ("acceptance_bound",)
-    detects = ("a chain decoder (decoder.gamma drafts a target call, from the law decoder.draft_law reports) whose "
-               "first target call keeps more drafts on average than any exact rule can: the LP over all exact rules "
-               "(resispec.pathlevel.optimal_accepted) at each prompt, from the decisions it reports (sample_events); "
-               "biased whatever its samples look like")
+    names = ("acceptance_bound", "draft_law")
+    detects = ("a chain decoder (decoder.gamma drafts a target call) whose first target call keeps more drafts on "
+               "average than any exact rule can (acceptance_bound: the LP over all exact rules at each prompt, "
+               "resispec.pathlevel.optimal_accepted, from the decisions sample_events reports; biased whatever its "
+               "samples look like), and first drafts that do not follow the law decoder.draft_law reports at the "
+               "prompt (draft_law: the bound's premise; chi-square of the first draft per prompt)")
     mutant = "too_generous_chain"
 
     def skip(self, st):
+        from .decoder_events import events_q
+
         decoder = st.decoder
-        gamma = getattr(decoder, "gamma", None)
+        gamma = subject_call(lambda: getattr(decoder, "gamma", None), "reading decoder.gamma")
         why = ("needs the decoder's decisions (sample_events) to count the drafts kept" if st.flat is None else
                "needs decoder.gamma, the drafts of a chain per target call (an int >= 1)"
                if isinstance(gamma, bool) or not isinstance(gamma, (int, np.integer)) or gamma < 1 else
                "needs decoder.draft_law, the law the drafts come from" if not callable(
-                   getattr(decoder, "draft_law", None)) else None)
-        return None if why is None else {"acceptance_bound": why}
+                   getattr(decoder, "draft_law", None)) else
+               "the decisions are verified with point masses (decoder.events_q = 'one_hot'): the drafts need not "
+               "come from draft_law, so no bound over drafts from it applies" if events_q(decoder) == "one_hot" else
+               f"needs new_tokens >= decoder.gamma = {gamma} to see a first call's kept drafts whole (new_tokens = "
+               f"{st.m})" if st.m < gamma else None)
+        return None if why is None else {"acceptance_bound": why, "draft_law": why}
 
     def run(self, st):
-        from resispec.pathlevel.bound import optimal_accepted
-
-        from .acceptance_bound import ACCEPTANCE_BOUND, lp_bound
-
         rows, _, ev = st.flat
         gamma = int(st.decoder.gamma)
-        kept = first_call_kept(ev, rows.size)                             # (R,) drafts kept by each row's first call
+        kept, first = first_call_kept(ev, rows.size, gamma, st.m)         # (R,) drafts kept; (R,) first draft
+        _first_draft_check(st, rows, first)
         if kept.size < 100:
             st.skipped["acceptance_bound"] = f"needs >= 100 continuations for the test on the mean (got {kept.size})"
             return
-        pair = _ReportedPair(st.tgt, st.decoder, st.V)
-        bounds = np.empty(st.P)
-        for i, prompt in enumerate(st.prompts):
-            try:
-                bounds[i] = lp_bound(optimal_accepted(pair, (1,) * gamma, context=tuple(int(t) for t in prompt)))
-            except ValueError as exc:                 # the LP is too large at this size: the check cannot run
-                st.skipped["acceptance_bound"] = f"no bound at this size (V = {st.V}, gamma = {gamma}): {exc}"
-                return
+        bounds, why = _prompt_bounds(st, gamma)
+        if why is not None:
+            st.skipped["acceptance_bound"] = why
+            return
+        from .acceptance_bound import ACCEPTANCE_BOUND
+
         bound = float(bounds[rows].mean())                                 # E over the rows' prompts
-        res = ACCEPTANCE_BOUND.run_mean(kept.astype(np.int64), bound, st.alpha, _d.POWER, top=gamma)
+        res = ACCEPTANCE_BOUND.run_mean(kept, bound, st.alpha, _d.POWER, top=gamma)
         st.record("acceptance_bound", res.pvalue, {**res.as_dict(), "per_prompt_bound": bounds.tolist(),
                                                    "gamma": gamma})
 
 
-def first_call_kept(ev, R: int) -> np.ndarray:
-    """Drafts kept by each row's first target call (R,) int64, from its decisions: the entries of the call that
-    emits position 0 whose candidate was accepted (a bonus draw has no candidate).  Entries past ``new_tokens``
-    are not reported, so a count is never above the call's own (the test stays valid, with less power)."""
+def _first_draft_check(st, rows, first) -> None:
+    """``draft_law``: the first draft of each continuation (drawn at the prompt) against ``decoder.draft_law`` there,
+    chi-square per prompt (small cells pooled), Bonferroni over the prompts."""
+    from .gof import gof_test
+    from .pit import draft_laws
+
+    q = draft_laws(st.decoder, st.prompts, st.V)                           # (P, V) at the prompts
+    pv, tv = [], []
+    for i in range(st.P):
+        got = first[(rows == i) & (first >= 0)]
+        if got.size < 20:
+            continue
+        res = gof_test(np.bincount(got, minlength=st.V), q[i])
+        pv.append(float(res.pvalue))
+        tv.append(float(getattr(res, "tv_estimate", float("nan"))))
+    if pv:
+        st.record("draft_law", min(1.0, min(pv) * len(pv)), {
+            "pvalue": min(1.0, min(pv) * len(pv)), "per_prompt_pvalue": pv,
+            "reason": f"first drafts against decoder.draft_law at the prompt: p = {min(1.0, min(pv) * len(pv)):.3g} "
+                      f"(Bonferroni over {len(pv)} prompts)"})
+    else:
+        st.skipped["draft_law"] = "needs >= 20 continuations of a prompt to test its first drafts"
+
+
+def _prompt_bounds(st, gamma: int):
+    """``(bounds (P,), None)``: the LP bound over exact rules at each prompt (identical pairs solved once), or
+    ``(None, why)`` where no LP bound is computed (too large, or the solver failed at this pair)."""
+    from resispec.pathlevel.analysis import prefix_laws
+    from resispec.pathlevel.bound import optimal_accepted
+
+    from .acceptance_bound import lp_bound
+
+    V = st.V
+    nnz = V ** gamma * V * sum(V ** (gamma - d) for d in range(gamma + 1)) if gamma <= 64 else float("inf")
+    if nnz > DECODER_LP_NONZEROS:
+        return None, (f"no LP bound at this size: V = {V}, gamma = {gamma} gives ~{float(nnz):.3g} constraint "
+                      f"nonzeros, over DECODER_LP_NONZEROS = {DECODER_LP_NONZEROS:,} (certify the kernel with "
+                      "exactness.pathlevel.certify_path for the bound)")
+    pair = _ReportedPair(st.tgt, st.decoder, V)
+    memo, bounds = {}, np.empty(st.P)
+    for i, prompt in enumerate(st.prompts):
+        ctx = tuple(int(t) for t in prompt)
+        laws = prefix_laws(pair, gamma, ctx)          # target / draft_law errors surface here (not as a size skip)
+        key = b"".join(p.tobytes() + q.tobytes() for p, q in laws.values())
+        if key not in memo:
+            pair.cached = laws
+            try:
+                memo[key] = lp_bound(optimal_accepted(pair, (1,) * gamma, context=ctx))
+            except (ValueError, OverflowError, MemoryError) as exc:      # too large, or the LP solver failed
+                return None, f"no LP bound for prompt {list(ctx)} (V = {V}, gamma = {gamma}): {exc}"
+            finally:
+                pair.cached = None
+        bounds[i] = memo[key]
+    return bounds, None
+
+
+def first_call_kept(ev, R: int, gamma: int | None = None, m: int | None = None):
+    """``(kept (R,), first (R,))`` int64: the drafts kept by each row's first target call (the entries of the call
+    that emits position 0 whose candidate was accepted; a bonus draw has no candidate) and its first draft (the
+    candidate at position 0; -1 for a row without one).  With ``gamma`` and ``m`` (new tokens) the first call is
+    checked against the chain it declares: at most ``gamma`` kept, a bonus only after ``gamma`` kept, and an end on
+    a rejection or a bonus unless it reaches position ``m - 1``; else :class:`SubjectError` (a FAIL naming it)."""
     start = ev.position == 0
     call0 = np.full(R, -1, dtype=np.int64)
     call0[ev.row[start]] = ev.call[start]
-    kept = (ev.call == call0[ev.row]) & (ev.accepted >= 0) & (ev.candidates >= 0).any(axis=1)
-    return np.bincount(ev.row[kept], minlength=R).astype(np.int64)
+    first = np.full(R, -1, dtype=np.int64)
+    first[ev.row[start]] = ev.candidates[start, 0]
+    in_first = ev.call == call0[ev.row]
+    has_cand = (ev.candidates >= 0).any(axis=1)
+    kept = np.bincount(ev.row[in_first & (ev.accepted >= 0) & has_cand], minlength=R).astype(np.int64)
+    if gamma is not None:
+        over = np.flatnonzero(kept > gamma)
+        if over.size:
+            raise SubjectError(f"decoder.sample_events: a first target call kept {int(kept[over[0]])} drafts, more than "
+                               f"decoder.gamma = {gamma} (row {int(over[0])}); gamma must be the drafts a call makes")
+        bonus = np.flatnonzero(in_first & ~has_cand)
+        short = bonus[kept[ev.row[bonus]] < gamma]
+        if short.size:
+            r = int(ev.row[short[0]])
+            raise SubjectError(f"decoder.sample_events: a first target call took its bonus token after {int(kept[r])} "
+                               f"kept drafts, fewer than decoder.gamma = {gamma} (row {r}): a bonus follows a full "
+                               "chain; gamma must be the drafts a call makes")
+        last_pos = np.full(R, -1, dtype=np.int64)
+        np.maximum.at(last_pos, ev.row[in_first], ev.position[in_first])
+        ends = in_first & (ev.position == last_pos[ev.row]) & (ev.accepted >= 0) & has_cand
+        open_ = np.flatnonzero(ends & (ev.position < m - 1))
+        if open_.size:
+            r = int(ev.row[open_[0]])
+            raise SubjectError(f"decoder.sample_events: row {r}'s first target call ends on an accepted draft at "
+                               f"position {int(ev.position[open_[0]])} < new_tokens - 1 = {m - 1}: a call ends with "
+                               "a rejection (its residual token) or a bonus token")
+    return kept, first
 
 
 class _ReportedPair:
     """The (target, draft) pair ``resispec.pathlevel.optimal_accepted`` reads: the certified target and the draft
-    law the decoder reports (``laws(contexts) -> (p, q)`` over token tuples of any length)."""
+    law the decoder reports (``laws(contexts) -> (p, q)`` over token tuples of any length); ``cached``: the
+    ``prefix_laws`` already read for the context being solved (the LP reads them again)."""
+
+    cached = None
 
     def __init__(self, tgt, decoder, V: int):
         self.tgt, self.decoder, self.vocab_size = tgt, decoder, int(V)
@@ -395,6 +490,9 @@ class _ReportedPair:
     def laws(self, contexts):
         from .pit import draft_laws
 
+        if self.cached is not None and len(self.cached) == len(contexts):
+            p, q = zip(*self.cached.values())
+            return np.stack(p), np.stack(q)
         n = len(contexts)
         p, q = np.empty((n, self.vocab_size)), np.empty((n, self.vocab_size))
         by_len: dict = {}

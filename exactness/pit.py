@@ -106,7 +106,8 @@ def draft_laws(decoder, ctx, V):
 
     Raises :class:`SubjectError` (the decoder misbehaved: a FAIL) when it raises or returns another shape,
     non-numeric, non-finite or negative values, or rows that do not sum to 1 (within ``resispec``'s law tolerance,
-    1e-6).
+    1e-6, or for a lower-precision output ``32 sqrt(V) eps`` of its dtype: a float32 softmax at V = 151,936 is off
+    by ~1e-5).  Rows are returned renormalised (the verifiers' laws must sum to 1 within 1e-6).
     """
     from resispec._validation import SUM_TOL
 
@@ -123,12 +124,15 @@ def draft_laws(decoder, ctx, V):
         if q.shape != (min(rows, ctx.shape[0] - s), V) or not np.all(np.isfinite(q)) or np.any(q < 0):
             raise SubjectError(f"{what} returned shape {q.shape} or non-finite / negative values; it must return "
                                f"the (B, V) = (.., {V}) draft law handed to the verifier")
-        off = np.abs(q.sum(axis=1) - 1.0) > SUM_TOL
+        dt = getattr(raw, "dtype", None)
+        eps = float(np.finfo(dt).eps) if isinstance(dt, np.dtype) and np.issubdtype(dt, np.floating) else 0.0
+        tol = max(SUM_TOL, 32.0 * np.sqrt(V) * eps) if eps > np.finfo(np.float64).eps else SUM_TOL
+        off = np.abs(q.sum(axis=1) - 1.0) > tol
         if off.any():
             j = int(np.flatnonzero(off)[0])
             raise SubjectError(f"{what} returned a row summing to {float(q[j].sum())!r} (context {ctx[s + j].tolist()}); "
-                               f"it must return the draft law handed to the verifier, rows summing to 1 (within {SUM_TOL:g})")
-        out.append(q)
+                               f"it must return the draft law handed to the verifier, rows summing to 1 (within {tol:g})")
+        out.append(q / q.sum(axis=1, keepdims=True))
     return np.concatenate(out)
 
 

@@ -15,7 +15,7 @@ Kinds of subject (the variable names the harness gives them):
 - ``engine``: an audited inference engine (``exactness.engines.base.Engine``).
 
 Arrays: ``p``, ``q`` (B, V) float64 target / draft laws, rows summing to 1; ``candidates`` (B, k) int64;
-``uniforms`` (B, 2k + 1) float64 in [0, 1); ``prompts`` (B, L) int64; ``contexts`` (B, L') int64.
+``uniforms`` (B, k + 1) float64 in [0, 1); ``prompts`` (B, L) int64; ``contexts`` (B, L') int64.
 """
 
 from __future__ import annotations
@@ -128,7 +128,7 @@ class NodeVerifier(Protocol):
     drafting: str
 
     def verify(self, p: np.ndarray, q: np.ndarray, candidates: np.ndarray, uniforms: np.ndarray) -> Any:
-        """(B, V), (B, V), (B, k) int64, (B, 2k + 1) float64 -> result with ``tokens`` and ``accepted`` (B,)."""
+        """(B, V), (B, V), (B, k) int64, (B, k + 1) float64 -> result with ``tokens`` and ``accepted`` (B,)."""
 
 
 @runtime_checkable

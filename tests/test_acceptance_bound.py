@@ -710,7 +710,28 @@ def test_first_call_kept_counts_the_first_call_only():
     ev = DecoderEvents(row=np.array([0, 0, 0, 0, 1]), position=np.array([0, 1, 2, 3, 0]),
                        candidates=np.array([[5], [6], [-1], [2], [4]]), accepted=np.array([0, 0, -1, 0, -1]),
                        token=np.array([5, 6, 1, 2, 0]), call=np.array([7, 7, 7, 8, 3]))
-    assert first_call_kept(ev, 3).tolist() == [2, 0, 0]
+    kept, first = first_call_kept(ev, 3, gamma=2, m=4)
+    assert kept.tolist() == [2, 0, 0] and first.tolist() == [5, 4, -1]
+
+
+def _first_call_errors(gamma, call):
+    from exactness._checks import SubjectError
+    from exactness.decoder_checks import first_call_kept
+    from exactness.decoder_events import DecoderEvents
+
+    ev = DecoderEvents(row=np.zeros(3, dtype=np.int64), position=np.arange(3), candidates=np.array([[5], [6], [-1]]),
+                       accepted=np.array([0, 0, -1]), token=np.array([5, 6, 1]), call=np.asarray(call))
+    with pytest.raises(SubjectError) as info:
+        first_call_kept(ev, 1, gamma=gamma, m=3)
+    return str(info.value)
+
+
+def test_a_first_call_that_breaks_its_declared_chain_is_a_fail():
+    """Breaker: a declared gamma above the drafts made, or one call a decision, made the bound miss; below them a
+    traceback."""
+    assert "more than decoder.gamma = 1" in _first_call_errors(1, [7, 7, 7])
+    assert "bonus token after 2 kept drafts, fewer than decoder.gamma = 3" in _first_call_errors(3, [7, 7, 7])
+    assert "ends on an accepted draft" in _first_call_errors(2, [7, 8, 9])
 
 
 @pytest.mark.parametrize("name", ["token_chain", "block_chain"])
@@ -730,7 +751,7 @@ def test_exact_chain_decoders_never_fail_the_decoder_bound_in_20_seeds(name):
     rows = np.repeat(np.arange(3), 1000)
     for seed in range(20):
         _, ev = dec.sample_events(prompts[rows], 3, np.random.default_rng(seed))
-        res = AB.run_mean(first_call_kept(ev, rows.size), float(bounds[rows].mean()), 1e-3, 0.99, top=dec.gamma)
+        res = AB.run_mean(first_call_kept(ev, rows.size)[0], float(bounds[rows].mean()), 1e-3, 0.99, top=dec.gamma)
         assert not res.exceeded, (seed, res.line())
 
 
@@ -762,6 +783,74 @@ def test_decoder_bound_skipped_with_its_reason_or_a_fail_for_a_bad_draft_law():
     assert not cert.passed and "draft_law" in cert.summary() and "summing to" in cert.summary(), cert.summary()
 
     big, tbig, pbig = _decoder_case(V=40)
-    cert = exactness.certify_decoder(ChainDecoder(token_chain_kernel, big, gamma=3), tbig, pbig[:1], new_tokens=2,
+    cert = exactness.certify_decoder(ChainDecoder(token_chain_kernel, big, gamma=3), tbig, pbig[:1], new_tokens=3,
                                      n=200, seed=0)
-    assert "no bound at this size" in cert.skipped["acceptance_bound"], cert.skipped
+    assert "no LP bound at this size" in cert.skipped["acceptance_bound"], cert.skipped
+    cert = exactness.certify_decoder(ChainDecoder(token_chain_kernel, model, gamma=3), target, prompts, new_tokens=2,
+                                     n=200, seed=0)
+    assert "needs new_tokens >= decoder.gamma" in cert.skipped["acceptance_bound"], cert.skipped
+
+
+def test_decoder_bound_breaker_cases():
+    """Breaker (decoder bound round): a greedy (one-hot) exact decoder failed the bound; a huge or raising gamma, or
+    a target raising only at the LP's contexts, escaped or passed; a misreported draft_law passed."""
+    import exactness
+    from exactness.chain import ChainDecoder, token_chain_kernel
+
+    model, target, prompts = _decoder_case()
+
+    class Greedy(ChainDecoder):                                   # exact: verified against the point mass drafted
+        def draft(self, q, u):
+            return np.argmax(q, axis=1).astype(np.int64)
+
+    cert = exactness.certify_decoder(Greedy(token_chain_kernel, model, gamma=2, one_hot=True), target, prompts,
+                                     new_tokens=3, n=1000, seed=1)
+    assert "one_hot" in cert.skipped["acceptance_bound"] and "acceptance_bound" not in cert.checks
+
+    inner = ChainDecoder(token_chain_kernel, model, gamma=2)
+
+    class Declares:                                               # a chain decoder that declares another gamma
+        per_row_rng, rule, events_q = True, inner.rule, "draft_law"
+
+        def __init__(self, g):
+            self._g = g
+
+        @property
+        def gamma(self):
+            if self._g is None:
+                raise RuntimeError("no gamma")
+            return self._g
+
+        def sample(self, *a):
+            return inner.sample(*a)
+
+        def sample_events(self, *a):
+            return inner.sample_events(*a)
+
+        def draft_law(self, c):
+            return inner.draft_law(c)
+
+    for g in (10**7, 2**70):
+        cert = exactness.certify_decoder(Declares(g), target, prompts, new_tokens=3, n=300, seed=0)
+        assert "acceptance_bound" in cert.skipped or not cert.passed, cert.summary()
+    cert = exactness.certify_decoder(Declares(None), target, prompts, new_tokens=3, n=300, seed=0)
+    assert not cert.passed and "gamma" in cert.summary()
+
+    def partial_target(c):
+        c = np.asarray(c)
+        if c.shape[1] > 2:
+            raise RuntimeError("broken")
+        return target(c)
+
+    with pytest.raises(ValueError, match="target"):
+        exactness.certify_decoder(ChainDecoder(token_chain_kernel, model, gamma=3), partial_target, prompts,
+                                  new_tokens=3, n=400, seed=0)
+
+    class Misreports(ChainDecoder):                               # drafts from q, reports (q + p) / 2
+        def draft_law(self, contexts):
+            p, q = model.laws([list(r) for r in np.asarray(contexts)])
+            return 0.5 * (np.asarray(p) + np.asarray(q))
+
+    cert = exactness.certify_decoder(Misreports(token_chain_kernel, model, gamma=2), target, prompts, new_tokens=3,
+                                     n=3000, seed=1)
+    assert cert.checks["draft_law"] < 1e-3, cert.checks
