@@ -366,6 +366,11 @@ class AcceptanceBoundDecoder(DecoderCheck):
     def run(self, st):
         rows, _, ev = st.flat
         gamma = int(st.decoder.gamma)
+        if ev.candidates.shape[1] > 1 and bool(((ev.candidates >= 0).sum(axis=1) > 1).any()):
+            why = ("the decoder reports decisions among several candidates: the LP here is a chain's (one draft a "
+                   "step); certify a tree rule with exactness.pathlevel.certify_tree_rule for its bound")
+            st.skipped.update({"acceptance_bound": why, "draft_law": why})
+            return
         kept, first = first_call_kept(ev, rows.size, gamma, st.m)         # (R,) drafts kept; (R,) first draft
         _first_draft_check(st, rows, first)
         if kept.size < 100:

@@ -117,15 +117,15 @@ def draft_laws(decoder, ctx, V):
     for s in range(0, ctx.shape[0], rows):
         raw = subject(decoder.draft_law, what, np.array(ctx[s:s + rows], dtype=np.int64))   # its own copy
         try:
-            q = np.asarray(raw, dtype=np.float64)
+            src = np.asarray(raw)                                   # its own dtype (a torch float32 tensor: float32)
+            q = src.astype(np.float64)
         except (TypeError, ValueError) as exc:
             raise SubjectError(f"{what} returned {type(raw).__name__} that is not a (B, V) float array ({exc})") \
                 from None
         if q.shape != (min(rows, ctx.shape[0] - s), V) or not np.all(np.isfinite(q)) or np.any(q < 0):
             raise SubjectError(f"{what} returned shape {q.shape} or non-finite / negative values; it must return "
                                f"the (B, V) = (.., {V}) draft law handed to the verifier")
-        dt = getattr(raw, "dtype", None)
-        eps = float(np.finfo(dt).eps) if isinstance(dt, np.dtype) and np.issubdtype(dt, np.floating) else 0.0
+        eps = float(np.finfo(src.dtype).eps) if np.issubdtype(src.dtype, np.floating) else 0.0
         tol = max(SUM_TOL, 32.0 * np.sqrt(V) * eps) if eps > np.finfo(np.float64).eps else SUM_TOL
         off = np.abs(q.sum(axis=1) - 1.0) > tol
         if off.any():

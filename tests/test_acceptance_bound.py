@@ -854,3 +854,21 @@ def test_decoder_bound_breaker_cases():
     cert = exactness.certify_decoder(Misreports(token_chain_kernel, model, gamma=2), target, prompts, new_tokens=3,
                                      n=3000, seed=1)
     assert cert.checks["draft_law"] < 1e-3, cert.checks
+
+
+def test_decoder_draft_law_as_a_float32_tensor_is_not_a_false_fail():
+    """Breaker (second decoder round): the float32 tolerance applied to numpy arrays only; a torch float32 tensor
+    summing to 1 + 3e-6 was a FAIL."""
+    torch = pytest.importorskip("torch")
+    import exactness
+    from exactness.chain import ChainDecoder, token_chain_kernel
+
+    model, target, prompts = _decoder_case()
+
+    class T32(ChainDecoder):
+        def draft_law(self, c):
+            return torch.tensor(super().draft_law(c), dtype=torch.float32) * (1 + 3e-6)
+
+    cert = exactness.certify_decoder(T32(token_chain_kernel, model, gamma=2), target, prompts[:2], new_tokens=3,
+                                     n=1000, seed=0)
+    assert cert.passed, cert.summary()
