@@ -872,3 +872,23 @@ def test_decoder_draft_law_as_a_float32_tensor_is_not_a_false_fail():
     cert = exactness.certify_decoder(T32(token_chain_kernel, model, gamma=2), target, prompts[:2], new_tokens=3,
                                      n=1000, seed=0)
     assert cert.passed, cert.summary()
+
+
+def test_the_lp_bound_solves_pairs_whose_draft_has_exact_zeros():
+    """Breaker: HiGHS dropped continuation coefficients below 1e-9 and called this LP infeasible (the point
+    Q(T) p(y) is feasible to 1e-16); rows scaled by their largest entry solve it, and block attains it."""
+    from resispec.pathlevel import analyse_path
+    from resispec.pathlevel.bound import optimal_accepted
+
+    s, V = 17, 4
+    r = np.random.default_rng(s)
+    r.integers(2, 6)
+    b = MarkovPair.random(np.random.default_rng(s), V, noise=1.5)
+    Q = b.Q.copy()
+    Q[r.random(Q.shape) < 0.3] = 0
+    Q[np.arange(V), r.integers(0, V, V)] += 0.5
+    Q /= Q.sum(1, keepdims=True)
+    model = MarkovPair(b.P, Q, b.p0, b.q0)
+    lp = optimal_accepted(model, (1, 1, 1), context=(0,)).expected_accepted
+    blk = analyse_path(get_path_verifier("block"), model, 3, (0,)).expected_accepted
+    assert blk <= lp + 1e-9 and lp - blk < 1e-6, (lp, blk)

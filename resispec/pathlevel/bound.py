@@ -134,10 +134,23 @@ def optimal_accepted(pair, branching, context=()) -> PathBound:
     # Dual simplex without presolve: HiGHS's presolve declares some well-posed instances (probabilities
     # ~1e-6 .. 1e-27) infeasible.  Tolerances are tightened as far as the instance allows.
     A, b, c = vstack([A_law, A_sum]).tocsr(), np.concatenate([target, qT]), np.asarray(obj, dtype=np.float64)
-    for tol in LP_TOLERANCES:
-        res = linprog(c, A_eq=A, b_eq=b, bounds=(0, None), method="highs-ds",
-                      options={"presolve": False, "primal_feasibility_tolerance": tol,
-                               "dual_feasibility_tolerance": tol})
+    for scaled in (False, True):
+        if scaled:
+            # HiGHS drops matrix entries below its small_matrix_value (1e-9): continuation probabilities of a pair
+            # with exact zeros reach 1e-14, and the rows they sit in turned "infeasible" (a breaker's: V = 4, L = 3,
+            # a draft with zeros; the point Q(T) p(y) is feasible to 1e-16).  Each row divided by its largest
+            # entry keeps the same solutions; tried only when the plain solve fails, so its optima are unchanged.
+            from scipy.sparse import diags
+
+            big = np.asarray(abs(A).max(axis=1).todense()).ravel()
+            scale = np.where(big > 0, 1.0 / np.where(big > 0, big, 1.0), 1.0)
+            A, b = (diags(scale) @ A).tocsr(), b * scale
+        for tol in LP_TOLERANCES:
+            res = linprog(c, A_eq=A, b_eq=b, bounds=(0, None), method="highs-ds",
+                          options={"presolve": False, "primal_feasibility_tolerance": tol,
+                                   "dual_feasibility_tolerance": tol})
+            if res.status == 0:
+                break
         if res.status == 0:
             break
     if res.status != 0:
