@@ -38,9 +38,9 @@ lane1() {
 lane2() {
   "${RS[@]}" bench --no-progress
   "$PY" benchmarks/gap_trees.py
-  "$PY" benchmarks/tree_speed.py --V 32000 --mc 50 --reserve-method newton
-  "$PY" benchmarks/tree_speed.py --V 32000 --mc 1 --reserve-method newton --out reports/tree_speed_reserve_newton.md
-  "$PY" benchmarks/tree_speed.py --V 32000 --mc 1 --reserve-method sort --out reports/tree_speed_reserve_sort.md
+  "$PY" benchmarks/tree_speed.py --V 32000 --mc 50 --solver fused
+  "$PY" benchmarks/tree_speed.py --V 32000 --mc 1 --solver fused --out reports/tree_speed_reserve_newton.md
+  "$PY" benchmarks/tree_speed.py --V 32000 --mc 1 --solver sort --out reports/tree_speed_reserve_sort.md
   "$PY" benchmarks/lookahead_search.py --V 1000 --B 8 --k 4 --out reports/lookahead_search.md
   if [ "$QUICK" != --quick ]; then
     "${RS[@]}" bench-gap --nodes 4 --n 300 --out reports/bench_gap.md --no-progress
