@@ -60,6 +60,32 @@ def sub_scaled(p, lam, rho, out=None):
     return numpy.subtract(p, y, out=y)
 
 
+def clip_to(y, hi, out=None):
+    """``min(max(y, 0), hi)`` (B, V) in one pass, into ``out`` when given: ``y``, ``hi`` (B, V) (the accepted mass
+    ``min(q, (p - lambda rho)_+)`` from ``y = p - lambda rho``)."""
+    if is_torch(y):
+        import torch
+
+        return torch.clamp(y, min=torch.zeros((), dtype=y.dtype, device=y.device), max=hi, out=out)
+    import numpy
+
+    return numpy.clip(y, 0.0, hi, out=out)
+
+
+def sum_where_equal(a, b, w, buf=None):
+    """``sum_j w[i, j] [a[i, j] == b[i, j]]`` per row: ``a``, ``b``, ``w`` (B, V) -> (B,).  torch: the indicator
+    written into ``buf`` ((B, V), ``a``'s dtype) and reduced with ``w`` by a batched dot product (two passes, no
+    (B, V) allocation with ``buf``); numpy: ``einsum`` over the boolean indicator."""
+    if is_torch(a):
+        import torch
+
+        e = torch.eq(a, b, out=buf) if buf is not None else (a == b).to(a.dtype)   # indicator 1.0 / 0.0
+        return torch.bmm(e.unsqueeze(1), w.unsqueeze(2)).view(-1)
+    import numpy
+
+    return numpy.einsum("ij,ij->i", a == b, w)
+
+
 def at(x, idx):
     """``x[b, idx[b]]`` for every row: ``x`` (B, V), ``idx`` (B,) int64 -> (B,), ``x``'s dtype."""
     xp = array_namespace(x)

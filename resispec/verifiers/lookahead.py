@@ -52,7 +52,7 @@ from __future__ import annotations
 import numpy as np
 
 from .._reserve_tol import LOOKAHEAD_TOL
-from .._xp import at, count_sorted, cummax, device, host, host_out, like, namespace, native, sub_scaled
+from .._xp import at, clip_to, count_sorted, cummax, device, host, host_out, like, namespace, sub_scaled
 
 _BISECT = 80
 
@@ -259,9 +259,8 @@ _PLAN_KEY = "resispec.lookahead"
 
 def _mass(p_i, q, lam, gamma, out=None):
     """``m = min(q, (p_i - gamma lam q)_+)`` (B, V), into ``out`` when given (no other (B, V) allocation)."""
-    nat = native(namespace(p_i, q))
     m = sub_scaled(p_i, gamma * lam, q, out)                                # p_i - gamma Lambda q
-    return nat.minimum(nat.clip(m, 0.0, None, out=m), q, out=m)             # min(q, (.)_+)
+    return clip_to(m, q, out=m)                                             # min(q, (.)_+)
 
 
 def _solve_schedule(p_i, q, k_left: int, gamma, out=None):
@@ -274,6 +273,10 @@ def _solve_schedule(p_i, q, k_left: int, gamma, out=None):
         if gamma is None:
             return like(_lookahead_fused.lookahead_rows(P, Q, int(k_left)), p_i), None
         buf = host_out(out) if p_i.dtype == out_dtype(out) else None          # the kernel writes m into out
+        if buf is None and not str(p_i.dtype).endswith("float64"):
+            # another working dtype (float32): the schedule from the kernel, m in that dtype (no float64 (B, V) copy)
+            sched = like(_lookahead_fused.lookahead_rows(P, Q, int(k_left)), p_i)
+            return sched, _mass(p_i, q, sched[:, 1], gamma, out)
         sched, m = _lookahead_fused.lookahead_rows(P, Q, int(k_left), gamma=float(gamma), out=buf)
         if buf is None:
             m = like(m, p_i)

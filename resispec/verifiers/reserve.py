@@ -40,7 +40,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .._reserve_tol import reserve_tol
-from .._xp import at, device, host, host_out, is_torch, like, namespace, native, sub_scaled
+from .._xp import at, clip_to, device, host, host_out, is_torch, like, namespace, sub_scaled, sum_where_equal
 
 #: Reserve solvers (module docstring).
 SOLVERS = ("auto", "fused", "newton", "sort")
@@ -165,10 +165,8 @@ def reserve_and_mass(p_i, q_i, rho, gamma, solver="auto", *, init=None, out=None
 
 def _clip_mass(p_i, q_i, rho, lam, out=None):
     """``m = min(q, (p - lam rho)_+)`` (B, V) (``lam`` None: ``min(p, q)``), into ``out`` when given."""
-    nat = native(namespace(p_i))
     y = p_i if lam is None else sub_scaled(p_i, lam, rho, out)              # p - lambda rho
-    m = nat.clip(y, 0.0, None, out=out)                                     # (p - lambda rho)_+
-    return nat.minimum(m, q_i, out=m)                                       # min(q, .)
+    return clip_to(y, q_i, out=out)                                         # min(q, (p - lambda rho)_+)
 
 
 def _fused(p_i, q_i, rho, gamma, init, out, _ws):
@@ -236,6 +234,7 @@ def _newton(p_i, q_i, rho, gamma, init, out, ws):
     tol_hi, tol_lo = tau / 8.0, 4.0 * eps * (1.0 + gamma)    # never stop on a flat piece of roots (h = tau)
     if ws.get("y") is None or tuple(ws["y"].shape) != tuple(p_i.shape) or ws["y"].dtype != p_i.dtype:
         ws["y"] = xp.empty(p_i.shape, dtype=p_i.dtype, device=device(p_i))   # (B, V) p - x rho, reused
+        ws["e"] = xp.empty(p_i.shape, dtype=p_i.dtype, device=device(p_i))   # (B, V) activity indicator
     z = xp.empty(p_i.shape, dtype=p_i.dtype, device=device(p_i)) if out is None else out   # m(x), (B, V)
     s0 = xp.sum(_clip_mass(p_i, q_i, rho, None, z), axis=1)                # s(0), (B,)
     h0 = tau - gamma * (1.0 - s0)                                           # h(0) = tau - gamma TV
@@ -245,14 +244,13 @@ def _newton(p_i, q_i, rho, gamma, init, out, ws):
     start = xp.clip(gamma * (1.0 - s0) if init is None else xp.where(xp.isnan(init), 0.0, init), 0.0, gamma)
     x = xp.where(done, lo, start)
     h = xp.where(done, h0, 0.0)
-    rows, P, Q, R, Z, Y = None, p_i, q_i, rho, z, ws["y"]                   # the open rows once few (compaction)
+    rows, P, Q, R, Z, Y, E = None, p_i, q_i, rho, z, ws["y"], ws["e"]       # the open rows once few (compaction)
     its = 1
     while not bool(xp.all(done)):
         its += 1
         xs = x if rows is None else x[rows]
-        nat = native(xp)
         sub_scaled(P, xs, R, Y)                                             # y = p - x rho
-        nat.minimum(nat.clip(Y, 0.0, None, out=Z), Q, out=Z)                # m(x) = min(q, y_+)
+        clip_to(Y, Q, out=Z)                                                # m(x) = min(q, y_+)
         s = xp.sum(Z, axis=1)                                               # s(x)
         if rows is not None:
             z[rows] = Z
@@ -266,7 +264,7 @@ def _newton(p_i, q_i, rho, gamma, init, out, ws):
         done = done | ((h <= tol_hi) & (h >= -tol_lo)) | (hi - lo <= 4.0 * eps * gamma)
         if its >= MAX_ITER or bool(xp.all(done)):
             break
-        Rp = xp.sum(xp.where(Z == Y, R, 0.0), axis=1)                       # s'(x) = -sum rho [0 <= y <= q]
+        Rp = sum_where_equal(Z, Y, R, E)                                    # s'(x) = -sum rho [0 <= y <= q]
         if rows is not None:
             full = xp.zeros((B,), dtype=p_i.dtype, device=device(p_i))
             full[rows] = Rp
@@ -282,6 +280,5 @@ def _newton(p_i, q_i, rho, gamma, init, out, ws):
             if 4 * open_.shape[0] <= B:                                     # few stragglers: only their rows
                 rows = open_
                 P, Q, R = p_i[rows], q_i[rows], rho[rows]
-                Z, Y = xp.empty(P.shape, dtype=P.dtype, device=device(P)), xp.empty(P.shape, dtype=P.dtype,
-                                                                                  device=device(P))
+                Z, Y, E = (xp.empty(P.shape, dtype=P.dtype, device=device(P)) for _ in "zye")
     return xp.clip(x, 0.0, gamma), z, ReserveInfo(its, float(xp.max(xp.abs(h))))
