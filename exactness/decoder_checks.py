@@ -346,6 +346,9 @@ class AcceptanceBoundDecoder(DecoderCheck):
                "samples look like), and first drafts that do not follow the law decoder.draft_law reports at the "
                "prompt (draft_law: the bound's premise; chi-square of the first draft per prompt)")
     mutant = "too_generous_chain"
+    #: Source: the LP over exact rules for drafted chains (docs/pathlevel.md section 4), attained by block
+    #: verification (Sun et al. 2024, arXiv 2403.10444, Theorem 2); the test on a bounded mean is Hoeffding's
+    #: (1963, JASA 58, Theorem 1).
 
     def skip(self, st):
         from .decoder_events import events_q
@@ -395,14 +398,12 @@ def _first_draft_check(st, rows, first) -> None:
     from .pit import draft_laws
 
     q = draft_laws(st.decoder, st.prompts, st.V)                           # (P, V) at the prompts
-    pv, tv = [], []
+    pv = []
     for i in range(st.P):
         got = first[(rows == i) & (first >= 0)]
         if got.size < 20:
             continue
-        res = gof_test(np.bincount(got, minlength=st.V), q[i])
-        pv.append(float(res.pvalue))
-        tv.append(float(getattr(res, "tv_estimate", float("nan"))))
+        pv.append(float(gof_test(np.bincount(got, minlength=st.V), q[i]).pvalue))
     if pv:
         st.record("draft_law", min(1.0, min(pv) * len(pv)), {
             "pvalue": min(1.0, min(pv) * len(pv)), "per_prompt_pvalue": pv,
@@ -416,12 +417,12 @@ def _prompt_bounds(st, gamma: int):
     """``(bounds (P,), None)``: the LP bound over exact rules at each prompt (identical pairs solved once), or
     ``(None, why)`` where no LP bound is computed (too large, or the solver failed at this pair)."""
     from resispec.pathlevel.analysis import prefix_laws
-    from resispec.pathlevel.bound import optimal_accepted
+    from resispec.pathlevel.bound import lp_nonzeros, optimal_accepted
 
     from .acceptance_bound import lp_bound
 
     V = st.V
-    nnz = V ** gamma * V * sum(V ** (gamma - d) for d in range(gamma + 1)) if gamma <= 64 else float("inf")
+    nnz = lp_nonzeros(V, (1,) * gamma) if gamma <= 64 else float("inf")
     if nnz > DECODER_LP_NONZEROS:
         return None, (f"no LP bound at this size: V = {V}, gamma = {gamma} gives ~{float(nnz):.3g} constraint "
                       f"nonzeros, over DECODER_LP_NONZEROS = {DECODER_LP_NONZEROS:,} (certify the kernel with "
@@ -433,13 +434,10 @@ def _prompt_bounds(st, gamma: int):
         laws = prefix_laws(pair, gamma, ctx)          # target / draft_law errors surface here (not as a size skip)
         key = b"".join(p.tobytes() + q.tobytes() for p, q in laws.values())
         if key not in memo:
-            pair.cached = laws
-            try:
+            try:                                      # the LP reads the same laws again: _ReportedPair remembers them
                 memo[key] = lp_bound(optimal_accepted(pair, (1,) * gamma, context=ctx))
             except (ValueError, OverflowError, MemoryError) as exc:      # too large, or the LP solver failed
                 return None, f"no LP bound for prompt {list(ctx)} (V = {V}, gamma = {gamma}): {exc}"
-            finally:
-                pair.cached = None
         bounds[i] = memo[key]
     return bounds, None
 
@@ -484,20 +482,22 @@ def first_call_kept(ev, R: int, gamma: int | None = None, m: int | None = None):
 
 class _ReportedPair:
     """The (target, draft) pair ``resispec.pathlevel.optimal_accepted`` reads: the certified target and the draft
-    law the decoder reports (``laws(contexts) -> (p, q)`` over token tuples of any length); ``cached``: the
-    ``prefix_laws`` already read for the context being solved (the LP reads them again)."""
-
-    cached = None
+    law the decoder reports (``laws(contexts) -> (p, q)`` over token tuples of any length), each list of contexts
+    read once (the LP asks again for the laws its caller read first)."""
 
     def __init__(self, tgt, decoder, V: int):
         self.tgt, self.decoder, self.vocab_size = tgt, decoder, int(V)
+        self._read: dict = {}
 
     def laws(self, contexts):
+        key = tuple(tuple(c) for c in contexts)
+        if key not in self._read:
+            self._read[key] = self._laws(contexts)
+        return self._read[key]
+
+    def _laws(self, contexts):
         from .pit import draft_laws
 
-        if self.cached is not None and len(self.cached) == len(contexts):
-            p, q = zip(*self.cached.values())
-            return np.stack(p), np.stack(q)
         n = len(contexts)
         p, q = np.empty((n, self.vocab_size)), np.empty((n, self.vocab_size))
         by_len: dict = {}

@@ -14,6 +14,7 @@ import inspect
 from functools import lru_cache
 
 from array_api_compat import array_namespace, device, is_torch_namespace
+from array_api_compat import is_torch_array as is_torch  # noqa: F401  (a tensor? any object)
 
 from ._reserve_tol import RESIDUAL_EPS  # noqa: E402  (the one value; float32: :func:`residual_eps`)
 
@@ -239,11 +240,6 @@ def walk(rule, p, q, c, ms=None, ps=None, qs=None, state=None):
     return a, p_i
 
 
-def is_torch(x) -> bool:
-    """Whether ``x`` is a torch tensor (its namespace is torch's)."""
-    return is_torch_namespace(array_namespace(x))
-
-
 def host(x, dtype=None):
     """A C-ordered numpy view of ``x`` (a numpy array or a CPU tensor), for the compiled kernels; None for a
     tensor on another device.  No copy where ``x`` is already C-ordered in ``dtype`` (default: its own)."""
@@ -256,9 +252,9 @@ def host(x, dtype=None):
     return numpy.ascontiguousarray(x, dtype=dtype)
 
 
-def host_out(out):
-    """A numpy array that writes through to ``out`` (a C-ordered float64 numpy array or CPU tensor), else None:
-    the buffer a compiled kernel may fill in place."""
+def host_out(out, dtype=None):
+    """A numpy array that writes through to ``out`` (a C-ordered, writable numpy array or CPU tensor of ``dtype``,
+    a numpy dtype, default float64), else None: the buffer a compiled kernel may fill in place."""
     import numpy
 
     if out is None:
@@ -267,7 +263,7 @@ def host_out(out):
         if out.device.type != "cpu" or not out.is_contiguous():
             return None
         out = out.detach().numpy()
-    ok = out.dtype == numpy.float64 and out.flags.c_contiguous and out.flags.writeable
+    ok = out.dtype == (numpy.float64 if dtype is None else dtype) and out.flags.c_contiguous and out.flags.writeable
     return out if ok else None
 
 

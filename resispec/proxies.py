@@ -169,11 +169,6 @@ def _check_proxy_signature(proxy) -> None:
                         "(or **kwargs)") from None
 
 
-def is_torch_like(x) -> bool:
-    """Whether ``x`` is a torch tensor (without importing torch)."""
-    return type(x).__module__.startswith("torch") and hasattr(x, "device")
-
-
 def check_proxy_output(rho, like, name: str):
     """A proxy's output checked and renormalised: (B, V) finite, non-negative, rows summing to 1.
 
@@ -199,7 +194,7 @@ def check_proxy_output(rho, like, name: str):
     xp = namespace(like)
     if getattr(rho, "requires_grad", False):               # a torch output tied to autograd: its values only
         rho = rho.detach()
-    if is_torch(like) and is_torch_like(rho) and rho.device != like.device:
+    if is_torch(like) and is_torch(rho) and rho.device != like.device:
         raise ValueError(f"proxy {name!r} returned a tensor on {rho.device}, expected {like.device}")
     try:
         raw = xp.asarray(rho if not isinstance(rho, (str, bytes)) else np.asarray(object()), device=device(like))

@@ -61,6 +61,16 @@ class PathBound:
     tolerance: float
 
 
+def lp_nonzeros(V: int, branching) -> int:
+    """Estimated constraint nonzeros of :func:`optimal_accepted`'s LP for vocabulary ``V`` and a tree of shape
+    ``branching`` (tuple of int): ``V^N V sum_r V^(D - depth r)`` (``N`` drafted nodes, depth ``D``; each outcome
+    of row ``r`` spreads over the ``V^(D - depth r)`` horizon cells it fixes a prefix of).  The solver's memory and
+    time grow with it (:data:`MAX_NONZEROS`)."""
+    parent, depth = tree_nodes(tuple(branching))
+    D = len(branching)
+    return V ** (len(parent) - 1) * V * sum(V ** (D - int(d)) for d in depth)
+
+
 def optimal_accepted(pair, branching, context=()) -> PathBound:
     """Largest expected accepted length of any exact rule, for iid-drafted trees of shape ``branching``.
 
@@ -97,7 +107,7 @@ def optimal_accepted(pair, branching, context=()) -> PathBound:
     if n_var > MAX_VARIABLES:
         raise ValueError(f"the LP would have ~{float(n_var):.3g} variables (V = {V}, {N} drafted nodes), over {MAX_VARIABLES}; "
                          "use a smaller V or tree")
-    nnz = V ** N * V * sum(V ** (D - int(d)) for d in depth)    # each outcome of row r spreads over V^(D - depth r)
+    nnz = lp_nonzeros(V, shape.branching)
     if nnz > MAX_NONZEROS:                                       # horizon cells: the solver's memory and time
         raise ValueError(f"the LP would have ~{float(nnz):.3g} constraint nonzeros (V = {V}, {N} drafted nodes, depth "
                          f"{D}), over MAX_NONZEROS = {MAX_NONZEROS:,} (V = 30 at L = 2 took 2 minutes and 4 GB); use a "

@@ -272,7 +272,7 @@ def _solve_schedule(p_i, q, k_left: int, gamma, out=None):
     if P is not None and _lookahead_fused.AVAILABLE:
         if gamma is None:
             return like(_lookahead_fused.lookahead_rows(P, Q, int(k_left)), p_i), None
-        buf = host_out(out) if p_i.dtype == out_dtype(out) else None          # the kernel writes m into out
+        buf = host_out(out) if str(p_i.dtype).endswith("float64") else None   # the kernel writes m into out
         if buf is None and not str(p_i.dtype).endswith("float64"):
             # another working dtype (float32): the schedule from the kernel, m in that dtype (no float64 (B, V) copy)
             sched = like(_lookahead_fused.lookahead_rows(P, Q, int(k_left)), p_i)
@@ -288,11 +288,6 @@ def _solve_schedule(p_i, q, k_left: int, gamma, out=None):
         return like(sched, p_i), m
     sched = _lookahead_schedule_ref(p_i, q, k_left)
     return sched, (None if gamma is None else _mass(p_i, q, sched[:, 1], gamma, out))
-
-
-def out_dtype(out):
-    """``out``'s dtype, or None."""
-    return None if out is None else out.dtype
 
 
 def _lookahead_reserve_ref(p_i, q, k_left: int):

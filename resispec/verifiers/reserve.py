@@ -94,7 +94,7 @@ def solve_reserve(p_i, q_i, rho, gamma: float, method: str = "auto", *, init=Non
 
     Source: ``docs/RESISPEC.md`` section 4.
     """
-    p_i, q_i, rho = checked(p_i, q_i, rho, gamma, method)
+    p_i, q_i, rho = _checked(p_i, q_i, rho, gamma, method)
     if init is not None:
         init = namespace(p_i).asarray(init, dtype=p_i.dtype, device=device(p_i))
         if tuple(init.shape) != (p_i.shape[0],):
@@ -104,7 +104,7 @@ def solve_reserve(p_i, q_i, rho, gamma: float, method: str = "auto", *, init=Non
     return reserve_and_mass(p_i, q_i, rho, gamma, method, init=init)[0]
 
 
-def checked(p_i, q_i, rho, gamma, method):
+def _checked(p_i, q_i, rho, gamma, method):
     """``(p_i, q_i, rho)`` of one (B, V) shape, library, dtype and device (numpy: float64); else ValueError."""
     if method not in SOLVERS:
         raise ValueError(f"method must be one of {SOLVERS}, got {method!r}")
@@ -112,7 +112,7 @@ def checked(p_i, q_i, rho, gamma, method):
             or not np.isfinite(gamma) or gamma < 0:
         raise ValueError(f"gamma must be a finite number >= 0, got {gamma!r}")
     arrays = (p_i, q_i, rho)
-    if not any(is_torch(a) if hasattr(a, "shape") else False for a in arrays):
+    if not any(is_torch(a) for a in arrays):
         arrays = tuple(np.asarray(a, dtype=np.float64) for a in arrays)          # float64 reference
     xp = namespace(*arrays)
     shapes = [tuple(a.shape) for a in arrays]
@@ -174,10 +174,7 @@ def _fused(p_i, q_i, rho, gamma, init, out, _ws):
     from .._reserve_fused import solve_reserve_rows
 
     P, Q, R = (host(a) for a in (p_i, q_i, rho))
-    buf = host_out(out) if (out is not None and out.dtype == p_i.dtype) else None   # the kernel writes m there
-    if buf is None and out is not None and is_torch(out) and out.device.type == "cpu" and out.is_contiguous() \
-            and out.dtype == p_i.dtype:
-        buf = out.detach().numpy()                                          # float32 tensors too
+    buf = host_out(out, P.dtype)                                            # the kernel writes m there (or None)
     warm = None if init is None else host(init, np.float64)
     lam, m, passes, resid, _ = solve_reserve_rows(P, Q, R, gamma, init=warm, out=buf)
     info = ReserveInfo(int(passes.max()) if passes.size else 0, float(abs(resid).max()) if resid.size else 0.0)
