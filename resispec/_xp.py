@@ -267,6 +267,14 @@ def host_out(out, dtype=None):
     return out if ok else None
 
 
+def into(out, m):
+    """``m`` written into ``out`` (B, V) and ``out`` returned; ``m`` itself when ``out`` is None."""
+    if out is None:
+        return m
+    out[...] = m
+    return out
+
+
 def like(a, ref):
     """The numpy array ``a`` in the library, dtype and device of ``ref`` (no copy for numpy or a CPU tensor of
     that dtype)."""

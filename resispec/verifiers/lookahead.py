@@ -52,7 +52,7 @@ from __future__ import annotations
 import numpy as np
 
 from .._reserve_tol import LOOKAHEAD_TOL
-from .._xp import at, clip_to, count_sorted, cummax, device, host, host_out, like, namespace, sub_scaled
+from .._xp import at, clip_to, count_sorted, cummax, device, host, host_out, into, like, namespace, sub_scaled
 
 _BISECT = 80
 
@@ -272,20 +272,13 @@ def _solve_schedule(p_i, q, k_left: int, gamma, out=None):
     if P is not None and _lookahead_fused.AVAILABLE:
         if gamma is None:
             return like(_lookahead_fused.lookahead_rows(P, Q, int(k_left)), p_i), None
-        buf = host_out(out) if str(p_i.dtype).endswith("float64") else None   # the kernel writes m into out
-        if buf is None and not str(p_i.dtype).endswith("float64"):
+        if not str(p_i.dtype).endswith("float64"):
             # another working dtype (float32): the schedule from the kernel, m in that dtype (no float64 (B, V) copy)
             sched = like(_lookahead_fused.lookahead_rows(P, Q, int(k_left)), p_i)
             return sched, _mass(p_i, q, sched[:, 1], gamma, out)
+        buf = host_out(out)                                                 # the kernel writes m into out
         sched, m = _lookahead_fused.lookahead_rows(P, Q, int(k_left), gamma=float(gamma), out=buf)
-        if buf is None:
-            m = like(m, p_i)
-            if out is not None:
-                out[...] = m
-                m = out
-        else:
-            m = out
-        return like(sched, p_i), m
+        return like(sched, p_i), (out if buf is not None else into(out, like(m, p_i)))
     sched = _lookahead_schedule_ref(p_i, q, k_left)
     return sched, (None if gamma is None else _mass(p_i, q, sched[:, 1], gamma, out))
 

@@ -40,7 +40,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .._reserve_tol import reserve_tol
-from .._xp import at, clip_to, device, host, host_out, is_torch, like, namespace, sub_scaled, sum_where_equal
+from .._xp import at, clip_to, device, host, host_out, into, is_torch, like, namespace, sub_scaled, sum_where_equal
 
 #: Reserve solvers (module docstring).
 SOLVERS = ("auto", "fused", "newton", "sort")
@@ -178,14 +178,7 @@ def _fused(p_i, q_i, rho, gamma, init, out, _ws):
     warm = None if init is None else host(init, np.float64)
     lam, m, passes, resid, _ = solve_reserve_rows(P, Q, R, gamma, init=warm, out=buf)
     info = ReserveInfo(int(passes.max()) if passes.size else 0, float(abs(resid).max()) if resid.size else 0.0)
-    if buf is not None:
-        m = out
-    else:
-        m = like(m, p_i)
-        if out is not None:
-            out[...] = m
-            m = out
-    return like(lam, p_i), m, info
+    return like(lam, p_i), (out if buf is not None else into(out, like(m, p_i))), info
 
 
 def _sort(p_i, q_i, rho, gamma, init, out, _ws):
