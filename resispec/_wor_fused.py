@@ -87,9 +87,15 @@ def _top_rest(v, tot):
     """``(argmax v, sum of the others)``: ``tot - max`` loses at most a bit when the maximum is at most
     half of ``tot``; otherwise the others are summed directly."""
     top = _argmax(v)
+    return top, _rest(v, tot, top)
+
+
+@_njit(cache=True, nogil=True)
+def _rest(v, tot, top):
+    """``sum_{j != top} v(j)`` for ``top = argmax v`` found by the caller's own pass (:func:`_top_rest`)."""
     if v[top] <= 0.5 * tot:
-        return top, max(tot - v[top], 0.0)
-    return top, _sum_skip(v, top)
+        return max(tot - v[top], 0.0)
+    return _sum_skip(v, top)
 
 
 @_njit(cache=True, nogil=True)
@@ -115,9 +121,14 @@ def _setup(p, q, g, inv, A, Bc, cap):
     """
     V = p.shape[0]
     qtot = 0.0
+    top = 0
+    best = -np.inf
     for j in range(V):
         qtot += q[j]
-    top, qrest = _top_rest(q, qtot)                 # 1 - q(top) without cancellation
+        if q[j] > best:                             # argmax q (the first of equal maxima), in the same pass
+            best = q[j]
+            top = j
+    qrest = _rest(q, qtot, top)                     # 1 - q(top) without cancellation
     hi = 0.0
     msum0 = 0.0
     D0 = 0.0
@@ -240,9 +251,12 @@ def _solve_rank_one(uc, ec, n, W, umax, bc):
     lo, hi = s_lo, s_hi
     x = min(max(W, s_lo), s_hi)
     best = lo
+    last = np.nan                                      # the point whose b is in bc (each pass stores it)
+    flast = 0.0
     while passes < _MAX_PASSES:
-        fx, dx = _roots(uc, ec, n, x, bc, False)
+        fx, dx = _roots(uc, ec, n, x, bc, True)
         passes += 1
+        last, flast = x, fx
         if fx >= 1.0:
             lo = x
         else:
@@ -256,8 +270,11 @@ def _solve_rank_one(uc, ec, n, W, umax, bc):
         nx = x + fx * (1.0 - fx) / dx if (dx < 0.0 and dx > -np.inf) else 0.5 * (lo + hi)
         x = nx if lo < nx < hi else 0.5 * (lo + hi)
     lo = best
-    z, _ = _roots(uc, ec, n, lo, bc, True)
-    passes += 1
+    if lo == last:                                     # b at the solution is already stored: no pass more
+        z = flast
+    else:
+        z, _ = _roots(uc, ec, n, lo, bc, True)
+        passes += 1
     if not (z > 0.0):
         return False, passes
     for j in range(n):
@@ -379,6 +396,8 @@ def _node(p, q, g, inv, A, Bc, cap, m, wi, qth, b, tmp, idx, uc, ec, bc, tc):
     dsum = 0.0
     msum = 0.0
     wtot = 0.0
+    wtop = 0
+    wbest = -np.inf
     for j in range(V):
         mj = min(max(A[j] - Bc[j] * om, 0.0), cap[j])
         m[j] = mj
@@ -387,13 +406,18 @@ def _node(p, q, g, inv, A, Bc, cap, m, wi, qth, b, tmp, idx, uc, ec, bc, tc):
         w = max(q[j] - mj, 0.0) * inv[j]
         wi[j] = w
         wtot += w
+        if w > wbest:                                  # argmax wi in the same pass
+            wbest = w
+            wtop = j
     if not (dsum > _TINY):
         for j in range(V):                            # nothing owed: the plain rrs_wor step
             m[j] = cap[j]
         return PLAIN, 0.0, passes, 0.0, 0.0
-    wtop, wrest = _top_rest(wi, wtot)
+    wrest = _rest(wi, wtot, wtop)
     vsum = 0.0
     stot = 0.0
+    stop = 0
+    sbest = -np.inf
     for j in range(V):
         oth = wrest if j == wtop else max(wtot - wi[j], 0.0)
         c = q[j] * oth                                 # c(y) = q(y) sum_{x != y} w(x) / (1 - q(x))
@@ -407,7 +431,10 @@ def _node(p, q, g, inv, A, Bc, cap, m, wi, qth, b, tmp, idx, uc, ec, bc, tc):
         tmp[j] = sh
         stot += sh
         vsum += min(dj, c)
-    stop, srest = _top_rest(tmp, stot)
+        if sh > sbest:                                 # argmax tmp in the same pass
+            sbest = sh
+            stop = j
+    srest = _rest(tmp, stot, stop)
     su = 0.0
     se = 0.0
     n = 0
