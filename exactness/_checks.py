@@ -40,6 +40,12 @@ class SubjectError(RuntimeError):
         self.cause = str(cause)
 
 
+class BudgetError(ValueError):
+    """A planned or requested sample count the certificate cannot use -- over the time or memory limit, or too few
+    draws for its test to have a degree of freedom: nothing was decided (no verdict on the subject); the message
+    gives the estimate and the fixes.  The caller's request, so the CLI exits 2 (``exactness.budget``)."""
+
+
 def exception_line(exc: BaseException, limit: int = 200) -> str:
     """``"RuntimeError: boom (in verify, mine.py:12)"``: an exception in one line (its message cut to ``limit``
     characters) with its innermost frame; ``SystemExit`` as ``"SystemExit: called sys.exit(0)"``."""
@@ -68,19 +74,31 @@ def subject_cause(what: str, exc: BaseException) -> str:
     return f"{what} raised {line}"
 
 
+def passes_through(exc: BaseException) -> bool:
+    """Whether ``exc``, raised inside a subject's call, is not the subject's failure: Ctrl-C (``KeyboardInterrupt``)
+    and the harness's own time limit (:class:`exactness._timeout.TimeLimitExceeded`).  Everything else a subject
+    raises -- any ``Exception``, ``SystemExit``, ``GeneratorExit``, ``asyncio.CancelledError``, a test framework's
+    outcome exception, any other ``BaseException`` -- is its failure (a FAIL naming it)."""
+    from ._timeout import TimeLimitExceeded
+
+    return isinstance(exc, (KeyboardInterrupt, TimeLimitExceeded))
+
+
 def subject_call(fn, what: str, *args, **kwargs):
     """Call the subject's ``fn(*args, **kwargs)``; any ``Exception`` it raises, or ``SystemExit`` (a subject that
     calls ``sys.exit``), becomes a :class:`SubjectError` whose cause is :func:`subject_cause`.
 
     ``what`` names the call in the cause (``"MyVerifier.verify"``).  A ``SubjectError`` raised inside passes
-    through unchanged; other ``BaseException`` s (time limits: ``exactness._timeout.TimeLimitExceeded``; Ctrl-C:
-    ``KeyboardInterrupt``) are never caught here.
+    through unchanged; so do time limits (``exactness._timeout.TimeLimitExceeded``) and Ctrl-C (``KeyboardInterrupt``):
+    :func:`passes_through`.
     """
     try:
         return fn(*args, **kwargs)
     except SubjectError:
         raise
-    except (Exception, SystemExit) as exc:    # a subject that ends the program is a FAIL, never the harness's exit
+    except BaseException as exc:    # a subject that ends the program is a FAIL, never the harness's exit
+        if passes_through(exc):             # Ctrl-C, the harness's time limit
+            raise
         raise SubjectError(subject_cause(what, exc)) from exc
 
 
@@ -167,12 +185,19 @@ def check_tokens(tokens, V: int, expected: int, *, name: str = "sample(rng, n)")
     return t.astype(np.int64, copy=False)
 
 
+def seed_copy(ss: np.random.SeedSequence) -> np.random.SeedSequence:
+    """A copy of ``ss`` in its current state: spawning from the copy leaves the caller's object as it was, so the same
+    ``SeedSequence`` passed twice gives the same run (as ``numpy.random.default_rng(ss)`` does)."""
+    return np.random.SeedSequence(ss.entropy, spawn_key=ss.spawn_key, pool_size=ss.pool_size,
+                                  n_children_spawned=ss.n_children_spawned)
+
+
 def as_seed_sequence(seed, *, name: str = "seed") -> np.random.SeedSequence:
     """``numpy.random.SeedSequence`` from any seed the harness takes.
 
     Accepted: ``None`` (fresh OS entropy), an int >= 0, a sequence of ints >= 0
     (``[0, i]``, a tuple or a 1-D integer array: the usual way to give run ``i``
-    its own stream), a ``SeedSequence`` (returned as is) or a numpy
+    its own stream), a ``SeedSequence`` (a copy: :func:`seed_copy`) or a numpy
     ``Generator`` (one 63-bit integer is drawn from it, so the generator
     advances).  ``as_seed_sequence(s)`` and ``numpy.random.default_rng(s)`` give
     the same stream for an int or a sequence (numpy's own rule,
@@ -186,7 +211,7 @@ def as_seed_sequence(seed, *, name: str = "seed") -> np.random.SeedSequence:
         A negative int, an empty sequence or a sequence with a negative entry.
     """
     if isinstance(seed, np.random.SeedSequence):
-        return seed
+        return seed_copy(seed)
     if isinstance(seed, np.random.Generator):
         return np.random.SeedSequence(int(seed.integers(2**63)))
     what = (f"{name} must be an int >= 0, a sequence of ints >= 0 such as [0, i], a numpy SeedSequence or a "

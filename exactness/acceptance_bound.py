@@ -20,7 +20,7 @@ from dataclasses import asdict, dataclass
 import numpy as np
 from scipy.special import rel_entr
 
-from ._checks import is_int, is_number
+from ._checks import is_int, is_number, passes_through
 
 #: Slack added to alpha* (round-off of the O(V log V) bound; without-replacement k >= 3: the bound's certified
 #: error 1e-4, ``resispec.wor_bound.alpha_star_wor``).
@@ -99,7 +99,9 @@ def _exact_form(plan_fn, plan_attr: str, rows: int, V: int, where: tuple, analys
     def checked_plan(*args):                         # the rule's plan, checked to be a law at every draft
         try:
             pl = plan_fn(*args)
-        except (Exception, SystemExit) as exc:       # the rule's own plan raised: the subject misbehaved
+        except BaseException as exc:       # the rule's own plan raised: the subject misbehaved
+            if passes_through(exc):             # Ctrl-C, the harness's time limit
+                raise
             raise _PlanRaised(f"{type(exc).__name__}: {exc}") from exc
         at = np.asarray(args[-1]).tolist()
         stop, laws, why = law_problem(pl, rows, V, tol=math.inf, range_tol=math.inf)   # structure: exact
@@ -125,7 +127,9 @@ def _exact_form(plan_fn, plan_attr: str, rows: int, V: int, where: tuple, analys
         return {"error": f"its declared plan is not a law: {exc}"}
     except _PlanRaised as exc:
         return {"error": f"its declared plan raised {exc}"}
-    except (Exception, SystemExit) as exc:           # the analysis of what the plan returned failed: its failure
+    except BaseException as exc:           # the analysis of what the plan returned failed: its failure
+        if passes_through(exc):             # Ctrl-C, the harness's time limit
+            raise
         return {"error": f"its declared plan raised {type(exc).__name__}: {exc}"}
     if off["total"] > PLAN_WEIGHTED_TOL:
         return {"error": f"its declared plan is not a law: off by {off['total']:.3g} in all, weighted by the drafts' "

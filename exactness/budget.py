@@ -15,6 +15,7 @@ import math
 import numpy as np
 
 from . import limits
+from ._checks import BudgetError  # noqa: F401  (defined there: the certificate raises it too)
 from .certificate import _hours, pilot_seconds
 from .gof import MIN_EXPECTED, pool_cells
 from .power import samples_for_tv
@@ -71,9 +72,6 @@ def count_text(n: int) -> str:
     return f"{n:,}" if n < 10**15 else f"~1e{len(str(n)) - 1}"
 
 
-class BudgetError(ValueError):
-    """A planned or requested sample count over the time or memory limit: nothing was drawn (no verdict on the
-    verifier); the message gives the estimate and the fixes."""
 
 
 def check_planned_budget(draw, n: int, *, tv: float, workers: int, max_samples: int,

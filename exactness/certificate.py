@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ._checks import SubjectError, as_generator, check_alpha, check_n, check_tokens, check_tv, warn_power
+from ._checks import BudgetError, SubjectError, as_generator, check_alpha, check_n, check_tokens, check_tv, warn_power
 from .gof import MIN_EXPECTED, gof_test, tv_bounds
 from .power import detectable_tv as _detectable_tv
 from .power import samples_for_tv
@@ -565,7 +565,7 @@ def certificate_from_counts(counts, law, *, alpha: float, power: float, tv: floa
     res = gof_test(counts, law, min_expected=min_expected)
     imp = impossible_tokens(counts, law)
     if imp is None and res.df == 0 and np.count_nonzero(np.asarray(law) > 0) > 1:
-        raise ValueError(no_df_message(np.asarray(law, dtype=np.float64), n, min_expected))
+        raise BudgetError(no_df_message(np.asarray(law, dtype=np.float64), n, min_expected))
     tv_hat, tv_up = tv_bounds(counts, law, alpha)
     det = _detectable_tv(n, max(1, res.df), alpha=alpha, power=power)
     tv = check_tv(tv)

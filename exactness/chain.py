@@ -307,15 +307,17 @@ def _call_kernel(kernel, tp, dp, di, rng) -> np.ndarray:
                 f"or None, draft_ids ({A}, {g}) int64, rng), see exactness.chain")
     try:
         out = np.asarray(kernel(tp, dp, di, rng))
-    except (SystemExit, GeneratorExit) as exc:       # sys.exit(2) in a kernel: never a silent exit of the caller
-        from ._checks import SubjectError, subject_cause
-
-        raise SubjectError(f"{subject_cause(f'chain kernel {name}', exc)} ({call})") from exc
     except Exception as exc:
         from ._checks import exception_line
 
         cls = ValueError if isinstance(exc, ValueError) else TypeError
         raise _own(cls, f"chain kernel {name} raised {exception_line(exc)} ({call})") from exc
+    except BaseException as exc:     # sys.exit(2), GeneratorExit, asyncio.CancelledError in a kernel: a FAIL naming it
+        from ._checks import SubjectError, passes_through, subject_cause
+
+        if passes_through(exc):      # Ctrl-C, the harness's time limit
+            raise
+        raise SubjectError(f"{subject_cause(f'chain kernel {name}', exc)} ({call})") from exc
     if out.shape != (A, g + 1):
         raise _own(ValueError, f"chain kernel {name} returned shape {out.shape}, expected ({A}, {g + 1})")
     if out.dtype == bool or not np.issubdtype(out.dtype, np.integer):

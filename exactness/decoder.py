@@ -80,7 +80,7 @@ import time
 import numpy as np
 from scipy import stats
 
-from ._checks import SubjectError
+from ._checks import SubjectError, passes_through
 from .certificate import Certificate, holm
 from .gof import pool_cells, pooled_gof_test, tv_bounds
 from .pit import BATCH, PAIR_BINS, PAIR_TOKENS, PIT_BINS, POWER, running, subject
@@ -597,7 +597,9 @@ def _plan_mode(decoder, rng, V):
         if not hasattr(decoder, "plan_collector") or not hasattr(decoder, "kernel_plan"):
             return None, None
         plan = decoder.kernel_plan
-    except (Exception, SystemExit) as exc:        # the kernel's plan attribute raised: the subject's failure
+    except BaseException as exc:        # the kernel's plan attribute raised: the subject's failure
+        if passes_through(exc):             # Ctrl-C, the harness's time limit
+            raise
         raise SubjectError(subject_cause("reading the chain kernel's plan", exc)) from exc
     if plan is None:
         _, why = declared(decoder.kernel, "plan")

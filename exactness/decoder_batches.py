@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ._checks import SubjectError, subject_cause
+from ._checks import SubjectError, passes_through, subject_cause
 from .gof import pooled_gof_test
 from .pit import POWER, impossible, pit, pit_check, running
 from .power import detectable_tv
@@ -133,12 +133,14 @@ def per_row_check(decoder, prompts, m, seed, check):
         try:
             with running(what):
                 return decoder.sample(pr[rows], m, gens(rows))      # pr[rows]: a fresh copy each call
-        except (SystemExit, GeneratorExit) as exc:                  # sys.exit(2) inside sample: a FAIL naming it
-            raise SubjectError(subject_cause(what, exc)) from exc
         except Exception as exc:             # the decoder broke its own declaration: a FAIL naming it
             raise SubjectError(f"the decoder declares per_row_rng = True but {what} raised {type(exc).__name__}: "
                                f"{exc}; accept a list of B numpy Generators as rng (one per row), or drop "
                                "per_row_rng") from exc
+        except BaseException as exc:         # sys.exit(2), asyncio.CancelledError inside sample: a FAIL naming it
+            if passes_through(exc):          # Ctrl-C, the harness's time limit
+                raise
+            raise SubjectError(subject_cause(what, exc)) from exc
 
     batch = check(run(np.arange(B)), B, what)
     alone = np.concatenate([check(run(np.array([i])), 1, what) for i in range(B)])

@@ -13,7 +13,7 @@ import warnings
 
 import numpy as np
 
-from ._checks import ExactnessWarning, SubjectError, as_generator, check_alpha, check_n, check_tv
+from ._checks import ExactnessWarning, SubjectError, as_generator, check_alpha, check_n, check_tv, seed_copy
 from ._timeout import TimeLimitExceeded, check_timeout, time_limit as _time_limit
 from . import decoder as D
 from .certificate import Certificate, holm, subject_failure
@@ -179,7 +179,7 @@ def _certify(decoder, target, prompts, new_tokens, n, tv, alpha, seed, seeded, t
 def _seed_sequence(seed) -> np.random.SeedSequence:
     """``seed`` (int, SeedSequence or Generator) as the SeedSequence every stream of the run is spawned from."""
     if isinstance(seed, np.random.SeedSequence):
-        return seed
+        return seed_copy(seed)                        # the caller's object is not spawned from: same seed, same run
     if isinstance(seed, np.random.Generator):
         return np.random.SeedSequence(int(seed.integers(2**63)))
     as_generator(seed)  # TypeError / ValueError naming seed

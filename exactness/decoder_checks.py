@@ -46,6 +46,7 @@ class DecoderRun:
     ev_fn, ev_skip  ``decoder.sample_events`` or None and why the per-node checks do not run (None: they do)
     plan_col, plan_skip   the plan-vs-sampler collector filled during the main draw, or why there is none
     seeded          the caller's ``seeded`` (None: probe, True: required, False: not probed)
+    gamma           ``decoder.gamma`` as read once (by the acceptance-bound check's ``skip``), or None
     tick            progress (``exactness.decoder._Ticker``)
     checks, details, skipped, notes   the certificate's entries
     """
@@ -72,6 +73,7 @@ class DecoderRun:
     seeded: bool | None
     tick: object
     lookup: object = None
+    gamma: int | None = None
     orders: list = field(default_factory=list)
     pits: dict = field(default_factory=dict)
     checks: dict = field(default_factory=dict)
@@ -336,6 +338,12 @@ class BatchRows(DecoderCheck):
 #: about 2 s each (V = 4, gamma = 5 is 5.6e6 and took 27 s); larger pairs skip with the reason (the step form,
 #: ``certify_path``, solves up to ``MAX_NONZEROS``).
 DECODER_LP_NONZEROS = 1_000_000
+#: What the decoder's bound takes on the decoder's word: the LP is over drafts from ``decoder.draft_law`` at every
+#: context of the chain; the ``draft_law`` check tests the first draft only (deeper drafts are seen only when the
+#: ones before were kept, a selection that depends on the rule), so a decoder misreporting the law of its later
+#: drafts (or drafting per position, as Medusa heads do) is outside what this check can tell apart.
+PREMISE = ("drafts follow decoder.draft_law at every context of the chain, tested at the prompt only (draft_law); a "
+           "decoder drafting by another law at later positions, e.g. one head per position, breaks it")
 
 
 class AcceptanceBoundDecoder(DecoderCheck):
@@ -364,11 +372,13 @@ class AcceptanceBoundDecoder(DecoderCheck):
                "come from draft_law, so no bound over drafts from it applies" if events_q(decoder) == "one_hot" else
                f"needs new_tokens >= decoder.gamma = {gamma} to see a first call's kept drafts whole (new_tokens = "
                f"{st.m})" if st.m < gamma else None)
+        if why is None:
+            st.gamma = int(gamma)                     # read once: a property that changes between reads is not re-read
         return None if why is None else {"acceptance_bound": why, "draft_law": why}
 
     def run(self, st):
         rows, _, ev = st.flat
-        gamma = int(st.decoder.gamma)
+        gamma = st.gamma
         if ev.candidates.shape[1] > 1 and bool(((ev.candidates >= 0).sum(axis=1) > 1).any()):
             why = ("the decoder reports decisions among several candidates: the LP here is a chain's (one draft a "
                    "step); certify a tree rule with exactness.pathlevel.certify_tree_rule for its bound")
@@ -387,8 +397,10 @@ class AcceptanceBoundDecoder(DecoderCheck):
 
         bound = float(bounds[rows].mean())                                 # E over the rows' prompts
         res = ACCEPTANCE_BOUND.run_mean(kept, bound, st.alpha, _d.POWER, top=gamma)
-        st.record("acceptance_bound", res.pvalue, {**res.as_dict(), "per_prompt_bound": bounds.tolist(),
-                                                   "gamma": gamma})
+        detail = {**res.as_dict(), "per_prompt_bound": bounds.tolist(), "gamma": gamma, "premise": PREMISE}
+        if res.pvalue < st.alpha:                     # the verdict names its premise: a decoder drafting otherwise
+            detail["reason"] += f" (premise: {PREMISE})"                 # breaks it, and that is what fails
+        st.record("acceptance_bound", res.pvalue, detail)
 
 
 def _first_draft_check(st, rows, first) -> None:

@@ -151,7 +151,10 @@ def _forked_call(job):
 
 @register_executor("process")
 class ProcessExecutor(Executor):
-    """A forked process pool of ``min(workers, len(jobs))`` processes; one job (or ``workers == 1``) runs here."""
+    """A forked process pool of ``min(workers, len(jobs), WORKERS_PER_CPU x CPUs)`` processes; one job (or
+    ``workers == 1``) runs here.  The cap (:data:`exactness.limits.WORKERS_PER_CPU` per CPU of this machine) keeps
+    the forks alone from outlasting a short time limit, which would then blame the subject; the jobs' seeds do
+    not depend on the number of processes, so the cap changes no result."""
 
     def map_chunks(self, fn, jobs, *, on_done=None, on_error=None):
         import multiprocessing as mp
@@ -163,7 +166,10 @@ class ProcessExecutor(Executor):
         if self.workers == 1 or len(jobs) <= 1 or "fork" not in mp.get_all_start_methods():
             return LocalExecutor().map_chunks(fn, jobs, on_done=on_done, on_error=on_error)
         _FORKED, _CATCH = fn, on_error is not None
-        ex = ProcessPoolExecutor(min(self.workers, len(jobs)), mp_context=mp.get_context("fork"))
+        from . import limits
+
+        cap = limits.WORKERS_PER_CPU * (os.cpu_count() or 1)
+        ex = ProcessPoolExecutor(min(self.workers, len(jobs), cap), mp_context=mp.get_context("fork"))
         try:
             out = []
             for i, (job, r) in enumerate(zip(jobs, ex.map(_forked_call, jobs))):

@@ -186,6 +186,11 @@ class GridResult:
                 out[c.verifier] = (first, m + 1)
         return out
 
+    def refused_cells(self) -> list:
+        """Failed cells whose budget was refused (too few draws for a test, or over the time / memory limit): the
+        caller's request, no verdict on the verifier."""
+        return [c for c in self.failed_cells() if c.certificate.details.get("refused")]
+
     @property
     def passed(self) -> bool:
         """True when some cell was certified, no cell failed and every verifier had a certified cell."""
@@ -213,14 +218,18 @@ def _acceptances(verifier, p, q, k, known=None):
     return out
 
 
+#: How a cell whose budget was refused (``exactness.budget.BudgetError``: the caller's --n / --tv) starts its reason.
+REFUSED = "not run: "
+
+
 def _failure_reason(exc: BaseException) -> str:
     """``"error: RuntimeError: boom (in verify, mine.py:12)"``: the exception and its innermost frame."""
     from .budget import BudgetError
 
     from ._checks import SubjectError, exception_line
 
-    if isinstance(exc, BudgetError):         # nothing drawn: not a verdict on the verifier; the whole fix shown
-        return "not run: " + " ".join(str(exc).split())
+    if isinstance(exc, BudgetError):         # nothing decided: not a verdict on the verifier; the whole fix shown
+        return REFUSED + " ".join(str(exc).split())
     if isinstance(exc, SubjectError):        # the cause already names the subject's method
         return f"error: {exc.cause}"
     return "error: " + exception_line(exc, limit=160)
@@ -228,13 +237,15 @@ def _failure_reason(exc: BaseException) -> str:
 
 def subject_misbehaved(exc: BaseException) -> bool:
     """Whether a cell's exception is the subject's misbehaviour (a :class:`exactness.SubjectError`, a
-    ``sys.exit`` of its code, a time limit it ran past, a cell task whose worker died), not a budget refusal or
-    another error."""
+    ``sys.exit`` of its code or any other ``BaseException`` it raised, a time limit it ran past, a cell task whose
+    worker died), not a budget refusal or another error."""
     from ._checks import SubjectError
     from ._timeout import TimeLimitExceeded
     from .executors import WorkerDied
 
-    return isinstance(exc, (SubjectError, SystemExit, TimeLimitExceeded, WorkerDied))
+    # a BaseException that is not an Exception (asyncio.CancelledError, a test framework's outcome) came from the
+    # subject too: the harness's own (KeyboardInterrupt) never reaches a cell's result
+    return isinstance(exc, (SubjectError, SystemExit, TimeLimitExceeded, WorkerDied)) or not isinstance(exc, Exception)
 
 
 def _failed_cell(cell: Cell, reason: str, alpha: float, seconds: float, subject: bool = False) -> CellResult:
@@ -248,7 +259,8 @@ def _failed_cell(cell: Cell, reason: str, alpha: float, seconds: float, subject:
     nan = float("nan")
     cert = Certificate(passed=False, statistic=nan, pvalue=0.0, tv_estimate=nan, tv_upper=nan, detectable_tv=nan,
                        n=0, alpha=alpha, checks={reason: 0.0},
-                       details={"error": reason, "subject_misbehaved": bool(subject)})
+                       details={"error": reason, "subject_misbehaved": bool(subject),
+                                "refused": reason.startswith(REFUSED)})
     return CellResult(cell.verifier_name, cell.family, cell.k, cell.p.size, cert, seconds=seconds)
 
 
@@ -294,6 +306,7 @@ def run_cell(cell: Cell, *, n: int | None, alpha: float, seed, timeout: float | 
     or ``"error: Mine.verify raised RuntimeError: boom (in verify, mine.py:12)"`` (also in
     ``certificate.details["error"]``).  ``KeyboardInterrupt`` propagates.
     """
+    from ._checks import passes_through
     from ._timeout import TimeLimitExceeded, check_timeout, time_limit
 
     timeout = check_timeout(timeout)
@@ -325,7 +338,9 @@ def run_cell(cell: Cell, *, n: int | None, alpha: float, seed, timeout: float | 
         call = hung_call(exc, cell.verifier)
         reason = str(exc) if call is None else f"{call} did not return within {exc.seconds:g} s (timeout)"
         return _failed_cell(cell, reason, alpha, time.perf_counter() - t0, subject=True)
-    except (Exception, SystemExit) as exc:  # a plug-in that fails is a failed cell, never a pass or a traceback
+    except BaseException as exc:  # a plug-in that fails is a failed cell, never a pass or a traceback
+        if passes_through(exc):             # Ctrl-C, the harness's time limit
+            raise
         return _failed_cell(cell, _failure_reason(exc), alpha, time.perf_counter() - t0,
                             subject=subject_misbehaved(exc))
     return CellResult(cell.verifier_name, cell.family, cell.k, V, cert, acceptance=acc, alpha_star=astar,

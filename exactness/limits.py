@@ -36,5 +36,11 @@ DEFAULT_TIMEOUT = 2 * MAX_SECONDS
 #: Default wall-clock limit per cell of ``resispec certify`` (``--timeout``; a default cell takes ~1-2 s).
 CELL_TIMEOUT = 600.0
 
+# --- processes ------------------------------------------------------------------------------------------------
+#: Most forked worker processes per CPU of this machine that the process executor starts (``workers`` above it run
+#: on that many): more only add forks, which alone outlast a short time limit that then blames the subject (200
+#: workers on 2 CPUs, a 10 s limit: a FAIL of an exact verifier).  A Ray cluster (``executor="ray"``) is not capped.
+WORKERS_PER_CPU = 4
+
 __all__ = ["CELL_TIMEOUT", "CHUNK", "DEFAULT_TIMEOUT", "MAX_CELL_SAMPLES", "MAX_COUNTED", "MAX_SAMPLES",
-           "MAX_SECONDS", "PILOT", "PILOT_ABOVE"]
+           "MAX_SECONDS", "PILOT", "PILOT_ABOVE", "WORKERS_PER_CPU"]

@@ -24,7 +24,7 @@ from resispec import Verifier
 from resispec._validation import Laws
 from resispec.enumeration import count_tuples
 
-from ._checks import SubjectError, plural
+from ._checks import SubjectError, passes_through, plural
 from .exact import MAX_TUPLES, ChainError, certify_exact, enumerable, exact_tol
 from .gof import gof_test
 from .power import DesignTwins
@@ -156,7 +156,9 @@ class ExactLaw(NodeCheck):
                 st.details["exact"] = {"tv": None, "error": str(e)}
             except SubjectError:
                 raise
-            except (Exception, SystemExit) as e:    # the verifier's own chain (or hooks) failed: a FAIL naming it
+            except BaseException as e:    # the verifier's own chain (or hooks) failed: a FAIL naming it
+                if passes_through(e):             # Ctrl-C, the harness's time limit
+                    raise
                 raise SubjectError(subject_cause(f"{type(v).__name__}.chain (exact law)", e)) from e
             else:
                 st.J = ex.joint                                                  # (k + 1, V) float64
@@ -342,7 +344,9 @@ class Tree(NodeCheck):
                 continue
             except SubjectError:
                 raise
-            except (Exception, SystemExit) as e:    # its hooks (sample_bonus, bonus_law) or chain failed: a FAIL
+            except BaseException as e:    # its hooks (sample_bonus, bonus_law) or chain failed: a FAIL
+                if passes_through(e):             # Ctrl-C, the harness's time limit
+                    raise
                 raise SubjectError(subject_cause(f"{type(v).__name__} (the {name} check)", e)) from e
             st.details[name] = {"exact_tv": tr.exact_tv, "pvalue_mc": tr.pvalue, "n": tr.n,
                                 "statistic": tr.statistic, "df": tr.df, "tv_mc": tr.tv_mc}
@@ -432,7 +436,9 @@ def _batched_rows(verifier, p, q, k, n, rng) -> tuple[float, dict]:
             res = verifier.verify(*args, c.copy(), rng, **kw)
         except SubjectError:
             raise
-        except (Exception, SystemExit) as e:    # the subject failed: a FAIL naming it
+        except BaseException as e:    # the subject failed: a FAIL naming it
+            if passes_through(e):             # Ctrl-C, the harness's time limit
+                raise
             raise SubjectError(f"{type(verifier).__name__}.verify failed on a batch of {idx.size} rows of {B} "
                                f"distinct nodes ({subject_cause(type(verifier).__name__ + '.verify', e)}); p and q "
                                "are (B, V) float64 with a different law in each row") from e

@@ -33,7 +33,7 @@ import numpy as np
 from resispec.pathlevel.analysis import check_pair, continuation, prefix_laws, tree_nodes
 from resispec.sampling import _inverse_cdf
 
-from ._checks import SubjectError, as_generator, check_alpha, check_n, subject_call
+from ._checks import BudgetError, SubjectError, as_generator, check_alpha, check_n, passes_through, subject_call
 from .certificate import check_min_expected, no_df_message
 from ._timeout import check_timeout
 from .gof import MIN_EXPECTED, gof_test, pool_cells, tv_bounds
@@ -163,7 +163,9 @@ def _method(verifier, name: str, what: str):
     FAIL of the rule, never the caller's bad input)."""
     try:
         f = getattr(verifier, name, None)
-    except (Exception, SystemExit) as exc:
+    except BaseException as exc:
+        if passes_through(exc):             # Ctrl-C, the harness's time limit
+            raise
         cause = f"reading {type(verifier).__name__}.{name} raised {type(exc).__name__}: {exc}"
 
         def broken(*args, **kwargs):
@@ -217,7 +219,7 @@ def _pooled_df(target: np.ndarray, n: int, min_expected: float, what: str) -> in
     cell = pool_cells(n * target, min_expected)
     df = int(cell.max()) if np.any(cell >= 0) else 0
     if df == 0 and np.count_nonzero(target > 0) > 1:
-        raise ValueError("n is too small: " + no_df_message(target, n, min_expected, what))
+        raise BudgetError("n is too small: " + no_df_message(target, n, min_expected, what))
     return df
 
 
@@ -232,6 +234,21 @@ NO_PLAN = ("the rule declares no {plan}: its E[accepted] is checked against the 
 #: Most horizon outcomes ``V^(L+1)`` a path / tree certificate tests (the target law and its prefixes are built
 #: whole; beyond this a ValueError, not an allocation the machine cannot hold).
 MAX_OUTCOMES = 20_000_000
+#: Largest drafted tree (nodes) for :func:`certify_tree_rule`: each sampled step drafts every node in Python (n x N
+#: draws; (50, 50), 2,550 nodes, takes ~20 s at n = 4,000); Sequoia's largest trees have 768 nodes.
+MAX_TREE_NODES = 4096
+
+
+def _check_tree_nodes(branching: tuple) -> int:
+    """The drafted nodes ``N`` of ``branching``; ValueError naming it above :data:`MAX_TREE_NODES`."""
+    N, width = 0, 1
+    for b in branching:
+        width *= b                                    # nodes at this depth
+        N += width                                    # N = sum_d prod(branching[:d + 1])
+        if N > MAX_TREE_NODES:
+            raise ValueError(f"branching {list(branching)} drafts more than MAX_TREE_NODES = {MAX_TREE_NODES:,} nodes "
+                             "(exactness.pathlevel); give a smaller tree")
+    return N
 
 
 def _check_size(V: int, L: int, what: str) -> None:
@@ -336,7 +353,9 @@ def sample_horizon(verifier, pair, L: int, n: int, rng: np.random.Generator, con
             except AttributeError:
                 raise SubjectError(f"{name} must return a PathResult(accepted, token), got {type(r).__name__}") \
                     from None
-            except (Exception, SystemExit) as e:
+            except BaseException as e:
+                if passes_through(e):             # Ctrl-C, the harness's time limit
+                    raise
                 raise SubjectError(f"reading {name}(...).accepted / .token raised {type(e).__name__}: {e}") from None
             acc = _int_in(got[0], 0, L, f"{name}(...).accepted (drafts kept, L = {L})")
             tok = _int_in(got[1], 0, V - 1, f"{name}(...).token (a token id of the pair's vocabulary, V = {V})")
@@ -504,7 +523,9 @@ def _tree_step(res, name: str, par_ids: np.ndarray, N: int, D: int, V: int) -> t
         kept = list(kept)
     except (TypeError, ValueError):
         raise SubjectError(f"{name} must return (kept node ids, token), got {res!r}") from None
-    except (Exception, SystemExit) as e:              # its kept ids raised while read: the rule's failure
+    except BaseException as e:              # its kept ids raised while read: the rule's failure
+        if passes_through(e):             # Ctrl-C, the harness's time limit
+            raise
         raise SubjectError(f"reading {name}'s (kept node ids, token) raised {type(e).__name__}: {e}") from None
     if len(kept) > D:
         raise SubjectError(f"{name} kept {len(kept)} nodes {kept!r}; a root path of a depth-{D} tree has at most {D}")
@@ -528,7 +549,8 @@ def certify_tree_rule(verifier, pair, branching, *, n: int = 4000, alpha: float 
     ``branching`` (``"2,1"``, (2, 1), [2, 1] or a ``resispec.trees.TreeShape``; every factor >= 1).  Detects
     biases of the sampled step (drafting, the rule's draws, the continuation) of horizon TV at least
     ``detectable_tv`` (power 0.99 at ``alpha``); the exact check is :func:`resispec.pathlevel.analyse_tree`.
-    Raises as :func:`certify_path`, plus TypeError / ValueError for a bad ``branching``, a verifier without
+    Raises as :func:`certify_path`, plus TypeError / ValueError for a bad ``branching`` (or one of more than
+    ``MAX_TREE_NODES`` = 4,096 drafted nodes), a verifier without
     ``verify_tree`` or kept nodes that are no root path.
     """
     _method(verifier, "verify_tree", "verify_tree(p, q, parent, tokens, rng) -> (kept node ids, token), e.g. "
@@ -537,6 +559,7 @@ def certify_tree_rule(verifier, pair, branching, *, n: int = 4000, alpha: float 
     alpha = check_alpha(alpha)
     min_expected = check_min_expected(min_expected)
     branching = _tree_shape(branching)
+    _check_tree_nodes(branching)
     D = len(branching)
     V = check_pair(pair, D)
     context = _context(context, V)

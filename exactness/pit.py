@@ -11,7 +11,7 @@ from contextlib import contextmanager
 
 import numpy as np
 
-from ._checks import SubjectError, subject_call, subject_cause
+from ._checks import SubjectError, subject_call
 from .gof import gof_test
 from .power import detectable_tv
 
@@ -55,18 +55,16 @@ def running(what: str):
 
 
 def subject(fn, what: str, *args, **kwargs):
-    """Call the decoder's ``fn``: marked as running, and any Exception it raises a :class:`SubjectError` naming
-    ``what`` (a decoder that raises is a FAIL, never "bad input").
+    """Call the decoder's ``fn``: marked as running, and anything it raises a :class:`SubjectError` naming ``what``
+    (a decoder that raises is a FAIL, never "bad input"; :func:`exactness._checks.subject_call`).
 
-    ``SystemExit`` (a decoder that calls ``sys.exit(2)``) and ``GeneratorExit`` are the subject's misbehaviour
-    too: a :class:`SubjectError` whose cause reads ``"<what> called sys.exit(2)"``, never a silent exit of the
-    whole run.  Time limits and Ctrl-C (``KeyboardInterrupt``) pass through.
+    ``SystemExit`` (a decoder that calls ``sys.exit(2)``), ``GeneratorExit``, ``asyncio.CancelledError`` and any
+    other ``BaseException`` are the subject's misbehaviour too: a :class:`SubjectError` whose cause reads ``"<what>
+    called sys.exit(2)"`` / ``"<what> raised CancelledError"``, never a silent exit of the whole run.  Time limits
+    and Ctrl-C (``KeyboardInterrupt``) pass through.
     """
     with running(what):
-        try:
-            return subject_call(fn, what, *args, **kwargs)
-        except GeneratorExit as exc:     # SystemExit is the subject's too: subject_call names "called sys.exit(N)"
-            raise SubjectError(subject_cause(what, exc)) from exc
+        return subject_call(fn, what, *args, **kwargs)
 
 
 def pit(p: np.ndarray, y: np.ndarray, key: np.ndarray | None, u: np.ndarray) -> np.ndarray:

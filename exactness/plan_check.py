@@ -35,6 +35,7 @@ from dataclasses import asdict, dataclass
 import numpy as np
 from scipy.stats import chi2
 
+from ._checks import passes_through
 from .pit import PIT_BINS, POWER
 from .gof import gof_test
 from .power import detectable_tv
@@ -163,7 +164,9 @@ def declared(obj, attr: str) -> tuple[object, str | None]:
     name = f"{type(obj).__name__}.{attr}"
     try:
         fn = getattr(obj, attr, None)
-    except (Exception, SystemExit) as exc:
+    except BaseException as exc:
+        if passes_through(exc):             # Ctrl-C, the harness's time limit
+            raise
         return None, f"reading {name} raised {type(exc).__name__}: {exc}"
     if fn is None:
         return None, None
@@ -240,7 +243,9 @@ class _Collector:
         """The plan's ``(stop (rows,), laws (rows, V))`` for these drafts, or None after recording an error."""
         try:
             pl = self.plan_fn(*args)
-        except (Exception, SystemExit) as exc:            # the subject's plan raised: a FAIL naming it
+        except BaseException as exc:            # the subject's plan raised: a FAIL naming it
+            if passes_through(exc):             # Ctrl-C, the harness's time limit
+                raise
             self.error = f"{self.plan_name} raised {type(exc).__name__}: {exc}"
             return None
         stop, laws, why = law_problem(pl, self.rows, self.V)
@@ -276,7 +281,9 @@ class _Collector:
             try:
                 got = self.verify_fn(*args, uniforms=u)
                 got = (int(got[0]), int(got[1]))
-            except (Exception, SystemExit) as exc:        # the sampler raised on shared uniforms: a FAIL
+            except BaseException as exc:        # the sampler raised on shared uniforms: a FAIL
+                if passes_through(exc):             # Ctrl-C, the harness's time limit
+                    raise
                 self.error = f"coupled call {self.verify_name}(..., rng, uniforms=) raised {type(exc).__name__}: {exc}"
                 return
             r = _draw(stop, u[0])                                       # stop row: inverse CDF of plan.stop

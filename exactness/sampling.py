@@ -51,7 +51,7 @@ from resispec.verifiers.base import MassVerifier, takes_laws
 from resispec.verifiers.registry import _REGISTRY
 
 from . import limits
-from ._checks import SubjectError
+from ._checks import SubjectError, passes_through
 from ._search import GuidedCDF
 from .certificate import call_subject, door_law, door_node, subject_cause  # noqa: F401 (re-exported)
 from .fast_paths import check_against_chain, fast_path_for
@@ -655,7 +655,9 @@ class NodeSampler:
                     res = self.verifier.verify(P, Q, c_in, rng)
             except SubjectError:
                 raise
-            except (Exception, SystemExit) as e:   # the subject failed: a FAIL naming it, never "bad input"
+            except BaseException as e:   # the subject failed: a FAIL naming it, never "bad input"
+                if passes_through(e):             # Ctrl-C, the harness's time limit
+                    raise
                 name = type(self.verifier).__name__
                 cause = subject_cause(f"{name}.verify", e)
                 if isinstance(e, (ValueError, TypeError, IndexError)) and (self._copies or self._shared):

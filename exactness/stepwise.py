@@ -66,7 +66,8 @@ from resispec.verifiers.base import sum_of_others
 from resispec.verifiers.step_plan import StepPlan
 
 from . import _stepwise_kernel as _kernel
-from ._checks import SubjectError, as_generator, as_seed_sequence, check_alpha, check_n, check_tv, sub_seed
+from ._checks import (SubjectError, as_generator, as_seed_sequence, check_alpha, check_n, check_tv, passes_through,
+                      sub_seed)
 from ._timeout import MAX_TIMEOUT, TimeLimitExceeded, own_limit
 from ._timeout import time_limit as _time_limit
 from .chunks import chunk_jobs
@@ -618,7 +619,9 @@ def _run_verify(verifier, P, Q, c, u, V: int, k: int):
         raise
     except (TypeError, ValueError) as exc:
         raise SubjectError(f"{name}.verify returned a result outside its contract: {exc}") from exc
-    except (Exception, SystemExit) as exc:                 # the result's own conversion (np.asarray of it) raised
+    except BaseException as exc:                 # the result's own conversion (np.asarray of it) raised
+        if passes_through(exc):             # Ctrl-C, the harness's time limit
+            raise
         raise SubjectError(subject_cause(f"{name}.verify returned a result that", exc)) from exc
 
 

@@ -105,13 +105,18 @@ def check_output_path(path, flag: str, *, suffix: str | None = None) -> Path:
     Raises
     ------
     ValueError
-        ``path`` is an existing directory, has the wrong suffix, an ancestor
+        ``path`` is not UTF-8, is an existing directory, has the wrong suffix, an ancestor
         is a file, an existing file or the folder is not writable (probed with
         a temporary file that is removed at once: ``os.access`` says yes to
         root even on a read-only mount).
     """
     if path is None or str(path) == "":
         raise ValueError(f"{flag} needs a file path, got {path!r}")
+    try:
+        str(path).encode("utf-8")                     # the reports quote their paths in UTF-8 text
+    except UnicodeEncodeError:
+        raise ValueError(f"{flag} {str(path)!r} is not valid UTF-8 (bytes the terminal could not decode); give a path "
+                         "of UTF-8 characters") from None
     p = Path(path).expanduser()
     if suffix is not None and not p.name.endswith(suffix):
         raise ValueError(f"{flag} must end in {suffix}, got {path}")

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import pkgutil
 import sys
 from functools import lru_cache
@@ -74,7 +75,7 @@ def build_parser(spaced: bool = False) -> argparse.ArgumentParser:
                            formatter_class=argparse.RawDescriptionHelpFormatter, **({"prog": prog} if prog else {}),
                            allow_abbrev=False, **listed)   # --n is not --nodes, --temperature not --temperatures
         mod.add_arguments(p)
-        p.set_defaults(_run=mod.run, _name=mod.NAME)
+        p.set_defaults(_run=mod.run, _name=mod.NAME, _supervised=getattr(mod, "SUPERVISED", False))
     return parser
 
 
@@ -145,6 +146,89 @@ def main(argv: list[str] | None = None) -> int:
         print(f"resispec {args.command}: error: {low}", file=sys.stderr)
         return 2
     args._program = program                 # run as a program (not main([...]) in a test): the audit may supervise
+    if program and args._supervised and hasattr(os, "fork"):
+        return _supervised(lambda: _run(parser, args), args.command)
+    return _run(parser, args)
+
+
+def _supervised(run, command: str) -> int:
+    """Run a verdict command (``run()``) in a forked child and take its exit status from what the child reports.
+
+    A subject runs in the certifying process (``--workers 1``), and one that ends that process -- ``os._exit(0)`` in
+    a verifier, a kernel or a decoder, at import or in a call, or a crash of its C code -- would otherwise end the
+    run with ITS status: 0 would read as "no bias detected" to CI.  The child writes the status it returns into a
+    pipe before it exits; without that line the run ended inside a subject, a FAIL (exit 1) naming how it ended.
+    Ctrl-C reaches the child (the terminal's process group), and a SIGINT sent to this process alone is passed on after
+    a second; SIGTERM and SIGHUP are passed on at once (the status is then ``128 + signal``).
+    POSIX only (``os.fork``; elsewhere the command runs unsupervised).
+    """
+    import signal
+    import time
+
+    r, w = os.pipe()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    pid = os.fork()
+    if pid == 0:                                          # the child: the command itself
+        os.close(r)
+        try:
+            code = run()
+        except BaseException:                             # a harness bug's traceback: its own status, said so
+            os.write(w, b"raised\n")
+            raise
+        os.write(w, b"%d\n" % code)                      # the verdict, before the interpreter's own exit
+        os.close(w)
+        return code
+    os.close(w)
+
+    received = []
+
+    def forward(signum, _frame):
+        if signum != signal.SIGINT:
+            received.append(signum)
+        try:
+            os.kill(pid, signum)
+        except ProcessLookupError:
+            pass
+
+    interrupted: list = []
+    old = {sig: signal.signal(sig, handler) for sig, handler in
+           ((signal.SIGINT, lambda *_: interrupted.append(time.monotonic())), (signal.SIGTERM, forward),
+            (signal.SIGHUP, forward))}
+    try:
+        while True:
+            done, status = os.waitpid(pid, os.WNOHANG)
+            if done:
+                break
+            if len(interrupted) == 1 and time.monotonic() - interrupted[0] > 1.0:
+                interrupted.append(0.0)               # a Ctrl-C sent here alone (not to the terminal's group): pass it on
+                forward(signal.SIGINT, None)
+            time.sleep(0.05)
+    finally:
+        for sig, handler in old.items():
+            signal.signal(sig, handler)
+    os.set_blocking(r, False)                             # a worker the child forked may still hold the pipe open
+    try:
+        said = os.read(r, 64).strip()
+    except BlockingIOError:
+        said = b""
+    os.close(r)
+    if said.isdigit():
+        return int(said)
+    if received:                                          # stopped from outside (CI's SIGTERM): not the subject's doing
+        print(f"resispec {command}: terminated ({signal.Signals(received[0]).name})", file=sys.stderr)
+        return 128 + received[0]
+    if said == b"raised" or (os.WIFEXITED(status) and said):
+        return os.waitstatus_to_exitcode(status)
+    how = (f"was killed by signal {signal.Signals(os.WTERMSIG(status)).name}" if os.WIFSIGNALED(status) else
+           f"exited with status {os.WEXITSTATUS(status)} without returning (os._exit)")
+    print(f"resispec {command}: FAIL: the run {how} before its verdict: a subject (verifier, kernel, decoder or its "
+          "module) that ends or crashes the process is a FAIL", file=sys.stderr)
+    return 1
+
+
+def _run(parser, args) -> int:
+    """The parsed command run, its exceptions turned into exit statuses (the CLI's contract, docs/certify.md)."""
     from exactness._checks import SubjectError
     from exactness._timeout import TimeLimitExceeded
 
@@ -159,6 +243,10 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     except (ValueError, TypeError, OSError) as exc:  # OSError: unwritable --out, missing input file, ...
         print(f"resispec {args.command}: error: {_name_the_flag(parser, args, str(exc))}", file=sys.stderr)
+        return 2
+    except MemoryError as exc:    # sizes past this machine's memory (a subject's own is a FAIL, inside the harness)
+        print(f"resispec {args.command}: error: not enough memory for the sizes asked ({exc}); give smaller sizes "
+              "(--V, --B, --nodes, --n, --shapes)", file=sys.stderr)
         return 2
     except KeyboardInterrupt:     # Ctrl-C: one line, not a traceback
         print(f"resispec {args.command}: interrupted (Ctrl-C)", file=sys.stderr)

@@ -71,9 +71,12 @@ def test_no_degree_of_freedom_is_an_error_not_a_pass(n):
 
 
 def test_huge_tree_with_tiny_n_is_refused_before_sampling():
-    """certify_tree_rule(traversal, pair, (100000,), n=2) passed; it is refused up front (no 1e5-node draws)."""
-    with pytest.raises(ValueError, match="n is too small"):
+    """certify_tree_rule(traversal, pair, (100000,), n=2) passed; it is refused up front (no 1e5-node draws): a tree
+    past MAX_TREE_NODES for its size, a tree within it for the tiny n."""
+    with pytest.raises(ValueError, match="MAX_TREE_NODES"):
         certify_tree_rule(get_path_verifier("traversal"), PAIR, (100000,), n=2)
+    with pytest.raises(ValueError, match="n is too small"):
+        certify_tree_rule(get_path_verifier("traversal"), PAIR, (4000,), n=2)
 
 
 # ------------------------------------------------------------ 3. the certificate states what it detects

@@ -24,7 +24,7 @@ from scipy import stats
 
 from resispec._validation import check_k
 
-from .._checks import SubjectError, as_generator, check_alpha, check_n
+from .._checks import SubjectError, as_generator, check_alpha, check_n, passes_through
 from ..certificate import door_node, subject_cause
 from .._timeout import MAX_TIMEOUT, TimeLimitExceeded, own_limit
 from .._timeout import time_limit as _time_limit
@@ -86,8 +86,9 @@ class CoupledCertificate:
         ``"not the same coupling"``, the ``fallback`` certificate (``certify_verifier`` of the kernel) passed.
     inconclusive : bool
         Neither a pass nor a failure (exit 3 in the CLI; ``passed`` is False): ``"not the same coupling"``
-        without a ``fallback`` certificate, or zero mismatches against a user's reference whose own law was
-        not checked (``reference_check="none"``).
+        without a ``fallback`` certificate, zero mismatches against a user's reference whose own law was
+        not checked (``reference_check="none"``), or zero mismatches in a pass that ``time_limit`` stopped
+        before ``n`` draws.
     mismatches, n : int
         Draws where (token, accepted index) differ; coupled draws run.
     tv_upper : float
@@ -106,7 +107,8 @@ class CoupledCertificate:
         ``"unclassified"`` (the time limit cut the law checks short); ``"a different rule"`` (its (stop,
         token) law given the candidates differs from
         the reference's, no bias against ``p`` found); ``"not the same coupling"`` (no law differs:
-        INCONCLUSIVE, or decided by the ``fallback`` certificate); or ``"kernel ignores the coins"``.
+        INCONCLUSIVE, or decided by the ``fallback`` certificate); ``"stopped early"`` (no mismatch, but
+        ``time_limit`` stopped the pass before ``n`` draws: INCONCLUSIVE); or ``"kernel ignores the coins"``.
     verdict : str
         One paragraph for people (``str(cert)``, :meth:`report`); :meth:`summary` is one line.
     counterexample : str or None
@@ -232,6 +234,9 @@ class CoupledCertificate:
                    f"{1 - self.alpha:g}"
         elif self.inconclusive and self.classification == "not the same coupling":
             line, extra = "INCONCLUSIVE: not the same coupling, no law differs (certify with --fallback)", f": {draws}"
+        elif self.inconclusive and self.classification == "stopped early":
+            line = f"INCONCLUSIVE (stopped by time_limit before the n asked): TV(kernel, reference) <= {self.tv_upper:.3g}"
+            extra = f"; {draws}"
         elif self.inconclusive:
             line = (f"INCONCLUSIVE: reference not checked (reference_check='none'): TV(kernel, reference) <= "
                     f"{self.tv_upper:.3g}")
@@ -376,7 +381,9 @@ def check_reference(ref, p2, q2, k: int, how: str, *, alpha: float, seed) -> tup
                 J = joint_law(ref, p2[r], q2[r], k)
             except ChainError as exc:
                 raise SubjectError(f"{name}.chain: {exc}") from exc
-            except (Exception, SystemExit) as exc:      # a user's chain that fails is the subject failing
+            except BaseException as exc:      # a user's chain that fails is the subject failing
+                if passes_through(exc):             # Ctrl-C, the harness's time limit
+                    raise
                 raise SubjectError(subject_cause(f"{name}.chain", exc)) from exc
             tv = 0.5 * float(np.abs(J.sum(axis=0) - p2[r]).sum())
             worst = max(worst, tv)
@@ -484,7 +491,8 @@ def certify_coupled(kernel, reference, p, q, k: int, *, n: int = 100_000, alpha:
         Shrink the first mismatch and print it as Python (``cert.counterexample``).
     time_limit : float or None, default 3600
         Seconds: the coupled pass stops between batches after this long (``n`` then counts the draws run;
-        the bound uses them and the verdict says so).  A kernel (or reference) call that never returns is
+        the bound uses them and the verdict says so; with no mismatch the verdict is INCONCLUSIVE, the bound asked
+        for not reached).  A kernel (or reference) call that never returns is
         stopped :func:`exactness.coupled.run.hard_limit` seconds after the start (``time_limit + max(10 s,
         time_limit)``) and the certificate FAILs naming the hang (``classification`` ``"subject error"``).
         None: no limit.  Enforced with ``SIGALRM`` in the main thread (POSIX); elsewhere only the stop
@@ -682,6 +690,11 @@ def _certify(a: _Args, state: dict, t_start: float) -> CoupledCertificate:
             verdict = f"INCONCLUSIVE (the reference was not checked): {head}: {pair}. " + claim + tail
             return CoupledCertificate(False, 0, done, tv, a.alpha, seconds, None, convention, "conforms", verdict,
                                       inconclusive=True, **kw)
+        if run.stopped:                     # the budget asked for was not reached: no pass on a weaker bound
+            verdict = (f"INCONCLUSIVE (stopped by time_limit before n = {a.n:,} draws): {head}: {pair}; raise "
+                       "time_limit (CLI: --time-limit) or lower n for the bound asked for. " + claim + tail)
+            return CoupledCertificate(False, 0, done, tv, a.alpha, seconds, None, convention, "stopped early",
+                                      verdict, inconclusive=True, **kw)
         verdict = f"NO BIAS DETECTED: {head}: {pair}. " + claim + tail
         return CoupledCertificate(True, 0, done, tv, a.alpha, seconds, None, convention, "conforms", verdict, **kw)
     return _mismatch(a, run, ref_law, ref_detail, tv, seconds, tail, kw)

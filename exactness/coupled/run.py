@@ -11,7 +11,7 @@ import numpy as np
 from resispec.verifiers.base import law_from_chain
 from resispec.sampling import _inverse_cdf
 
-from .._checks import SubjectError
+from .._checks import SubjectError, passes_through
 from ..certificate import call_subject, subject_cause
 from ..sampling import _builtin, _checked_result, _last_positive, _searchsorted_rows, accept_table, as_numpy_verifier
 from .conventions import COIN_NAMES, Coins, decisions, kernel_kwargs
@@ -88,7 +88,9 @@ def read_result(res, what: str):
             vals[attr] = getattr(res, attr)
         except AttributeError:
             pass
-        except (Exception, SystemExit) as exc:
+        except BaseException as exc:
+            if passes_through(exc):             # Ctrl-C, the harness's time limit
+                raise
             raise SubjectError(subject_cause(f"{what} returned a {type(res).__name__} whose .{attr}", exc)) from exc
     return SimpleNamespace(**vals) if "tokens" in vals else res
 
@@ -146,7 +148,9 @@ def run_kernel(kernel, p, q, c, coins: Coins, *, copies: bool = True) -> tuple[n
         kw = {n: _read_only(np.array(a)) for n, a in kw.items()}
     try:
         res = fn(p, q, c_k, rng, **kw)
-    except (Exception, SystemExit) as exc:
+    except BaseException as exc:
+        if passes_through(exc):             # Ctrl-C, the harness's time limit
+            raise
         call = ", ".join(["p", "q", "candidates", "rng"] + [f"{n}=..." for n in kw])
         if not copies and isinstance(exc, ValueError) and "read-only" in str(exc):
             raise SubjectError(WRITES_INPUTS.format(name=type(kernel).__name__, exc=exc)) from exc
@@ -166,7 +170,9 @@ def run_kernel(kernel, p, q, c, coins: Coins, *, copies: bool = True) -> tuple[n
         t, a = _checked_result(read_result(res, f"kernel {name}.verify"), B, k, p.shape[1], kernel, c)
     except SubjectError as exc:
         raise SubjectError(exc.cause if exc.cause.startswith("kernel ") else f"kernel {exc.cause}") from exc
-    except (Exception, SystemExit) as exc:       # the result's own conversion (np.asarray of it) raised
+    except BaseException as exc:       # the result's own conversion (np.asarray of it) raised
+        if passes_through(exc):             # Ctrl-C, the harness's time limit
+            raise
         raise SubjectError(subject_cause(f"kernel {name}.verify returned a {type(res).__name__} that", exc)) from exc
     if np.any(a == -2):
         raise SubjectError(f"kernel {type(kernel).__name__}.verify returned no .accepted; coupled certification "

@@ -396,7 +396,7 @@ class _Outcome:
 def _guarded(call, seconds: float) -> _Outcome:
     """``call()`` under a ``seconds`` time limit (0: none): an engine that raises, calls ``sys.exit`` or hangs gives an
     :class:`_Outcome` naming it (``kind``) instead of an exception, so no cell and no report is ever lost."""
-    from .._checks import exception_line
+    from .._checks import exception_line, passes_through
     from .._timeout import TimeLimitExceeded, time_limit
 
     try:
@@ -407,7 +407,9 @@ def _guarded(call, seconds: float) -> _Outcome:
     except TimeLimitExceeded:
         return _Outcome(kind="timeout", why=f"did not return within {seconds:g} s (raise --cell-seconds / "
                                             "--hang-seconds if it is merely slow)")
-    except (Exception, SystemExit) as exc:
+    except BaseException as exc:
+        if passes_through(exc):             # Ctrl-C, the harness's time limit
+            raise
         return _Outcome(kind="raised", why=exception_line(exc))
 
 
@@ -572,7 +574,7 @@ def run_cell(engine, handle, settings, option, models, *, law, n, tv, new_tokens
              alpha=AUDIT_ALPHA):
     """Certify one cell; returns ``(Cell, certificate or None, recorder or None)``."""
     from .. import certify_decoder
-    from .._checks import SubjectError, exception_line
+    from .._checks import SubjectError, exception_line, passes_through
 
     t0 = time.perf_counter()
     cell = Cell(settings.label(), option, "INCONCLUSIVE")
@@ -609,7 +611,9 @@ def run_cell(engine, handle, settings, option, models, *, law, n, tv, new_tokens
         cell.verdict, cell.cause = "FAIL", exc.cause
         cell.seconds = time.perf_counter() - t0
         return cell, None, rec
-    except (Exception, SystemExit) as exc:  # certify_decoder blames its target: the engine's own law broke
+    except BaseException as exc:  # certify_decoder blames its target: the engine's own law broke
+        if passes_through(exc):             # Ctrl-C, the harness's time limit
+            raise
         # (the decoder's own raises, exits and hangs are SubjectErrors above; the law is not the subject)
         cell.cause = f"the engine's own law (speculation off) failed: {exception_line(exc)}"
         cell.seconds = time.perf_counter() - t0

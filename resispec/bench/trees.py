@@ -181,6 +181,11 @@ def _efficiency(acc: dict, se: dict, branching):
     return E, float(np.sqrt(var))
 
 
+#: Largest tree (drafted nodes) a shape of :func:`run_bench` may have: its trees are drawn and verified node by node
+#: (9,9,9,9,9,9,9,9 -- 48 million nodes -- was killed for memory at 24 GB); Sequoia's largest trees have 768.
+MAX_SHAPE_NODES = 4096
+
+
 def run_bench(*, families=DEFAULT_FAMILIES, temperatures=DEFAULT_TEMPERATURES, shapes=DEFAULT_SHAPES,
               V: int = 1000, n: int = 32, n_samples: int = 128, seed: int = 0, progress: bool = True,
               verifiers: list[BenchVerifier] | None = None, path_rules=None, n_trees: int = 128) -> list[BenchRow]:
@@ -228,6 +233,10 @@ def run_bench(*, families=DEFAULT_FAMILIES, temperatures=DEFAULT_TEMPERATURES, s
     check_path_rules(path_rules, n_trees)
     entries = list(BENCH_VERIFIERS if verifiers is None else verifiers)
     parsed = [TreeShape.parse(s) for s in shapes]  # "wor:" prefix = without replacement
+    for sh in parsed:
+        if sh.num_nodes > MAX_SHAPE_NODES:                # each tree's nodes are drawn and verified: memory and time
+            raise ValueError(f"tree shape {shape_label(sh)!r} has {sh.num_nodes:,} nodes, over MAX_SHAPE_NODES = "
+                             f"{MAX_SHAPE_NODES:,} (resispec.bench.trees); give a smaller shape")
     fams = [get_family(f) for f in families]
     for sh in parsed:
         if not any(e.role == "baseline" and e.drafting == sh.drafting for e in entries):

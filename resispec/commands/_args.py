@@ -4,6 +4,7 @@
 * ``ListAction``: an argparse action for list options that accepts both forms,
   ``--k 2,4``, ``--k 2 --k 4`` and mixes (``--k 2,4 --k 8`` -> ``[2, 4, 8]``).
 * ``count``: an integer count that may be written in scientific notation (``1e6``).
+* ``stem``: a file name stem without a folder part (``--stem``).
 * ``check_out``: an output path (or folder and its files) checked before any work.
 """
 
@@ -24,6 +25,29 @@ def ints(text: str) -> list[int]:
 
 def strs(text: str) -> list[str]:
     return [x.strip() for x in text.split(",") if x.strip()]
+
+
+def stem(text: str) -> str:
+    """``--stem``: a plain file name stem, written inside ``--out`` (no folder part, not empty, not ``.`` / ``..``)."""
+    import os
+
+    seps = {"/", os.sep} | ({os.altsep} if os.altsep else set())
+    if not text.strip() or text in (".", "..") or any(c in text for c in seps) or "\0" in text:
+        raise argparse.ArgumentTypeError(f"--stem must be a plain file name stem such as 'bench' (the files go inside "
+                                         f"--out; give the folder there), got {text!r}")
+    return text
+
+
+def seed_int(text: str) -> int:
+    """``--seed`` of a command that takes one integer: ``3`` -> 3; anything else (a negative, a sequence, text) is
+    refused naming the flag."""
+    try:
+        val = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"--seed takes an integer >= 0, got {text!r}") from None
+    if val < 0:
+        raise argparse.ArgumentTypeError(f"--seed must be >= 0, got {text!r}")
+    return val
 
 
 def seed(text: str):
@@ -181,6 +205,9 @@ def load_node(args, *, default_V: int):
     of ``--V`` tokens (``--concentration``, drawn from ``default_rng(--seed)``).  ValueError naming the flag."""
     import numpy as np
 
+    if args.pq is not None and not str(args.pq).strip():
+        raise ValueError("--pq names no file; give an .npz with arrays 'p' and 'q', or leave --pq out for a random "
+                         "pair of --V tokens")
     if args.pq and args.V is not None:
         raise ValueError("--V conflicts with --pq: the vocabulary is that of the arrays in --pq; drop --V")
     if args.pq:

@@ -11,6 +11,8 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+from ._args import seed_int
+
 
 def add_model_args(p) -> None:
     from ..decoding.fetch import DEFAULT_DRAFT, DEFAULT_TARGET
@@ -47,7 +49,7 @@ def add_sampling_args(p) -> None:
     g.add_argument("--top-k", type=int, default=0, help="0 = off")
     g.add_argument("--top-p", type=float, default=1.0, help="1 = off")
     g.add_argument("--max-new-tokens", type=int, default=48)
-    g.add_argument("--seed", type=int, default=0)
+    g.add_argument("--seed", type=seed_int, default=0)
 
 
 def add_prompt_args(p, *, default_limit: int) -> None:

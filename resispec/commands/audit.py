@@ -22,7 +22,7 @@ from __future__ import annotations
 import os
 import sys
 
-from ._args import count
+from ._args import count, seed_int
 
 NAME = "audit"
 HELP = "audit an inference engine's speculative decoding for exactness (tiny local models, its sampling settings)"
@@ -50,7 +50,7 @@ def add_arguments(parser) -> None:
     parser.add_argument("--n", type=count, default=None, metavar="N", help="continuations per prompt (overrides the planned budget)")
     parser.add_argument("--new-tokens", type=int, default=None, help="tokens per continuation (default 3)")
     parser.add_argument("--vocab", type=int, default=None, help="vocabulary of the tiny models (default 16)")
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--seed", type=seed_int, default=0)
     parser.add_argument("--hang-seconds", type=float, default=None, help="seconds past a cell's budget before a call "
                         "of the engine that has not returned is a hang (default 300)")
     parser.add_argument("--plant", metavar="BUG", help="plant a known bug in the engine (a negative control the "

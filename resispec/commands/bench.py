@@ -16,7 +16,7 @@ import shlex
 import sys
 import time
 
-from ._args import ListAction, check_out, count
+from ._args import ListAction, check_out, count, seed_int, stem
 
 NAME = "bench"
 KIND = "trees"   # `resispec bench` = `resispec bench trees` (resispec.cli.verbs)
@@ -38,14 +38,14 @@ def add_arguments(parser):
     parser.add_argument("--nodes", dest="n", type=int, default=32, help="(p, q) pairs per family and temperature (default 32)")
     parser.add_argument("--n", "--n-samples", dest="n_samples", type=count, default=128, metavar="N",
                         help="candidate tuples per pair for without-replacement Monte Carlo (default 128)")
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--seed", type=seed_int, default=0)
     parser.add_argument("--path-rules", action=ListAction, default=None,
                         help="path-level rules beside the node-level ones (default: every registered one: block, "
                         "token, traversal, traversal_resispec; 'none' leaves them out)")
     parser.add_argument("--n-trees", type=int, default=128,
                         help="sampled trees per cell for the path-level rules (default 128)")
     parser.add_argument("--out", default="reports", help="output folder (default reports/)")
-    parser.add_argument("--stem", default="bench", help="file name stem (default bench)")
+    parser.add_argument("--stem", default="bench", type=stem, help="file name stem (default bench)")
     parser.add_argument("--no-progress", action="store_true", help="hide the progress bar")
     parser.add_argument("--from-json", default=None, metavar="PATH",
                         help="re-render the markdown report from a previous bench JSON (no recomputation)")
@@ -82,8 +82,12 @@ def run(args) -> int:
     for name, val, lo in (("--V", args.V, 2), ("--nodes", args.n, 1), ("--n", args.n_samples, 2)):
         if val < lo:
             raise ValueError(f"{name} must be >= {lo}, got {val}")
+    from ..bench.trees import MAX_SHAPE_NODES
+
     for s in args.shapes:
-        TreeShape.parse(s)  # fail before any work
+        if TreeShape.parse(s).num_nodes > MAX_SHAPE_NODES:   # fail before any work
+            raise ValueError(f"--shapes {s}: {TreeShape.parse(s).num_nodes:,} nodes, over MAX_SHAPE_NODES = "
+                             f"{MAX_SHAPE_NODES:,} (resispec.bench.trees); give a smaller shape")
     from ..bench.trees import check_path_rules, normalise_path_rules
 
     rules = normalise_path_rules(args.path_rules)

@@ -11,7 +11,7 @@ from __future__ import annotations
 import shlex
 import sys
 
-from ._args import ListAction, check_out, count  # noqa: E402
+from ._args import ListAction, check_out, count, seed_int  # noqa: E402
 
 NAME = "bench-accept"
 HELP = "exact acceptance of every iid verifier and the fraction of the rrs-to-alpha* gap it closes"
@@ -37,7 +37,7 @@ def add_arguments(parser):
                         help="run the sequential-optimum LP only when V <= this (0: never; default %(default)s)")
     parser.add_argument("--n", "--mc-samples", dest="mc_samples", type=count, default=20000, metavar="N",
                         help="draws per node for verifiers with no exact acceptance formula")
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--seed", type=seed_int, default=0)
     parser.add_argument("--out", default="reports/bench_accept.md",
                         help="markdown report path; JSON goes beside it (default: %(default)s)")
     parser.add_argument("--no-progress", action="store_true", help="hide the progress bar")

@@ -12,7 +12,7 @@ from __future__ import annotations
 import shlex
 import sys
 
-from ._args import ListAction, check_out, count  # noqa: E402
+from ._args import ListAction, check_out, count, seed_int  # noqa: E402
 
 NAME = "bench-gap"
 HELP = "acceptance of resispec (look-ahead, without-replacement) against the sequential optimum and alpha*"
@@ -39,7 +39,7 @@ def add_arguments(parser):
     parser.add_argument("--sections", action=ListAction, default=["iid", "wor", "wor_small"],
                         help="comma-separated subset of iid,wor,wor_small")
     parser.add_argument("--no-lp", action="store_true", help="skip the iid sequential LP")
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--seed", type=seed_int, default=0)
     parser.add_argument("--out", default="reports/bench_gap.md", help="markdown path; JSON beside it")
     parser.add_argument("--no-progress", action="store_true")
 

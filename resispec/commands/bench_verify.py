@@ -13,7 +13,7 @@ from __future__ import annotations
 import shlex
 import sys
 
-from ._args import ListAction, check_out  # noqa: E402
+from ._args import ListAction, check_out, seed_int  # noqa: E402
 
 NAME = "bench-verify"
 HELP = "nodes verified per second, numpy vs torch, with the ResiSpec-over-rrs cost ratio"
@@ -43,7 +43,7 @@ def add_arguments(parser):
     parser.add_argument("--drafting", default="iid", choices=["iid", "without_replacement"],
                         help="how candidates are drawn; without_replacement times rules for such drafts (rrs_wor, "
                              "target_only, the without-replacement resispec) against rrs_wor (default: %(default)s)")
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--seed", type=seed_int, default=0)
     parser.add_argument("--out", default="reports/bench_verify.md",
                         help="markdown report; JSON beside it (default: %(default)s)")
     parser.add_argument("--no-progress", action="store_true", help="hide the progress bar")

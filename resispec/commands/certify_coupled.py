@@ -34,6 +34,8 @@ from __future__ import annotations
 
 NAME = "certify-coupled"
 HELP = "coupled certification of a kernel against a reference rule (same coins; TV bound; counterexample)"
+#: A verdict command: run in a supervised child when run as a program (a subject ending the process is a FAIL).
+SUPERVISED = True
 
 
 def add_arguments(parser) -> None:

@@ -39,8 +39,12 @@ import sys
 import time
 from pathlib import Path
 
+from ._args import seed
+
 NAME = "certify-decoder"
 HELP = "certify a whole speculative decoder: exact joint law of the first tokens + per-position PIT checks"
+#: A verdict command: run in a supervised child when run as a program (a subject ending the process is a FAIL).
+SUPERVISED = True
 
 
 def add_arguments(parser) -> None:
@@ -71,7 +75,7 @@ def add_arguments(parser) -> None:
                              "the summary's n is the total over the prompts")
     parser.add_argument("--tv", type=float, default=None, help="TV to detect (plans n; warns if n is too small)")
     parser.add_argument("--alpha", type=float, default=1e-3, help="family-wise level over the checks (default 1e-3)")
-    parser.add_argument("--seed", type=int, default=0, help="seed (default 0)")
+    parser.add_argument("--seed", type=seed, default=0, metavar="S", help="seed: an integer >= 0 or a sequence such as 0,3 (default 0)")
     parser.add_argument("--time-limit", type=float, default=3600.0, metavar="SECONDS",
                         help="stop the run after this many seconds and FAIL naming the call that did not return "
                              "(default 3600; 0 = no limit)")

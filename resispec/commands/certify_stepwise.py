@@ -28,6 +28,8 @@ from __future__ import annotations
 
 NAME = "certify-stepwise"
 HELP = "stepwise certification of a verifier that declares its steps (TV bound at real vocabularies)"
+#: A verdict command: run in a supervised child when run as a program (a subject ending the process is a FAIL).
+SUPERVISED = True
 
 DEFAULT_VERIFIER = "resispec[drafting=without_replacement]"
 

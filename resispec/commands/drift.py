@@ -10,7 +10,7 @@ from __future__ import annotations
 import shlex
 import sys
 
-from ._args import ListAction, check_out
+from ._args import ListAction, check_out, seed_int, stem
 
 NAME = "drift"
 HELP = "residual drift per chain step (beta_i, TV, top-mass residual, acceptance) with plots"
@@ -26,9 +26,9 @@ def add_arguments(parser):
                         help="reserve scales to sweep (default 0,0.25,0.5,0.75,1,1.25,1.5,2)")
     parser.add_argument("--proxies", action=ListAction, default=["all"], help="proxy names, or 'all' (default)")
     parser.add_argument("--top-level", type=float, default=0.9, help="draft mass of the top-mass set (default 0.9)")
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--seed", type=seed_int, default=0)
     parser.add_argument("--out", default="reports", help="output folder (default reports/)")
-    parser.add_argument("--stem", default="drift", help="file name stem (default drift)")
+    parser.add_argument("--stem", default="drift", type=stem, help="file name stem (default drift)")
 
 
 def run(args) -> int:

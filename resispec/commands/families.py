@@ -8,7 +8,7 @@ Example:
 
 from __future__ import annotations
 
-from ._args import ListAction, check_out
+from ._args import ListAction, check_out, seed_int
 
 NAME = "families"
 HELP = "pair families with measured TV / KL (and a divergence dial)"
@@ -19,7 +19,7 @@ def add_arguments(parser):
     parser.add_argument("--temperatures", action=ListAction, item_type=float, default=[0.7, 1.0, 1.5])
     parser.add_argument("--V", type=int, default=1000)
     parser.add_argument("--nodes", dest="n", type=int, default=64, help="pairs per family and temperature")
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--seed", type=seed_int, default=0)
     parser.add_argument("--dial", nargs=3, metavar=("FAMILY", "PARAM", "VALUES"), action="append", default=[],
                         help="also tabulate TV / KL as PARAM of FAMILY takes comma-separated VALUES")
     parser.add_argument("--out", default="reports/families.md", help="markdown output (default reports/families.md)")

@@ -61,6 +61,11 @@ class PathBound:
     tolerance: float
 
 
+def _approx(n: int) -> str:
+    """``"~1.23e+07"`` for a count of any size (``float`` overflows past ~1e308: ``"~10^1234"`` there)."""
+    return f"~{float(n):.3g}" if n < 10 ** 300 else f"~10^{len(str(n)) - 1}"
+
+
 def lp_nonzeros(V: int, branching) -> int:
     """Estimated constraint nonzeros of :func:`optimal_accepted`'s LP for vocabulary ``V`` and a tree of shape
     ``branching`` (tuple of int): ``V^N V sum_r V^(D - depth r)`` (``N`` drafted nodes, depth ``D``; each outcome
@@ -105,11 +110,11 @@ def optimal_accepted(pair, branching, context=()) -> PathBound:
     N = len(parent) - 1
     n_var = V ** N * (N + 1) * V
     if n_var > MAX_VARIABLES:
-        raise ValueError(f"the LP would have ~{float(n_var):.3g} variables (V = {V}, {N} drafted nodes), over {MAX_VARIABLES}; "
+        raise ValueError(f"the LP would have {_approx(n_var)} variables (V = {V}, {N} drafted nodes), over {MAX_VARIABLES}; "
                          "use a smaller V or tree")
     nnz = lp_nonzeros(V, shape.branching)
     if nnz > MAX_NONZEROS:                                       # horizon cells: the solver's memory and time
-        raise ValueError(f"the LP would have ~{float(nnz):.3g} constraint nonzeros (V = {V}, {N} drafted nodes, depth "
+        raise ValueError(f"the LP would have {_approx(nnz)} constraint nonzeros (V = {V}, {N} drafted nodes, depth "
                          f"{D}), over MAX_NONZEROS = {MAX_NONZEROS:,} (V = 30 at L = 2 took 2 minutes and 4 GB); use a "
                          "smaller V or tree")
     laws = prefix_laws(pair, D, context)
