@@ -36,7 +36,8 @@ from resispec.sampling import _inverse_cdf
 from ._checks import BudgetError, SubjectError, as_generator, check_alpha, check_n, passes_through, subject_call
 from .certificate import check_min_expected, no_df_message
 from ._timeout import check_timeout
-from .gof import MIN_EXPECTED, gof_test, pool_cells, tv_bounds
+from .gof import MIN_EXPECTED, pool_cells, tv_bounds
+from .path_checks import PLAN_TV_TOL, PathRun, run_checks
 from .power import detectable_tv
 
 #: Power at which ``detectable_tv`` is stated (as ``exactness.pit`` / ``exactness.prefix_law``).
@@ -223,9 +224,6 @@ def _pooled_df(target: np.ndarray, n: int, min_expected: float, what: str) -> in
     return df
 
 
-#: Largest horizon TV of a declared plan's own exact law against the target's (``exact_law``): rounding passes,
-#: a plan that is not exact (a bonus row mixed 0.5 % with the draft: TV 1.7e-3) FAILs.
-PLAN_TV_TOL = 1e-6
 #: Default ``time_limit`` (seconds) of ``certify_path`` / ``certify_tree_rule``: past it a FAIL, never a hang.
 DEFAULT_TIME_LIMIT = 3600.0
 #: Why the sampling-free bound check (``exact_bound``) is skipped for a rule without a declared plan.
@@ -258,66 +256,23 @@ def _check_size(V: int, L: int, what: str) -> None:
                          f"(exactness.pathlevel): give a smaller {what} or a pair with a smaller vocabulary")
 
 
-def _bound_check(accepted: np.ndarray, where: tuple, alpha: float,
-                 known: float | None = None) -> tuple[dict | None, str | None]:
-    """The acceptance-bound check of a chain / tree rule: ``(record, None)`` or ``(None, why it was skipped)``.
-
-    ``where`` = ``(pair, branching, context)``; the bound is ``optimal_accepted`` (the LP over all exact rules)
-    plus its solver tolerance, or ``known`` when the exact form already solved that LP (it is not solved twice).
-    """
-    from resispec.pathlevel.bound import optimal_accepted
-
-    from .acceptance_bound import ACCEPTANCE_BOUND as AB
-    from .acceptance_bound import lp_bound
-
-    if accepted.size < 100:
-        return None, f"needs n >= 100 steps for the test on the mean accepted length (n = {accepted.size})"
-    if known is None:
-        try:
-            b = optimal_accepted(*where)
-        except ValueError as exc:                     # the LP is too large at this size: the check cannot run
-            return None, f"no bound at this size: {exc}"
-        known = lp_bound(b)                                             # LP optimum + its slack
-    res = AB.run_mean(accepted, known, alpha, POWER, top=len(where[1]))   # drafts kept: 0..L (0..D)
-    return res.as_dict(), None
-
-
 def _certificate(counts: np.ndarray, target: np.ndarray, n: int, df: int, alpha: float,
                  min_expected: float, accepted: np.ndarray | None = None, where: tuple | None = None,
-                 exact: dict | None = None, plan_sampler: dict | None = None) -> PathCertificate:
-    from .certificate import holm
-
-    res = gof_test(counts, target, min_expected=min_expected)
-    checks = {"horizon": float(res.pvalue)}
-    skipped: dict = {}
-    bound = None
-    if accepted is not None and where is not None:     # its power and verdict line at Holm's first level
-        bound, why = _bound_check(accepted, where, alpha / _sampled_checks(plan_sampler is not None),
-                                  (exact or {}).get("bound"))
-        if why is None:
-            checks["acceptance_bound"] = bound["pvalue"]
-        else:
-            skipped["acceptance_bound"] = why
-    if plan_sampler is not None:
-        checks["plan_sampler"] = plan_sampler["pvalue"]
-    pvalue = min(holm(checks).values())               # Holm over the sampled checks (the horizon test alone: its p)
-    sampled = len(checks)                             # horizon's power is stated at Holm's first level, alpha / this
-    if exact is not None:
-        if "skipped" in exact:
-            skipped["exact_bound"] = exact["skipped"]
-        else:   # deterministic: 0.0 when the plan accepts more than the bound or is not a law, else 1.0
-            checks["exact_bound"] = 0.0 if ("error" in exact or exact["exceeded"]) else 1.0
-        if "exact_tv" in exact:                       # the plan's own horizon law against the target's, exactly
-            checks["exact_law"] = 0.0 if exact["exact_tv"] > PLAN_TV_TOL else 1.0   # (also when the LP is too large)
-        if min(checks.get("exact_bound", 1.0), checks.get("exact_law", 1.0)) == 0.0:
-            pvalue = 0.0                              # deterministic: no multiple-testing share
+                 exact: dict | None = None, plan_sampler: dict | None = None,
+                 plan_skip: str | None = None) -> PathCertificate:
+    """The certificate of a sampled horizon: the checks of :data:`exactness.path_checks.PATH_CHECKS` in order on one
+    :class:`exactness.path_checks.PathRun`, Holm over the sampled ones, the horizon's TV bounds and power."""
+    st = PathRun(counts=counts, target=target, n=int(n), df=int(df), alpha=alpha, min_expected=min_expected,
+                 power=POWER, accepted=accepted, where=where, exact=exact, plan_sampler=plan_sampler,
+                 plan_skip=plan_skip, m_max=_sampled_checks(plan_sampler is not None))
+    pvalue, sampled = run_checks(st)                  # horizon's power is stated at Holm's first level, alpha / sampled
     tv_hat, tv_up = tv_bounds(counts, target, alpha)
     det = detectable_tv(n, max(1, df), alpha=alpha / sampled, power=POWER)
     return PathCertificate(passed=bool(pvalue >= alpha), pvalue=pvalue, n=int(n), counts=counts,
-                           statistic=float(res.statistic), df=int(df), detectable_tv=float(det), alpha=alpha,
-                           power=POWER, tv_estimate=float(tv_hat), tv_upper=float(tv_up), raw_checks=checks,
-                           sampled=sampled,
-                           acceptance_bound=bound, skipped=skipped, exact_bound=exact, plan_sampler=plan_sampler)
+                           statistic=float(st.gof.statistic), df=int(df), detectable_tv=float(det), alpha=alpha,
+                           power=POWER, tv_estimate=float(tv_hat), tv_upper=float(tv_up), raw_checks=st.checks,
+                           sampled=sampled, acceptance_bound=st.bound, skipped=st.skipped, exact_bound=exact,
+                           plan_sampler=plan_sampler)
 
 
 def sample_horizon(verifier, pair, L: int, n: int, rng: np.random.Generator, context=(),
@@ -383,16 +338,17 @@ def _side_rng(rng: np.random.Generator) -> np.random.Generator:
 
 
 def _run(sample, n: int, target: np.ndarray, df: int, alpha: float, min_expected: float, where: tuple,
-         exact: dict | None, collector) -> PathCertificate:
+         exact: dict | None, collector, plan_skip: str | None) -> PathCertificate:
     """Sample the horizon (``sample(accepted, observe)``), then the certificate; a misbehaving rule is a FAIL."""
     acc = np.zeros(n, dtype=np.int64)
     try:
         idx = sample(acc, None if collector is None else collector.observe)
     except SubjectError as exc:
-        return _subject_failure(target, getattr(exc, "steps", 0), alpha, exc.cause, exact)
+        cert = _subject_failure(target, getattr(exc, "steps", 0), alpha, exc.cause, exact)
+        return cert if plan_skip is None else replace(cert, skipped={**cert.skipped, "plan_sampler": plan_skip})
     counts = np.bincount(idx, minlength=target.size)
     ps = None if collector is None else collector.result(alpha / _sampled_checks(True), POWER).as_dict()
-    return _certificate(counts, target, n, df, alpha, min_expected, acc, where, exact, ps)
+    return _certificate(counts, target, n, df, alpha, min_expected, acc, where, exact, ps, plan_skip)
 
 
 def _sampled_checks(with_plan: bool) -> int:
@@ -595,8 +551,7 @@ def _certify_rule(verifier, kind: str, where: tuple, rows: int, V: int, rng, sam
         exact = getattr(ACCEPTANCE_BOUND, _PLAN_FORMS[kind])(verifier, pair, shape, context, plan_fn=plan)
         plan.storing = False                          # the sampler reads what the enumeration stored, no more
     coll, why = _plan_collector(verifier, kind, rng, rows, V, plan)
-    cert = _run(sample, n, target, df, alpha, min_expected, where, exact, coll)
-    return _with_skip(cert, why)
+    return _run(sample, n, target, df, alpha, min_expected, where, exact, coll, why)
 
 
 def _timed(body, limit: float | None, target: np.ndarray, alpha: float) -> PathCertificate:
@@ -641,10 +596,3 @@ def _plan_collector(verifier, kind: str, rng: np.random.Generator, rows: int, V:
     if plan is None:
         return None, why or "no declared plan: nothing to compare the sampler with"
     return PLAN_SAMPLER.collector(verifier, kind, _side_rng(rng), rows, V, plan_fn=plan), None
-
-
-def _with_skip(cert: PathCertificate, why: str | None) -> PathCertificate:
-    """``cert`` with ``skipped["plan_sampler"] = why`` when the plan check did not apply."""
-    if why is None:
-        return cert
-    return replace(cert, skipped={**cert.skipped, "plan_sampler": why})
