@@ -434,8 +434,13 @@ def _certify(verifier, node, k: int, *, n, alpha, power, tv, tree, exact, worker
         cert = sequential_certificate(counts, p1, seq, alpha=alpha, power=power, tv=tv, checks=checks,
                                       details=details, skipped=skipped)
     else:
-        cert = certificate_from_counts(counts, p1, alpha=alpha, power=power, tv=tv, checks=checks,
-                                       details=details, skipped=skipped)
+        try:
+            cert = certificate_from_counts(counts, p1, alpha=alpha, power=power, tv=tv, checks=checks,
+                                           details=details, skipped=skipped)
+        except BudgetError as exc:            # too few draws for the marginal test: a refusal of the caller's n ...
+            if checks.get("exact_law") != 0.0:
+                raise
+            cert = _convicted_without_marginal(counts, p1, alpha, power, checks, details, skipped, str(exc))
     mc_df["marginal"] = cert.df
     cert.details["mc_df"] = mc_df
     if cert.details["marginal"].get("impossible_tokens") and cert.checks.get("marginal", 0.0) > 0.0:
@@ -446,6 +451,15 @@ def _certify(verifier, node, k: int, *, n, alpha, power, tv, tree, exact, worker
     if chain_note:   # what the report's "exact TV*" marks (other notes do not)
         cert.details["verify_disagrees_with_chain"] = True
     return replace(cert, notes=cert.notes + notes + chain_note)
+
+
+def _convicted_without_marginal(counts, p1, alpha, power, checks, details, skipped, why: str) -> Certificate:
+    """... unless the exact law already convicts the verifier (no draws needed): a FAIL whatever ``n``, the marginal
+    test listed as skipped with ``why`` (its counts pooled into no degree of freedom)."""
+    cert = certificate_from_counts(counts, p1, alpha=alpha, power=power, checks=checks, details=details,
+                                   skipped=skipped, min_expected=1e-12)          # only to fill the record's fields
+    rest = {k: v for k, v in cert.checks.items() if k != "marginal"}
+    return replace(cert, checks=rest, pvalue=0.0, passed=False, skipped={**cert.skipped, "marginal": why})
 
 
 def _fail_check(cert: Certificate, name: str) -> Certificate:

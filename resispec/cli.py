@@ -151,77 +151,93 @@ def main(argv: list[str] | None = None) -> int:
     return _run(parser, args)
 
 
+#: Seconds a supervised child may take to exit after it reported its status (a subject's non-daemon thread), and
+#: after a SIGTERM / SIGHUP / SIGINT was passed on to it (a subject ignoring it): then its process group is killed.
+EXIT_GRACE = 10.0
+
+
 def _supervised(run, command: str) -> int:
     """Run a verdict command (``run()``) in a forked child and take its exit status from what the child reports.
 
     A subject runs in the certifying process (``--workers 1``), and one that ends that process -- ``os._exit(0)`` in
     a verifier, a kernel or a decoder, at import or in a call, or a crash of its C code -- would otherwise end the
     run with ITS status: 0 would read as "no bias detected" to CI.  The child writes the status it returns into a
-    pipe before it exits; without that line the run ended inside a subject, a FAIL (exit 1) naming how it ended.
-    Ctrl-C reaches the child (the terminal's process group), and a SIGINT sent to this process alone is passed on after
-    a second; SIGTERM and SIGHUP are passed on at once (the status is then ``128 + signal``).
+    file of a private folder the parent made, opened only after the run returned (no descriptor of it is open while
+    a subject runs, so none can be written to by accident); without that file the run ended inside a subject, a
+    FAIL (exit 1) naming how it ended.  The child leads its own process group: SIGINT (Ctrl-C reaches this process),
+    SIGTERM and SIGHUP are passed on to the group, and the status is then ``128 + signal``; a group still alive
+    :data:`EXIT_GRACE` seconds after a signal or after the status was written (a subject ignoring the signal, a
+    non-daemon thread), and anything the subject left running once the child is gone, is killed.
     POSIX only (``os.fork``; elsewhere the command runs unsupervised).
     """
+    import shutil
     import signal
+    import tempfile
     import time
 
-    r, w = os.pipe()
+    folder = tempfile.mkdtemp(prefix="resispec-status-")
+    status = os.path.join(folder, "status")
     sys.stdout.flush()
     sys.stderr.flush()
     pid = os.fork()
-    if pid == 0:                                          # the child: the command itself
-        os.close(r)
-        try:
-            code = run()
-        except BaseException:                             # a harness bug's traceback: its own status, said so
-            os.write(w, b"raised\n")
-            raise
-        os.write(w, b"%d\n" % code)                      # the verdict, before the interpreter's own exit
-        os.close(w)
+    if pid == 0:                                          # the child: the command itself, in its own process group
+        os.setpgid(0, 0)
+        code = run()
+        tmp = status + ".tmp"
+        with open(tmp, "w") as fh:                        # the verdict, written once the run returned
+            fh.write(f"{code}\n")
+        os.replace(tmp, status)
         return code
-    os.close(w)
-
-    received = []
+    try:
+        os.setpgid(pid, pid)                              # (also here: no race with the first signal)
+    except OSError:
+        pass
+    received: list = []
 
     def forward(signum, _frame):
-        if signum != signal.SIGINT:
-            received.append(signum)
+        received.append((signum, time.monotonic()))
         try:
-            os.kill(pid, signum)
-        except ProcessLookupError:
+            os.killpg(pid, signum)
+        except OSError:
             pass
 
-    interrupted: list = []
-    old = {sig: signal.signal(sig, handler) for sig, handler in
-           ((signal.SIGINT, lambda *_: interrupted.append(time.monotonic())), (signal.SIGTERM, forward),
-            (signal.SIGHUP, forward))}
+    old = {sig: signal.signal(sig, forward) for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
+    reported = None
     try:
         while True:
-            done, status = os.waitpid(pid, os.WNOHANG)
+            done, wstatus = os.waitpid(pid, os.WNOHANG)
             if done:
                 break
-            if len(interrupted) == 1 and time.monotonic() - interrupted[0] > 1.0:
-                interrupted.append(0.0)               # a Ctrl-C sent here alone (not to the terminal's group): pass it on
-                forward(signal.SIGINT, None)
+            now = time.monotonic()
+            if reported is None and os.path.exists(status):
+                reported = now
+            if (received and now - received[0][1] > EXIT_GRACE) or (reported and now - reported > EXIT_GRACE):
+                os.killpg(pid, signal.SIGKILL)            # ignoring the signal, or a thread that keeps it alive
             time.sleep(0.05)
     finally:
         for sig, handler in old.items():
             signal.signal(sig, handler)
-    os.set_blocking(r, False)                             # a worker the child forked may still hold the pipe open
+        try:
+            os.killpg(pid, signal.SIGKILL)                # whatever the subject left running (a fork of its own)
+        except OSError:
+            pass
     try:
-        said = os.read(r, 64).strip()
-    except BlockingIOError:
-        said = b""
-    os.close(r)
+        with open(status) as fh:
+            said = fh.read().strip()
+    except OSError:
+        said = ""
+    shutil.rmtree(folder, ignore_errors=True)
+    if received:                                          # stopped from outside (CI's SIGTERM, Ctrl-C)
+        sig = received[0][0]
+        if not said.isdigit():                            # else the child said so itself (Ctrl-C: "interrupted")
+            print(f"resispec {command}: " + ("interrupted (Ctrl-C)" if sig == signal.SIGINT else
+                                             f"terminated ({signal.Signals(sig).name})"), file=sys.stderr)
+        return 128 + sig
     if said.isdigit():
         return int(said)
-    if received:                                          # stopped from outside (CI's SIGTERM): not the subject's doing
-        print(f"resispec {command}: terminated ({signal.Signals(received[0]).name})", file=sys.stderr)
-        return 128 + received[0]
-    if said == b"raised" or (os.WIFEXITED(status) and said):
-        return os.waitstatus_to_exitcode(status)
-    how = (f"was killed by signal {signal.Signals(os.WTERMSIG(status)).name}" if os.WIFSIGNALED(status) else
-           f"exited with status {os.WEXITSTATUS(status)} without returning (os._exit)")
+    how = (f"was killed by signal {signal.Signals(os.WTERMSIG(wstatus)).name}" if os.WIFSIGNALED(wstatus) else
+           f"exited with status {os.WEXITSTATUS(wstatus)} without returning (os._exit, or an error the harness "
+           "could not catch)")
     print(f"resispec {command}: FAIL: the run {how} before its verdict: a subject (verifier, kernel, decoder or its "
           "module) that ends or crashes the process is a FAIL", file=sys.stderr)
     return 1

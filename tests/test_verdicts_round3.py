@@ -282,6 +282,48 @@ SUBJECTS = textwrap.dedent("""
 
         return EndsStep()
 
+    def _pipes():
+        for fd in range(3, 256):
+            try:
+                if os.readlink(f"/proc/self/fd/{fd}").startswith("pipe:"):
+                    yield fd
+            except OSError:
+                pass
+
+    class Forges:
+        # writes a status of 0 into every pipe it can find, then ends the process with status 0
+        drafting = "iid"
+
+        def verify(self, p, q, c, rng=None, *, uniforms=None):
+            for fd in _pipes():
+                try:
+                    os.write(fd, b"0\\n" * 32)
+                except OSError:
+                    pass
+            os._exit(0)
+
+    class ForksOn:
+        # forks; the parent of the fork ends with status 0, its child goes on as an always-accepting rule
+        drafting = "iid"
+
+        def verify(self, p, q, c, rng=None, *, uniforms=None):
+            from exactness.mutants import CATALOGUE
+
+            if os.fork() != 0:
+                os._exit(0)
+            return CATALOGUE["always_accept"].verify(p, q, c, rng, uniforms=uniforms)
+
+    class IgnoresTerm:
+        drafting = "iid"
+
+        def __init__(self):
+            import signal
+
+            signal.signal(signal.SIGTERM, signal.SIG_IGN)
+
+        def verify(self, p, q, c, rng=None, *, uniforms=None):
+            time.sleep(600)
+
     def ends_decoder():
         def dec(prompt, new_tokens, rng):
             os._exit(0)
@@ -311,13 +353,17 @@ def subjects_dir(tmp_path):
     ["certify", "stepwise", "--verifier", "ends_r3:_ends_step", "--V", "8", "--k", "2", "--n", "300"],
     ["certify", "coupled", "--kernel", "ends_r3:Ends", "--V", "8", "--k", "2", "--n", "300"],
     ["certify", "decoder", "--decoder", "ends_r3:ends_decoder", "--new-tokens", "2", "--n", "200", "--out", "o/d.md"],
-], ids=["certify", "certify-local", "stepwise", "coupled", "decoder"])
+    ["certify", "--verifier", "ends_r3:Forges", "--k", "2", "--families", "zipf", "--n", "3000", "--no-mutants",
+     "--out", "o/r.md"],
+    ["certify", "--verifier", "ends_r3:ForksOn", "--k", "2", "--families", "zipf", "--n", "3000", "--no-mutants",
+     "--out", "o/r.md"],
+], ids=["certify", "certify-local", "stepwise", "coupled", "decoder", "forges-the-status", "forks-on"])
 def test_a_subject_that_ends_the_process_with_status_0_is_a_fail_not_a_pass(subjects_dir, args):
     """Each exited 0 (NO BIAS to CI) with nothing printed: os._exit(0) inside verify ended the certifying process."""
     p = _cli(args, subjects_dir)
     out, err = p.communicate(timeout=600)
     assert p.returncode == 1, (out, err)
-    assert "FAIL: the run exited with status 0 without returning (os._exit)" in err, err
+    assert "FAIL: the run exited with status 0 without returning (os._exit" in err, err
 
 
 @pytest.mark.skipif(not hasattr(os, "fork") or not Path("/proc/self/task").exists(), reason="POSIX fork, Linux /proc")
@@ -340,6 +386,36 @@ def test_the_supervised_run_passes_signals_on_and_leaves_no_child(subjects_dir, 
             break
         time.sleep(0.05)
     assert not Path(f"/proc/{child}").exists() or "Z" in Path(f"/proc/{child}/stat").read_text().split()[2]
+
+
+@pytest.mark.skipif(not hasattr(os, "fork") or not Path("/proc/self/task").exists(), reason="POSIX fork, Linux /proc")
+def test_a_subject_ignoring_sigterm_is_killed_after_the_grace(subjects_dir):
+    """It ran to its verdict (exit 0 for an exact rule) although CI had sent SIGTERM."""
+    p = _cli(["certify", "--verifier", "ends_r3:IgnoresTerm", "--k", "2", "--families", "zipf", "--n", "3000",
+              "--no-mutants", "--out", "o/r.md"], subjects_dir, start_new_session=True)
+    children = Path(f"/proc/{p.pid}/task/{p.pid}/children")
+    for _ in range(1200):
+        if p.poll() is not None or (children.exists() and children.read_text().split()):
+            break
+        time.sleep(0.05)
+    time.sleep(1.0)                                   # let the child install its subject (it ignores SIGTERM)
+    p.send_signal(signal.SIGTERM)
+    out, err = p.communicate(timeout=300)
+    assert p.returncode == 143 and "terminated (SIGTERM)" in err, (p.returncode, err)
+
+
+def test_a_biased_verifier_with_too_few_draws_for_the_marginal_test_is_still_a_fail():
+    """`certify --verifier always_accept --n 10` read as bad input (exit 2): its exact law convicts it anyway."""
+    from exactness.mutants import CATALOGUE
+
+    p, q = np.full(8, 0.125), np.array([0.3, 0.2, 0.1, 0.1, 0.1, 0.1, 0.05, 0.05])   # n = 4: every cell pooled
+    cert = exactness.certify_verifier(CATALOGUE["always_accept"], p, q, 2, n=4, seed=0)
+    assert not cert.passed and cert.checks["exact_law"] == 0.0 and "marginal" not in cert.checks
+    assert "no degrees of freedom" in cert.skipped["marginal"]
+    from resispec import get_verifier
+
+    with pytest.raises(ValueError, match="no degrees of freedom"):     # an exact rule: the caller's n, refused
+        exactness.certify_verifier(get_verifier("rrs"), p, q, 2, n=4, seed=0)
 
 
 def test_a_budget_refused_in_every_failing_cell_is_exit_2_without_a_report(tmp_path, capsys):
@@ -392,6 +468,7 @@ def test_a_coupled_pass_stopped_by_its_time_limit_is_inconclusive_not_a_pass():
     (["drift", "--stem", "../../x", "--nodes", "2", "--V", "20"], "--stem must be a plain file name"),
     (["bench", "--stem", "", "--families", "zipf"], "--stem must be a plain file name"),
     (["certify", "stepwise", "--pq", "", "--n", "100"], "--pq names no file"),
+    (["certify", "stepwise", "--pq", "/dev/null", "--n", "100"], "need an .npz with arrays 'p' and 'q' (EOFError"),
     (["certify", "coupled", "--kernel", "rrs", "--pq", " ", "--n", "100"], "--pq names no file"),
     (["bench", "verify", "--seed", "-1"], "--seed must be >= 0"),
     (["families", "--seed", "x"], "--seed takes an integer"),
@@ -399,7 +476,7 @@ def test_a_coupled_pass_stopped_by_its_time_limit_is_inconclusive_not_a_pass():
     (["bench", "verify", "--V", "10000000000", "--B", "256"], "not enough memory for the sizes asked"),
     (["certify", "--verifier", "rrs", "--k", "2", "--n", "3000", "--no-mutants", "--out", "/tmp/\udcff.md"],
      "is not valid UTF-8"),
-], ids=["stem-up", "stem-empty", "pq-empty-stepwise", "pq-blank-coupled", "seed-negative", "seed-text", "shape",
+], ids=["stem-up", "stem-empty", "pq-empty-stepwise", "pq-dev-null", "pq-blank-coupled", "seed-negative", "seed-text", "shape",
         "memory", "out-not-utf8"])
 def test_bad_input_is_exit_2_naming_it(args, words, tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)

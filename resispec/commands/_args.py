@@ -214,8 +214,9 @@ def load_node(args, *, default_V: int):
         try:
             with np.load(args.pq) as z:
                 return z["p"], z["q"]
-        except (OSError, KeyError, ValueError) as exc:
-            raise ValueError(f"--pq {args.pq!r}: need an .npz with arrays 'p' and 'q' ({exc})") from exc
+        except Exception as exc:          # missing, empty (EOFError), truncated, not a zip, no 'p' / 'q', pickled
+            raise ValueError(f"--pq {args.pq!r}: need an .npz with arrays 'p' and 'q' ({type(exc).__name__}: "
+                             f"{exc})") from exc
     V = default_V if args.V is None else args.V
     if V < 2 or not args.concentration > 0:
         raise ValueError("--V must be >= 2 and --concentration > 0")
