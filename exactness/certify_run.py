@@ -90,8 +90,9 @@ def load_proxy(spec: str, flag: str = "--proxy"):
     return obj
 
 
-def load_verifier(spec: str):
-    """A verifier from a registry name, ``name[option=value,...]`` or a ``module:object`` import path.
+def load_verifier(spec: str, flag: str = "--verifier"):
+    """A verifier from a registry name, ``name[option=value,...]`` or a ``module:object`` import path (``flag``: the
+    option that named it, quoted in every refusal: ``--verifier``, ``--kernel``, ``--reference``).
 
     ``module:object`` may name a Verifier instance, a class or a factory
     (called with no arguments); dotted parts may index dicts
@@ -118,40 +119,40 @@ def load_verifier(spec: str):
     import resispec
 
     if not isinstance(spec, str) or not spec:
-        raise ValueError(f"--verifier must be a name, name[option=value,...] or module:object, got {spec!r}")
+        raise ValueError(f"{flag} must be a name, name[option=value,...] or module:object, got {spec!r}")
     m = re.fullmatch(r"(\w+)\[(.*)\]", spec)
     if m:  # name[option=value,...], e.g. resispec[proxy=tempered,gamma=0.5]
         opts = {}
         for kv in filter(None, m.group(2).split(",")):
             key, eq, val = kv.partition("=")
             if not eq or not key.strip():
-                raise ValueError(f"--verifier {spec!r}: options must be written name[option=value,...], got {kv!r}")
+                raise ValueError(f"{flag} {spec!r}: options must be written name[option=value,...], got {kv!r}")
             opts[key.strip()] = _option_value(val.strip())
         if m.group(1) == "rejection_proxy" and isinstance(opts.get("proxy"), str):
-            opts["proxy"] = load_proxy(opts["proxy"], "--verifier")
+            opts["proxy"] = load_proxy(opts["proxy"], flag)
         return spec, resispec.get_verifier(m.group(1), **opts)
     if "[" in spec or "]" in spec:
-        raise ValueError(f"--verifier {spec!r}: malformed options; write name[option=value,...]")
+        raise ValueError(f"{flag} {spec!r}: malformed options; write name[option=value,...]")
     if ":" not in spec:
         return spec, resispec.get_verifier(spec)
-    obj = import_object(spec, "--verifier", "mymodule:MyVerifier")
+    obj = import_object(spec, flag, "mymodule:MyVerifier")
     attr = spec.partition(":")[2]
     if isinstance(obj, type) or (callable(obj) and not hasattr(obj, "verify")):
         try:
             obj = obj()
         except BaseException as exc:
-            raise ValueError(f"--verifier {spec!r}: building the verifier ({attr}()) failed: {_describe(exc)}") from exc
+            raise ValueError(f"{flag} {spec!r}: building the verifier ({attr}()) failed: {_describe(exc)}") from exc
     if not hasattr(obj, "verify"):
-        raise ValueError(f"--verifier {spec!r} is not a verifier (needs verify(p, q, candidates, rng) and drafting)")
+        raise ValueError(f"{flag} {spec!r} is not a verifier (needs verify(p, q, candidates, rng) and drafting)")
     try:
         drafting = getattr(obj, "drafting")
     except AttributeError:
-        raise ValueError(f"--verifier {spec!r} has no 'drafting' attribute: set it to 'iid', 'without_replacement' "
+        raise ValueError(f"{flag} {spec!r} has no 'drafting' attribute: set it to 'iid', 'without_replacement' "
                          "or 'any' (the candidate law under which the verifier claims exactness)") from None
     except BaseException as exc:
-        raise ValueError(f"--verifier {spec!r}: reading its 'drafting' failed: {_describe(exc)}") from exc
+        raise ValueError(f"{flag} {spec!r}: reading its 'drafting' failed: {_describe(exc)}") from exc
     if drafting not in ("iid", "without_replacement", "any"):
-        raise ValueError(f"--verifier {spec!r} has drafting = {drafting!r}; it must be 'iid', 'without_replacement' "
+        raise ValueError(f"{flag} {spec!r} has drafting = {drafting!r}; it must be 'iid', 'without_replacement' "
                          "or 'any'")
     return spec, obj
 

@@ -6,6 +6,7 @@ import pytest
 
 from exactness import certify_verifier
 from exactness.decoder_checks import DECODER_CHECKS
+from exactness.path_checks import PATH_CHECKS
 from exactness.node_checks import NODE_CHECKS, NodeCheck
 from exactness.node_mutants import NODE_MUTANTS
 
@@ -22,9 +23,9 @@ def test_the_table_names_every_check_once_and_each_declares_itself():
         assert isinstance(c, NodeCheck) and c.detects and c.mutant in NODE_MUTANTS, c
 
 
-@pytest.mark.parametrize("check", NODE_CHECKS + DECODER_CHECKS, ids=repr)
+@pytest.mark.parametrize("check", NODE_CHECKS + DECODER_CHECKS + PATH_CHECKS, ids=repr)
 def test_design_twins_agree(check):
-    """Every check of the node and the decoder certificate: detectable_tv falls with n, and
+    """Every check of the node, the decoder and the path / tree certificate: detectable_tv falls with n, and
     n_for_tv(detectable_tv(n)) gives back about n (deterministic: 0 and 1)."""
     if check.deterministic:
         assert check.detectable_tv(1000, 4) == 0.0 and check.n_for_tv(0.01, 4) == 1

@@ -471,12 +471,15 @@ def test_a_coupled_pass_stopped_by_its_time_limit_is_inconclusive_not_a_pass():
     (["certify", "stepwise", "--pq", "/dev/null", "--n", "100"], "need an .npz with arrays 'p' and 'q' (EOFError"),
     (["certify", "coupled", "--kernel", "rrs", "--pq", " ", "--n", "100"], "--pq names no file"),
     (["bench", "verify", "--seed", "-1"], "--seed must be >= 0"),
+    (["certify", "coupled", "--kernel", "no_such_module_r3:X", "--n", "100"], "--kernel 'no_such_module_r3:X'"),
+    (["certify", "coupled", "--kernel", "rrs", "--reference", "no_such_rule", "--n", "100"],
+     "--reference: unknown verifier"),
     (["families", "--seed", "x"], "--seed takes an integer"),
     (["bench", "--shapes", "9,9,9,9,9,9,9,9", "--families", "zipf"], "MAX_SHAPE_NODES"),
     (["bench", "verify", "--V", "10000000000", "--B", "256"], "not enough memory for the sizes asked"),
     (["certify", "--verifier", "rrs", "--k", "2", "--n", "3000", "--no-mutants", "--out", "/tmp/\udcff.md"],
      "is not valid UTF-8"),
-], ids=["stem-up", "stem-empty", "pq-empty-stepwise", "pq-dev-null", "pq-blank-coupled", "seed-negative", "seed-text", "shape",
+], ids=["stem-up", "stem-empty", "pq-empty-stepwise", "pq-dev-null", "pq-blank-coupled", "seed-negative", "kernel-named", "reference-named", "seed-text", "shape",
         "memory", "out-not-utf8"])
 def test_bad_input_is_exit_2_naming_it(args, words, tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)

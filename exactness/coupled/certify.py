@@ -293,10 +293,13 @@ def _load(obj, what: str):
     if isinstance(obj, str):
         from ..certify_run import load_verifier
 
+        flag = f"--{what}"                            # the flag that named it (--kernel, --reference)
         try:
-            return load_verifier(obj)[1]
+            return load_verifier(obj, flag)[1]
         except ValueError as exc:
-            raise ValueError(f"{what}: {exc}") from exc
+            if str(exc).startswith(flag):
+                raise
+            raise ValueError(f"{flag}: {exc}") from exc   # a registry's refusal ("unknown verifier ...")
     return as_numpy_verifier(obj)
 
 
