@@ -248,19 +248,30 @@ def subject_misbehaved(exc: BaseException) -> bool:
     return isinstance(exc, (SubjectError, SystemExit, TimeLimitExceeded, WorkerDied)) or not isinstance(exc, Exception)
 
 
-def _failed_cell(cell: Cell, reason: str, alpha: float, seconds: float, subject: bool = False) -> CellResult:
+def _raised_cell(cell: Cell, exc: BaseException, alpha: float, seconds: float) -> CellResult:
+    """The failed cell of a run that raised ``exc``: its reason, whether the subject misbehaved, whether the budget
+    was refused (``exactness.budget.BudgetError``: the caller's request)."""
+    from .budget import BudgetError
+
+    return _failed_cell(cell, _failure_reason(exc), alpha, seconds, subject=subject_misbehaved(exc),
+                        refused=isinstance(exc, BudgetError))
+
+
+def _failed_cell(cell: Cell, reason: str, alpha: float, seconds: float, subject: bool = False,
+                 refused: bool = False) -> CellResult:
     """A cell that could not be certified (it raised or timed out): a FAILED certificate, p = 0.
 
     The certificate's only check is named by ``reason`` (so every report that
     lists the failing checks shows it) and ``details["error"]`` holds it too;
     ``details["subject_misbehaved"]`` says whether the subject misbehaved (raised, called ``sys.exit``,
-    emitted a bad token, did not return: the reports say "subject error" and name the cause).
+    emitted a bad token, did not return: the reports say "subject error" and name the cause);
+    ``details["refused"]`` whether its budget was refused (``GridResult.refused_cells``).
     """
     nan = float("nan")
     cert = Certificate(passed=False, statistic=nan, pvalue=0.0, tv_estimate=nan, tv_upper=nan, detectable_tv=nan,
                        n=0, alpha=alpha, checks={reason: 0.0},
                        details={"error": reason, "subject_misbehaved": bool(subject),
-                                "refused": reason.startswith(REFUSED)})
+                                "refused": bool(refused)})
     return CellResult(cell.verifier_name, cell.family, cell.k, cell.p.size, cert, seconds=seconds)
 
 
@@ -341,8 +352,7 @@ def run_cell(cell: Cell, *, n: int | None, alpha: float, seed, timeout: float | 
     except BaseException as exc:  # a plug-in that fails is a failed cell, never a pass or a traceback
         if passes_through(exc):             # Ctrl-C, the harness's time limit
             raise
-        return _failed_cell(cell, _failure_reason(exc), alpha, time.perf_counter() - t0,
-                            subject=subject_misbehaved(exc))
+        return _raised_cell(cell, exc, alpha, time.perf_counter() - t0)
     return CellResult(cell.verifier_name, cell.family, cell.k, V, cert, acceptance=acc, alpha_star=astar,
                       rrs_acceptance=rrs, seconds=time.perf_counter() - t0)
 
@@ -416,8 +426,7 @@ def run_grid(cells: list[Cell], *, n: int | None = None, alpha: float = 1e-3, se
             results = ex.map_chunks(partial(_cell_task, n=n, alpha=alpha, timeout=timeout, workers=workers, tv=tv,
                                             sequential=sequential), jobs,
                                     on_done=lambda i: bar.step(label(cells[i])),
-                                    on_error=lambda job, exc: _failed_cell(job[0], _failure_reason(exc), alpha, 0.0,
-                                                                           subject=subject_misbehaved(exc)))
+                                    on_error=lambda job, exc: _raised_cell(job[0], exc, alpha, 0.0))
         else:
             results = []
             for i, cell in enumerate(cells):

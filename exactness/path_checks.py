@@ -72,7 +72,8 @@ class PathCheck(DesignTwins):
     mutant: str = ""
 
     def skip(self, st: PathRun) -> str | None:
-        """Why the check does not run on ``st``, or None (it runs)."""
+        """Why the check does not run on ``st`` (recorded in ``skipped``), ``""`` where it does not apply to this
+        run at all (nothing recorded), or None (it runs)."""
         return None
 
     def run(self, st: PathRun) -> None:
@@ -101,7 +102,7 @@ class AcceptanceBoundPath(PathCheck):
     mutant = "too_generous_block"
 
     def skip(self, st):
-        return None if st.accepted is not None and st.where is not None else "no accepted counts or LP inputs"
+        return None if st.accepted is not None and st.where is not None else ""
 
     def run(self, st):
         # its power and verdict line at Holm's first level; the exact form's LP optimum reused (not solved twice)
@@ -144,7 +145,7 @@ class PlanSampler(PathCheck):
     mutant = "plan_says_block"
 
     def skip(self, st):
-        return None if st.plan_sampler is not None else st.plan_skip
+        return None if st.plan_sampler is not None else (st.plan_skip or "")
 
     def run(self, st):
         st.checks[self.name] = st.plan_sampler["pvalue"]
@@ -158,9 +159,7 @@ class ExactBound(PathCheck):
     mutant = "too_generous_block"
 
     def skip(self, st):
-        if st.exact is None:
-            return "no declared plan analysed"
-        return st.exact.get("skipped")
+        return "" if st.exact is None else st.exact.get("skipped")
 
     def run(self, st):   # deterministic: 0.0 when the plan accepts more than the bound or is not a law, else 1.0
         st.checks[self.name] = 0.0 if ("error" in st.exact or st.exact["exceeded"]) else 1.0
@@ -174,7 +173,7 @@ class ExactLaw(PathCheck):
     mutant = "block_same_position_residual"
 
     def skip(self, st):
-        return None if st.exact is not None and "exact_tv" in st.exact else "no declared plan enumerated"
+        return None if st.exact is not None and "exact_tv" in st.exact else ""
 
     def run(self, st):
         st.checks[self.name] = 0.0 if st.exact["exact_tv"] > PLAN_TV_TOL else 1.0
@@ -182,8 +181,7 @@ class ExactLaw(PathCheck):
 
 #: The checks of a path / tree certificate, in run order: the sampled ones (Holm), then the deterministic ones.
 PATH_CHECKS = (Horizon(), AcceptanceBoundPath(), PlanSampler(), ExactBound(), ExactLaw())
-#: Skip reasons that are not recorded (the check does not apply to this route at all, rather than being skipped).
-_SILENT = {"no accepted counts or LP inputs", "no declared plan analysed", "no declared plan enumerated"}
+_BY_NAME = {c.name: c for c in PATH_CHECKS}
 
 
 def run_checks(st: PathRun) -> tuple[float, int]:
@@ -195,16 +193,13 @@ def run_checks(st: PathRun) -> tuple[float, int]:
         why = check.skip(st)
         if why is None:
             check.run(st)
-        elif why not in _SILENT:
+        elif why:                                     # "": the check does not apply here, nothing to record
             st.skipped[check.name] = why
     sampled = {k: v for k, v in st.checks.items() if not _BY_NAME[k].deterministic}
     pvalue = min(holm(sampled).values())
     if any(st.checks[c.name] == 0.0 for c in PATH_CHECKS if c.deterministic and c.name in st.checks):
         pvalue = 0.0                                  # deterministic: no multiple-testing share
     return pvalue, len(sampled)
-
-
-_BY_NAME = {c.name: c for c in PATH_CHECKS}
 
 
 def _mutants() -> dict:

@@ -85,8 +85,9 @@ def run(args) -> int:
     from ..bench.trees import MAX_SHAPE_NODES
 
     for s in args.shapes:
-        if TreeShape.parse(s).num_nodes > MAX_SHAPE_NODES:   # fail before any work
-            raise ValueError(f"--shapes {s}: {TreeShape.parse(s).num_nodes:,} nodes, over MAX_SHAPE_NODES = "
+        nodes = TreeShape.parse(s).num_nodes                 # fail before any work
+        if nodes > MAX_SHAPE_NODES:
+            raise ValueError(f"--shapes {s}: {nodes:,} nodes, over MAX_SHAPE_NODES = "
                              f"{MAX_SHAPE_NODES:,} (resispec.bench.trees); give a smaller shape")
     from ..bench.trees import check_path_rules, normalise_path_rules
 

@@ -172,7 +172,9 @@ def _check_executor(executor, address) -> None:
 
 def run(args) -> int:
     """``resispec certify``: check the options, run the grid and the mutant panel, write the reports, print the
-    verdict (exit 0 no bias detected, 1 a FAIL, 3 a mutant escaped; bad options raise ValueError, and a budget refused in every failing cell (too few draws for a test, over the time or memory limit) returns 2: the caller's request)."""
+    verdict (exit 0 no bias detected, 1 a FAIL, 3 a mutant escaped; bad options raise ValueError, and a budget
+    refused in every failing cell -- too few draws for a test, over the time or memory limit -- returns 2: the
+    caller's request)."""
     ks, do_mutants, families, tv = _check_args(args)
     progress = not args.no_progress
     if tv is not None and args.samples is None:
@@ -305,9 +307,11 @@ def _print_outcome(grid, mutants, meta, args, t0) -> int:
         print()
         print(mutant_table(mutants))
         escaped = [m.name for m in mutants if m.flagged < m.runs]
+    from exactness.grid import REFUSED
+
     refused = grid.refused_cells()
-    if not grid.passed and refused and len(refused) == len(grid.failed_cells()) and not grid.untested_verifiers():
-        first = refused[0].certificate.details["error"].removeprefix("not run: ")
+    if refused and len(refused) == len(grid.failed_cells()) and not grid.untested_verifiers():
+        first = refused[0].certificate.details["error"].removeprefix(REFUSED)
         print(f"resispec certify: error: the budget was refused for {len(refused)} cell(s), nothing else failed: "
               f"{first} (--n / --tv)", file=sys.stderr)
         return 2                                      # the caller's request: no verdict, no report
