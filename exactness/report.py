@@ -238,6 +238,8 @@ def figure_bytes(grid: GridResult, power: float = 0.99) -> tuple[bytes, bytes]:
 
 def markdown(grid: GridResult, mutants=None, meta=None, qq_name="certify_qq.png",
              tv_name="certify_detectable_tv.png") -> str:
+    from .node_checks import NODE_CHECKS
+
     meta = meta or {}
     L = ["# resispec certify", ""]
     if meta:
@@ -274,8 +276,8 @@ def markdown(grid: GridResult, mutants=None, meta=None, qq_name="certify_qq.png"
     L += L_eq
     L += ["", "## Cells", "",
           "Per cell: exact-law TV where enumeration (or the built-in accept table) fits, the cell's p-value "
-          "(Holm over its checks: marginal chi-square against p, joint (stop position, token), accepted count, "
-          "residual, two-token tree, determinism, batched == one-at-a-time), its Holm and BH adjustment over "
+          "(Holm over its checks: marginal chi-square against p, and those of exactness.node_checks.NODE_CHECKS "
+          f"that apply: {', '.join(n for c in NODE_CHECKS for n in c.names)}), its Holm and BH adjustment over "
           "all cells, the sample size and the TV it detects with power 0.99, and the exact acceptance against "
           "alpha* and against rrs.", "",
           "| " + " | ".join(COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
