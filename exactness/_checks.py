@@ -71,17 +71,55 @@ def subject_cause(what: str, exc: BaseException) -> str:
     line = exception_line(exc)
     if isinstance(exc, SystemExit):   # "SystemExit: called sys.exit(2) (in verify, mine.py:12)"
         return f"{what} {line.split(': ', 1)[1]}"
+    if isinstance(exc, KeyboardInterrupt):   # raised by the subject itself: no Ctrl-C reached the run
+        return f"{what} raised {line}; no Ctrl-C (SIGINT) was received, so it is the subject's own"
     return f"{what} raised {line}"
 
 
+#: The SIGINTs this process received since :func:`watch_interrupts` (``None``: not watched, as in a library call,
+#: where every ``KeyboardInterrupt`` is taken for Ctrl-C).
+_INTERRUPTS: list | None = None
+
+
+def watch_interrupts() -> bool:
+    """Record this process's SIGINTs (Ctrl-C), so that a ``KeyboardInterrupt`` that a subject raises ITSELF, with
+    no SIGINT received, is the subject's failure (:func:`passes_through`) rather than the user's Ctrl-C.
+
+    The CLI calls it once, in the main thread, before the run (its forked workers and supervised child inherit the
+    handler).  Nothing changes where SIGINT is not Python's default handler (ignored, as under ``nohup``, or a
+    handler of the caller's own).  Returns whether SIGINT is watched now.
+    """
+    import signal
+
+    global _INTERRUPTS
+    try:
+        if signal.getsignal(signal.SIGINT) is not signal.default_int_handler:
+            return _INTERRUPTS is not None
+        seen: list = []
+
+        def on_sigint(signum, _frame):
+            seen.append(signum)
+            raise KeyboardInterrupt          # what Python's default handler does
+
+        signal.signal(signal.SIGINT, on_sigint)
+    except ValueError:                       # not the main thread: leave SIGINT as it is
+        return False
+    _INTERRUPTS = seen
+    return True
+
+
 def passes_through(exc: BaseException) -> bool:
-    """Whether ``exc``, raised inside a subject's call, is not the subject's failure: Ctrl-C (``KeyboardInterrupt``)
-    and the harness's own time limit (:class:`exactness._timeout.TimeLimitExceeded`).  Everything else a subject
-    raises -- any ``Exception``, ``SystemExit``, ``GeneratorExit``, ``asyncio.CancelledError``, a test framework's
-    outcome exception, any other ``BaseException`` -- is its failure (a FAIL naming it)."""
+    """Whether ``exc``, raised inside a subject's call, is not the subject's failure: Ctrl-C (``KeyboardInterrupt``,
+    when :func:`watch_interrupts` saw a SIGINT or is not watching) and the harness's own time limit
+    (:class:`exactness._timeout.TimeLimitExceeded`).  Everything else a subject raises -- any ``Exception``,
+    ``SystemExit``, ``GeneratorExit``, ``asyncio.CancelledError``, a test framework's outcome exception, a
+    ``KeyboardInterrupt`` raised with no SIGINT received, any other ``BaseException`` -- is its failure (a FAIL
+    naming it)."""
     from ._timeout import TimeLimitExceeded
 
-    return isinstance(exc, (KeyboardInterrupt, TimeLimitExceeded))
+    if isinstance(exc, KeyboardInterrupt):
+        return _INTERRUPTS is None or bool(_INTERRUPTS)   # watched: only a SIGINT received makes it Ctrl-C
+    return isinstance(exc, TimeLimitExceeded)
 
 
 def subject_call(fn, what: str, *args, **kwargs):

@@ -175,8 +175,10 @@ def _check_tokens(out, B: int, m: int, V: int, what: str) -> np.ndarray:
     dtype or shape or ids outside [0, V): the decoder misbehaved, the caller's input was fine."""
     try:
         t = np.asarray(out)
-    except Exception as exc:                       # ragged lists and the like
-        raise SubjectError(f"{what} returned {type(out).__name__} that is not an array of token ids ({exc})") \
+    except BaseException as exc:                   # ragged lists and the like; an __array__ that raises
+        if passes_through(exc):
+            raise
+        raise SubjectError(f"{what} returned {type(out).__name__} that is not an array of token ids ({type(exc).__name__}: {exc})") \
             from None
     if t.dtype == bool or not np.issubdtype(t.dtype, np.integer):
         raise SubjectError(f"{what} returned dtype {t.dtype}; it must return integer token ids (int64)")
@@ -206,7 +208,9 @@ class _Target:
             try:
                 with running("target(contexts)"):
                     raw = self.fn(c)
-            except Exception as exc:
+            except BaseException as exc:         # any but Ctrl-C and the time limit: a target that fails
+                if passes_through(exc):
+                    raise
                 hint = ("; do the prompts hold ids outside the target's vocabulary?"
                         if isinstance(exc, (IndexError, KeyError)) else "")
                 raise ValueError(f"target(contexts) raised {type(exc).__name__}: {exc} (the harness called it on "
@@ -236,8 +240,10 @@ def _loop(decoder, pr, m, rng):
         out = subject(decoder, what, row.copy(), m, rng)
         try:
             r = np.array(out)                        # a copy: a decoder may reuse one output buffer
-        except Exception as exc:
-            raise SubjectError(f"{what} returned {type(out).__name__} that is not an array of token ids ({exc})") \
+        except BaseException as exc:
+            if passes_through(exc):
+                raise
+            raise SubjectError(f"{what} returned {type(out).__name__} that is not an array of token ids ({type(exc).__name__}: {exc})") \
                 from None
         if r.shape != (m,):
             raise SubjectError(f"{what} returned shape {r.shape}; expected ({m},): exactly new_tokens = {m} ids, one "
@@ -699,10 +705,12 @@ def certificate_rows(cert: Certificate) -> list[dict]:
     rows = []
     for name, pv in cert.checks.items():
         d = cert.details.get(name, {}) or {}
+        verdict = "FAIL" if adj[name] < cert.alpha else "no bias detected"
+        if d.get("acceptance") is not None and d.get("bound") is not None:   # acceptance_bound: its mean and bound
+            verdict += f" (E[accepted] {d['acceptance']:.4g} +- {d.get('se', float('nan')):.2g}, bound {d['bound']:.4g})"
         rows.append({"check": name, "pvalue": float(pv), "holm": float(adj[name]),
                      "statistic": d.get("statistic"), "df": d.get("df"), "tv": d.get("tv"),
-                     "detectable_tv": d.get("detectable_tv"), "n": d.get("n"),
-                     "verdict": "FAIL" if adj[name] < cert.alpha else "no bias detected"})
+                     "detectable_tv": d.get("detectable_tv"), "n": d.get("n"), "verdict": verdict})
     return rows
 
 

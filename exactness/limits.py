@@ -35,6 +35,9 @@ MAX_SECONDS = 3600.0
 DEFAULT_TIMEOUT = 2 * MAX_SECONDS
 #: Default wall-clock limit per cell of ``resispec certify`` (``--timeout``; a default cell takes ~1-2 s).
 CELL_TIMEOUT = 600.0
+#: Shortest ``--timeout`` the CLI takes (0 = none aside): a shorter limit stops an exact verifier's cell before its
+#: first draws, a FAIL that would be the caller's limit and not the verifier's doing.
+MIN_CELL_TIMEOUT = 1.0
 
 # --- processes ------------------------------------------------------------------------------------------------
 #: Most forked worker processes per CPU of this machine that the process executor starts (``workers`` above it run
@@ -43,4 +46,4 @@ CELL_TIMEOUT = 600.0
 WORKERS_PER_CPU = 4
 
 __all__ = ["CELL_TIMEOUT", "CHUNK", "DEFAULT_TIMEOUT", "MAX_CELL_SAMPLES", "MAX_COUNTED", "MAX_SAMPLES",
-           "MAX_SECONDS", "PILOT", "PILOT_ABOVE", "WORKERS_PER_CPU"]
+           "MAX_SECONDS", "MIN_CELL_TIMEOUT", "PILOT", "PILOT_ABOVE", "WORKERS_PER_CPU"]

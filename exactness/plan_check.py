@@ -131,7 +131,9 @@ def law_problem(pl, rows: int, V: int, tol: float = LAW_TOL, range_tol: float = 
     form and the plan-vs-sampler check)."""
     try:
         raw_stop, raw_laws = pl.stop, pl.laws
-    except Exception as exc:                      # no .stop / .laws: not a PathPlan
+    except BaseException as exc:                  # no .stop / .laws (or a property raising): not a PathPlan
+        if passes_through(exc):
+            raise
         return None, None, f"not a law: returned {type(pl).__name__} without .stop / .laws ({exc})"
     if np.iscomplexobj(raw_stop) or np.iscomplexobj(raw_laws):
         return None, None, "not a law: complex values"

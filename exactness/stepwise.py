@@ -67,7 +67,7 @@ from resispec.verifiers.step_plan import StepPlan
 
 from . import _stepwise_kernel as _kernel
 from ._checks import (SubjectError, as_generator, as_seed_sequence, check_alpha, check_n, check_tv, passes_through,
-                      sub_seed)
+                      sub_seed, subject_cause)
 from ._timeout import MAX_TIMEOUT, TimeLimitExceeded, own_limit
 from ._timeout import time_limit as _time_limit
 from .chunks import chunk_jobs
@@ -385,6 +385,10 @@ def _plan(verifier, p_i, q_i, last: bool, step: int):
     except Exception as exc:                                   # a plug-in that fails is a FAIL, never a pass
         raise SubjectError(f"{type(verifier).__name__}.step_plan raised at step {step}: "
                            f"{type(exc).__name__}: {exc}") from exc
+    except BaseException as exc:                               # CancelledError, its own KeyboardInterrupt, ...
+        if passes_through(exc):                                # Ctrl-C, the harness's time limit
+            raise
+        raise SubjectError(subject_cause(f"{type(verifier).__name__}.step_plan at step {step}", exc)) from exc
     if plan is None:
         return None
     why = _plan_form(plan, p_i.size)
@@ -598,7 +602,6 @@ def _run_verify(verifier, P, Q, c, u, V: int, k: int):
     (:func:`exactness.sampling._checked_result`); a call that raises or calls ``sys.exit``, or a result outside
     the contract (shape, dtype, a ``.tokens`` / ``.accepted`` that raises, ids outside [0, V), an accepted index
     that does not name the emitted candidate) is a :class:`exactness.SubjectError` naming ``verify``."""
-    from .certificate import subject_cause
 
     name = type(verifier).__name__
     try:
@@ -609,6 +612,10 @@ def _run_verify(verifier, P, Q, c, u, V: int, k: int):
         raise SubjectError(f"{name}.verify called sys.exit({exc.code!r})") from exc
     except Exception as exc:                               # a plug-in that fails is a FAIL, never a pass
         raise SubjectError(f"{name}.verify raised: {type(exc).__name__}: {exc}") from exc
+    except BaseException as exc:                           # CancelledError, a KeyboardInterrupt of its own, ...
+        if passes_through(exc):                            # Ctrl-C, the harness's time limit
+            raise
+        raise SubjectError(subject_cause(f"{name}.verify", exc)) from exc
     res = read_result(res, f"{name}.verify")               # a .tokens / .accepted property that raises: a FAIL
     if not (hasattr(res, "tokens") and hasattr(res, "accepted")):
         raise SubjectError(f"{name}.verify returned {type(res).__name__}; expected an object with .tokens and "
@@ -761,7 +768,6 @@ def certify_stepwise(verifier, p, q, k: int, *, n: int | None = None, tv: float 
     t0 = time.perf_counter()
     _check_verifier(verifier)
     p2, q2 = _one_node(p, q)
-    V = p2.shape[1]
     k = check_k(k)
     alpha = check_alpha(alpha)
     power = _check_power(power)
@@ -890,9 +896,24 @@ def coupling_pvalue(verifier, p, q, candidates, *, draws: int | None = None, see
     return float(gof_test(counts, law).pvalue)
 
 
+def _warm_up(verifier, p: np.ndarray, q: np.ndarray, cl: np.ndarray, k: int, drafting: str) -> None:
+    """One draw verified and walked, not counted, before ``time_limit``'s clock and the pilot's projection start:
+    the first calls compile the subject's kernels and the harness's (numba: ~9 s on a fresh install), which is
+    neither the run's time nor the subject's speed.  Its own generator (seed 0) and states: the certification's
+    draws are unchanged.  A subject that raises here is a FAIL as in the run."""
+    rng = np.random.default_rng(0)
+    V = p.size
+    states = _States(verifier, p, cl, k, drafting, V)
+    c = draw_node_candidates(cl, k, drafting, rng.random((1, k)))                       # (1, k) int64
+    u = rng.random((1, k + 1))                                                            # (1, k + 1) float64
+    _run_verify(verifier, states.root[0][None, :], q[None, :], c.copy(), u.copy(), V, k)
+    _walk(states, c[0], u[0])
+
+
 def _certify(verifier, p2, q2, k, n, tv, alpha, power, seed, time_limit, workers, executor, drafting, cl, name, t0):
     """The body of :func:`certify_stepwise` on checked arguments (run under its hard time limit)."""
     V = p2.shape[1]
+    _warm_up(verifier, p2[0], q2[0], cl, k, drafting)     # before the clock: compiling is not the run's time
     deadline = None if time_limit is None else time.monotonic() + float(time_limit)
     parallel = 1 if workers == 1 or executor == "local" else workers   # chunks running at once
     run = partial(_run_chunk, verifier, p2[0], q2[0], cl, k, drafting, deadline, (tv, n, parallel))

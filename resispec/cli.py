@@ -146,6 +146,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"resispec {args.command}: error: {low}", file=sys.stderr)
         return 2
     args._program = program                 # run as a program (not main([...]) in a test): the audit may supervise
+    if program:                             # a subject's own KeyboardInterrupt (no Ctrl-C) is then its FAIL
+        from exactness._checks import watch_interrupts
+
+        watch_interrupts()
     if program and args._supervised and hasattr(os, "fork"):
         return _supervised(lambda: _run(parser, args), args.command)
     return _run(parser, args)

@@ -1,5 +1,7 @@
 """Coupled certification of a depth-2 tree (one set of coins per node): positional bugs show at their depth."""
 
+import asyncio
+
 import numpy as np
 import pytest
 
@@ -42,8 +44,15 @@ def test_bad_tree_kernels():
         def verify_tree(self, p0, q0, p1, q1, c0, c1, *, uniforms):
             return VerifyResult(tokens=c0[:, 0], accepted=np.zeros(len(c0), np.int64))
 
-    with pytest.raises(ValueError, match="shape"):
-        certify_coupled_tree(Flat(), "rrs", P0, Q0, P1, Q1, K, n=10)
+    cert = certify_coupled_tree(Flat(), "rrs", P0, Q0, P1, Q1, K, n=10)   # the subject misbehaved: a FAIL
+    assert not cert.passed and "FAIL (subject error)" in cert.verdict and "shape" in cert.verdict
+
+    class Raises:
+        def verify_tree(self, *args, **coins):
+            raise asyncio.CancelledError("from the kernel")
+
+    cert = certify_coupled_tree(Raises(), "rrs", P0, Q0, P1, Q1, K, n=10)
+    assert not cert.passed and "Raises.verify_tree" in cert.verdict and "CancelledError" in cert.verdict
     with pytest.raises(ValueError, match="p_child"):
         certify_coupled_tree(ReferenceTreeKernel(get_verifier("rrs")), "rrs", P0, Q0, P1[:1], Q1[:1], K, n=10)
 
@@ -79,9 +88,9 @@ def test_rule_walked_over_distinct_trees_passes_in_both_layouts(name, convention
 
 
 def test_a_kernel_in_the_other_layout_is_an_error_never_a_pass():
-    with pytest.raises(TypeError, match="'sglang' tree layout"):
-        certify_coupled_tree(ReferenceTreeKernel(get_verifier("rrs")), "rrs", P0, Q0, P1, Q1, K, n=100,
-                             convention="sglang")
+    cert = certify_coupled_tree(ReferenceTreeKernel(get_verifier("rrs")), "rrs", P0, Q0, P1, Q1, K, n=100,
+                                convention="sglang")      # it raises on the other layout's arguments
+    assert not cert.passed and "'sglang' tree layout" in cert.verdict and "FAIL (subject error)" in cert.verdict
     with pytest.raises(ValueError, match="tree convention"):
         certify_coupled_tree(ReferenceTreeKernel(get_verifier("rrs")), "rrs", P0, Q0, P1, Q1, K, n=100,
                              convention="generator")

@@ -61,7 +61,7 @@ import numpy as np
 
 from resispec._validation import as_laws, check_k
 
-from .._checks import as_generator, check_alpha, check_n
+from .._checks import SubjectError, as_generator, check_alpha, check_n, subject_call
 from ..sampling import draw_node_candidates
 from .certify import check_min_draws, tv_upper_bound
 from .conventions import Coins, check_convention
@@ -256,19 +256,22 @@ def _tree_laws(p_root, q_root, p_child, q_child, k):
 
 
 def _run_tree_kernel(kernel, args, coins: dict, convention: str, B: int):
-    """``kernel.verify_tree`` on copies of the inputs: ``(tokens (B, 2), accepted (B, 2))`` int, checked."""
-    try:
-        res = kernel.verify_tree(*(np.array(a) for a in args), **{m: np.array(a) for m, a in coins.items()})
-    except Exception as exc:
-        raise TypeError(f"tree kernel {type(kernel).__name__} raised {type(exc).__name__}: {exc} (called in the "
-                        f"{convention!r} tree layout, see exactness.coupled.tree)") from exc
-    kt, ka = np.asarray(getattr(res, "tokens", None)), np.asarray(getattr(res, "accepted", None))
-    for name, x in (("tokens", kt), ("accepted", ka)):
+    """``kernel.verify_tree`` on copies of the inputs: ``(tokens (B, 2), accepted (B, 2))`` int, checked; a kernel
+    that raises (any ``BaseException`` but Ctrl-C and the time limit) or returns another shape or dtype is a
+    :class:`exactness.SubjectError` naming it (a FAIL, never bad input)."""
+    what = f"tree kernel {type(kernel).__name__}.verify_tree (called in the {convention!r} tree layout, see " \
+           "exactness.coupled.tree)"
+    res = subject_call(kernel.verify_tree, what, *(np.array(a) for a in args),
+                       **{m: np.array(a) for m, a in coins.items()})
+    out = []
+    for name in ("tokens", "accepted"):
+        x = subject_call(lambda: np.asarray(getattr(res, name, None)), f"{what}'s result .{name}")
         if x.dtype == object or x.dtype == bool or not np.issubdtype(x.dtype, np.integer):
-            raise TypeError(f"tree kernel returned {name} of dtype {x.dtype}; expected int64 of shape ({B}, 2)")
+            raise SubjectError(f"{what} returned {name} of dtype {x.dtype}; expected int64 of shape ({B}, 2)")
         if x.shape != (B, 2):
-            raise ValueError(f"tree kernel returned {name} of shape {x.shape}; expected ({B}, 2)")
-    return kt, ka
+            raise SubjectError(f"{what} returned {name} of shape {x.shape}; expected ({B}, 2)")
+        out.append(x)
+    return out[0], out[1]
 
 
 def certify_coupled_tree(kernel, reference, p_root, q_root, p_child, q_child, k: int, *, n: int = 20_000,
@@ -290,7 +293,8 @@ def certify_coupled_tree(kernel, reference, p_root, q_root, p_child, q_child, k:
     TypeError, ValueError
         Bad laws or arguments; a ``reference`` that is not a registry name or a Verifier
         (TypeError) or that drafts without replacement (ValueError: these trees draw i.i.d.
-        candidates); a kernel without ``verify_tree``, that raises, or returns the wrong shape or dtype.
+        candidates); a kernel without ``verify_tree``.  A kernel that raises or returns the wrong shape or
+        dtype is not bad input: a FAIL certificate naming the cause (``verdict`` "FAIL (subject error): ...").
     """
     from ..certify_run import load_verifier
 
@@ -311,9 +315,19 @@ def certify_coupled_tree(kernel, reference, p_root, q_root, p_child, q_child, k:
     k, n, alpha = check_k(k), check_n(n), check_alpha(alpha)
     check_min_draws(n, alpha)
     p0, q0, p1, q1 = _tree_laws(p_root, q_root, p_child, q_child, k)
+    rng = as_generator(seed)
+    try:
+        return _coupled_tree_loop(kernel, ref, p0, q0, p1, q1, k, n, alpha, rng, convention, t_start)
+    except SubjectError as exc:                 # the kernel misbehaved: a FAIL naming it, never bad input
+        return TreeCertificate(False, 0, 0, 1.0, time.perf_counter() - t_start, None,
+                               f"FAIL (subject error): {exc.cause}", convention, alpha)
+
+
+def _coupled_tree_loop(kernel, ref, p0, q0, p1, q1, k: int, n: int, alpha: float, rng, convention: str,
+                       t_start: float) -> TreeCertificate:
+    """The coupled draws of :func:`certify_coupled_tree` (its arguments checked), in batches of ``step``."""
     R, V = p0.shape
     N = 1 + k + k * k
-    rng = as_generator(seed)
     done = mism = 0
     first = None
     step = max(1, (1 << 20) // (V * N))

@@ -33,7 +33,7 @@ import sys
 import time
 from pathlib import Path
 
-from exactness.limits import CELL_TIMEOUT  # light: the exactness package imports its modules lazily
+from exactness.limits import CELL_TIMEOUT, MIN_CELL_TIMEOUT  # light: the exactness package imports its modules lazily
 
 NAME = "certify"
 KIND = "verifiers"   # `resispec certify` = `resispec certify verifiers` (resispec.cli.verbs)
@@ -82,7 +82,8 @@ def add_arguments(parser) -> None:
                         help="pair families, comma-separated and/or repeatable (default softmax_noise, zipf, "
                              "shifted at V=8, and ngram)")
     parser.add_argument("--timeout", type=float, default=CELL_TIMEOUT, metavar="SECONDS",
-                        help=f"wall-clock limit per cell (default {CELL_TIMEOUT:g}; 0 = none); a cell that runs "
+                        help=f"wall-clock limit per cell (default {CELL_TIMEOUT:g}, at least {MIN_CELL_TIMEOUT:g}; "
+                             "0 = none); a cell that runs "
                              "past it, or whose verifier raises, returns the wrong shape or emits a token outside "
                              "the vocabulary, is reported FAILED with the reason (exit 1). "
                              "Uses SIGALRM: on platforms without it (Windows) the limit is off; code stuck in one "
@@ -238,8 +239,10 @@ def _check_args(args):
     if args.workers < 1:
         raise ValueError(f"--workers must be >= 1 (processes for the Monte Carlo draws), got {args.workers}")
     _check_executor(args.executor, args.address)
-    if not (0 <= args.timeout <= 1e7):
-        raise ValueError(f"--timeout must be a number of seconds in [0, 1e7] (0 = no limit), got {args.timeout}")
+    if not (args.timeout == 0 or MIN_CELL_TIMEOUT <= args.timeout <= 1e7):
+        raise ValueError(f"--timeout must be 0 (no limit) or a number of seconds in [{MIN_CELL_TIMEOUT:g}, 1e7], got "
+                         f"{args.timeout} (a shorter limit stops an exact verifier's cell before its first draws "
+                         "and would FAIL it as a hang: the limit is yours, not the verifier's)")
 
     from exactness.certify_run import FAMILIES, K_VALUES, MUTANT_KS
 

@@ -71,7 +71,9 @@ def add_arguments(parser) -> None:
     parser.add_argument("--reference-check", default="auto", choices=["auto", "montecarlo", "none"],
                         help="how a reference that is not a registry rule is checked: auto (enumerate its law when "
                         "it fits, else certify it by Monte Carlo), montecarlo (the same), none (not checked: a pass "
-                        "is INCONCLUSIVE, exit 3) (default auto)")
+                        "is INCONCLUSIVE, exit 3) (default auto). A registry rule (a name, or an instance of a "
+                        "registry class such as resispec.get_verifier('rrs')) is exact by proof and never checked: "
+                        "its pass is a pass whatever this option says")
     parser.add_argument("--counterexample", default=None, metavar="PATH",
                         help="write the counterexample's Python here (default: print it)")
 
