@@ -900,7 +900,9 @@ def _warm_up(verifier, p: np.ndarray, q: np.ndarray, cl: np.ndarray, k: int, dra
     """One draw verified and walked, not counted, before ``time_limit``'s clock and the pilot's projection start:
     the first calls compile the subject's kernels and the harness's (numba: ~9 s on a fresh install), which is
     neither the run's time nor the subject's speed.  Its own generator (seed 0) and states: the certification's
-    draws are unchanged.  A subject that raises here is a FAIL as in the run."""
+    draws are unchanged.  A subject that raises here is a FAIL as in the run.  Run only where the subject runs in
+    this process anyway (one worker, or the local executor): with worker processes, a subject that ends its
+    process must end a worker, not the certifying process (their clocks include the compile)."""
     rng = np.random.default_rng(0)
     V = p.size
     states = _States(verifier, p, cl, k, drafting, V)
@@ -913,9 +915,10 @@ def _warm_up(verifier, p: np.ndarray, q: np.ndarray, cl: np.ndarray, k: int, dra
 def _certify(verifier, p2, q2, k, n, tv, alpha, power, seed, time_limit, workers, executor, drafting, cl, name, t0):
     """The body of :func:`certify_stepwise` on checked arguments (run under its hard time limit)."""
     V = p2.shape[1]
-    _warm_up(verifier, p2[0], q2[0], cl, k, drafting)     # before the clock: compiling is not the run's time
-    deadline = None if time_limit is None else time.monotonic() + float(time_limit)
     parallel = 1 if workers == 1 or executor == "local" else workers   # chunks running at once
+    if parallel == 1:            # the subject runs in this process anyway (workers: only in theirs, never here)
+        _warm_up(verifier, p2[0], q2[0], cl, k, drafting)  # before the clock: compiling is not the run's time
+    deadline = None if time_limit is None else time.monotonic() + float(time_limit)
     run = partial(_run_chunk, verifier, p2[0], q2[0], cl, k, drafting, deadline, (tv, n, parallel))
     if workers == 1:
         jobs = [(as_generator(seed), n)]
