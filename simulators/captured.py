@@ -1,6 +1,6 @@
 """Captured (p, q) laws from real decoding nodes, as the pair family ``captured``.
 
-``resispec capture`` runs the real draft/target pair and stores, at every
+``resispec bench decode --capture FILE.npz`` runs the real draft/target pair and stores, at every
 verified tree node, the target law ``p`` and the draft law ``q`` as sparse
 rows: the union of the top-N tokens of ``p`` and of ``q`` (at most ``2N``
 slots, zero-padded), with the raw probabilities.  Reading renormalises
@@ -147,7 +147,8 @@ def load_capture(path=None) -> Capture:
     """
     path = Path(path or os.environ.get("RESISPEC_CAPTURE") or BUILTIN_CAPTURE)
     if not path.is_file():
-        raise FileNotFoundError(f"capture file {path} does not exist; record one with `resispec capture`")
+        raise FileNotFoundError(f"capture file {path} does not exist; record one with "
+                                "`resispec bench decode --capture FILE.npz`")
     return _load(str(path.resolve()), path.stat().st_mtime_ns)
 
 
@@ -159,7 +160,7 @@ def _read_arrays(path: str) -> dict:
         z = np.load(path, allow_pickle=False)
     except (zipfile.BadZipFile, EOFError, OSError, ValueError) as exc:
         raise ValueError(f"capture file {path} is not a readable .npz file (truncated or another format: "
-                         f"{exc}); record one with `resispec capture`") from None
+                         f"{exc}); record one with `resispec bench decode --capture FILE.npz`") from None
     if not isinstance(z, np.lib.npyio.NpzFile):
         raise ValueError(f"capture file {path} holds a single array, not a resispec capture (.npz with "
                          f"fields {list(_FIELDS)})")
@@ -287,7 +288,7 @@ def _register() -> None:
         vocab = None  # no default capture: pass path= (sampling then fails with a clear error without it)
     register_family(PairFamily(
         "captured", "real (p, q) at Qwen2.5-Coder 1.5B/0.5B decoding nodes on HumanEval (sparse top-N union, "
-                    "renormalised); $RESISPEC_CAPTURE or path= for another `resispec capture` file",
+                    "renormalised); $RESISPEC_CAPTURE or path= for another file of `resispec bench decode --capture`",
         _captured, {"path": None}, fixed_vocab=vocab))
 
 

@@ -246,9 +246,9 @@ def no_downloads(tmp_path, monkeypatch):
     return tmp_path
 
 
-@pytest.mark.parametrize("command", [["decode", "--prompt", "x"], ["capture"], ["bench-decode"]])
+@pytest.mark.parametrize("command", [["decode", "--prompt", "x"], ["bench-decode"]])
 def test_no_cached_model_names_the_fetch_command(no_downloads, command, capsys):
-    out = ["--out", str(no_downloads / ("c.npz" if command == ["capture"] else "r.md"))]
+    out = ["--out", str(no_downloads / "r.md")]
     assert main(command + (out if command[0] != "decode" else [])) == 2
     err = capsys.readouterr().err
     assert "run `resispec models fetch qwen2.5-coder-1.5b qwen2.5-coder-0.5b` first" in err and "--fetch" in err
@@ -303,17 +303,6 @@ def _bad_option_cases(tmp_path):
         (["--prompt", ""], "--prompt must be a non-empty string"),
         (["--prompts", str(tmp_path / "none.txt")], "--prompts"),
     ]
-    cap_out = ["--out", str(tmp_path / "c.npz")]
-    capture = [(a + cap_out, m) for a, m in common] + [
-        (["--top-n", "0"] + cap_out, "--top-n must be >= 1"),
-        (["--limit", "0"] + cap_out, "--limit must be >= 1"),
-        (["--skip", "-1"] + cap_out, "--skip must be >= 0"),
-        (["--tree", "2,x"] + cap_out, "--tree"),
-        (["--prompts", str(tmp_path / "none.txt")] + cap_out, "--prompts"),
-        (["--out", str(d)], "--out must end in .npz"),
-        (["--out", str(dnpz)], "is an existing directory"),
-        (["--out", str(f / "c.npz")], "is a file, not a folder"),
-    ]
     bench_out = ["--out", str(tmp_path / "r.md")]
     bench = [(a + bench_out, m) for a, m in common] + [
         (["--trees", "0"] + bench_out, "--trees 0"),
@@ -325,9 +314,11 @@ def _bad_option_cases(tmp_path):
         (["--out", str(d)], "is an existing directory"),
         (["--out", str(f / "r.md")], "is a file, not a folder"),
         (["--capture", str(tmp_path / "c.txt")] + bench_out, "--capture must end in .npz"),
+        (["--capture", str(d)] + bench_out, "--capture must end in .npz"),
+        (["--capture", str(dnpz)] + bench_out, "is an existing directory"),
+        (["--capture", str(f / "c.npz")] + bench_out, "is a file, not a folder"),
     ]
-    return [("decode", a, m) for a, m in decode] + [("capture", a, m) for a, m in capture] + \
-        [("bench-decode", a, m) for a, m in bench]
+    return [("decode", a, m) for a, m in decode] + [("bench-decode", a, m) for a, m in bench]
 
 
 def test_every_option_is_validated_before_any_load(no_downloads, capsys):
@@ -343,7 +334,7 @@ def test_unwritable_out_folder_fails_before_load(no_downloads, monkeypatch, caps
     ro.mkdir()
     real_access = os.access
     monkeypatch.setattr(os, "access", lambda p, mode, **k: False if str(p) == str(ro) else real_access(p, mode, **k))
-    assert main(["capture", "--out", str(ro / "c.npz")]) == 2
+    assert main(["bench-decode", "--capture", str(ro / "c.npz"), "--out", str(no_downloads / "r.md")]) == 2
     assert f"folder {ro} is not writable" in capsys.readouterr().err
     assert main(["bench-decode", "--out", str(ro / "sub" / "r.md")]) == 2
     assert f"folder {ro} is not writable" in capsys.readouterr().err

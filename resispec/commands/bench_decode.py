@@ -14,6 +14,12 @@ An estimate is printed before starting and a progress bar (tokens) while running
     resispec bench decode --from-json runs/T0.7.json runs/T1.json --out decode.md
 
 renders one table from finished runs (one section per run; nothing recomputed, no model loaded).
+
+    resispec bench decode --limit 8 --verifiers resispec --trees 4,2,1 --no-paired --capture nodes.npz
+
+also records the (p, q) laws at every verified node, for study without the models (the pair family
+``captured``; ``RESISPEC_CAPTURE=nodes.npz`` makes ``certify``, ``drift`` and ``bench accept`` use it with
+``--families captured``).
 """
 
 from __future__ import annotations
@@ -49,8 +55,11 @@ def add_arguments(p) -> None:
     p.add_argument("--seeds", action=ListAction, item_type=int, default=None, help="seeds (default: --seed)")
     p.add_argument("--proxy", default=None, help="ResiSpec proxy")
     p.add_argument("--ignore-eos", action="store_true", help="always generate max-new-tokens")
-    p.add_argument("--capture", type=Path, default=None,
-                   help="also record (p, q) at every verified node into this .npz (family 'captured')")
+    p.add_argument("--capture", type=Path, default=None, metavar="FILE.npz",
+                   help="also record (p, q) at every node each verifier verified into this .npz: the union of the "
+                   "top-64 tokens of p and q per node, read by the pair family 'captured' (RESISPEC_CAPTURE="
+                   "FILE.npz, then --families captured in certify, drift or bench accept); e.g. --verifiers "
+                   "resispec --trees 4,2,1 --no-paired --capture nodes.npz")
     p.add_argument("--repeats", type=int, default=1, help="runs per (prompt, seed) for timing (default 1)")
     p.add_argument("--no-paired", action="store_true",
                    help="skip the paired Rao-Blackwellised block efficiency (every verifier's exact expected "
