@@ -190,3 +190,15 @@ def test_stepwise_warms_up_before_its_clock_with_its_own_draws(monkeypatch):
     monkeypatch.setattr(stepwise, "_warm_up", lambda *args: None)
     b = certify_stepwise(inner, P, Q, 2, n=300, seed=5)
     assert (a.n, a.events, a.states) == (b.n, b.events, b.states)
+
+
+def test_the_calibration_line_says_when_its_p_values_are_too_few(capsys, tmp_path):
+    """A one-cell run printed 'false-positive rate 0.000 (95% CI [0.000, 0.459])' from 6 p-values as if it meant
+    something (a new user read it as a finding)."""
+    from resispec.commands.certify import CALIBRATION_FEW
+
+    rc = main(["certify", "--verifier", "rrs", "--k", "2", "--families", "zipf", "--no-mutants", "--n", "20000",
+               "--no-progress", "--out", str(tmp_path / "r.md")])
+    line = next(x for x in capsys.readouterr().out.splitlines() if x.startswith("calibration:"))
+    count = int(line.split()[1])
+    assert rc == 0 and count < CALIBRATION_FEW and f"only {count} p-values: too few to judge" in line, line

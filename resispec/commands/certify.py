@@ -40,6 +40,8 @@ KIND = "verifiers"   # `resispec certify` = `resispec certify verifiers` (resisp
 HELP = "certify verifiers zero-bias (exact enumeration + Monte Carlo, with mutant detection)"
 #: A verdict command: run in a supervised child when run as a program (a subject ending the process is a FAIL).
 SUPERVISED = True
+#: Fewer Monte Carlo p-values than this and the calibration line says they are too few to judge it.
+CALIBRATION_FEW = 30
 
 
 def add_arguments(parser) -> None:
@@ -303,8 +305,10 @@ def _print_outcome(grid, mutants, meta, args, t0) -> int:
         print(f"note: {note}")
     cal = grid.calibration
     if cal is not None:
+        few = (f"; only {cal.n} p-values: too few to judge the calibration (the interval is wide), it is shown "
+               "for the reader and never changes the verdict" if cal.n < CALIBRATION_FEW else "")
         print(f"calibration: {cal.n} MC p-values, KS p = {cal.ks_pvalue:.3g}, false-positive rate at {cal.level:g} "
-              f"= {cal.fpr:.3f} (95% CI [{cal.ci_low:.3f}, {cal.ci_high:.3f}])")
+              f"= {cal.fpr:.3f} (95% CI [{cal.ci_low:.3f}, {cal.ci_high:.3f}]){few}")
     escaped = []
     if mutants:
         print()
