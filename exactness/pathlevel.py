@@ -32,6 +32,7 @@ import numpy as np
 
 from resispec.pathlevel.analysis import check_pair, continuation, prefix_laws, tree_nodes
 from resispec.sampling import _inverse_cdf
+from resispec.trees import MAX_TREE_NODES
 
 from ._checks import BudgetError, SubjectError, as_generator, check_alpha, check_n, passes_through, subject_call
 from .certificate import check_min_expected, no_df_message
@@ -232,9 +233,6 @@ NO_PLAN = ("the rule declares no {plan}: its E[accepted] is checked against the 
 #: Most horizon outcomes ``V^(L+1)`` a path / tree certificate tests (the target law and its prefixes are built
 #: whole; beyond this a ValueError, not an allocation the machine cannot hold).
 MAX_OUTCOMES = 20_000_000
-#: Largest drafted tree (nodes) for :func:`certify_tree_rule`: each sampled step drafts every node in Python (n x N
-#: draws; (50, 50), 2,550 nodes, takes ~20 s at n = 4,000); Sequoia's largest trees have 768 nodes.
-MAX_TREE_NODES = 4096
 
 
 def _check_tree_nodes(branching: tuple) -> int:
@@ -245,7 +243,7 @@ def _check_tree_nodes(branching: tuple) -> int:
         N += width                                    # N = sum_d prod(branching[:d + 1])
         if N > MAX_TREE_NODES:
             raise ValueError(f"branching {list(branching)} drafts more than MAX_TREE_NODES = {MAX_TREE_NODES:,} nodes "
-                             "(exactness.pathlevel); give a smaller tree")
+                             "(resispec.trees); give a smaller tree")
     return N
 
 

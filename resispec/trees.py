@@ -14,6 +14,11 @@ import numpy as np
 
 from ._validation import check_drafting
 
+#: Largest drafted tree (nodes) the harness and the benchmarks take: every node is drawn and verified in Python
+#: (``exactness.pathlevel.certify_tree_rule``: (50, 50), 2,550 nodes, ~20 s at n = 4,000; ``resispec bench``'s
+#: 9,9,9,9,9,9,9,9 -- 48 million nodes -- was killed for memory at 24 GB); Sequoia's largest trees have 768.
+MAX_TREE_NODES = 4096
+
 
 @dataclass(frozen=True)
 class TreeShape:

@@ -29,7 +29,7 @@ from simulators.acceptance import acceptance_mass
 from simulators.families import get_family
 
 from ..analysis import optimal_acceptance
-from ..trees import TreeShape
+from ..trees import MAX_TREE_NODES, TreeShape
 from ..verifiers import available_verifiers, get_verifier
 from ._report import md_table
 
@@ -181,11 +181,6 @@ def _efficiency(acc: dict, se: dict, branching):
     return E, float(np.sqrt(var))
 
 
-#: Largest tree (drafted nodes) a shape of :func:`run_bench` may have: its trees are drawn and verified node by node
-#: (9,9,9,9,9,9,9,9 -- 48 million nodes -- was killed for memory at 24 GB); Sequoia's largest trees have 768.
-MAX_SHAPE_NODES = 4096
-
-
 def run_bench(*, families=DEFAULT_FAMILIES, temperatures=DEFAULT_TEMPERATURES, shapes=DEFAULT_SHAPES,
               V: int = 1000, n: int = 32, n_samples: int = 128, seed: int = 0, progress: bool = True,
               verifiers: list[BenchVerifier] | None = None, path_rules=None, n_trees: int = 128) -> list[BenchRow]:
@@ -226,7 +221,7 @@ def run_bench(*, families=DEFAULT_FAMILIES, temperatures=DEFAULT_TEMPERATURES, s
     """
     from tqdm.auto import tqdm
 
-    from .path_rules import DEFAULT_PATH_RULES, path_efficiency
+    from .path_rules import path_efficiency
 
     _auto_register()
     path_rules = normalise_path_rules(path_rules)
@@ -234,9 +229,9 @@ def run_bench(*, families=DEFAULT_FAMILIES, temperatures=DEFAULT_TEMPERATURES, s
     entries = list(BENCH_VERIFIERS if verifiers is None else verifiers)
     parsed = [TreeShape.parse(s) for s in shapes]  # "wor:" prefix = without replacement
     for sh in parsed:
-        if sh.num_nodes > MAX_SHAPE_NODES:                # each tree's nodes are drawn and verified: memory and time
-            raise ValueError(f"tree shape {shape_label(sh)!r} has {sh.num_nodes:,} nodes, over MAX_SHAPE_NODES = "
-                             f"{MAX_SHAPE_NODES:,} (resispec.bench.trees); give a smaller shape")
+        if sh.num_nodes > MAX_TREE_NODES:                # each tree's nodes are drawn and verified: memory and time
+            raise ValueError(f"tree shape {shape_label(sh)!r} has {sh.num_nodes:,} nodes, over MAX_TREE_NODES = "
+                             f"{MAX_TREE_NODES:,} (resispec.trees); give a smaller shape")
     fams = [get_family(f) for f in families]
     for sh in parsed:
         if not any(e.role == "baseline" and e.drafting == sh.drafting for e in entries):

@@ -82,13 +82,13 @@ def run(args) -> int:
     for name, val, lo in (("--V", args.V, 2), ("--nodes", args.n, 1), ("--n", args.n_samples, 2)):
         if val < lo:
             raise ValueError(f"{name} must be >= {lo}, got {val}")
-    from ..bench.trees import MAX_SHAPE_NODES
+    from ..trees import MAX_TREE_NODES
 
     for s in args.shapes:
         nodes = TreeShape.parse(s).num_nodes                 # fail before any work
-        if nodes > MAX_SHAPE_NODES:
-            raise ValueError(f"--shapes {s}: {nodes:,} nodes, over MAX_SHAPE_NODES = "
-                             f"{MAX_SHAPE_NODES:,} (resispec.bench.trees); give a smaller shape")
+        if nodes > MAX_TREE_NODES:
+            raise ValueError(f"--shapes {s}: {nodes:,} nodes, over MAX_TREE_NODES = "
+                             f"{MAX_TREE_NODES:,} (resispec.trees); give a smaller shape")
     from ..bench.trees import check_path_rules, normalise_path_rules
 
     rules = normalise_path_rules(args.path_rules)
