@@ -10,8 +10,7 @@ import warnings
 
 import numpy as np
 
-#: A law must sum to 1 within this absolute tolerance.
-SUM_TOL = 1e-6
+from resispec._validation import SUM_TOL  # noqa: F401  (a law sums to 1 within it; re-exported for exactness)
 
 
 class ExactnessWarning(UserWarning):

@@ -80,6 +80,8 @@ import time
 import numpy as np
 from scipy import stats
 
+from resispec._validation import SUM_TOL
+
 from ._checks import SubjectError, passes_through
 from .certificate import Certificate, holm
 from .gof import pool_cells, pooled_gof_test, tv_bounds
@@ -112,11 +114,6 @@ EVENTS_PROBE_ROWS = 4096
 CONTEXT_GROUPS = 16
 #: Continuations per prompt drawn one per call for the ``single`` check (at most ``n``).
 SINGLE_N = 200
-#: A target row must sum to 1 within this tolerance.
-SUM_TOL = 1e-6
-#: Default ``time_limit`` (seconds) of a whole certification: a decoder that never returns is stopped and is the
-#: cause of a FAIL.  Generous: real models at the planned n take minutes.
-DEFAULT_TIME_LIMIT = 3600.0
 #: Seconds a phase (drawing, the PIT pass, ...) runs before its progress shows on stderr (``progress=True``).
 PROGRESS_AFTER = 2.0
 

@@ -17,7 +17,8 @@ from ._checks import ExactnessWarning, SubjectError, as_generator, check_alpha, 
 from ._timeout import TimeLimitExceeded, check_timeout, time_limit as _time_limit
 from . import decoder as D
 from .certificate import Certificate, holm, subject_failure
-from .decoder import (DEFAULT_TIME_LIMIT, DEFAULT_TV, PIT_BINS, POWER, _check_prompts, _default_n, _draw_mixed,
+from .limits import DEFAULT_TIME_LIMIT
+from .decoder import (DEFAULT_TV, PIT_BINS, POWER, _check_prompts, _default_n, _draw_mixed,
                       _events_mode, _plan_mode, _sampler, _scope, _Target, _Ticker, joint_law, joint_tokens, n_text)
 from .decoder_checks import DecoderRun, run_checks
 from .gof import pool_cells

@@ -35,9 +35,18 @@ MAX_SECONDS = 3600.0
 DEFAULT_TIMEOUT = 2 * MAX_SECONDS
 #: Default wall-clock limit per cell of ``resispec certify`` (``--timeout``; a default cell takes ~1-2 s).
 CELL_TIMEOUT = 600.0
+#: Default ``time_limit`` (seconds) of the routes that take one: ``certify_decoder``, ``certify_coupled``,
+#: ``certify_path`` / ``certify_tree_rule`` (a subject that never returns is stopped and is the cause of a FAIL;
+#: generous: real models at the planned n take minutes).
+DEFAULT_TIME_LIMIT = 3600.0
 #: Shortest ``--timeout`` the CLI takes (0 = none aside): a shorter limit stops an exact verifier's cell before its
 #: first draws, a FAIL that would be the caller's limit and not the verifier's doing.
 MIN_CELL_TIMEOUT = 1.0
+
+# --- the law check at a mismatch (stepwise, coupled) --------------------------------------------------------------
+#: Most fresh-coin ``verify`` draws at a mismatching draw's candidates, for the check that tells another coupling
+#: of the coins from a verify off its declared law (fewer at large V: ``2**25 // V``).
+LAW_DRAWS = 200_000
 
 # --- processes ------------------------------------------------------------------------------------------------
 #: Most forked worker processes per CPU of this machine that the process executor starts (``workers`` above it run
@@ -45,5 +54,5 @@ MIN_CELL_TIMEOUT = 1.0
 #: workers on 2 CPUs, a 10 s limit: a FAIL of an exact verifier).  A Ray cluster (``executor="ray"``) is not capped.
 WORKERS_PER_CPU = 4
 
-__all__ = ["CELL_TIMEOUT", "CHUNK", "DEFAULT_TIMEOUT", "MAX_CELL_SAMPLES", "MAX_COUNTED", "MAX_SAMPLES",
+__all__ = ["CELL_TIMEOUT", "CHUNK", "DEFAULT_TIME_LIMIT", "DEFAULT_TIMEOUT", "LAW_DRAWS", "MAX_CELL_SAMPLES", "MAX_COUNTED", "MAX_SAMPLES",
            "MAX_SECONDS", "MIN_CELL_TIMEOUT", "PILOT", "PILOT_ABOVE", "WORKERS_PER_CPU"]

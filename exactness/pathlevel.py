@@ -34,6 +34,7 @@ from resispec.pathlevel.analysis import check_pair, continuation, prefix_laws, t
 from resispec.sampling import _inverse_cdf
 from resispec.trees import MAX_TREE_NODES
 
+from .limits import DEFAULT_TIME_LIMIT
 from ._checks import BudgetError, SubjectError, as_generator, check_alpha, check_n, passes_through, subject_call
 from .certificate import check_min_expected, no_df_message
 from ._timeout import check_timeout
@@ -225,8 +226,6 @@ def _pooled_df(target: np.ndarray, n: int, min_expected: float, what: str) -> in
     return df
 
 
-#: Default ``time_limit`` (seconds) of ``certify_path`` / ``certify_tree_rule``: past it a FAIL, never a hang.
-DEFAULT_TIME_LIMIT = 3600.0
 #: Why the sampling-free bound check (``exact_bound``) is skipped for a rule without a declared plan.
 NO_PLAN = ("the rule declares no {plan}: its E[accepted] is checked against the bound from samples only "
            "(acceptance_bound)")

@@ -62,6 +62,8 @@ from functools import partial
 import numpy as np
 
 from resispec._validation import check_k
+
+from . import limits
 from resispec.verifiers.base import sum_of_others
 from resispec.verifiers.step_plan import StepPlan
 
@@ -89,9 +91,8 @@ PILOT = 4 * BATCH
 CACHE_BYTES = 1 << 28
 #: Below this remaining mass the plain residual is ``p_i`` itself (as ``reject_update``).
 from resispec._reserve_tol import RESIDUAL_EPS as _RESIDUAL_EPS  # noqa: E402  (the one value)
-#: Most ``verify`` draws at a mismatching draw's candidates for the law check that tells another coupling of the
-#: coins from a verify off its declared law (fewer at large V: ``2**25 // V``, at least ``LAW_MIN``).
-LAW_DRAWS = 200_000
+#: Fewest ``verify`` draws of the law check at a mismatching draw's candidates (at most
+#: ``exactness.limits.LAW_DRAWS``).
 LAW_MIN = 2_000
 #: Distinct candidate tuples of mismatching draws whose law is checked (Bonferroni over them).
 LAW_NODES = 4
@@ -635,7 +636,6 @@ def _run_verify(verifier, P, Q, c, u, V: int, k: int):
 def _check_time(est: float, n: int, tv) -> None:
     """Refuse a run projected (``est`` seconds, from a chunk's first ``PILOT`` draws: fresh states, pessimistic)
     over ``exactness.limits.MAX_SECONDS``."""
-    from . import limits
     from .budget import BudgetError
 
     if est > limits.MAX_SECONDS:
@@ -801,7 +801,6 @@ def certify_stepwise(verifier, p, q, k: int, *, n: int | None = None, tv: float 
     name = getattr(verifier, "name", type(verifier).__name__)
     cls = type(verifier).__name__
     drafting = drafting_of(verifier)
-    from . import limits
 
     hard = own_limit(hard_limit(float(time_limit) if time_limit is not None else limits.MAX_SECONDS))
     try:
@@ -856,7 +855,7 @@ def _declared_joint(states: _States, c: np.ndarray) -> np.ndarray | None:
 def coupling_pvalue(verifier, p, q, candidates, *, draws: int | None = None, seed=0) -> float | None:
     """P-value of ``verify``'s (stop, token) law given ``candidates`` against its declared steps' exact law.
 
-    ``verify`` is called on ``draws`` rows of these candidates with fresh uniforms (default ``LAW_DRAWS``,
+    ``verify`` is called on ``draws`` rows of these candidates with fresh uniforms (default ``exactness.limits.LAW_DRAWS``,
     at most ``2**25 // V``, at least ``LAW_MIN``); the declared chain's law given the candidates is exact (its
     accept probabilities ``m(x) / q_i(x)`` along the visited states and its last residual row).  A small
     p-value: ``verify`` does not emit its declared steps' law (bias against them); a large one after a
@@ -883,7 +882,7 @@ def coupling_pvalue(verifier, p, q, candidates, *, draws: int | None = None, see
     law = _declared_joint(states, c)
     if law is None:
         return None
-    m = draws if draws is not None else max(LAW_MIN, min(LAW_DRAWS, (1 << 25) // V))
+    m = draws if draws is not None else max(LAW_MIN, min(limits.LAW_DRAWS, (1 << 25) // V))
     rows = max(1, min(4096, (1 << 23) // V))
     rng = as_generator(seed)
     P, Q = np.broadcast_to(states.root[0], (rows, V)), np.broadcast_to(q2[0], (rows, V))

@@ -93,7 +93,7 @@ class GumbelResidual:
 @pytest.fixture
 def fewer_law_draws(monkeypatch):
     """The Gumbel kernel loops in Python per row: smaller law checks keep the test short."""
-    monkeypatch.setattr("exactness.coupled.certify.LAW_DRAWS", 20_000)
+    monkeypatch.setattr("exactness.limits.LAW_DRAWS", 20_000)
 
 
 def test_differently_coupled_exact_kernel_is_not_called_biased(fewer_law_draws):

@@ -304,7 +304,7 @@ def test_certify_coupled_exit_codes(user_dir, short_grace, capsys):
 
 def test_certify_stepwise_exit_codes(user_dir, short_grace, monkeypatch, capsys):
     (user_dir / "cs_kernels.py").write_text(KERNELS)
-    monkeypatch.setattr(stepwise, "LAW_DRAWS", 20_000)
+    monkeypatch.setattr("exactness.limits.LAW_DRAWS", 20_000)
     small = ["--k", "3", "--V", "8", "--n", "300"]
     assert main(["certify-stepwise"] + small) == 0
     assert main(["certify-stepwise", "--verifier", "cs_kernels:RaisePlan"] + small) == 1

@@ -24,6 +24,8 @@ from scipy import stats
 
 from resispec._validation import check_k
 
+from .. import limits
+from ..limits import DEFAULT_TIME_LIMIT
 from .._checks import SubjectError, as_generator, check_alpha, check_n, passes_through
 from ..certificate import door_node, subject_cause
 from .._timeout import MAX_TIMEOUT, TimeLimitExceeded, own_limit
@@ -40,8 +42,6 @@ from .shrink import shrink, to_source
 FIRST_CHUNK = 256
 #: Most rows per kernel call when the kernel takes one shared node as broadcast views (``handles_shared_nodes``).
 SHARED_ROWS = 1 << 16
-#: Fresh-coin draws at the counterexample node for the conditional law check.
-LAW_DRAWS = 200_000
 
 
 def check_min_draws(n: int, alpha: float) -> None:
@@ -303,8 +303,6 @@ def _load(obj, what: str):
     return as_numpy_verifier(obj)
 
 
-#: Default ``time_limit`` of :func:`certify_coupled` in seconds (a hung kernel is stopped at ``hard_limit`` of it).
-DEFAULT_TIME_LIMIT = 3600.0
 #: How a user's reference law is checked (``reference_check=``).
 REFERENCE_CHECKS = ("auto", "montecarlo", "none")
 #: Largest (candidate tuples x V) summed over the nodes that ``reference_check`` enumerates.
@@ -809,7 +807,7 @@ def _mismatch(a: _Args, run: _Pass, ref_law, ref_detail, tv, seconds, tail, kw) 
         fb = certify_verifier(_Adapter(kernel_obj, convention, a.drafting, copies), p2[0], q2[0], k, alpha=alpha,
                               n=a.fallback_n, seed=fb_seed, exact=False, tree=False)
     if not ((law_p is not None and law_p < alpha / 3) or (cond_p is not None and cond_p < alpha / 3)):
-        m = min(LAW_DRAWS, (1 << 25) // V)
+        m = min(limits.LAW_DRAWS, (1 << 25) // V)
         if m > done:  # too few coupled draws for the law check: a fresh marginal pass at node 0
             law_p = _marginal_pvalue(kernel_obj, p2[0], q2[0], run.cand_law[0], k, a.drafting, convention, rng,
                                      copies, m)
@@ -888,7 +886,7 @@ def _fmt(x):
 def _conditional_pvalue(kernel, ref, p1, q1, c1, convention, rng, copies, m: int | None = None):
     """P-value of the kernel's (stop, token) law given one node's candidates vs the reference's exact law."""
     V, k = p1.size, c1.size
-    m = max(1000, min(LAW_DRAWS if m is None else m, (1 << 24) // max(V, 1)))
+    m = max(1000, min(limits.LAW_DRAWS if m is None else m, (1 << 24) // max(V, 1)))
     law = joint_law(ref, p1, q1, c1)
     counts = np.zeros(k + V)
     step = max(1, _ELEMS // V)

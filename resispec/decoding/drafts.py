@@ -38,8 +38,7 @@ import numpy as np
 from .laws import SamplingConfig, process_logits
 from .tree import ROOT, DraftTree
 
-#: Tolerance on the row sums of a draft law before it is renormalised.
-SUM_TOL = 1e-6
+from .._validation import SUM_TOL  # noqa: E402  (tolerance on a draft law's row sums before it is renormalised)
 
 
 class DraftSession(ABC):
