@@ -86,13 +86,19 @@ def watch_interrupts() -> bool:
 
     The CLI calls it once, in the main thread, before the run (its forked workers and supervised child inherit the
     handler).  Nothing changes where SIGINT is not Python's default handler (ignored, as under ``nohup``, or a
-    handler of the caller's own).  Returns whether SIGINT is watched now.
+    handler of the caller's own), except that with SIGINT ignored (a background job ``cmd &``, ``trap '' INT``) no
+    Ctrl-C can reach the run: every ``KeyboardInterrupt`` is then the subject's own.  Returns whether SIGINT is
+    watched now.
     """
     import signal
 
     global _INTERRUPTS
     try:
-        if signal.getsignal(signal.SIGINT) is not signal.default_int_handler:
+        current = signal.getsignal(signal.SIGINT)
+        if current is signal.SIG_IGN:            # no Ctrl-C can arrive: nothing to record, none will come
+            _INTERRUPTS = []
+            return True
+        if current is not signal.default_int_handler:
             return _INTERRUPTS is not None
         seen: list = []
 
@@ -105,6 +111,13 @@ def watch_interrupts() -> bool:
         return False
     _INTERRUPTS = seen
     return True
+
+
+def ctrl_c(exc: BaseException) -> bool:
+    """Whether ``exc`` is the user's Ctrl-C for certain: a ``KeyboardInterrupt`` after :func:`watch_interrupts`
+    saw a SIGINT (where code loading a subject turns every failure, a ``KeyboardInterrupt`` included, into a
+    ValueError naming the module, a real Ctrl-C must still stop the run as one)."""
+    return isinstance(exc, KeyboardInterrupt) and bool(_INTERRUPTS)
 
 
 def passes_through(exc: BaseException) -> bool:

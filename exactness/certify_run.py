@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ._checks import base_seed, sub_seed
+from ._checks import base_seed, ctrl_c, sub_seed
 from .limits import CELL_TIMEOUT
 from .grid import Cell, GridResult, adjust, run_grid
 from .verifier_cert import certify_verifier
@@ -55,6 +55,8 @@ def import_object(spec: str, flag: str, example: str):
                              f"the current directory {cwd!r} and sys.path)") from exc
         raise ValueError(f"{flag} {spec!r}: importing module {mod_name!r} failed: {_describe(exc)}") from exc
     except BaseException as exc:  # SyntaxError, any error at import, sys.exit() at import: never a silent exit
+        if ctrl_c(exc):  # the user's Ctrl-C while loading: it stops the run
+            raise
         raise ValueError(f"{flag} {spec!r}: importing module {mod_name!r} failed: {_describe(exc)}") from exc
     for part in attr.split("."):
         try:
@@ -67,6 +69,8 @@ def import_object(spec: str, flag: str, example: str):
         except ValueError:
             raise
         except BaseException as exc:  # a property or __getattr__ that raises
+            if ctrl_c(exc):  # the user's Ctrl-C while loading: it stops the run
+                raise
             raise ValueError(f"{flag} {spec!r}: looking up {part!r} failed: {_describe(exc)}") from exc
     return obj
 
@@ -141,6 +145,8 @@ def load_verifier(spec: str, flag: str = "--verifier"):
         try:
             obj = obj()
         except BaseException as exc:
+            if ctrl_c(exc):  # the user's Ctrl-C while loading: it stops the run
+                raise
             raise ValueError(f"{flag} {spec!r}: building the verifier ({attr}()) failed: {_describe(exc)}") from exc
     if not hasattr(obj, "verify"):
         raise ValueError(f"{flag} {spec!r} is not a verifier (needs verify(p, q, candidates, rng) and drafting)")
@@ -150,6 +156,8 @@ def load_verifier(spec: str, flag: str = "--verifier"):
         raise ValueError(f"{flag} {spec!r} has no 'drafting' attribute: set it to 'iid', 'without_replacement' "
                          "or 'any' (the candidate law under which the verifier claims exactness)") from None
     except BaseException as exc:
+        if ctrl_c(exc):  # the user's Ctrl-C while loading: it stops the run
+            raise
         raise ValueError(f"{flag} {spec!r}: reading its 'drafting' failed: {_describe(exc)}") from exc
     if drafting not in ("iid", "without_replacement", "any"):
         raise ValueError(f"{flag} {spec!r} has drafting = {drafting!r}; it must be 'iid', 'without_replacement' "

@@ -660,13 +660,15 @@ class _Chunk:
     mismatched: tuple = ()          # distinct candidate tuples of the first mismatching draws (law checks)
 
 
-def _run_chunk(verifier, p, q, cl, k, drafting, deadline, plan, job) -> _Chunk:
-    """Draw ``job = (seed or Generator, draws)`` and walk each draw; stops at its first defect or mismatch, at
-    ``deadline`` (``time.monotonic``), or refuses after ``PILOT`` draws a projection over ``MAX_SECONDS``
-    (``plan = (tv, total draws, chunks running at once)``)."""
+def _run_chunk(verifier, p, q, cl, k, drafting, limit, plan, job) -> _Chunk:
+    """Draw ``job = (seed or Generator, draws)`` and walk each draw; stops at its first defect or mismatch, ``limit``
+    seconds after its first batch returned (``time_limit``; the first calls compile the subject's kernels and the
+    harness's -- numba, ~9 s on a fresh install -- which is neither the run's time nor the subject's speed), or
+    refuses after ``PILOT`` draws a projection over ``MAX_SECONDS`` (``plan = (tv, total draws, chunks running at
+    once)``; timed from the first batch's end too).  Every draw, the first batch's included, is counted and checked."""
     seed, n = job
     rng = seed if isinstance(seed, np.random.Generator) else np.random.default_rng(seed)
-    t0 = time.monotonic()
+    t0, first_batch, deadline = time.monotonic(), 0, None   # t0: the pilot's start (reset after the first batch)
     V = p.size
     states = _States(verifier, p, cl, k, drafting, V)
     P, Q = np.broadcast_to(states.root[0], (BATCH, V)), np.broadcast_to(q, (BATCH, V))
@@ -697,11 +699,16 @@ def _run_chunk(verifier, p, q, cl, k, drafting, deadline, plan, job) -> _Chunk:
                          "rejected": [int(x) for x in c[b, :min(step, k)]],
                          "candidates": c[b].tolist(), "uniforms": u[b].tolist(), "detail": detail}
         done += B
-        if defects or mism or (deadline is not None and time.monotonic() > deadline):
+        now = time.monotonic()
+        if deadline is None and limit is not None:          # the clock starts once the first batch returned
+            deadline = now + limit
+        if first_batch == 0:
+            t0, first_batch = now, done
+        if defects or mism or (deadline is not None and now > deadline):
             break
-        if done == PILOT and deadline is None:
+        if done == PILOT and limit is None and done > first_batch:
             tv, total, parallel = plan
-            _check_time((time.monotonic() - t0) / done * total / parallel, total, tv)
+            _check_time((now - t0) / (done - first_batch) * total / parallel, total, tv)
     return _Chunk(done, defects, mism, unver, first, states.checked, states.largest, tuple(seen))
 
 
@@ -895,30 +902,12 @@ def coupling_pvalue(verifier, p, q, candidates, *, draws: int | None = None, see
     return float(gof_test(counts, law).pvalue)
 
 
-def _warm_up(verifier, p: np.ndarray, q: np.ndarray, cl: np.ndarray, k: int, drafting: str) -> None:
-    """One draw verified and walked, not counted, before ``time_limit``'s clock and the pilot's projection start:
-    the first calls compile the subject's kernels and the harness's (numba: ~9 s on a fresh install), which is
-    neither the run's time nor the subject's speed.  Its own generator (seed 0) and states: the certification's
-    draws are unchanged.  A subject that raises here is a FAIL as in the run.  Run only where the subject runs in
-    this process anyway (one worker, or the local executor): with worker processes, a subject that ends its
-    process must end a worker, not the certifying process (their clocks include the compile)."""
-    rng = np.random.default_rng(0)
-    V = p.size
-    states = _States(verifier, p, cl, k, drafting, V)
-    c = draw_node_candidates(cl, k, drafting, rng.random((1, k)))                       # (1, k) int64
-    u = rng.random((1, k + 1))                                                            # (1, k + 1) float64
-    _run_verify(verifier, states.root[0][None, :], q[None, :], c.copy(), u.copy(), V, k)
-    _walk(states, c[0], u[0])
-
-
 def _certify(verifier, p2, q2, k, n, tv, alpha, power, seed, time_limit, workers, executor, drafting, cl, name, t0):
     """The body of :func:`certify_stepwise` on checked arguments (run under its hard time limit)."""
     V = p2.shape[1]
     parallel = 1 if workers == 1 or executor == "local" else workers   # chunks running at once
-    if parallel == 1:            # the subject runs in this process anyway (workers: only in theirs, never here)
-        _warm_up(verifier, p2[0], q2[0], cl, k, drafting)  # before the clock: compiling is not the run's time
-    deadline = None if time_limit is None else time.monotonic() + float(time_limit)
-    run = partial(_run_chunk, verifier, p2[0], q2[0], cl, k, drafting, deadline, (tv, n, parallel))
+    limit = None if time_limit is None else float(time_limit)
+    run = partial(_run_chunk, verifier, p2[0], q2[0], cl, k, drafting, limit, (tv, n, parallel))
     if workers == 1:
         jobs = [(as_generator(seed), n)]
         parts = [run(jobs[0])]

@@ -15,6 +15,7 @@ import importlib
 import os
 import pkgutil
 import sys
+from pathlib import Path
 from functools import lru_cache
 
 from . import commands as _commands
@@ -146,6 +147,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"resispec {args.command}: error: {low}", file=sys.stderr)
         return 2
     args._program = program                 # run as a program (not main([...]) in a test): the audit may supervise
+    if getattr(args, "_supervised", False):  # a subject's os.chdir must not move where the verdict is written
+        for name, value in vars(args).items():
+            if isinstance(value, Path) and not value.is_absolute():
+                setattr(args, name, Path(os.path.abspath(value)))
     if program:                             # a subject's own KeyboardInterrupt (no Ctrl-C) is then its FAIL
         from exactness._checks import watch_interrupts
 
@@ -169,7 +174,8 @@ def _supervised(run, command: str) -> int:
     file of a private folder the parent made, opened only after the run returned (no descriptor of it is open while
     a subject runs, so none can be written to by accident); without that file the run ended inside a subject, a
     FAIL (exit 1) naming how it ended.  The child leads its own process group: SIGINT (Ctrl-C reaches this process),
-    SIGTERM and SIGHUP are passed on to the group, and the status is then ``128 + signal``; a group still alive
+    SIGTERM and SIGHUP are passed on to the group (those the caller ignores -- ``nohup``, a background job's SIGINT
+    -- stay ignored), and the status is then ``128 + signal``; a group still alive
     :data:`EXIT_GRACE` seconds after a signal or after the status was written (a subject ignoring the signal, a
     non-daemon thread), and anything the subject left running once the child is gone, is killed.
     POSIX only (``os.fork``; elsewhere the command runs unsupervised).
@@ -205,7 +211,9 @@ def _supervised(run, command: str) -> int:
         except OSError:
             pass
 
-    old = {sig: signal.signal(sig, forward) for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
+    # a signal the caller ignores (nohup: SIGHUP; a background job: SIGINT) stays ignored: it never stops the run
+    old = {sig: signal.signal(sig, forward) for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+           if signal.getsignal(sig) is not signal.SIG_IGN}
     reported = None
     try:
         while True:
@@ -247,6 +255,29 @@ def _supervised(run, command: str) -> int:
     return 1
 
 
+def _closed_stream() -> str | None:
+    """``"standard output"`` / ``"standard error"`` when that stream (or its descriptor) is closed, else None."""
+    for name, stream, fd in (("standard output", sys.stdout, 1), ("standard error", sys.stderr, 2)):
+        try:
+            if stream is None or stream.closed:
+                return name
+            os.fstat(fd)
+        except (OSError, ValueError):
+            return name
+    return None
+
+
+def _say(line: str) -> None:
+    """``line`` on standard error, or on descriptor 2 itself when the stream object was closed (best effort)."""
+    try:
+        print(line, file=sys.stderr)
+    except (OSError, ValueError):
+        try:
+            os.write(2, (line + "\n").encode())
+        except OSError:
+            pass
+
+
 def _run(parser, args) -> int:
     """The parsed command run, its exceptions turned into exit statuses (the CLI's contract, docs/certify.md)."""
     from exactness._checks import SubjectError
@@ -262,6 +293,11 @@ def _run(parser, args) -> int:
               "merely slow", file=sys.stderr)
         return 1
     except (ValueError, TypeError, OSError) as exc:  # OSError: unwritable --out, missing input file, ...
+        closed = _closed_stream()
+        if closed and getattr(args, "_supervised", False):   # a subject closed it: not the caller's input
+            _say(f"resispec {args.command}: FAIL: {closed} was closed during the run, so the verdict could not be "
+                 f"written ({type(exc).__name__}: {exc}); a subject that closes the process's output is a FAIL")
+            return 1
         print(f"resispec {args.command}: error: {_name_the_flag(parser, args, str(exc))}", file=sys.stderr)
         return 2
     except MemoryError as exc:    # sizes past this machine's memory (a subject's own is a FAIL, inside the harness)

@@ -10,7 +10,10 @@
 - ``resispec certify --timeout 1e-9`` FAILed an exact verifier (every cell stopped before its first draw): a limit
   under ``exactness.limits.MIN_CELL_TIMEOUT`` is refused (exit 2, the caller's number);
 - the first ``certify stepwise --time-limit 10`` after an install spent its 10 s compiling (448 of 6,905 draws,
-  INCONCLUSIVE): one uncounted warm-up draw now runs before the clock starts.
+  INCONCLUSIVE): the clock now starts once the first batch returned (every draw still checked: a first try with
+  an unchecked warm-up draw let a verifier wrong on its first call pass, a breaker found);
+- with SIGINT ignored by the caller (``cmd &``, ``trap '' INT``) a subject's own KeyboardInterrupt was exit 130;
+  under ``nohup`` a SIGHUP replaced the finished verdict by 129: ignored signals stay ignored.
 """
 
 from __future__ import annotations
@@ -168,14 +171,12 @@ def test_certify_refuses_a_cell_timeout_too_short_for_any_draw(timeout, capsys, 
     assert not (tmp_path / "r.md").exists()
 
 
-def test_stepwise_warms_up_before_its_clock_with_its_own_draws(monkeypatch):
-    """The warm-up verifies one uncounted draw before the deadline; the certificate's draws are unchanged."""
-    import exactness.stepwise as stepwise
-
+def _first_call(behaviour):
+    """A declared-steps verifier (ResiSpec WOR) whose FIRST verify call does ``behaviour(p, q, c, inner)``."""
     inner = get_verifier("resispec", drafting="without_replacement")
     calls: list = []
 
-    class Counted:
+    class FirstCall:
         drafting = inner.drafting
 
         def step_plan(self, *args, **kwargs):
@@ -183,13 +184,50 @@ def test_stepwise_warms_up_before_its_clock_with_its_own_draws(monkeypatch):
 
         def verify(self, p, q, c, rng=None, *, uniforms=None):
             calls.append(len(c))
+            if len(calls) == 1:
+                out = behaviour(p, q, c, inner)
+                if out is not None:
+                    return out
             return inner.verify(p, q, c, rng, uniforms=uniforms)
 
-    a = certify_stepwise(Counted(), P, Q, 2, n=300, seed=5)
-    assert calls[0] == 1 and sum(calls[1:]) == 300             # one warm-up row, then the 300 counted draws
-    monkeypatch.setattr(stepwise, "_warm_up", lambda *args: None)
-    b = certify_stepwise(inner, P, Q, 2, n=300, seed=5)
-    assert (a.n, a.events, a.states) == (b.n, b.events, b.states)
+    return FirstCall(), calls
+
+
+def test_stepwise_checks_its_first_batch_whatever_the_clock():
+    """A warm-up draw ran uncounted and unchecked before the clock (round 4, first try): a verifier wrong on its
+    first call only passed with one worker and failed with two (a breaker).  Every draw is checked now."""
+    from resispec import VerifyResult
+
+    def candidate_zero(p, q, c, inner):                  # a cold-path bug: the first call emits candidate 0
+        return VerifyResult(np.asarray(c[:, 0], dtype=np.int64), np.zeros(len(c), dtype=np.int64))
+
+    for workers in (1, 2):
+        verifier, _ = _first_call(candidate_zero)
+        cert = certify_stepwise(verifier, RNG.dirichlet(np.ones(50)), RNG.dirichlet(np.ones(50)), 2, n=2000,
+                                workers=workers, executor="local")
+        # its law at the mismatch is rrs-exact afterwards (later calls): FAIL or INCONCLUSIVE, never a pass
+        assert cert.verdict != "PASS" and cert.mismatches > 0 and cert.first_event["draw"] == 0, cert.summary()
+
+
+def test_stepwise_starts_its_time_limit_once_the_first_batch_returned(monkeypatch):
+    """The first calls compile (numba, ~9 s on a fresh install): a 10 s --time-limit stopped a fresh install's run
+    after 448 of 6,905 draws.  A clock that the first call moves by 1,000 s (a stand-in for the compile) no longer
+    stops the run."""
+    import types
+
+    import exactness.stepwise as stepwise
+
+    clock = [0.0]
+    monkeypatch.setattr(stepwise, "time", types.SimpleNamespace(monotonic=lambda: clock[0],
+                                                                perf_counter=lambda: clock[0]))
+
+    def compiles(p, q, c, inner):
+        clock[0] += 1000.0
+        return None
+
+    verifier, calls = _first_call(compiles)
+    cert = certify_stepwise(verifier, P, Q, 2, n=300, seed=5, time_limit=10.0)
+    assert cert.n == 300 and sum(calls) == 300 and cert.verdict == "PASS", cert.summary()
 
 
 def test_the_calibration_line_says_when_its_p_values_are_too_few(capsys, tmp_path):
@@ -202,3 +240,125 @@ def test_the_calibration_line_says_when_its_p_values_are_too_few(capsys, tmp_pat
     line = next(x for x in capsys.readouterr().out.splitlines() if x.startswith("calibration:"))
     count = int(line.split()[1])
     assert rc == 0 and count < CALIBRATION_FEW and f"only {count} p-values: too few to judge" in line, line
+
+
+# --------------------------------------------------------------------------- round-4 breaker (the CLI)
+SUBJECTS_2 = textwrap.dedent("""
+    import os
+    import time
+
+    from resispec import get_verifier
+
+    RRS = get_verifier("rrs")
+
+    class Interrupts:
+        drafting = "iid"
+
+        def verify(self, p, q, c, rng=None, *, uniforms=None):
+            raise KeyboardInterrupt("its own")
+
+    class Slow:
+        drafting = "iid"
+
+        def verify(self, p, q, c, rng=None, *, uniforms=None):
+            time.sleep(0.002)
+            return RRS.verify(p, q, c, rng, uniforms=uniforms)
+
+    class ClosesStdout:
+        drafting = "iid"
+
+        def verify(self, p, q, c, rng=None, *, uniforms=None):
+            try:
+                os.close(1)
+            except OSError:
+                pass
+            return RRS.verify(p, q, c, rng, uniforms=uniforms)
+
+    class MovesAway:
+        drafting = "iid"
+
+        def verify(self, p, q, c, rng=None, *, uniforms=None):
+            os.chdir(os.path.join(os.path.dirname(os.path.abspath(__file__)), "elsewhere"))
+            return RRS.verify(p, q, c, rng, uniforms=uniforms)
+""")
+CERTIFY = ["certify", "--k", "2", "--families", "zipf", "--n", "3000", "--no-mutants", "--no-progress", "--out",
+           "o/r.md"]
+
+
+def _spawn(tmp_path, args, **kw):
+    (tmp_path / "r4b.py").write_text(SUBJECTS_2)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), str(ROOT)])}
+    return subprocess.Popen([sys.executable, "-m", "resispec", *args], cwd=tmp_path, env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, **kw)
+
+
+def _ignoring(*sigs):
+    import signal
+
+    def pre():
+        for sig in sigs:
+            signal.signal(sig, signal.SIG_IGN)
+    return pre
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="POSIX signals")
+def test_with_sigint_ignored_a_subjects_own_keyboard_interrupt_is_still_a_fail(tmp_path):
+    """A background job (`cmd &`) or `trap '' INT` ignores SIGINT: no Ctrl-C can reach the run; it was exit 130."""
+    import signal
+
+    p = _spawn(tmp_path, CERTIFY + ["--verifier", "r4b:Interrupts"], preexec_fn=_ignoring(signal.SIGINT))
+    out, err = p.communicate(timeout=600)
+    assert p.returncode == 1 and "KeyboardInterrupt" in out + err and "Ctrl-C)" not in err, (p.returncode, err)
+
+
+@pytest.mark.skipif(not hasattr(os, "fork") or not Path("/proc/self/task").exists(), reason="POSIX fork, Linux /proc")
+def test_under_nohup_a_hangup_does_not_replace_the_verdict(tmp_path):
+    """`nohup resispec certify ...` and a SIGHUP mid-run: the run finished, wrote NO BIAS, and exited 129."""
+    import signal
+    import time
+
+    p = _spawn(tmp_path, CERTIFY[:6] + ["20000"] + CERTIFY[7:] + ["--verifier", "r4b:Slow"],
+               preexec_fn=_ignoring(signal.SIGHUP))
+    children = Path(f"/proc/{p.pid}/task/{p.pid}/children")
+    for _ in range(1200):                             # until the supervisor has forked its child (not a time bound)
+        if p.poll() is not None or (children.exists() and children.read_text().split()):
+            break
+        time.sleep(0.05)
+    p.send_signal(signal.SIGHUP)
+    out, err = p.communicate(timeout=600)
+    assert p.returncode == 0 and "NO BIAS DETECTED" in out, (p.returncode, err[-2000:])
+
+
+def test_a_subject_closing_stdout_is_a_fail_not_bad_input(tmp_path):
+    p = _spawn(tmp_path, CERTIFY + ["--verifier", "r4b:ClosesStdout"])
+    out, err = p.communicate(timeout=600)
+    assert p.returncode == 1 and "standard output was closed during the run" in err, (p.returncode, err[-2000:])
+
+
+def test_a_subject_changing_directory_does_not_move_the_report(tmp_path):
+    (tmp_path / "elsewhere").mkdir()
+    p = _spawn(tmp_path, CERTIFY + ["--verifier", "r4b:MovesAway", "--executor", "local"])
+    out, err = p.communicate(timeout=600)
+    assert p.returncode == 0 and (tmp_path / "o" / "r.md").exists(), (p.returncode, err[-2000:])
+    assert not (tmp_path / "elsewhere" / "o").exists()
+
+
+@pytest.mark.parametrize("args, words", [
+    (["certify", "--verifier", "rrs", "--timeout", "1e-400"], "is below the smallest float"),
+    (["certify", "--verifier", "rrs", "--timeout", "1e10"], "--timeout must be 0 (no limit)"),
+    (["certify", "decoder", "--decoder", "exactness.decoder_mutants:demo", "--time-limit", "0.5"],
+     "--time-limit must be 0 (no limit) or at least 1 second"),
+    (["certify", "decoder", "--decoder", "exactness.decoder_mutants:demo", "--time-limit", "1e-400"],
+     "is below the smallest float"),
+])
+def test_limits_too_short_for_any_draw_are_the_callers_error(args, words, capsys, tmp_path):
+    """`certify decoder --time-limit 0.5` FAILed an exact decoder; `--timeout 1e-400` read as 0 (no limit)."""
+    assert main(args + ["--out", str(tmp_path / "r.md")]) == 2
+    assert words in capsys.readouterr().err
+
+
+def test_bench_decode_refuses_a_capture_over_its_own_report(tmp_path, capsys):
+    same = str(tmp_path / "same.npz")
+    assert main(["bench-decode", "--capture", same, "--out", same]) == 2
+    assert "is where the report goes" in capsys.readouterr().err
+    assert not (tmp_path / "same.npz").exists()

@@ -38,6 +38,19 @@ def stem(text: str) -> str:
     return text
 
 
+def seconds(text: str) -> float:
+    """A number of seconds for a time limit (0: none): ``float(text)``, refusing a nonzero number written so small
+    that it reads as 0 (``1e-400`` would silently mean "no limit")."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number of seconds, got {text!r}") from None
+    if value == 0 and any(ch in "123456789" for ch in text.lower().split("e")[0]):
+        raise argparse.ArgumentTypeError(f"{text!r} is below the smallest float and would read as 0 (no limit); "
+                                         "give 0 for no limit or a number of seconds >= 1")
+    return value
+
+
 def seed_int(text: str) -> int:
     """``--seed`` of a command that takes one integer: ``3`` -> 3; anything else (a negative, a sequence, text) is
     refused naming the flag."""

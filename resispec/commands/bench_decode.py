@@ -137,6 +137,10 @@ def run(args) -> int:
         _refuse_overwriting_a_stopped_run(args.out)
     if args.capture is not None:
         check_output_path(args.capture, "--capture", suffix=".npz")
+        written = {Path(args.out).resolve(), Path(args.out).with_suffix(".json").resolve()}
+        if Path(args.capture).resolve() in written:
+            raise ValueError(f"--capture {str(args.capture)!r} is where the report goes (--out {str(args.out)!r} and "
+                             "its .json): the capture would overwrite it; give another path")
     positive(args, "limit")
     positive(args, "skip", 0)
     positive(args, "repeats")

@@ -45,7 +45,7 @@ CALIBRATION_FEW = 30
 
 
 def add_arguments(parser) -> None:
-    from ._args import ListAction, count, seed
+    from ._args import ListAction, count, seconds, seed
 
     parser.add_argument("--verifier", action="append", metavar="NAME|MODULE:OBJECT",
                         help="verifier to certify: a registry name, name[option=value,...], or an import path "
@@ -83,7 +83,7 @@ def add_arguments(parser) -> None:
     parser.add_argument("--families", "--family", dest="family", action=ListAction, metavar="NAME",
                         help="pair families, comma-separated and/or repeatable (default softmax_noise, zipf, "
                              "shifted at V=8, and ngram)")
-    parser.add_argument("--timeout", type=float, default=CELL_TIMEOUT, metavar="SECONDS",
+    parser.add_argument("--timeout", type=seconds, default=CELL_TIMEOUT, metavar="SECONDS",
                         help=f"wall-clock limit per cell (default {CELL_TIMEOUT:g}, at least {MIN_CELL_TIMEOUT:g}; "
                              "0 = none); a cell that runs "
                              "past it, or whose verifier raises, returns the wrong shape or emits a token outside "
@@ -242,9 +242,10 @@ def _check_args(args):
         raise ValueError(f"--workers must be >= 1 (processes for the Monte Carlo draws), got {args.workers}")
     _check_executor(args.executor, args.address)
     if not (args.timeout == 0 or MIN_CELL_TIMEOUT <= args.timeout <= 1e7):
+        why = (" (a shorter limit stops an exact verifier's cell before its first draws and would FAIL it as a hang: "
+               "the limit is yours, not the verifier's)" if 0 < args.timeout < MIN_CELL_TIMEOUT else "")
         raise ValueError(f"--timeout must be 0 (no limit) or a number of seconds in [{MIN_CELL_TIMEOUT:g}, 1e7], got "
-                         f"{args.timeout} (a shorter limit stops an exact verifier's cell before its first draws "
-                         "and would FAIL it as a hang: the limit is yours, not the verifier's)")
+                         f"{args.timeout}{why}")
 
     from exactness.certify_run import FAMILIES, K_VALUES, MUTANT_KS
 

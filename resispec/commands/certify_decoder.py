@@ -48,7 +48,7 @@ SUPERVISED = True
 
 
 def add_arguments(parser) -> None:
-    from ._args import count
+    from ._args import count, seconds
 
     parser.add_argument("--decoder", metavar="MODULE:OBJECT",
                         help="a factory returning (decoder, target, prompts), or a decoder (then give --target and "
@@ -76,7 +76,7 @@ def add_arguments(parser) -> None:
     parser.add_argument("--tv", type=float, default=None, help="TV to detect (plans n; warns if n is too small)")
     parser.add_argument("--alpha", type=float, default=1e-3, help="family-wise level over the checks (default 1e-3)")
     parser.add_argument("--seed", type=seed, default=0, metavar="S", help="seed: an integer >= 0 or a sequence such as 0,3 (default 0)")
-    parser.add_argument("--time-limit", type=float, default=3600.0, metavar="SECONDS",
+    parser.add_argument("--time-limit", type=seconds, default=3600.0, metavar="SECONDS",
                         help="stop the run after this many seconds and FAIL naming the call that did not return "
                              "(default 3600; 0 = no limit)")
     parser.add_argument("--no-progress", action="store_true",
@@ -202,6 +202,8 @@ def load(args):
                          "in its module")
     if not args.decoder:
         raise ValueError("give --decoder module:object (a factory or a decoder) or --hf-target PATH")
+    from exactness._checks import ctrl_c
+
     obj = import_object(args.decoder, "--decoder", "mymodule:make_decoder")
     if _is_factory(obj):
         if args.target or args.prompts:
@@ -210,6 +212,8 @@ def load(args):
             try:
                 obj = obj()
             except BaseException as exc:
+                if ctrl_c(exc):  # the user's Ctrl-C while loading: it stops the run
+                    raise
                 raise ValueError(f"--decoder {args.decoder!r}: the factory failed: {_describe(exc)}") from exc
         if not isinstance(obj, tuple) or len(obj) != 3:
             raise ValueError(f"--decoder {args.decoder!r}: a factory must return (decoder, target, prompts), got "
@@ -240,6 +244,12 @@ def run(args) -> int:
     from exactness._timeout import check_timeout
 
     time_limit = check_timeout(args.time_limit, name="--time-limit")
+    from exactness.limits import MIN_CELL_TIMEOUT
+
+    if time_limit is not None and time_limit < MIN_CELL_TIMEOUT:
+        raise ValueError(f"--time-limit must be 0 (no limit) or at least {MIN_CELL_TIMEOUT:g} second, got "
+                         f"{args.time_limit:g} (a shorter limit stops the run before its first draws and would FAIL "
+                         "an exact decoder as a hang: the limit is yours, not the decoder's)")
     import exactness
     from exactness.decoder import figure, terminal_table, to_json, to_markdown
 
