@@ -151,8 +151,9 @@ def _forked_call(job):
 
 @register_executor("process")
 class ProcessExecutor(Executor):
-    """A forked process pool of ``min(workers, len(jobs), WORKERS_PER_CPU x CPUs)`` processes; one job (or
-    ``workers == 1``) runs here.  The cap (:data:`exactness.limits.WORKERS_PER_CPU` per CPU of this machine) keeps
+    """A forked process pool of ``min(workers, len(jobs), WORKERS_PER_CPU x CPUs)`` processes; ``workers == 1``
+    runs here.  With ``workers > 1`` even a single job is forked: a subject that ends its process (``os._exit(0)``)
+    must end a worker, never the caller (whose exit status 0 would read as a pass).  The cap (:data:`exactness.limits.WORKERS_PER_CPU` per CPU of this machine) keeps
     the forks alone from outlasting a short time limit, which would then blame the subject; the jobs' seeds do
     not depend on the number of processes, so the cap changes no result."""
 
@@ -163,7 +164,7 @@ class ProcessExecutor(Executor):
 
         global _FORKED, _CATCH
         jobs = list(jobs)
-        if self.workers == 1 or len(jobs) <= 1 or "fork" not in mp.get_all_start_methods():
+        if self.workers == 1 or not jobs or "fork" not in mp.get_all_start_methods():
             return LocalExecutor().map_chunks(fn, jobs, on_done=on_done, on_error=on_error)
         _FORKED, _CATCH = fn, on_error is not None
         from . import limits

@@ -120,6 +120,14 @@ def _has(name: str) -> Callable[[object], bool]:
     return lambda subject: callable(getattr(subject, name, None))
 
 
+def _declares_steps(subject) -> bool:
+    """A verifier for the stepwise route: it declares its steps (``step_plan``) and its ``verify`` takes the
+    ``uniforms`` that route replays (an exact rule without ``uniforms=`` FAILed there; it goes to ``verifier``)."""
+    from .sampling import takes_uniforms
+
+    return callable(getattr(subject, "step_plan", None)) and takes_uniforms(subject)
+
+
 def _is_engine(subject) -> bool:
     if isinstance(subject, str):
         from .engines.base import ENGINE_MODULES
@@ -173,7 +181,7 @@ ROUTES = (
     Route("sampler", "certificate:certify_sampler", ("law",), ("subject", "law"), (),
           what="a sampler sample(rng, m) -> (m,) tokens against a law"),
     Route("stepwise", "stepwise:certify_stepwise", ("p", "q", "k"), ("subject", "p", "q", "k"),
-          applies=_has("step_plan"), what="a node verifier that declares its steps (step_plan)"),
+          applies=_declares_steps, what="a node verifier that declares its steps (step_plan) and takes uniforms="),
     Route("verifier", "verifier_cert:certify_verifier", ("p", "q", "k"), ("subject", "p", "q", "k"),
           applies=_has("verify"), what="a node verifier (verify)"),
     Route("engine", "engines.audit:audit", (), ("subject",),
@@ -205,6 +213,10 @@ def _pick(subject, given: dict, route: str | None) -> Route:
         missing = [g for g in r.given if g not in given]
         if missing:
             raise ValueError(f"route {r.name!r} ({r.what}) needs {', '.join(missing)}")
+        if not r.applies(subject):              # a subject the route would drop or could not run: never ignored
+            what = "no subject" if subject is None else f"a {type(subject).__name__} subject"
+            raise ValueError(f"route {r.name!r} ({r.what}) does not take {what}; leave out route= to pick the route "
+                             "from what is given, or give the subject the route needs")
         return r
     for r in ROUTES:
         if all(g in given for g in r.given) and r.applies(subject):

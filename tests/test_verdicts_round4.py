@@ -362,3 +362,79 @@ def test_bench_decode_refuses_a_capture_over_its_own_report(tmp_path, capsys):
     assert main(["bench-decode", "--capture", same, "--out", same]) == 2
     assert "is where the report goes" in capsys.readouterr().err
     assert not (tmp_path / "same.npz").exists()
+
+
+# --------------------------------------------------------------------------- round-4 breaker (the Python API)
+def test_a_hanging_tree_kernel_is_stopped_and_fails(monkeypatch):
+    """certify_coupled_tree had no time limit: a kernel that never returned blocked the caller forever."""
+    import time
+
+    import exactness.coupled.run as run
+    from exactness.coupled.tree import certify_coupled_tree
+
+    monkeypatch.setattr(run, "HANG_GRACE", 0.5)
+
+    class Hangs:
+        def verify_tree(self, *args, **coins):
+            time.sleep(600)
+
+    pc, qc = RNG.dirichlet(np.ones(8), 2), RNG.dirichlet(np.ones(8), 2)
+    cert = certify_coupled_tree(Hangs(), "rrs", P, Q, pc, qc, 2, n=3000, time_limit=0.5)
+    assert not cert.passed and "did not return" in cert.verdict, cert.verdict
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="forked workers")
+def test_a_sampler_ending_its_process_with_workers_fails_in_a_worker_not_the_caller():
+    """certify_sampler(workers=2) at n <= CHUNK (one job) ran the sampler in the caller: os._exit(0) ended the
+    caller with status 0 (a pass to CI)."""
+    code = textwrap.dedent("""
+        import os, numpy as np, exactness
+        def sample(rng, m):
+            os._exit(0)
+        cert = exactness.certify_sampler(sample, np.ones(8) / 8, 4000, workers=2)
+        print("survived", cert.passed)
+    """)
+    r = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0 and "survived False" in r.stdout, (r.returncode, r.stdout, r.stderr[-2000:])
+
+
+def test_the_front_door_sends_a_step_declaring_rule_without_uniforms_to_the_verifier_route():
+    """An exact rule with step_plan but verify(p, q, c, rng) (no uniforms=) went to the stepwise route, which
+    replays uniforms: FAIL 'unexpected keyword argument uniforms' for an exact rule."""
+    import exactness
+
+    rrs = get_verifier("rrs")
+
+    class NoUniforms:
+        drafting = "iid"
+
+        def step_plan(self, p_i, q_i, *, last):
+            return rrs.step_plan(p_i, q_i, last=last)
+
+        def verify(self, p, q, candidates, rng):
+            return rrs.verify(p, q, candidates, rng)
+
+    cert = exactness.certify(NoUniforms(), p=P, q=Q, k=2, budget=exactness.Budget(n=20_000))
+    assert cert.outcome == "PASS", cert.summary()
+
+
+def test_a_named_route_refuses_a_subject_it_would_drop():
+    """certify(biased_verifier, route="counts", counts=exact_counts, p=p) passed: the verifier was never run."""
+    import exactness
+    from exactness.mutants import CATALOGUE
+
+    with pytest.raises(ValueError, match="route 'counts' .* does not take a"):
+        exactness.certify(CATALOGUE["always_accept"], route="counts", counts=np.full(8, 100), p=np.ones(8) / 8)
+
+
+@pytest.mark.parametrize("kw, error, words", [
+    (dict(alpha=0), ValueError, "alpha must lie in"), (dict(alpha="x"), TypeError, "alpha must be"),
+    (dict(alpha=2), ValueError, "alpha must lie in"), (dict(n=10), TypeError, "pass tv=, not n="),
+    (dict(tv=1e-12), ValueError, "MAX_COUNTED"),
+])
+def test_assert_coupled_names_the_callers_argument(kw, error, words):
+    """alpha=0 was a raw ZeroDivisionError, alpha=2 'n must be >= 1, got -69', n=10 'multiple values for n'."""
+    import exactness
+
+    with pytest.raises(error, match=words):
+        exactness.assert_coupled(get_verifier("rrs"), "rrs", P, Q, 2, **({"tv": 0.01} | kw))

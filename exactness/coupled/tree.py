@@ -62,10 +62,13 @@ import numpy as np
 from resispec._validation import as_laws, check_k
 
 from .._checks import SubjectError, as_generator, check_alpha, check_n, subject_call
+from ..limits import DEFAULT_TIME_LIMIT
+from .._timeout import MAX_TIMEOUT, TimeLimitExceeded, own_limit
+from .._timeout import time_limit as _time_limit
 from ..sampling import draw_node_candidates
 from .certify import check_min_draws, tv_upper_bound
 from .conventions import Coins, check_convention
-from .run import run_reference
+from .run import hard_limit, run_reference
 
 TREE_CONVENTIONS = ("resispec", "sglang")
 
@@ -275,7 +278,8 @@ def _run_tree_kernel(kernel, args, coins: dict, convention: str, B: int):
 
 
 def certify_coupled_tree(kernel, reference, p_root, q_root, p_child, q_child, k: int, *, n: int = 20_000,
-                         alpha: float = 1e-3, seed=0, convention: str = "resispec") -> TreeCertificate:
+                         alpha: float = 1e-3, seed=0, convention: str = "resispec",
+                         time_limit: float | None = DEFAULT_TIME_LIMIT) -> TreeCertificate:
     """Coupled certification of a depth-2 tree kernel against a registry rule (see the module docstring).
 
     Parameters
@@ -287,6 +291,10 @@ def certify_coupled_tree(kernel, reference, p_root, q_root, p_child, q_child, k:
         Laws at the root's children; R distinct trees: draw t uses tree t % R.
     k, n, alpha, seed : as :func:`exactness.certify_coupled`
     convention : {"resispec", "sglang"}
+    time_limit : float or None, default ``exactness.limits.DEFAULT_TIME_LIMIT`` (3,600 s)
+        A kernel (or reference) call still running :func:`exactness.coupled.run.hard_limit` seconds after the
+        start (``time_limit + max(10 s, time_limit)``) is stopped and the certificate FAILs naming the hang.
+        None: no limit.  ``SIGALRM`` in the main thread (POSIX).
 
     Raises
     ------
@@ -316,11 +324,24 @@ def certify_coupled_tree(kernel, reference, p_root, q_root, p_child, q_child, k:
     check_min_draws(n, alpha)
     p0, q0, p1, q1 = _tree_laws(p_root, q_root, p_child, q_child, k)
     rng = as_generator(seed)
+    if time_limit is not None and (isinstance(time_limit, bool) or not isinstance(time_limit, (int, float))
+                                   or not 0 < time_limit <= MAX_TIMEOUT / 2):
+        raise ValueError(f"time_limit must be a number of seconds in (0, {MAX_TIMEOUT / 2:g}] or None (no limit), "
+                         f"got {time_limit!r}")
+    hard = None if time_limit is None else own_limit(hard_limit(time_limit))
     try:
-        return _coupled_tree_loop(kernel, ref, p0, q0, p1, q1, k, n, alpha, rng, convention, t_start)
+        with _time_limit(hard):
+            return _coupled_tree_loop(kernel, ref, p0, q0, p1, q1, k, n, alpha, rng, convention, t_start)
     except SubjectError as exc:                 # the kernel misbehaved: a FAIL naming it, never bad input
         return TreeCertificate(False, 0, 0, 1.0, time.perf_counter() - t_start, None,
                                f"FAIL (subject error): {exc.cause}", convention, alpha)
+    except TimeLimitExceeded:
+        if hard is None:
+            raise                               # the caller's own (outer) limit
+        return TreeCertificate(False, 0, 0, 1.0, time.perf_counter() - t_start, None,
+                               f"FAIL (subject error): the tree kernel (or the reference) did not return: stopped at "
+                               f"the hard time limit of {hard:g} s (time_limit = {time_limit:g} s plus a grace of "
+                               f"{hard - time_limit:g} s)", convention, alpha)
 
 
 def _coupled_tree_loop(kernel, ref, p0, q0, p1, q1, k: int, n: int, alpha: float, rng, convention: str,
