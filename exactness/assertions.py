@@ -74,6 +74,10 @@ def assert_exact(verifier, p=None, q=None, k=DEFAULT_KS, *, n: int | None = None
             cause = (cert.details.get("subject") or {}).get("error") if "subject" in cert.checks else None
             raise AssertionError(f"sampler misbehaved: {cause}" if cause else f"sampler is not exact: {cert.summary()}")
         return [cert]
+    if isinstance(k, bool) or not (isinstance(k, (int, np.integer)) or (
+            isinstance(k, (tuple, list, range)) and all(isinstance(x, (int, np.integer)) and not isinstance(x, bool)
+                                                        for x in k))):
+        raise TypeError(f"k must be an int or a tuple / list of ints (candidates per node), got {k!r}")
     ks = (k,) if isinstance(k, (int, np.integer)) else tuple(k)
     if not ks:
         raise ValueError("k is empty: give at least one candidate count, e.g. k=(1, 2, 4) (an empty k would pass vacuously)")

@@ -154,6 +154,9 @@ def validate_proxy(proxy, p, q, k: int, *, n: int | None = None, seed=0, certify
 
         check_n(n)
     timeout = check_timeout(timeout)
+    from ._checks import as_seed_sequence
+
+    as_seed_sequence(seed)                        # checked even when certify=False draws nothing
     name = proxy_name(proxy)
     beat = Heartbeat(f"validate_proxy({name}, k = {k})", enabled=bool(progress))
     try:

@@ -21,10 +21,36 @@ import pytest
 
 def pytest_addoption(parser):
     group = parser.getgroup("exactness", "speculative-sampling exactness harness")
-    group.addoption("--exactness-samples", type=int, default=None,
+    group.addoption("--exactness-samples", type=_positive_int, default=None,
                     help="Monte Carlo draws per cell for the exactness fixture (default: harness budget)")
-    group.addoption("--exactness-alpha", type=float, default=1e-3,
+    group.addoption("--exactness-alpha", type=_level, default=1e-3,
                     help="family-wise level for the exactness fixture (default 1e-3)")
+
+
+def _positive_int(text: str) -> int:
+    """``--exactness-samples``: an integer >= 1 (a usage error otherwise, before any test runs)."""
+    import argparse
+
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 1 (Monte Carlo draws per cell), got {value}")
+    return value
+
+
+def _level(text: str) -> float:
+    """``--exactness-alpha``: a level in (0, 1) (a usage error otherwise, before any test runs)."""
+    import argparse
+
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number in (0, 1), got {text!r}") from None
+    if not 0 < value < 1:
+        raise argparse.ArgumentTypeError(f"expected a level in (0, 1), got {text}")
+    return value
 
 
 class ExactnessHelper:

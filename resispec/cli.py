@@ -120,7 +120,15 @@ def join_verb(argv: list[str], table: dict | None = None) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Run the CLI; returns the exit status (2 with a one-line error for bad input)."""
+    """Run the CLI; returns the exit status (2 with a one-line error for bad input; 130 on Ctrl-C)."""
+    try:
+        return _main(argv)
+    except KeyboardInterrupt:     # Ctrl-C while the commands load or parse: one line, not a traceback
+        print("resispec: interrupted (Ctrl-C)", file=sys.stderr)
+        return 130
+
+
+def _main(argv: list[str] | None) -> int:
     program = argv is None
     argv = sys.argv[1:] if argv is None else list(argv)
     table = verbs()

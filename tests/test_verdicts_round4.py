@@ -438,3 +438,27 @@ def test_assert_coupled_names_the_callers_argument(kw, error, words):
 
     with pytest.raises(error, match=words):
         exactness.assert_coupled(get_verifier("rrs"), "rrs", P, Q, 2, **({"tv": 0.01} | kw))
+
+
+def test_more_callers_arguments_named_up_front(tmp_path):
+    """Breaker (Python API): assert_exact(k=2.0) was "'float' object is not iterable"; validate_proxy(seed='abc',
+    certify=False) returned EXACT; certify_coupled(n=10**30) ran an hour before INCONCLUSIVE."""
+    import exactness
+    from exactness._checks import BudgetError
+
+    rrs = get_verifier("rrs")
+    with pytest.raises(TypeError, match="k must be an int or a tuple"):
+        exactness.assert_exact(rrs, P, Q, k=2.0)
+    with pytest.raises((TypeError, ValueError), match="seed"):
+        exactness.validate_proxy(lambda R, q, x, *, step: q, P, Q, 2, seed="abc", certify=False)
+    with pytest.raises(BudgetError, match="MAX_COUNTED"):
+        exactness.certify_coupled(rrs, "rrs", P, Q, 2, n=10**30)
+
+
+def test_the_pytest_plugin_refuses_bad_options_as_a_usage_error(tmp_path):
+    (tmp_path / "test_one.py").write_text("def test_x(exactness):\n    pass\n")
+    for option in (["--exactness-alpha", "2"], ["--exactness-samples", "0"]):
+        r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:randomly", "-p", "no:cacheprovider",
+                            *option, str(tmp_path / "test_one.py")], cwd=tmp_path, capture_output=True, text=True,
+                           timeout=300, env={**os.environ, "PYTHONPATH": str(ROOT)})
+        assert r.returncode == 4 and "error: argument" in r.stderr, (option, r.returncode, r.stderr[-1000:])

@@ -26,7 +26,7 @@ from resispec._validation import check_k
 
 from .. import limits
 from ..limits import DEFAULT_TIME_LIMIT
-from .._checks import SubjectError, as_generator, check_alpha, check_n, passes_through
+from .._checks import BudgetError, SubjectError, as_generator, check_alpha, check_n, passes_through
 from ..certificate import door_node, subject_cause
 from .._timeout import MAX_TIMEOUT, TimeLimitExceeded, own_limit
 from .._timeout import time_limit as _time_limit
@@ -547,6 +547,9 @@ def certify_coupled(kernel, reference, p, q, k: int, *, n: int = 100_000, alpha:
     p2, q2 = np.ascontiguousarray(p2), np.ascontiguousarray(q2)
     R, V = p2.shape
     k, n, alpha = check_k(k), check_n(n), check_alpha(alpha)
+    if n > limits.MAX_COUNTED:                  # refused before any draw, as certify_verifier refuses it
+        raise BudgetError(f"n = {n:,} coupled draws exceeds exactness.limits.MAX_COUNTED = {limits.MAX_COUNTED:,}; "
+                          "ask fewer (a TV bound of tv needs about ln(1 / alpha) / tv)")
     check_min_draws(n, alpha)
     if stop_after is not None:
         stop_after = check_n(stop_after, name="stop_after")
