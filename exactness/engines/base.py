@@ -67,13 +67,19 @@ def get_engine(name: str) -> "Engine":
         mod, _, attr = name.partition(":")
         if os.getcwd() not in sys.path:      # the current directory first, as --verifier / --decoder (and pytest)
             sys.path.insert(0, os.getcwd())
+        from .._checks import passes_through
+
         try:
             cls = getattr(importlib.import_module(mod), attr)
-        except Exception as exc:  # the caller's module: any failure to load it is bad input
+        except (Exception, KeyboardInterrupt) as exc:  # the caller's module: a failure to load it is bad input
+            if passes_through(exc):   # the user's Ctrl-C while it loads (not the module's own): it stops the run
+                raise
             raise ValueError(f"engine {name!r} does not load: {type(exc).__name__}: {exc}") from None
         try:
             eng = cls() if isinstance(cls, type) else cls
-        except Exception as exc:
+        except (Exception, KeyboardInterrupt) as exc:   # its own KeyboardInterrupt too (no Ctrl-C came)
+            if passes_through(exc):
+                raise
             raise ValueError(f"engine {name!r} could not be constructed: {type(exc).__name__}: {exc}") from None
         if not isinstance(eng, Engine):
             raise ValueError(f"engine {name!r} is not an exactness.engines.base.Engine subclass or instance")
