@@ -22,7 +22,7 @@ except ImportError:  # pragma: no cover - numba is a declared dependency
     def _njit(*args, **kwargs):
         return lambda f: f
 
-_EPS = 1e-13
+from resispec._reserve_tol import RESIDUAL_EPS as _EPS  # noqa: E402  (the residual threshold of every rule)
 
 
 @_njit(cache=True, nogil=True)

@@ -51,8 +51,8 @@ from ._search import GuidedCDF
 
 #: Below this ``V * k`` the generic path is cheap and kept (the default grid's small-V cells run as before).
 FAST_MIN_ELEMS = 200
-#: ``reject_update``'s threshold (``resispec.verifiers.base._RESIDUAL_EPS``): below it a rejection keeps the state.
-_EPS = 1e-13
+#: ``reject_update``'s threshold: below it a rejection keeps the state (one value, ``resispec._reserve_tol``).
+from resispec._reserve_tol import RESIDUAL_EPS as _EPS  # noqa: E402
 #: Calls with fewer draws run the numpy references (same tokens): the compiled loops
 #: (:mod:`exactness._fast_kernels`) pay their one-time compilation only in long runs.
 KERNEL_MIN_DRAWS = 1 << 15

@@ -16,6 +16,13 @@ ROOT_TOL = 1e-13
 #: without-replacement kernel and the stepwise check (:mod:`resispec._xp`; float32 uses 16 ulp of its own).
 RESIDUAL_EPS = 1e-13
 
+#: The without-replacement rule's floors, shared by its numpy reference (:mod:`resispec.verifiers.resispec_wor`,
+#: :mod:`resispec.verifiers.zero_diagonal`) and its compiled kernel (:mod:`resispec._wor_fused`): a mass below
+#: ``WOR_TINY`` is empty, and the rank-one leftover plan is accepted with a column-sum error up to
+#: ``WOR_MARGIN_TOL`` (exactness is checked to 1e-12).
+WOR_TINY = 1e-13
+WOR_MARGIN_TOL = 1e-14
+
 
 def reserve_tol(eps: float, gamma: float) -> float:
     """``tau = max(ROOT_TOL, 64 eps) (1 + gamma)`` (dimensionless, like ``lambda``).

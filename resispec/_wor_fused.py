@@ -64,8 +64,8 @@ __all__ = ["AVAILABLE", "FALLBACK", "OPTION", "PLAIN", "wor_step_rows", "wor_ste
 #: Row status: the shaped option was used / plain ``rrs_wor`` step / the caller must run the reference.
 OPTION, PLAIN, FALLBACK = 0, 1, 2
 
-_TINY = 1e-13              # as resispec.verifiers.resispec_wor._TINY (checked in tests)
-_MARGIN_TOL = 1e-14        # as resispec.verifiers.zero_diagonal._MARGIN_TOL
+from ._reserve_tol import WOR_MARGIN_TOL as _MARGIN_TOL  # noqa: E402  (one value for the kernel and the reference)
+from ._reserve_tol import WOR_TINY as _TINY  # noqa: E402
 from ._reserve_tol import RESIDUAL_EPS as _RESIDUAL_EPS  # noqa: E402  (the one value)
 _FM = {"contract", "nsz"}     # sums in source order (reassoc made the last bits depend on memory placement); NaN / inf kept; no reciprocal
 # multiplies ("arcp"): 1 / tot overflows for a subnormal row total where x / tot does not

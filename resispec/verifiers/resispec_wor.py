@@ -78,7 +78,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .._reserve_tol import OMEGA_TOL
+from .._reserve_tol import OMEGA_TOL, WOR_TINY
 from .base import Verifier, reject_update, sum_of_others
 from .step_plan import StepPlan
 from .zero_diagonal import LeftoverPlan
@@ -87,7 +87,7 @@ _BISECT = 60
 #: ``auto``: the compiled kernel of :mod:`resispec._wor_fused` when numba is present and one scale is
 #: tried, else the numpy reference; ``fused`` insists on the kernel; ``reference`` is the numpy code.
 _SOLVERS = ("auto", "fused", "reference")
-_TINY = 1e-13
+_TINY = WOR_TINY
 #: Rows of one block of the chain: about 8 MiB of a (rows, V) float64 array.  Each step makes a few
 #: (rows, V) arrays (the kernel's residuals, the next draft); on a whole batch at V = 151,936 and B = 256 each
 #: is 311 MB, freshly paged in every step (numpy bookkeeping was 41 % of the call); blocks stay in cache.

@@ -30,9 +30,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .._reserve_tol import WOR_MARGIN_TOL, WOR_TINY
 from .base import sum_of_others
 
-_TINY = 1e-13
+_TINY = WOR_TINY
 
 
 @dataclass(frozen=True)
@@ -122,8 +123,8 @@ def zero_diagonal_plan(u: np.ndarray, e: np.ndarray) -> ZeroDiagonalPlan:
 
 _BISECT = 64
 
-#: Largest column-sum error accepted from the rank-one plan (exactness is checked to 1e-12).
-_MARGIN_TOL = 1e-14
+#: Largest column-sum error accepted from the rank-one plan (``resispec._reserve_tol.WOR_MARGIN_TOL``).
+_MARGIN_TOL = WOR_MARGIN_TOL
 
 
 def rank_one_zero_diagonal(u: np.ndarray, e: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
