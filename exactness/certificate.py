@@ -218,6 +218,9 @@ class Certificate:
         if self.passed and self._bound():
             head = head[:-len(self._bound())]
             extras.insert(1 if extras else 0, (self._bound(), ""))
+        if self.passed and self.detectable_tv >= 1:   # no TV is large enough to be seen: a pass says nothing
+            extras.insert(0, ("; no power: detectable TV >= 1, so this pass is no evidence of exactness (raise n)",
+                              "; no power (raise n)"))
         extras += [(f"; note: {note}", "") for note in self.notes]
         out = head + "".join(full for full, _ in extras)
         if len(out) <= width:

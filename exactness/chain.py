@@ -305,8 +305,8 @@ def _call_kernel(kernel, tp, dp, di, rng) -> np.ndarray:
     else:
         call = (f"called as kernel(target_probs ({A}, {g + 1}, {V}) float64, draft_probs ({A}, {g}, {V}) float64 "
                 f"or None, draft_ids ({A}, {g}) int64, rng), see exactness.chain")
-    try:
-        out = np.asarray(kernel(tp, dp, di, rng))
+    try:   # copies: a kernel may write into its inputs (GPU samplers reuse buffers); the harness reads them after
+        out = np.asarray(kernel(tp.copy(), None if dp is None else dp.copy(), di.copy(), rng))
     except Exception as exc:
         from ._checks import exception_line
 

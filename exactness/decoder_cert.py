@@ -24,6 +24,26 @@ from .decoder_checks import DecoderRun, run_checks
 from .gof import pool_cells
 
 
+def _read_hooks(decoder) -> None:
+    """Read every optional hook of the decoder once (``exactness.protocols.HOOKS``, kind ``decoder``): an attribute
+    whose reading raises (a property, ``__getattr__``) is a :class:`SubjectError` naming it, a FAIL, not a traceback
+    from wherever the harness reads it first."""
+    from ._checks import subject_call
+
+    reads = (("sample", lambda: getattr(decoder, "sample", None)),
+             ("sample_events", lambda: getattr(decoder, "sample_events", None)),
+             ("rule", lambda: getattr(decoder, "rule", None)),
+             ("draft_law", lambda: getattr(decoder, "draft_law", None)),
+             ("gamma", lambda: getattr(decoder, "gamma", None)),
+             ("events_q", lambda: getattr(decoder, "events_q", None)),
+             ("per_row_rng", lambda: getattr(decoder, "per_row_rng", None)),
+             ("kernel_plan", lambda: getattr(decoder, "kernel_plan", None)),
+             ("plan_collector", lambda: getattr(decoder, "plan_collector", None)),
+             ("no_events_reason", lambda: getattr(decoder, "no_events_reason", None)))
+    for name, read in reads:
+        subject_call(read, f"reading decoder.{name}")
+
+
 def certify_decoder(decoder, target, prompts, *, new_tokens: int = 2, n: int | None = None, tv: float | None = None,
                     alpha: float = 1e-3, seed=0, seeded: bool | None = None,
                     time_limit: float | None = DEFAULT_TIME_LIMIT, progress=False) -> Certificate:
@@ -109,6 +129,7 @@ def certify_decoder(decoder, target, prompts, *, new_tokens: int = 2, n: int | N
     tick = _Ticker(progress_mode(progress))
     try:
         with _time_limit(limit):
+            _read_hooks(decoder)
             return _certify(decoder, target, prompts, new_tokens, n, tv, alpha, seed, seeded, tick)
     except SubjectError as exc:
         return subject_failure(exc.cause, alpha=alpha, power=POWER, main="subject",

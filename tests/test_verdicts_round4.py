@@ -462,3 +462,52 @@ def test_the_pytest_plugin_refuses_bad_options_as_a_usage_error(tmp_path):
                             *option, str(tmp_path / "test_one.py")], cwd=tmp_path, capture_output=True, text=True,
                            timeout=300, env={**os.environ, "PYTHONPATH": str(ROOT)})
         assert r.returncode == 4 and "error: argument" in r.stderr, (option, r.returncode, r.stderr[-1000:])
+
+
+def test_a_pass_without_power_says_so():
+    """certify_counts([5, 0, 0], [1, 0, 0]) read 'NO BIAS DETECTED (detectable TV 1.26 ...)' with nothing else."""
+    import exactness
+
+    cert = exactness.certify_counts([5, 0, 0], [1.0, 0.0, 0.0])
+    assert cert.passed and cert.detectable_tv >= 1 and "no power" in cert.summary(), cert.summary()
+
+
+def test_an_exact_chain_kernel_writing_into_its_inputs_is_not_failed():
+    """The harness read draft_ids / target_probs back after the kernel: the exact reference kernel followed by
+    draft_ids[:] = out[:, :gamma] FAILed accepted_count and draft_law (p = 2.6e-271).  The kernel gets copies."""
+    import exactness
+    from exactness.chain import chain_decoder, chain_target, token_chain_kernel
+    from simulators.autoregressive import MarkovPair
+
+    pair = MarkovPair.random(np.random.default_rng(0), 4, noise=1.0)
+
+    def writes_back(target_probs, draft_probs, draft_ids, rng):
+        out = token_chain_kernel(target_probs, draft_probs, draft_ids, rng)
+        draft_ids[:] = out[:, :draft_ids.shape[1]]
+        target_probs[...] = 0.0
+        return out
+
+    writes_back.rule = "rrs"
+    cert = exactness.certify_decoder(chain_decoder(writes_back, pair, gamma=2), chain_target(pair),
+                                     np.array([[0], [1], [2]]), new_tokens=3, n=3000)
+    assert cert.passed, cert.report()
+
+
+@pytest.mark.parametrize("hook", ["sample_events", "rule", "draft_law", "events_q", "per_row_rng"])
+def test_a_decoder_hook_that_raises_when_read_is_a_fail_naming_it(hook):
+    import exactness
+    from exactness.decoder_mutants import demo
+
+    decoder, target, prompts = demo()
+
+    class Proxy:
+        def __init__(self, inner):
+            self.__dict__["_inner"] = inner
+
+        def __getattr__(self, name):
+            if name == hook:
+                raise RuntimeError(f"{name}: not available on this backend")
+            return getattr(self.__dict__["_inner"], name)
+
+    cert = exactness.certify_decoder(Proxy(decoder), target, prompts, new_tokens=2, n=2000)
+    assert not cert.passed and f"reading decoder.{hook} raised RuntimeError" in cert.details["subject"]["error"]
