@@ -511,3 +511,52 @@ def test_a_decoder_hook_that_raises_when_read_is_a_fail_naming_it(hook):
 
     cert = exactness.certify_decoder(Proxy(decoder), target, prompts, new_tokens=2, n=2000)
     assert not cert.passed and f"reading decoder.{hook} raised RuntimeError" in cert.details["subject"]["error"]
+
+
+# --------------------------------------------------------------------------- round-4 breaker (the other commands)
+@pytest.mark.parametrize("args, words", [
+    (["bench", "accept", "--families", "zipf", "--V", "10", "--k", "2", "--nodes", "2", "--n", "100"],
+     "is a directory"),
+    (["bench", "gap", "--families", "zipf", "--k", "2", "--V", "10", "--nodes", "1", "--n", "10"], "is a directory"),
+    (["families", "--V", "10", "--nodes", "2"], "is a directory"),
+])
+def test_an_out_ending_in_a_slash_is_refused_before_any_work(args, words, tmp_path, capsys):
+    """bench accept --out DIR/ ran the whole table, then exit 2 ('not a regular file'), leaving DIR/.json."""
+    assert main(args + ["--out", str(tmp_path / "d") + "/"]) == 2
+    assert words in capsys.readouterr().err and not (tmp_path / "d").exists()
+
+
+def test_a_report_named_json_is_refused_where_the_json_goes_beside_it(tmp_path, capsys):
+    """bench accept --out r.json wrote the Markdown and then the JSON into the same r.json, exit 0."""
+    assert main(["bench", "accept", "--families", "zipf", "--V", "10", "--k", "2", "--nodes", "2", "--n", "100",
+                 "--out", str(tmp_path / "r.json")]) == 2
+    assert "give a .md path" in capsys.readouterr().err and not (tmp_path / "r.json").exists()
+
+
+@pytest.mark.parametrize("broken", [{"V": None}, {"stderr": None}, {"best_baseline": "zzz"}])
+def test_bench_from_json_with_a_malformed_row_is_exit_2_naming_the_flag(broken, tmp_path, capsys):
+    """A bench JSON with a field missing or null was a KeyError / AttributeError traceback, exit 1."""
+    import json
+
+    assert main(["bench", "--families", "zipf", "--temperatures", "1", "--shapes", "2,1", "--V", "8", "--nodes",
+                 "2", "--n", "200", "--no-progress", "--out", str(tmp_path)]) == 0
+    data = json.loads((tmp_path / "bench.json").read_text())
+    for row in data["rows"]:
+        for key, value in broken.items():
+            if value is None and key == "V":
+                data["settings"].pop("V", None)
+            row[key] = value
+    (tmp_path / "bad.json").write_text(json.dumps(data))
+    capsys.readouterr()
+    rc = main(["bench", "--from-json", str(tmp_path / "bad.json"), "--out", str(tmp_path / "re")])
+    err = capsys.readouterr().err
+    assert rc in (0, 2) and "Traceback" not in err
+    if rc == 2:
+        assert "--from-json" in err
+
+
+@pytest.mark.parametrize("device", ["meta", "xpu"])
+def test_bench_verify_refuses_a_device_it_cannot_run_on(device, tmp_path, capsys):
+    assert main(["bench", "verify", "--B", "4", "--V", "50", "--k", "2", "--repeats", "1", "--numpy-B", "2",
+                 "--no-progress", "--device", device, "--out", str(tmp_path / "v.md")]) == 2
+    assert f"--device '{device}'" in capsys.readouterr().err

@@ -122,10 +122,13 @@ def check_out(path, flag: str, *, folder: bool = False, files=(), json_beside: b
             raise ValueError(f"{flag} {str(path)!r} is a file, not a folder; give an output folder")
         targets = [p / f for f in files] or [p / "report.md"]
     else:
-        if p.is_dir():
+        if p.is_dir() or str(path).endswith(("/", os.sep)):   # a trailing '/' names a folder (Path drops it)
             raise ValueError(f"{flag} {str(path)!r} is a directory; give a file path such as "
                              f"{str(p / 'report.md')!r}")
         stem, ext = os.path.splitext(str(p))
+        if json_beside and ext.lower() == ".json":           # the JSON beside it would overwrite the report
+            raise ValueError(f"{flag} {str(path)!r} names the Markdown report and the JSON goes beside it with the "
+                             f"suffix .json, so both would be {p.name}; give a .md path (e.g. {stem + '.md'!r})")
         targets = [p] + ([Path((stem if ext else str(p)) + ".json")] if json_beside else [])
     for t in targets:
         check_output_path(t, f"{flag} {str(path)!r}:" if t != p else flag)

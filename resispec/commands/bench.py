@@ -67,15 +67,16 @@ def run(args) -> int:
         except OSError as exc:
             raise ValueError(f"--from-json {str(args.from_json)!r} cannot be read ({exc.strerror or exc}); pass the "
                              "bench.json a previous 'resispec bench' wrote") from None
-        try:
+        try:   # reading and rendering: a malformed field (a missing key, a null, a string for a number) is the file's
             data = json.loads(text.decode("utf-8"))
             rows = rows_from_json(data["rows"])
             settings = data["settings"]
-        except (json.JSONDecodeError, UnicodeDecodeError, KeyError, TypeError, AttributeError) as exc:
+            text_md = to_markdown(rows, settings, data.get("command", "resispec bench"), data.get("seconds"))
+        except (json.JSONDecodeError, UnicodeDecodeError, KeyError, IndexError, TypeError, AttributeError, ValueError,
+                RecursionError) as exc:
             raise ValueError(f"--from-json {str(args.from_json)!r} is not a bench JSON written by "
-                             f"'resispec bench' ({type(exc).__name__}: {exc})") from exc
-        md = write_text(Path(args.out) / f"{args.stem}.md",
-                        to_markdown(rows, settings, data.get("command", "resispec bench"), data.get("seconds")))
+                             f"'resispec bench' ({type(exc).__name__}: {exc})") from None
+        md = write_text(Path(args.out) / f"{args.stem}.md", text_md)
         print(f"wrote {md}")
         return 0
 

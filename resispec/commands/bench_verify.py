@@ -49,8 +49,25 @@ def add_arguments(parser):
     parser.add_argument("--no-progress", action="store_true", help="hide the progress bar")
 
 
+def _check_device(device: str) -> None:
+    """``--device`` as torch parses it, of a kind this build can run (cpu, or cuda when it is there): else a
+    ValueError naming the flag, before any work (``meta`` / ``mps`` / ``xpu`` were tracebacks from inside torch)."""
+    import torch
+
+    try:
+        dev = torch.device(device)
+    except (RuntimeError, TypeError, ValueError) as exc:
+        raise ValueError(f"--device {device!r} is not a torch device ({exc}); give cpu, cuda or cuda:N") from None
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        raise ValueError(f"--device {device!r}: this torch build or machine has no CUDA; give --device cpu")
+    if dev.type not in ("cpu", "cuda"):
+        raise ValueError(f"--device {device!r}: bench verify runs on cpu or cuda (cuda:N), not {dev.type}")
+
+
 def run(args) -> int:
     check_out(args.out, "--out", json_beside=True)     # before any work
+    if "torch" in args.backends:
+        _check_device(args.device)
     from ..bench.throughput import bench_verify, write_reports
 
     wor = args.drafting != "iid"
