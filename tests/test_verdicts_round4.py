@@ -560,3 +560,11 @@ def test_bench_verify_refuses_a_device_it_cannot_run_on(device, tmp_path, capsys
     assert main(["bench", "verify", "--B", "4", "--V", "50", "--k", "2", "--repeats", "1", "--numpy-B", "2",
                  "--no-progress", "--device", device, "--out", str(tmp_path / "v.md")]) == 2
     assert f"--device '{device}'" in capsys.readouterr().err
+
+
+def test_bench_gap_refuses_a_wor_k_past_the_vocabulary(tmp_path, capsys):
+    """--wor-k 20 at V = 10 dropped every without-replacement cell and exited 0 with a report saying WOR k [20]."""
+    assert main(["bench", "gap", "--families", "zipf", "--T", "1", "--k", "2", "--V", "10", "--V-small", "4",
+                 "--nodes", "1", "--small-nodes", "1", "--n", "10", "--no-progress", "--wor-k", "20", "--out",
+                 str(tmp_path / "g.md")]) == 2
+    assert "--wor-k must be <= V = 10" in capsys.readouterr().err

@@ -349,6 +349,12 @@ def bench_gap(*, families=DEFAULT_FAMILIES, Ts=DEFAULT_T, ks=DEFAULT_K, wor_ks=D
     for kk in list(ks) + list(wor_ks):
         if isinstance(kk, bool) or not isinstance(kk, (int, np.integer)) or kk < 1:
             raise ValueError(f"k values must be integers >= 1, got {kk!r}")
+    for sec, vocab, name in (("wor", V, "V"), ("wor_small", V_small, "V_small")):   # k distinct tokens of V
+        big = [int(kk) for kk in wor_ks if kk > vocab]
+        if sec in sections and big:
+            raise ValueError(f"wor_k must be <= {name} = {vocab}, got {big}: {max(big)} distinct candidates cannot be "
+                             f"drafted without replacement from {vocab} tokens, so every {sec} cell would be empty "
+                             f"(or drop the {sec} section)")
     from simulators import get_family
 
     for f in families:
