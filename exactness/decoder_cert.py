@@ -222,6 +222,12 @@ def _check_budget(laws, n, P, m, mj, goal, tv) -> None:
                           "fewer prompts or new_tokens, or a smaller n")
     main_df = (sum(int(pool_cells(n * law).max()) for law in laws) if mj
                else int(pool_cells(np.full(PIT_BINS, n * P / PIT_BINS)).max()))
+    if main_df <= 0 and mj and all(np.count_nonzero(law) <= 1 for law in laws):   # no n can help here
+        raise ValueError("the target is deterministic at every prompt (one continuation of positive probability "
+                         "each: greedy, top-k 1 or temperature 0), so no sampling test has a degree of freedom "
+                         "whatever n; certify_decoder needs a target with at least two continuations per prompt "
+                         "(sample at temperature > 0, top-k > 1), or compare the decoder's output with the one "
+                         "continuation directly")
     if main_df <= 0:
         raise ValueError(f"n = {n:,} continuations per prompt are too few: the main check "
                          f"{'joint' if mj else 'pit[1,id]'} has no degree of freedom after pooling, so the "

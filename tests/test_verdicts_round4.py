@@ -568,3 +568,19 @@ def test_bench_gap_refuses_a_wor_k_past_the_vocabulary(tmp_path, capsys):
                  "--nodes", "1", "--small-nodes", "1", "--n", "10", "--no-progress", "--wor-k", "20", "--out",
                  str(tmp_path / "g.md")]) == 2
     assert "--wor-k must be <= V = 10" in capsys.readouterr().err
+
+
+def test_a_deterministic_target_is_refused_without_the_advice_to_raise_n():
+    """A greedy (one-hot) target: 'n = 100,000 continuations per prompt are too few ... raise n', whatever n."""
+    import exactness
+    from exactness.chain import chain_target
+    from simulators.autoregressive import MarkovPair
+
+    pair = MarkovPair(np.eye(3)[[1, 2, 0]], np.full((3, 3), 1 / 3), np.eye(3)[0], np.ones(3) / 3)
+
+    def decoder(prompt, new_tokens, rng):
+        return np.zeros(new_tokens, np.int64)
+
+    with pytest.raises(ValueError, match="the target is deterministic at every prompt") as info:
+        exactness.certify_decoder(decoder, chain_target(pair), np.array([[0], [1]]), new_tokens=3, n=100_000)
+    assert "raise n" not in str(info.value)
