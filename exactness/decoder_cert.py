@@ -25,19 +25,18 @@ from .gof import pool_cells
 
 
 def _read_hooks(decoder) -> None:
-    """Read every optional hook of the decoder once (``exactness.protocols.HOOKS``, kind ``decoder``): an attribute
-    whose reading raises (a property, ``__getattr__``) is a :class:`SubjectError` naming it, a FAIL, not a traceback
-    from wherever the harness reads it first."""
+    """Read the decoder's optional hooks once (``exactness.protocols.HOOKS``, kind ``decoder``): an attribute whose
+    reading raises (a property, ``__getattr__``) is a :class:`SubjectError` naming it, a FAIL, not a traceback from
+    wherever the harness reads it first.  ``gamma`` and ``kernel_plan`` are not read here: the checks read them
+    once, guarded, where they use them (a value that changes between reads is then never read twice)."""
     from ._checks import subject_call
 
     reads = (("sample", lambda: getattr(decoder, "sample", None)),
              ("sample_events", lambda: getattr(decoder, "sample_events", None)),
              ("rule", lambda: getattr(decoder, "rule", None)),
              ("draft_law", lambda: getattr(decoder, "draft_law", None)),
-             ("gamma", lambda: getattr(decoder, "gamma", None)),
              ("events_q", lambda: getattr(decoder, "events_q", None)),
              ("per_row_rng", lambda: getattr(decoder, "per_row_rng", None)),
-             ("kernel_plan", lambda: getattr(decoder, "kernel_plan", None)),
              ("plan_collector", lambda: getattr(decoder, "plan_collector", None)),
              ("no_events_reason", lambda: getattr(decoder, "no_events_reason", None)))
     for name, read in reads:
