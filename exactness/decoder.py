@@ -167,6 +167,12 @@ def _check_target_out(out, B: int, V: int | None) -> np.ndarray:
     return arr
 
 
+def _not_token_ids(what: str, out, exc: BaseException) -> SubjectError:
+    """The FAIL of a decoder output whose conversion to an array raised ``exc`` (ragged lists, an ``__array__``)."""
+    return SubjectError(f"{what} returned {type(out).__name__} that is not an array of token ids "
+                        f"({type(exc).__name__}: {exc})")
+
+
 def _check_tokens(out, B: int, m: int, V: int, what: str) -> np.ndarray:
     """The decoder's output as a (B, m) int64 copy; :class:`SubjectError` (a FAIL naming ``what``) for another
     dtype or shape or ids outside [0, V): the decoder misbehaved, the caller's input was fine."""
@@ -175,8 +181,7 @@ def _check_tokens(out, B: int, m: int, V: int, what: str) -> np.ndarray:
     except BaseException as exc:                   # ragged lists and the like; an __array__ that raises
         if passes_through(exc):
             raise
-        raise SubjectError(f"{what} returned {type(out).__name__} that is not an array of token ids ({type(exc).__name__}: {exc})") \
-            from None
+        raise _not_token_ids(what, out, exc) from None
     if t.dtype == bool or not np.issubdtype(t.dtype, np.integer):
         raise SubjectError(f"{what} returned dtype {t.dtype}; it must return integer token ids (int64)")
     if t.shape != (B, m):
@@ -240,8 +245,7 @@ def _loop(decoder, pr, m, rng):
         except BaseException as exc:
             if passes_through(exc):
                 raise
-            raise SubjectError(f"{what} returned {type(out).__name__} that is not an array of token ids ({type(exc).__name__}: {exc})") \
-                from None
+            raise _not_token_ids(what, out, exc) from None
         if r.shape != (m,):
             raise SubjectError(f"{what} returned shape {r.shape}; expected ({m},): exactly new_tokens = {m} ids, one "
                                "continuation")
@@ -704,7 +708,8 @@ def certificate_rows(cert: Certificate) -> list[dict]:
         d = cert.details.get(name, {}) or {}
         verdict = "FAIL" if adj[name] < cert.alpha else "no bias detected"
         if d.get("acceptance") is not None and d.get("bound") is not None:   # acceptance_bound: its mean and bound
-            verdict += f" (E[accepted] {d['acceptance']:.4g} +- {d.get('se', float('nan')):.2g}, bound {d['bound']:.4g})"
+            verdict += (f" (E[accepted] {d['acceptance']:.4g} +- {d.get('se', float('nan')):.2g}, "
+                        f"bound {d['bound']:.4g})")
         rows.append({"check": name, "pvalue": float(pv), "holm": float(adj[name]),
                      "statistic": d.get("statistic"), "df": d.get("df"), "tv": d.get("tv"),
                      "detectable_tv": d.get("detectable_tv"), "n": d.get("n"), "verdict": verdict})

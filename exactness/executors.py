@@ -153,7 +153,8 @@ def _forked_call(job):
 class ProcessExecutor(Executor):
     """A forked process pool of ``min(workers, len(jobs), WORKERS_PER_CPU x CPUs)`` processes; ``workers == 1``
     runs here.  With ``workers > 1`` even a single job is forked: a subject that ends its process (``os._exit(0)``)
-    must end a worker, never the caller (whose exit status 0 would read as a pass).  The cap (:data:`exactness.limits.WORKERS_PER_CPU` per CPU of this machine) keeps
+    must end a worker, never the caller (whose exit status 0 would read as a pass).  The cap
+    (:data:`exactness.limits.WORKERS_PER_CPU` per CPU of this machine) keeps
     the forks alone from outlasting a short time limit, which would then blame the subject; the jobs' seeds do
     not depend on the number of processes, so the cap changes no result."""
 

@@ -70,12 +70,12 @@ from resispec.verifiers.step_plan import StepPlan
 from . import _stepwise_kernel as _kernel
 from ._checks import (SubjectError, as_generator, as_seed_sequence, check_alpha, check_n, check_tv, passes_through,
                       sub_seed, subject_cause)
-from ._timeout import MAX_TIMEOUT, TimeLimitExceeded, own_limit
+from ._timeout import TimeLimitExceeded, own_limit
 from ._timeout import time_limit as _time_limit
 from .chunks import chunk_jobs
 from .verifier_cert import check_workers
 from .coupled.certify import check_min_draws, tv_upper_bound
-from .coupled.run import hard_limit, hung_call, read_result
+from .coupled.run import check_time_limit, hard_limit, hung_call, read_result
 from .gof import gof_test
 from .power import _check_power
 from .sampling import _checked_result, candidate_law, draw_node_candidates, drafting_of
@@ -797,9 +797,7 @@ def certify_stepwise(verifier, p, q, k: int, *, n: int | None = None, tv: float 
                           "by chunk); ask a larger tv or a smaller n")
     check_min_draws(n, alpha)
     workers = check_workers(workers)
-    if time_limit is not None and (isinstance(time_limit, bool) or not isinstance(time_limit, (int, float))
-                                   or not 0 < time_limit <= MAX_TIMEOUT / 2):
-        raise ValueError(f"time_limit must be a number of seconds in (0, {MAX_TIMEOUT / 2:g}], got {time_limit!r}")
+    check_time_limit(time_limit)
     workers = min(workers, n)                              # a chunk per worker, none empty
     if workers > 1:
         from .executors import check_executor
@@ -862,11 +860,11 @@ def _declared_joint(states: _States, c: np.ndarray) -> np.ndarray | None:
 def coupling_pvalue(verifier, p, q, candidates, *, draws: int | None = None, seed=0) -> float | None:
     """P-value of ``verify``'s (stop, token) law given ``candidates`` against its declared steps' exact law.
 
-    ``verify`` is called on ``draws`` rows of these candidates with fresh uniforms (default ``exactness.limits.LAW_DRAWS``,
-    at most ``2**25 // V``, at least ``LAW_MIN``); the declared chain's law given the candidates is exact (its
-    accept probabilities ``m(x) / q_i(x)`` along the visited states and its last residual row).  A small
-    p-value: ``verify`` does not emit its declared steps' law (bias against them); a large one after a
-    draw-by-draw mismatch: the same law under another coupling of the coins.  None when the walk meets an
+    ``verify`` is called on ``draws`` rows of these candidates with fresh uniforms (default
+    ``exactness.limits.LAW_DRAWS``, at most ``2**25 // V``, at least ``LAW_MIN``); the declared chain's law given
+    the candidates is exact (its accept probabilities ``m(x) / q_i(x)`` along the visited states and its last
+    residual row).  A small p-value: ``verify`` does not emit its declared steps' law (bias against them); a large
+    one after a draw-by-draw mismatch: the same law under another coupling of the coins.  None when the walk meets an
     undeclared or failing state (that is an event of its own).
 
     Parameters

@@ -15,8 +15,8 @@ import importlib
 import os
 import pkgutil
 import sys
-from pathlib import Path
 from functools import lru_cache
+from pathlib import Path
 
 from . import commands as _commands
 

@@ -28,13 +28,13 @@ from .. import limits
 from ..limits import DEFAULT_TIME_LIMIT
 from .._checks import BudgetError, SubjectError, as_generator, check_alpha, check_n, passes_through
 from ..certificate import door_node, subject_cause
-from .._timeout import MAX_TIMEOUT, TimeLimitExceeded, own_limit
+from .._timeout import TimeLimitExceeded, own_limit
 from .._timeout import time_limit as _time_limit
 from ..gof import gof_test
 from ..sampling import (GUARD, _ELEMS, _builtin, as_numpy_verifier, candidate_law, draw_node_candidates,
                         drafting_of, has_chain)
 from .conventions import COIN_NAMES, check_convention, draw_coins
-from .run import (WRITES_INPUTS, TableReference, hard_limit, hung_call, joint_law, run_kernel,
+from .run import (WRITES_INPUTS, TableReference, check_time_limit, hard_limit, hung_call, joint_law, run_kernel,
                   run_reference, takes_coins)
 from .shrink import shrink, to_source
 
@@ -553,10 +553,7 @@ def certify_coupled(kernel, reference, p, q, k: int, *, n: int = 100_000, alpha:
     check_min_draws(n, alpha)
     if stop_after is not None:
         stop_after = check_n(stop_after, name="stop_after")
-    if time_limit is not None and (isinstance(time_limit, bool) or not isinstance(time_limit, (int, float))
-                                   or not 0 < time_limit <= MAX_TIMEOUT / 2):
-        raise ValueError(f"time_limit must be a number of seconds in (0, {MAX_TIMEOUT / 2:g}] or None (no limit), "
-                         f"got {time_limit!r}")
+    check_time_limit(time_limit)
     rng = as_generator(seed)
     drafting = drafting_of(ref)
     kd = getattr(kernel_obj, "drafting", drafting)

@@ -20,6 +20,18 @@ from .conventions import COIN_NAMES, Coins, decisions, kernel_kwargs
 HANG_GRACE = 10.0
 
 
+def check_time_limit(time_limit) -> float | None:
+    """A run's ``time_limit``: None (no limit) or seconds in ``(0, MAX_TIMEOUT / 2]`` (its :func:`hard_limit`, up to
+    twice it, stays within ``exactness._timeout.MAX_TIMEOUT``); else ValueError naming ``time_limit``."""
+    from .._timeout import MAX_TIMEOUT
+
+    if time_limit is not None and (isinstance(time_limit, bool) or not isinstance(time_limit, (int, float))
+                                   or not 0 < time_limit <= MAX_TIMEOUT / 2):
+        raise ValueError(f"time_limit must be a number of seconds in (0, {MAX_TIMEOUT / 2:g}] or None (no limit), "
+                         f"got {time_limit!r}")
+    return time_limit
+
+
 def hard_limit(time_limit: float) -> float:
     """Seconds after which a run is stopped as hung: ``time_limit + max(HANG_GRACE, time_limit)``.
 

@@ -63,12 +63,12 @@ from resispec._validation import as_laws, check_k
 
 from .._checks import SubjectError, as_generator, check_alpha, check_n, subject_call
 from ..limits import DEFAULT_TIME_LIMIT
-from .._timeout import MAX_TIMEOUT, TimeLimitExceeded, own_limit
+from .._timeout import TimeLimitExceeded, own_limit
 from .._timeout import time_limit as _time_limit
 from ..sampling import draw_node_candidates
 from .certify import check_min_draws, tv_upper_bound
 from .conventions import Coins, check_convention
-from .run import hard_limit, run_reference
+from .run import check_time_limit, hard_limit, run_reference
 
 TREE_CONVENTIONS = ("resispec", "sglang")
 
@@ -324,10 +324,7 @@ def certify_coupled_tree(kernel, reference, p_root, q_root, p_child, q_child, k:
     check_min_draws(n, alpha)
     p0, q0, p1, q1 = _tree_laws(p_root, q_root, p_child, q_child, k)
     rng = as_generator(seed)
-    if time_limit is not None and (isinstance(time_limit, bool) or not isinstance(time_limit, (int, float))
-                                   or not 0 < time_limit <= MAX_TIMEOUT / 2):
-        raise ValueError(f"time_limit must be a number of seconds in (0, {MAX_TIMEOUT / 2:g}] or None (no limit), "
-                         f"got {time_limit!r}")
+    check_time_limit(time_limit)
     hard = None if time_limit is None else own_limit(hard_limit(time_limit))
     try:
         with _time_limit(hard):
