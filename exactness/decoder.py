@@ -47,6 +47,11 @@ Checks (each a p-value; the verdict is Holm over all of them, ``statsmodels``):
     When the decoder has ``sample``: a sample drawn in batches of 2 to 8 rows, each row position
     (and the last row of its batch) tested on its own at every token, Bonferroni over the groups
     (:mod:`exactness.decoder_batches`): a decoder wrong at one row position of a batch.
+``tile_rows``
+    When the decoder has ``sample``: the main sample's rows at tile boundaries of their batch (the first
+    and the last row of every tile of 8 to 2,048 rows, the last row of batches of 9+ rows), each group
+    tested on its own (:func:`exactness.decoder_batches.tile_rows_check`): a decoder wrong at one row of
+    large batches (a tiling bug).
 ``homogeneous``
     With several prompts: the main sample's first batches (one prompt each) tested on their own: a
     decoder wrong only when the rows of a batch share a prompt.
@@ -264,9 +269,11 @@ def _call(draw, batched, pr, m, rng, V):
 def _draw_mixed(draw, batched, prompts, n, m, rng, V, events=None, tick=None):
     """n continuations per prompt, drawn in heterogeneous batches.
 
-    Returns ``(seqs (P, n, m) int64, flat)``; with ``events`` (``decoder.sample_events``) the
-    tokens come from it and ``flat = (prompt index (P n,), tokens (P n, m), DecoderEvents)`` in
-    drawing order (events validated per batch, rows and calls renumbered), else ``flat = None``.
+    Returns ``(seqs (P, n, m) int64, flat, places (P, n, 2) int64)``; with ``events``
+    (``decoder.sample_events``) the tokens come from it and ``flat = (prompt index (P n,), tokens (P n, m),
+    DecoderEvents)`` in drawing order (events validated per batch, rows and calls renumbered), else
+    ``flat = None``.  ``places[i, r] = (row of the batch, rows of the batch)`` of continuation ``r`` of prompt
+    ``i`` (the ``tile_rows`` check tests rows by their place in a batch).
     """
     from .decoder_events import DecoderEvents, check_events
 
@@ -276,6 +283,7 @@ def _draw_mixed(draw, batched, prompts, n, m, rng, V, events=None, tick=None):
     rng.shuffle(rest)
     rows = np.concatenate([np.repeat(np.arange(P), h), rest])
     out = np.empty((P * n, m), dtype=np.int64)
+    place = np.empty((P * n, 2), dtype=np.int64)         # (row of its batch, rows of its batch), drawing order
     sizes = MAIN_SIZES if batched else (max(1, P * n),)
     parts, calls = [], 0
     cycle = np.array(sizes)                              # then batch c has sizes[c % len(sizes)] rows
@@ -289,6 +297,7 @@ def _draw_mixed(draw, batched, prompts, n, m, rng, V, events=None, tick=None):
             tick.step(f"{s:,}/{rows.size:,} continuations")
         step = e - s
         idx = rows[s:s + step]
+        place[s:e, 0], place[s:e, 1] = np.arange(step), step
         if events is None:
             out[s:s + step] = _call(draw, batched, prompts[idx], m, rng, V)
             continue
@@ -304,9 +313,10 @@ def _draw_mixed(draw, batched, prompts, n, m, rng, V, events=None, tick=None):
         calls += int(cid.max()) + 1 if cid.size else 0
         out[s:s + step] = tok
     res = np.empty((P, n, m), dtype=np.int64)
+    places = np.empty((P, n, 2), dtype=np.int64)
     for i in range(P):
-        res[i] = out[rows == i]
-    return res, (None if events is None else (rows, out, DecoderEvents.concat(parts)))
+        res[i], places[i] = out[rows == i], place[rows == i]
+    return res, (None if events is None else (rows, out, DecoderEvents.concat(parts))), places
 
 
 # --------------------------------------------------------------------------- exact joint law

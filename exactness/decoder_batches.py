@@ -154,3 +154,84 @@ def per_row_check(decoder, prompts, m, seed, check):
                                f"({diff.size} rows differ)"}
     return 1.0, {"rows": B, "reason": f"each of {B} rows of a heterogeneous batch equals that row alone under the "
                                       "same per-row seed"}
+
+
+#: Tile sizes of the ``tile_rows`` check: the first and the last row of every tile of T rows of a batch.
+TILES = tuple(2 ** j for j in range(3, 12))          # 8 .. 2,048 rows
+
+
+def tile_groups(places: np.ndarray) -> list[tuple[str, np.ndarray]]:
+    """The row groups of the ``tile_rows`` check: ``[(label, (P, n) bool)]``.
+
+    ``places`` (P, n, 2) int64: (row of its batch, rows of its batch) of each continuation of the main sample.
+    Groups: for each ``T`` in :data:`TILES`, the rows that start a tile of T rows past the batch's first
+    (``r % T == 0, r > 0``) and those that end one (``r % T == T - 1``); and the last row of batches of 9+ rows
+    (``small_batches`` tests those of 2-8)."""
+    r, b = places[..., 0], places[..., 1]                 # (P, n) int64 each
+    groups = []
+    for T in TILES:
+        groups.append((f"first row of each {T}-row tile", (r % T == 0) & (r > 0)))
+        groups.append((f"last row of each {T}-row tile", r % T == T - 1))
+    groups.append(("last row of a batch of 9+ rows", (r == b - 1) & (b > max(SMALL_SIZES))))
+    return groups
+
+
+def tile_rows_check(seqs, places, pits, laws, mj: int, V: int, alpha: float) -> tuple[float | None, dict]:
+    """The main sample's rows at tile boundaries of their batch, each group on its own: ``(p-value, details)``.
+
+    A decoder wrong at one row of a large batch (row 1,024, every 512th row: a tiling, stride or block-boundary
+    bug in a batched kernel) spoils a few rows in 10^5 and passes the pooled tests; here those rows are a group
+    of their own.  No new draws and no target calls: the groups are subsets of the main sample, chosen by place
+    (independent of the tokens), so under exactness each group's test is exact.
+
+    Parameters
+    ----------
+    seqs : ndarray, shape (P, n, m), int64
+        The main sample, prompt-major.
+    places : ndarray, shape (P, n, 2), int64
+        (row of its batch, rows of its batch) of each continuation (``exactness.decoder._draw_mixed``).
+    pits : dict
+        ``{(j, "id"): (P n,) float64}`` randomised PIT values of the main sample (prompt-major).
+    laws : list of P ndarrays, shape (V^mj,), float64
+        The exact joint law of the first ``mj`` tokens per prompt (``mj == 0``: none).
+    mj : int
+        Tokens the joint laws cover; later tokens (all when ``mj == 0``) are tested through their PIT (16 bins).
+    V : int
+        Vocabulary size.
+    alpha : float
+        Level at which each group's detectable TV is stated (power 0.99).
+
+    Returns
+    -------
+    (float or None, dict)
+        Bonferroni over the groups x tests that keep a degree of freedom (the pooled joint test over prompts
+        when ``mj > 0``, then the PIT of each later token); None with ``details["reason"]`` when none does
+        (the check could not fail: skipped).
+    """
+    P, n, m = seqs.shape
+    rows = []
+    for name, sel in tile_groups(places):               # sel: (P, n) bool
+        k = int(sel.sum())
+        if k == 0:
+            continue
+        tests = []
+        if mj:
+            counts = [np.bincount(np.ravel_multi_index(tuple(seqs[i][sel[i], j] for j in range(mj)), (V,) * mj),
+                                  minlength=laws[i].size) for i in range(P)]     # joint_law's order
+            tests.append(("joint", pooled_gof_test(counts, laws)[1]))
+        flat = sel.reshape(-1)                          # (P n,) bool, the PIT arrays' order
+        tests += [(f"token {j + 1}", pit_check(pits[(j, "id")][flat], alpha)) for j in range(mj, m)]
+        for what, d in tests:
+            rows.append({"group": name, "test": what, "rows": k, "pvalue": float(d["pvalue"]), "df": int(d["df"]),
+                         "detectable_tv": detectable_tv(k, d["df"], alpha=alpha, power=POWER) if d["df"] else 1.0})
+    rows = [r for r in rows if r["df"] > 0]
+    if not rows:                                          # nothing could fail: skipped, never a pass
+        return None, {"rows": int(P * n), "reason": "no row group at a tile boundary keeps a degree of freedom "
+                                                     "after pooling (batches too small or n too few): raise n"}
+    worst = min(rows, key=lambda r: r["pvalue"])
+    pvalue = min(1.0, len(rows) * worst["pvalue"])               # Bonferroni over the row groups and tests
+    return pvalue, {"n": int(P * n), "groups": rows, "worst": worst["group"], "worst_test": worst["test"],
+                    "pvalue": pvalue, "detectable_tv": max(r["detectable_tv"] for r in rows),
+                    "reason": f"worst: {worst['group']}, {worst['test']} ({worst['rows']:,} rows), "
+                              f"p = {worst['pvalue']:.3g} before Bonferroni over {len(rows)} tests (row groups x "
+                              "tokens)"}

@@ -182,12 +182,12 @@ def _certify(decoder, target, prompts, new_tokens, n, tv, alpha, seed, seeded, t
     if plan_col is not None:
         decoder.plan_collector = plan_col     # the main draw only: the probes repeat seeds (not independent)
     try:
-        seqs, flat = _draw_mixed(draw, batched, prompts, n, m, r_main, V, events=ev_fn, tick=tick)
+        seqs, flat, places = _draw_mixed(draw, batched, prompts, n, m, r_main, V, events=ev_fn, tick=tick)
     finally:
         if plan_col is not None:
             decoder.plan_collector = None
     st = DecoderRun(decoder=decoder, draw=draw, batched=batched, tgt=tgt, prompts=prompts, m=m, mj=mj, V=V, n=n,
-                    alpha=alpha, laws=laws, seqs=seqs, flat=flat,
+                    alpha=alpha, laws=laws, seqs=seqs, flat=flat, places=places,
                     rng={"single": r_single, "pit": r_pit, "cond": r_cond, "small": r_small},
                     seed=int(ss.generate_state(1)[0]), ev_fn=ev_fn, ev_skip=ev_skip, plan_col=plan_col,
                     plan_skip=plan_skip, seeded=seeded, tick=tick)

@@ -21,7 +21,7 @@ import numpy as np
 
 from . import decoder as _d
 from ._checks import SubjectError, subject_call
-from .decoder_batches import per_row_check, small_batch_check
+from .decoder_batches import per_row_check, small_batch_check, tile_rows_check
 from .pit import impossible, impossible_error, pair_check, tuple_check
 from .pit import pit_check as _pit_check
 from .power import DesignTwins
@@ -38,6 +38,7 @@ class DecoderRun:
     n               continuations per prompt;  alpha: the certificate's level
     laws            [P] of (V^mj,) float64: the exact joint law of the first mj tokens per prompt
     seqs            (P, n, m) int64: the main sample (prompt-major);  flat: (rows, tokens, events) or None
+    places          (P, n, 2) int64: (row of its batch, rows of its batch) of each continuation of the main sample
     lookup          position -> conditional law from ``laws`` (``exactness.decoder._joint_lookup``) or None
     orders          the PIT orders run ("id", "argmax", and "ratio" with ``decoder.draft_law``)
     pits            {(position j, order): (P n,) float64} randomised PIT values of the main sample
@@ -73,6 +74,7 @@ class DecoderRun:
     seeded: bool | None
     tick: object
     lookup: object = None
+    places: np.ndarray | None = None
     gamma: int | None = None
     orders: list = field(default_factory=list)
     pits: dict = field(default_factory=dict)
@@ -240,6 +242,23 @@ class SmallBatches(DecoderCheck):
         pv, d = small_batch_check(small, st.prompts, st.m, st.mj, st.laws, st.tgt, st.V, st.rng["small"], st.P * ns,
                                   st.alpha)
         st.record("small_batches", pv, d)
+
+
+class TileRows(DecoderCheck):
+    names = ("tile_rows",)
+    detects = ("a decoder wrong at the first or the last row of every tile of T = 8, 16, ..., 2,048 rows of a "
+               "batch (row 1,024, every 512th row: a tiling or stride bug of a batched kernel), or at the last row "
+               "of batches of 9+ rows: the main sample's rows at those places, each group tested on its own at "
+               "every token (Bonferroni over the groups), no new draws")
+    mutant = "tile_64"
+
+    def skip(self, st):
+        return None if st.batched else {
+            "tile_rows": "the decoder has no sample(prompts, ...): every draw is one prompt per call"}
+
+    def run(self, st):
+        pv, d = tile_rows_check(st.seqs, st.places, st.pits, st.laws, st.mj, st.V, st.alpha)
+        st.record("tile_rows", pv, d)
 
 
 class PlanSampler(DecoderCheck):
@@ -522,8 +541,8 @@ class _ReportedPair:
 
 
 #: The checks of a decoder certificate, in run order (module docstring: the order fixes the random streams).
-DECODER_CHECKS = (Joint(), Pit(), Single(), SmallBatches(), PlanSampler(), Conditional(), AcceptanceBoundDecoder(),
-                  Seeded(), BatchRows())
+DECODER_CHECKS = (Joint(), Pit(), Single(), SmallBatches(), TileRows(), PlanSampler(), Conditional(),
+                  AcceptanceBoundDecoder(), Seeded(), BatchRows())
 
 
 def run_checks(st: DecoderRun) -> None:

@@ -246,6 +246,12 @@ def batch_row(r):
     return lambda pr, B: (np.arange(B) == (B - 1 if r == "last" else r)) & (B > 1)
 
 
+def tile_start(T: int):
+    """``when`` of :class:`Shifted`: the first row of every tile of ``T`` rows past a batch's first (rows T, 2T,
+    ...: a batched kernel's tiling bug)."""
+    return lambda pr, B: (np.arange(B) % T == 0) & (np.arange(B) > 0)
+
+
 class EventsDiffer(ChainDecoder):
     """Exact ``sample_events``, while ``sample`` shifts the last token of every 11th row: the main sample (drawn
     through the events) is exact, the decoder users call is not."""
@@ -298,6 +304,7 @@ CHECK_MUTANTS = {
     "rows_mixed": lambda model: MUTANTS["rows_mixed"](model),
     "single_row": lambda model: Shifted(model, lambda pr, B: np.full(B, B == 1)),
     "row_2": lambda model: Shifted(model, batch_row(2)),
+    "tile_64": lambda model: Shifted(model, tile_start(64)),
     "events_differ": lambda model: EventsDiffer(token_chain_kernel, model),
     "kernel_off_its_plan": kernel_off_its_plan,
     "too_generous_chain": too_generous_chain,
