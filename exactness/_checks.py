@@ -140,8 +140,12 @@ def subject_call(fn, what: str, *args, **kwargs):
 
     ``what`` names the call in the cause (``"MyVerifier.verify"``).  A ``SubjectError`` raised inside passes
     through unchanged; so do time limits (``exactness._timeout.TimeLimitExceeded``) and Ctrl-C (``KeyboardInterrupt``):
-    :func:`passes_through`.
+    :func:`passes_through`.  Past the run's soft deadline (``exactness._timeout.run_deadline``) the call is not made:
+    ``RunOutOfTime`` (the caller's limit, not the subject's fault).
     """
+    from ._timeout import check_deadline
+
+    check_deadline()                        # the run's time_limit passed, every call so far returned: RunOutOfTime
     try:
         return fn(*args, **kwargs)
     except SubjectError:

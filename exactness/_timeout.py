@@ -33,6 +33,60 @@ class TimeLimitExceeded(BaseException):
         self.seconds = seconds
 
 
+class RunOutOfTime(TimeLimitExceeded):
+    """Raised before a subject's call once the run's soft deadline (:func:`run_deadline`) has passed: every call
+    of the subject so far returned, so the run needs more time than its ``time_limit`` and the subject did not hang
+    (the certifiers turn it into a ``BudgetError``: the caller's limit, no verdict)."""
+
+
+#: Least grace, in seconds, past a run's ``time_limit`` before a call that has not returned is a hang.
+HANG_GRACE = 10.0
+
+
+def hard_limit(time_limit: float) -> float:
+    """Seconds after which a run is stopped as hung: ``time_limit + max(HANG_GRACE, time_limit)``.
+
+    The certifiers stop on their own at ``time_limit`` between calls of the subject (:func:`run_deadline`, or
+    between batches); the alarm (:func:`time_limit`) fires only this much later, so a call of the subject that was
+    running at the limit has been running for at least ``max(HANG_GRACE, time_limit)`` seconds: a slow call is
+    never reported as a hang.
+    """
+    return float(time_limit) + max(HANG_GRACE, float(time_limit))
+
+
+#: The soft deadline of the run in progress (``time.monotonic()`` seconds), or None: see :func:`run_deadline`.
+_DEADLINE = {"at": None}
+
+
+@contextmanager
+def run_deadline(seconds: float | None):
+    """Within the block, a call of the subject (``exactness._checks.subject_call``) that would START after
+    ``seconds`` raises :class:`RunOutOfTime` instead (None / 0: no deadline; an outer deadline due sooner stays)."""
+    prev = _DEADLINE["at"]
+    if seconds:
+        at = time.monotonic() + float(seconds)
+        _DEADLINE["at"] = at if prev is None else min(prev, at)
+    try:
+        yield
+    finally:
+        _DEADLINE["at"] = prev
+
+
+def out_of_time(limit: float, fix: str) -> str:
+    """The message of a run stopped by its own ``time_limit`` with no call of the subject hung (a ``BudgetError``:
+    the caller's limit, no verdict); ``fix`` names the knob (``"time_limit / --time-limit"``)."""
+    return (f"time_limit = {limit:g} s passed before the certificate was done, and no call of the subject hung (each "
+            f"returned within the grace of {hard_limit(limit) - limit:g} s): the run needs more time than the limit; "
+            f"raise {fix}, or ask for fewer draws (n / tv). Nothing was decided about the subject")
+
+
+def check_deadline() -> None:
+    """Raise :class:`RunOutOfTime` if the soft deadline of :func:`run_deadline` has passed."""
+    at = _DEADLINE["at"]
+    if at is not None and time.monotonic() > at:
+        raise RunOutOfTime(0.0)
+
+
 def check_timeout(timeout, *, name: str = "timeout") -> float | None:
     """``None`` or ``0`` -> None (no limit); a finite number of seconds > 0 -> float; else ValueError/TypeError."""
     if timeout is None:

@@ -13,8 +13,10 @@ import warnings
 
 import numpy as np
 
-from ._checks import ExactnessWarning, SubjectError, as_generator, check_alpha, check_n, check_tv, seed_copy
-from ._timeout import TimeLimitExceeded, check_timeout, time_limit as _time_limit
+from ._checks import (BudgetError, ExactnessWarning, SubjectError, as_generator, check_alpha, check_n, check_tv,
+                      seed_copy)
+from ._timeout import (RunOutOfTime, TimeLimitExceeded, check_timeout, hard_limit, out_of_time, run_deadline,
+                       time_limit as _time_limit)
 from . import decoder as D
 from .certificate import Certificate, holm, subject_failure
 from .limits import DEFAULT_TIME_LIMIT
@@ -86,9 +88,11 @@ def certify_decoder(decoder, target, prompts, *, new_tokens: int = 2, n: int | N
         it does not); ``None``: probe it, and skip the ``seeded`` check with the reason if it
         does not; ``False``: do not probe.
     time_limit : float or None, default ``DEFAULT_TIME_LIMIT`` (3,600 s)
-        Wall-clock limit of the whole run (0 or None: none).  Past it the run is stopped (``SIGALRM``:
-        main thread, POSIX; elsewhere no limit) and a FAIL certificate names the call that was running
-        (a decoder that never returns).
+        Wall-clock limit of the whole run in seconds (0 or None: none).  Past it no new call of the decoder
+        starts and the run ends with a ``BudgetError`` (the caller's limit: no verdict); a call still running
+        ``exactness._timeout.hard_limit(time_limit)`` = ``time_limit + max(10, time_limit)`` seconds into the run
+        is stopped (``SIGALRM``: main thread, POSIX; elsewhere no limit) and is a hang: a FAIL certificate naming
+        it.
     progress : bool or str, default False
         Progress on stderr of each phase that runs over ``PROGRESS_AFTER`` seconds (``True``: a bar on a
         terminal, else a line every ~10 s; or a mode of ``exactness._progress.Progress``).
@@ -110,7 +114,8 @@ def certify_decoder(decoder, target, prompts, *, new_tokens: int = 2, n: int | N
         prompt and prefix and the count are named; ``details["impossible"]``), events inconsistent
         with its tokens, ``sample_events`` tokens other than ``sample``'s, a ``per_row_rng``
         ``sample`` failing on a list of rngs, it called ``sys.exit`` (the cause reads ``"decoder.sample(prompts,
-        new_tokens, rng) called sys.exit(2)"``), or it did not return within ``time_limit``.
+        new_tokens, rng) called sys.exit(2)"``), or a call of it had not returned ``time_limit + max(10,
+        time_limit)`` seconds into the run.
 
     Raises
     ------
@@ -120,25 +125,31 @@ def certify_decoder(decoder, target, prompts, *, new_tokens: int = 2, n: int | N
         ``new_tokens`` / ``n`` / ``alpha`` / ``time_limit``, ``n`` too small for any degree of
         freedom; ``seeded=True`` and a decoder that ignores its seed; a ``decoder.rule`` that names
         no registry verifier.
+    exactness.budget.BudgetError
+        (a ValueError) ``time_limit`` passed with no call of the decoder hung: the run needs more time.
     """
     alpha = check_alpha(alpha)
     limit = check_timeout(time_limit, name="time_limit")
     from ._progress import progress_mode
 
     tick = _Ticker(progress_mode(progress))
+    hard = None if limit is None else hard_limit(limit)     # a call still running then is a hang
     try:
-        with _time_limit(limit):
+        with run_deadline(limit), _time_limit(hard):           # past limit no new call starts: RunOutOfTime
             _read_hooks(decoder)
             return _certify(decoder, target, prompts, new_tokens, n, tv, alpha, seed, seeded, tick)
     except SubjectError as exc:
         return subject_failure(exc.cause, alpha=alpha, power=POWER, main="subject",
                                details=dict(getattr(exc, "details", None) or {}))
+    except RunOutOfTime:                                       # every call returned: the caller's limit, no verdict
+        raise BudgetError(out_of_time(limit, "time_limit / --time-limit")) from None
     except TimeLimitExceeded as exc:
         what = getattr(exc, "running", None)
-        where = (f"{what} did not return" if what else "the harness's own computation was still running")
-        return subject_failure(f"time_limit = {limit:g} s passed: {where} (a decoder that hangs, or a run longer than "
-                               "the limit: raise time_limit / --time-limit)", alpha=alpha, power=POWER,
-                               details={"time_limit": {"seconds": limit, "running": what}})
+        if what is None:                                       # the harness's own computation: not the decoder's
+            raise BudgetError(out_of_time(limit, "time_limit / --time-limit")) from None
+        return subject_failure(f"time_limit = {limit:g} s passed: {what} did not return, still running {hard:g} s "
+                               f"into the run (the limit plus a grace of {hard - limit:g} s: a decoder that hangs)",
+                               alpha=alpha, power=POWER, details={"time_limit": {"seconds": limit, "running": what}})
     finally:
         tick.close()
 

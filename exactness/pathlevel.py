@@ -383,8 +383,9 @@ def certify_path(verifier, pair, L: int, *, n: int = 4000, alpha: float = 1e-3, 
     min_expected : float > 0
         Pooling threshold of the chi-square (:mod:`exactness.gof`, Cochran's 5).
     time_limit : float or None, default ``DEFAULT_TIME_LIMIT`` (3,600 s)
-        Wall-clock limit (0 or None: none; SIGALRM, main thread, POSIX): a plan or ``verify`` that never returns
-        is a FAIL naming the limit.
+        Wall-clock limit of the run in seconds (0 or None: none; SIGALRM, main thread, POSIX).  Past it no new
+        ``verify`` call starts and the run ends with a ``BudgetError`` (the caller's limit: no verdict); a plan or
+        ``verify`` call still running ``time_limit + max(10, time_limit)`` seconds in is a hang: a FAIL naming it.
 
     Returns
     -------
@@ -552,21 +553,30 @@ def _certify_rule(verifier, kind: str, where: tuple, rows: int, V: int, rng, sam
 
 
 def _timed(body, limit: float | None, target: np.ndarray, alpha: float) -> PathCertificate:
-    """``body()`` within ``limit`` seconds (``exactness._timeout.time_limit``: SIGALRM, main thread); past it, a
-    FAIL naming the limit (a plan or ``verify`` that never returns), never a hang."""
-    from ._timeout import TimeLimitExceeded, own_limit
-    from .certificate import subject_time_limit
+    """``body()`` within ``limit`` seconds.  Past ``limit`` no new call of ``verify`` starts (``RunOutOfTime``:
+    a ``BudgetError``, the caller's limit, no verdict); a call of the rule (``verify``, its plan) still running
+    ``hard_limit(limit)`` seconds in is stopped (``exactness._timeout.time_limit``: SIGALRM, main thread) and is a
+    hang: a FAIL naming it, never a hang of the harness."""
+    from ._timeout import RunOutOfTime, TimeLimitExceeded, hard_limit, out_of_time, own_limit, run_deadline
+    from .certificate import hung_call, subject_time_limit
 
-    mine = own_limit(limit) is not None              # else an outer limit due sooner governs: its exception passes
+    hard = None if limit is None else hard_limit(limit)
+    mine = own_limit(hard) is not None              # else an outer limit due sooner governs: its exception passes
     try:
-        with subject_time_limit(limit):
+        with run_deadline(limit), subject_time_limit(hard):
             return body()
-    except TimeLimitExceeded:
+    except RunOutOfTime:                           # every call of the rule returned: the caller's limit
+        raise BudgetError(out_of_time(limit, "time_limit")) from None
+    except TimeLimitExceeded as exc:
         if not mine:
             raise
+        what = hung_call(exc)
+    if what is None:                               # the harness's own computation ran past it: not the rule's
+        raise BudgetError(out_of_time(limit, "time_limit"))
     # the alarm is off here: the FAIL is built outside the limit (a repeating alarm cannot interrupt it)
-    return _subject_failure(target, 0, alpha, f"time_limit = {limit:g} s passed before the certificate was done (a "
-                            "plan or verify that hangs, or a run longer than the limit: raise time_limit)", None)
+    return _subject_failure(target, 0, alpha, f"time_limit = {limit:g} s passed: {what} did not return, still "
+                            f"running {hard:g} s into the run (the limit plus a grace of {hard - limit:g} s: a plan "
+                            "or verify that hangs)", None)
 
 
 def _declared_plan(verifier, attr: str, signature: str):

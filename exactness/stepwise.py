@@ -75,7 +75,8 @@ from ._timeout import time_limit as _time_limit
 from .chunks import chunk_jobs
 from .verifier_cert import check_workers
 from .coupled.certify import check_min_draws, tv_upper_bound
-from .coupled.run import check_time_limit, hard_limit, hung_call, read_result
+from ._timeout import hard_limit
+from .coupled.run import check_time_limit, hung_call, read_result
 from .gof import gof_test
 from .power import _check_power
 from .sampling import _checked_result, candidate_law, draw_node_candidates, drafting_of
@@ -740,7 +741,7 @@ def certify_stepwise(verifier, p, q, k: int, *, n: int | None = None, tv: float 
     time_limit : float, optional
         Stop after this many seconds, between batches; the bound uses the draws run (INCONCLUSIVE if short of
         the plan).  A ``verify`` or ``step_plan`` call that never returns is stopped at the hard limit
-        :func:`exactness.coupled.run.hard_limit` of it (``time_limit + max(10 s, time_limit)``; without
+        :func:`exactness._timeout.hard_limit` of it (``time_limit + max(10 s, time_limit)``; without
         ``time_limit``, of ``exactness.limits.MAX_SECONDS``) and the run FAILs naming the hang (``cause``);
         worker processes are stopped with it.  Enforced with ``SIGALRM`` in the main thread (POSIX).
     workers : int >= 1

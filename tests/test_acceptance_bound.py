@@ -434,7 +434,7 @@ def test_run_node_names_a_bad_k():
         AB.run_node(np.ones(4, dtype=np.int64), np.full(2, 0.5), np.full(2, 0.5), -1, "iid")
 
 
-def test_a_plan_that_hangs_is_a_fail_past_the_time_limit():
+def test_a_plan_that_hangs_is_a_fail_past_the_time_limit(monkeypatch):
     import time as _time
 
     block = get_path_verifier("block")
@@ -446,6 +446,9 @@ def test_a_plan_that_hangs_is_a_fail_past_the_time_limit():
         def verify(self, p, q, drafts, rng=None):
             return block.verify(p, q, drafts, rng)
 
+    import exactness._timeout as timeout
+
+    monkeypatch.setattr(timeout, "HANG_GRACE", 0.5)         # stopped soon after the limit (default grace 10 s)
     cert = certify_path(Hangs(), PAIR, 2, n=300, seed=0, time_limit=1)
     assert not cert.passed and "time_limit = 1 s passed" in cert.cause
     cert = certify_tree_rule(get_path_verifier("traversal"), PAIR, (2, 1), n=300, seed=0, time_limit=None)
@@ -503,10 +506,13 @@ def test_a_plan_object_whose_fields_change_between_reads_is_read_once():
     assert not cert.passed, cert.summary()
 
 
-def test_tiny_time_limits_end_in_a_fail_never_a_killed_process():
+def test_tiny_time_limits_are_the_callers_budget_never_a_fail_nor_a_killed_process():
+    """An exact rule under a limit too short for its run FAILed (round 5): the limit is the caller's."""
+    from exactness.budget import BudgetError
+
     for t in (1e-9, 1e-6, 1e-5):
-        cert = certify_path(get_path_verifier("block"), PAIR, 2, n=2000, seed=0, time_limit=t)
-        assert not cert.passed and cert.summary().startswith(f"FAIL: time_limit = {t:g} s passed")
+        with pytest.raises(BudgetError, match=f"time_limit = {t:g} s passed .* no call of the subject hung"):
+            certify_path(get_path_verifier("block"), PAIR, 2, n=2000, seed=0, time_limit=t)
 
 
 def test_an_outer_time_limit_due_sooner_governs():

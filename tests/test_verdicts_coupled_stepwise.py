@@ -20,7 +20,6 @@ import time
 import numpy as np
 import pytest
 
-import exactness.coupled.run as coupled_run
 import exactness.stepwise as stepwise
 from exactness import certify_coupled, certify_stepwise
 from exactness.coupled import reference_kernel
@@ -42,7 +41,9 @@ ISSUE = ["certify-coupled", "--kernel", "exactness.mutants:CATALOGUE.residual_is
 @pytest.fixture
 def short_grace(monkeypatch):
     """A hang is stopped soon after its time limit (the default grace is 10 s)."""
-    monkeypatch.setattr(coupled_run, "HANG_GRACE", 0.2)
+    import exactness._timeout as timeout
+
+    monkeypatch.setattr(timeout, "HANG_GRACE", 0.2)
 
 
 # ---------------------------------------------------------------- subjects

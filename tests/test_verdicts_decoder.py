@@ -327,7 +327,15 @@ def test_cli_a_target_that_raises_exits_2(mod, capsys):
 
 
 # --------------------------------------------------------------------------- item 6: time limits
-def test_a_hanging_decoder_is_stopped_and_is_the_cause():
+@pytest.fixture()
+def short_grace(monkeypatch):
+    """A hang is stopped soon after its time limit (the default grace is max(10 s, time_limit))."""
+    import exactness._timeout as timeout
+
+    monkeypatch.setattr(timeout, "HANG_GRACE", 0.5)
+
+
+def test_a_hanging_decoder_is_stopped_and_is_the_cause(short_grace):
     _, target, prompts = _exact()
 
     class Hangs:
@@ -339,7 +347,7 @@ def test_a_hanging_decoder_is_stopped_and_is_the_cause():
                   "time_limit = 2 s passed", "decoder.sample(prompts, new_tokens, rng) did not return")
 
 
-def test_cli_time_limit_stops_a_hanging_decoder_exit_1(mod, capsys):
+def test_cli_time_limit_stops_a_hanging_decoder_exit_1(mod, capsys, short_grace):
     assert main(["certify-decoder", "--decoder", "mydec37:hangs", "--samples", "100", "--time-limit", "2",
                  "--out", "r/c.md", "--no-progress"]) == 1
     assert "did not return" in capsys.readouterr().out

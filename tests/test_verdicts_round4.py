@@ -369,10 +369,10 @@ def test_a_hanging_tree_kernel_is_stopped_and_fails(monkeypatch):
     """certify_coupled_tree had no time limit: a kernel that never returned blocked the caller forever."""
     import time
 
-    import exactness.coupled.run as run
+    import exactness._timeout as timeout
     from exactness.coupled.tree import certify_coupled_tree
 
-    monkeypatch.setattr(run, "HANG_GRACE", 0.5)
+    monkeypatch.setattr(timeout, "HANG_GRACE", 0.5)
 
     class Hangs:
         def verify_tree(self, *args, **coins):

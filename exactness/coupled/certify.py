@@ -28,13 +28,13 @@ from .. import limits
 from ..limits import DEFAULT_TIME_LIMIT
 from .._checks import BudgetError, SubjectError, as_generator, check_alpha, check_n, passes_through
 from ..certificate import door_node, subject_cause
-from .._timeout import TimeLimitExceeded, own_limit
+from .._timeout import TimeLimitExceeded, hard_limit, own_limit
 from .._timeout import time_limit as _time_limit
 from ..gof import gof_test
 from ..sampling import (GUARD, _ELEMS, _builtin, as_numpy_verifier, candidate_law, draw_node_candidates,
                         drafting_of, has_chain)
 from .conventions import COIN_NAMES, check_convention, draw_coins
-from .run import (WRITES_INPUTS, TableReference, check_time_limit, hard_limit, hung_call, joint_law, run_kernel,
+from .run import (WRITES_INPUTS, TableReference, check_time_limit, hung_call, joint_law, run_kernel,
                   run_reference, takes_coins)
 from .shrink import shrink, to_source
 
@@ -494,7 +494,7 @@ def certify_coupled(kernel, reference, p, q, k: int, *, n: int = 100_000, alpha:
         Seconds: the coupled pass stops between batches after this long (``n`` then counts the draws run;
         the bound uses them and the verdict says so; with no mismatch the verdict is INCONCLUSIVE, the bound asked
         for not reached).  A kernel (or reference) call that never returns is
-        stopped :func:`exactness.coupled.run.hard_limit` seconds after the start (``time_limit + max(10 s,
+        stopped :func:`exactness._timeout.hard_limit` seconds after the start (``time_limit + max(10 s,
         time_limit)``) and the certificate FAILs naming the hang (``classification`` ``"subject error"``).
         None: no limit.  Enforced with ``SIGALRM`` in the main thread (POSIX); elsewhere only the stop
         between batches applies.

@@ -16,8 +16,6 @@ from ..certificate import call_subject, subject_cause
 from ..sampling import _builtin, _checked_result, _last_positive, _searchsorted_rows, accept_table, as_numpy_verifier
 from .conventions import COIN_NAMES, Coins, decisions, kernel_kwargs
 
-#: Least grace, in seconds, past a run's ``time_limit`` before a call that has not returned is a hang.
-HANG_GRACE = 10.0
 
 
 def check_time_limit(time_limit) -> float | None:
@@ -30,17 +28,6 @@ def check_time_limit(time_limit) -> float | None:
         raise ValueError(f"time_limit must be a number of seconds in (0, {MAX_TIMEOUT / 2:g}] or None (no limit), "
                          f"got {time_limit!r}")
     return time_limit
-
-
-def hard_limit(time_limit: float) -> float:
-    """Seconds after which a run is stopped as hung: ``time_limit + max(HANG_GRACE, time_limit)``.
-
-    The certifiers stop on their own at ``time_limit`` between batches (the bound then uses the draws
-    run); the alarm (``exactness._timeout.time_limit``) fires only this much later, so the batch that
-    was running at the limit has been running for at least ``max(HANG_GRACE, time_limit)`` seconds:
-    a slow batch is never reported as a hang.
-    """
-    return float(time_limit) + max(HANG_GRACE, float(time_limit))
 
 
 def hung_call(exc: BaseException, names: dict) -> str | None:

@@ -68,7 +68,8 @@ from .._timeout import time_limit as _time_limit
 from ..sampling import draw_node_candidates
 from .certify import check_min_draws, tv_upper_bound
 from .conventions import Coins, check_convention
-from .run import check_time_limit, hard_limit, run_reference
+from .._timeout import hard_limit
+from .run import check_time_limit, run_reference
 
 TREE_CONVENTIONS = ("resispec", "sglang")
 
@@ -292,7 +293,7 @@ def certify_coupled_tree(kernel, reference, p_root, q_root, p_child, q_child, k:
     k, n, alpha, seed : as :func:`exactness.certify_coupled`
     convention : {"resispec", "sglang"}
     time_limit : float or None, default ``exactness.limits.DEFAULT_TIME_LIMIT`` (3,600 s)
-        A kernel (or reference) call still running :func:`exactness.coupled.run.hard_limit` seconds after the
+        A kernel (or reference) call still running :func:`exactness._timeout.hard_limit` seconds after the
         start (``time_limit + max(10 s, time_limit)``) is stopped and the certificate FAILs naming the hang.
         None: no limit.  ``SIGALRM`` in the main thread (POSIX).
 

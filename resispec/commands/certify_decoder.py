@@ -248,8 +248,8 @@ def run(args) -> int:
 
     if time_limit is not None and time_limit < MIN_CELL_TIMEOUT:
         raise ValueError(f"--time-limit must be 0 (no limit) or at least {MIN_CELL_TIMEOUT:g} second, got "
-                         f"{args.time_limit:g} (a shorter limit stops the run before its first draws and would FAIL "
-                         "an exact decoder as a hang: the limit is yours, not the decoder's)")
+                         f"{args.time_limit:g} (a shorter limit stops the run before its first draws: the limit is "
+                         "yours, not the decoder's)")
     import exactness
     from exactness.decoder import figure, terminal_table, to_json, to_markdown
 

@@ -1,0 +1,108 @@
+"""Every verdict right, round 5: a run's own time_limit is the caller's, not the subject's.
+
+A certificate whose whole-run ``time_limit`` passed while every call of the subject returned (a slow exact decoder,
+a limit too short for the budget) was a FAIL naming the subject (exit 1): an exact subject failed.  Now past the limit
+no new call starts and the run ends with a ``BudgetError`` (exit 2, "raise time_limit"); a call still running
+``time_limit + max(HANG_GRACE, time_limit)`` seconds in is a hang: a FAIL naming it (``tests/test_verdicts_decoder.py``
+and ``tests/test_acceptance_bound.py`` pin those).
+"""
+
+import textwrap
+import time
+
+import numpy as np
+import pytest
+
+import exactness
+from exactness.budget import BudgetError
+from exactness.decoder_mutants import CORRECT
+from exactness.pathlevel import certify_path
+from resispec.cli import main
+from resispec.pathlevel import get_path_verifier
+from simulators.autoregressive import MarkovPair
+
+from _decoder_cases import setup
+
+
+class Slow:
+    """An exact decoder that takes ``delay`` seconds a call."""
+
+    def __init__(self, decoder, delay):
+        self.decoder, self.delay = decoder, delay
+
+    def sample(self, prompts, new_tokens, rng):
+        time.sleep(self.delay)
+        return self.decoder.sample(prompts, new_tokens, rng)
+
+
+def test_a_slow_exact_decoder_past_the_time_limit_is_the_callers_budget_not_a_fail():
+    model, target, prompts = setup()
+    with pytest.raises(BudgetError, match=r"time_limit = 1 s passed .* no call of the subject hung"):
+        exactness.certify_decoder(Slow(CORRECT["token_chain"](model), 0.2), target, prompts, new_tokens=2, n=3000,
+                                  time_limit=1)
+
+
+def test_a_tiny_time_limit_on_the_api_is_the_callers_budget():
+    """The CLI refuses --time-limit under 1 s; the API took 0.01 and FAILed an exact decoder as a hang."""
+    model, target, prompts = setup()
+    with pytest.raises(BudgetError, match="raise time_limit"):
+        exactness.certify_decoder(CORRECT["token_chain"](model), target, prompts, new_tokens=2, n=3000,
+                                  time_limit=0.01)
+
+
+def test_the_exact_decoder_within_its_limit_still_passes():
+    model, target, prompts = setup()
+    cert = exactness.certify_decoder(CORRECT["token_chain"](model), target, prompts, new_tokens=2, n=3000,
+                                     time_limit=600)
+    assert cert.passed, cert.summary()
+
+
+MOD = textwrap.dedent("""
+    import time
+    from exactness.decoder_mutants import CORRECT
+    from _decoder_cases import setup
+
+    MODEL, TARGET, PROMPTS = setup()
+    _DEC = CORRECT["token_chain"](MODEL)
+
+    class Slow:
+        def sample(self, prompts, new_tokens, rng):
+            time.sleep(0.3)
+            return _DEC.sample(prompts, new_tokens, rng)
+
+    def slow():
+        return Slow(), TARGET, PROMPTS
+""")
+
+
+def test_cli_a_slow_exact_decoder_past_time_limit_is_exit_2_not_1(tmp_path, monkeypatch, capsys):
+    import sys
+    from pathlib import Path
+
+    (tmp_path / "myslow5.py").write_text(MOD)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.syspath_prepend(str(Path(__file__).parent))
+    assert "myslow5" not in sys.modules
+    assert main(["certify", "decoder", "--decoder", "myslow5:slow", "--n", "3000", "--time-limit", "1",
+                 "--out", "r/c.md", "--no-progress"]) == 2
+    err = capsys.readouterr().err
+    assert "time-limit = 1 s passed" in err and "no call of the subject hung" in err and "raise" in err
+    assert not (tmp_path / "r").exists() or not any((tmp_path / "r").iterdir())
+
+
+class SlowRule:
+    """Block verification (exact) taking ``delay`` seconds a call."""
+
+    def __init__(self, delay):
+        self.rule, self.delay = get_path_verifier("block"), delay
+
+    def verify(self, p, q, drafts, rng=None):
+        time.sleep(self.delay)
+        return self.rule.verify(p, q, drafts, rng)
+
+
+def test_a_slow_exact_path_rule_past_the_time_limit_is_the_callers_budget():
+    pair = MarkovPair.random(np.random.default_rng(0), 3)
+    with pytest.raises(BudgetError, match="raise time_limit"):
+        certify_path(SlowRule(0.05), pair, 2, n=2000, seed=0, time_limit=1)
