@@ -103,7 +103,8 @@ def watch_interrupts() -> bool:
         seen: list = []
 
         def on_sigint(signum, _frame):
-            seen.append(signum)
+            if _from_outside():              # else the subject signalled its own process: its KeyboardInterrupt
+                seen.append(signum)
             raise KeyboardInterrupt          # what Python's default handler does
 
         signal.signal(signal.SIGINT, on_sigint)
@@ -111,6 +112,33 @@ def watch_interrupts() -> bool:
         return False
     _INTERRUPTS = seen
     return True
+
+
+#: In a supervised run (``resispec.cli._supervised``), the read end of a pipe the supervisor writes to before it
+#: passes a SIGINT on to the child's process group; None elsewhere.  See :func:`sigint_source`.
+_SIGINT_FROM: int | None = None
+
+
+def sigint_source(fd: int | None) -> None:
+    """Where a SIGINT must come from to be the user's Ctrl-C: in a supervised child, only the supervisor passes
+    one on (Ctrl-C reaches the supervisor, whose process group is the terminal's; the child leads a group of its
+    own), and it writes to ``fd`` first.  A SIGINT with ``fd`` not readable was sent by the subject to its own
+    process (``os.kill(os.getpid(), SIGINT)``) or group: its ``KeyboardInterrupt`` is then the subject's FAIL."""
+    global _SIGINT_FROM
+    _SIGINT_FROM = fd
+
+
+def _from_outside() -> bool:
+    """Whether the SIGINT being handled may be the user's: no supervisor (nothing to tell it apart by), or the
+    supervisor's pipe is readable (it passed one on).  A pipe the subject closed cannot tell: taken as the user's."""
+    if _SIGINT_FROM is None:
+        return True
+    import select
+
+    try:
+        return bool(select.select([_SIGINT_FROM], [], [], 0)[0])
+    except (OSError, ValueError):
+        return True
 
 
 def ctrl_c(exc: BaseException) -> bool:

@@ -195,11 +195,16 @@ def _supervised(run, command: str) -> int:
 
     folder = tempfile.mkdtemp(prefix="resispec-status-")
     status = os.path.join(folder, "status")
+    said_sigint, tell_sigint = os.pipe()                  # written before a SIGINT is passed on: the user's Ctrl-C
     sys.stdout.flush()
     sys.stderr.flush()
     pid = os.fork()
     if pid == 0:                                          # the child: the command itself, in its own process group
         os.setpgid(0, 0)
+        os.close(tell_sigint)
+        from exactness._checks import sigint_source
+
+        sigint_source(said_sigint)                        # a SIGINT the subject sends itself is then its own
         code = run()
         tmp = status + ".tmp"
         with open(tmp, "w") as fh:                        # the verdict, written once the run returned
@@ -210,11 +215,14 @@ def _supervised(run, command: str) -> int:
         os.setpgid(pid, pid)                              # (also here: no race with the first signal)
     except OSError:
         pass
+    os.close(said_sigint)
     received: list = []
 
     def forward(signum, _frame):
         received.append((signum, time.monotonic()))
         try:
+            if signum == signal.SIGINT:
+                os.write(tell_sigint, b"i")               # before the signal: the child reads it as the user's
             os.killpg(pid, signum)
         except OSError:
             pass
@@ -241,6 +249,7 @@ def _supervised(run, command: str) -> int:
             os.killpg(pid, signal.SIGKILL)                # whatever the subject left running (a fork of its own)
         except OSError:
             pass
+        os.close(tell_sigint)
     try:
         with open(status) as fh:
             said = fh.read().strip()
@@ -312,7 +321,13 @@ def _run(parser, args) -> int:
         print(f"resispec {args.command}: error: not enough memory for the sizes asked ({exc}); give smaller sizes "
               "(--V, --B, --nodes, --n, --shapes)", file=sys.stderr)
         return 2
-    except KeyboardInterrupt:     # Ctrl-C: one line, not a traceback
+    except KeyboardInterrupt as exc:     # Ctrl-C: one line, not a traceback
+        from exactness._checks import passes_through
+
+        if not passes_through(exc):      # watched, and no SIGINT of the user's came: the subject's own
+            print(f"resispec {args.command}: FAIL: the run was interrupted by a KeyboardInterrupt that no Ctrl-C "
+                  "(SIGINT from outside) caused: a subject that interrupts its own process is a FAIL", file=sys.stderr)
+            return 1
         print(f"resispec {args.command}: interrupted (Ctrl-C)", file=sys.stderr)
         return 130
 

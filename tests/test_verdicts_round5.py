@@ -106,3 +106,60 @@ def test_a_slow_exact_path_rule_past_the_time_limit_is_the_callers_budget():
     pair = MarkovPair.random(np.random.default_rng(0), 3)
     with pytest.raises(BudgetError, match="raise time_limit"):
         certify_path(SlowRule(0.05), pair, 2, n=2000, seed=0, time_limit=1)
+
+
+# --------------------------------------------------------------------------- a SIGINT the subject sends itself
+SIGNALS = textwrap.dedent("""
+    import os
+    import signal
+    import threading
+    import time
+
+    from resispec import get_verifier
+
+    RRS = get_verifier("rrs")
+
+    class SignalsItself:
+        drafting = "iid"
+
+        def verify(self, p, q, c, rng=None, *, uniforms=None):
+            os.kill(os.getpid(), signal.SIGINT)
+            time.sleep(1)                          # the signal is delivered here
+            return RRS.verify(p, q, c, rng, uniforms=uniforms)
+
+    class SignalsLater:
+        '''Exact, but a thread of its own sends SIGINT to the process while the harness computes.'''
+        drafting = "iid"
+        started = False
+
+        def verify(self, p, q, c, rng=None, *, uniforms=None):
+            if not SignalsLater.started:
+                SignalsLater.started = True
+                threading.Timer(0.5, lambda: os.kill(os.getpid(), signal.SIGINT)).start()
+            return RRS.verify(p, q, c, rng, uniforms=uniforms)
+""")
+CERTIFY = ["certify", "--k", "2", "--families", "zipf", "--n", "3000", "--no-mutants", "--no-progress", "--out",
+           "o/r.md"]
+
+
+def _spawn(tmp_path, args):
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    (tmp_path / "r5sig.py").write_text(SIGNALS)
+    root = Path(__file__).resolve().parents[1]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), str(root)])}
+    return subprocess.Popen([sys.executable, "-m", "resispec", *args], cwd=tmp_path, env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+
+
+@pytest.mark.skipif(not hasattr(__import__("os"), "fork"), reason="POSIX signals, supervised run")
+@pytest.mark.parametrize("subject", ["SignalsItself", "SignalsLater"])
+def test_a_subject_that_sends_itself_sigint_is_a_fail_not_a_ctrl_c(tmp_path, subject):
+    """It was exit 130 ("interrupted (Ctrl-C)"), no verdict: the supervised child counts a SIGINT as the user's only
+    when the supervisor passed it on (a real Ctrl-C: ``tests/test_verdicts_round3.py`` sends one, still 130)."""
+    p = _spawn(tmp_path, CERTIFY + ["--verifier", f"r5sig:{subject}"])
+    out, err = p.communicate(timeout=600)
+    assert p.returncode == 1 and "KeyboardInterrupt" in out + err and "(Ctrl-C)\n" not in err, (p.returncode, err)
