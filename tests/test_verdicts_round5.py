@@ -163,3 +163,51 @@ def test_a_subject_that_sends_itself_sigint_is_a_fail_not_a_ctrl_c(tmp_path, sub
     p = _spawn(tmp_path, CERTIFY + ["--verifier", f"r5sig:{subject}"])
     out, err = p.communicate(timeout=600)
     assert p.returncode == 1 and "KeyboardInterrupt" in out + err and "(Ctrl-C)\n" not in err, (p.returncode, err)
+
+
+# --------------------------------------------------------------------------- bench --from-json: numbers no bench writes
+@pytest.mark.parametrize("field, value, words", [("efficiency", float("nan"), "not a finite number"),
+                                                 ("efficiency", float("inf"), "not a finite number"),
+                                                 ("efficiency", 0.5, "below 1"),
+                                                 ("stderr", -1.0, "negative"),
+                                                 ("ratio", "1.2", "not a finite number")])
+def test_bench_from_json_refuses_numbers_no_bench_writes(tmp_path, capsys, field, value, words):
+    """A NaN or Infinity efficiency rendered as a report of 'nan' rows, exit 0."""
+    import json
+    from pathlib import Path
+
+    data = json.loads((Path(__file__).resolve().parents[1] / "reports" / "bench.json").read_text())
+    row = data["rows"][3]
+    label = next(iter(row[field]))
+    row[field][label] = value
+    (tmp_path / "b.json").write_text(json.dumps(data))
+    assert main(["bench", "--from-json", str(tmp_path / "b.json"), "--out", str(tmp_path / "o")]) == 2
+    err = capsys.readouterr().err
+    assert "--from-json" in err and "row 3" in err and words in err, err
+    assert not (tmp_path / "o").exists() or not any((tmp_path / "o").iterdir())
+
+
+# --------------------------------------------------------------------------- list options: an item given twice
+@pytest.mark.parametrize("args", [["bench", "--families", "zipf,zipf"], ["bench", "--shapes", "4", "--shapes", "4"],
+                                  ["certify", "--k", "2", "--k", "2"], ["bench", "accept", "--V", "8", "8"],
+                                  ["bench", "gap", "--T", "1", "1.0"]])
+def test_a_list_option_naming_an_item_twice_is_refused(tmp_path, capsys, args):
+    """`bench --families zipf,zipf` ran every zipf row twice and counted both in the report's means, exit 0."""
+    assert main([*args, "--out", str(tmp_path / "o")]) == 2
+    err = capsys.readouterr().err
+    assert "twice; give each item once" in err, err
+    assert not (tmp_path / "o").exists()
+
+
+def test_families_dial_is_checked_before_the_table_is_computed(tmp_path, capsys, monkeypatch):
+    """A misspelt --dial parameter was refused only after the whole divergence table had been computed."""
+    import simulators
+
+    def table(*a, **k):
+        raise AssertionError("the table ran before --dial was checked")
+
+    monkeypatch.setattr(simulators, "divergence_table", table)
+    for dial, words in ((["softmax_noise", "nois", "1"], "no parameter 'nois'"),
+                        (["softmax_noise", "noise", "1,inf"], "finite numbers")):
+        assert main(["families", "--dial", *dial, "--out", str(tmp_path / "f.md")]) == 2
+        assert words in capsys.readouterr().err

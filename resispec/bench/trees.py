@@ -390,11 +390,43 @@ def rows_to_json(rows: list[BenchRow]) -> list[dict]:
 
 
 def rows_from_json(items: list[dict]) -> list[BenchRow]:
-    """Inverse of :func:`rows_to_json`.  Raises ValueError on missing fields."""
+    """Inverse of :func:`rows_to_json`.
+
+    Raises
+    ------
+    ValueError
+        A row lacks a field, or holds a number that no bench writes: a NaN anywhere, an infinite or non-numeric
+        efficiency / standard error / ratio / bound, an efficiency below 1 (a target call yields at least one
+        token), a negative standard error, or ``nodes`` not a positive integer (naming the row and the field).
+    """
+    import math
+
     try:
-        return [BenchRow(**{k: d[k] for k in BenchRow.__dataclass_fields__}) for d in items]
+        rows = [BenchRow(**{k: d[k] for k in BenchRow.__dataclass_fields__}) for d in items]
     except KeyError as exc:
         raise ValueError(f"bench JSON row lacks field {exc}") from None
+    for i, r in enumerate(rows):
+        def bad(what, why):
+            return ValueError(f"bench JSON row {i} ({r.family}, T {r.temperature}, {r.shape}): {what} {why}")
+
+        if not isinstance(r.temperature, (int, float)) or isinstance(r.temperature, bool) or math.isnan(r.temperature):
+            raise bad("temperature", f"is {r.temperature!r}, not a number")
+        if not isinstance(r.nodes, int) or isinstance(r.nodes, bool) or r.nodes < 1:
+            raise bad("nodes", f"is {r.nodes!r}, not a positive integer")
+        for name in ("efficiency", "stderr", "ratio"):
+            table = getattr(r, name)
+            if not isinstance(table, dict):
+                raise bad(name, f"is {type(table).__name__}, not a label -> number table")
+            for label, v in table.items():
+                if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
+                    raise bad(f"{name}[{label!r}]", f"is {v!r}, not a finite number")
+                if (name == "efficiency" and v < 1) or (name == "stderr" and v < 0):
+                    raise bad(f"{name}[{label!r}]", f"is {v!r}, " + ("below 1 (tokens per target call)"
+                                                                      if name == "efficiency" else "negative"))
+        if r.bound is not None and (isinstance(r.bound, bool) or not isinstance(r.bound, (int, float))
+                                    or not math.isfinite(r.bound)):
+            raise bad("bound", f"is {r.bound!r}, not a finite number or null")
+    return rows
 
 
 def _candidates(rows):

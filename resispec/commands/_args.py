@@ -154,13 +154,14 @@ class ListAction(argparse.Action):
     (``ValueError``/``TypeError``/``argparse.ArgumentTypeError``) or not in
     ``choices`` (when given; checked per item), or an occurrence with no item
     at all, is an argparse error (usage + exit status 2) naming the option
-    and the item.  Do not pass ``type=`` (it would convert the whole string):
+    and the item; so is an item given twice (``--families zipf zipf``: its rows would be run and counted
+    twice in the report's means), unless ``unique=False``.  Do not pass ``type=`` (it would convert the whole string):
     pass ``item_type=``.  For values that contain commas AND spaces-as-items
     are unwanted (e.g. ``name[a=1,b=2]`` specs), use ``action="append"``.
     """
 
     def __init__(self, option_strings, dest, item_type: Callable = str, choices=None, sep: str | None = ",",
-                 **kwargs):
+                 unique: bool = True, **kwargs):
         if kwargs.get("type") is not None:
             raise ValueError("ListAction: pass item_type= (applied per comma-separated item), not type=")
         if kwargs.get("nargs") not in (None, "+"):
@@ -169,7 +170,7 @@ class ListAction(argparse.Action):
         super().__init__(option_strings, dest, **kwargs)
         self.item_type = item_type
         self.item_choices = None if choices is None else list(choices)
-        self.sep = sep
+        self.sep, self.unique = sep, unique
 
     def __call__(self, parser, namespace, values, option_string=None):
         name = option_string or self.dest
@@ -195,7 +196,12 @@ class ListAction(argparse.Action):
         current = getattr(namespace, self.dest, None)
         if current is None or current is self.default:
             current = []
-        setattr(namespace, self.dest, list(current) + items)
+        seen = list(current)
+        for item, raw in zip(items, [p.strip() for p in pieces if p.strip()]):
+            if self.unique and item in seen:      # a bench row or a certificate cell would be run and counted twice
+                raise argparse.ArgumentError(self, f"lists {raw!r} twice; give each item once")
+            seen.append(item)
+        setattr(namespace, self.dest, seen)
 
 
 def count(text: str) -> int:

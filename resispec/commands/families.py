@@ -39,19 +39,13 @@ def run(args) -> int:
     names = args.families or sorted(FAMILIES)
     for nm in names:
         get_family(nm)
+    dials = [_dial(get_family, *d) for d in args.dial]   # every --dial checked before the table's work
     rows, md = divergence_table(names, args.temperatures, V=args.V, n=args.n, seed=args.seed)
     out = ["# Pair families: measured divergence", "",
            f"Command: `resispec families --V {args.V} --nodes {args.n}`" + "".join(f" --dial {' '.join(d)}" for d in args.dial), "",
            f"Mean over {args.n} sampled pairs; TV = 1/2 sum |p - q| (single-draft acceptance is 1 - TV); "
            "KL(p‖q) in nats is inf after truncation (p keeps tokens q dropped).", "", md, ""]
-    for fam, param, values in args.dial:
-        f = get_family(fam)
-        if param not in f.params:
-            raise ValueError(f"family {fam!r} has no parameter {param!r}; known: {sorted(f.params)}")
-        try:
-            vals = [float(v) for v in values.split(",")]
-        except ValueError:
-            raise ValueError(f"--dial values must be comma-separated numbers, got {values!r}") from None
+    for fam, param, vals in dials:
         out += [f"## Dial: `{fam}` `{param}` (T = 1)", "", f"| {param} | TV | KL(p‖q) |", "|---|---|---|"]
         for v in vals:
             val = int(v) if param == "top_k" else v
@@ -62,3 +56,21 @@ def run(args) -> int:
     print(md)
     print(f"wrote {path}")
     return 0
+
+
+def _dial(get_family, fam: str, param: str, values: str) -> tuple[str, str, list[float]]:
+    """One ``--dial FAMILY PARAM VALUES`` checked: ``(family, param, values)``; ValueError naming ``--dial``."""
+    import math
+
+    f = get_family(fam)
+    if param not in f.params:
+        raise ValueError(f"--dial: family {fam!r} has no parameter {param!r}; known: {sorted(f.params)}")
+    try:
+        vals = [float(v) for v in values.split(",")]
+    except ValueError:
+        raise ValueError(f"--dial values must be comma-separated numbers, got {values!r}") from None
+    if not all(math.isfinite(v) for v in vals):
+        raise ValueError(f"--dial values must be finite numbers, got {values!r}")
+    if param == "top_k" and not all(v >= 1 and v == int(v) for v in vals):
+        raise ValueError(f"--dial {fam} top_k values must be whole numbers >= 1, got {values!r}")
+    return fam, param, vals
