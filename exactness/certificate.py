@@ -13,6 +13,7 @@ from ._checks import BudgetError, SubjectError, as_generator, check_alpha, check
 from .gof import MIN_EXPECTED, gof_test, tv_bounds
 from .power import detectable_tv as _detectable_tv
 from .power import samples_for_tv
+from .result import fit_line
 
 from . import limits
 from .limits import CHUNK, DEFAULT_TIMEOUT  # keyword defaults below (bound at definition)
@@ -227,9 +228,7 @@ class Certificate:
             return out
         out = head
         if len(out) + len(tail) > width:              # the verdict alone is too long: cut it at a word
-            cut = out[:width - len(tail) - 4]
-            stop = max(cut.rfind(" "), cut.rfind(";"))
-            return (cut[:stop] if stop > width // 2 else cut).rstrip(" ;,") + " ..." + tail
+            return fit_line(out, width)
         for full, short in extras:
             for part in (full, short):
                 if part and len(out) + len(part) + len(tail) <= width:

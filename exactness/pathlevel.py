@@ -128,22 +128,35 @@ class PathCertificate:
         return dict(self.raw_checks) or {"horizon": float(self.pvalue)}
 
     def summary(self) -> str:
-        """One line.  A pass: the Holm-combined p-value over the checks, the horizon chi-square (df), TV estimate,
-        detectable TV at alpha and power, n.  A FAIL: ``"FAIL: <check>: <why>"`` for each failing check in the
-        order exact_bound, acceptance_bound, plan_sampler, horizon (its chi-square only when it failed), and n."""
+        """The verdict in one line of at most 120 columns (``exactness.result.SUMMARY_WIDTH``): :meth:`report` cut
+        at a word to fit, ending ``... (more: .report())``."""
+        from .result import fit_line
+
+        return fit_line(self.report())
+
+    def __str__(self) -> str:
+        return self.report()
+
+    def report(self) -> str:
+        """The whole verdict in one line.  A pass: the Holm-combined p-value over the checks, the horizon
+        chi-square (df), TV estimate, detectable TV at alpha and power, n.  A FAIL: ``"FAIL: <check>: <why>"`` for
+        each failing check in the order exact_bound, acceptance_bound, plan_sampler, horizon (its chi-square only
+        when it failed), and n."""
         if self.cause is not None:
             if self.cause.startswith("time_limit"):
                 return f"FAIL: {self.cause}"
-            return f"FAIL: the rule misbehaved after {self.n:,} steps: {self.cause}"
+            return f"FAIL: subject: {self.cause} (the rule misbehaved after {self.n:,} steps)"
         stat = f"{self.statistic:.4g}" if math.isfinite(self.statistic) else str(self.statistic)
+        holm = f" / {self.sampled} (Holm)" if self.sampled > 1 else ""
         horizon = (f"horizon chi2 = {stat} (df {self.df}), TV ~ {self.tv_estimate:.3g} (<= {self.tv_upper:.3g}), "
-                   f"detectable TV {self.detectable_tv:.3g} at alpha {self.alpha:g}"
-                   + (f" / {self.sampled} (Holm)" if self.sampled > 1 else "") + f", power {self.power:g}")
-        if self.passed:
-            out = f"NO BIAS DETECTED: p = {self.pvalue:.3g} (Holm over the sampled checks); {horizon}, n = {self.n:,}"
+                   f"detectable TV {self.detectable_tv:.3g} at alpha {self.alpha:g}{holm}, power {self.power:g}")
+        if self.passed:                # what a pass is worth first: the summary cuts the rest to 120 columns
             if self.detectable_tv >= 1:
-                out += "; note: no power (detectable TV >= 1): a pass here is no evidence of exactness"
-            return out
+                return (f"NO BIAS DETECTED but no power (detectable TV >= 1: a pass here is no evidence of "
+                        f"exactness; raise n = {self.n:,}): p = {self.pvalue:.3g}; {horizon}")
+            return (f"NO BIAS DETECTED (detectable TV {self.detectable_tv:.3g} at power {self.power:g}, alpha "
+                    f"{self.alpha:g}{holm}; n = {self.n:,}): p = {self.pvalue:.3g} (Holm over the sampled checks), "
+                    f"TV ~ {self.tv_estimate:.3g} (<= {self.tv_upper:.3g}), horizon chi2 = {stat} (df {self.df})")
         b, e, ps = self.acceptance_bound, self.exact_bound or {}, self.plan_sampler
         why = []
         if e.get("error") or e.get("exceeded"):

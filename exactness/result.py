@@ -61,6 +61,20 @@ class Result(Protocol):
     def summary(self) -> str: ...
 
 
+#: Most columns of a certificate's one-line ``summary()``; and what ends a line cut to fit.
+SUMMARY_WIDTH = 120
+MORE = " (more: .report())"
+
+
+def fit_line(line: str, width: int = SUMMARY_WIDTH) -> str:
+    """``line`` if it fits in ``width`` columns, else cut at a word (``" ... (more: .report())"`` appended)."""
+    if len(line) <= width:
+        return line
+    cut = line[:width - len(MORE) - 4]
+    stop = max(cut.rfind(" "), cut.rfind(";"))
+    return (cut[:stop] if stop > width // 2 else cut).rstrip(" ;,:") + " ..." + MORE
+
+
 def detectable_mismatch_rate(n: int, power: float = 0.99) -> float:
     """Smallest P(event) seen at least once with probability ``power`` in ``n`` independent draws.
 

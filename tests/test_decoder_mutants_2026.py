@@ -282,7 +282,7 @@ def test_mutant_fails_at_the_default_budget(model, name):
 CERTIFY_SIGNATURE = ("(decoder, target, prompts, *, new_tokens: 'int' = 2, n: 'int | None' = None, tv: 'float | None' "
                      "= None, alpha: 'float' = 0.001, seed=0, seeded: 'bool | None' = None, "
                      "time_limit: 'float | None' = 3600.0, progress=False) -> 'Certificate'")
-CERTIFY_DOC_SHA256 = "720cd0f9d0078712dca6e4617b107905bb4a599ec18c12eacc4ea6ad3fd67076"
+CERTIFY_DOC_SHA256 = "e4acf60e900bec29bc75bd622c1abe169246034ab7cd20f0afa769fe4d2c27d5"
 
 
 def test_certify_decoder_claims_are_unchanged():

@@ -211,3 +211,22 @@ def test_families_dial_is_checked_before_the_table_is_computed(tmp_path, capsys,
                         (["softmax_noise", "noise", "1,inf"], "finite numbers")):
         assert main(["families", "--dial", *dial, "--out", str(tmp_path / "f.md")]) == 2
         assert words in capsys.readouterr().err
+
+
+def test_models_list_calls_a_truncated_or_unstamped_file_what_it_is(tmp_path, monkeypatch, capsys):
+    """A truncated GGUF (an interrupted copy) was listed as 'cached'."""
+    from resispec.decoding import fetch
+
+    monkeypatch.setenv("RESISPEC_CACHE", str(tmp_path))
+    spec = fetch.get_model_spec("smollm2-135m")
+    path = fetch.model_dir(spec.name) / spec.filename
+    path.parent.mkdir(parents=True)
+    path.write_bytes(b"GGUF" + bytes(100))
+    assert main(["models", "list"]) == 0
+    line = next(x for x in capsys.readouterr().out.splitlines() if x.startswith(spec.name))
+    assert "corrupt (104 of" in line and f"models fetch --force {spec.name}" in line and " cached " not in line
+    with open(path, "r+b") as fh:                      # the pinned size, never hashed: not 'cached' either
+        fh.truncate(spec.nbytes)
+    assert main(["models", "list"]) == 0
+    line = next(x for x in capsys.readouterr().out.splitlines() if x.startswith(spec.name))
+    assert f"unverified (resispec models verify {spec.name})" in line

@@ -31,6 +31,7 @@ from ..certificate import door_node, subject_cause
 from .._timeout import TimeLimitExceeded, hard_limit, own_limit
 from .._timeout import time_limit as _time_limit
 from ..gof import gof_test
+from ..result import MORE, fit_line
 from ..sampling import (GUARD, _ELEMS, _builtin, as_numpy_verifier, candidate_law, draw_node_candidates,
                         drafting_of, has_chain)
 from .conventions import COIN_NAMES, check_convention, draw_coins
@@ -252,14 +253,12 @@ class CoupledCertificate:
                                                                ("(stop, token) vs reference", self.conditional_pvalue))
                              if x is not None)
             line, extra = f"FAIL: {self.classification}: {draws}", (f"; law p-values: {laws}" if laws else "")
-        width, tail = self.SUMMARY_WIDTH, " (more: .report())"
+        width, tail = self.SUMMARY_WIDTH, MORE
         if len(line + extra) <= width:
             return line + extra
         if len(line) + len(tail) <= width:
             return line + tail
-        cut = line[:width - len(tail) - 4]
-        stop = max(cut.rfind(" "), cut.rfind(";"))
-        return (cut[:stop] if stop > width // 2 else cut).rstrip(" ;,:") + " ..." + tail
+        return fit_line(line, width)
 
     def report(self) -> str:
         """Everything for people: the verdict paragraph, the ``fallback`` certificate's summary and the
