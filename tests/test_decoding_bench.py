@@ -532,8 +532,8 @@ def test_bench_decode_refuses_what_would_lose_data_or_fake_a_standard_error(tmp_
     assert main(base + ["--trees", "2,1", "--out", str(md)]) == 2
     assert "holds a stopped bench-decode run" in capsys.readouterr().err
     out = str(tmp_path / "x.md")
-    for extra, msg in ((["--trees", "1,1", "1,1"], "--trees names 1,1 more than once"),
-                       (["--trees", "2,1", "--seeds", "1", "1"], "--seeds names 1 more than once"),
+    for extra, msg in ((["--trees", "1,1", "1,1"], "--trees: lists '1,1' twice"),
+                       (["--trees", "2,1", "--seeds", "1", "1"], "--seeds: lists '1' twice"),
                        (["--trees", "2,1", "--verifiers", "resispec", "--score", "block"], "--scores block: exact for none"),
                        (["--trees", "wor:2", "--verifiers", "resispec", "--score", "rrs"], "--scores rrs: exact for none"),
                        (["--trees", "1,1", "--verifiers", "traversal", "--proxy", "nosuch"], "applies to the resispec")):
