@@ -171,11 +171,12 @@ def subject_call(fn, what: str, *args, **kwargs):
     :func:`passes_through`.  Past the run's soft deadline (``exactness._timeout.run_deadline``) the call is not made:
     ``RunOutOfTime`` (the caller's limit, not the subject's fault).
     """
-    from ._timeout import check_deadline
+    from ._timeout import calling, check_deadline
 
     check_deadline()                        # the run's time_limit passed, every call so far returned: RunOutOfTime
     try:
-        return fn(*args, **kwargs)
+        with calling(what):                 # an alarm names this call
+            return fn(*args, **kwargs)
     except SubjectError:
         raise
     except BaseException as exc:    # a subject that ends the program is a FAIL, never the harness's exit

@@ -54,6 +54,23 @@ def hard_limit(time_limit: float) -> float:
     return float(time_limit) + max(HANG_GRACE, float(time_limit))
 
 
+#: The subject's call in progress (``exactness._checks.subject_call``, ``exactness.pit.running``: ``"decoder.sample(
+#: prompts, new_tokens, rng)"``), or None: an alarm of :func:`time_limit` records it on its exception (``.running``).
+CALL = {"what": None}
+#: The first alarm :func:`time_limit` raised in the innermost block now running (None: none yet).
+_FIRED = {"first": None}
+
+
+@contextmanager
+def calling(what: str):
+    """Mark ``what`` as the subject's call in progress (restored on exit)."""
+    prev, CALL["what"] = CALL["what"], what
+    try:
+        yield
+    finally:
+        CALL["what"] = prev
+
+
 #: The soft deadline of the run in progress (``time.monotonic()`` seconds), or None: see :func:`run_deadline`.
 _DEADLINE = {"at": None}
 
@@ -84,7 +101,9 @@ def check_deadline() -> None:
     """Raise :class:`RunOutOfTime` if the soft deadline of :func:`run_deadline` has passed."""
     at = _DEADLINE["at"]
     if at is not None and time.monotonic() > at:
-        raise RunOutOfTime(0.0)
+        exc = RunOutOfTime(0.0)
+        exc.first = _FIRED["first"]          # a hard alarm a subject swallowed before: it was a hang all the same
+        raise exc
 
 
 def check_timeout(timeout, *, name: str = "timeout") -> float | None:
@@ -135,8 +154,14 @@ def time_limit(seconds: float | None):
         return
 
     def _alarm(signum, frame):
-        raise TimeLimitExceeded(seconds)
+        exc = TimeLimitExceeded(seconds)
+        exc.running = CALL["what"]                    # the subject's call it stops, if one is running
+        if _FIRED["first"] is None:
+            _FIRED["first"] = exc
+        exc.first = _FIRED["first"]                   # a repeat names the call the first alarm caught
+        raise exc
 
+    fired_before, _FIRED["first"] = _FIRED["first"], None
     old_handler = signal.signal(signal.SIGALRM, _alarm)
     # the alarm repeats (every min(1 s, seconds)) until the block is left, so a plug-in that swallows
     # the first TimeLimitExceeded (``except BaseException``) is interrupted again
@@ -150,5 +175,6 @@ def time_limit(seconds: float | None):
         signal.setitimer(signal.ITIMER_REAL, 0)
         signal.signal(signal.SIGALRM, signal.SIG_IGN)     # an alarm already pending is dropped, never the default kill
         signal.signal(signal.SIGALRM, signal.SIG_DFL if old_handler is None else old_handler)
+        _FIRED["first"] = fired_before
         if old_delay > 0:
             signal.setitimer(signal.ITIMER_REAL, max(old_delay - (time.monotonic() - t0), 1e-3), old_interval)

@@ -372,6 +372,25 @@ def hung_call(exc: BaseException, subject=None) -> str | None:
     return None
 
 
+def stopped_call(exc: BaseException) -> str | None:
+    """The subject's call that a run's hard time limit caught running, or None (the harness's own computation, or
+    no alarm fired: a :class:`RunOutOfTime` before the hard limit).
+
+    Read from the FIRST alarm of the limit (``exc.first``): a subject that swallowed it and returned is caught
+    all the same.  Its recorded call (``.running``), else the subject's frame in its traceback
+    (:func:`hung_call`: a conversion of the subject's output, ``__array__``, outside a marked
+    call)."""
+    from ._timeout import RunOutOfTime
+
+    first = getattr(exc, "first", None)
+    if first is None:
+        if isinstance(exc, RunOutOfTime):
+            return None
+        first = exc
+    what = getattr(first, "running", None)
+    return hung_call(first) if what is None else what
+
+
 def timed_out_cause(what: str, timeout: float, exc: BaseException | None = None, subject=None) -> str:
     """The cause of a subject stopped by its time limit (one line): ``"Hangs.verify did not return within 10 s
     (timeout = 10; ...)"`` naming the call that was running (:func:`hung_call` of ``exc`` and ``subject``), else

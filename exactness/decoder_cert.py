@@ -15,10 +15,10 @@ import numpy as np
 
 from ._checks import (BudgetError, ExactnessWarning, SubjectError, as_generator, check_alpha, check_n, check_tv,
                       seed_copy)
-from ._timeout import (RunOutOfTime, TimeLimitExceeded, check_timeout, hard_limit, out_of_time, run_deadline,
+from ._timeout import (TimeLimitExceeded, check_timeout, hard_limit, out_of_time, run_deadline,
                        time_limit as _time_limit)
 from . import decoder as D
-from .certificate import Certificate, holm, subject_failure
+from .certificate import Certificate, holm, stopped_call, subject_failure
 from .limits import DEFAULT_TIME_LIMIT
 from .decoder import (DEFAULT_TV, PIT_BINS, POWER, _check_prompts, _default_n, _draw_mixed,
                       _events_mode, _plan_mode, _sampler, _scope, _Target, _Ticker, joint_law, joint_tokens, n_text)
@@ -141,12 +141,13 @@ def certify_decoder(decoder, target, prompts, *, new_tokens: int = 2, n: int | N
     except SubjectError as exc:
         return subject_failure(exc.cause, alpha=alpha, power=POWER, main="subject",
                                details=dict(getattr(exc, "details", None) or {}))
-    except RunOutOfTime:                                       # every call returned: the caller's limit, no verdict
-        raise BudgetError(out_of_time(limit, "time_limit / --time-limit")) from None
-    except TimeLimitExceeded as exc:
-        what = getattr(exc, "running", None)
-        if what is None:                                       # the harness's own computation: not the decoder's
+    except TimeLimitExceeded as exc:                           # RunOutOfTime too: past the limit, no new call
+        what = stopped_call(exc)
+        if what is None:                                       # every call returned: the caller's limit, no verdict
             raise BudgetError(out_of_time(limit, "time_limit / --time-limit")) from None
+        if what == "target(contexts)":                         # the target is the caller's input, as when it raises
+            raise ValueError(f"target(contexts) did not return, still running {hard:g} s into the run (time_limit = "
+                             f"{limit:g} s plus a grace of {hard - limit:g} s): the target hangs") from None
         return subject_failure(f"time_limit = {limit:g} s passed: {what} did not return, still running {hard:g} s "
                                f"into the run (the limit plus a grace of {hard - limit:g} s: a decoder that hangs)",
                                alpha=alpha, power=POWER, details={"time_limit": {"seconds": limit, "running": what}})

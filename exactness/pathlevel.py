@@ -571,20 +571,18 @@ def _timed(body, limit: float | None, target: np.ndarray, alpha: float) -> PathC
     ``hard_limit(limit)`` seconds in is stopped (``exactness._timeout.time_limit``: SIGALRM, main thread) and is a
     hang: a FAIL naming it, never a hang of the harness."""
     from ._timeout import RunOutOfTime, TimeLimitExceeded, hard_limit, out_of_time, own_limit, run_deadline
-    from .certificate import hung_call, subject_time_limit
+    from .certificate import stopped_call, subject_time_limit
 
     hard = None if limit is None else hard_limit(limit)
     mine = own_limit(hard) is not None              # else an outer limit due sooner governs: its exception passes
     try:
         with run_deadline(limit), subject_time_limit(hard):
             return body()
-    except RunOutOfTime:                           # every call of the rule returned: the caller's limit
-        raise BudgetError(out_of_time(limit, "time_limit")) from None
-    except TimeLimitExceeded as exc:
-        if not mine:
+    except TimeLimitExceeded as exc:               # RunOutOfTime too: past the limit no new verify call starts
+        if not mine and not isinstance(exc, RunOutOfTime):
             raise
-        what = hung_call(exc)
-    if what is None:                               # the harness's own computation ran past it: not the rule's
+        what = stopped_call(exc)
+    if what is None:                               # every call of the rule returned: the caller's limit
         raise BudgetError(out_of_time(limit, "time_limit"))
     # the alarm is off here: the FAIL is built outside the limit (a repeating alarm cannot interrupt it)
     return _subject_failure(target, 0, alpha, f"time_limit = {limit:g} s passed: {what} did not return, still "

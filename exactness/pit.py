@@ -40,9 +40,12 @@ RUNNING = {"what": None}
 @contextmanager
 def running(what: str):
     """Mark ``what`` as the call in progress (restored on exit), for the cause of a time-limit stop."""
+    from ._timeout import calling
+
     prev, RUNNING["what"] = RUNNING["what"], what
     try:
-        yield
+        with calling(what):
+            yield
     except BaseException as exc:          # a time limit (TimeLimitExceeded) remembers the innermost call it stopped
         if getattr(exc, "running", None) is None:
             try:

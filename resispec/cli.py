@@ -168,6 +168,26 @@ def _main(argv: list[str] | None) -> int:
     return _run(parser, args)
 
 
+#: Where a supervised child says that its timed run began (:func:`run_started`); None outside one.
+_STARTED = {"path": None}
+
+
+def run_started(hard: float | None) -> None:
+    """A supervised command's timed run begins now, its subject loaded.  ``hard``: the seconds after which the run's
+    own alarm stops a call of the subject (``exactness._timeout.hard_limit(time_limit)``; None: no limit).
+
+    From here the supervisor (:func:`_supervised`) kills a run still going ``hard + max(EXIT_GRACE, hard)`` seconds
+    later, a FAIL naming it: a hang the in-process alarm cannot stop (one long C call, SIGALRM ignored, the alarm
+    swallowed in a loop) ends, never runs forever.  Outside a supervised child it does nothing."""
+    path = _STARTED["path"]
+    if path is None or not hard:
+        return
+    tmp = path + ".tmp"
+    with open(tmp, "w") as fh:
+        fh.write(f"{float(hard)!r}\n")
+    os.replace(tmp, path)
+
+
 #: Seconds a supervised child may take to exit after it reported its status (a subject's non-daemon thread), and
 #: after a SIGTERM / SIGHUP / SIGINT was passed on to it (a subject ignoring it): then its process group is killed.
 EXIT_GRACE = 10.0
@@ -205,6 +225,7 @@ def _supervised(run, command: str) -> int:
         from exactness._checks import sigint_source
 
         sigint_source(said_sigint)                        # a SIGINT the subject sends itself is then its own
+        _STARTED["path"] = os.path.join(folder, "started")
         code = run()
         tmp = status + ".tmp"
         with open(tmp, "w") as fh:                        # the verdict, written once the run returned
@@ -230,7 +251,7 @@ def _supervised(run, command: str) -> int:
     # a signal the caller ignores (nohup: SIGHUP; a background job: SIGINT) stays ignored: it never stops the run
     old = {sig: signal.signal(sig, forward) for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
            if signal.getsignal(sig) is not signal.SIG_IGN}
-    reported = None
+    reported = started = overran = None
     try:
         while True:
             done, wstatus = os.waitpid(pid, os.WNOHANG)
@@ -239,8 +260,13 @@ def _supervised(run, command: str) -> int:
             now = time.monotonic()
             if reported is None and os.path.exists(status):
                 reported = now
+            if started is None and os.path.exists(os.path.join(folder, "started")):
+                started = (now, _wall(os.path.join(folder, "started")))
             if (received and now - received[0][1] > EXIT_GRACE) or (reported and now - reported > EXIT_GRACE):
                 os.killpg(pid, signal.SIGKILL)            # ignoring the signal, or a thread that keeps it alive
+            elif started and started[1] and not (received or reported) and now - started[0] > started[1]:
+                overran = started[1]                      # past the run's own hard limit and as long again
+                os.killpg(pid, signal.SIGKILL)
             time.sleep(0.05)
     finally:
         for sig, handler in old.items():
@@ -264,12 +290,28 @@ def _supervised(run, command: str) -> int:
         return 128 + sig
     if said.isdigit():
         return int(said)
+    if overran:
+        print(f"resispec {command}: FAIL: the run was still going {overran:g} s after its timed run began, past the "
+              "hard limit of its own time limit, and was killed: a subject that hangs where the run's alarm cannot "
+              "stop it (one long C call, SIGALRM ignored, the alarm swallowed in a loop) is a FAIL", file=sys.stderr)
+        return 1
     how = (f"was killed by signal {signal.Signals(os.WTERMSIG(wstatus)).name}" if os.WIFSIGNALED(wstatus) else
            f"exited with status {os.WEXITSTATUS(wstatus)} without returning (os._exit, or an error the harness "
            "could not catch)")
     print(f"resispec {command}: FAIL: the run {how} before its verdict: a subject (verifier, kernel, decoder or its "
           "module) that ends or crashes the process is a FAIL", file=sys.stderr)
     return 1
+
+
+def _wall(path: str) -> float | None:
+    """Seconds after :func:`run_started` at which the supervisor kills the run: ``hard + max(EXIT_GRACE, hard)``
+    for the ``hard`` written in ``path`` (None if it does not read as a positive number)."""
+    try:
+        with open(path) as fh:
+            hard = float(fh.read())
+    except (OSError, ValueError):
+        return None
+    return hard + max(EXIT_GRACE, hard) if hard > 0 and hard == hard else None
 
 
 def _closed_stream() -> str | None:

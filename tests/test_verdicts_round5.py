@@ -230,3 +230,142 @@ def test_models_list_calls_a_truncated_or_unstamped_file_what_it_is(tmp_path, mo
     assert main(["models", "list"]) == 0
     line = next(x for x in capsys.readouterr().out.splitlines() if x.startswith(spec.name))
     assert f"unverified (resispec models verify {spec.name})" in line
+
+
+# --------------------------------------------------------------------------- round-5 breaker: hangs the alarm names
+class _Base:
+    """An exact batched decoder (token chain) with no events; subclasses hang on their 3rd call."""
+
+    sample_events = None
+    per_row_rng = False
+
+    def __init__(self):
+        model, _, _ = setup()
+        self.inner = CORRECT["token_chain"](model)
+        self.calls = 0
+
+    def sample(self, prompts, new_tokens, rng):
+        self.calls += 1
+        return self.inner.sample(prompts, new_tokens, rng)
+
+
+class SwallowsOnce(_Base):
+    def sample(self, prompts, new_tokens, rng):
+        out = super().sample(prompts, new_tokens, rng)
+        if self.calls == 3:
+            try:
+                time.sleep(3600)
+            except BaseException:                 # the harness's alarm, swallowed once; then it returns
+                pass
+        return out
+
+
+class _HangsOnConversion:
+    def __array__(self, dtype=None, copy=None):
+        time.sleep(3600)
+
+
+class HangsInItsOutput(_Base):
+    def sample(self, prompts, new_tokens, rng):
+        out = super().sample(prompts, new_tokens, rng)
+        return _HangsOnConversion() if self.calls == 3 else out
+
+
+class HangsInAHook(_Base):
+    @property
+    def per_row_rng(self):
+        time.sleep(3600)
+
+
+@pytest.fixture()
+def short_grace(monkeypatch):
+    import exactness._timeout as timeout
+
+    monkeypatch.setattr(timeout, "HANG_GRACE", 0.5)
+
+
+@pytest.mark.parametrize("cls, names", [(SwallowsOnce, "decoder.sample"), (HangsInItsOutput, "__array__"),
+                                        (HangsInAHook, "per_row_rng")])
+def test_a_decoder_hanging_where_the_alarm_finds_it_is_a_fail_not_the_callers_budget(short_grace, cls, names):
+    """Breaker (round 5): each was BudgetError (exit 2, 'no call of the subject hung'): a call that swallowed the
+    alarm and returned, the conversion of a returned object (``__array__``) and a hook read outside a marked
+    call."""
+    model, target, prompts = setup()
+    cert = exactness.certify_decoder(cls(), target, prompts, new_tokens=2, n=3000, time_limit=1)
+    assert not cert.passed and "did not return" in cert.details["subject"]["error"], cert.summary()
+    assert names in cert.details["subject"]["error"], cert.details["subject"]["error"]
+
+
+def test_a_hanging_target_is_the_callers_input_like_a_raising_one(short_grace):
+    model, _, prompts = setup()
+
+    def target(contexts):
+        time.sleep(3600)
+
+    with pytest.raises(ValueError, match="target hangs"):
+        exactness.certify_decoder(CORRECT["token_chain"](model), target, prompts, new_tokens=2, n=3000, time_limit=1)
+
+
+class SwallowingRule(SlowRule):
+    calls = 0
+
+    def verify(self, p, q, drafts, rng=None):
+        SwallowingRule.calls += 1
+        if SwallowingRule.calls == 5:
+            try:
+                time.sleep(3600)
+            except BaseException:
+                pass
+        return self.rule.verify(p, q, drafts, rng)
+
+
+def test_a_path_rule_that_swallows_the_alarm_once_is_a_hang(short_grace):
+    pair = MarkovPair.random(np.random.default_rng(0), 3)
+    cert = certify_path(SwallowingRule(0.0), pair, 2, n=2000, seed=0, time_limit=1)
+    assert not cert.passed and "did not return" in cert.summary() and "SwallowingRule.verify" in cert.report()
+
+
+HANGS_UNSTOPPABLY = textwrap.dedent("""
+    import signal
+    import time
+
+    from exactness.decoder_mutants import CORRECT
+    from _decoder_cases import setup
+
+    MODEL, TARGET, PROMPTS = setup()
+
+    class IgnoresTheAlarm:
+        calls = 0
+
+        def __init__(self):
+            self.inner = CORRECT["token_chain"](MODEL)
+
+        def sample(self, prompts, new_tokens, rng):
+            IgnoresTheAlarm.calls += 1
+            if IgnoresTheAlarm.calls == 3:
+                signal.signal(signal.SIGALRM, signal.SIG_IGN)    # the run's alarm can no longer stop it
+                time.sleep(3600)
+            return self.inner.sample(prompts, new_tokens, rng)
+
+    def ignores():
+        return IgnoresTheAlarm(), TARGET, PROMPTS
+""")
+
+
+@pytest.mark.skipif(not hasattr(__import__("os"), "fork"), reason="the supervisor forks (POSIX)")
+def test_a_hang_the_runs_alarm_cannot_stop_is_killed_by_the_supervisor_and_fails(tmp_path):
+    """Breaker (round 5): a decoder ignoring SIGALRM (or in one long C call, or swallowing the alarm in a loop) ran
+    on past every limit (`timeout 40` stopped it). The supervisor kills a run still going hard + max(10 s, hard)
+    after its timed run began (here 11 + 11 s): FAIL, exit 1."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    (tmp_path / "r5hang.py").write_text(HANGS_UNSTOPPABLY)
+    root = Path(__file__).resolve().parents[1]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), str(root / "tests"), str(root)])}
+    p = subprocess.run([sys.executable, "-m", "resispec", "certify", "decoder", "--decoder", "r5hang:ignores",
+                        "--n", "3000", "--time-limit", "1", "--no-progress", "--out", "o/c.md"], cwd=tmp_path, env=env,
+                       capture_output=True, text=True, timeout=600)
+    assert p.returncode == 1 and "was killed" in p.stderr and "SIGALRM ignored" in p.stderr, (p.returncode, p.stderr)

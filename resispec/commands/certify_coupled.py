@@ -98,6 +98,11 @@ def run(args) -> int:
 
         check_output_path(args.counterexample, "--counterexample")
     p, q = load_node(args, default_V=50)
+    from exactness._timeout import hard_limit
+
+    from ..cli import run_started
+
+    run_started(hard_limit(time_limit))                # the supervisor's wall clock starts here
     cert = exactness.certify_coupled(args.kernel, args.reference, p, q, args.k, n=args.n, alpha=args.alpha,
                                      seed=args.seed, convention=args.convention, fallback=args.fallback,
                                      stop_after=args.stop_after, kernel_spec=args.kernel, copies=args.copies,

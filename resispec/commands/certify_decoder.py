@@ -254,6 +254,11 @@ def run(args) -> int:
     from exactness.decoder import figure, terminal_table, to_json, to_markdown
 
     decoder, target, prompts = load(args)
+    from exactness._timeout import hard_limit
+
+    from ..cli import run_started
+
+    run_started(hard_limit(time_limit) if time_limit else None)    # the supervisor's wall clock starts here
     t0 = time.perf_counter()
     cert = exactness.certify_decoder(decoder, target, prompts, new_tokens=args.new_tokens, n=args.samples,
                                      tv=args.tv, alpha=args.alpha, seed=args.seed, time_limit=time_limit,

@@ -72,6 +72,13 @@ def run(args) -> int:
                          "needs a verifier that declares its steps (the default does); use `resispec certify` or "
                          "`resispec certify coupled` for others")
     p, q = load_node(args, default_V=1000)
+    from exactness._timeout import hard_limit
+    from exactness.limits import MAX_SECONDS
+
+    from ..cli import run_started
+
+    limit = args.time_limit if args.time_limit else MAX_SECONDS
+    run_started(hard_limit(limit) if 0 < limit < float("inf") else None)   # the supervisor's wall clock starts here
     cert = exactness.certify_stepwise(verifier, p, q, args.k, n=args.n, tv=args.tv, alpha=args.alpha, seed=args.seed,
                                       time_limit=args.time_limit, workers=args.workers)
     print(cert.summary())
