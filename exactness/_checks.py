@@ -124,21 +124,34 @@ def sigint_source(fd: int | None) -> None:
     one on (Ctrl-C reaches the supervisor, whose process group is the terminal's; the child leads a group of its
     own), and it writes to ``fd`` first.  A SIGINT with ``fd`` not readable was sent by the subject to its own
     process (``os.kill(os.getpid(), SIGINT)``) or group: its ``KeyboardInterrupt`` is then the subject's FAIL."""
-    global _SIGINT_FROM
+    import os
+
+    global _SIGINT_FROM, _SIGINT_PIPE
     _SIGINT_FROM = fd
+    st = os.fstat(fd) if fd is not None else None
+    _SIGINT_PIPE = None if st is None else (st.st_dev, st.st_ino)
+
+
+#: (st_dev, st_ino) of the supervisor's pipe: a descriptor the subject closed or replaced (dup2) is not it.
+_SIGINT_PIPE: tuple | None = None
 
 
 def _from_outside() -> bool:
     """Whether the SIGINT being handled may be the user's: no supervisor (nothing to tell it apart by), or the
-    supervisor's pipe is readable (it passed one on).  A pipe the subject closed cannot tell: taken as the user's."""
+    supervisor's pipe is readable (it passed one on).  A pipe the subject closed or replaced says no: the subject's
+    (a real Ctrl-C reached the supervisor, which returns 130 whatever the child concluded)."""
     if _SIGINT_FROM is None:
         return True
+    import os
     import select
 
     try:
+        st = os.fstat(_SIGINT_FROM)
+        if (st.st_dev, st.st_ino) != _SIGINT_PIPE:
+            return False
         return bool(select.select([_SIGINT_FROM], [], [], 0)[0])
     except (OSError, ValueError):
-        return True
+        return False
 
 
 def ctrl_c(exc: BaseException) -> bool:

@@ -165,13 +165,19 @@ def tile_groups(places: np.ndarray) -> list[tuple[str, np.ndarray]]:
 
     ``places`` (P, n, 2) int64: (row of its batch, rows of its batch) of each continuation of the main sample.
     Groups: for each ``T`` in :data:`TILES`, the rows that start a tile of T rows past the batch's first
-    (``r % T == 0, r > 0``) and those that end one (``r % T == T - 1``); and the last row of batches of 9+ rows
-    (``small_batches`` tests those of 2-8)."""
+    (``r % T == 0, r > 0``), those that end one (``r % T == T - 1``), and the single rows ``r == T`` and
+    ``r == T - 1``; the last row of the batches of each size of ``exactness.decoder.MAIN_SIZES``, and of all
+    batches of 9+ rows (``small_batches`` tests those of 2-8)."""
+    from .decoder import MAIN_SIZES
+
     r, b = places[..., 0], places[..., 1]                 # (P, n) int64 each
     groups = []
     for T in TILES:
         groups.append((f"first row of each {T}-row tile", (r % T == 0) & (r > 0)))
         groups.append((f"last row of each {T}-row tile", r % T == T - 1))
+        groups.append((f"row {T}", r == T))
+        groups.append((f"row {T - 1}", r == T - 1))
+    groups += [(f"last row of the {s:,}-row batches", (r == b - 1) & (b == s)) for s in MAIN_SIZES]
     groups.append(("last row of a batch of 9+ rows", (r == b - 1) & (b > max(SMALL_SIZES))))
     return groups
 
@@ -195,7 +201,8 @@ def tile_rows_check(seqs, places, pits, laws, mj: int, V: int, alpha: float) -> 
     laws : list of P ndarrays, shape (V^mj,), float64
         The exact joint law of the first ``mj`` tokens per prompt (``mj == 0``: none).
     mj : int
-        Tokens the joint laws cover; later tokens (all when ``mj == 0``) are tested through their PIT (16 bins).
+        Tokens the joint laws cover; later tokens (all when ``mj == 0``, or when a group's rows leave the joint
+        test no degree of freedom) are tested through their PIT (16 bins, pooled over prompts).
     V : int
         Vocabulary size.
     alpha : float
@@ -214,17 +221,22 @@ def tile_rows_check(seqs, places, pits, laws, mj: int, V: int, alpha: float) -> 
         k = int(sel.sum())
         if k == 0:
             continue
-        tests = []
+        tests, pit_from = [], mj
+        flat = sel.reshape(-1)                          # (P n,) bool, the PIT arrays' order
         if mj:
             counts = [np.bincount(np.ravel_multi_index(tuple(seqs[i][sel[i], j] for j in range(mj)), (V,) * mj),
                                   minlength=laws[i].size) for i in range(P)]     # joint_law's order
-            tests.append(("joint", pooled_gof_test(counts, laws)[1]))
-        flat = sel.reshape(-1)                          # (P n,) bool, the PIT arrays' order
-        tests += [(f"token {j + 1}", pit_check(pits[(j, "id")][flat], alpha)) for j in range(mj, m)]
-        for what, d in tests:
-            rows.append({"group": name, "test": what, "rows": k, "pvalue": float(d["pvalue"]), "df": int(d["df"]),
-                         "detectable_tv": detectable_tv(k, d["df"], alpha=alpha, power=POWER) if d["df"] else 1.0})
+            joint = pooled_gof_test(counts, laws)[1]
+            if joint["df"] > 0:
+                tests.append(("joint", joint))
+            else:                                       # too few rows per prompt: the PIT, pooled over prompts
+                pit_from = 0
+        tests += [(f"token {j + 1}", pit_check(pits[(j, "id")][flat], alpha)) for j in range(pit_from, m)]
+        rows += [{"group": name, "test": what, "rows": k, "pvalue": float(d["pvalue"]), "df": int(d["df"])}
+                 for what, d in tests]
     rows = [r for r in rows if r["df"] > 0]
+    for r in rows:                                        # at the Bonferroni level the p-value is judged at
+        r["detectable_tv"] = detectable_tv(r["rows"], r["df"], alpha=alpha / max(len(rows), 1), power=POWER)
     if not rows:                                          # nothing could fail: skipped, never a pass
         return None, {"rows": int(P * n), "reason": "no row group at a tile boundary keeps a degree of freedom "
                                                      "after pooling (batches too small or n too few): raise n"}

@@ -247,9 +247,10 @@ class SmallBatches(DecoderCheck):
 class TileRows(DecoderCheck):
     names = ("tile_rows",)
     detects = ("a decoder wrong at the first or the last row of every tile of T = 8, 16, ..., 2,048 rows of a "
-               "batch (row 1,024, every 512th row: a tiling or stride bug of a batched kernel), or at the last row "
-               "of batches of 9+ rows: the main sample's rows at those places, each group tested on its own at "
-               "every token (Bonferroni over the groups), no new draws")
+               "batch (every 512th row: a tiling or stride bug of a batched kernel), at one row 2^j or 2^j - 1 up to "
+               "1,024, or at the last row of a batch size: the main sample's rows at those places, each group "
+               "tested on its own at every token (Bonferroni over the groups), no new draws; a row only 4,096-row "
+               "batches have (1,531-4,095: ~24 rows at the default n) is not reliably found")
     mutant = "tile_64"
 
     def skip(self, st):

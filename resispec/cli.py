@@ -251,7 +251,11 @@ def _supervised(run, command: str) -> int:
     # a signal the caller ignores (nohup: SIGHUP; a background job: SIGINT) stays ignored: it never stops the run
     old = {sig: signal.signal(sig, forward) for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
            if signal.getsignal(sig) is not signal.SIG_IGN}
-    reported = started = overran = None
+    # where the platform can say who sent a signal (sigtimedwait), one the run's own processes send here is the
+    # subject's: a FAIL, never the user's Ctrl-C or CI's SIGTERM passed on
+    waits = tuple(old) if old and hasattr(signal, "sigtimedwait") and hasattr(signal, "pthread_sigmask") else ()
+    mask = signal.pthread_sigmask(signal.SIG_BLOCK, waits) if waits else None
+    reported = started = overran = own = None
     try:
         while True:
             done, wstatus = os.waitpid(pid, os.WNOHANG)
@@ -267,10 +271,17 @@ def _supervised(run, command: str) -> int:
             elif started and started[1] and not (received or reported) and now - started[0] > started[1]:
                 overran = started[1]                      # past the run's own hard limit and as long again
                 os.killpg(pid, signal.SIGKILL)
-            time.sleep(0.05)
+            info = signal.sigtimedwait(waits, 0.05) if waits else time.sleep(0.05)
+            if info is not None and _in_group(info.si_pid, pid):
+                own = own or (info.si_signo, info.si_pid)  # the subject signalled its supervisor: a FAIL
+                os.killpg(pid, signal.SIGKILL)
+            elif info is not None:
+                forward(info.si_signo, None)
     finally:
         for sig, handler in old.items():
             signal.signal(sig, handler)
+        if waits:
+            signal.pthread_sigmask(signal.SIG_SETMASK, mask)
         try:
             os.killpg(pid, signal.SIGKILL)                # whatever the subject left running (a fork of its own)
         except OSError:
@@ -282,6 +293,11 @@ def _supervised(run, command: str) -> int:
     except OSError:
         said = ""
     shutil.rmtree(folder, ignore_errors=True)
+    if own:
+        print(f"resispec {command}: FAIL: a process of the run (pid {own[1]}) sent {signal.Signals(own[0]).name} to "
+              "the supervising resispec process: a subject that signals it is a FAIL, not the user's Ctrl-C",
+              file=sys.stderr)
+        return 1
     if received:                                          # stopped from outside (CI's SIGTERM, Ctrl-C)
         sig = received[0][0]
         if not said.isdigit():                            # else the child said so itself (Ctrl-C: "interrupted")
@@ -301,6 +317,17 @@ def _supervised(run, command: str) -> int:
     print(f"resispec {command}: FAIL: the run {how} before its verdict: a subject (verifier, kernel, decoder or its "
           "module) that ends or crashes the process is a FAIL", file=sys.stderr)
     return 1
+
+
+def _in_group(sender: int, group: int) -> bool:
+    """Whether process ``sender`` (a signal's ``si_pid``; 0 for the kernel, a terminal's Ctrl-C) is in the process
+    group ``group`` that a supervised run leads (a process gone already cannot be told: False)."""
+    if sender <= 0:
+        return False
+    try:
+        return sender == group or os.getpgid(sender) == group
+    except OSError:
+        return False
 
 
 def _wall(path: str) -> float | None:

@@ -127,6 +127,24 @@ SIGNALS = textwrap.dedent("""
             time.sleep(1)                          # the signal is delivered here
             return RRS.verify(p, q, c, rng, uniforms=uniforms)
 
+    class SignalsItsSupervisor:
+        drafting = "iid"
+
+        def verify(self, p, q, c, rng=None, *, uniforms=None):
+            os.kill(os.getppid(), signal.SIGINT)
+            time.sleep(1)
+            return RRS.verify(p, q, c, rng, uniforms=uniforms)
+
+    class ClosesThePipe:
+        '''Closes every descriptor past 2 (the supervisor's pipe among them), then signals itself.'''
+        drafting = "iid"
+
+        def verify(self, p, q, c, rng=None, *, uniforms=None):
+            os.closerange(3, 256)
+            os.kill(os.getpid(), signal.SIGINT)
+            time.sleep(1)
+            return RRS.verify(p, q, c, rng, uniforms=uniforms)
+
     class SignalsLater:
         '''Exact, but a thread of its own sends SIGINT to the process while the harness computes.'''
         drafting = "iid"
@@ -156,13 +174,17 @@ def _spawn(tmp_path, args):
 
 
 @pytest.mark.skipif(not hasattr(__import__("os"), "fork"), reason="POSIX signals, supervised run")
-@pytest.mark.parametrize("subject", ["SignalsItself", "SignalsLater"])
-def test_a_subject_that_sends_itself_sigint_is_a_fail_not_a_ctrl_c(tmp_path, subject):
+@pytest.mark.parametrize("subject, words", [("SignalsItself", "KeyboardInterrupt"),
+                                            ("SignalsLater", "KeyboardInterrupt"),
+                                            ("SignalsItsSupervisor", "sent SIGINT to the supervising"),
+                                            ("ClosesThePipe", "KeyboardInterrupt")])
+def test_a_subject_that_sends_itself_sigint_is_a_fail_not_a_ctrl_c(tmp_path, subject, words):
     """It was exit 130 ("interrupted (Ctrl-C)"), no verdict: the supervised child counts a SIGINT as the user's only
-    when the supervisor passed it on (a real Ctrl-C: ``tests/test_verdicts_round3.py`` sends one, still 130)."""
+    when the supervisor passed it on, and the supervisor passes on only a signal from outside the run's processes
+    (a real Ctrl-C: ``tests/test_verdicts_round3.py`` sends one, still 130)."""
     p = _spawn(tmp_path, CERTIFY + ["--verifier", f"r5sig:{subject}"])
     out, err = p.communicate(timeout=600)
-    assert p.returncode == 1 and "KeyboardInterrupt" in out + err and "(Ctrl-C)\n" not in err, (p.returncode, err)
+    assert p.returncode == 1 and words in out + err and "(Ctrl-C)\n" not in err, (p.returncode, err)
 
 
 # --------------------------------------------------------------------------- bench --from-json: numbers no bench writes
@@ -189,13 +211,14 @@ def test_bench_from_json_refuses_numbers_no_bench_writes(tmp_path, capsys, field
 
 # --------------------------------------------------------------------------- list options: an item given twice
 @pytest.mark.parametrize("args", [["bench", "--families", "zipf,zipf"], ["bench", "--shapes", "4", "--shapes", "4"],
+                                  ["bench", "--shapes", "2,1", "2, 1"],
                                   ["certify", "--k", "2", "--k", "2"], ["bench", "accept", "--V", "8", "8"],
                                   ["bench", "gap", "--T", "1", "1.0"]])
 def test_a_list_option_naming_an_item_twice_is_refused(tmp_path, capsys, args):
     """`bench --families zipf,zipf` ran every zipf row twice and counted both in the report's means, exit 0."""
     assert main([*args, "--out", str(tmp_path / "o")]) == 2
     err = capsys.readouterr().err
-    assert "twice; give each item once" in err, err
+    assert "twice; give each item once" in err or "are the same shape" in err, err
     assert not (tmp_path / "o").exists()
 
 

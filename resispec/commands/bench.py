@@ -85,11 +85,16 @@ def run(args) -> int:
             raise ValueError(f"{name} must be >= {lo}, got {val}")
     from ..trees import MAX_TREE_NODES
 
+    seen: dict = {}
     for s in args.shapes:
-        nodes = TreeShape.parse(s).num_nodes                 # fail before any work
-        if nodes > MAX_TREE_NODES:
-            raise ValueError(f"--shapes {s}: {nodes:,} nodes, over MAX_TREE_NODES = "
+        shape = TreeShape.parse(s)                          # fail before any work
+        if shape.num_nodes > MAX_TREE_NODES:
+            raise ValueError(f"--shapes {s}: {shape.num_nodes:,} nodes, over MAX_TREE_NODES = "
                              f"{MAX_TREE_NODES:,} (resispec.trees); give a smaller shape")
+        if shape.label in seen:                             # '2,1' and '2, 1': one shape, its rows counted twice
+            raise ValueError(f"--shapes {seen[shape.label]!r} and {s!r} are the same shape ({shape.label}); give "
+                             "each shape once")
+        seen[shape.label] = s
     from ..bench.trees import check_path_rules, normalise_path_rules
 
     rules = normalise_path_rules(args.path_rules)
