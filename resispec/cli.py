@@ -215,6 +215,7 @@ def _supervised(run, command: str) -> int:
 
     folder = tempfile.mkdtemp(prefix="resispec-status-")
     status = os.path.join(folder, "status")
+    begun = tempfile.mkdtemp(prefix="resispec-started-")   # apart: the child knows this path, never the status's
     said_sigint, tell_sigint = os.pipe()                  # written before a SIGINT is passed on: the user's Ctrl-C
     sys.stdout.flush()
     sys.stderr.flush()
@@ -225,7 +226,7 @@ def _supervised(run, command: str) -> int:
         from exactness._checks import sigint_source
 
         sigint_source(said_sigint)                        # a SIGINT the subject sends itself is then its own
-        _STARTED["path"] = os.path.join(folder, "started")
+        _STARTED["path"] = os.path.join(begun, "started")
         code = run()
         tmp = status + ".tmp"
         with open(tmp, "w") as fh:                        # the verdict, written once the run returned
@@ -244,16 +245,19 @@ def _supervised(run, command: str) -> int:
         try:
             if signum == signal.SIGINT:
                 os.write(tell_sigint, b"i")               # before the signal: the child reads it as the user's
-            os.killpg(pid, signum)
         except OSError:
             pass
+        _kill(pid, signum)
 
     # a signal the caller ignores (nohup: SIGHUP; a background job: SIGINT) stays ignored: it never stops the run
     old = {sig: signal.signal(sig, forward) for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
            if signal.getsignal(sig) is not signal.SIG_IGN}
     # where the platform can say who sent a signal (sigtimedwait), one the run's own processes send here is the
-    # subject's: a FAIL, never the user's Ctrl-C or CI's SIGTERM passed on
-    waits = tuple(old) if old and hasattr(signal, "sigtimedwait") and hasattr(signal, "pthread_sigmask") else ()
+    # subject's: a FAIL, never the user's Ctrl-C or CI's SIGTERM passed on; so are the other signals whose default
+    # would end the supervisor and orphan the run (SIGQUIT, SIGUSR1, SIGUSR2, SIGALRM), when not ignored
+    extra = tuple(sig for sig in (signal.SIGQUIT, signal.SIGUSR1, signal.SIGUSR2, signal.SIGALRM)
+                  if signal.getsignal(sig) is signal.SIG_DFL)
+    waits = (tuple(old) + extra if hasattr(signal, "sigtimedwait") and hasattr(signal, "pthread_sigmask") else ())
     mask = signal.pthread_sigmask(signal.SIG_BLOCK, waits) if waits else None
     reported = started = overran = own = None
     try:
@@ -264,28 +268,33 @@ def _supervised(run, command: str) -> int:
             now = time.monotonic()
             if reported is None and os.path.exists(status):
                 reported = now
-            if started is None and os.path.exists(os.path.join(folder, "started")):
-                started = (now, _wall(os.path.join(folder, "started")))
+            if started is None and os.path.exists(os.path.join(begun, "started")):
+                started = (now, _wall(os.path.join(begun, "started")))
             if (received and now - received[0][1] > EXIT_GRACE) or (reported and now - reported > EXIT_GRACE):
-                os.killpg(pid, signal.SIGKILL)            # ignoring the signal, or a thread that keeps it alive
+                _kill(pid)                                # ignoring the signal, or a thread that keeps it alive
             elif started and started[1] and not (received or reported) and now - started[0] > started[1]:
                 overran = started[1]                      # past the run's own hard limit and as long again
-                os.killpg(pid, signal.SIGKILL)
-            info = signal.sigtimedwait(waits, 0.05) if waits else time.sleep(0.05)
-            if info is not None and _in_group(info.si_pid, pid):
+                _kill(pid)
+            try:
+                info = signal.sigtimedwait(waits, 0.05) if waits else time.sleep(0.05)
+            except InterruptedError:                     # a stop and continue (Ctrl-Z, fg)
+                info = None
+            if info is None or info.si_signo not in waits:  # (after a Ctrl-Z / fg CPython returns an empty one)
+                continue
+            if _in_group(info.si_pid, pid):
                 own = own or (info.si_signo, info.si_pid)  # the subject signalled its supervisor: a FAIL
-                os.killpg(pid, signal.SIGKILL)
-            elif info is not None:
+                _kill(pid)
+            elif info.si_signo in old:
                 forward(info.si_signo, None)
+            else:                                         # SIGQUIT / SIGUSR1 ... from outside: passed on, and then
+                received.append((info.si_signo, time.monotonic()))                   # its status as for the others
+                _kill(pid, info.si_signo)
     finally:
         for sig, handler in old.items():
             signal.signal(sig, handler)
         if waits:
             signal.pthread_sigmask(signal.SIG_SETMASK, mask)
-        try:
-            os.killpg(pid, signal.SIGKILL)                # whatever the subject left running (a fork of its own)
-        except OSError:
-            pass
+        _kill(pid)                                        # whatever the subject left running (a fork of its own)
         os.close(tell_sigint)
     try:
         with open(status) as fh:
@@ -293,6 +302,7 @@ def _supervised(run, command: str) -> int:
     except OSError:
         said = ""
     shutil.rmtree(folder, ignore_errors=True)
+    shutil.rmtree(begun, ignore_errors=True)
     if own:
         print(f"resispec {command}: FAIL: a process of the run (pid {own[1]}) sent {signal.Signals(own[0]).name} to "
               "the supervising resispec process: a subject that signals it is a FAIL, not the user's Ctrl-C",
@@ -317,6 +327,24 @@ def _supervised(run, command: str) -> int:
     print(f"resispec {command}: FAIL: the run {how} before its verdict: a subject (verifier, kernel, decoder or its "
           "module) that ends or crashes the process is a FAIL", file=sys.stderr)
     return 1
+
+
+def _kill(pid: int, sig: int | None = None) -> None:
+    """Send ``sig`` (default SIGKILL) to the run's process group ``pid`` and to the child itself (a child that
+    moved to another group is still reached); a process already gone is no error."""
+    import signal
+
+    sig = signal.SIGKILL if sig is None else sig
+    try:
+        os.killpg(pid, sig)
+        led = os.getpgid(pid) == pid                  # the child still leads the group: it got the signal once
+    except OSError:
+        led = False
+    if not led:
+        try:
+            os.kill(pid, sig)
+        except OSError:
+            pass
 
 
 def _in_group(sender: int, group: int) -> bool:

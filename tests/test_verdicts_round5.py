@@ -145,6 +145,21 @@ SIGNALS = textwrap.dedent("""
             time.sleep(1)
             return RRS.verify(p, q, c, rng, uniforms=uniforms)
 
+    class SignalsItsSupervisorUsr1:
+        drafting = "iid"
+
+        def verify(self, p, q, c, rng=None, *, uniforms=None):
+            os.kill(os.getppid(), signal.SIGUSR1)       # its default would end the supervisor, orphaning the run
+            time.sleep(1)
+            return RRS.verify(p, q, c, rng, uniforms=uniforms)
+
+    class Slow:
+        drafting = "iid"
+
+        def verify(self, p, q, c, rng=None, *, uniforms=None):
+            time.sleep(0.002)
+            return RRS.verify(p, q, c, rng, uniforms=uniforms)
+
     class SignalsLater:
         '''Exact, but a thread of its own sends SIGINT to the process while the harness computes.'''
         drafting = "iid"
@@ -177,7 +192,8 @@ def _spawn(tmp_path, args):
 @pytest.mark.parametrize("subject, words", [("SignalsItself", "KeyboardInterrupt"),
                                             ("SignalsLater", "KeyboardInterrupt"),
                                             ("SignalsItsSupervisor", "sent SIGINT to the supervising"),
-                                            ("ClosesThePipe", "KeyboardInterrupt")])
+                                            ("ClosesThePipe", "KeyboardInterrupt"),
+                                            ("SignalsItsSupervisorUsr1", "sent SIGUSR1 to the supervising")])
 def test_a_subject_that_sends_itself_sigint_is_a_fail_not_a_ctrl_c(tmp_path, subject, words):
     """It was exit 130 ("interrupted (Ctrl-C)"), no verdict: the supervised child counts a SIGINT as the user's only
     when the supervisor passed it on, and the supervisor passes on only a signal from outside the run's processes
@@ -392,3 +408,25 @@ def test_a_hang_the_runs_alarm_cannot_stop_is_killed_by_the_supervisor_and_fails
                         "--n", "3000", "--time-limit", "1", "--no-progress", "--out", "o/c.md"], cwd=tmp_path, env=env,
                        capture_output=True, text=True, timeout=600)
     assert p.returncode == 1 and "was killed" in p.stderr and "SIGALRM ignored" in p.stderr, (p.returncode, p.stderr)
+
+
+@pytest.mark.skipif(not __import__("pathlib").Path("/proc/self/task").exists(), reason="Linux /proc")
+def test_a_stop_and_continue_of_the_supervisor_leaves_the_verdict_alone(tmp_path):
+    """Breaker (round 5): Ctrl-Z then fg (SIGTSTP, SIGCONT) made an exact run exit 128 with no message (CPython's
+    sigtimedwait returned an empty siginfo after the stop, read as 'signal 0'); a later SIGTERM then gave a
+    traceback ('0 is not a valid Signals')."""
+    import signal
+    from pathlib import Path
+
+    p = _spawn(tmp_path, CERTIFY[:6] + ["20000"] + CERTIFY[7:] + ["--verifier", "r5sig:Slow"])
+    children = Path(f"/proc/{p.pid}/task/{p.pid}/children")
+    for _ in range(1200):                             # until the supervisor has forked its child (not a time bound)
+        if p.poll() is not None or (children.exists() and children.read_text().split()):
+            break
+        time.sleep(0.05)
+    time.sleep(1)
+    p.send_signal(signal.SIGTSTP)
+    time.sleep(0.3)
+    p.send_signal(signal.SIGCONT)
+    out, err = p.communicate(timeout=600)
+    assert p.returncode == 0 and "NO BIAS DETECTED" in out and "Traceback" not in err, (p.returncode, err)

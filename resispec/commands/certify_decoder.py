@@ -104,7 +104,15 @@ def parse_prompts(text: str):
 def _is_factory(obj) -> bool:
     if isinstance(obj, tuple):
         return True
-    if hasattr(obj, "sample") or not callable(obj):
+    try:
+        has_sample = hasattr(obj, "sample")     # a property that raises: a decoder (its sample is read guarded later)
+    except BaseException as exc:
+        from exactness._checks import ctrl_c
+
+        if ctrl_c(exc):
+            raise
+        return False
+    if has_sample or not callable(obj):
         return False
     try:
         inspect.signature(obj).bind()
