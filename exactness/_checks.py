@@ -114,7 +114,7 @@ def watch_interrupts() -> bool:
     return True
 
 
-#: In a supervised run (``resispec.cli._supervised``), the read end of a pipe the supervisor writes to before it
+#: In a supervised run (``resispec.commands._supervisor``), the read end of a pipe the supervisor writes to before it
 #: passes a SIGINT on to the child's process group; None elsewhere.  See :func:`sigint_source`.
 _SIGINT_FROM: int | None = None
 

@@ -101,7 +101,7 @@ def run(args) -> int:
     from exactness._timeout import hard_limit
     from exactness.coupled.certify import _load
 
-    from ..cli import run_started
+    from ._supervisor import run_started
 
     kernel = _load(args.kernel, "kernel")              # its module imported before the clock (a slow import is
     run_started(hard_limit(time_limit))                # not a hang); the supervisor's wall clock starts here

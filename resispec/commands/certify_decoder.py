@@ -264,7 +264,7 @@ def run(args) -> int:
     decoder, target, prompts = load(args)
     from exactness._timeout import hard_limit
 
-    from ..cli import run_started
+    from ._supervisor import run_started
 
     run_started(hard_limit(time_limit) if time_limit else None)    # the supervisor's wall clock starts here
     t0 = time.perf_counter()

@@ -75,7 +75,7 @@ def run(args) -> int:
     from exactness._timeout import hard_limit
     from exactness.limits import MAX_SECONDS
 
-    from ..cli import run_started
+    from ._supervisor import run_started
 
     limit = args.time_limit if args.time_limit else MAX_SECONDS
     run_started(hard_limit(limit) if 0 < limit < float("inf") else None)   # the supervisor's wall clock starts here
