@@ -48,10 +48,10 @@ Checks (each a p-value; the verdict is Holm over all of them, ``statsmodels``):
     (and the last row of its batch) tested on its own at every token, Bonferroni over the groups
     (:mod:`exactness.decoder_batches`): a decoder wrong at one row position of a batch.
 ``tile_rows``
-    When the decoder has ``sample``: the main sample's rows at tile boundaries of their batch (the first
-    and the last row of every tile of 8 to 2,048 rows, the last row of batches of 9+ rows), each group
-    tested on its own (:func:`exactness.decoder_batches.tile_rows_check`): a decoder wrong at one row of
-    large batches (a tiling bug).
+    When the decoder has ``sample``: the main sample's rows by their place in their batch (the first
+    and the last row of every tile of 8 to 2,048 rows, the single rows 2^j and 2^j - 1, the last row of
+    each batch size), each group tested on its own (:func:`exactness.decoder_batches.tile_rows_check`): a
+    decoder wrong at tile boundaries of large batches (a tiling bug).
 ``homogeneous``
     With several prompts: the main sample's first batches (one prompt each) tested on their own: a
     decoder wrong only when the rows of a batch share a prompt.

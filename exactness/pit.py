@@ -32,17 +32,13 @@ PAIR_LAG = 2
 TUPLE_MAX = 1 << 12
 TUPLE_MIN_EXPECTED = 20
 
-#: What the harness is calling now (``"decoder.sample(prompts, new_tokens, rng)"``, ``"target(contexts)"``),
-#: None between calls: a time limit that stops the run names it.
-RUNNING = {"what": None}
-
-
 @contextmanager
 def running(what: str):
-    """Mark ``what`` as the call in progress (restored on exit), for the cause of a time-limit stop."""
+    """Mark ``what`` (``"decoder.sample(prompts, new_tokens, rng)"``, ``"target(contexts)"``) as the call in progress
+    (``exactness._timeout.calling``: an alarm records it), and a time limit that passes through it remembers it as
+    the innermost call it stopped (``exc.running``), for the cause of a time-limit stop."""
     from ._timeout import calling
 
-    prev, RUNNING["what"] = RUNNING["what"], what
     try:
         with calling(what):
             yield
@@ -53,8 +49,6 @@ def running(what: str):
             except AttributeError:
                 pass
         raise
-    finally:
-        RUNNING["what"] = prev
 
 
 def subject(fn, what: str, *args, **kwargs):
@@ -246,4 +240,4 @@ def tuple_check(u: dict, m: int, alpha: float):
 
 __all__ = ["pit", "pit_check", "draft_laws", "ImpossibleToken", "impossible", "impossible_error", "pair_check",
            "pair_list", "tuple_check", "subject", "running",
-           "RUNNING", "PIT_BINS", "BATCH", "POWER", "PAIR_BINS"]
+           "PIT_BINS", "BATCH", "POWER", "PAIR_BINS"]

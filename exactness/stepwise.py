@@ -62,20 +62,18 @@ from functools import partial
 import numpy as np
 
 from resispec._validation import check_k
-
-from . import limits
 from resispec.verifiers.base import sum_of_others
 from resispec.verifiers.step_plan import StepPlan
 
 from . import _stepwise_kernel as _kernel
+from . import limits
 from ._checks import (SubjectError, as_generator, as_seed_sequence, check_alpha, check_n, check_tv, passes_through,
                       sub_seed, subject_cause)
-from ._timeout import TimeLimitExceeded, own_limit
+from ._timeout import TimeLimitExceeded, hard_limit, own_limit
 from ._timeout import time_limit as _time_limit
 from .chunks import chunk_jobs
 from .verifier_cert import check_workers
 from .coupled.certify import check_min_draws, tv_upper_bound
-from ._timeout import hard_limit
 from .coupled.run import check_time_limit, hung_call, read_result
 from .gof import gof_test
 from .power import _check_power

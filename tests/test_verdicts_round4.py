@@ -35,6 +35,8 @@ from exactness.stepwise import certify_stepwise
 from resispec import get_verifier
 from resispec.cli import main
 
+from _subjects import spawn_cli
+
 ROOT = Path(__file__).resolve().parents[1]
 RNG = np.random.default_rng(4)
 P, Q = RNG.dirichlet(np.ones(8)), RNG.dirichlet(np.ones(8))
@@ -286,10 +288,7 @@ CERTIFY = ["certify", "--k", "2", "--families", "zipf", "--n", "3000", "--no-mut
 
 
 def _spawn(tmp_path, args, **kw):
-    (tmp_path / "r4b.py").write_text(SUBJECTS_2)
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), str(ROOT)])}
-    return subprocess.Popen([sys.executable, "-m", "resispec", *args], cwd=tmp_path, env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, **kw)
+    return spawn_cli(tmp_path, {"r4b.py": SUBJECTS_2}, args, **kw)
 
 
 def _ignoring(*sigs):

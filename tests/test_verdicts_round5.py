@@ -22,6 +22,7 @@ from resispec.pathlevel import get_path_verifier
 from simulators.autoregressive import MarkovPair
 
 from _decoder_cases import setup
+from _subjects import spawn_cli
 
 
 class Slow:
@@ -176,16 +177,7 @@ CERTIFY = ["certify", "--k", "2", "--families", "zipf", "--n", "3000", "--no-mut
 
 
 def _spawn(tmp_path, args):
-    import os
-    import subprocess
-    import sys
-    from pathlib import Path
-
-    (tmp_path / "r5sig.py").write_text(SIGNALS)
-    root = Path(__file__).resolve().parents[1]
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), str(root)])}
-    return subprocess.Popen([sys.executable, "-m", "resispec", *args], cwd=tmp_path, env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
+    return spawn_cli(tmp_path, {"r5sig.py": SIGNALS}, args)
 
 
 @pytest.mark.skipif(not hasattr(__import__("os"), "fork"), reason="POSIX signals, supervised run")
@@ -273,7 +265,7 @@ def test_models_list_calls_a_truncated_or_unstamped_file_what_it_is(tmp_path, mo
 
 # --------------------------------------------------------------------------- round-5 breaker: hangs the alarm names
 class _Base:
-    """An exact batched decoder (token chain) with no events; subclasses hang on their 3rd call."""
+    """An exact batched decoder (token chain) with no events; subclasses hang on their first call."""
 
     sample_events = None
     per_row_rng = False
@@ -291,7 +283,7 @@ class _Base:
 class SwallowsOnce(_Base):
     def sample(self, prompts, new_tokens, rng):
         out = super().sample(prompts, new_tokens, rng)
-        if self.calls == 3:
+        if self.calls == 1:              # the first call: no load makes the run's deadline pass before it
             try:
                 time.sleep(3600)
             except BaseException:                 # the harness's alarm, swallowed once; then it returns
@@ -307,7 +299,7 @@ class _HangsOnConversion:
 class HangsInItsOutput(_Base):
     def sample(self, prompts, new_tokens, rng):
         out = super().sample(prompts, new_tokens, rng)
-        return _HangsOnConversion() if self.calls == 3 else out
+        return _HangsOnConversion() if self.calls == 1 else out
 
 
 class HangsInAHook(_Base):
@@ -330,7 +322,7 @@ def test_a_decoder_hanging_where_the_alarm_finds_it_is_a_fail_not_the_callers_bu
     alarm and returned, the conversion of a returned object (``__array__``) and a hook read outside a marked
     call."""
     model, target, prompts = setup()
-    cert = exactness.certify_decoder(cls(), target, prompts, new_tokens=2, n=3000, time_limit=1)
+    cert = exactness.certify_decoder(cls(), target, prompts, new_tokens=2, n=3000, time_limit=2)
     assert not cert.passed and "did not return" in cert.details["subject"]["error"], cert.summary()
     assert names in cert.details["subject"]["error"], cert.details["subject"]["error"]
 
@@ -350,7 +342,7 @@ class SwallowingRule(SlowRule):
 
     def verify(self, p, q, drafts, rng=None):
         SwallowingRule.calls += 1
-        if SwallowingRule.calls == 5:
+        if SwallowingRule.calls == 1:
             try:
                 time.sleep(3600)
             except BaseException:
@@ -360,7 +352,7 @@ class SwallowingRule(SlowRule):
 
 def test_a_path_rule_that_swallows_the_alarm_once_is_a_hang(short_grace):
     pair = MarkovPair.random(np.random.default_rng(0), 3)
-    cert = certify_path(SwallowingRule(0.0), pair, 2, n=2000, seed=0, time_limit=1)
+    cert = certify_path(SwallowingRule(0.0), pair, 2, n=2000, seed=0, time_limit=3)   # its LP comes first
     assert not cert.passed and "did not return" in cert.summary() and "SwallowingRule.verify" in cert.report()
 
 
@@ -381,7 +373,7 @@ HANGS_UNSTOPPABLY = textwrap.dedent("""
 
         def sample(self, prompts, new_tokens, rng):
             IgnoresTheAlarm.calls += 1
-            if IgnoresTheAlarm.calls == 3:
+            if IgnoresTheAlarm.calls == 1:
                 signal.signal(signal.SIGALRM, signal.SIG_IGN)    # the run's alarm can no longer stop it
                 time.sleep(3600)
             return self.inner.sample(prompts, new_tokens, rng)
@@ -396,18 +388,13 @@ def test_a_hang_the_runs_alarm_cannot_stop_is_killed_by_the_supervisor_and_fails
     """Breaker (round 5): a decoder ignoring SIGALRM (or in one long C call, or swallowing the alarm in a loop) ran
     on past every limit (`timeout 40` stopped it). The supervisor kills a run still going hard + max(10 s, hard)
     after its timed run began (here 11 + 11 s): FAIL, exit 1."""
-    import os
-    import subprocess
-    import sys
     from pathlib import Path
 
-    (tmp_path / "r5hang.py").write_text(HANGS_UNSTOPPABLY)
-    root = Path(__file__).resolve().parents[1]
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), str(root / "tests"), str(root)])}
-    p = subprocess.run([sys.executable, "-m", "resispec", "certify", "decoder", "--decoder", "r5hang:ignores",
-                        "--n", "3000", "--time-limit", "1", "--no-progress", "--out", "o/c.md"], cwd=tmp_path, env=env,
-                       capture_output=True, text=True, timeout=600)
-    assert p.returncode == 1 and "was killed" in p.stderr and "SIGALRM ignored" in p.stderr, (p.returncode, p.stderr)
+    p = spawn_cli(tmp_path, {"r5hang.py": HANGS_UNSTOPPABLY}, ["certify", "decoder", "--decoder", "r5hang:ignores",
+                  "--n", "3000", "--time-limit", "1", "--no-progress", "--out", "o/c.md"],
+                  paths=[Path(__file__).resolve().parent])
+    _, err = p.communicate(timeout=600)
+    assert p.returncode == 1 and "was killed" in err and "SIGALRM ignored" in err, (p.returncode, err)
 
 
 @pytest.mark.skipif(not __import__("pathlib").Path("/proc/self/task").exists(), reason="Linux /proc")

@@ -17,7 +17,6 @@ from ..sampling import _builtin, _checked_result, _last_positive, _searchsorted_
 from .conventions import COIN_NAMES, Coins, decisions, kernel_kwargs
 
 
-
 def check_time_limit(time_limit) -> float | None:
     """A run's ``time_limit``: None (no limit) or seconds in ``(0, MAX_TIMEOUT / 2]`` (its :func:`hard_limit`, up to
     twice it, stays within ``exactness._timeout.MAX_TIMEOUT``); else ValueError naming ``time_limit``."""

@@ -63,12 +63,11 @@ from resispec._validation import as_laws, check_k
 
 from .._checks import SubjectError, as_generator, check_alpha, check_n, subject_call
 from ..limits import DEFAULT_TIME_LIMIT
-from .._timeout import TimeLimitExceeded, own_limit
+from .._timeout import TimeLimitExceeded, hard_limit, own_limit
 from .._timeout import time_limit as _time_limit
 from ..sampling import draw_node_candidates
 from .certify import check_min_draws, tv_upper_bound
 from .conventions import Coins, check_convention
-from .._timeout import hard_limit
 from .run import check_time_limit, run_reference
 
 TREE_CONVENTIONS = ("resispec", "sglang")

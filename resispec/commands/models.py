@@ -38,7 +38,7 @@ def add_arguments(p) -> None:
 
 def run(args) -> int:
     from ..decoding.fetch import (DEFAULT_DRAFT, DEFAULT_TARGET, MODELS, cache_dir, fetch_model, get_model_spec,
-                                  is_verified, model_dir, verify_file)
+                                  model_dir, verify_file)
 
     if args.action is None:
         print("resispec models: say what to do: one of list, fetch, verify, path, e.g. `resispec models list` "
@@ -47,7 +47,7 @@ def run(args) -> int:
     if args.action == "list":
         print(f"cache: {cache_dir()}")
         for spec in MODELS.values():
-            state = _state(model_dir(spec.name) / spec.filename, spec, is_verified)
+            state = _state(model_dir(spec.name) / spec.filename, spec)
             print(f"{spec.name:22s} {spec.nbytes / 2**20:8.1f} MiB  {state:11s}  {spec.description}")
         return 0
     names = args.names or [DEFAULT_TARGET, DEFAULT_DRAFT] + (["humaneval"] if args.action == "fetch" else [])
@@ -80,10 +80,12 @@ def run(args) -> int:
     return 0
 
 
-def _state(path: Path, spec, is_verified) -> str:
+def _state(path: Path, spec) -> str:
     """What ``models list`` says of a model file: ``cached`` only with the pinned size and a current sha256 stamp
     (no hashing); a file of another size is ``corrupt`` (a truncated download listed as cached before), one without
     a current stamp ``unverified``."""
+    from ..decoding.fetch import is_verified
+
     if not path.is_file():
         return "not fetched"
     if is_verified(path, spec):
