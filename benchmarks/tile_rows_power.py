@@ -7,7 +7,9 @@ Usage (from the repository root):
 Each row spec ``R`` (or ``R@B``: only in batches of ``B`` rows) plants
 ``exactness.decoder_mutants.Shifted``: an exact token chain (V = 4, 3 prompts, 3 new tokens) whose every token of
 batch row ``R`` is shifted by one id.  It is certified at the default ``n`` under seeds 0.. and the table prints
-how many seeds FAIL and the ``tile_rows`` p-value of each: what docs/decoders.md states of ``tile_rows``.
+how many seeds FAIL and the ``tile_rows`` p-value of each (nan where the tree has no such check): what
+docs/decoders.md states of ``tile_rows``.  It measures the tree it sits in, so a copy in an older checkout measures
+that checkout.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from pathlib import Path
 import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "tests"))
+sys.path[:0] = [str(ROOT), str(ROOT / "tests")]        # this tree's packages, whatever is installed
 
 
 def main() -> None:
