@@ -71,6 +71,19 @@ def calling(what: str):
         CALL["what"] = prev
 
 
+#: Told as a limited block of a subject's calls begins (``fn(seconds, what)``: its alarm's seconds and a name such
+#: as ``"cell mine / zipf / k = 2"``) and ends (``fn(None, None)``); None: nobody listens.  The CLI's supervisor
+#: sets it (``resispec.commands._supervisor.run_started``) to kill a hang this module's alarm cannot stop.
+WATCHER = {"fn": None}
+
+
+def announce(seconds: float | None, what: str | None = None) -> None:
+    """Tell :data:`WATCHER` that a block limited to ``seconds`` begins (None: the block ended)."""
+    fn = WATCHER["fn"]
+    if fn is not None:
+        fn(seconds, what)
+
+
 #: The soft deadline of the run in progress (``time.monotonic()`` seconds), or None: see :func:`run_deadline`.
 _DEADLINE = {"at": None}
 

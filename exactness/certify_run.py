@@ -293,6 +293,20 @@ def run_mutants(*, seeds: int = 1, n: int | None = None, alpha: float = 1e-3, se
     return out
 
 
+def _load_watched(spec: str, timeout: float | None):
+    """``load_verifier(spec)``, its import watched like a cell (``exactness._timeout.announce``): under the CLI's
+    supervisor a module whose import or factory hangs past ``timeout + max(10 s, timeout)`` is the run's FAIL."""
+    from ._timeout import announce
+
+    if timeout:
+        announce(timeout, f"loading --verifier {spec}")
+    try:
+        return load_verifier(spec)
+    finally:
+        if timeout:
+            announce(None)
+
+
 def run_certify(verifier_specs: list[str] | None = None, *, ks=K_VALUES, n: int | None = None,
                 alpha: float = 1e-3, seed: int = 0, families=FAMILIES, progress: bool | str = False,
                 timeout: float | None = CELL_TIMEOUT, workers: int = 1, executor="process",
@@ -312,7 +326,7 @@ def run_certify(verifier_specs: list[str] | None = None, *, ks=K_VALUES, n: int 
 
     seed = base_seed(seed)
     specs = verifier_specs or resispec.available_verifiers()
-    verifiers = [load_verifier(s) for s in specs]
+    verifiers = [_load_watched(s, timeout) for s in specs]
     t0 = time.perf_counter()
     nodes, notes = family_nodes(seed, families)
     if not nodes:

@@ -315,14 +315,29 @@ def run_cell(cell: Cell, *, n: int | None, alpha: float, seed, timeout: float | 
     whose only check is named by the reason, e.g. ``"Mine.verify did not return within 600 s (timeout)"`` (the
     subject's call the limit stopped; ``"timed out after 600 s"`` when the limit fell in the harness's own code)
     or ``"error: Mine.verify raised RuntimeError: boom (in verify, mine.py:12)"`` (also in
-    ``certificate.details["error"]``).  ``KeyboardInterrupt`` propagates.
+    ``certificate.details["error"]``).  ``KeyboardInterrupt`` propagates.  Under the CLI's supervisor a cell still
+    running ``timeout + max(10 s, timeout)`` after its alarm is armed (a hang the alarm cannot stop: one long C call,
+    the alarm swallowed in a loop) ends the whole run as a FAIL naming the cell (``exactness._timeout.announce``).
     """
-    from ._checks import passes_through
-    from ._timeout import TimeLimitExceeded, check_timeout, time_limit
+    from ._timeout import TimeLimitExceeded, announce, check_timeout
 
     timeout = check_timeout(timeout)
     if timeout:
         _import_harness_modules()  # a limit that fires mid-import would leave a half-initialised module behind
+        announce(timeout, f"cell {cell.verifier_name} / {cell.family} / k = {cell.k}")  # the CLI's wall clock
+    try:
+        return _run_cell(cell, n=n, alpha=alpha, seed=seed, timeout=timeout, workers=workers, executor=executor,
+                         tv=tv, sequential=sequential)
+    finally:
+        if timeout:
+            announce(None)
+
+
+def _run_cell(cell: Cell, *, n, alpha, seed, timeout, workers, executor, tv, sequential) -> CellResult:
+    """:func:`run_cell` under its limit (``timeout`` checked)."""
+    from ._checks import passes_through
+    from ._timeout import TimeLimitExceeded, time_limit
+
     t0 = time.perf_counter()
     V = cell.p.size
     try:

@@ -32,19 +32,23 @@ EXIT_GRACE = 10.0
 _STARTED = {"path": None}
 
 
-def run_started(hard: float | None) -> None:
-    """A supervised command's timed run begins now, its subject loaded.  ``hard``: the seconds after which the run's
-    own alarm stops a call of the subject (``exactness._timeout.hard_limit(time_limit)``; None: no limit).
+def run_started(hard: float | None, what: str | None = None) -> None:
+    """A supervised command's timed run (or one limited block of it) begins now, its subject loaded.  ``hard``: the
+    seconds after which the run's own alarm stops a call of the subject (``exactness._timeout.hard_limit(
+    time_limit)``, or a cell's ``--timeout``; None or 0: no limit from now on); ``what``: the block, named in the
+    FAIL (``"cell mine / zipf / k = 2"``).
 
     From here the supervisor kills a run still going ``hard + max(EXIT_GRACE, hard)`` seconds later, a FAIL naming
     it: a hang the in-process alarm cannot stop (one long C call, SIGALRM ignored, the alarm swallowed in a loop)
-    ends, never runs forever.  Outside a supervised child it does nothing."""
+    ends, never runs forever.  Each call starts the clock again (``resispec certify`` calls it as each cell
+    begins, and with None as it ends).  Outside a supervised child it does nothing."""
     path = _STARTED["path"]
-    if path is None or not hard:
+    if path is None:
         return
+    _STARTED["seq"] = _STARTED.get("seq", 0) + 1          # a new block: the supervisor's clock starts again
     tmp = path + ".tmp"
     with open(tmp, "w") as fh:
-        fh.write(f"{float(hard)!r}\n")
+        fh.write(f"{_STARTED['seq']}\n{float(hard or 0)!r}\n{(what or '').splitlines()[0] if what else ''}\n")
     os.replace(tmp, path)
 
 
@@ -82,6 +86,9 @@ def _child(run, said_sigint: int, status: str, started: str) -> int:
 
     sigint_source(said_sigint)                            # a SIGINT the subject sends itself is then its own
     _STARTED["path"] = started
+    from exactness import _timeout
+
+    _timeout.WATCHER["fn"] = run_started                 # a cell's --timeout starts the wall clock (resispec certify)
     code = run()
     tmp = status + ".tmp"
     with open(tmp, "w") as fh:                            # the verdict, written once the run returned
@@ -97,7 +104,7 @@ class _Watch:
     def __init__(self, pid: int, status: str, started: str, tell_sigint: int):
         self.pid, self.status, self.started_path, self.tell_sigint = pid, status, started, tell_sigint
         self.received: list = []                          # (signal, when) passed on from outside
-        self.reported = self.started = self.overran = self.own = None
+        self.reported = self.started = self.started_said = self.overran = self.own = None
         self.said, self.wstatus = "", 0
 
     def forward(self, signum, _frame=None) -> None:
@@ -145,14 +152,16 @@ class _Watch:
         alive), and the wall limit after :func:`run_started` (a hang the run's alarm cannot stop)."""
         if self.reported is None and os.path.exists(self.status):
             self.reported = now
-        if self.started is None and os.path.exists(self.started_path):
-            self.started = (now, _wall(self.started_path))
+        said = _read(self.started_path)
+        if said is not None and said != self.started_said:    # run_started again: a new block, a new clock
+            self.started_said = said
+            self.started = (now, _wall(said), _what(said))
         if ((self.received and now - self.received[0][1] > EXIT_GRACE)
                 or (self.reported and now - self.reported > EXIT_GRACE)):
             _kill(self.pid)
         elif (self.started and self.started[1] and not (self.received or self.reported)
               and now - self.started[0] > self.started[1]):
-            self.overran = self.started[1]                # past the run's own hard limit and as long again
+            self.overran = self.started[1:]               # past the run's own hard limit and as long again
             _kill(self.pid)
 
     def _signal(self, waits: tuple, old: dict) -> None:
@@ -190,9 +199,11 @@ class _Watch:
         if said.isdigit():
             return int(said)
         if self.overran:
-            _say(command, f"FAIL: the run was still going {self.overran:g} s after its timed run began, past the hard "
-                          "limit of its own time limit, and was killed: a subject that hangs where the run's alarm "
-                          "cannot stop it (one long C call, SIGALRM ignored, the alarm swallowed in a loop) is a FAIL")
+            wall, what = self.overran
+            began = f"{what} began" if what else "its timed run began"
+            _say(command, f"FAIL: the run was still going {wall:g} s after {began}, past the hard limit of its own "
+                          "time limit, and was killed: a subject that hangs where the run's alarm cannot stop it (one "
+                          "long C call, SIGALRM ignored, the alarm swallowed in a loop) is a FAIL")
             return 1
         w = self.wstatus
         how = (f"was killed by signal {signal.Signals(os.WTERMSIG(w)).name}" if os.WIFSIGNALED(w) else
@@ -234,12 +245,26 @@ def _in_group(sender: int, group: int) -> bool:
         return False
 
 
-def _wall(path: str) -> float | None:
-    """Seconds after :func:`run_started` at which the supervisor kills the run: ``hard + max(EXIT_GRACE, hard)``
-    for the ``hard`` written in ``path`` (None if it does not read as a positive number)."""
+def _read(path: str) -> str | None:
+    """The text :func:`run_started` last wrote at ``path`` (None: none yet)."""
     try:
         with open(path) as fh:
-            hard = float(fh.read())
-    except (OSError, ValueError):
+            return fh.read()
+    except OSError:
+        return None
+
+
+def _wall(said: str) -> float | None:
+    """Seconds after :func:`run_started` at which the supervisor kills the run: ``hard + max(EXIT_GRACE, hard)``
+    for the ``hard`` it wrote (``said``; None if it does not read as a positive number: no limit)."""
+    try:
+        hard = float(said.split("\n")[1])
+    except (IndexError, ValueError):
         return None
     return hard + max(EXIT_GRACE, hard) if hard > 0 and hard == hard else None
+
+
+def _what(said: str) -> str:
+    """The block :func:`run_started` named (``""``: the run's timed run as a whole)."""
+    lines = said.split("\n")
+    return lines[2].strip() if len(lines) > 2 else ""

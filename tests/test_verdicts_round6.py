@@ -1,0 +1,90 @@
+"""Every verdict right, round 6: nothing hangs in ``resispec certify`` (verifiers) either.
+
+A verifier that swallows the cell's alarm in a loop (``except BaseException: pass``), ignores SIGALRM or sits in one
+long C call, and a ``--verifier`` module whose import never returns, ran ``resispec certify`` forever (``timeout 120``
+stopped the first).  Each cell's ``--timeout`` (and each verifier's load) now starts the supervisor's wall clock
+(``exactness._timeout.announce`` -> ``resispec.commands._supervisor.run_started``): a run still going ``timeout +
+max(10 s, timeout)`` after the cell began is killed, a FAIL naming the cell (exit 1).  The clock starts again with
+every cell, so a long run of quick cells is never killed.
+"""
+
+import os
+import textwrap
+
+import pytest
+
+from _subjects import spawn_cli
+
+pytestmark = pytest.mark.skipif(not hasattr(os, "fork"), reason="the supervisor forks (POSIX)")
+
+SWALLOWS = textwrap.dedent('''
+    import time
+
+
+    class Swallows:
+        """Swallows every alarm in a loop: the cell's own limit cannot stop it."""
+        name, drafting = "swallows", "iid"
+
+        def verify(self, p, q, drafts, *args, **kwargs):
+            while True:
+                try:
+                    time.sleep(0.2)
+                except BaseException:
+                    pass
+''')
+
+HANGS_AT_IMPORT = textwrap.dedent('''
+    import time
+
+    while True:
+        try:
+            time.sleep(0.2)
+        except BaseException:
+            pass
+''')
+
+TINY = ["--k", "2", "--families", "zipf", "--no-mutants", "--no-progress", "--timeout", "1", "--out", "o/c.md"]
+
+
+def test_a_verifier_swallowing_its_cells_alarm_is_killed_and_fails_naming_the_cell(tmp_path):
+    p = spawn_cli(tmp_path, {"r6swallow.py": SWALLOWS}, ["certify", "--verifier", "r6swallow:Swallows", *TINY])
+    out, err = p.communicate(timeout=600)
+    assert p.returncode == 1, (p.returncode, out, err)
+    assert "FAIL" in err and "cell r6swallow:Swallows / zipf / k = 2 began" in err and "was killed" in err, err
+    assert "NO BIAS" not in out
+
+
+def test_a_verifier_module_whose_import_hangs_fails_naming_the_load(tmp_path):
+    p = spawn_cli(tmp_path, {"r6hangs.py": HANGS_AT_IMPORT}, ["certify", "--verifier", "r6hangs:V", *TINY])
+    out, err = p.communicate(timeout=600)
+    assert p.returncode == 1, (p.returncode, out, err)
+    assert "loading --verifier r6hangs:V began" in err and "was killed" in err, err
+
+
+def test_each_cell_starts_the_wall_clock_again(tmp_path):
+    """The supervisor reads every run_started: a new block, a new clock (a run of many quick cells is never killed),
+    and None disarms it (the mutants and the reports after the last cell have no wall)."""
+    from resispec.commands import _supervisor as sup
+
+    path = str(tmp_path / "started")
+    watch = sup._Watch(os.getpid(), str(tmp_path / "status"), path, -1)
+    old = dict(sup._STARTED)
+    sup._STARTED.clear()
+    sup._STARTED["path"] = path
+    try:
+        sup.run_started(1.0, "cell a / zipf / k = 2")
+        watch._limits(100.0)
+        assert watch.started == (100.0, 11.0, "cell a / zipf / k = 2")
+        watch._limits(105.0)                      # nothing new: the clock runs on from 100
+        assert watch.started[0] == 100.0
+        sup.run_started(1.0, "cell b / zipf / k = 2")
+        watch._limits(110.0)                      # the next cell: its clock starts at 110, not a kill at 111
+        assert watch.started == (110.0, 11.0, "cell b / zipf / k = 2") and watch.overran is None
+        sup.run_started(None)
+        watch._limits(120.0)
+        assert watch.started[1] is None           # disarmed: no wall
+        watch._limits(1e9)
+        assert watch.overran is None
+    finally:
+        sup._STARTED.clear()
+        sup._STARTED.update(old)
