@@ -127,8 +127,15 @@ class Certificate:
         pv = holm(self.checks) if adjusted else dict(self.checks)
         return {k: v for k, v in pv.items() if v < self.alpha}
 
+    def failing_order(self) -> list[str]:
+        """The failing checks, strongest evidence first: a misbehaving subject, then by Holm-adjusted p-value (ties
+        in table order)."""
+        bad = self.failed_checks()
+        return sorted(bad, key=lambda k: (k != "subject", bad[k]))
+
     def describe(self, name: str) -> str:
-        """One check's own numbers: its TV, statistic, df and Holm-adjusted p-value (or its failure reason)."""
+        """One check's own numbers: ``"name: TV .., chi2 = .. (df ..), p = <Holm-adjusted>, <its reason>"`` (a
+        misbehaving subject: its cause)."""
         d = dict(self.details.get("exact" if name == "exact_law" else name, {}) or {})
         if name == "marginal":
             d.update(statistic=self.statistic, df=self.df, tv=self.tv_estimate)
@@ -144,10 +151,10 @@ class Certificate:
             parts.append(f"acceptance {d['acceptance']:.6g} vs alpha* {d['alpha_star']:.6g}")
         if d.get("statistic") is not None and d.get("df") is not None:   # a check with its own line says its df there
             parts.append(f"chi2 = {_fmt_num(d['statistic'], '.4g')} (df {d.get('df', '?')})")
-        if d.get("reason") and not d.get("error"):
-            parts.append(str(d["reason"]))
         if name in self.checks and name != "subject":   # a misbehaving subject is a cause, not a p-value
             parts.append(f"p = {holm(self.checks)[name]:.3g}")
+        if d.get("reason") and not d.get("error"):      # last: the longest part, where a one-line summary cuts
+            parts.append(str(d["reason"]))
         return f"{name}: " + ", ".join(parts)
 
     def equivalence(self) -> str | None:
@@ -173,8 +180,8 @@ class Certificate:
     def _verdict_head(self, width: int | None = None) -> str:
         """The verdict without skips or notes: ``NO BIAS DETECTED (detectable TV ..): TV <= ..`` or ``FAIL: ..``.
 
-        With ``width``, failing checks after the first are described only while the line fits; the rest are
-        named (``also failed: a, b``).
+        Failing checks come strongest first (:meth:`failing_order`); with ``width``, those after the first are
+        described only while the line fits; the rest are named (``also failed: a, b``).
         """
         if self.passed:
             test = "" if self.main == "marginal" else f"{self.main} test, "
@@ -182,7 +189,7 @@ class Certificate:
                 test += "sequential, "
             return (f"NO BIAS DETECTED ({test}detectable TV {_fmt_num(self.detectable_tv)} at power {self.power:g}, "
                     f"alpha {self.alpha:g}; n = {self.n:,})" + self._bound())
-        bad = list(self.failed_checks())
+        bad = self.failing_order()
         if not bad:
             return "FAIL: no check ran"
         out, rest = f"FAIL: {self.describe(bad[0])}", []

@@ -774,6 +774,8 @@ def to_markdown(cert: Certificate, *, title: str = "Decoder certificate", comman
             f"{plan.get('new_tokens')} tokens; exact joint law over the first {plan.get('joint_tokens')} tokens; "
             f"PIT with {plan.get('pit_bins')} bins under the orders {', '.join(plan.get('orders', []))}; detectable "
             f"TV (power {cert.power:g}) of the main test: {cert.detectable_tv:.3g}.", "",
+            *([f"Failing checks, strongest first:", ""] + [f"- {cert.describe(k)}" for k in cert.failing_order()]
+              + [""] if not cert.passed else []),
             "| check | p | Holm p | chi2 | df | TV | detectable TV | n | verdict |", "|---|---|---|---|---|---|---|---|---|"]
     for r in certificate_rows(cert):
         out.append(f"| {r['check']} | {r['pvalue']:.3g} | {r['holm']:.3g} | {_num(r['statistic'], '.4g')} | "

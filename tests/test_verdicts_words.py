@@ -51,7 +51,7 @@ def test_a_pass_says_no_bias_detected_with_its_detectable_tv(good):
 
 def test_a_failure_names_its_check_and_numbers_and_fits(bad):
     s = bad.summary()
-    failed = list(bad.failed_checks())
+    failed = bad.failing_order()
     assert not bad.passed and len(failed) >= 2
     assert s.startswith(f"FAIL: {bad.describe(failed[0])}") and len(s) <= WIDTH, s
     assert all(name in s for name in failed)                       # the rest are named, at least
@@ -151,3 +151,24 @@ def test_the_exit_code_contract_is_documented_once_and_linked_from_the_readme():
         assert cause in section, cause
     assert "exactness.SubjectError" in section and "subject_failure" in section
     assert "docs/certify.md#exit-codes" in (ROOT / "README.md").read_text()
+
+
+def test_the_summary_names_the_strongest_failing_check_first(bad):
+    """Round 6: the summary named the first failing check in table order (joint[2] at Holm p 1e-3 ahead of
+    tile_rows at 1.7e-17); failing checks come strongest first, ties in table order."""
+    names = list(bad.failed_checks())
+    strong = names[-1]                                              # the last in table order made the strongest
+    checks = dict(bad.checks, **{k: bad.alpha / 10 ** 6 for k in names[:-1]}, **{strong: 1e-40})
+    flipped = replace(bad, checks=checks)
+    assert flipped.failing_order()[0] == strong and flipped.failing_order()[-1] != strong
+    assert flipped.summary().startswith(f"FAIL: {flipped.describe(strong)}"[:60]), flipped.summary()
+
+
+def test_a_cut_summary_ends_after_a_whole_clause():
+    from exactness.result import fit_line
+
+    line = "FAIL: tile_rows: p = 5.17e-18, worst: first row of each 512-row tile, joint (217 rows), p = 4.41e-21 " \
+           "before Bonferroni over 51 tests (row groups x tokens)"
+    cut = fit_line(line)
+    assert len(cut) <= WIDTH and cut.endswith("(more: .report())"), cut
+    assert "before ..." not in cut and cut.split(" ...")[0] in line and cut.split(" ...")[0][-1] not in ",;(", cut

@@ -287,7 +287,9 @@ def run(args) -> int:
     print(f"\nreport: {paths[0]}  json: {paths[1]}  figure: {png_path}  ({sec:.1f} s)")
     if not cert.passed:
         cause = (cert.details.get("subject") or {}).get("error")
+        bad = cert.failing_order()
         print(f"FAIL: {cause}" if cause else
-              f"FAIL: {', '.join(cert.failed_checks())} (family-wise alpha {args.alpha:g}, Holm)")
+              f"FAIL: {', '.join(bad)} (family-wise alpha {args.alpha:g}, Holm; strongest first)\n"
+              + "\n".join(f"  {cert.describe(k)}" for k in bad))
         return 1
     return 0
