@@ -134,7 +134,7 @@ class Certificate:
         return sorted(bad, key=lambda k: (k != "subject", bad[k]))
 
     def describe(self, name: str) -> str:
-        """One check's own numbers: ``"name: TV .., chi2 = .. (df ..), p = <Holm-adjusted>, <its reason>"`` (a
+        """One check's own numbers: ``"name: TV .., chi2 = .. (df ..), <its reason>, p = <Holm-adjusted>"`` (a
         misbehaving subject: its cause)."""
         d = dict(self.details.get("exact" if name == "exact_law" else name, {}) or {})
         if name == "marginal":
@@ -151,10 +151,10 @@ class Certificate:
             parts.append(f"acceptance {d['acceptance']:.6g} vs alpha* {d['alpha_star']:.6g}")
         if d.get("statistic") is not None and d.get("df") is not None:   # a check with its own line says its df there
             parts.append(f"chi2 = {_fmt_num(d['statistic'], '.4g')} (df {d.get('df', '?')})")
+        if d.get("reason") and not d.get("error"):
+            parts.append(str(d["reason"]))
         if name in self.checks and name != "subject":   # a misbehaving subject is a cause, not a p-value
             parts.append(f"p = {holm(self.checks)[name]:.3g}")
-        if d.get("reason") and not d.get("error"):      # last: the longest part, where a one-line summary cuts
-            parts.append(str(d["reason"]))
         return f"{name}: " + ", ".join(parts)
 
     def equivalence(self) -> str | None:

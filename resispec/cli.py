@@ -48,13 +48,12 @@ def verbs(mods=None) -> dict[str, dict[str, str]]:
     return table
 
 
-def build_parser(spaced: bool = False) -> argparse.ArgumentParser:
-    """The ``resispec`` argument parser with every discovered subcommand (a verb's kinds parse, unlisted).
-
-    ``spaced``: a kind's usage and help name it ``resispec certify decoder`` (as the user typed it) rather
-    than ``resispec certify-decoder``.
-    """
+def build_parser() -> argparse.ArgumentParser:
+    """The ``resispec`` argument parser: one subcommand per plain command, and for a verb with kinds ONE parser
+    holding all its kinds' options (:class:`resispec.commands._verb.VerbParser`; ``select`` a kind before parsing,
+    ``finish`` the parsed namespace: :func:`main` does both)."""
     from . import __version__
+    from .commands._verb import VerbParser
 
     parser = argparse.ArgumentParser(prog="resispec", description="Exact multi-candidate speculative sampling.",
                                      allow_abbrev=False)
@@ -62,20 +61,26 @@ def build_parser(spaced: bool = False) -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     mods = _discover()
     table = verbs(mods)
-    kinds = {name: verb for verb, ks in table.items() for name in ks.values() if name != verb}
-    helps = {m.NAME: m.HELP for m in mods}
+    by_name = {m.NAME: m for m in mods}
+    kinds = {name for ks in table.values() for name in ks.values() if name not in table}
     for mod in mods:
-        listed = {} if mod.NAME in kinds else {"help": mod.HELP}      # a kind is listed under its verb's --help
-        epilog = None
+        if mod.NAME in kinds:                               # a kind: parsed by its verb's parser
+            continue
+        common = dict(description=getattr(mod, "__doc__", None) or mod.HELP, allow_abbrev=False,
+                      formatter_class=argparse.RawDescriptionHelpFormatter)   # --n is not --nodes
         if mod.NAME in table:
-            listed["help"] += f" [subjects: {', '.join(table[mod.NAME])}]"
+            ks = table[mod.NAME]
             epilog = "subjects (resispec %s KIND ...; each has its own --help):\n" % mod.NAME + "\n".join(
-                f"  {kind:10s} {helps[name]}" + (" (the default)" if name == mod.NAME else "")
-                for kind, name in table[mod.NAME].items())
-        prog = f"resispec {kinds[mod.NAME]} {mod.NAME.partition('-')[2]}" if spaced and mod.NAME in kinds else None
-        p = sub.add_parser(mod.NAME, description=getattr(mod, "__doc__", None) or mod.HELP, epilog=epilog,
-                           formatter_class=argparse.RawDescriptionHelpFormatter, **({"prog": prog} if prog else {}),
-                           allow_abbrev=False, **listed)   # --n is not --nodes, --temperature not --temperatures
+                f"  {kind:10s} {by_name[name].HELP}" + (" (the default)" if name == mod.NAME else "")
+                for kind, name in ks.items())
+            sub._parser_class = VerbParser
+            try:
+                sub.add_parser(mod.NAME, help=f"{mod.HELP} [subjects: {', '.join(ks)}]", epilog=epilog,
+                               kinds={kind: by_name[name] for kind, name in ks.items()}, **common)
+            finally:
+                sub._parser_class = argparse.ArgumentParser
+            continue
+        p = sub.add_parser(mod.NAME, help=mod.HELP, **common)
         mod.add_arguments(p)
         p.set_defaults(_run=mod.run, _name=mod.NAME, _supervised=getattr(mod, "SUPERVISED", False))
     return parser
@@ -110,14 +115,41 @@ def _below_one(parser, args) -> str | None:
     return None
 
 
-def join_verb(argv: list[str], table: dict | None = None) -> list[str]:
-    """``["certify", "decoder", ...]`` -> ``["certify-decoder", ...]``; ``["certify", "verifiers", ...]`` ->
-    ``["certify", ...]``; anything else unchanged (``table``: :func:`verbs`, computed when not given)."""
-    if len(argv) >= 2:
-        kinds = (verbs() if table is None else table).get(argv[0], {})
-        if argv[1] in kinds:
-            return [kinds[argv[1]], *argv[2:]]
-    return list(argv)
+def split_verb(argv: list[str], table: dict | None = None) -> tuple[str | None, str | None, str | None, list[str]]:
+    """``(verb, kind, as typed, rest)`` of a command line: ``["certify", "decoder", ...]`` -> ``("certify",
+    "decoder", "certify decoder", [...])``; ``["certify", "--n", "5"]`` -> the verb's default kind, typed
+    ``"certify"``; the hyphenated ``["certify-decoder", ...]`` (committed reports quote it) likewise; anything
+    else ``(None, None, None, argv)``.  ValueError for a subject the verb does not have."""
+    table = verbs() if table is None else table
+    if argv and argv[0] in table:
+        kinds = table[argv[0]]
+        if len(argv) >= 2 and not argv[1].startswith("-"):
+            if argv[1] not in kinds:
+                raise ValueError(f"unknown subject {argv[1]!r}; choose one of {', '.join(kinds)} "
+                                 f"(resispec {argv[0]} --help)")
+            return argv[0], argv[1], f"{argv[0]} {argv[1]}", argv[2:]
+        return argv[0], next(iter(kinds)), argv[0], argv[1:]
+    for verb, kinds in table.items():
+        for kind, name in kinds.items():
+            if argv and argv[0] == name:
+                return verb, kind, name, argv[1:]
+    return None, None, None, list(argv)
+
+
+def parse(argv: list[str]) -> tuple[argparse.ArgumentParser, argparse.Namespace]:
+    """``(parser, args)`` of a command line, a verb's kind selected and finished (its defaults filled, another
+    kind's option refused); ``args.command`` is the command as typed (``"certify decoder"``).  Raises ValueError
+    for a verb's unknown subject and SystemExit as argparse does (usage errors: 2, ``--help``: 0)."""
+    verb, kind, typed, rest = split_verb(argv)
+    parser = build_parser()
+    if verb:
+        vp = parser._subparsers._group_actions[0].choices[verb]
+        vp.select(kind, f"resispec {typed}")
+    args = parser.parse_args([verb, *rest] if verb else argv)
+    if verb:
+        vp.finish(args)
+        args.command = typed
+    return parser, args
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -132,25 +164,16 @@ def main(argv: list[str] | None = None) -> int:
 def _main(argv: list[str] | None) -> int:
     program = argv is None
     argv = sys.argv[1:] if argv is None else list(argv)
-    table = verbs()
-    kinds = table.get(argv[0], {}) if argv else {}
-    if len(argv) >= 2 and kinds and not argv[1].startswith("-") and argv[1] not in kinds:
-        print(f"resispec {argv[0]}: error: unknown subject {argv[1]!r}; choose one of {', '.join(kinds)} "
-              f"(resispec {argv[0]} --help)", file=sys.stderr)
-        return 2
-    typed = " ".join(argv[:2]) if len(argv) >= 2 and argv[1] in kinds else None   # "certify decoder"
-    joined = join_verb(argv, table)
-    spaced = typed is not None
-    parser = build_parser(spaced)
     try:
-        args = parser.parse_args(joined)
+        parser, args = parse(argv)
+    except ValueError as exc:                 # an unknown subject of a verb
+        print(f"resispec {argv[0]}: error: {exc}", file=sys.stderr)
+        return 2
     except SystemExit as exc:  # argparse: usage error (2) or --help / --version (0), already printed
         return exc.code if isinstance(exc.code, int) else 2
     if not getattr(args, "_run", None):
         parser.print_help()
         return 2
-    if typed:
-        args.command = typed
     low = _below_one(parser, args)
     if low:
         print(f"resispec {args.command}: error: {low}", file=sys.stderr)

@@ -6,7 +6,9 @@
   and ``--V`` excepted: one or several values of the symbol), and where both spellings exist (``--temperature``,
   ``--temperatures``) the singular takes one value;
 - old names survive only as aliases listed in ``LEGACY`` (a committed report's command line still uses them), never
-  as a primary name.
+  as a primary name;
+- a verb's kinds share ONE option set (``resispec.commands._verb``): a name they both take is one option with one
+  meaning (building the parser refuses a kind that declares it differently), and a kind refuses another's option.
 
 docs/certify.md, "Option grammar", states the same rules.
 """
@@ -18,7 +20,7 @@ import re
 
 import pytest
 
-from resispec.cli import build_parser
+from resispec.cli import build_parser, main, parse
 from resispec.commands._args import ListAction
 
 #: legacy option string -> the primary option it aliases (kept for the committed reports' command lines)
@@ -48,7 +50,64 @@ OPTIONS = _options()
 
 
 def test_the_scan_sees_every_subcommand():
-    assert len({s for s, *_ in OPTIONS}) >= 14 and len(OPTIONS) > 150
+    assert {s for s, *_ in OPTIONS} >= {"certify", "bench", "audit", "decode", "drift", "families", "models"}
+    assert len(OPTIONS) > 120
+
+
+def test_a_verbs_kinds_share_one_option_set():
+    from resispec.commands._verb import VerbParser
+
+    parser = build_parser()
+    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    verbs = {name: sp for name, sp in sub.choices.items() if isinstance(sp, VerbParser)}
+    assert set(verbs) == {"certify", "bench"}
+    for sp in verbs.values():
+        flags = [a.option_strings[0] for a in sp._actions if a.option_strings]
+        assert len(flags) == len(set(flags))                       # each name once in the verb
+    shared = {a.option_strings[0] for a in verbs["certify"]._actions if len(verbs["certify"].owners.get(a.dest, ())) == 4}
+    assert {"--n", "--seed", "--alpha"} <= shared
+
+
+def test_a_kind_declaring_a_shared_name_differently_is_refused_when_the_parser_is_built():
+    import types
+
+    from resispec.commands._verb import VerbParser
+
+    def kind(declare):
+        return types.SimpleNamespace(add_arguments=declare, run=lambda a: 0, HELP="x", __doc__="x")
+
+    a = kind(lambda p: p.add_argument("--k", type=int, default=2))
+    b = kind(lambda p: p.add_argument("--k", action=ListAction, item_type=int))
+    with pytest.raises(ValueError, match="--k differs from the option of the same name in a .*one name, one meaning"):
+        VerbParser(prog="resispec v", kinds={"a": a, "b": b})
+    same = kind(lambda p: p.add_argument("--k", type=int, default=4, help="four"))
+    vp = VerbParser(prog="resispec v", kinds={"a": a, "same": same})
+    vp.select("same")
+    assert vp.finish(vp.parse_args([])).k == 4 and vp.finish(vp.parse_args(["--k", "3"])).k == 3
+    vp.select("a")
+    assert vp.finish(vp.parse_args([])).k == 2
+
+
+@pytest.mark.parametrize("argv, flag, owners", [
+    (["certify", "decoder", "--kernel", "m:k"], "--kernel", "coupled"),
+    (["certify", "--decoder", "m:f"], "--decoder", "decoder"),
+    (["certify", "stepwise", "--mutants"], "--mutants", "verifiers"),
+    (["bench", "verify", "--shapes", "2,1"], "--shapes", "trees"),
+    (["bench", "gap", "--target", "x"], "--target", "decode")])
+def test_another_kinds_option_is_refused_naming_its_kinds(argv, flag, owners, capsys):
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert f"{flag} is not an option of `{argv[0]} {argv[1] if not argv[1].startswith('-') else 'verifiers'}`" in err
+    assert f"it belongs to {owners}" in err
+
+
+def test_a_kinds_help_shows_its_own_options_with_its_own_defaults(capsys):
+    assert main(["certify", "coupled", "--help"]) == 0
+    out = capsys.readouterr().out
+    assert "--kernel" in out and "--decoder" not in out and "--mutants" not in out and "default 2" in out
+    assert main(["bench", "gap", "--help"]) == 0
+    out = capsys.readouterr().out
+    assert "--wor-k" in out and "--shapes" not in out and "SUPPRESS" not in out
 
 
 def test_no_primary_option_has_a_retired_name():
@@ -102,18 +161,17 @@ def test_draw_counts_are_n_and_pair_counts_are_nodes():
 
 
 def test_legacy_aliases_still_parse_to_the_same_value():
-    parser = build_parser()
     for old, new, dest in (
-            (["bench-gap", "--T", "0.7,1.5"], ["bench-gap", "--temperatures", "0.7,1.5"], "T"),
+            (["bench-gap", "--T", "0.7,1.5"], ["bench", "gap", "--temperatures", "0.7,1.5"], "temperatures"),
             (["certify", "--family", "zipf"], ["certify", "--families", "zipf"], "family"),
             (["certify", "--samples", "2e5"], ["certify", "--n", "2e5"], "samples"),
             (["certify-decoder", "--decoder", "m:f", "--samples", "300"],
              ["certify-decoder", "--decoder", "m:f", "--n", "300"], "samples"),
             (["certify", "--proxy", "draft"], ["certify", "--proxies", "draft"], "proxy"),
-            (["bench", "--n-samples", "64"], ["bench", "--n", "64"], "n_samples"),
-            (["bench-accept", "--mc-samples", "64"], ["bench-accept", "--n", "64"], "mc_samples"),
-            (["bench-decode", "--score", "all"], ["bench-decode", "--scores", "all"], "score")):
-        assert getattr(parser.parse_args(old), dest) == getattr(parser.parse_args(new), dest)
+            (["bench", "--n-samples", "64"], ["bench", "--n", "64"], "samples"),
+            (["bench-accept", "--mc-samples", "64"], ["bench", "accept", "--n", "64"], "samples"),
+            (["bench-decode", "--score", "all"], ["bench", "decode", "--scores", "all"], "score")):
+        assert getattr(parse(old)[1], dest) == getattr(parse(new)[1], dest)
 
 
 def test_no_option_is_reached_by_an_abbreviation():

@@ -13,20 +13,22 @@ def test_every_hyphenated_command_is_a_kind_of_its_verb():
     assert table["certify"] == {"verifiers": "certify", "coupled": "certify-coupled", "decoder": "certify-decoder",
                                 "stepwise": "certify-stepwise"}
     assert set(table["bench"]) == {"trees", "accept", "decode", "gap", "verify"}
-    parser = cli.build_parser()
+    choices = cli.build_parser()._subparsers._group_actions[0].choices
+    assert not {name for kinds in table.values() for name in kinds.values()} - set(table) & set(choices)
     for verb, kinds in table.items():
         for kind, name in kinds.items():
-            assert cli.join_verb([verb, kind, "--help"]) == [name, "--help"]
-            assert parser._subparsers._group_actions[0].choices[name].prog == f"resispec {name}"
-            spaced = cli.build_parser(spaced=True)._subparsers._group_actions[0].choices[name]
-            assert spaced.prog == (f"resispec {verb} {kind}" if name != verb else f"resispec {verb}")
+            assert cli.split_verb([verb, kind, "--help"]) == (verb, kind, f"{verb} {kind}", ["--help"])
+            assert cli.split_verb([name, "--n", "5"])[:2] == (verb, kind)        # the hyphenated spelling
+            parser, args = cli.parse([verb, kind] + (["--kernel", "m:k"] if kind == "coupled" else []))
+            assert args.command == f"{verb} {kind}" and args._kind == kind
 
 
-def test_join_verb_leaves_everything_else_alone():
-    assert cli.join_verb(["certify", "--n", "100"]) == ["certify", "--n", "100"]
-    assert cli.join_verb(["certify-decoder", "--decoder", "m:f"]) == ["certify-decoder", "--decoder", "m:f"]
-    assert cli.join_verb(["audit", "vllm"]) == ["audit", "vllm"]
-    assert cli.join_verb([]) == []
+def test_split_verb_leaves_everything_else_alone():
+    assert cli.split_verb(["certify", "--n", "100"]) == ("certify", "verifiers", "certify", ["--n", "100"])
+    assert cli.split_verb(["audit", "vllm"]) == (None, None, None, ["audit", "vllm"])
+    assert cli.split_verb([]) == (None, None, None, [])
+    with pytest.raises(ValueError, match="unknown subject 'bogus'"):
+        cli.split_verb(["certify", "bogus"])
 
 
 def test_help_lists_verbs_and_their_subjects(capsys):
@@ -51,14 +53,21 @@ def test_both_spellings_run_the_same_command(argv, who, capsys):
 def test_a_count_below_one_is_refused_for_every_command(capsys):
     from resispec.commands._args import count
 
+    from resispec.commands._verb import VerbParser
+
     parser = cli.build_parser()
     for name, sub in parser._subparsers._group_actions[0].choices.items():
-        required = [a for x in sub._actions if x.required and x.option_strings for a in (x.option_strings[0], "x")]
-        for action in sub._actions:
-            if action.type is count:
-                flag = action.option_strings[0]
-                assert cli.main([name, *required, flag, "0"]) == 2, (name, flag)
-                assert capsys.readouterr().err.strip().endswith(f"{flag} must be a whole number >= 1 (a count), got 0")
+        for kind in (sub.kinds if isinstance(sub, VerbParser) else [None]):
+            actions = sub.kind_actions(kind) if kind else sub._actions
+            required = ([a for d in sub.kind_required[kind] for a in (sub._flag(d), "x")] if kind else
+                        [a for x in sub._actions if x.required and x.option_strings for a in (x.option_strings[0], "x")])
+            for action in actions:
+                if action.type is count:
+                    flag = action.option_strings[0]
+                    argv = [name, *([kind] if kind else []), *required, flag, "0"]
+                    assert cli.main(argv) == 2, argv
+                    assert capsys.readouterr().err.strip().endswith(f"{flag} must be a whole number >= 1 (a count), "
+                                                                    "got 0"), argv
 
 
 def test_an_unknown_subject_is_named_with_the_choices(capsys):
@@ -73,9 +82,16 @@ def test_an_unknown_subject_is_named_with_the_choices(capsys):
 
 def test_help_examples_use_the_verbs():
     """The examples in every subcommand's --help are the form the top-level help lists."""
-    parser = cli.build_parser(spaced=True)
+    from resispec.commands._verb import VerbParser
+
+    parser = cli.build_parser()
+    helps = []
     for name, sub in parser._subparsers._group_actions[0].choices.items():
-        text = sub.format_help()
+        for kind in (sub.kinds if isinstance(sub, VerbParser) else [None]):
+            if kind:
+                sub.select(kind)
+            helps.append((f"{name} {kind or ''}", sub.format_help()))
+    for name, text in helps:
         for hyphenated in ("certify-coupled", "certify-decoder", "certify-stepwise", "bench-accept", "bench-gap",
                            "bench-verify", "bench-decode"):
             assert f"resispec {hyphenated}" not in text, (name, hyphenated)

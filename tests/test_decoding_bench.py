@@ -177,9 +177,9 @@ def test_bench_decode_out_must_not_be_its_own_json(tmp_path, capsys):
 
 
 def test_bench_decode_default_output_is_not_the_shipped_report():
-    from resispec.cli import build_parser
+    from resispec.cli import parse
 
-    args = build_parser().parse_args(["bench-decode"])
+    _, args = parse(["bench", "decode"])
     assert not str(args.out).startswith("reports")
 
 

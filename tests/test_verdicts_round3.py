@@ -488,7 +488,7 @@ def test_bad_input_is_exit_2_naming_it(args, words, tmp_path, monkeypatch, capsy
 
 
 def test_certify_decoder_takes_a_seed_sequence_as_the_other_kinds_do():
-    from resispec.cli import build_parser
+    from resispec.cli import parse
 
-    args = build_parser().parse_args(["certify-decoder", "--seed", "0,3"])
+    _, args = parse(["certify", "decoder", "--seed", "0,3"])
     assert args.seed == [0, 3]

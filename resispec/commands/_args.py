@@ -222,6 +222,29 @@ def count(text: str) -> int:
     return int(d)
 
 
+#: ``--dtype``'s values, one option for the verbs and commands that take it: what each takes (:func:`allowed`)
+DTYPES = ("auto", "float64", "float32", "bfloat16", "float16")
+
+
+def allowed(value, choices, flag: str, kind: str):
+    """``value`` if this kind takes it (a shared option's value another kind uses), else ValueError naming both."""
+    if value not in choices:
+        raise ValueError(f"{flag} {value} is not taken by {kind}; choose one of {', '.join(map(str, choices))}")
+    return value
+
+
+def one(value, flag: str, kind: str = "this subject"):
+    """The one value of a list option (``--k``, ``--V``, ``--verifier``: shared by a verb's kinds, a list where a kind
+    takes several) for a kind that takes one: ``[4]`` -> 4; a plain value (a caller's namespace) passes; None stays
+    None.  ValueError naming the flag for several."""
+    if isinstance(value, (list, tuple)):
+        if len(value) != 1:
+            raise ValueError(f"{flag} takes one value for {kind}, got {len(value)} ({', '.join(map(str, value))}); "
+                             "run it once per value")
+        return value[0]
+    return value
+
+
 def load_node(args, *, default_V: int):
     """``(p, q)`` of a command's node: the arrays ``p``, ``q`` of ``--pq FILE.npz``, or a random Dirichlet pair
     of ``--V`` tokens (``--concentration``, drawn from ``default_rng(--seed)``).  ValueError naming the flag."""

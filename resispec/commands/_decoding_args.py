@@ -11,7 +11,11 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from ._args import seed_int
+from ._args import DTYPES, allowed, seed_int
+
+
+#: the weight dtypes a model loads in (``--dtype``, whose values are shared with ``bench verify``: DTYPES)
+MODEL_DTYPES = ("float32", "bfloat16", "float16")
 
 
 def add_model_args(p) -> None:
@@ -26,8 +30,8 @@ def add_model_args(p) -> None:
                    "or 'head' (an EAGLE-style head reading the target's own features, trained once here on the "
                    "standard library: ~30 min on 2 idle cores (target forwards, then training; over 1 h when the cores are "
                    "busy); docs/decoding.md)")
-    g.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"],
-                   help="weight dtype (default float32; on a CPU without AVX512-BF16 / AMX half precision is "
+    g.add_argument("--dtype", default="float32", choices=DTYPES,
+                   help="weight dtype: float32, bfloat16 or float16 (default float32; on a CPU without AVX512-BF16 / AMX half precision is "
                         "emulated and multi-token passes are slow: a warning says so, docs/decoding.md)")
     g.add_argument("--device", default="auto", help="auto (CUDA when present), cpu, cuda, cuda:N")
     g.add_argument("--threads", type=int, default=0,
@@ -86,6 +90,7 @@ def validate(args):
     """
     from ..decoding.models import resolve_device
 
+    allowed(args.dtype, MODEL_DTYPES, "--dtype", "a model (its weights)")
     sampling = sampling_config(args)
     positive(args, "max_new_tokens")
     positive(args, "seed", 0)

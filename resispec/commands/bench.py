@@ -15,8 +15,9 @@ from __future__ import annotations
 import shlex
 import sys
 import time
+from pathlib import Path
 
-from ._args import ListAction, check_out, count, seed_int, stem
+from ._args import ListAction, check_out, count, one, seed_int, stem
 
 NAME = "bench"
 KIND = "trees"   # `resispec bench` = `resispec bench trees` (resispec.cli.verbs)
@@ -29,14 +30,15 @@ def add_arguments(parser):
     from ..bench.defaults import TREES_TEMPERATURES as DEFAULT_TEMPERATURES
 
     parser.add_argument("--families", action=ListAction, default=list(DEFAULT_FAMILIES), help="pair families")
-    parser.add_argument("--temperatures", action=ListAction, item_type=float, default=list(DEFAULT_TEMPERATURES),
+    parser.add_argument("--temperatures", "--T", dest="temperatures", action=ListAction, item_type=float, default=list(DEFAULT_TEMPERATURES),
                         help="temperatures the pair families are drawn at, comma- or space-separated (default: "
                              f"{','.join(f'{t:g}' for t in DEFAULT_TEMPERATURES)})")
     parser.add_argument("--shapes", action=ListAction, sep=None, default=list(DEFAULT_SHAPES),
                         help="tree shapes, e.g. 4,2,2,1 or wor:8,4 (without replacement)")
-    parser.add_argument("--V", type=int, default=1000, help="vocabulary size of synthetic families (default 1000)")
-    parser.add_argument("--nodes", dest="n", type=int, default=32, help="(p, q) pairs per family and temperature (default 32)")
-    parser.add_argument("--n", "--n-samples", dest="n_samples", type=count, default=128, metavar="N",
+    parser.add_argument("--V", action=ListAction, item_type=int, default=1000,
+                        help="vocabulary size of synthetic families (one value; default 1000)")
+    parser.add_argument("--nodes", type=int, default=32, help="(p, q) pairs per family and temperature (default 32)")
+    parser.add_argument("--n", "--samples", "--n-samples", "--mc-samples", dest="samples", type=count, default=128, metavar="N",
                         help="candidate tuples per pair for without-replacement Monte Carlo (default 128)")
     parser.add_argument("--seed", type=seed_int, default=0)
     parser.add_argument("--path-rules", action=ListAction, default=None,
@@ -44,14 +46,16 @@ def add_arguments(parser):
                         "token, traversal, traversal_resispec; 'none' leaves them out)")
     parser.add_argument("--n-trees", type=int, default=128,
                         help="sampled trees per cell for the path-level rules (default 128)")
-    parser.add_argument("--out", default="reports", help="output folder (default reports/)")
+    parser.add_argument("--out", default="reports", metavar="PATH", help="output folder (default reports/)")
     parser.add_argument("--stem", default="bench", type=stem, help="file name stem (default bench)")
     parser.add_argument("--no-progress", action="store_true", help="hide the progress bar")
-    parser.add_argument("--from-json", default=None, metavar="PATH",
+    parser.add_argument("--from-json", nargs="+", action="extend", type=Path, default=None, metavar="JSON",
                         help="re-render the markdown report from a previous bench JSON (no recomputation)")
 
 
 def run(args) -> int:
+    args.V = one(args.V, "--V", "bench trees")
+    args.from_json = one(args.from_json, "--from-json", "bench trees")
     check_out(args.out, "--out", folder=True, files=(f"{args.stem}.md", f"{args.stem}.json"))   # before any work
     from pathlib import Path
 
@@ -80,7 +84,7 @@ def run(args) -> int:
         print(f"wrote {md}")
         return 0
 
-    for name, val, lo in (("--V", args.V, 2), ("--nodes", args.n, 1), ("--n", args.n_samples, 2)):
+    for name, val, lo in (("--V", args.V, 2), ("--nodes", args.nodes, 1), ("--n", args.samples, 2)):
         if val < lo:
             raise ValueError(f"{name} must be >= {lo}, got {val}")
     from ..trees import MAX_TREE_NODES
@@ -104,11 +108,11 @@ def run(args) -> int:
         raise ValueError(f"--path-rules / --n-trees: {exc}") from None
     t0 = time.perf_counter()
     rows = run_bench(families=args.families, temperatures=args.temperatures, shapes=args.shapes, V=args.V,
-                     n=args.n, n_samples=args.n_samples, seed=args.seed, progress=not args.no_progress,
+                     n=args.nodes, n_samples=args.samples, seed=args.seed, progress=not args.no_progress,
                      path_rules=rules, n_trees=args.n_trees)
     seconds = time.perf_counter() - t0
     settings = {"families": list(args.families), "temperatures": list(args.temperatures), "shapes": list(args.shapes),
-                "V": args.V, "n": args.n, "n_samples": args.n_samples, "seed": args.seed,
+                "V": args.V, "n": args.nodes, "n_samples": args.samples, "seed": args.seed,
                 "path_rules": list(rules), "n_trees": args.n_trees}
     cmd = ("resispec " + " ".join(shlex.quote(a) for a in sys.argv[1:])) if sys.argv[1:2] == ["bench"] else "resispec bench"
     out = Path(args.out)

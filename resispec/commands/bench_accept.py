@@ -28,17 +28,17 @@ def add_arguments(parser):
     parser.add_argument("--V", action=ListAction, item_type=int, default=list(DEFAULT_V),
                         help="comma-separated vocabulary sizes for synthetic families (default: %(default)s)")
     parser.add_argument("--k", action=ListAction, item_type=int, default=list(DEFAULT_K), help="comma-separated candidate counts")
-    parser.add_argument("--temperatures", "--T", dest="T", action=ListAction, item_type=float, default=list(DEFAULT_T),
+    parser.add_argument("--temperatures", "--T", dest="temperatures", action=ListAction, item_type=float, default=list(DEFAULT_T),
                         help="comma-separated temperatures (--T: the old name)")
     parser.add_argument("--nodes", type=int, default=8, help="nodes per cell (default: %(default)s)")
     parser.add_argument("--verifiers", action=ListAction, default=None,
                         help="comma-separated verifiers (default: every iid-capable one)")
     parser.add_argument("--lp-max-V", type=int, default=1000,
                         help="run the sequential-optimum LP only when V <= this (0: never; default %(default)s)")
-    parser.add_argument("--n", "--mc-samples", dest="mc_samples", type=count, default=20000, metavar="N",
+    parser.add_argument("--n", "--samples", "--n-samples", "--mc-samples", dest="samples", type=count, default=20000, metavar="N",
                         help="draws per node for verifiers with no exact acceptance formula")
     parser.add_argument("--seed", type=seed_int, default=0)
-    parser.add_argument("--out", default="reports/bench_accept.md",
+    parser.add_argument("--out", default="reports/bench_accept.md", metavar="PATH",
                         help="markdown report path; JSON goes beside it (default: %(default)s)")
     parser.add_argument("--no-progress", action="store_true", help="hide the progress bar")
 
@@ -47,9 +47,9 @@ def run(args) -> int:
     check_out(args.out, "--out", json_beside=True)     # before any work
     from ..bench.accept import bench_accept, write_reports
 
-    table = bench_accept(families=args.families, Vs=args.V, ks=args.k, Ts=args.T, nodes=args.nodes,
+    table = bench_accept(families=args.families, Vs=args.V, ks=args.k, Ts=args.temperatures, nodes=args.nodes,
                          seed=args.seed, verifiers=args.verifiers, lp_max_V=args.lp_max_V,
-                         mc_samples=args.mc_samples, progress=not args.no_progress)
+                         mc_samples=args.samples, progress=not args.no_progress)
     names = table.verifiers
     head = f"{'family':<14}{'V':>6}{'k':>3}{'T':>5} " + "".join(f"{n[:11]:>12}" for n in names) + \
         f"{'alpha*':>9}{'seqLP':>9}{'gap kseq':>9}{'gap rsp':>9}{'gap LP':>9}"

@@ -71,12 +71,13 @@ def add_arguments(p) -> None:
     p.add_argument("--resume", action="store_true",
                    help="continue the stopped run whose report is --out: keep its finished prompts (every method "
                    "done), run the rest; the same options are required (a different one is an error naming it)")
-    p.add_argument("--out", type=Path, default=Path("bench-decode.md"),
+    p.add_argument("--out", default="bench-decode.md", metavar="PATH",
                    help="markdown report, strict JSON beside it (default bench-decode.md; the shipped report is "
                    "reports/decode.md, written only when named here)")
 
 
 def run(args) -> int:
+    args.out = Path(args.out)
     from .._io import check_output_path, check_report_path
     from ..bench.decode import format_table, run_bench, score_names, write_report
     from ..trees import TreeShape

@@ -12,7 +12,7 @@ from __future__ import annotations
 import shlex
 import sys
 
-from ._args import ListAction, check_out, count, seed_int  # noqa: E402
+from ._args import ListAction, check_out, count, one, seed_int  # noqa: E402
 
 NAME = "bench-gap"
 HELP = "acceptance of resispec (look-ahead, without-replacement) against the sequential optimum and alpha*"
@@ -25,30 +25,32 @@ def add_arguments(parser):
     from ..bench.defaults import GAP_WOR_K as DEFAULT_WOR_K
 
     parser.add_argument("--families", action=ListAction, default=list(DEFAULT_FAMILIES), help="comma-separated families")
-    parser.add_argument("--temperatures", "--T", dest="T", action=ListAction, item_type=float, default=list(DEFAULT_T),
+    parser.add_argument("--temperatures", "--T", dest="temperatures", action=ListAction, item_type=float, default=list(DEFAULT_T),
                         help="comma-separated temperatures (--T: the old name)")
     parser.add_argument("--k", action=ListAction, item_type=int, default=list(DEFAULT_K), help="iid candidate counts (default %(default)s)")
     parser.add_argument("--wor-k", action=ListAction, item_type=int, default=list(DEFAULT_WOR_K),
                         help="without-replacement candidate counts (default %(default)s)")
-    parser.add_argument("--V", type=int, default=1000, help="vocabulary of the main tables (default %(default)s)")
+    parser.add_argument("--V", action=ListAction, item_type=int, default=1000,
+                        help="vocabulary of the main tables (one value; default %(default)s)")
     parser.add_argument("--V-small", type=int, default=8, help="vocabulary of the small WOR cases (default %(default)s)")
     parser.add_argument("--nodes", type=int, default=4, help="nodes per cell (default %(default)s)")
     parser.add_argument("--small-nodes", type=int, default=6, help="nodes per small WOR cell (default %(default)s)")
-    parser.add_argument("--n", "--samples", dest="samples", type=count, default=500, metavar="N",
+    parser.add_argument("--n", "--samples", "--n-samples", "--mc-samples", dest="samples", type=count, default=500, metavar="N",
                         help="Monte Carlo draws per node for WOR cells past exact computation (default %(default)s)")
     parser.add_argument("--sections", action=ListAction, default=["iid", "wor", "wor_small"],
                         help="comma-separated subset of iid,wor,wor_small")
     parser.add_argument("--no-lp", action="store_true", help="skip the iid sequential LP")
     parser.add_argument("--seed", type=seed_int, default=0)
-    parser.add_argument("--out", default="reports/bench_gap.md", help="markdown path; JSON beside it")
+    parser.add_argument("--out", default="reports/bench_gap.md", metavar="PATH", help="markdown path; JSON beside it")
     parser.add_argument("--no-progress", action="store_true")
 
 
 def run(args) -> int:
+    args.V = one(args.V, "--V", "bench gap")
     check_out(args.out, "--out", json_beside=True)     # before any work
     from ..bench.gap import bench_gap, to_markdown, write_reports
 
-    table = bench_gap(families=args.families, Ts=args.T, ks=args.k, wor_ks=args.wor_k, V=args.V,
+    table = bench_gap(families=args.families, Ts=args.temperatures, ks=args.k, wor_ks=args.wor_k, V=args.V,
                       V_small=args.V_small, nodes=args.nodes, small_nodes=args.small_nodes, seed=args.seed,
                       samples=args.samples, lp=not args.no_lp, sections=tuple(args.sections),
                       progress=not args.no_progress)

@@ -13,7 +13,7 @@ from __future__ import annotations
 import shlex
 import sys
 
-from ._args import ListAction, check_out, seed_int  # noqa: E402
+from ._args import DTYPES, ListAction, allowed, check_out, one, seed_int  # noqa: E402
 
 NAME = "bench-verify"
 HELP = "nodes verified per second, numpy vs torch, with the ResiSpec-over-rrs cost ratio"
@@ -21,10 +21,11 @@ HELP = "nodes verified per second, numpy vs torch, with the ResiSpec-over-rrs co
 
 def add_arguments(parser):
     parser.add_argument("--device", default="cpu", help="torch device: cpu, cuda, cuda:1 ... (default: %(default)s)")
-    parser.add_argument("--dtype", default="auto", choices=["auto", "float64", "float32"],
+    parser.add_argument("--dtype", default="auto", choices=DTYPES,
                         help="torch working dtype; auto = float64 on CPU, float32 on GPU (default: %(default)s)")
     parser.add_argument("--B", type=int, default=256, help="nodes per verify call (default: %(default)s)")
-    parser.add_argument("--V", type=int, default=151_936, help="vocabulary size (default: %(default)s)")
+    parser.add_argument("--V", action=ListAction, item_type=int, default=151_936,
+                        help="vocabulary size (one value; default: %(default)s)")
     parser.add_argument("--k", action=ListAction, item_type=int, default=[2, 4, 8], help="comma-separated candidate counts (default: 2,4,8)")
     parser.add_argument("--repeats", type=int, default=3,
                         help="timed calls per cell, best of; cells interleaved after one untimed warm-up call each "
@@ -44,7 +45,7 @@ def add_arguments(parser):
                         help="how candidates are drawn; without_replacement times rules for such drafts (rrs_wor, "
                              "target_only, the without-replacement resispec) against rrs_wor (default: %(default)s)")
     parser.add_argument("--seed", type=seed_int, default=0)
-    parser.add_argument("--out", default="reports/bench_verify.md",
+    parser.add_argument("--out", default="reports/bench_verify.md", metavar="PATH",
                         help="markdown report; JSON beside it (default: %(default)s)")
     parser.add_argument("--no-progress", action="store_true", help="hide the progress bar")
 
@@ -65,6 +66,8 @@ def _check_device(device: str) -> None:
 
 
 def run(args) -> int:
+    args.V = one(args.V, "--V", "bench verify")
+    allowed(args.dtype, ("auto", "float64", "float32"), "--dtype", "bench verify")
     check_out(args.out, "--out", json_beside=True)     # before any work
     if "torch" in args.backends:
         _check_device(args.device)

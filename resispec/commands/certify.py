@@ -47,7 +47,7 @@ CALIBRATION_FEW = 30
 def add_arguments(parser) -> None:
     from ._args import ListAction, count, seconds, seed
 
-    parser.add_argument("--verifier", action="append", metavar="NAME|MODULE:OBJECT",
+    parser.add_argument("--verifier", action="append", default=None, metavar="NAME|MODULE:OBJECT",
                         help="verifier to certify: a registry name, name[option=value,...], or an import path "
                              "module:object naming a Verifier instance, class or factory. module:object IMPORTS "
                              "AND RUNS that module's code (and the class or factory); the current directory is "

@@ -39,7 +39,7 @@ SUPERVISED = True
 
 
 def add_arguments(parser) -> None:
-    from ._args import count, seed
+    from ._args import ListAction, count, seconds, seed
 
     parser.add_argument("--kernel", required=True, metavar="NAME|MODULE:OBJECT",
                         help="the kernel: module:object (IMPORTS AND RUNS that module) or a registry name")
@@ -48,8 +48,10 @@ def add_arguments(parser) -> None:
     parser.add_argument("--convention", default=None, choices=["resispec", "sglang", "generator"],
                         help="how the kernel takes its coins (default: from its verify signature -- resispec for "
                         "uniforms=(B, k + 1), sglang for uniform_samples=, else generator: a seeded rng)")
-    parser.add_argument("--k", type=int, default=2, help="candidates per node (default 2)")
-    parser.add_argument("--n", type=count, default=100_000, metavar="N", help="coupled draws, e.g. 1e5 (default 100,000)")
+    parser.add_argument("--k", action=ListAction, item_type=int, metavar="K", default=2,
+                        help="candidates per node (one value; default 2)")
+    parser.add_argument("--n", "--samples", dest="samples", type=count, default=100_000, metavar="N",
+                        help="coupled draws, e.g. 1e5 (default 100,000)")
     parser.add_argument("--alpha", type=float, default=1e-3, help="1 - confidence of the TV bound (default 1e-3)")
     parser.add_argument("--seed", type=seed, default=0, metavar="S",
                         help="seed: an integer >= 0 or a sequence such as 0,3 (= SeedSequence([0, 3])); default 0")
@@ -65,7 +67,7 @@ def add_arguments(parser) -> None:
                         "coupling' verdict (its pass: exit 0; its failure: exit 1)")
     parser.add_argument("--copies", action="store_true",
                         help="give the kernel writable (B, V) copies of p, q (default: read-only broadcast views)")
-    parser.add_argument("--time-limit", type=float, default=3600.0, metavar="SECONDS",
+    parser.add_argument("--time-limit", type=seconds, default=3600.0, metavar="SECONDS",
                         help="stop the coupled pass after this many seconds (default 3600); a kernel call that "
                         "never returns is stopped max(10, SECONDS) later and FAILs as a hang")
     parser.add_argument("--reference-check", default="auto", choices=["auto", "montecarlo", "none"],
@@ -81,8 +83,9 @@ def add_arguments(parser) -> None:
 def run(args) -> int:
     import exactness
 
-    from ._args import load_node
+    from ._args import load_node, one
 
+    args.k = one(args.k, "--k", "certify coupled")
     if args.k < 1:
         raise ValueError(f"--k must be >= 1, got {args.k}")
     if not 0 < args.alpha < 1:
@@ -105,7 +108,7 @@ def run(args) -> int:
 
     kernel = _load(args.kernel, "kernel")              # its module imported before the clock (a slow import is
     run_started(hard_limit(time_limit))                # not a hang); the supervisor's wall clock starts here
-    cert = exactness.certify_coupled(kernel, args.reference, p, q, args.k, n=args.n, alpha=args.alpha,
+    cert = exactness.certify_coupled(kernel, args.reference, p, q, args.k, n=args.samples, alpha=args.alpha,
                                      seed=args.seed, convention=args.convention, fallback=args.fallback,
                                      stop_after=args.stop_after, kernel_spec=args.kernel, copies=args.copies,
                                      time_limit=time_limit, reference_check=getattr(args, "reference_check", "auto"))

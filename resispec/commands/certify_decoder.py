@@ -73,7 +73,7 @@ def add_arguments(parser) -> None:
     parser.add_argument("--n", "--samples", dest="samples", type=count, default=None, metavar="N",
                         help="continuations per prompt (default: the n at which the joint test detects TV 0.02); "
                              "the summary's n is the total over the prompts")
-    parser.add_argument("--tv", type=float, default=None, help="TV to detect (plans n; warns if n is too small)")
+    parser.add_argument("--tv", type=float, default=None, metavar="X", help="TV to detect (plans n; warns if n is too small)")
     parser.add_argument("--alpha", type=float, default=1e-3, help="family-wise level over the checks (default 1e-3)")
     parser.add_argument("--seed", type=seed, default=0, metavar="S", help="seed: an integer >= 0 or a sequence such as 0,3 (default 0)")
     parser.add_argument("--time-limit", type=seconds, default=3600.0, metavar="SECONDS",

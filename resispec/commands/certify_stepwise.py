@@ -35,16 +35,17 @@ DEFAULT_VERIFIER = "resispec[drafting=without_replacement]"
 
 
 def add_arguments(parser) -> None:
-    from ._args import count, seed
+    from ._args import ListAction, count, seconds, seed
 
-    parser.add_argument("--verifier", default=DEFAULT_VERIFIER, metavar="NAME|MODULE:OBJECT",
+    parser.add_argument("--verifier", action="append", default=[DEFAULT_VERIFIER], metavar="NAME|MODULE:OBJECT",
                         help=f"name[option=value,...] or module:object (IMPORTS AND RUNS that module) of a verifier "
                         f"with step_plan (default {DEFAULT_VERIFIER})")
-    parser.add_argument("--k", type=int, default=4, help="candidates per node (default 4)")
-    budget = parser.add_mutually_exclusive_group()
-    budget.add_argument("--tv", type=float, default=None,
-                        help="the TV bound to certify; the draws are planned from it (default 1e-3)")
-    budget.add_argument("--n", type=count, default=None, metavar="N", help="draws instead of --tv, e.g. 1e4")
+    parser.add_argument("--k", action=ListAction, item_type=int, metavar="K", default=4,
+                        help="candidates per node (one value; default 4)")
+    parser.add_argument("--tv", type=float, default=None, metavar="X",
+                        help="the TV bound to certify; the draws are planned from it (default 1e-3; not with --n)")
+    parser.add_argument("--n", "--samples", dest="samples", type=count, default=None, metavar="N",
+                        help="draws instead of --tv, e.g. 1e4")
     parser.add_argument("--alpha", type=float, default=1e-3, help="1 - confidence of the TV bound (default 1e-3)")
     parser.add_argument("--seed", type=seed, default=0, metavar="S",
                         help="seed: an integer >= 0 or a sequence such as 0,3; default 0")
@@ -53,8 +54,8 @@ def add_arguments(parser) -> None:
                         help="Dirichlet concentration of the random p, q (default 1.0)")
     parser.add_argument("--pq", default=None, metavar="FILE.npz",
                         help="use the node in this .npz (arrays p and q, shape (V,)) instead")
-    parser.add_argument("--workers", type=int, default=1, help="processes sharing the draws (default 1)")
-    parser.add_argument("--time-limit", type=float, default=None, metavar="SECONDS",
+    parser.add_argument("--workers", type=int, default=1, metavar="N", help="processes sharing the draws (default 1)")
+    parser.add_argument("--time-limit", type=seconds, default=None, metavar="SECONDS",
                         help="stop after this many seconds (the bound uses the draws run; INCONCLUSIVE if short); "
                         "a verify or step_plan call that never returns is stopped max(10, SECONDS) later and FAILs "
                         "as a hang (without --time-limit: after 2 x exactness.limits.MAX_SECONDS)")
@@ -64,11 +65,15 @@ def run(args) -> int:
     import exactness
     from exactness.certify_run import load_verifier
 
-    from ._args import load_node
+    from ._args import load_node, one
 
-    _, verifier = load_verifier(args.verifier)
+    spec = one(args.verifier, "--verifier", "certify stepwise")
+    args.k = one(args.k, "--k", "certify stepwise")
+    if args.samples is not None and args.tv is not None:
+        raise ValueError("give --n or --tv, not both (--tv plans the draws; --n fixes them)")
+    _, verifier = load_verifier(spec)
     if not callable(getattr(verifier, "step_plan", None)):
-        raise ValueError(f"--verifier {args.verifier!r} declares no step_plan(p_i, q_i, *, last): certify-stepwise "
+        raise ValueError(f"--verifier {spec!r} declares no step_plan(p_i, q_i, *, last): certify-stepwise "
                          "needs a verifier that declares its steps (the default does); use `resispec certify` or "
                          "`resispec certify coupled` for others")
     p, q = load_node(args, default_V=1000)
@@ -79,7 +84,7 @@ def run(args) -> int:
 
     limit = args.time_limit if args.time_limit else MAX_SECONDS
     run_started(hard_limit(limit) if 0 < limit < float("inf") else None)   # the supervisor's wall clock starts here
-    cert = exactness.certify_stepwise(verifier, p, q, args.k, n=args.n, tv=args.tv, alpha=args.alpha, seed=args.seed,
+    cert = exactness.certify_stepwise(verifier, p, q, args.k, n=args.samples, tv=args.tv, alpha=args.alpha, seed=args.seed,
                                       time_limit=args.time_limit, workers=args.workers)
     print(cert.summary())
     return {"PASS": 0, "FAIL": 1, "INCONCLUSIVE": 3}[cert.verdict]
