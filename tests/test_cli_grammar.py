@@ -197,3 +197,19 @@ def test_a_count_past_any_limit_is_refused_with_exit_2(capsys):
 
     assert main(["certify-stepwise", "--n", "1e400"]) == 2
     assert "MAX_COUNTED" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["certify", "coupled", "--kernel", "rrs", "--k", "2,4"], "--k takes one value for certify coupled, got 2"),
+    (["certify", "stepwise", "--verifier", "rrs", "--verifier", "kseq"], "--verifier takes one value for certify "
+                                                                        "stepwise"),
+    (["certify", "stepwise", "--n", "100", "--tv", "0.1"], "give --n or --tv, not both"),
+    (["bench", "gap", "--V", "10,20"], "--V takes one value for bench gap"),
+    (["bench", "verify", "--dtype", "float16"], "--dtype float16 is not taken by bench verify"),
+    (["certify", "--mutants", "--no-mutants"], "not allowed with argument")])
+def test_a_shared_option_a_kind_takes_once_or_in_part_is_refused(argv, message, capsys):
+    """A verb's shared list options (--k, --V, --verifier) take one value for a kind that needs one, a shared
+    --dtype only the values the kind takes, and exclusive options stay exclusive: each refused in one line, exit 2."""
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert message in err and "Traceback" not in err, err
