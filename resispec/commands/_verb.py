@@ -85,8 +85,8 @@ class VerbParser(argparse.ArgumentParser):
         """``render()`` with the selected kind's options only, each with that kind's help text and default."""
         saved = [(a, a.help, a.default) for a in self._actions]
         usage = self._get_formatter()
-        usage.add_usage(None, self.kind_actions(), [], prefix="")  # the kind's options (argparse's own usage
-        self.usage = usage.format_help().strip()                   # of a shared exclusive group would assert)
+        usage.add_usage(None, self.kind_actions(), [])   # the kind's options (argparse's own usage of a shared
+        self.usage = usage.format_help().strip().removeprefix("usage: ")    # exclusive group would assert)
         try:
             for a in self._actions:
                 if a.option_strings and a.dest != "help":
