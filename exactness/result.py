@@ -67,13 +67,13 @@ MORE = " (more: .report())"
 
 
 def fit_line(line: str, width: int = SUMMARY_WIDTH) -> str:
-    """``line`` if it fits in ``width`` columns, else cut after its last whole clause (at ``"; "``, ``", "`` or
-    ``" ("``; at a word when no clause ends in its second half), ``" ... (more: .report())"`` appended."""
+    """``line`` if it fits in ``width`` columns, else cut after its last whole clause (at ``"; "`` or ``", "``; at a
+    word when no clause ends in the last fifth of the room), ``" ... (more: .report())"`` appended."""
     if len(line) <= width:
         return line
     cut = line[:width - len(MORE) - 4]
-    clause = max(cut.rfind("; "), cut.rfind(", "), cut.rfind(" ("))     # a whole clause, not half a phrase
-    stop = clause if clause > width // 2 else max(cut.rfind(" "), cut.rfind(";"))
+    clause = max(cut.rfind("; "), cut.rfind(", "))     # after a whole clause, not half a phrase, unless
+    stop = clause if clause > 0.8 * len(cut) else max(cut.rfind(" "), cut.rfind(";"))   # that drops much more
     return (cut[:stop] if stop > width // 2 else cut).rstrip(" ;,:") + " ..." + MORE
 
 

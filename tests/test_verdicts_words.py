@@ -125,9 +125,9 @@ def test_json_report_is_strict_even_with_a_failed_cell_of_nan_numbers(good, tmp_
 # ------------------------------------------------------------------------------- the main job on a fresh clone
 
 def test_certify_writes_to_a_git_ignored_folder_by_default():
-    from resispec.cli import build_parser
+    from resispec.cli import parse
 
-    out = build_parser().parse_args(["certify"]).out
+    out = parse(["certify"])[1].out
     assert out.parts[0] == "certify-out" and out.name == "certify.md"
     assert "certify-out/" in (ROOT / ".gitignore").read_text().splitlines()
     if shutil.which("git") and (ROOT / ".git").exists():
