@@ -84,6 +84,25 @@ def announce(seconds: float | None, what: str | None = None) -> None:
         fn(seconds, what)
 
 
+#: Least seconds a subject's load (its module's import, its factory) is watched for (:func:`loading`): a slow
+#: import is not a hang, whatever a cell's limit.
+LOAD_GRACE = 30.0
+
+
+@contextmanager
+def loading(timeout: float | None, what: str):
+    """Within the block a subject is loaded (``what``: ``"loading --verifier mine:V"``): announced to
+    :data:`WATCHER` with ``max(timeout, LOAD_GRACE)`` seconds, so that under the CLI's supervisor an import that
+    never returns ends the run as a FAIL naming it (``timeout`` None / 0: not watched)."""
+    if timeout:
+        announce(max(float(timeout), LOAD_GRACE), what)
+    try:
+        yield
+    finally:
+        if timeout:
+            announce(None)
+
+
 #: The soft deadline of the run in progress (``time.monotonic()`` seconds), or None: see :func:`run_deadline`.
 _DEADLINE = {"at": None}
 

@@ -294,17 +294,33 @@ def run_mutants(*, seeds: int = 1, n: int | None = None, alpha: float = 1e-3, se
 
 
 def _load_watched(spec: str, timeout: float | None):
-    """``load_verifier(spec)``, its import watched like a cell (``exactness._timeout.announce``): under the CLI's
-    supervisor a module whose import or factory hangs past ``timeout + max(10 s, timeout)`` is the run's FAIL."""
-    from ._timeout import announce
+    """``load_verifier(spec)``, its import watched (``exactness._timeout.loading``): under the CLI's supervisor a
+    module whose import or factory hangs is the run's FAIL, after ``2 max(timeout, LOAD_GRACE)`` seconds."""
+    from ._timeout import loading
 
-    if timeout:
-        announce(timeout, f"loading --verifier {spec}")
-    try:
+    with loading(timeout, f"loading --verifier {spec}"):
         return load_verifier(spec)
-    finally:
-        if timeout:
-            announce(None)
+
+
+def _compile_built_ins(verifiers: list[tuple[str, object]]) -> None:
+    """Run each built-in verifier once on a tiny node, before any cell's time limit is armed: its numba kernels
+    compile here (about 20 s on a cold cache) rather than under a cell's ``--timeout``, whose alarm would stop an
+    exact verifier mid-compile (a FAIL) and leave numba's compiler state broken for the cells after it.  A
+    user's verifier is not run here (its own compile time is its cell's); anything raised is left to the cells."""
+    import resispec
+
+    from .verifier_cert import certify_verifier
+
+    built_in = set(resispec.available_verifiers())
+    p = np.array([0.3, 0.2, 0.1, 0.1, 0.1, 0.1, 0.05, 0.05])        # (V,) float64
+    q = np.array([0.1, 0.1, 0.2, 0.2, 0.1, 0.1, 0.1, 0.1])
+    for spec, v in verifiers:
+        if spec.split("[", 1)[0] not in built_in:
+            continue
+        try:                                                        # every path a cell takes, on a tiny budget
+            certify_verifier(v, p, q, 2, n=2_000, seed=0)
+        except Exception:                                           # the cells will meet it, and say so
+            pass
 
 
 def run_certify(verifier_specs: list[str] | None = None, *, ks=K_VALUES, n: int | None = None,
@@ -327,6 +343,8 @@ def run_certify(verifier_specs: list[str] | None = None, *, ks=K_VALUES, n: int 
     seed = base_seed(seed)
     specs = verifier_specs or resispec.available_verifiers()
     verifiers = [_load_watched(s, timeout) for s in specs]
+    if timeout:
+        _compile_built_ins(verifiers)
     t0 = time.perf_counter()
     nodes, notes = family_nodes(seed, families)
     if not nodes:

@@ -69,14 +69,14 @@ def cell_rows(grid: GridResult) -> list[tuple]:
                          _fmt(c.p_bh, ".3f"), "-", "-", "-", "-", "-", verdict, "-"))
             continue
         failed = c in failed_cells
-        verdict = "FAIL" if failed else f"no bias detected (detectable TV {_fmt(cert.detectable_tv, '.2g')})"
+        verdict = "FAIL" if failed else f"no bias detected (detectable TV {_fmt(cert.detectable_tv, '.3g')})"
         if failed:
             bad = "; ".join(cert.describe(name) for name in cert.failed_checks())
             if not c.acceptance_ok:
                 bad = "; ".join(x for x in (bad, f"acceptance {c.acceptance:.6g} > alpha* {c.alpha_star:.6g}") if x)
             verdict += f" ({bad})" if bad else ""
         rows.append((c.verifier, c.family, c.V, c.k, _exact_tv_cell(c), _fmt(cert.pvalue, ".3f"),
-                     _fmt(c.p_holm, ".3f"), _fmt(c.p_bh, ".3f"), f"{cert.n:,}", _fmt(cert.detectable_tv, ".3f"),
+                     _fmt(c.p_holm, ".3f"), _fmt(c.p_bh, ".3f"), f"{cert.n:,}", _fmt(cert.detectable_tv, ".3g"),
                      _fmt(c.acceptance, ".4f"), _fmt(c.alpha_star, ".4f"), _fmt(c.rrs_acceptance, ".4f"), verdict,
                      ", ".join(cert.skipped) or "-"))
     return rows

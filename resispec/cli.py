@@ -53,6 +53,7 @@ def build_parser() -> argparse.ArgumentParser:
     holding all its kinds' options (:class:`resispec.commands._verb.VerbParser`; ``select`` a kind before parsing,
     ``finish`` the parsed namespace: :func:`main` does both)."""
     from . import __version__
+    from .commands._args import HelpFormatter
     from .commands._verb import VerbParser
 
     parser = argparse.ArgumentParser(prog="resispec", description="Exact multi-candidate speculative sampling.",
@@ -67,7 +68,7 @@ def build_parser() -> argparse.ArgumentParser:
         if mod.NAME in kinds:                               # a kind: parsed by its verb's parser
             continue
         common = dict(description=getattr(mod, "__doc__", None) or mod.HELP, allow_abbrev=False,
-                      formatter_class=argparse.RawDescriptionHelpFormatter)   # --n is not --nodes
+                      formatter_class=HelpFormatter)                        # --n is not --nodes
         if mod.NAME in table:
             ks = table[mod.NAME]
             epilog = "subjects (resispec %s KIND ...; each has its own --help):\n" % mod.NAME + "\n".join(
@@ -145,7 +146,10 @@ def parse(argv: list[str]) -> tuple[argparse.ArgumentParser, argparse.Namespace]
     if verb:
         vp = parser._subparsers._group_actions[0].choices[verb]
         vp.select(kind, f"resispec {typed}")
-    args = parser.parse_args([verb, *rest] if verb else argv)
+    args, extra = parser.parse_known_args([verb, *rest] if verb else argv)
+    if extra:                                 # named by the command typed, not by the bare "resispec"
+        (vp if verb else _subparser(parser, args) if getattr(args, "_name", None) else parser).error(
+            f"unrecognized arguments: {' '.join(extra)}")
     if verb:
         vp.finish(args)
         args.command = typed

@@ -567,3 +567,21 @@ def test_a_run_with_more_tokens_than_its_calls_can_emit_is_refused(tmp_path):
     with pytest.raises(ValueError, match="target calls on tree"):
         load_result(bad)
     assert load_result(src).complete
+
+
+@pytest.mark.parametrize("spelling", ["resispec bench decode", "resispec bench-decode"])
+def test_resume_reads_the_command_as_typed_in_either_spelling(tmp_path, capsys, spelling):
+    """Round 6 (breaker): a stopped run started as `resispec bench decode` (what a user types, and what the run
+    records) was refused by --resume: "does not record the bench-decode command that made it"."""
+    from resispec.cli import main
+
+    pair = ModelPair(tiny_model("qwen2", seed=1, scale=3.0), tiny_model("qwen2", seed=2, scale=3.0), _Tok(), "t", "d")
+    res = run_bench(pair, [[1, 2, 3], [4, 5]], trees=["2,1"], verifiers=["rrs"], sampling=SamplingConfig(1.0),
+                    max_new_tokens=4, seeds=[0], progress=False, estimate=False, stop_at_eos=False)
+    res.complete, res.runs = False, res.runs[:3]
+    md, js = tmp_path / "r.md", tmp_path / "r.json"
+    write_report(res, md, js, command=f"{spelling} --ignore-eos --max-new-tokens 4 --trees 2,1")
+    assert main(["bench", "decode", "--resume", "--ignore-eos", "--target", "t", "--draft", "d", "--trees", "2,1",
+                 "--verifiers", "rrs", "--max-new-tokens", "7", "--out", str(md)]) == 2
+    err = capsys.readouterr().err
+    assert "does not record" not in err and "max_new_tokens: 4 there, 7 now" in err, err

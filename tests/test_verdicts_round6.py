@@ -61,6 +61,53 @@ def test_a_verifier_module_whose_import_hangs_fails_naming_the_load(tmp_path):
     assert "loading --verifier r6hangs:V began" in err and "was killed" in err, err
 
 
+def test_a_proxy_module_is_loaded_under_the_watch_too(monkeypatch):
+    """Breaker (round 6): `--proxies imphang:X` hung forever (its load was not announced)."""
+    from exactness import _timeout
+    from resispec.cli import main
+
+    said = []
+    monkeypatch.setattr(_timeout, "WATCHER", {"fn": lambda seconds, what: said.append((seconds, what))})
+    assert main(["certify", "--proxies", "no_such_module_r6:X", "--timeout", "5"]) == 2     # cannot load: exit 2
+    assert said == [(_timeout.LOAD_GRACE, "loading --proxies no_such_module_r6:X"), (None, None)], said
+
+
+def test_the_default_budget_is_checked_against_memory_before_anything_runs(capsys):
+    """Breaker (round 6): `certify --verifier rrs --k 9999` (the default 200,000 draws, ~30 GiB a cell) was killed
+    by the kernel's OOM killer as a FAIL of the exact rrs (exit 1); the same with --n 200000 was exit 2."""
+    from resispec.cli import main
+
+    assert main(["certify", "--verifier", "rrs", "--k", "9999", "--timeout", "0", "--no-mutants"]) == 2
+    err = capsys.readouterr().err
+    assert "the default --n 200,000" in err and "memory" in err, err
+
+
+def test_an_unknown_option_is_named_by_the_command_typed(capsys):
+    from resispec.cli import main
+
+    assert main(["certify", "coupled", "--kernel", "rrs", "--mc-samples", "5"]) == 2
+    assert "resispec certify coupled: error: unrecognized arguments: --mc-samples 5" in capsys.readouterr().err
+
+
+def test_a_failing_run_names_each_failing_cells_strongest_checks(tmp_path, capsys):
+    from exactness.mutants import CATALOGUE  # noqa: F401  (the catalogue's residual_is_p, by name)
+    from resispec.cli import main
+
+    (tmp_path / "r6biased.py").write_text("from exactness.mutants import CATALOGUE\nV = CATALOGUE['residual_is_p']\n")
+    import sys
+
+    sys.path.insert(0, str(tmp_path))
+    try:
+        rc = main(["certify", "--verifier", "r6biased:V", "--k", "2", "--families", "zipf", "--no-mutants",
+                   "--no-progress", "--out", str(tmp_path / "o" / "c.md")])
+    finally:
+        sys.path.remove(str(tmp_path))
+    out = capsys.readouterr().out
+    assert rc == 1
+    line = next(x for x in out.splitlines() if x.startswith("  r6biased:V / zipf / k = 2: "))
+    assert "p = " in line and "marginal" in line, line
+
+
 def test_each_cell_starts_the_wall_clock_again(tmp_path):
     """The supervisor reads every run_started: a new block, a new clock (a run of many quick cells is never killed),
     and None disarms it (the mutants and the reports after the last cell have no wall)."""

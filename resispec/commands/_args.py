@@ -267,3 +267,58 @@ def load_node(args, *, default_V: int):
         raise ValueError("--V must be >= 2 and --concentration > 0")
     rng = np.random.default_rng(args.seed)
     return rng.dirichlet(np.full(V, args.concentration)), rng.dirichlet(np.full(V, args.concentration))
+
+
+class HelpFormatter(argparse.RawDescriptionHelpFormatter):
+    """Every command's ``--help``: an option under its primary name only (the legacy aliases a committed report
+    quotes still parse, and are not taught), a metavar for what it takes (``N`` a count, ``X`` a number, ``K`` a
+    candidate count; else the dest), and its default when the help text does not state one."""
+
+    def _format_action_invocation(self, action):
+        if not action.option_strings:
+            return super()._format_action_invocation(action)
+        longs = [o for o in action.option_strings if o.startswith("--")]
+        names = ", ".join([o for o in action.option_strings if not o.startswith("--")] + longs[:1])
+        if action.nargs == 0:
+            return names
+        return f"{names} {self._format_args(action, self._get_default_metavar_for_optional(action))}"
+
+    def _get_default_metavar_for_optional(self, action):
+        item = getattr(action, "item_type", None)
+        if action.dest.endswith("k") and int in (action.type, item):
+            return "K"
+        if action.type in (int, count, seed_int) or item is int:
+            return "N"
+        if action.type is float or item is float:
+            return "X"
+        return super()._get_default_metavar_for_optional(action)
+
+    @staticmethod
+    def _shown(default, sep: str | None = ",") -> str:
+        if isinstance(default, (list, tuple)):      # items that hold commas (tree shapes) apart by spaces
+            return (sep or " ").join(HelpFormatter._shown(v) for v in default)
+        return f"{default:g}" if isinstance(default, float) else str(default)
+
+    @staticmethod
+    def _has_default(action) -> bool:
+        d = action.default
+        return not (d is None or d is False or d is argparse.SUPPRESS or action.nargs == 0
+                    or not action.option_strings or isinstance(d, (list, tuple)) and not d)
+
+    def _format_action(self, action):
+        if action.option_strings and not (action.help and action.help.strip()) and self._has_default(action):
+            saved, action.help = action.help, "\0"        # no help text: its default is still worth a line
+            try:
+                return super()._format_action(action)
+            finally:
+                action.help = saved
+        return super()._format_action(action)
+
+    def _get_help_string(self, action):
+        text = "" if action.help == "\0" else action.help or ""
+        shown = self._shown(action.default, getattr(action, "sep", ",")).replace("%", "%%")
+        if "%(default)s" in text:                           # a list default read as 2,4,8, not [2, 4, 8]
+            return text.replace("%(default)s", shown)
+        if "default" in text.lower() or not self._has_default(action):
+            return text
+        return (text + " " if text else "") + f"(default {shown})"

@@ -18,7 +18,10 @@ from ._args import DTYPES, allowed, seed_int
 MODEL_DTYPES = ("float32", "bfloat16", "float16")
 
 
-def add_model_args(p) -> None:
+def add_model_args(p, dtypes=MODEL_DTYPES) -> None:
+    """The model options; ``dtypes``: ``--dtype``'s choices (``bench decode`` shares the option with ``bench verify``:
+    ``DTYPES``, the model's own refused at run time by :func:`validate`).  ``--dtype`` and ``--device`` sit outside
+    the "models" group: a verb's other kinds take them too."""
     from ..decoding.fetch import DEFAULT_DRAFT, DEFAULT_TARGET
 
     g = p.add_argument_group("models")
@@ -30,10 +33,11 @@ def add_model_args(p) -> None:
                    "or 'head' (an EAGLE-style head reading the target's own features, trained once here on the "
                    "standard library: ~30 min on 2 idle cores (target forwards, then training; over 1 h when the cores are "
                    "busy); docs/decoding.md)")
-    g.add_argument("--dtype", default="float32", choices=DTYPES,
-                   help="weight dtype: float32, bfloat16 or float16 (default float32; on a CPU without AVX512-BF16 / AMX half precision is "
-                        "emulated and multi-token passes are slow: a warning says so, docs/decoding.md)")
-    g.add_argument("--device", default="auto", help="auto (CUDA when present), cpu, cuda, cuda:N")
+    p.add_argument("--dtype", default="float32", choices=dtypes,
+                   help="weight dtype: float32, bfloat16 or float16 (default float32; on a CPU without AVX512-BF16 / "
+                        "AMX half precision is emulated and multi-token passes are slow: a warning says so, "
+                        "docs/decoding.md)")
+    p.add_argument("--device", default="auto", help="auto (CUDA when present), cpu, cuda, cuda:N")
     g.add_argument("--threads", type=int, default=0,
                    help="torch CPU threads (0 = torch default; 1 is faster on an oversubscribed machine)")
     g.add_argument("--linear", default="auto", choices=["auto", "small-batch", "streamed", "torch"],

@@ -201,9 +201,10 @@ class _Watch:
         if self.overran:
             wall, what = self.overran
             began = f"{what} began" if what else "its timed run began"
-            _say(command, f"FAIL: the run was still going {wall:g} s after {began}, past the hard limit of its own "
-                          "time limit, and was killed: a subject that hangs where the run's alarm cannot stop it (one "
-                          "long C call, SIGALRM ignored, the alarm swallowed in a loop) is a FAIL")
+            _say(command, f"FAIL: the run was still going {wall:g} s after {began}, past its limit and a grace as "
+                          "long, and was killed: a subject that hangs where the run's alarm cannot stop it (one long C "
+                          "call, SIGALRM ignored, the alarm swallowed in a loop, an import that never returns) is a "
+                          "FAIL")
             return 1
         w = self.wstatus
         how = (f"was killed by signal {signal.Signals(os.WTERMSIG(w)).name}" if os.WIFSIGNALED(w) else

@@ -1,6 +1,7 @@
 """Block efficiency (tokens per target call) of every verifier on token trees x
 temperatures x pair families, with each verifier's ratio to the best baseline;
-writes reports/bench.md and reports/bench.json (the shipped reports: give --out to write elsewhere).
+writes bench-out/bench.md and bench-out/bench.json (a git-ignored folder; --out reports rewrites the shipped
+reports).
 
 Shapes are branching factors per depth ("4,2,2,1"); prefix "wor:" for
 without-replacement drafting ("wor:8,4").
@@ -46,7 +47,9 @@ def add_arguments(parser):
                         "token, traversal, traversal_resispec; 'none' leaves them out)")
     parser.add_argument("--n-trees", type=int, default=128,
                         help="sampled trees per cell for the path-level rules (default 128)")
-    parser.add_argument("--out", default="reports", metavar="PATH", help="output folder (default reports/)")
+    parser.add_argument("--out", default="bench-out", metavar="PATH",
+                        help="output folder (default bench-out/, git-ignored; --out reports updates the shipped "
+                             "report)")
     parser.add_argument("--stem", default="bench", type=stem, help="file name stem (default bench)")
     parser.add_argument("--no-progress", action="store_true", help="hide the progress bar")
     parser.add_argument("--from-json", nargs="+", action="extend", type=Path, default=None, metavar="JSON",

@@ -38,7 +38,7 @@ def add_arguments(parser):
     parser.add_argument("--n", "--samples", "--n-samples", "--mc-samples", dest="samples", type=count, default=20000, metavar="N",
                         help="draws per node for verifiers with no exact acceptance formula")
     parser.add_argument("--seed", type=seed_int, default=0)
-    parser.add_argument("--out", default="reports/bench_accept.md", metavar="PATH",
+    parser.add_argument("--out", default="bench-out/bench_accept.md", metavar="PATH",
                         help="markdown report path; JSON goes beside it (default: %(default)s)")
     parser.add_argument("--no-progress", action="store_true", help="hide the progress bar")
 

@@ -28,7 +28,7 @@ import shlex
 import sys
 from pathlib import Path
 
-from ._args import ListAction
+from ._args import DTYPES, ListAction
 from ._decoding_args import (add_model_args, add_prompt_args, add_sampling_args, check_models, check_prompt_source,
                              encode_prompts, load_pair, positive, prompt_texts, validate)
 
@@ -39,7 +39,7 @@ HELP = "benchmark real decoding: target-only vs every verifier (block efficiency
 def add_arguments(p) -> None:
     from ..bench.defaults import DECODE_VERIFIERS as DEFAULT_VERIFIERS
 
-    add_model_args(p)
+    add_model_args(p, DTYPES)
     add_sampling_args(p)
     add_prompt_args(p, default_limit=3)
     p.add_argument("--verifiers", action=ListAction, default=list(DEFAULT_VERIFIERS),
@@ -226,16 +226,21 @@ def _stopped_run(args, sampling):
         command = json.loads(js.read_text(encoding="utf-8")).get("command") or ""
     except (OSError, ValueError, AttributeError):
         command = ""
-    if not isinstance(command, str) or not command.startswith(f"resispec {NAME}"):
-        raise ValueError(f"--resume: {js} does not record the bench-decode command that made it; start a new run")
+    try:
+        words = shlex.split(command) if isinstance(command, str) else []
+    except ValueError:
+        words = []
+    rest = (words[3:] if words[:3] == ["resispec", "bench", "decode"] else     # as typed today
+            words[2:] if words[:2] == ["resispec", NAME] else None)           # older files
+    if rest is None:
+        raise ValueError(f"--resume: {js} does not record the bench decode command that made it; start a new run")
     if "stop_at_eos" not in old.config or "paired" not in old.config:   # older files: parse their command
         import argparse
-        import shlex as _sh
 
         parser = argparse.ArgumentParser(add_help=False)
-        add_arguments(parser)
+        add_arguments(parser)                             # this kind's options alone (no verb around them)
         try:
-            before = parser.parse_args(_sh.split(command)[2:])
+            before = parser.parse_args(rest)
         except (SystemExit, ValueError):
             raise ValueError(f"--resume: the command stored in {js} does not parse; start a new run") from None
         old.config.setdefault("stop_at_eos", not before.ignore_eos)

@@ -41,7 +41,7 @@ def add_arguments(parser):
                         help="comma-separated subset of iid,wor,wor_small")
     parser.add_argument("--no-lp", action="store_true", help="skip the iid sequential LP")
     parser.add_argument("--seed", type=seed_int, default=0)
-    parser.add_argument("--out", default="reports/bench_gap.md", metavar="PATH", help="markdown path; JSON beside it")
+    parser.add_argument("--out", default="bench-out/bench_gap.md", metavar="PATH", help="markdown path; JSON beside it")
     parser.add_argument("--no-progress", action="store_true")
 
 

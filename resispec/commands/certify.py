@@ -127,7 +127,7 @@ def _check_output(flag: str, path) -> None:
     check_output_path(path, flag)
 
 
-def _check_samples(n: int, ks) -> None:
+def _check_samples(n: int, ks, given: bool = True) -> None:
     """Refuse an absurd ``--n`` before running.
 
     Refused: more than ``exactness.limits.MAX_CELL_SAMPLES`` (1e9) draws per
@@ -152,9 +152,10 @@ def _check_samples(n: int, ks) -> None:
            else f"needs more than half of this machine's {ram / 2**30:.1f} GiB of memory" if ram and mem > ram / 2
            else None)
     if why:
-        raise ValueError(f"--n {n:,} {why}: one cell at k = {kmax} would hold ~{mem / 2**30:,.1f} GiB "
+        raise ValueError(f"{'--n' if given else 'the default --n'} {n:,} {why}: one cell at k = {kmax} would hold "
+                         f"~{mem / 2**30:,.1f} GiB "
                          f"(16 bytes per draw for tokens and accepted indices, plus 8 x (2k+1) bytes per draw of "
-                         f"uniforms per chunk); pass a smaller --n (the default 200,000 detects TV ~ 0.01)")
+                         f"uniforms per chunk); pass a smaller --n (the default 200,000 detects TV ~ 0.01) or --k")
 
 
 def _check_executor(executor, address) -> None:
@@ -255,8 +256,11 @@ def _check_args(args):
     if any(k < 1 or k > MAX_K for k in ks):
         raise ValueError(f"--k must lie in [1, {MAX_K}] (candidates per node), got {list(ks)}")
     do_mutants = args.mutants if args.mutants is not None else not args.verifier
-    if args.samples is not None:
-        _check_samples(args.samples, ks + (MUTANT_KS if do_mutants else ()))
+    if args.samples is not None or tv is None:        # the default budget too: --k 9999 at 200,000 draws is ~30 GiB
+        from exactness.verifier_cert import DEFAULT_N
+
+        _check_samples(DEFAULT_N if args.samples is None else args.samples, ks + (MUTANT_KS if do_mutants else ()),
+                       given=args.samples is not None)
     families = FAMILIES
     if args.family:
         from simulators.families import get_family
@@ -275,11 +279,13 @@ def _verifier_specs(args) -> list:
     if args.proxy:
         from resispec import PROXIES
 
+        from exactness._timeout import loading
         from exactness.certify_run import load_proxy
 
         paths = [name for name in args.proxy if ":" in name]   # rejection-dependent proxies (module:object)
         for path in paths:
-            load_proxy(path, "--proxies")   # fail now (exit 2), before any cell runs
+            with loading(args.timeout, f"loading --proxies {path}"):   # an import that hangs: the run's FAIL
+                load_proxy(path, "--proxies")   # fail now (exit 2), before any cell runs
         names = sorted(PROXIES) if "all" in args.proxy else [name for name in args.proxy if ":" not in name]
         for name in names:
             if name not in PROXIES:
@@ -329,6 +335,8 @@ def _print_outcome(grid, mutants, meta, args, t0) -> int:
         untested = grid.untested_verifiers()
         if untested:
             print(f"NOT TESTED (every cell skipped; see the table): {', '.join(untested)}")
+        for line in failing_cells(grid):
+            print(line)
         print(fail_line(grid, args.alpha))
         return 1
     if escaped:
@@ -341,6 +349,24 @@ def _print_outcome(grid, mutants, meta, args, t0) -> int:
           + (f"; {len(unsupported)} cell(s) not supported by the verifier (its supported_k), listed as skipped, "
              "not certified" if unsupported else ""))
     return 0
+
+
+def failing_cells(grid, most: int = 10) -> list[str]:
+    """A line per cell that found a bias (not one whose verifier misbehaved: those were printed as FAILED cells):
+    its strongest failing checks with their numbers (``Certificate.describe``), at most ``most`` cells."""
+    out = []
+    for c in grid.failed_cells():
+        cert = c.certificate
+        if "error" in cert.details:
+            continue
+        bad = cert.failing_order()
+        what = [cert.describe(k) for k in bad[:3]] + ([f"and {len(bad) - 3} more"] if len(bad) > 3 else [])
+        if not c.acceptance_ok:
+            what.append(f"acceptance {c.acceptance:.6g} above alpha* {c.alpha_star:.6g}")
+        out.append(f"  {c.verifier} / {c.family} / k = {c.k}: " + "; ".join(what or ["see the report"]))
+    if len(out) > most:
+        out = out[:most] + [f"  ... and {len(out) - most} more failing cells: see the report"]
+    return out
 
 
 def fail_line(grid, alpha: float) -> str:

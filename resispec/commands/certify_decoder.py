@@ -77,8 +77,9 @@ def add_arguments(parser) -> None:
     parser.add_argument("--alpha", type=float, default=1e-3, help="family-wise level over the checks (default 1e-3)")
     parser.add_argument("--seed", type=seed, default=0, metavar="S", help="seed: an integer >= 0 or a sequence such as 0,3 (default 0)")
     parser.add_argument("--time-limit", type=seconds, default=3600.0, metavar="SECONDS",
-                        help="stop the run after this many seconds and FAIL naming the call that did not return "
-                             "(default 3600; 0 = no limit)")
+                        help="no new call of the decoder starts after this many seconds: the run ends with exit 2 "
+                             "(nothing decided: raise it, or ask fewer draws); a call still running max(10, SECONDS) "
+                             "later is a hang, a FAIL naming it (default 3600; 0 = no limit)")
     parser.add_argument("--no-progress", action="store_true",
                         help="no progress on stderr (default: slow phases show a bar on a terminal, else a line "
                              "every ~10 s)")
@@ -274,7 +275,9 @@ def run(args) -> int:
     sec = time.perf_counter() - t0
     command = "resispec " + " ".join(shlex.quote(a) for a in sys.argv[1:]) if sys.argv[1:] else None
     print(terminal_table(cert))
-    print(cert.summary())
+    from exactness.result import MORE
+
+    print(cert.summary().replace(MORE, " (more: the report below)"))
     name = args.decoder or f"hf:{args.hf_target}" + (f" + {args.hf_draft}" if args.hf_draft else "")
     md = to_markdown(cert, title=f"Decoder certificate: {name}", command=command)
     png = io.BytesIO()

@@ -58,7 +58,7 @@ def add_arguments(parser) -> None:
     parser.add_argument("--time-limit", type=seconds, default=None, metavar="SECONDS",
                         help="stop after this many seconds (the bound uses the draws run; INCONCLUSIVE if short); "
                         "a verify or step_plan call that never returns is stopped max(10, SECONDS) later and FAILs "
-                        "as a hang (without --time-limit: after 2 x exactness.limits.MAX_SECONDS)")
+                        "as a hang (without --time-limit: after 7,200 s, twice exactness.limits.MAX_SECONDS)")
 
 
 def run(args) -> int:

@@ -1,5 +1,6 @@
 """Measure residual drift per chain step for every verifier and proxy, sweeping
-the reserve scale gamma; write PNG plots, a markdown table and JSON to reports/.
+the reserve scale gamma; write PNG plots, a markdown table and JSON to bench-out/ (git-ignored; --out reports
+rewrites the shipped ones).
 
 Example:
   resispec drift --family softmax_noise --k 8 --temperature 1.0 --out reports
@@ -27,7 +28,9 @@ def add_arguments(parser):
     parser.add_argument("--proxies", action=ListAction, default=["all"], help="proxy names, or 'all' (default)")
     parser.add_argument("--top-level", type=float, default=0.9, help="draft mass of the top-mass set (default 0.9)")
     parser.add_argument("--seed", type=seed_int, default=0)
-    parser.add_argument("--out", default="reports", help="output folder (default reports/)")
+    parser.add_argument("--out", default="bench-out", metavar="PATH",
+                        help="output folder (default bench-out/, git-ignored; --out reports updates the shipped "
+                             "report)")
     parser.add_argument("--stem", default="drift", type=stem, help="file name stem (default drift)")
 
 

@@ -1,5 +1,6 @@
 """List the draft/target pair families with their measured TV and KL(p || q),
-so you can dial the divergence; writes reports/families.md.
+so you can dial the divergence; writes bench-out/families.md (git-ignored; --out reports/families.md updates
+the shipped table).
 
 Example:
   resispec families --V 1000 --nodes 64
@@ -22,7 +23,9 @@ def add_arguments(parser):
     parser.add_argument("--seed", type=seed_int, default=0)
     parser.add_argument("--dial", nargs=3, metavar=("FAMILY", "PARAM", "VALUES"), action="append", default=[],
                         help="also tabulate TV / KL as PARAM of FAMILY takes comma-separated VALUES")
-    parser.add_argument("--out", default="reports/families.md", help="markdown output (default reports/families.md)")
+    parser.add_argument("--out", default="bench-out/families.md", metavar="PATH",
+                        help="markdown output (default bench-out/families.md, git-ignored; --out reports/families.md "
+                             "updates the shipped report)")
 
 
 def run(args) -> int:
