@@ -8,7 +8,7 @@ without-replacement drafting ("wor:8,4").
 
 Example:
   resispec bench                                  # full default run (~18 min on 2 shared cores)
-  resispec bench --families zipf --temperatures 1.0 --shapes 4,2,2,1 wor:8,4 --out bench-out/bench.md
+  resispec bench --families zipf --temperatures 1.0 --shapes 4,2,2,1 wor:8,4 --out /tmp/bench --stem small
 """
 
 from __future__ import annotations
