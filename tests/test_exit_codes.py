@@ -133,6 +133,7 @@ def test_the_contract_is_documented_once():
     assert doc.count("## Exit codes") == 1
     section = doc.split("## Exit codes", 1)[1].split("\n## ", 1)[0]
     for cmd in VERDICT_COMMANDS:
-        assert f"`{cmd}`" in section or (cmd == "certify" and "`resispec certify`" in section), cmd
+        spaced = cmd.replace("-", " ", 1)                 # the docs name the verbs as typed: `certify coupled`
+        assert f"`{spaced}`" in section or (cmd == "certify" and "`resispec certify`" in section), cmd
     for code in ("| 0 |", "| 1 |", "| 2 |", "| 3 |"):
         assert code in section
