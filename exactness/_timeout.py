@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 import numbers
+import os
 import signal
 import threading
 import time
@@ -104,27 +105,27 @@ def loading(timeout: float | None, what: str):
 
 
 #: The soft deadline of the run in progress (``time.monotonic()`` seconds), or None: see :func:`run_deadline`.
-_DEADLINE = {"at": None}
+_DEADLINE = {"at": None, "pid": None}
 
 
 @contextmanager
 def run_deadline(seconds: float | None):
     """Within the block, a call of the subject (``exactness._checks.subject_call``) that would START after
     ``seconds`` raises :class:`RunOutOfTime` instead (None / 0: no deadline; an outer deadline due sooner stays)."""
-    prev = _DEADLINE["at"]
+    prev = dict(_DEADLINE)
     if seconds:
         at = time.monotonic() + float(seconds)
-        _DEADLINE["at"] = at if prev is None else min(prev, at)
+        _DEADLINE.update(at=at if prev["at"] is None else min(prev["at"], at), pid=os.getpid())
     try:
         yield
     finally:
-        _DEADLINE["at"] = prev
+        _DEADLINE.update(prev)
 
 
-def out_of_time(limit: float, fix: str) -> str:
+def out_of_time(limit: float, fix: str, name: str = "time_limit") -> str:
     """The message of a run stopped by its own ``time_limit`` with no call of the subject hung (a ``BudgetError``:
-    the caller's limit, no verdict); ``fix`` names the knob (``"time_limit / --time-limit"``)."""
-    return (f"time_limit = {limit:g} s passed before the certificate was done, and no call of the subject hung (each "
+    the caller's limit, no verdict); ``fix`` names the knob (``"time_limit / --time-limit"``), ``name`` the limit."""
+    return (f"{name} = {limit:g} s passed before the certificate was done, and no call of the subject hung (each "
             f"returned within the grace of {hard_limit(limit) - limit:g} s): the run needs more time than the limit; "
             f"raise {fix}, or ask for fewer draws (n / tv). Nothing was decided about the subject")
 
@@ -132,7 +133,7 @@ def out_of_time(limit: float, fix: str) -> str:
 def check_deadline() -> None:
     """Raise :class:`RunOutOfTime` if the soft deadline of :func:`run_deadline` has passed."""
     at = _DEADLINE["at"]
-    if at is not None and time.monotonic() > at:
+    if at is not None and time.monotonic() > at and _DEADLINE["pid"] == os.getpid():   # not in a forked worker
         exc = RunOutOfTime(0.0)
         exc.first = _FIRED["first"]          # a hard alarm a subject swallowed before: it was a hang all the same
         raise exc

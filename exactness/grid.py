@@ -308,23 +308,30 @@ def run_cell(cell: Cell, *, n: int | None, alpha: float, seed, timeout: float | 
     ``skipped`` = ``"not supported: k = 4 is not supported (Mine.supported_k = (1, 2))"``): neither a pass nor a
     failure (a verifier with no supported cell at all is untested, which fails the run).
 
+    ``timeout`` is the caller's: past it no new ``verify`` call of the cell's draws starts, and a cell stopped so,
+    every call having returned, is NOT RUN (``details["refused"]``, like a refused budget: no verdict on the
+    verifier; ``resispec certify`` exits 2 when such cells are its only failures).  A call still running
+    ``hard_limit(timeout) = timeout + max(10 s, timeout)`` after the cell began is a hang.
+
     A cell whose verifier (or anything in the cell) raises an ``Exception`` or
     ``SystemExit``, returns tokens of the wrong dtype or shape or outside ``[0, V)``
-    (:class:`exactness.SubjectError`), or that runs past ``timeout``, is not an error of the run:
+    (:class:`exactness.SubjectError`), or hangs, is not an error of the run:
     it is returned as a FAILED cell (``certificate.passed`` False, p-value 0)
-    whose only check is named by the reason, e.g. ``"Mine.verify did not return within 600 s (timeout)"`` (the
-    subject's call the limit stopped; ``"timed out after 600 s"`` when the limit fell in the harness's own code)
+    whose only check is named by the reason, e.g. ``"Mine.verify did not return within 1200 s (--timeout 600 s plus
+    a grace of 600 s)"`` (the subject's call the limit stopped; ``"timed out after 1200 s"`` when the limit fell in
+    the harness's own code)
     or ``"error: Mine.verify raised RuntimeError: boom (in verify, mine.py:12)"`` (also in
     ``certificate.details["error"]``).  ``KeyboardInterrupt`` propagates.  Under the CLI's supervisor a cell still
-    running ``timeout + max(10 s, timeout)`` after its alarm is armed (a hang the alarm cannot stop: one long C call,
-    the alarm swallowed in a loop) ends the whole run as a FAIL naming the cell (``exactness._timeout.announce``).
+    running ``hard + max(10 s, hard)`` after it began (``hard = hard_limit(timeout)``; a hang the alarm cannot stop:
+    one long C call, the alarm swallowed in a loop) ends the whole run as a FAIL naming the cell
+    (``exactness._timeout.announce``).
     """
-    from ._timeout import TimeLimitExceeded, announce, check_timeout
+    from ._timeout import announce, check_timeout, hard_limit
 
     timeout = check_timeout(timeout)
     if timeout:
         _import_harness_modules()  # a limit that fires mid-import would leave a half-initialised module behind
-        announce(timeout, f"cell {cell.verifier_name} / {cell.family} / k = {cell.k}")  # the CLI's wall clock
+        announce(hard_limit(timeout), f"cell {cell.verifier_name} / {cell.family} / k = {cell.k}")   # the CLI's wall
     try:
         return _run_cell(cell, n=n, alpha=alpha, seed=seed, timeout=timeout, workers=workers, executor=executor,
                          tv=tv, sequential=sequential)
@@ -336,12 +343,13 @@ def run_cell(cell: Cell, *, n: int | None, alpha: float, seed, timeout: float | 
 def _run_cell(cell: Cell, *, n, alpha, seed, timeout, workers, executor, tv, sequential) -> CellResult:
     """:func:`run_cell` under its limit (``timeout`` checked)."""
     from ._checks import passes_through
-    from ._timeout import TimeLimitExceeded, time_limit
+    from ._timeout import RunOutOfTime, TimeLimitExceeded, hard_limit, run_deadline, time_limit
 
     t0 = time.perf_counter()
     V = cell.p.size
+    hard = hard_limit(timeout) if timeout else None
     try:
-        with time_limit(timeout):
+        with run_deadline(timeout), time_limit(hard):     # past timeout no new verify call starts; the alarm later
             d = getattr(cell.verifier, "drafting", "iid")
             if d == "without_replacement" and cell.k > int(np.count_nonzero(cell.q > 0)):
                 return CellResult(cell.verifier_name, cell.family, cell.k, V, None,
@@ -358,18 +366,34 @@ def _run_cell(cell: Cell, *, n, alpha, seed, timeout, workers, executor, tv, seq
                 return _failed_cell(cell, f"error: {cause}", alpha, time.perf_counter() - t0, subject=True)
             known = cert.details.get("exact", {}).get("acceptance")   # absent when the chain was invalid
             acc, astar, rrs = _acceptances(cell.verifier, node, None, cell.k, known)
-    except TimeLimitExceeded as exc:   # name the subject's call that did not return, where the traceback shows it
-        from .certificate import hung_call
+    except RunOutOfTime as exc:        # every call returned, the cell needs more time than --timeout: not its fault
+        if exc.first is None:
+            from ._timeout import out_of_time
 
-        call = hung_call(exc, cell.verifier)
-        reason = str(exc) if call is None else f"{call} did not return within {exc.seconds:g} s (timeout)"
-        return _failed_cell(cell, reason, alpha, time.perf_counter() - t0, subject=True)
+            why = out_of_time(timeout, "--timeout (timeout=)", "the cell's --timeout")
+            return _failed_cell(cell, REFUSED + why, alpha, time.perf_counter() - t0, refused=True)
+        return _hung_cell(cell, exc.first, timeout, alpha, t0)   # a hard alarm it swallowed before: a hang
+    except TimeLimitExceeded as exc:   # name the subject's call that did not return, where the traceback shows it
+        return _hung_cell(cell, exc, timeout, alpha, t0)
     except BaseException as exc:  # a plug-in that fails is a failed cell, never a pass or a traceback
         if passes_through(exc):             # Ctrl-C, the harness's time limit
             raise
         return _raised_cell(cell, exc, alpha, time.perf_counter() - t0)
     return CellResult(cell.verifier_name, cell.family, cell.k, V, cert, acceptance=acc, alpha_star=astar,
                       rrs_acceptance=rrs, seconds=time.perf_counter() - t0)
+
+
+def _hung_cell(cell: Cell, exc: BaseException, timeout: float, alpha: float, t0: float) -> CellResult:
+    """The FAILED cell of a call still running at the hard limit: ``"Mine.verify did not return within 11 s
+    (--timeout 1 s plus a grace of 10 s)"`` (the call named where the traceback shows it)."""
+    from ._timeout import hard_limit
+    from .certificate import hung_call
+
+    call = hung_call(exc, cell.verifier)
+    hard = hard_limit(timeout)
+    reason = (str(exc) if call is None else
+              f"{call} did not return within {hard:g} s (--timeout {timeout:g} s plus a grace of {hard - timeout:g} s)")
+    return _failed_cell(cell, reason, alpha, time.perf_counter() - t0, subject=True)
 
 
 def _cell_task(job, *, n, alpha, timeout, workers, tv=None, sequential=False) -> CellResult:

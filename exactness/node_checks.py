@@ -25,6 +25,7 @@ from resispec._validation import Laws
 from resispec.enumeration import count_tuples
 
 from ._checks import SubjectError, passes_through, plural
+from ._timeout import check_deadline
 from .exact import MAX_TUPLES, ChainError, certify_exact, enumerable, exact_tol
 from .gof import gof_test
 from .power import DesignTwins
@@ -432,6 +433,7 @@ def _batched_rows(verifier, p, q, k, n, rng) -> tuple[float, dict]:
         Pr, Qr = P[idx], Q[idx]
         args = (Laws(Pr, Qr), None) if laws else (Pr, Qr)
         kw = {"uniforms": rng.random((idx.size, k + 1))} if uses_u else {}
+        check_deadline()              # past a cell's soft deadline (run_cell) no new call starts: RunOutOfTime
         try:
             res = verifier.verify(*args, c.copy(), rng, **kw)
         except SubjectError:

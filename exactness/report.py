@@ -9,7 +9,7 @@ import numpy as np
 
 from resispec._io import strict_json
 
-from .grid import GridResult
+from .grid import REFUSED, GridResult
 from .power import detectable_tv
 
 
@@ -64,7 +64,8 @@ def cell_rows(grid: GridResult) -> list[tuple]:
         if "error" in cert.details:   # a cell that could not be certified: its cause, not NaN numbers
             reason = str(cert.details["error"])
             verdict = (f"FAIL (subject error: {reason.removeprefix('error: ')})"
-                       if cert.details.get("subject_misbehaved") else f"FAIL ({reason})")
+                       if cert.details.get("subject_misbehaved") else
+                       f"NOT RUN ({reason.removeprefix(REFUSED)})" if cert.details.get("refused") else f"FAIL ({reason})")
             rows.append((c.verifier, c.family, c.V, c.k, "-", _fmt(cert.pvalue, ".3f"), _fmt(c.p_holm, ".3f"),
                          _fmt(c.p_bh, ".3f"), "-", "-", "-", "-", "-", verdict, "-"))
             continue

@@ -52,6 +52,7 @@ from resispec.verifiers.registry import _REGISTRY
 
 from . import limits
 from ._checks import SubjectError, passes_through
+from ._timeout import check_deadline
 from ._search import GuidedCDF
 from .certificate import call_subject, door_law, door_node, subject_cause  # noqa: F401 (re-exported)
 from .fast_paths import check_against_chain, fast_path_for
@@ -648,6 +649,7 @@ class NodeSampler:
                 c_in = c
             if self._laws:  # resispec's own verify: the laws were checked at the door
                 P, Q = Laws(P, Q), None
+            check_deadline()          # past a cell's soft deadline (run_cell) no new call starts: RunOutOfTime
             try:
                 if self.uses_uniforms:
                     res = self.verifier.verify(P, Q, c_in, rng, uniforms=uv[s:s + step])

@@ -149,4 +149,4 @@ def test_time_limit_survives_a_plugin_that_swallows_the_first_alarm():
 
     grid = run_grid([Cell("swallow", Swallower(), "toy", 1, P, Q)], n=2000, timeout=1)   # returns at all: stopped
     assert not grid.passed and grid.cells[0].certificate.details["error"] == (
-        "Swallower.verify did not return within 1 s (timeout)")
+        "Swallower.verify did not return within 11 s (--timeout 1 s plus a grace of 10 s)")

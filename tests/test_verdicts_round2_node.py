@@ -287,8 +287,8 @@ def test_certify_names_the_call_that_did_not_return(user_dir, capsys):
     rc = main(["certify", "--verifier", "r2_hangs:Hangs", *TINY, "--timeout", "1", "--out", str(user_dir / "c.md")])
     out = capsys.readouterr().out
     assert rc == 1
-    assert out.strip().splitlines()[-1] == ("FAIL: r2_hangs:Hangs: Hangs.verify did not return within 1 s (timeout) "
-                                            "(subject misbehaved)")
+    assert out.strip().splitlines()[-1] == ("FAIL: r2_hangs:Hangs: Hangs.verify did not return within 11 s (--timeout "
+                                            "1 s plus a grace of 10 s) (subject misbehaved)")
 
 
 def test_fail_line_lists_biased_verifiers_with_holm_and_subjects_with_their_cause():

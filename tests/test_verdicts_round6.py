@@ -135,3 +135,42 @@ def test_each_cell_starts_the_wall_clock_again(tmp_path):
     finally:
         sup._STARTED.clear()
         sup._STARTED.update(old)
+
+
+def test_a_slow_exact_verifier_past_its_cells_timeout_is_not_run_never_failed(tmp_path, capsys):
+    """Round 6 (breaker): `certify --timeout 2` FAILed the exact rrs_wor and rejection_proxy at k = 8 (exit 1):
+    a cell's --timeout is the caller's limit, as a decoder's --time-limit is (round 5). Past it no new verify call
+    starts and the cell is NOT RUN (exit 2 when nothing else failed); only a call still running timeout + max(10 s,
+    timeout) into the cell is a hang (test_hardening_cli_certify.py pins that)."""
+    import sys
+
+    from resispec.cli import main
+
+    (tmp_path / "r6slow.py").write_text(textwrap.dedent('''
+        import time
+
+        from resispec import get_verifier
+
+
+        class Slow:
+            """Exact (rrs) and slow: 0.3 s a call, so 2,000 draws take longer than --timeout 1."""
+            name, drafting = "slow", "iid"
+
+            def __init__(self):
+                self._rrs = get_verifier("rrs")
+
+            def verify(self, p, q, candidates, rng=None, *, uniforms=None):
+                time.sleep(0.3)
+                return self._rrs.verify(p, q, candidates, rng, uniforms=uniforms)
+    '''))
+    sys.path.insert(0, str(tmp_path))
+    try:
+        rc = main(["certify", "--verifier", "r6slow:Slow", "--k", "2", "--families", "zipf", "--no-mutants",
+                   "--no-progress", "--timeout", "1", "--out", str(tmp_path / "o" / "c.md")])
+    finally:
+        sys.path.remove(str(tmp_path))
+    captured = capsys.readouterr()
+    assert rc == 2, captured
+    assert "NOT RUN cell r6slow:Slow zipf k=2" in captured.out and "raise --timeout" in captured.err
+    assert "NOT RUN (the cell's --timeout = 1 s passed" in captured.out
+    assert not [line for line in captured.out.splitlines() if line.startswith("FAIL")]

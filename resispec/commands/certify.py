@@ -12,9 +12,10 @@ Writes a Markdown report (default certify-out/certify.md, a git-ignored folder; 
 reports/certify.md is rewritten only with --out reports/certify.md) with a p-value QQ plot
 and the detectable-TV figure, and a JSON file next to it.
 
-Each cell runs under a wall-clock limit (``--timeout``, default 600 s); a
-cell that runs past it, or whose verifier raises, is a FAILED cell with the
-reason shown.  ``--verifier module:object`` imports and runs that module
+Each cell runs under a wall-clock limit (``--timeout``, default 600 s): past
+it no new verify call starts and the cell is NOT RUN (the caller's limit:
+exit 2 when nothing else failed); a call still running max(10 s, timeout)
+later, or a verifier that raises, is a FAILED cell with the reason shown.  ``--verifier module:object`` imports and runs that module
 (current directory first on the import path); a module or factory that
 fails to load -- any exception, even ``sys.exit()`` -- is an error (exit 2).
 ``--proxies module:object`` loads a rejection-dependent proxy ``(R, q, x, *, step)`` the same way and
@@ -85,11 +86,12 @@ def add_arguments(parser) -> None:
                              "shifted at V=8, and ngram)")
     parser.add_argument("--timeout", type=seconds, default=CELL_TIMEOUT, metavar="SECONDS",
                         help=f"wall-clock limit per cell (default {CELL_TIMEOUT:g}, at least {MIN_CELL_TIMEOUT:g}; "
-                             "0 = none); a cell that runs "
-                             "past it, or whose verifier raises, returns the wrong shape or emits a token outside "
-                             "the vocabulary, is reported FAILED with the reason (exit 1). "
-                             "Uses SIGALRM: on platforms without it (Windows) the limit is off; code stuck in one "
-                             "long C call is stopped only when that call returns")
+                             "0 = none): past it no new verify call of the cell starts, and the cell is NOT RUN (your "
+                             "limit, not the verifier's fault: exit 2 when nothing else failed); a call still running "
+                             "max(10, SECONDS) later is a hang, a FAILED cell (exit 1), as is a verifier that raises, "
+                             "returns the wrong shape or emits a token outside the vocabulary. Uses SIGALRM: on "
+                             "platforms without it (Windows) the limit is off; a hang in one long C call is killed by "
+                             "the supervisor, ending the run")
     parser.add_argument("--workers", type=int, default=1, metavar="N",
                         help="processes for each cell's Monte Carlo draws (default 1; for slow verifiers: the "
                              "draws are split over N forked processes, each with its own SeedSequence child, so a "
@@ -307,7 +309,8 @@ def _print_outcome(grid, mutants, meta, args, t0) -> int:
     print(terminal_table(grid))
     for c in grid.cells:
         if c.certificate is not None and "error" in c.certificate.details:
-            print(f"FAILED cell {c.verifier} {c.family} k={c.k}: {c.certificate.details['error']}")
+            print(f"{'NOT RUN' if c.certificate.details.get('refused') else 'FAILED'} cell {c.verifier} {c.family} "
+                  f"k={c.k}: {c.certificate.details['error']}")
     for note in grid.notes:
         print(f"note: {note}")
     cal = grid.calibration
@@ -327,7 +330,7 @@ def _print_outcome(grid, mutants, meta, args, t0) -> int:
     if refused and len(refused) == len(grid.failed_cells()) and not grid.untested_verifiers():
         first = refused[0].certificate.details["error"].removeprefix(REFUSED)
         print(f"resispec certify: error: the budget was refused for {len(refused)} cell(s), nothing else failed: "
-              f"{first} (--n / --tv)", file=sys.stderr)
+              f"{first} (--n / --tv / --timeout)", file=sys.stderr)
         return 2                                      # the caller's request: no verdict, no report
     paths = write_reports(grid, args.out, mutants, meta, args.json)
     print(f"\nreport: {paths['markdown']}  json: {paths['json']}  ({time.perf_counter() - t0:.1f} s)")
