@@ -40,7 +40,9 @@ LEGEND = (
     "TV / statistic / p",
     "skipped: checks that did not run (or could not fail); reasons listed below the table",
     "FAIL (subject error: cause): the verifier misbehaved (raised, called sys.exit, emitted a token outside V, "
-    "did not return within --timeout); nothing was measured, so the numeric columns are '-'",
+    "a call did not return within --timeout plus its grace); nothing was measured, so the numeric columns are '-'",
+    "NOT RUN (reason): the cell's budget (--n / --tv) or its --timeout was too small to finish it, every call of "
+    "the verifier having returned: nothing is decided about the verifier there (yours to raise)",
 )
 
 
