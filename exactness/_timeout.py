@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import math
 import numbers
-import os
 import signal
 import threading
 import time
@@ -32,6 +31,9 @@ class TimeLimitExceeded(BaseException):
     def __init__(self, seconds: float):
         super().__init__(f"timed out after {seconds:g} s")
         self.seconds = seconds
+
+    def __reduce__(self):                    # back from a forked worker (a process pool pickles it) as itself
+        return type(self), (self.seconds,), dict(self.__dict__)
 
 
 class RunOutOfTime(TimeLimitExceeded):
@@ -105,7 +107,7 @@ def loading(timeout: float | None, what: str):
 
 
 #: The soft deadline of the run in progress (``time.monotonic()`` seconds), or None: see :func:`run_deadline`.
-_DEADLINE = {"at": None, "pid": None}
+_DEADLINE = {"at": None}
 
 
 @contextmanager
@@ -115,7 +117,7 @@ def run_deadline(seconds: float | None):
     prev = dict(_DEADLINE)
     if seconds:
         at = time.monotonic() + float(seconds)
-        _DEADLINE.update(at=at if prev["at"] is None else min(prev["at"], at), pid=os.getpid())
+        _DEADLINE.update(at=at if prev["at"] is None else min(prev["at"], at))
     try:
         yield
     finally:
@@ -133,7 +135,7 @@ def out_of_time(limit: float, fix: str, name: str = "time_limit") -> str:
 def check_deadline() -> None:
     """Raise :class:`RunOutOfTime` if the soft deadline of :func:`run_deadline` has passed."""
     at = _DEADLINE["at"]
-    if at is not None and time.monotonic() > at and _DEADLINE["pid"] == os.getpid():   # not in a forked worker
+    if at is not None and time.monotonic() > at:          # a forked worker's too: it raises there, the pool brings it back
         exc = RunOutOfTime(0.0)
         exc.first = _FIRED["first"]          # a hard alarm a subject swallowed before: it was a hang all the same
         raise exc

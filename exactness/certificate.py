@@ -399,32 +399,49 @@ def stopped_call(exc: BaseException) -> str | None:
 
 
 def timed_out_cause(what: str, timeout: float, exc: BaseException | None = None, subject=None) -> str:
-    """The cause of a subject stopped by its time limit (one line): ``"Hangs.verify did not return within 10 s
-    (timeout = 10; ...)"`` naming the call that was running (:func:`hung_call` of ``exc`` and ``subject``), else
-    ``what`` timed out."""
+    """The cause of a subject stopped at the hard limit of ``timeout`` (one line): ``"Hangs.verify did not return
+    within 20 s (timeout = 10 plus a grace of 10 s; ...)"`` naming the call that was running (:func:`hung_call` of
+    ``exc`` and ``subject``), else ``what`` timed out."""
+    from ._timeout import hard_limit
+
+    hard = hard_limit(timeout)
     call = hung_call(exc, subject) if exc is not None else None
     if call is not None:
-        return (f"{call} did not return within {timeout:g} s (timeout = {timeout:g}; pass a larger timeout=, or 0 "
-                "for none)")
-    return (f"{what} timed out after {timeout:g} s (timeout = {timeout:g}): a call of the subject that never "
-            "returned, or a run longer than the limit (pass a larger timeout=, or 0 for none)")
+        return (f"{call} did not return within {hard:g} s (timeout = {timeout:g} plus a grace of {hard - timeout:g} "
+                "s; pass a larger timeout=, or 0 for none)")
+    return (f"{what} timed out after {hard:g} s (timeout = {timeout:g} plus a grace of {hard - timeout:g} s): a call "
+            "of the subject that never returned (pass a larger timeout=, or 0 for none)")
 
 
 def run_subject(body, *, timeout: float | None, what: str, alpha: float, power: float,
                 details: dict | None = None, subject=None) -> Certificate:
-    """``body()`` (returning a :class:`Certificate`) under the hard time limit ``timeout`` (seconds; None / 0:
-    none); a :class:`exactness.SubjectError` raised inside, or this limit passing, is a FAIL certificate naming
-    the cause (:func:`subject_failure`; for the limit, the call of ``subject`` that did not return, else
-    ``what``), never an exception.  The caller's own errors (ValueError, TypeError)
-    pass through."""
+    """``body()`` (returning a :class:`Certificate`) under the caller's time limit ``timeout`` (seconds; None / 0:
+    none): past it no new call of the subject's draws starts and a :class:`exactness.BudgetError` is raised (the
+    caller's limit: nothing decided, unless a check done by then already convicts), and a call still running at
+    ``hard_limit(timeout) = timeout + max(10 s, timeout)`` is a hang.  A :class:`exactness.SubjectError` raised
+    inside, or a hang, is a FAIL certificate naming the cause (:func:`subject_failure`; for a hang, the call of
+    ``subject`` that did not return, else ``what``), never an exception.  The caller's own errors (ValueError,
+    TypeError) pass through."""
     from ._checks import SubjectError
-    from ._timeout import TimeLimitExceeded
+    import time
 
+    from ._timeout import _DEADLINE, RunOutOfTime, TimeLimitExceeded, hard_limit, out_of_time, run_deadline
+    from .budget import BudgetError
+
+    outer = _DEADLINE["at"]                    # a deadline already running (a cell's): due sooner, it governs
+    ours = timeout and (outer is None or time.monotonic() + float(timeout) <= outer)
     try:
-        with subject_time_limit(timeout) as armed:
+        with run_deadline(timeout), subject_time_limit(hard_limit(timeout) if timeout else None) as armed:
             return body()
     except SubjectError as exc:
         return subject_failure(exc.cause, alpha=alpha, power=power, details=details)
+    except RunOutOfTime as exc:
+        if not ours:                           # an outer deadline (a cell's): its owner decides
+            raise
+        if exc.first is None:                  # every call returned: the run needs more time than the limit
+            raise BudgetError(out_of_time(float(timeout), "timeout=", "timeout")) from None
+        return subject_failure(timed_out_cause(what, float(timeout), exc.first, subject), alpha=alpha, power=power,
+                               details=details)
     except TimeLimitExceeded as exc:
         if not armed:
             raise

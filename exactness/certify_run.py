@@ -302,11 +302,13 @@ def _load_watched(spec: str, timeout: float | None):
         return load_verifier(spec)
 
 
-def _compile_built_ins(verifiers: list[tuple[str, object]]) -> None:
+def _compile_built_ins(verifiers: list[tuple[str, object]], timeout: float | None = None) -> None:
     """Run each built-in verifier once on a tiny node, before any cell's time limit is armed: its numba kernels
     compile here (about 20 s on a cold cache) rather than under a cell's ``--timeout``, whose alarm would stop an
     exact verifier mid-compile (a FAIL) and leave numba's compiler state broken for the cells after it.  A
-    user's verifier is not run here (its own compile time is its cell's); anything raised is left to the cells."""
+    user's code is never run here -- a spec naming a module anywhere (``rejection_proxy[proxy=mine:f]``) is left to
+    its cells --, and the warm-up is watched like a load (:func:`exactness._timeout.loading`); anything raised is
+    left to the cells."""
     import resispec
 
     from .verifier_cert import certify_verifier
@@ -314,11 +316,14 @@ def _compile_built_ins(verifiers: list[tuple[str, object]]) -> None:
     built_in = set(resispec.available_verifiers())
     p = np.array([0.3, 0.2, 0.1, 0.1, 0.1, 0.1, 0.05, 0.05])        # (V,) float64
     q = np.array([0.1, 0.1, 0.2, 0.2, 0.1, 0.1, 0.1, 0.1])
+    from ._timeout import loading
+
     for spec, v in verifiers:
-        if spec.split("[", 1)[0] not in built_in:
+        if spec.split("[", 1)[0] not in built_in or ":" in spec:    # a user's module (a proxy's): its cells run it
             continue
         try:                                                        # every path a cell takes, on a tiny budget
-            certify_verifier(v, p, q, 2, n=2_000, seed=0)
+            with loading(timeout, f"compiling the built-in {spec}"):
+                certify_verifier(v, p, q, 2, n=2_000, seed=0)
         except Exception:                                           # the cells will meet it, and say so
             pass
 
@@ -344,7 +349,7 @@ def run_certify(verifier_specs: list[str] | None = None, *, ks=K_VALUES, n: int 
     specs = verifier_specs or resispec.available_verifiers()
     verifiers = [_load_watched(s, timeout) for s in specs]
     if timeout:
-        _compile_built_ins(verifiers)
+        _compile_built_ins(verifiers, timeout)
     t0 = time.perf_counter()
     nodes, notes = family_nodes(seed, families)
     if not nodes:

@@ -165,8 +165,15 @@ class GridResult:
         return sorted({c.verifier for c in self.cells} - tested)
 
     def failed_verifiers(self) -> list[str]:
-        """Verifiers with a failed cell, and those with no certified cell at all (nothing was tested)."""
-        return sorted({c.verifier for c in self.failed_cells()} | set(self.untested_verifiers()))
+        """Verifiers with a failed cell (not one whose budget or --timeout was refused: NOT RUN decides nothing),
+        and those with no certified cell at all (nothing was tested)."""
+        return sorted({c.verifier for c in self.failed_cells() if not c.certificate.details.get("refused")}
+                      | set(self.untested_verifiers()))
+
+    def not_run_verifiers(self) -> list[str]:
+        """Verifiers with a cell NOT RUN (its budget or --timeout refused) and no failed cell."""
+        failed = set(self.failed_verifiers())
+        return sorted({c.verifier for c in self.refused_cells()} - failed)
 
     def subject_causes(self) -> dict[str, tuple[str, int]]:
         """``{verifier: (cause, cells)}`` for the verifiers with cells that failed because the subject misbehaved
@@ -372,9 +379,9 @@ def _run_cell(cell: Cell, *, n, alpha, seed, timeout, workers, executor, tv, seq
 
             why = out_of_time(timeout, "--timeout (timeout=)", "the cell's --timeout")
             return _failed_cell(cell, REFUSED + why, alpha, time.perf_counter() - t0, refused=True)
-        return _hung_cell(cell, exc.first, timeout, alpha, t0)   # a hard alarm it swallowed before: a hang
+        return _hung_cell(cell, exc.first, timeout, alpha, t0, workers)   # an alarm it swallowed before: a hang
     except TimeLimitExceeded as exc:   # name the subject's call that did not return, where the traceback shows it
-        return _hung_cell(cell, exc, timeout, alpha, t0)
+        return _hung_cell(cell, exc, timeout, alpha, t0, workers)
     except BaseException as exc:  # a plug-in that fails is a failed cell, never a pass or a traceback
         if passes_through(exc):             # Ctrl-C, the harness's time limit
             raise
@@ -383,13 +390,17 @@ def _run_cell(cell: Cell, *, n, alpha, seed, timeout, workers, executor, tv, seq
                       rrs_acceptance=rrs, seconds=time.perf_counter() - t0)
 
 
-def _hung_cell(cell: Cell, exc: BaseException, timeout: float, alpha: float, t0: float) -> CellResult:
+def _hung_cell(cell: Cell, exc: BaseException, timeout: float, alpha: float, t0: float,
+               workers: int = 1) -> CellResult:
     """The FAILED cell of a call still running at the hard limit: ``"Mine.verify did not return within 11 s
-    (--timeout 1 s plus a grace of 10 s)"`` (the call named where the traceback shows it)."""
+    (--timeout 1 s plus a grace of 10 s)"`` (the call named where the traceback shows it; with forked workers
+    the parent was waiting on them: their ``verify``)."""
     from ._timeout import hard_limit
     from .certificate import hung_call
 
     call = hung_call(exc, cell.verifier)
+    if call is None and workers > 1:
+        call = f"{type(cell.verifier).__name__}.verify (in a worker process, workers = {workers})"
     hard = hard_limit(timeout)
     reason = (str(exc) if call is None else
               f"{call} did not return within {hard:g} s (--timeout {timeout:g} s plus a grace of {hard - timeout:g} s)")

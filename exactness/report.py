@@ -121,7 +121,10 @@ def terminal_table(grid: GridResult) -> str:
 def overall_verdict(grid: GridResult, power: float = 0.99) -> str:
     """The run's verdict in one Markdown line: no bias detected (with the detectable-TV range) or the failures."""
     if not grid.passed:
-        return f"**FAILED: {', '.join(grid.failed_verifiers())}**"
+        failed, not_run = grid.failed_verifiers(), grid.not_run_verifiers()
+        return " ".join(([f"**FAILED: {', '.join(failed)}**"] if failed else []) +
+                        ([f"**NOT RUN (budget or --timeout too small, nothing decided): {', '.join(not_run)}**"]
+                         if not_run else []))
     dets = [c.certificate.detectable_tv for c in grid.cells if c.certificate is not None]
     if not dets:
         return "**Nothing certified** (every cell skipped)"
@@ -166,6 +169,7 @@ def to_json(grid: GridResult, mutants=None, meta=None) -> dict:
         "alpha": grid.alpha,
         "passed": grid.passed,
         "failed_verifiers": grid.failed_verifiers(),
+        "not_run_verifiers": grid.not_run_verifiers(),
         "untested_verifiers": grid.untested_verifiers(),
         "verdicts": verdicts(grid),
         "calibration": None if cal is None else {**cal.__dict__, "consistent": cal.consistent},

@@ -59,6 +59,7 @@ from ._checks import as_seed_sequence, check_alpha, check_n
 from . import limits
 from .certificate import Certificate, _hours, certificate_from_counts, pilot_seconds, run_subject
 from .limits import DEFAULT_TIMEOUT  # the keyword default (bound at definition)
+from ._timeout import RunOutOfTime
 from .budget import BudgetError
 from .sampling import (Draws, NodeSampler, UnsupportedK, as_numpy_verifier, concat_draws, door_node, drafting_of,
                        has_chain, k_support, rechecks_in)
@@ -423,8 +424,13 @@ def _certify(verifier, node, k: int, *, n, alpha, power, tv, tree, exact, worker
         st.details["accepted_index"] = {"error": st.mc.note}
         notes = (f"certified on the tokens it emits: {st.mc.note}; the checks that need the accepted index "
                  "(joint, accepted_count, residual, tree checks) were skipped",)
-    for check in NODE_CHECKS:                  # every check on the draws, in table order
-        check.run(st)
+    try:
+        for check in NODE_CHECKS:              # every check on the draws, in table order
+            check.run(st)
+    except RunOutOfTime as exc:                # the caller's deadline: what already convicts still does
+        if seq is not None:                    # (a fixed-n test of an optionally stopped sample would not be valid)
+            raise
+        return _convicted_before_the_deadline(st, p1, alpha, power, tv, exc)
     counts, checks, skipped, details, mc_df = st.mc.tokens, st.checks, st.skipped, st.details, st.mc_df
     if plan is not None:
         details["plan"] = plan
@@ -451,6 +457,25 @@ def _certify(verifier, node, k: int, *, n, alpha, power, tv, tree, exact, worker
     if chain_note:   # what the report's "exact TV*" marks (other notes do not)
         cert.details["verify_disagrees_with_chain"] = True
     return replace(cert, notes=cert.notes + notes + chain_note)
+
+
+def _convicted_before_the_deadline(st, p1, alpha, power, tv, exc) -> Certificate:
+    """A run's soft deadline (``exactness._timeout.run_deadline``) passed during the checks, after the main sample:
+    the checks done so far, with the marginal test of the main sample, still convict when one of them is below
+    ``alpha / m`` (Bonferroni over ``m`` = every check Holm could count here, so stopping early never makes a
+    FAIL easier); else ``exc`` is raised again (nothing decided: NOT RUN)."""
+    if exc.first is not None:                  # an alarm the subject swallowed before: a hang, not a deadline
+        raise exc
+    try:
+        cert = certificate_from_counts(st.mc.tokens, p1, alpha=alpha, power=power, tv=tv, checks=dict(st.checks),
+                                       details=dict(st.details), skipped=dict(st.skipped))
+    except BudgetError:
+        raise exc from None
+    if not cert.checks or min(cert.checks.values()) * st.m_max >= alpha:
+        raise exc
+    note = (f"the run's time limit stopped the checks after {', '.join(cert.checks)}; the rest did not run, and "
+            f"this FAIL rests on these alone (p < alpha / {st.m_max}, Bonferroni over every check)")
+    return replace(cert, passed=False, notes=cert.notes + (note,))
 
 
 def _convicted_without_marginal(counts, p1, alpha, power, checks, details, skipped, why: str) -> Certificate:

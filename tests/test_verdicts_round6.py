@@ -174,3 +174,62 @@ def test_a_slow_exact_verifier_past_its_cells_timeout_is_not_run_never_failed(tm
     assert "NOT RUN cell r6slow:Slow zipf k=2" in captured.out and "raise --timeout" in captured.err
     assert "NOT RUN (the cell's --timeout = 1 s passed" in captured.out
     assert not [line for line in captured.out.splitlines() if line.startswith("FAIL")]
+
+
+def test_certify_verifiers_own_timeout_is_the_callers_too():
+    """Round 6 (breaker): `certify_verifier(SlowExact(), ..., timeout=1)` FAILed the exact verifier "did not return
+    within 1 s" though every call returned in 0.2 s. Now the API's timeout= is the caller's limit as the CLI's
+    --timeout is: past it no new call starts and a BudgetError says so (nothing decided); a hang is still a FAIL
+    (tests/test_verdicts_node.py)."""
+    import time
+
+    import numpy as np
+
+    import exactness
+    from exactness.budget import BudgetError
+    from resispec import get_verifier
+
+    class SlowExact:
+        name, drafting = "slow", "iid"
+
+        def __init__(self):
+            self._rrs = get_verifier("rrs")
+
+        def verify(self, p, q, candidates, rng=None, *, uniforms=None):
+            time.sleep(0.2)
+            return self._rrs.verify(p, q, candidates, rng, uniforms=uniforms)
+
+    p, q = np.array([0.5, 0.3, 0.2]), np.array([0.2, 0.3, 0.5])
+    with pytest.raises(BudgetError, match="timeout = 1 s passed .* no call of the subject hung"):
+        exactness.certify_verifier(SlowExact(), p, q, 2, n=20_000, timeout=1)
+
+
+def test_a_bias_found_before_the_deadline_still_fails():
+    """Round 6 (breaker): a biased verifier slow only in the batch-of-one checks (after the main sample had found
+    the bias, p = 0) came back NOT RUN (exit 2) under --timeout 3: what already convicts (below alpha / m, every
+    check Holm could count) still FAILs."""
+    import time
+
+    import numpy as np
+
+    from exactness.grid import Cell, run_cell
+    from resispec import get_verifier
+
+    class BiasedSlowAlone:
+        name, drafting = "biased", "iid"
+
+        def __init__(self):
+            self._rrs = get_verifier("rrs")
+
+        def verify(self, p, q, candidates, rng=None, *, uniforms=None):
+            if np.shape(candidates)[0] == 1:
+                time.sleep(0.5)                             # slow only one node at a time
+            out = self._rrs.verify(p, q, candidates, rng, uniforms=uniforms)
+            t = out.tokens.copy()
+            t[(out.accepted < 0) & (t == 0)] = 1            # a residual 0 read as 1: biased
+            return type(out)(t, out.accepted)
+
+    p, q = np.array([0.5, 0.3, 0.2]), np.array([0.2, 0.3, 0.5])
+    r = run_cell(Cell("biased", BiasedSlowAlone(), "toy", 2, p, q), n=20_000, alpha=1e-3, seed=0, timeout=3)
+    assert r.certificate is not None and not r.certificate.passed and not r.certificate.details.get("refused")
+    assert any("time limit stopped the checks" in note for note in r.certificate.notes), r.certificate.notes

@@ -360,7 +360,7 @@ def failing_cells(grid, most: int = 10) -> list[str]:
     out = []
     for c in grid.failed_cells():
         cert = c.certificate
-        if "error" in cert.details:
+        if "error" in cert.details:               # printed as a FAILED / NOT RUN cell above
             continue
         bad = cert.failing_order()
         what = [cert.describe(k) for k in bad[:3]] + ([f"and {len(bad) - 3} more"] if len(bad) > 3 else [])
@@ -382,7 +382,9 @@ def fail_line(grid, alpha: float) -> str:
     for v, (cause, m) in causes.items():
         more = f"; {m} cells" if m > 1 else ""
         parts.append(f"{v}: {cause} (subject misbehaved{more})")
-    return "FAIL: " + "; ".join(parts)
+    not_run = grid.not_run_verifiers()
+    return "FAIL: " + "; ".join(parts) + (f"; NOT RUN (raise --timeout / --n; nothing decided): {', '.join(not_run)}"
+                                          if not_run else "")
 
 
 def mutant_table(mutants) -> str:
