@@ -422,11 +422,10 @@ def run_subject(body, *, timeout: float | None, what: str, alpha: float, power: 
     inside, or a hang, is a FAIL certificate naming the cause (:func:`subject_failure`; for a hang, the call of
     ``subject`` that did not return, else ``what``), never an exception.  The caller's own errors (ValueError,
     TypeError) pass through."""
-    from ._checks import SubjectError
     import time
 
+    from ._checks import BudgetError, SubjectError
     from ._timeout import _DEADLINE, RunOutOfTime, TimeLimitExceeded, hard_limit, out_of_time, run_deadline
-    from .budget import BudgetError
 
     outer = _DEADLINE["at"]                    # a deadline already running (a cell's): due sooner, it governs
     ours = timeout and (outer is None or time.monotonic() + float(timeout) <= outer)

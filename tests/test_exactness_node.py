@@ -292,7 +292,7 @@ def test_a_hanging_worker_times_out_the_cell_and_is_stopped():
     from exactness.grid import Cell, run_cell
 
     r = run_cell(Cell("hangs", HangsInWorker(), "node", 2, P, Q), n=N, alpha=1e-3, seed=0, timeout=2, workers=2)
-    assert not r.certificate.passed and "timed out" in r.certificate.details["error"]
+    assert not r.certificate.passed and "did not return within 12 s" in r.certificate.details["error"]   # 2 + 10
     assert not mp.active_children()  # the workers were terminated, not left sleeping
 
 
