@@ -113,15 +113,18 @@ _DEADLINE = {"at": None}
 @contextmanager
 def run_deadline(seconds: float | None):
     """Within the block, a call of the subject (``exactness._checks.subject_call``) that would START after
-    ``seconds`` raises :class:`RunOutOfTime` instead (None / 0: no deadline; an outer deadline due sooner stays)."""
-    prev = dict(_DEADLINE)
+    ``seconds`` raises :class:`RunOutOfTime` instead (None / 0: no deadline; an outer deadline due sooner stays).
+    Yields whether this block's deadline is the one that governs (False: none asked, or an outer one is sooner)."""
+    prev = _DEADLINE["at"]
+    ours = False
     if seconds:
         at = time.monotonic() + float(seconds)
-        _DEADLINE.update(at=at if prev["at"] is None else min(prev["at"], at))
+        ours = prev is None or at <= prev
+        _DEADLINE["at"] = at if ours else prev
     try:
-        yield
+        yield ours
     finally:
-        _DEADLINE.update(prev)
+        _DEADLINE["at"] = prev
 
 
 def out_of_time(limit: float, fix: str, name: str = "time_limit") -> str:
@@ -135,7 +138,7 @@ def out_of_time(limit: float, fix: str, name: str = "time_limit") -> str:
 def check_deadline() -> None:
     """Raise :class:`RunOutOfTime` if the soft deadline of :func:`run_deadline` has passed."""
     at = _DEADLINE["at"]
-    if at is not None and time.monotonic() > at:          # a forked worker's too: it raises there, the pool brings it back
+    if at is not None and time.monotonic() > at:   # in a forked worker too: the pool brings the exception back
         exc = RunOutOfTime(0.0)
         exc.first = _FIRED["first"]          # a hard alarm a subject swallowed before: it was a hang all the same
         raise exc

@@ -422,15 +422,12 @@ def run_subject(body, *, timeout: float | None, what: str, alpha: float, power: 
     inside, or a hang, is a FAIL certificate naming the cause (:func:`subject_failure`; for a hang, the call of
     ``subject`` that did not return, else ``what``), never an exception.  The caller's own errors (ValueError,
     TypeError) pass through."""
-    import time
-
     from ._checks import BudgetError, SubjectError
-    from ._timeout import _DEADLINE, RunOutOfTime, TimeLimitExceeded, hard_limit, out_of_time, run_deadline
+    from ._timeout import RunOutOfTime, TimeLimitExceeded, hard_limit, out_of_time, run_deadline
 
-    outer = _DEADLINE["at"]                    # a deadline already running (a cell's): due sooner, it governs
-    ours = timeout and (outer is None or time.monotonic() + float(timeout) <= outer)
+    ours = False                               # whether this call's deadline governs (an outer one may be sooner)
     try:
-        with run_deadline(timeout), subject_time_limit(hard_limit(timeout) if timeout else None) as armed:
+        with run_deadline(timeout) as ours, subject_time_limit(hard_limit(timeout) if timeout else None) as armed:
             return body()
     except SubjectError as exc:
         return subject_failure(exc.cause, alpha=alpha, power=power, details=details)

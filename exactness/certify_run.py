@@ -311,13 +311,12 @@ def _compile_built_ins(verifiers: list[tuple[str, object]], timeout: float | Non
     left to the cells."""
     import resispec
 
+    from ._timeout import loading
     from .verifier_cert import certify_verifier
 
     built_in = set(resispec.available_verifiers())
     p = np.array([0.3, 0.2, 0.1, 0.1, 0.1, 0.1, 0.05, 0.05])        # (V,) float64
     q = np.array([0.1, 0.1, 0.2, 0.2, 0.1, 0.1, 0.1, 0.1])
-    from ._timeout import loading
-
     for spec, v in verifiers:
         if spec.split("[", 1)[0] not in built_in or ":" in spec:    # a user's module (a proxy's): its cells run it
             continue

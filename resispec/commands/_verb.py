@@ -15,7 +15,6 @@ only, with its own help texts.
 from __future__ import annotations
 
 import argparse
-import sys
 
 
 class VerbParser(argparse.ArgumentParser):
@@ -97,9 +96,6 @@ class VerbParser(argparse.ArgumentParser):
             for a, h, d in saved:
                 a.help, a.default = h, d
             self.usage = None
-
-    def print_help(self, file=None) -> None:
-        self._print_message(self.format_help(), file or sys.stdout)
 
 
 class _Declare:
