@@ -68,8 +68,9 @@ def cell_rows(grid: GridResult) -> list[tuple]:
             verdict = (f"FAIL (subject error: {reason.removeprefix('error: ')})"
                        if cert.details.get("subject_misbehaved") else
                        f"NOT RUN ({reason.removeprefix(REFUSED)})" if cert.details.get("refused") else f"FAIL ({reason})")
-            rows.append((c.verifier, c.family, c.V, c.k, "-", _fmt(cert.pvalue, ".3f"), _fmt(c.p_holm, ".3f"),
-                         _fmt(c.p_bh, ".3f"), "-", "-", "-", "-", "-", verdict, "-"))
+            p_cols = (("-",) * 3 if cert.details.get("refused") else     # nothing was tested: no p-value to show
+                      (_fmt(cert.pvalue, ".3f"), _fmt(c.p_holm, ".3f"), _fmt(c.p_bh, ".3f")))
+            rows.append((c.verifier, c.family, c.V, c.k, "-", *p_cols, "-", "-", "-", "-", "-", verdict, "-"))
             continue
         failed = c in failed_cells
         verdict = "FAIL" if failed else f"no bias detected (detectable TV {_fmt(cert.detectable_tv, '.3g')})"

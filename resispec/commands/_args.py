@@ -239,7 +239,8 @@ def one(value, flag: str, kind: str = "this subject"):
     None.  ValueError naming the flag for several."""
     if isinstance(value, (list, tuple)):
         if len(value) != 1:
-            raise ValueError(f"{flag} takes one value for {kind}, got {len(value)} ({', '.join(map(str, value))}); "
+            given = ", ".join(map(str, value))
+            raise ValueError(f"{flag} takes one value for {kind}, got {len(value)} values ({given}); "
                              "run it once per value")
         return value[0]
     return value

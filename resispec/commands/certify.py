@@ -22,8 +22,9 @@ fails to load -- any exception, even ``sys.exit()`` -- is an error (exit 2).
 certifies ``rejection_proxy[proxy=module:object]`` (``docs/verifiers.md``).
 
 Exit status: 0 all verifiers pass; 1 a verifier fails (a cell failed its
-checks, raised, or timed out); 3 a mutant escaped detection (the harness lost
-power); 2 bad arguments (including a verifier that cannot be loaded).
+checks, raised, or hung past --timeout plus its grace); 3 a mutant escaped detection (the harness lost
+power); 2 bad arguments (including a verifier that cannot be loaded), or cells
+NOT RUN (their --n / --tv budget or --timeout too small) and nothing else failed.
 """
 
 from __future__ import annotations
@@ -329,8 +330,8 @@ def _print_outcome(grid, mutants, meta, args, t0) -> int:
     refused = grid.refused_cells()
     if refused and len(refused) == len(grid.failed_cells()) and not grid.untested_verifiers():
         first = refused[0].certificate.details["error"].removeprefix(REFUSED)
-        print(f"resispec certify: error: the budget was refused for {len(refused)} cell(s), nothing else failed: "
-              f"{first} (--n / --tv / --timeout)", file=sys.stderr)
+        print(f"resispec certify: error: the budget or --timeout was too small for {len(refused)} cell(s) (NOT RUN), "
+              f"nothing else failed: {first} (--n / --tv / --timeout)", file=sys.stderr)
         return 2                                      # the caller's request: no verdict, no report
     paths = write_reports(grid, args.out, mutants, meta, args.json)
     print(f"\nreport: {paths['markdown']}  json: {paths['json']}  ({time.perf_counter() - t0:.1f} s)")
