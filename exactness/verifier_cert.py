@@ -428,9 +428,7 @@ def _certify(verifier, node, k: int, *, n, alpha, power, tv, tree, exact, worker
         for check in NODE_CHECKS:              # every check on the draws, in table order
             check.run(st)
     except RunOutOfTime as exc:                # the caller's deadline: what already convicts still does
-        if seq is not None:                    # (a fixed-n test of an optionally stopped sample would not be valid)
-            raise
-        return _convicted_before_the_deadline(st, p1, alpha, power, tv, exc)
+        return _convicted_before_the_deadline(st, p1, alpha, power, tv, exc, seq)
     counts, checks, skipped, details, mc_df = st.mc.tokens, st.checks, st.skipped, st.details, st.mc_df
     if plan is not None:
         details["plan"] = plan
@@ -459,16 +457,23 @@ def _certify(verifier, node, k: int, *, n, alpha, power, tv, tree, exact, worker
     return replace(cert, notes=cert.notes + notes + chain_note)
 
 
-def _convicted_before_the_deadline(st, p1, alpha, power, tv, exc) -> Certificate:
+def _convicted_before_the_deadline(st, p1, alpha, power, tv, exc, seq=None) -> Certificate:
     """A run's soft deadline (``exactness._timeout.run_deadline``) passed during the checks, after the main sample:
-    the checks done so far, with the marginal test of the main sample, still convict when one of them is below
-    ``alpha / m`` (Bonferroni over ``m`` = every check Holm could count here, so stopping early never makes a
-    FAIL easier); else ``exc`` is raised again (nothing decided: NOT RUN)."""
+    the checks done so far, with the main sample's marginal test (the e-process's p-value under ``--sequential``,
+    valid under its optional stopping), still convict when one of them is below ``alpha / m`` (Bonferroni over
+    ``m`` = every check Holm could count here, so stopping early never makes a FAIL easier); else ``exc`` is raised
+    again (nothing decided: NOT RUN)."""
     if exc.first is not None:                  # an alarm the subject swallowed before: a hang, not a deadline
         raise exc
+    kw = dict(alpha=alpha, power=power, tv=tv, checks=dict(st.checks), details=dict(st.details),
+              skipped=dict(st.skipped))
     try:
-        cert = certificate_from_counts(st.mc.tokens, p1, alpha=alpha, power=power, tv=tv, checks=dict(st.checks),
-                                       details=dict(st.details), skipped=dict(st.skipped))
+        if seq is not None:
+            from .sequential import sequential_certificate
+
+            cert = sequential_certificate(st.mc.tokens, p1, seq, **kw)
+        else:
+            cert = certificate_from_counts(st.mc.tokens, p1, **kw)
     except BudgetError:
         raise exc from None
     if not cert.checks or min(cert.checks.values()) * st.m_max >= alpha:

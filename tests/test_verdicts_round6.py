@@ -230,6 +230,9 @@ def test_a_bias_found_before_the_deadline_still_fails():
             return type(out)(t, out.accepted)
 
     p, q = np.array([0.5, 0.3, 0.2]), np.array([0.2, 0.3, 0.5])
-    r = run_cell(Cell("biased", BiasedSlowAlone(), "toy", 2, p, q), n=20_000, alpha=1e-3, seed=0, timeout=3)
-    assert r.certificate is not None and not r.certificate.passed and not r.certificate.details.get("refused")
-    assert any("time limit stopped the checks" in note for note in r.certificate.notes), r.certificate.notes
+    for sequential in (False, True):          # the e-process's p-value holds under its optional stopping
+        r = run_cell(Cell("biased", BiasedSlowAlone(), "toy", 2, p, q), n=20_000, alpha=1e-3, seed=0, timeout=3,
+                     sequential=sequential)
+        cert = r.certificate
+        assert cert is not None and not cert.passed and not cert.details.get("refused"), (sequential, cert)
+        assert any("time limit stopped the checks" in note for note in cert.notes), (sequential, cert.notes)
