@@ -330,8 +330,8 @@ def _print_outcome(grid, mutants, meta, args, t0) -> int:
     refused = grid.refused_cells()
     if refused and len(refused) == len(grid.failed_cells()) and not grid.untested_verifiers():
         first = refused[0].certificate.details["error"].removeprefix(REFUSED)
-        print(f"resispec certify: error: the budget or --timeout was too small for {len(refused)} cell(s) (NOT RUN), "
-              f"nothing else failed: {first} (--n / --tv / --timeout)", file=sys.stderr)
+        print(f"resispec certify: error: the budget was refused for {len(refused)} cell(s) (NOT RUN: --n / --tv or "
+              f"--timeout too small), nothing else failed: {first} (--n / --tv / --timeout)", file=sys.stderr)
         return 2                                      # the caller's request: no verdict, no report
     paths = write_reports(grid, args.out, mutants, meta, args.json)
     print(f"\nreport: {paths['markdown']}  json: {paths['json']}  ({time.perf_counter() - t0:.1f} s)")
