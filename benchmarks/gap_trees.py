@@ -15,6 +15,6 @@ from resispec.bench.trees import BenchVerifier, register_bench_verifier
 register_bench_verifier(BenchVerifier("resispec_wor", "resispec", {"drafting": "without_replacement"},
                                       drafting="without_replacement", role="candidate", max_k=16, n_samples=32))
 args = sys.argv[1:] or ["--families", "softmax_noise", "zipf", "shifted", "--shapes", "4,2,2,1", "8,4", "16",
-                        "wor:4,2,2,1", "wor:8,4", "wor:16", "--n", "8", "--stem", "bench_gap_trees",
+                        "wor:4,2,2,1", "wor:8,4", "wor:16", "--n", "8", "--out", "reports/bench_gap_trees.md",
                         "--no-progress"]
 sys.exit(main(["bench", *args]))

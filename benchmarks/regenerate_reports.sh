@@ -23,9 +23,9 @@ lane1() {
       --out reports/bench_gap_accept.md --no-progress
   "${RS[@]}" bench accept --families captured --k 2,4,8 --temperatures 1 --nodes 200 --verifiers rrs,kseq,resispec \
       --lp-max-V 0 --out reports/captured_accept.md --no-progress
-  "${RS[@]}" drift --out reports
-  "${RS[@]}" drift --family zipf --k 4 --temperature 0.7 --stem drift_zipf_k4 --out reports
-  "${RS[@]}" families --V 1000 --nodes 64 --dial softmax_noise noise 0.25,0.5,1,2,4 \
+  "${RS[@]}" bench drift --out reports
+  "${RS[@]}" bench drift --family zipf --k 4 --temperature 0.7 --out reports/drift_zipf_k4.md
+  "${RS[@]}" bench families --V 1000 --nodes 64 --dial softmax_noise noise 0.25,0.5,1,2,4 \
       --dial temp_mismatch ratio 0.5,0.7,0.9,1.2 --dial dirichlet mix 0.1,0.3,0.6 \
       --dial softmax_noise_top_k top_k 5,20,100 --out reports/families.md
   "$PY" benchmarks/ngram_pair.py --contexts 2000 --seed 0

@@ -1,4 +1,4 @@
-"""resispec certify-decoder --hf-target / --hf-draft: transformers generate on saved tiny random models."""
+"""resispec certify-decoder --target FOLDER / --draft FOLDER: transformers generate on saved tiny random models."""
 
 import json
 
@@ -30,7 +30,7 @@ def saved(tmp_path_factory):
 
 def test_assisted_generation_passes_with_a_png_report(saved, tmp_path, capsys):
     out = tmp_path / "r" / "hf.md"
-    argv = ["certify-decoder", "--hf-target", str(saved / "target"), "--hf-draft", str(saved / "draft"),
+    argv = ["certify-decoder", "--target", str(saved / "target"), "--draft", str(saved / "draft"),
             "--top-k", "3", "--temperature", "0.8", "--num-assistant-tokens", "2", "--prompt-text", "b c d",
             "--prompt-text", "d a b", "--samples", "60", "--out", str(out)]
     assert main(argv) == 0, capsys.readouterr()
@@ -46,22 +46,22 @@ def test_assisted_generation_passes_with_a_png_report(saved, tmp_path, capsys):
 
 def test_ids_prompts_and_plain_sampling(saved, tmp_path):
     out = tmp_path / "p.md"
-    assert main(["certify-decoder", "--hf-target", str(saved / "target"), "--prompts", "1,2,3", "--samples", "40",
+    assert main(["certify-decoder", "--target", str(saved / "target"), "--prompts", "1,2,3", "--samples", "40",
                  "--top-p", "0.9", "--out", str(out)]) == 0
     assert out.exists() and out.with_suffix(".png").exists()
 
 
 @pytest.mark.parametrize("extra, match", [
-    (["--num-assistant-tokens", "2", "--prompts", "1,2"], "also give --hf-draft"),
+    (["--num-assistant-tokens", "2", "--prompts", "1,2"], "also give --draft"),
     (["--temperature", "0", "--prompts", "1,2"], "--temperature must be > 0"),
     (["--top-p", "1.5", "--prompts", "1,2"], "--top-p must lie in (0, 1]"),
     ([], "--prompts ids"),
     (["--prompt-text", "a b", "--prompt-text", "a"], "unequal lengths"),
-    (["--prompts", "1,2", "--decoder", "x:y"], "drop --decoder"),
+    (["--prompts", "1,2", "--decoder", "no_such_module_hf:y"], "--decoder 'no_such_module_hf:y'"),
 ])
 def test_bad_hf_options_exit_2(saved, tmp_path, capsys, extra, match):
     out = tmp_path / "bad" / "x.md"
-    assert main(["certify-decoder", "--hf-target", str(saved / "target"), *extra, "--samples", "10",
+    assert main(["certify-decoder", "--target", str(saved / "target"), *extra, "--samples", "10",
                  "--out", str(out)]) == 2
     assert match in capsys.readouterr().err
     assert not out.parent.exists()
@@ -69,12 +69,12 @@ def test_bad_hf_options_exit_2(saved, tmp_path, capsys, extra, match):
 
 def test_bad_paths_and_flags_exit_2(saved, tmp_path, capsys):
     out = str(tmp_path / "x.md")
-    assert main(["certify-decoder", "--hf-target", str(tmp_path / "nowhere"), "--prompts", "1", "--out", out]) == 2
-    assert "--hf-target" in capsys.readouterr().err
-    assert main(["certify-decoder", "--hf-target", str(saved / "draft"), "--prompt-text", "a", "--out", out]) == 2
+    assert main(["certify-decoder", "--target", str(tmp_path / "nowhere"), "--prompts", "1", "--out", out]) == 2
+    assert "--target" in capsys.readouterr().err
+    assert main(["certify-decoder", "--target", str(saved / "draft"), "--prompt-text", "a", "--out", out]) == 2
     assert "--prompt-text needs the tokenizer" in capsys.readouterr().err
     assert main(["certify-decoder", "--decoder", "exactness.decoder_mutants:demo", "--top-k", "3",
                  "--out", out]) == 2
-    assert "apply to --hf-target only" in capsys.readouterr().err
+    assert "apply to transformers generate (--target FOLDER without --decoder) only" in capsys.readouterr().err
     assert main(["certify-decoder", "--out", out]) == 2
-    assert "--hf-target PATH" in capsys.readouterr().err
+    assert "--target FOLDER" in capsys.readouterr().err

@@ -17,7 +17,7 @@ def test_cli_pass_fail_and_bad_args(capsys, tmp_path):
     assert "NO BIAS DETECTED" in capsys.readouterr().out
     out = tmp_path / "cex.py"
     rc = main(["certify-coupled", "--kernel", "exactness.mutants:CATALOGUE.residual_is_p", "--reference", "rrs",
-               "--k", "1", "--V", "20", "--stop-after", "1", "--counterexample", str(out)])
+               "--k", "1", "--V", "20", "--stop-after", "1", "--out", str(out)])
     assert rc == 1 and "FAIL" in capsys.readouterr().out
     r = subprocess.run([sys.executable, str(out)], capture_output=True, text=True)   # the file reproduces it
     assert r.returncode == 0, r.stderr

@@ -74,7 +74,7 @@ def test_json_beside_the_report_is_a_directory(command, tmp_path, capsys, no_wor
 def test_report_file_inside_the_folder_is_a_directory(command, names, tmp_path, capsys, no_work):
     for n in names:
         (tmp_path / n).mkdir()
-    assert main([command, "--out", str(tmp_path), "--stem", "b"]) == 2
+    assert main([command, "--out", str(tmp_path / "b.md")]) == 2
     assert names[0] in capsys.readouterr().err
 
 

@@ -158,11 +158,11 @@ def _cli(*args):
 
 def test_cli_counterexample_path_checked_before_running(tmp_path, capsys):
     (tmp_path / "afile").write_text("x")
-    assert _cli("--counterexample", str(tmp_path)) == 2
-    assert "--counterexample" in capsys.readouterr().err
-    assert _cli("--counterexample", str(tmp_path / "afile" / "ce.py")) == 2
+    assert _cli("--out", str(tmp_path)) == 2
+    assert "--out" in capsys.readouterr().err
+    assert _cli("--out", str(tmp_path / "afile" / "ce.py")) == 2
     err = capsys.readouterr()
-    assert "--counterexample" in err.err and "NO BIAS DETECTED" not in err.out     # refused before any draw
+    assert "--out" in err.err and "NO BIAS DETECTED" not in err.out     # refused before any draw
 
 
 def test_cli_seed_sequence_and_bad_seed(capsys):

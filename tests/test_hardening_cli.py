@@ -45,9 +45,10 @@ def test_verifier_options_are_parsed_as_numbers():
 
 
 def test_certify_unwritable_json_fails_before_the_run(tmp_path, capsys):
-    blocker = tmp_path / "afile"
-    blocker.write_text("")
+    """The JSON beside --out is a folder: refused naming --out and the JSON, before any cell runs."""
+    (tmp_path / "rep" / "c.json").mkdir(parents=True)
     out = tmp_path / "rep" / "c.md"
-    assert main(["certify", "--verifier", "sps", "--json", str(blocker / "x.json"), "--out", str(out)]) == 2
-    assert "--json" in capsys.readouterr().err
-    assert not [p for p in tmp_path.rglob("*") if p.is_file() and p != blocker]
+    assert main(["certify", "--verifier", "sps", "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert "--out" in err and "c.json" in err
+    assert not [p for p in tmp_path.rglob("*") if p.is_file()]

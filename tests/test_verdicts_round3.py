@@ -465,8 +465,8 @@ def test_a_coupled_pass_stopped_by_its_time_limit_is_inconclusive_not_a_pass():
 
 
 @pytest.mark.parametrize("args, words", [
-    (["drift", "--stem", "../../x", "--nodes", "2", "--V", "20"], "--stem must be a plain file name"),
-    (["bench", "--stem", "", "--families", "zipf"], "--stem must be a plain file name"),
+    (["drift", "--out", "", "--nodes", "2", "--V", "20"], "--out must be a non-empty path"),
+    (["bench", "--out", "", "--families", "zipf"], "--out must be a non-empty path"),
     (["certify", "stepwise", "--pq", "", "--n", "100"], "--pq names no file"),
     (["certify", "stepwise", "--pq", "/dev/null", "--n", "100"], "need an .npz with arrays 'p' and 'q' (EOFError"),
     (["certify", "coupled", "--kernel", "rrs", "--pq", " ", "--n", "100"], "--pq names no file"),
@@ -479,7 +479,7 @@ def test_a_coupled_pass_stopped_by_its_time_limit_is_inconclusive_not_a_pass():
     (["bench", "verify", "--V", "10000000000", "--B", "256"], "not enough memory for the sizes asked"),
     (["certify", "--verifier", "rrs", "--k", "2", "--n", "3000", "--no-mutants", "--out", "/tmp/\udcff.md"],
      "is not valid UTF-8"),
-], ids=["stem-up", "stem-empty", "pq-empty-stepwise", "pq-dev-null", "pq-blank-coupled", "seed-negative", "kernel-named", "reference-named", "seed-text", "shape",
+], ids=["out-empty-drift", "out-empty-bench", "pq-empty-stepwise", "pq-dev-null", "pq-blank-coupled", "seed-negative", "kernel-named", "reference-named", "seed-text", "shape",
         "memory", "out-not-utf8"])
 def test_bad_input_is_exit_2_naming_it(args, words, tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)

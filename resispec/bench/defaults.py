@@ -22,7 +22,6 @@ ACCEPT_T = (0.7, 1.0, 1.5)
 GAP_FAMILIES = ("softmax_noise", "zipf", "shifted")
 GAP_T = (0.7, 1.0, 1.5)
 GAP_K = (2, 4, 8)
-GAP_WOR_K = (2, 4, 8)
 
 # resispec bench decode (resispec.bench.decode)
 DECODE_VERIFIERS = ("rrs", "rrs_wor", "kseq", "target_only", "resispec")

@@ -57,7 +57,7 @@ SATURATED = 1e-4
 from .defaults import GAP_FAMILIES as DEFAULT_FAMILIES  # noqa: E402
 from .defaults import GAP_K as DEFAULT_K  # noqa: E402
 from .defaults import GAP_T as DEFAULT_T  # noqa: E402
-from .defaults import GAP_WOR_K as DEFAULT_WOR_K  # noqa: E402
+
 #: ``resispec`` is the default (the look-ahead reserve); ``resispec_myopic`` the default before it (the fixed point).
 IID_NAMES = ("rrs", "kseq", "resispec_myopic", "resispec")
 
@@ -305,7 +305,7 @@ class GapTable:
                 "cells": [asdict(c) for c in self.cells]}
 
 
-def bench_gap(*, families=DEFAULT_FAMILIES, Ts=DEFAULT_T, ks=DEFAULT_K, wor_ks=DEFAULT_WOR_K, V: int = 1000,
+def bench_gap(*, families=DEFAULT_FAMILIES, Ts=DEFAULT_T, ks=DEFAULT_K, wor_ks=DEFAULT_K, V: int = 1000,
               V_small: int = 8, nodes: int = 4, small_nodes: int = 6, seed: int = 0, samples: int = 500,
               lp: bool = True, sections=("iid", "wor", "wor_small"), progress: bool = True) -> GapTable:
     """Run the gap tables.

@@ -27,15 +27,17 @@ def strs(text: str) -> list[str]:
     return [x.strip() for x in text.split(",") if x.strip()]
 
 
-def stem(text: str) -> str:
-    """``--stem``: a plain file name stem, written inside ``--out`` (no folder part, not empty, not ``.`` / ``..``)."""
-    import os
+def folder_and_stem(out, default_stem: str) -> tuple:
+    """``--out`` of a command writing several files (a report, its JSON, figures): a Markdown path
+    (``reports/drift_zipf_k4.md``: the folder and stem of the files) or a folder (``reports``: the files are
+    ``default_stem.*`` inside it).  Returns ``(folder, stem: str)``: the folder as given when ``out`` is one
+    (an empty ``out`` stays empty, for :func:`check_out` to refuse)."""
+    from pathlib import Path
 
-    seps = {"/", os.sep} | ({os.altsep} if os.altsep else set())
-    if not text.strip() or text in (".", "..") or any(c in text for c in seps) or "\0" in text:
-        raise argparse.ArgumentTypeError(f"--stem must be a plain file name stem such as 'bench' (the files go inside "
-                                         f"--out; give the folder there), got {text!r}")
-    return text
+    path = Path(out) if out else None
+    if path is not None and path.suffix == ".md" and path.stem:
+        return path.parent, path.stem
+    return out, default_stem
 
 
 def seconds(text: str) -> float:
@@ -202,6 +204,26 @@ class ListAction(argparse.Action):
                 raise argparse.ArgumentError(self, f"lists {raw!r} twice; give each item once")
             seen.append(item)
         setattr(namespace, self.dest, seen)
+
+
+class Switch(argparse.Action):
+    """An option with an optional value and old spellings that each stand for one value: ``--mutants`` (its
+    ``const``), ``--mutants 3`` (the value, through ``type``), ``--no-mutants`` (``spellings["--no-mutants"]``,
+    which takes no value).  One option, so one name in ``--help`` and in the option grammar; the old spellings
+    parse because committed reports quote them."""
+
+    def __init__(self, option_strings, dest, spellings: dict | None = None, **kwargs):
+        kwargs.setdefault("nargs", "?")
+        super().__init__(option_strings, dest, **kwargs)
+        self.spellings = dict(spellings or {})
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        if option_string in self.spellings:
+            if values is not None and values != self.const:
+                raise argparse.ArgumentError(self, f"{option_string} takes no value (got {values!r}); give "
+                                                   f"{self.option_strings[0]} N instead")
+            values = self.spellings[option_string]
+        setattr(namespace, self.dest, values)
 
 
 def count(text: str) -> int:

@@ -8,7 +8,7 @@ without-replacement drafting ("wor:8,4").
 
 Example:
   resispec bench                                  # full default run (~18 min on 2 shared cores)
-  resispec bench --families zipf --temperatures 1.0 --shapes 4,2,2,1 wor:8,4 --out /tmp/bench --stem small
+  resispec bench --families zipf --temperatures 1.0 --shapes 4,2,2,1 wor:8,4 --out /tmp/bench/small.md
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ import sys
 import time
 from pathlib import Path
 
-from ._args import ListAction, check_out, count, one, seed_int, stem
+from ._args import ListAction, check_out, count, folder_and_stem, one, seed_int
 
 NAME = "bench"
 KIND = "trees"   # `resispec bench` = `resispec bench trees` (resispec.cli.verbs)
@@ -48,9 +48,9 @@ def add_arguments(parser):
     parser.add_argument("--n-trees", type=int, default=128,
                         help="sampled trees per cell for the path-level rules (default 128)")
     parser.add_argument("--out", default="bench-out", metavar="PATH",
-                        help="output folder (default bench-out/, git-ignored; --out reports updates the shipped "
-                             "report)")
-    parser.add_argument("--stem", default="bench", type=stem, help="file name stem (default bench)")
+                        help="output folder (bench.md and bench.json inside it), or the Markdown path (FOLDER/NAME.md: "
+                             "NAME.json beside it); default bench-out/, git-ignored; --out reports updates the "
+                             "shipped report")
     parser.add_argument("--no-progress", action="store_true", help="hide the progress bar")
     parser.add_argument("--from-json", nargs="+", action="extend", type=Path, default=None, metavar="JSON",
                         help="re-render the markdown report from a previous bench JSON (no recomputation)")
@@ -59,6 +59,7 @@ def add_arguments(parser):
 def run(args) -> int:
     args.V = one(args.V, "--V", "bench trees")
     args.from_json = one(args.from_json, "--from-json", "bench trees")
+    args.out, args.stem = folder_and_stem(args.out, "bench")
     check_out(args.out, "--out", folder=True, files=(f"{args.stem}.md", f"{args.stem}.json"))   # before any work
     from pathlib import Path
 

@@ -22,14 +22,12 @@ def add_arguments(parser):
     from ..bench.defaults import GAP_FAMILIES as DEFAULT_FAMILIES
     from ..bench.defaults import GAP_K as DEFAULT_K
     from ..bench.defaults import GAP_T as DEFAULT_T
-    from ..bench.defaults import GAP_WOR_K as DEFAULT_WOR_K
 
     parser.add_argument("--families", action=ListAction, default=list(DEFAULT_FAMILIES), help="comma-separated families")
     parser.add_argument("--temperatures", "--T", dest="temperatures", action=ListAction, item_type=float, default=list(DEFAULT_T),
                         help="comma-separated temperatures (--T: the old name)")
-    parser.add_argument("--k", action=ListAction, item_type=int, default=list(DEFAULT_K), help="iid candidate counts (default %(default)s)")
-    parser.add_argument("--wor-k", action=ListAction, item_type=int, default=list(DEFAULT_WOR_K),
-                        help="without-replacement candidate counts (default %(default)s)")
+    parser.add_argument("--k", action=ListAction, item_type=int, default=list(DEFAULT_K),
+                        help="candidate counts, iid and without replacement alike (default %(default)s)")
     parser.add_argument("--V", action=ListAction, item_type=int, default=1000,
                         help="vocabulary of the main tables (one value; default %(default)s)")
     parser.add_argument("--V-small", type=int, default=8, help="vocabulary of the small WOR cases (default %(default)s)")
@@ -39,7 +37,8 @@ def add_arguments(parser):
                         help="Monte Carlo draws per node for WOR cells past exact computation (default %(default)s)")
     parser.add_argument("--sections", action=ListAction, default=["iid", "wor", "wor_small"],
                         help="comma-separated subset of iid,wor,wor_small")
-    parser.add_argument("--no-lp", action="store_true", help="skip the iid sequential LP")
+    parser.add_argument("--lp-max-V", type=int, default=1000,
+                        help="run the iid sequential-optimum LP only when --V <= this (0: never; default %(default)s)")
     parser.add_argument("--seed", type=seed_int, default=0)
     parser.add_argument("--out", default="bench-out/bench_gap.md", metavar="PATH", help="markdown path; JSON beside it")
     parser.add_argument("--no-progress", action="store_true")
@@ -50,10 +49,14 @@ def run(args) -> int:
     check_out(args.out, "--out", json_beside=True)     # before any work
     from ..bench.gap import bench_gap, to_markdown, write_reports
 
-    table = bench_gap(families=args.families, Ts=args.temperatures, ks=args.k, wor_ks=args.wor_k, V=args.V,
-                      V_small=args.V_small, nodes=args.nodes, small_nodes=args.small_nodes, seed=args.seed,
-                      samples=args.samples, lp=not args.no_lp, sections=tuple(args.sections),
-                      progress=not args.no_progress)
+    try:
+        table = bench_gap(families=args.families, Ts=args.temperatures, ks=args.k, wor_ks=args.k, V=args.V,
+                          V_small=args.V_small, nodes=args.nodes, small_nodes=args.small_nodes, seed=args.seed,
+                          samples=args.samples, lp=0 < args.V <= args.lp_max_V, sections=tuple(args.sections),
+                          progress=not args.no_progress)
+    except ValueError as exc:       # the library names its parameter (wor_k); the user typed --k
+        msg = str(exc)
+        raise ValueError("--k" + msg[len("wor_k"):] if msg.startswith("wor_k ") else msg) from None
     command = "resispec " + " ".join(shlex.quote(a) for a in sys.argv[1:]) if sys.argv[1:] else None
     print(to_markdown(table, command=command))
     md, js = write_reports(table, args.out, command=command)

@@ -47,7 +47,7 @@ CALIBRATION_FEW = 30
 
 
 def add_arguments(parser) -> None:
-    from ._args import ListAction, count, seconds, seed
+    from ._args import ListAction, Switch, count, seconds, seed
 
     parser.add_argument("--verifier", action="append", default=None, metavar="NAME|MODULE:OBJECT",
                         help="verifier to certify: a registry name, name[option=value,...], or an import path "
@@ -110,13 +110,11 @@ def add_arguments(parser) -> None:
     parser.add_argument("--out", type=Path, default=Path("certify-out/certify.md"),
                         help="Markdown report path; JSON and PNGs are written next to it (default "
                              "certify-out/certify.md, git-ignored; --out reports/certify.md updates the shipped report)")
-    parser.add_argument("--json", type=Path, default=None, help="JSON path (default: --out with .json)")
-    m = parser.add_mutually_exclusive_group()
-    m.add_argument("--mutants", dest="mutants", action="store_true", default=None,
-                   help="run the mutant catalogue (default: on when no --verifier is given)")
-    m.add_argument("--no-mutants", dest="mutants", action="store_false", help="skip the mutant catalogue")
-    parser.add_argument("--mutant-seeds", type=int, default=1,
-                        help="seeded runs per mutant (detection power = flagged / runs; default 1)")
+    parser.add_argument("--mutants", "--no-mutants", dest="mutants", action=Switch, type=int, const=1,
+                        default=None, metavar="N", spellings={"--no-mutants": 0},
+                        help="seeded runs of each mutant of the catalogue (detection power = flagged / runs): "
+                             "--mutants alone is 1, --mutants 0 skips the catalogue (default: 1 when no --verifier "
+                             "is given, else 0)")
     parser.add_argument("--no-progress", action="store_true",
                         help="no progress on stderr (default: a bar on a terminal, else a line every ~10 s)")
 
@@ -208,7 +206,7 @@ def run(args) -> int:
     mutants, t_mut = None, None
     if do_mutants:
         t1 = time.perf_counter()
-        mutants = run_mutants(seeds=args.mutant_seeds, n=args.samples, alpha=args.alpha, seed=args.seed,
+        mutants = run_mutants(seeds=args.mutants, n=args.samples, alpha=args.alpha, seed=args.seed,
                               progress=progress)
         t_mut = time.perf_counter() - t1
     meta = {"command": ("resispec certify " + " ".join(shlex.quote(a) for a in sys.argv[2:])).strip()
@@ -223,13 +221,11 @@ def run(args) -> int:
 
 def _check_args(args):
     """``(ks, do_mutants, families, tv)`` from the parsed options; ValueError naming the flag (exit 2)."""
-    for flag, path in (("--out", args.out), ("--json", args.json)):
-        if path is not None:
-            _check_output(flag, path)
+    _check_output("--out", args.out)
     from exactness.report import report_paths
 
-    for name, path in report_paths(args.out, args.json).items():
-        if name in ("qq", "detectable_tv"):
+    for name, path in report_paths(args.out).items():
+        if name in ("json", "qq", "detectable_tv"):
             _check_output(f"--out (its {path.name})", path)
     if not 0 < args.alpha < 1:
         raise ValueError(f"--alpha must lie in (0, 1), got {args.alpha}")
@@ -238,8 +234,9 @@ def _check_args(args):
         raise ValueError(f"--tv must lie in (0, 1] (the smallest TV bias to detect, e.g. 0.001), got {tv}")
     if args.samples is not None and args.samples < 1:
         raise ValueError(f"--n must be >= 1, got {args.samples}")
-    if args.mutant_seeds < 1:
-        raise ValueError(f"--mutant-seeds must be >= 1, got {args.mutant_seeds}")
+    if args.mutants is not None and args.mutants < 0:
+        raise ValueError(f"--mutants must be a whole number >= 0 (seeded runs per mutant; 0 skips them), got "
+                         f"{args.mutants}")
     if isinstance(args.seed, int) and args.seed < 0:  # the parser refuses these; a caller's namespace may not
         raise ValueError(f"--seed must be >= 0, got {args.seed}")
     if args.workers < 1:
@@ -258,7 +255,9 @@ def _check_args(args):
     ks = tuple(args.k) if args.k else K_VALUES
     if any(k < 1 or k > MAX_K for k in ks):
         raise ValueError(f"--k must lie in [1, {MAX_K}] (candidates per node), got {list(ks)}")
-    do_mutants = args.mutants if args.mutants is not None else not args.verifier
+    if args.mutants is None:
+        args.mutants = 0 if args.verifier else 1
+    do_mutants = args.mutants > 0
     if args.samples is not None or tv is None:        # the default budget too: --k 9999 at 200,000 draws is ~30 GiB
         from exactness.verifier_cert import DEFAULT_N
 
@@ -333,7 +332,7 @@ def _print_outcome(grid, mutants, meta, args, t0) -> int:
         print(f"resispec certify: error: the budget was refused for {len(refused)} cell(s) (NOT RUN: --n / --tv or "
               f"--timeout too small), nothing else failed: {first} (--n / --tv / --timeout)", file=sys.stderr)
         return 2                                      # the caller's request: no verdict, no report
-    paths = write_reports(grid, args.out, mutants, meta, args.json)
+    paths = write_reports(grid, args.out, mutants, meta)
     print(f"\nreport: {paths['markdown']}  json: {paths['json']}  ({time.perf_counter() - t0:.1f} s)")
     if not grid.passed:
         untested = grid.untested_verifiers()

@@ -32,6 +32,8 @@ reference that was not checked (--reference-check none).
 
 from __future__ import annotations
 
+from pathlib import Path
+
 NAME = "certify-coupled"
 HELP = "coupled certification of a kernel against a reference rule (same coins; TV bound; counterexample)"
 #: A verdict command: run in a supervised child when run as a program (a subject ending the process is a FAIL).
@@ -76,8 +78,8 @@ def add_arguments(parser) -> None:
                         "is INCONCLUSIVE, exit 3) (default auto). A registry rule (a name, or an instance of a "
                         "registry class such as resispec.get_verifier('rrs')) is exact by proof and never checked: "
                         "its pass is a pass whatever this option says")
-    parser.add_argument("--counterexample", default=None, metavar="PATH",
-                        help="write the counterexample's Python here (default: print it)")
+    parser.add_argument("--out", type=Path, default=None,
+                        help="write the counterexample's Python (on a FAIL) to this path (default: print it)")
 
 
 def run(args) -> int:
@@ -96,10 +98,10 @@ def run(args) -> int:
     from exactness._checks import as_seed_sequence
 
     as_seed_sequence(args.seed, name="--seed")      # a caller's namespace may hold what the parser refuses
-    if args.counterexample:
+    if args.out:
         from .._io import check_output_path
 
-        check_output_path(args.counterexample, "--counterexample")
+        check_output_path(args.out, "--out")
     p, q = load_node(args, default_V=50)
     from exactness._timeout import hard_limit
     from exactness.coupled.certify import _load
@@ -115,11 +117,11 @@ def run(args) -> int:
     print(cert.verdict)
     print(f"({cert.n:,} coupled draws in {cert.seconds:.2f} s, reference path: {cert.path})")
     if cert.counterexample:
-        if args.counterexample:
+        if args.out:
             from .._io import atomic_write
 
-            atomic_write(args.counterexample, cert.counterexample + "\n")
-            print(f"counterexample written to {args.counterexample}")
+            atomic_write(args.out, cert.counterexample + "\n")
+            print(f"counterexample written to {args.out}")
         else:
             print("\n# counterexample (python):\n" + cert.counterexample)
     return 0 if cert.passed else 3 if cert.inconclusive else 1

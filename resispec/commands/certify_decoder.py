@@ -8,7 +8,7 @@ path).  The object is either
   ``decoder(prompt, new_tokens, rng)``): then ``--target module:object`` names the target
   ``target(contexts (B, L)) -> (B, V)`` and ``--prompts`` the prompts.
 
-``--hf-target PATH [--hf-draft PATH]`` instead certifies transformers ``generate(do_sample=True)``
+Without ``--decoder``, ``--target PATH [--draft PATH]`` certifies transformers ``generate(do_sample=True)``
 on saved models (folders, loaded offline) through ``exactness.adapters.hf``: ``HFDecoder`` against
 ``hf_target`` with the same generation options (``--temperature``, ``--top-k``, ``--top-p``,
 ``--num-assistant-tokens``, the latter with a constant schedule); prompts from ``--prompts`` (ids)
@@ -26,7 +26,7 @@ that raises or returns a bad law).
 
 Example:
   resispec certify decoder --decoder exactness.decoder_mutants:demo --new-tokens 3
-  resispec certify decoder --hf-target ./target --hf-draft ./draft --top-k 3 --prompt-text "hello" --n 2000
+  resispec certify decoder --target ./target --draft ./draft --top-k 3 --prompt-text "hello" --n 2000
     (./target, ./draft: folders written by save_pretrained, the target's with its tokenizer; docs/decoders.md)
 """
 
@@ -53,22 +53,22 @@ def add_arguments(parser) -> None:
     parser.add_argument("--decoder", metavar="MODULE:OBJECT",
                         help="a factory returning (decoder, target, prompts), or a decoder (then give --target and "
                              "--prompts). IMPORTS AND RUNS that module; any failure to load it is an error (exit 2)")
-    parser.add_argument("--target", metavar="MODULE:OBJECT", help="target(contexts (B, L)) -> (B, V) law, when "
-                        "--decoder names a decoder")
+    parser.add_argument("--target", help="with --decoder naming a decoder: MODULE:OBJECT, the target(contexts "
+                        "(B, L)) -> (B, V) law; without --decoder: a saved transformers causal LM (folder, loaded "
+                        "offline) whose generate(do_sample=True) is certified against its own processed "
+                        "next-token law")
     parser.add_argument("--prompts", metavar="IDS;IDS...", help="prompts as token ids, rows separated by ';', ids "
                         "by ',' or spaces, e.g. '0,1;2,3' (equal lengths), when --decoder names a decoder")
-    hf = parser.add_argument_group("Hugging Face generate (instead of --decoder)")
-    hf.add_argument("--hf-target", metavar="PATH", help="a saved transformers causal LM (folder, loaded offline): "
-                    "certify its generate(do_sample=True) against its own processed next-token law")
-    hf.add_argument("--hf-draft", metavar="PATH", help="the assistant model for --hf-target (assisted generation); "
-                    "omit for plain sampling")
+    hf = parser.add_argument_group("Hugging Face generate (--target FOLDER instead of --decoder)")
+    hf.add_argument("--draft", help="the assistant model folder for --target (assisted generation); omit for plain "
+                    "sampling")
     hf.add_argument("--temperature", type=float, help="sampling temperature (> 0), for decoder and target alike")
     hf.add_argument("--top-k", type=int, help="top-k (>= 1), for decoder and target alike")
     hf.add_argument("--top-p", type=float, help="top-p in (0, 1], for decoder and target alike")
     hf.add_argument("--num-assistant-tokens", type=int, help="draft tokens per round (>= 1, constant schedule; "
-                    "needs --hf-draft)")
+                    "needs --draft)")
     hf.add_argument("--prompt-text", action="append", metavar="TEXT", help="a prompt as text, tokenised with "
-                    "--hf-target's tokenizer; repeat for several (they must tokenise to equal lengths)")
+                    "--target's tokenizer; repeat for several (they must tokenise to equal lengths)")
     parser.add_argument("--new-tokens", type=int, default=2, help="tokens per continuation (default 2)")
     parser.add_argument("--n", "--samples", dest="samples", type=count, default=None, metavar="N",
                         help="continuations per prompt (default: the n at which the joint test detects TV 0.02); "
@@ -142,8 +142,8 @@ def hf_options(args) -> dict:
     if "num_assistant_tokens" in opts:
         if opts["num_assistant_tokens"] < 1:
             raise ValueError(f"--num-assistant-tokens must be >= 1, got {opts['num_assistant_tokens']}")
-        if not args.hf_draft:
-            raise ValueError("--num-assistant-tokens configures the assistant: also give --hf-draft PATH")
+        if not args.draft:
+            raise ValueError("--num-assistant-tokens configures the assistant: also give --draft PATH")
         opts["num_assistant_tokens_schedule"] = "constant"   # reproducible: the heuristic schedule keeps state
     return opts
 
@@ -159,29 +159,27 @@ def _load_model(path: str, flag: str):
 
 
 def load_hf(args):
-    """(decoder, target, prompts) for ``--hf-target``: ``HFDecoder`` / ``hf_target`` with the same options."""
-    if args.decoder or args.target:
-        raise ValueError("--hf-target certifies transformers generate: drop --decoder / --target")
+    """(decoder, target, prompts) for ``--target FOLDER``: ``HFDecoder`` / ``hf_target`` with the same options."""
     if bool(args.prompts) == bool(args.prompt_text):
-        raise ValueError("--hf-target needs prompts: give --prompts ids ('0,1;2,3') or --prompt-text TEXT "
+        raise ValueError("--target FOLDER (transformers generate) needs prompts: give --prompts ids ('0,1;2,3') or --prompt-text TEXT "
                          "(one of the two)")
     opts = hf_options(args)
     from exactness.adapters.hf import HFDecoder, hf_target
 
-    target = _load_model(args.hf_target, "--hf-target")
-    draft = _load_model(args.hf_draft, "--hf-draft") if args.hf_draft else None
+    target = _load_model(args.target, "--target")
+    draft = _load_model(args.draft, "--draft") if args.draft else None
     if args.prompt_text:
         from transformers import AutoTokenizer
 
         files = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json")
-        why = None if any((Path(args.hf_target) / f).is_file() for f in files) else f"none of {', '.join(files)}"
+        why = None if any((Path(args.target) / f).is_file() for f in files) else f"none of {', '.join(files)}"
         if why is None:
             try:
-                tok = AutoTokenizer.from_pretrained(args.hf_target, local_files_only=True)
+                tok = AutoTokenizer.from_pretrained(args.target, local_files_only=True)
             except Exception as exc:
                 why = f"{type(exc).__name__}: {exc}"
         if why is not None:
-            raise ValueError(f"--prompt-text needs the tokenizer saved with --hf-target {args.hf_target!r} ({why}); "
+            raise ValueError(f"--prompt-text needs the tokenizer saved with --target {args.target!r} ({why}); "
                              "save it there (tokenizer.save_pretrained) or pass --prompts ids")
         prompts = [list(tok(t)["input_ids"]) for t in args.prompt_text]
         if any(not p for p in prompts):
@@ -200,17 +198,17 @@ def load(args):
     """(decoder, target, prompts) from the options; ValueError naming the flag."""
     from exactness.certify_run import _describe, import_object
 
-    if args.hf_target:
+    if not args.decoder and args.target:
         return load_hf(args)
-    if args.hf_draft:
-        raise ValueError("--hf-draft is the assistant of --hf-target: give --hf-target PATH too")
     extra = [_flag(k) for k in HF_OPTIONS if getattr(args, k) is not None] + (["--prompt-text"]
                                                                             if args.prompt_text else [])
+    extra += ["--draft"] if args.draft else []
     if extra:
-        raise ValueError(f"{', '.join(extra)} apply to --hf-target only; with --decoder configure the decoder "
-                         "in its module")
+        raise ValueError(f"{', '.join(extra)} apply to transformers generate (--target FOLDER without --decoder) "
+                         "only; with --decoder configure the decoder in its module")
     if not args.decoder:
-        raise ValueError("give --decoder module:object (a factory or a decoder) or --hf-target PATH")
+        raise ValueError("give --decoder module:object (a factory or a decoder) or --target FOLDER (a saved "
+                         "transformers model)")
     from exactness._checks import ctrl_c
 
     obj = import_object(args.decoder, "--decoder", "mymodule:make_decoder")
@@ -278,7 +276,7 @@ def run(args) -> int:
     from exactness.result import MORE
 
     print(cert.summary().replace(MORE, " (more: the report below)"))
-    name = args.decoder or f"hf:{args.hf_target}" + (f" + {args.hf_draft}" if args.hf_draft else "")
+    name = args.decoder or f"hf:{args.target}" + (f" + {args.draft}" if args.draft else "")
     md = to_markdown(cert, title=f"Decoder certificate: {name}", command=command)
     png = io.BytesIO()
     figure(cert, title=name).savefig(png, format="png", dpi=110)       # rendered before anything is written

@@ -3,7 +3,7 @@ the reserve scale gamma; write PNG plots, a markdown table and JSON to bench-out
 rewrites the shipped ones).
 
 Example:
-  resispec drift --family softmax_noise --k 8 --temperature 1.0 --out reports
+  resispec bench drift --family softmax_noise --k 8 --temperature 1.0 --out reports
 """
 
 from __future__ import annotations
@@ -11,17 +11,18 @@ from __future__ import annotations
 import shlex
 import sys
 
-from ._args import ListAction, check_out, seed_int, stem
+from ._args import ListAction, check_out, folder_and_stem, one, seed_int
 
-NAME = "drift"
+NAME = "bench-drift"
+ALIASES = ("drift",)    # `resispec drift` = `resispec bench drift` (committed reports quote it)
 HELP = "residual drift per chain step (beta_i, TV, top-mass residual, acceptance) with plots"
 
 
 def add_arguments(parser):
     parser.add_argument("--family", default="softmax_noise", help="pair family (default softmax_noise)")
-    parser.add_argument("--V", type=int, default=1000, help="vocabulary size (default 1000)")
-    parser.add_argument("--nodes", dest="n", type=int, default=32, help="number of (p, q) pairs (default 32)")
-    parser.add_argument("--k", type=int, default=8, help="candidates per node (default 8)")
+    parser.add_argument("--V", action=ListAction, item_type=int, default=1000, help="vocabulary size (one value; default 1000)")
+    parser.add_argument("--nodes", type=int, default=32, help="number of (p, q) pairs (default 32)")
+    parser.add_argument("--k", action=ListAction, item_type=int, default=8, help="candidates per node (one value; default 8)")
     parser.add_argument("--temperature", type=float, default=1.0, help="temperature of p and q (default 1.0)")
     parser.add_argument("--gammas", action=ListAction, item_type=float, default=[0, 0.25, 0.5, 0.75, 1, 1.25, 1.5, 2],
                         help="reserve scales to sweep (default 0,0.25,0.5,0.75,1,1.25,1.5,2)")
@@ -29,12 +30,14 @@ def add_arguments(parser):
     parser.add_argument("--top-level", type=float, default=0.9, help="draft mass of the top-mass set (default 0.9)")
     parser.add_argument("--seed", type=seed_int, default=0)
     parser.add_argument("--out", default="bench-out", metavar="PATH",
-                        help="output folder (default bench-out/, git-ignored; --out reports updates the shipped "
-                             "report)")
-    parser.add_argument("--stem", default="drift", type=stem, help="file name stem (default drift)")
+                        help="output folder (drift.md, .json and two PNGs inside it), or the Markdown path "
+                             "(FOLDER/NAME.md: NAME.json, NAME_steps.png, NAME_gamma.png beside it); default "
+                             "bench-out/, git-ignored; --out reports updates the shipped report")
 
 
 def run(args) -> int:
+    args.V, args.k = one(args.V, "--V", "bench drift"), one(args.k, "--k", "bench drift")
+    args.out, args.stem = folder_and_stem(args.out, "drift")
     check_out(args.out, "--out", folder=True,                      # before any work
               files=[f"{args.stem}{s}" for s in (".md", ".json", "_steps.png", "_gamma.png")])
     import numpy as np
@@ -52,10 +55,11 @@ def run(args) -> int:
         raise ValueError(f"--gammas must be numbers >= 0, got {gammas}")
     proxies = sorted(PROXIES) if "all" in args.proxies else list(args.proxies)
     rng = np.random.default_rng(args.seed)
-    p, q = fam.sample(rng, n=args.n, V=args.V if fam.fixed_vocab is None else None, temperature=args.temperature)
+    p, q = fam.sample(rng, n=args.nodes, V=args.V if fam.fixed_vocab is None else None, temperature=args.temperature)
     sweep = drift_sweep(p, q, args.k, gammas=gammas, proxies=proxies, top_level=args.top_level, rng=rng)
     sweep.settings.update(family=args.family, temperature=args.temperature, seed=args.seed)
-    cmd = "resispec " + " ".join(shlex.quote(a) for a in sys.argv[1:]) if sys.argv[1:2] == ["drift"] else "resispec drift"
+    typed = sys.argv[1:3] == ["bench", "drift"] or sys.argv[1:2] in (["drift"], ["bench-drift"])
+    cmd = "resispec " + " ".join(shlex.quote(a) for a in sys.argv[1:]) if typed else "resispec bench drift"
     paths = write_drift_report(sweep, args.out, command=cmd, stem=args.stem)
     best = max(sweep.results, key=lambda r: r.acceptance)
     rrs = next(r for r in sweep.results if r.label == "rrs")

@@ -3,23 +3,25 @@ so you can dial the divergence; writes bench-out/families.md (git-ignored; --out
 the shipped table).
 
 Example:
-  resispec families --V 1000 --nodes 64
-  resispec families --dial softmax_noise noise 0.25,0.5,1,2
+  resispec bench families --V 1000 --nodes 64
+  resispec bench families --dial softmax_noise noise 0.25,0.5,1,2
 """
 
 from __future__ import annotations
 
-from ._args import ListAction, check_out, seed_int
+from ._args import ListAction, check_out, one, seed_int
 
-NAME = "families"
+NAME = "bench-families"
+ALIASES = ("families",)    # `resispec families` = `resispec bench families` (committed reports quote it)
 HELP = "pair families with measured TV / KL (and a divergence dial)"
 
 
 def add_arguments(parser):
     parser.add_argument("--families", action=ListAction, default=None, help="families (default: all registered)")
-    parser.add_argument("--temperatures", action=ListAction, item_type=float, default=[0.7, 1.0, 1.5])
-    parser.add_argument("--V", type=int, default=1000)
-    parser.add_argument("--nodes", dest="n", type=int, default=64, help="pairs per family and temperature")
+    parser.add_argument("--temperatures", "--T", dest="temperatures", action=ListAction, item_type=float,
+                        default=[0.7, 1.0, 1.5], help="temperatures the pair families are drawn at")
+    parser.add_argument("--V", action=ListAction, item_type=int, default=1000, help="vocabulary size (one value)")
+    parser.add_argument("--nodes", type=int, default=64, help="pairs per family and temperature")
     parser.add_argument("--seed", type=seed_int, default=0)
     parser.add_argument("--dial", nargs=3, metavar=("FAMILY", "PARAM", "VALUES"), action="append", default=[],
                         help="also tabulate TV / KL as PARAM of FAMILY takes comma-separated VALUES")
@@ -29,13 +31,14 @@ def add_arguments(parser):
 
 
 def run(args) -> int:
+    args.V = one(args.V, "--V", "bench families")
     check_out(args.out, "--out")                      # before any work
     import numpy as np
 
     from simulators import FAMILIES, divergence_table, family_divergence, get_family
     from simulators._io import write_text
 
-    if args.V < 2 or args.n < 1:
+    if args.V < 2 or args.nodes < 1:
         raise ValueError("--V must be >= 2 and --nodes >= 1")
     if not args.families:
         get_family("ngram")                   # load the lazily registered real-data family
@@ -43,16 +46,16 @@ def run(args) -> int:
     for nm in names:
         get_family(nm)
     dials = [_dial(get_family, *d) for d in args.dial]   # every --dial checked before the table's work
-    rows, md = divergence_table(names, args.temperatures, V=args.V, n=args.n, seed=args.seed)
+    rows, md = divergence_table(names, args.temperatures, V=args.V, n=args.nodes, seed=args.seed)
     out = ["# Pair families: measured divergence", "",
-           f"Command: `resispec families --V {args.V} --nodes {args.n}`" + "".join(f" --dial {' '.join(d)}" for d in args.dial), "",
-           f"Mean over {args.n} sampled pairs; TV = 1/2 sum |p - q| (single-draft acceptance is 1 - TV); "
+           f"Command: `resispec bench families --V {args.V} --nodes {args.nodes}`" + "".join(f" --dial {' '.join(d)}" for d in args.dial), "",
+           f"Mean over {args.nodes} sampled pairs; TV = 1/2 sum |p - q| (single-draft acceptance is 1 - TV); "
            "KL(p‖q) in nats is inf after truncation (p keeps tokens q dropped).", "", md, ""]
     for fam, param, vals in dials:
         out += [f"## Dial: `{fam}` `{param}` (T = 1)", "", f"| {param} | TV | KL(p‖q) |", "|---|---|---|"]
         for v in vals:
             val = int(v) if param == "top_k" else v
-            r = family_divergence(fam, np.random.default_rng(args.seed), n=args.n, V=args.V, **{param: val})
+            r = family_divergence(fam, np.random.default_rng(args.seed), n=args.nodes, V=args.V, **{param: val})
             out.append(f"| {v:g} | {r.tv:.3f} | {r.kl:.3f} |")
         out.append("")
     path = write_text(args.out, "\n".join(out))
