@@ -25,7 +25,8 @@ from resispec.commands._args import ListAction
 
 #: legacy option string -> the primary option it aliases (kept for the committed reports' command lines)
 LEGACY = {"--T": "--temperatures", "--family": "--families", "--samples": "--n", "--proxy": "--proxies",
-          "--score": "--scores", "--n-samples": "--n", "--mc-samples": "--n", "--no-mutants": "--mutants"}
+          "--score": "--scores", "--n-samples": "--n", "--mc-samples": "--n", "--no-mutants": "--mutants",
+          "--model": "--target", "--draft-model": "--draft", "--vocab": "--V"}
 #: math symbols: one or several values under the symbol's own name
 SYMBOLS = {"--k", "--V"}
 #: names no primary option may have: the concept has a canonical name

@@ -434,14 +434,14 @@ def test_report_header_names_a_given_n(work, tmp_path):
 
 
 def test_cli_gguf_models_bad_input(tmp_path, monkeypatch, capsys):
-    """--model as a GGUF file or a built-in name: every mistake is exit 2 naming the argument and the fix."""
+    """--target as a GGUF file or a built-in name: every mistake is exit 2 naming the argument and the fix."""
     from exactness.engines.llamacpp import write_gguf
     from exactness.engines.tiny import build_tiny
     from resispec.cli import main
 
     pr = ["--prompts", "2,3,4"]
     assert main(["audit", "llama-cpp-python", "--model", str(tmp_path / "none.gguf"), *pr]) == 2
-    assert "--model" in capsys.readouterr().err
+    assert "--target" in capsys.readouterr().err
     monkeypatch.setenv("RESISPEC_CACHE", str(tmp_path / "empty-cache"))
     assert main(["audit", "llama-cpp-python", "--model", "qwen2.5-coder-1.5b", *pr]) == 2
     assert "resispec models fetch qwen2.5-coder-1.5b" in capsys.readouterr().err
@@ -459,7 +459,7 @@ def test_cli_gguf_models_bad_input(tmp_path, monkeypatch, capsys):
 
 
 def test_cli_checks_every_argument_before_reading_a_model(tmp_path, monkeypatch, capsys):
-    """A typo in --options / --n / --tv / --settings / --plant is refused before --model is read: the model here
+    """A typo in --options / --n / --tv / --settings / --plant is refused before --target is read: the model here
     would be refused too ("not a readable GGUF"), so the message says which check ran first."""
     import exactness.engines.llamacpp as L
     from resispec.cli import main

@@ -257,9 +257,9 @@ def test_gguf_files_as_the_users_models(tiny, tmp_path):
     assert all(c.law_tv is None for c in rep.cells) and "GGUF files" in rep.to_markdown()
     bad = tmp_path / "bad.gguf"
     bad.write_bytes(b"not a gguf file at all")
-    with pytest.raises(ValueError, match="--model .* is not a readable GGUF"):
+    with pytest.raises(ValueError, match="--target .* is not a readable GGUF"):
         gguf_models(bad, handle.draft_gguf, models.prompts)
-    with pytest.raises(ValueError, match="--draft-model .*no such file"):
+    with pytest.raises(ValueError, match="--draft .*no such file"):
         gguf_models(handle.target_gguf, tmp_path / "none.gguf", models.prompts)
     with pytest.raises(ValueError, match=r"--prompts must be rows .* \[0, 16\)"):
         gguf_models(handle.target_gguf, handle.draft_gguf, [[1, 2, 99]])

@@ -106,7 +106,7 @@ class AuditReport:
     seconds: float = 0.0
     law_source: str = ""
     status: str = "complete"          # "running: <setting> / <option>" while a cell runs (a stopped run says so)
-    user_models: bool = False         # --model: the user's checkpoints, not the built tiny pair
+    user_models: bool = False         # --target: the user's checkpoints, not the built tiny pair
     n_given: int | None = None        # --n: continuations per prompt the caller fixed (no planned budget)
     models_note: str = ""             # what the models are when they are not the tiny pair (GGUF files)
     write_error: str = ""             # a report write that failed (the run went on; the CLI exits 3 and prints it)
@@ -805,7 +805,7 @@ def _audit_door(engine, *, settings, options, tv, n, cell_seconds, new_tokens, v
     gguf = bool(getattr(models, "gguf", False))   # the user's GGUF files (models None: the tiny pair, not GGUF)
     if gguf and "gguf" not in getattr(eng, "formats", ("hf",)):
         raise ValueError(f"{eng.name} takes Hugging Face checkpoint folders, not GGUF files; audit a GGUF with "
-                         "llama-cpp-python (resispec audit llama-cpp-python --model FILE.gguf)")
+                         "llama-cpp-python (resispec audit llama-cpp-python --target FILE.gguf)")
     context = getattr(eng, "context", None)
     L = (models.prompts if models is not None else PROMPTS).shape[1]
     if context is not None and L + new_tokens > context:
@@ -827,7 +827,7 @@ def _audit_door(engine, *, settings, options, tv, n, cell_seconds, new_tokens, v
         try:
             f64 = float64_logits(models.target_dir)
         except Exception as exc:
-            raise ValueError(f"the target checkpoint {models.target_dir} (--model) does not load as a transformers "
+            raise ValueError(f"the target checkpoint {models.target_dir} (--target) does not load as a transformers "
                              f"model: {type(exc).__name__}: {str(exc)[:300]}") from None
     for what, folder in (("workdir", workdir), ("out", out)):   # created only now: a refusal leaves nothing behind
         if folder is not None:

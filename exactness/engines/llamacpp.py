@@ -16,7 +16,7 @@ and every sampler but the final ``dist`` is applied through ``llama_sampler_appl
 float64 softmax of the surviving logits (what ``dist`` draws from).  Its documented order is declared below as
 ``ORDERS["llama-cpp-python"]`` and cross-checked against transformers float64 in ``tests/test_engine_llamacpp.py``.
 
-The user's own GGUF files (``resispec audit llama-cpp-python --model FILE.gguf|NAME``, :func:`gguf_models`) are
+The user's own GGUF files (``resispec audit llama-cpp-python --target FILE.gguf|NAME``, :func:`gguf_models`) are
 loaded as they are, on all cores.  Two facts about llama.cpp shape the law there.  (1) Its logits depend on how a
 context was batched: on the Qwen2.5-Coder Q4_K_M GGUFs, a token evaluated alone vs inside a batch moves logits by up
 to 0.6 (TV 0.01-0.06 of the next-token law), while every schedule is deterministic.  So the decoder keeps one
@@ -302,10 +302,10 @@ def gguf_models(target, draft, prompts, seed: int = 0):
         return len(toks.data), int(eos.parts[eos.data[0]][0]) if eos is not None else 0
 
     draft = target if draft is None else draft
-    vocab, eos = meta(target, "--model")
-    dvocab, _ = meta(draft, "--draft-model")
+    vocab, eos = meta(target, "--target")
+    dvocab, _ = meta(draft, "--draft")
     if dvocab != vocab:
-        raise ValueError(f"--draft-model has vocabulary {dvocab:,}, --model {vocab:,}: a draft must share the "
+        raise ValueError(f"--draft has vocabulary {dvocab:,}, --target {vocab:,}: a draft must share the "
                          "target's tokenizer")
     why = f"--prompts must be rows of equal length of integer ids in [0, {vocab:,}) (the GGUF's vocabulary)"
     try:

@@ -49,19 +49,20 @@ def add_arguments(parser) -> None:
                         "(default 600)")
     parser.add_argument("--n", type=count, default=None, metavar="N", help="continuations per prompt (overrides the planned budget)")
     parser.add_argument("--new-tokens", type=int, default=None, help="tokens per continuation (default 3)")
-    parser.add_argument("--vocab", type=int, default=None, help="vocabulary of the tiny models (default 16)")
+    parser.add_argument("--V", "--vocab", dest="vocab", type=int, default=None, metavar="N",
+                        help="vocabulary of the tiny models (default 16)")
     parser.add_argument("--seed", type=seed_int, default=0)
     parser.add_argument("--hang-seconds", type=float, default=None, help="seconds past a cell's budget before a call "
                         "of the engine that has not returned is a hang (default 300)")
     parser.add_argument("--plant", metavar="BUG", help="plant a known bug in the engine (a negative control the "
                         "audit must FAIL; exactness.engines.mutants.PLANTED lists them, e.g. argmax_draft)")
     parser.add_argument("--no-shrink", action="store_true", help="do not search the smallest failing setting")
-    parser.add_argument("--model", metavar="MODEL", help="your own target instead of the built tiny one: a Hugging "
-                        "Face folder (loaded offline), or for llama-cpp-python a .gguf file or a built-in model name "
-                        "(resispec models list; fetched beforehand); needs --prompts")
-    parser.add_argument("--draft-model", metavar="MODEL", help="your own draft (same forms as --model) for the "
-                        "'draft' options (default: --model itself)")
-    parser.add_argument("--prompts", metavar="IDS;IDS", help="prompts as token ids with --model, rows separated by "
+    parser.add_argument("--target", "--model", dest="model", metavar="MODEL", help="your own target instead of the "
+                        "built tiny one: a Hugging Face folder (loaded offline), or for llama-cpp-python a .gguf file "
+                        "or a built-in model name (resispec models list; fetched beforehand); needs --prompts")
+    parser.add_argument("--draft", "--draft-model", dest="draft_model", metavar="MODEL", help="your own draft (same "
+                        "forms as --target) for the 'draft' options (default: --target itself)")
+    parser.add_argument("--prompts", metavar="IDS;IDS", help="prompts as token ids with --target, rows separated by "
                         "';', ids by ',' (equal lengths), e.g. '1,2,3;4,5,6'")
     parser.add_argument("--out", default="audit-out", help="report folder (default audit-out/, git-ignored)")
 
@@ -97,10 +98,10 @@ def _gguf_or_dir(value, flag):
 
 
 def _user_models(args):
-    """``TinyModels`` for --model / --draft-model / --prompts (None without --model)."""
+    """``TinyModels`` for --target / --draft / --prompts (None without --target)."""
     if args.model is None:
         if args.draft_model or args.prompts:
-            raise ValueError("--draft-model and --prompts go with --model (your own checkpoint)")
+            raise ValueError("--draft and --prompts go with --target (your own checkpoint)")
         return None
     import json
 
@@ -108,17 +109,17 @@ def _user_models(args):
 
     from exactness.engines.tiny import TinyModels
 
-    (target, is_gguf), (draft, draft_gguf) = (_gguf_or_dir(args.model, "--model"),
-                                              _gguf_or_dir(args.draft_model or args.model, "--draft-model"))
+    (target, is_gguf), (draft, draft_gguf) = (_gguf_or_dir(args.model, "--target"),
+                                              _gguf_or_dir(args.draft_model or args.model, "--draft"))
     if is_gguf != draft_gguf:
-        raise ValueError("--model and --draft-model must both be GGUF (files / built-in names) or both folders")
+        raise ValueError("--target and --draft must both be GGUF (files / built-in names) or both folders")
     if not is_gguf:
-        for flag, d in (("--model", target), ("--draft-model", draft)):
+        for flag, d in (("--target", target), ("--draft", draft)):
             if not (d / "config.json").is_file():
                 raise ValueError(f"{flag} {d} is not a Hugging Face checkpoint folder (no config.json) or a GGUF "
                                  "file")
     if not args.prompts:
-        raise ValueError("--model needs --prompts (token ids, e.g. '1,2,3;4,5,6')")
+        raise ValueError("--target needs --prompts (token ids, e.g. '1,2,3;4,5,6')")
     try:
         rows = [[int(t) for t in r.replace(",", " ").split()] for r in args.prompts.split(";") if r.strip()]
         prompts = np.array(rows, dtype=np.int64)
@@ -136,9 +137,9 @@ def _user_models(args):
         eos = cfg.get("eos_token_id")
         eos = int((eos[0] if eos else 0) if isinstance(eos, list) else eos or 0)
     except (ValueError, TypeError, AttributeError) as exc:
-        raise ValueError(f"--model {target}/config.json is not a model config ({type(exc).__name__}: {exc})") from None
+        raise ValueError(f"--target {target}/config.json is not a model config ({type(exc).__name__}: {exc})") from None
     if vocab < 2 or prompts.max() >= vocab or prompts.min() < 0:
-        raise ValueError(f"--prompts ids must lie in [0, {vocab}) (the vocabulary of --model)")
+        raise ValueError(f"--prompts ids must lie in [0, {vocab}) (the vocabulary of --target)")
     return TinyModels(target, draft, vocab, eos, prompts, args.seed)
 
 
