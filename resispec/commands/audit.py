@@ -92,7 +92,7 @@ def _gguf_or_dir(value, flag):
         try:
             return fetch_model(value, download=False, progress=False), True
         except ModelNotFetchedError as exc:
-            raise ValueError(f"{flag} {value}: {str(exc).replace(', or pass --fetch', '')}") from None
+            raise ValueError(f"{flag} {value}: {exc}") from None
     raise ValueError(f"{flag} {value}: no such file or folder, and not a built-in model ({', '.join(sorted(MODELS))}; "
                      "resispec models list)")
 

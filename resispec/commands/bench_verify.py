@@ -29,15 +29,13 @@ def add_arguments(parser):
     parser.add_argument("--k", action=ListAction, item_type=int, default=[2, 4, 8], help="comma-separated candidate counts (default: 2,4,8)")
     parser.add_argument("--repeats", type=int, default=3,
                         help="timed calls per cell, best of; cells interleaved after one untimed warm-up call each "
-                             "(default %(default)s)")
+                             "(default %(default)s; the numpy reference, on its smaller batch: max(--repeats, 5))")
     parser.add_argument("--verifiers", action=ListAction, default=None,
                         help="comma-separated verifiers (default: rrs,kseq,resispec; with --drafting "
                              "without_replacement: rrs_wor,resispec)")
     parser.add_argument("--backends", action=ListAction, default=["numpy", "torch"], help="numpy,torch (default: both)")
     parser.add_argument("--numpy-B", type=int, default=32,
                         help="nodes per call for the slow numpy reference (rate is per node; default %(default)s)")
-    parser.add_argument("--numpy-repeats", type=int, default=None,
-                        help="timed numpy calls per cell (default: max(--repeats, 5))")
     parser.add_argument("--torch-solvers", action=ListAction, default=["auto"],
                         help="torch ResiSpec reserve solvers to time side by side: auto,fused,newton,sort "
                              "(default: auto = fused on CPU, newton on GPU)")
@@ -77,7 +75,7 @@ def run(args) -> int:
     verifiers = args.verifiers or (["rrs_wor", "resispec"] if wor else ["rrs", "kseq", "resispec"])
     res = bench_verify(B=args.B, V=args.V, ks=args.k, verifiers=verifiers, backends=args.backends,
                        device=args.device, dtype=args.dtype, repeats=args.repeats, numpy_B=args.numpy_B,
-                       numpy_repeats=args.numpy_repeats, seed=args.seed, progress=not args.no_progress,
+                       seed=args.seed, progress=not args.no_progress,
                        torch_solvers=args.torch_solvers, drafting=args.drafting)
     c = res.config
     np_b = f" (numpy {c['numpy_B']})" if "numpy" in c["backends"] else ""

@@ -24,7 +24,8 @@ def add_arguments(p) -> None:
     g = p.add_argument_group("prompt")
     g.add_argument("--prompt", default=None, help="prompt text (default: a HumanEval prompt)")
     g.add_argument("--prompts", default="humaneval", help="prompt set when --prompt is not given")
-    g.add_argument("--index", type=int, default=0, help="which prompt of the set (default 0)")
+    g.add_argument("--skip", type=int, default=0, help="decode the prompt after the first N of the set (default 0: "
+                   "its first)")
     g.add_argument("--chat", action="store_true", help="wrap the prompt in the chat template")
     g = p.add_argument_group("speculation")
     g.add_argument("--verifier", default="resispec", help="registry verifier (default resispec); "
@@ -35,7 +36,6 @@ def add_arguments(p) -> None:
     g.add_argument("--tree", default="4,2,1", help="branching per depth (default 4,2,1)")
     g.add_argument("--drafting", default=None, choices=["iid", "without_replacement"],
                    help="candidate law (default: the verifier's)")
-    g.add_argument("--no-stream", action="store_true", help="print the text only at the end")
 
 
 def run(args) -> int:
@@ -52,8 +52,8 @@ def run(args) -> int:
         TreeShape.parse(args.tree)
     except ValueError as exc:
         raise ValueError(f"--tree: {exc}") from None
-    if args.index < 0:
-        raise ValueError(f"--index must be >= 0, got {args.index}")
+    if args.skip < 0:
+        raise ValueError(f"--skip must be >= 0, got {args.skip}")
     verifier = None
     from ..verifiers.registry import available_verifiers
 
@@ -105,13 +105,14 @@ def run(args) -> int:
         check_prompt_source(args.prompts)
     check_models(args)
     if text is None:
-        prompts = load_prompts(args.prompts, wheels_from=args.wheels_from, download=args.fetch)
-        if not 0 <= args.index < len(prompts):
-            raise ValueError(f"--index {args.index} is out of range; the set has {len(prompts)} prompts")
-        text = prompts[args.index]
+        prompts = load_prompts(args.prompts, download=False)
+        if not 0 <= args.skip < len(prompts):
+            raise ValueError(f"--skip {args.skip} leaves no prompt; the set has {len(prompts)} prompts")
+        text = prompts[args.skip]
     pair = load_pair(args)
     ids = pair.encode(text, chat=args.chat)
     out = sys.stdout
+    streaming = out.isatty()            # text as it is decoded on a terminal; once, at the end, into a pipe or file
     out.write(text)
     out.flush()
     emitted: list[int] = []
@@ -119,7 +120,7 @@ def run(args) -> int:
 
     def stream(tokens):
         emitted.extend(tokens)
-        if args.no_stream:
+        if not streaming:
             return
         s = pair.tokenizer.decode(emitted, skip_special_tokens=True)
         out.write(s[shown[0]:])
@@ -133,7 +134,7 @@ def run(args) -> int:
         res = autoregressive_decode(pair.target, ids, **kw)
     else:
         res = speculative_decode(pair.target, pair.draft, ids, verifier, args.tree, drafting=args.drafting, **kw)
-    if args.no_stream:
+    if not streaming:
         out.write(pair.tokenizer.decode(emitted, skip_special_tokens=True))
     out.write("\n")
     hist = np.bincount(np.asarray(res.tokens_per_call, dtype=np.int64), minlength=2)  # tokens kept, not drafted

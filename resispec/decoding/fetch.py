@@ -455,7 +455,7 @@ def not_fetched_error(name: str, path: Path) -> ModelNotFetchedError:
     """The error for a built-in model missing from the cache (names the command to run)."""
     return ModelNotFetchedError(f"model {name!r} is not in the cache ({path} is missing); nothing is downloaded "
                                 f"implicitly: run `resispec models fetch {name}` first (about "
-                                f"{get_model_spec(name).nbytes / 2**20:.0f} MiB), or pass --fetch")
+                                f"{get_model_spec(name).nbytes / 2**20:.0f} MiB)")
 
 
 def _remove(path: Path) -> None:

@@ -3,7 +3,7 @@
 Nothing is downloaded from a model hub: a built-in name goes through the
 checksummed fetcher (:mod:`resispec.decoding.fetch`), a path must exist.
 Loading never downloads unless asked (``download=True``; the CLI's
-``resispec models fetch`` or ``--fetch``): a built-in model missing from the
+``resispec models fetch``): a built-in model missing from the
 cache raises :class:`~resispec.decoding.fetch.ModelNotFetchedError` naming
 the ``resispec models fetch NAME`` command to run.
 Loading a GGUF file dequantises every tensor (minutes on a CPU), so the

