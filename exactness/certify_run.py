@@ -118,25 +118,18 @@ def load_verifier(spec: str, flag: str = "--verifier"):
         with the spec and the original exception's type and message (chained
         from it); or an object without ``verify``.
     """
-    import re
 
     import resispec
 
     if not isinstance(spec, str) or not spec:
         raise ValueError(f"{flag} must be a name, name[option=value,...] or module:object, got {spec!r}")
-    m = re.fullmatch(r"(\w+)\[(.*)\]", spec)
-    if m:  # name[option=value,...], e.g. resispec[proxy=tempered,gamma=0.5]
-        opts = {}
-        for kv in filter(None, m.group(2).split(",")):
-            key, eq, val = kv.partition("=")
-            if not eq or not key.strip():
-                raise ValueError(f"{flag} {spec!r}: options must be written name[option=value,...], got {kv!r}")
-            opts[key.strip()] = _option_value(val.strip())
-        if m.group(1) == "rejection_proxy" and isinstance(opts.get("proxy"), str):
+    from resispec.verifiers.registry import parse_spec
+
+    if "[" in spec or "]" in spec:   # name[option=value,...], e.g. resispec[proxy=tempered,gamma=0.5]
+        name, opts = parse_spec(spec, flag)
+        if name == "rejection_proxy" and isinstance(opts.get("proxy"), str):
             opts["proxy"] = load_proxy(opts["proxy"], flag)
-        return spec, resispec.get_verifier(m.group(1), **opts)
-    if "[" in spec or "]" in spec:
-        raise ValueError(f"{flag} {spec!r}: malformed options; write name[option=value,...]")
+        return spec, resispec.get_verifier(name, **opts)
     if ":" not in spec:
         return spec, resispec.get_verifier(spec)
     obj = import_object(spec, flag, "mymodule:MyVerifier")
@@ -188,16 +181,6 @@ def sample_memory(n: int, k: int, chunk: int | None = None) -> int:
 
     chunk = CHUNK if chunk is None else chunk
     return 16 * n + 8 * min(n, chunk) * (2 * k + 1)
-
-
-def _option_value(text: str):
-    """``"0.5"`` -> 0.5, ``"2"`` -> 2, ``"True"`` -> True; anything else stays a string (a proxy name)."""
-    import ast
-
-    try:
-        return ast.literal_eval(text)
-    except (ValueError, SyntaxError):
-        return text
 
 
 def family_nodes(seed: int, families=FAMILIES, temperature: float = 1.0) -> tuple[dict, list[str]]:

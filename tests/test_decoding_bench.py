@@ -544,12 +544,14 @@ def test_bench_decode_refuses_what_would_lose_data_or_fake_a_standard_error(tmp_
 def test_decode_refuses_resispec_options_for_other_verifiers(capsys):
     from resispec.cli import main
 
-    for extra in (["--verifier", "traversal_resispec", "--tree", "2,1", "--gamma", "nan"],
-                  ["--verifier", "block", "--tree", "1,1", "--proxy", "nosuch"]):
+    for extra in (["--verifier", "traversal_resispec[gamma=nan]", "--tree", "2,1"],
+                  ["--verifier", "block[proxy=nosuch]", "--tree", "1,1"]):
         assert main(["decode", "--target", "t", "--draft", "d", "--prompt", "x"] + extra) == 2
-        assert "takes none" in capsys.readouterr().err
-    assert main(["decode", "--target", "t", "--draft", "d", "--prompt", "x", "--verifier", "rrs", "--gamma", "2"]) == 2
-    assert "does not take --gamma" in capsys.readouterr().err
+        assert "takes no options" in capsys.readouterr().err
+    assert main(["decode", "--target", "t", "--draft", "d", "--prompt", "x", "--verifier", "rrs[gamma=2]"]) == 2
+    assert "does not take the options gamma" in capsys.readouterr().err
+    assert main(["decode", "--target", "t", "--draft", "d", "--prompt", "x", "--verifier", "resispec[gamma]"]) == 2
+    assert "options must be written name[option=value,...]" in capsys.readouterr().err
 
 
 def test_a_run_with_more_tokens_than_its_calls_can_emit_is_refused(tmp_path):

@@ -28,11 +28,10 @@ def add_arguments(p) -> None:
                    "its first)")
     g.add_argument("--chat", action="store_true", help="wrap the prompt in the chat template")
     g = p.add_argument_group("speculation")
-    g.add_argument("--verifier", default="resispec", help="registry verifier (default resispec); "
-                   "'autoregressive' = target-only decoding; a path-level rule ('block', 'token') decides a "
-                   "chain tree such as --tree 1,1,1 at once; 'traversal' any iid tree")
-    g.add_argument("--proxy", default=None, help="ResiSpec proxy (draft, tempered, topk, uniform_mix, coverage)")
-    g.add_argument("--gamma", type=float, default=None, help="ResiSpec reserve scale")
+    g.add_argument("--verifier", default="resispec", help="registry verifier, with options as "
+                   "name[option=value,...] (default resispec; e.g. 'resispec[proxy=tempered,gamma=0.5]': the "
+                   "ResiSpec proxy and reserve scale); 'autoregressive' = target-only decoding; a path-level rule "
+                   "('block', 'token') decides a chain tree such as --tree 1,1,1 at once; 'traversal' any iid tree")
     g.add_argument("--tree", default="4,2,1", help="branching per depth (default 4,2,1)")
     g.add_argument("--drafting", default=None, choices=["iid", "without_replacement"],
                    help="candidate law (default: the verifier's)")
@@ -55,15 +54,15 @@ def run(args) -> int:
     if args.skip < 0:
         raise ValueError(f"--skip must be >= 0, got {args.skip}")
     verifier = None
-    from ..verifiers.registry import available_verifiers
+    from ..verifiers.registry import available_verifiers, parse_spec
 
     known = available_verifiers() + available_path_verifiers() + ["autoregressive"]
-    if args.verifier not in known:
-        raise ValueError(f"unknown --verifier {args.verifier!r}; choose one of {sorted(known)}")
-    given = [f"--{k}" for k in ("proxy", "gamma") if getattr(args, k) is not None]
-    if given and args.verifier in available_path_verifiers() + ["autoregressive"]:
-        raise ValueError(f"{' '.join(given)} set ResiSpec's options and --verifier {args.verifier} takes none; "
-                         "drop them (or use --verifier resispec)")
+    name, opts = parse_spec(args.verifier)            # resispec[proxy=tempered,gamma=0.5]
+    if name not in known:
+        raise ValueError(f"unknown --verifier {name!r}; choose one of {sorted(known)}")
+    if opts and name in available_path_verifiers() + ["autoregressive"]:
+        raise ValueError(f"--verifier {args.verifier}: {name} takes no options; drop [...]")
+    args.verifier = name
     if args.verifier in available_path_verifiers():
         shape = TreeShape.parse(args.tree)
         if any(k != 1 for k in shape.branching) and not hasattr(get_path_verifier(args.verifier), "verify_tree"):
@@ -71,14 +70,13 @@ def run(args) -> int:
                              f"{','.join(['1'] * shape.depth)} (one draft per depth), not --tree {args.tree}")
         verifier = get_path_verifier(args.verifier)
     elif args.verifier != "autoregressive":
-        opts = {k: v for k, v in (("proxy", args.proxy), ("gamma", args.gamma)) if v is not None}
         try:
             verifier = get_verifier(args.verifier, **opts)
         except TypeError as exc:
             if not opts:
                 raise
-            raise ValueError(f"--verifier {args.verifier} does not take {' / '.join('--' + k for k in opts)} "
-                             f"({exc}); drop them, they set ResiSpec's options") from None
+            raise ValueError(f"--verifier {args.verifier} does not take the options {', '.join(opts)} ({exc}); "
+                             "drop them") from None
     if verifier is not None:                 # a drafting law the verifier is not exact for: before any model loads
         from ..decoding.engine import resolve_drafting
 

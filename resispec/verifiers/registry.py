@@ -99,3 +99,27 @@ def get_verifier(name: str, *, backend: str = "numpy", **options):
         return table[name](**options)
     except TypeError as exc:
         raise TypeError(f"verifier {name!r}: {exc}") from exc
+
+
+def parse_spec(spec: str, flag: str = "--verifier") -> tuple[str, dict]:
+    """``"resispec[proxy=tempered,gamma=0.5]"`` -> ``("resispec", {"proxy": "tempered", "gamma": 0.5})``; a plain
+    name -> ``(name, {})``.  Values are Python literals where they parse (``0.5``, ``2``, ``True``), else strings
+    (a proxy name).  ValueError naming ``flag`` for a malformed spec (``name[gamma]``, ``name[x=1``)."""
+    import ast
+    import re
+
+    m = re.fullmatch(r"(\w+)\[(.*)\]", spec)
+    if not m:
+        if "[" in spec or "]" in spec:
+            raise ValueError(f"{flag} {spec!r}: malformed options; write name[option=value,...]")
+        return spec, {}
+    opts = {}
+    for kv in filter(None, m.group(2).split(",")):
+        key, eq, val = kv.partition("=")
+        if not eq or not key.strip():
+            raise ValueError(f"{flag} {spec!r}: options must be written name[option=value,...], got {kv!r}")
+        try:
+            opts[key.strip()] = ast.literal_eval(val.strip())
+        except (ValueError, SyntaxError):
+            opts[key.strip()] = val.strip()
+    return m.group(1), opts
