@@ -152,7 +152,7 @@ def test_not_installed_engine_names_the_install_command(work):
 def test_cli_list_and_bad_input(capsys):
     from resispec.cli import main
 
-    assert main(["audit", "--list"]) == 0
+    assert main(["audit", "list"]) == 0
     out = capsys.readouterr().out
     for name in ("transformers", "onnxruntime-genai", "mlx-lm", "llama-cpp-python"):
         assert name in out

@@ -753,7 +753,7 @@ def _audit_door(engine, *, settings, options, tv, n, cell_seconds, new_tokens, v
 
     eng = get_engine(engine) if isinstance(engine, str) else engine
     if not isinstance(eng, Engine):
-        raise TypeError(f"engine must be an engine name (resispec audit --list) or an exactness.engines.base.Engine "
+        raise TypeError(f"engine must be an engine name (resispec audit list) or an exactness.engines.base.Engine "
                         f"instance, got {type(engine).__name__}")
     from .._checks import SubjectError
 

@@ -88,7 +88,7 @@ def get_engine(name: str) -> "Engine":
         importlib.import_module(ENGINE_MODULES[name])
     if name not in ENGINES:
         raise ValueError(f"unknown engine {name!r}; known: {', '.join(sorted(ENGINE_MODULES))} "
-                         "(resispec audit --list says which are installed)")
+                         "(resispec audit list says which are installed)")
     return ENGINES[name]()
 
 
@@ -99,7 +99,7 @@ class Engine:
     ----------------
     name : str            registry key (set by :func:`register_engine`)
     distribution : str    the pip distribution whose version is reported (``importlib.metadata.version``)
-    install : str         the command a user runs to install it (shown by ``--list`` and in docs/audit.md)
+    install : str         the command a user runs to install it (shown by ``resispec audit list`` and in docs/audit.md)
     order : str           key of ``exactness.settings.ORDERS``: the engine's documented order of operations
     supported : frozenset[str]   ``SamplingSettings`` fields the engine implements (others: INCONCLUSIVE cell)
     options : dict[str, str]     speculative options: name -> one-line description (``draft``, ``ngram``, ...)

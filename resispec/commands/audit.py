@@ -5,7 +5,7 @@ Builds tiny local models (nothing downloaded), converts them to the engine's for
 (``--options``) certifies the engine's speculative decoder against the engine's own non-speculative law, with a
 budget that aims at ``--tv`` per position within ``--cell-seconds`` of engine time. Writes ``audit_<engine>.md``,
 ``.json``, ``.png`` and a reproduction script per FAIL under ``--out`` (default audit-out/, git-ignored), after every
-cell. ``--list`` shows the known engines, which are installed, and how to install the others. docs/audit.md.
+cell. ``resispec audit list`` shows the known engines, which are installed, and how to install the others. docs/audit.md.
 
 Exit status: 0 every cell PASS; 1 a FAIL (the engine is biased, or raised / hung while decoding); 3 no FAIL but a
 cell INCONCLUSIVE (a setting the engine does not implement, a model it cannot load), a law finding (the engine's own
@@ -13,7 +13,7 @@ law differs from the float64 law) or an incomplete run; 2 bad input (an unknown 
 engine that is not installed: the message names the install command).
 
 Example:
-  resispec audit --list
+  resispec audit list
   resispec audit transformers --settings "T=1;top_k=3" --options off,draft --cell-seconds 60
 """
 
@@ -31,9 +31,9 @@ HELP = "audit an inference engine's speculative decoding for exactness (tiny loc
 def add_arguments(parser) -> None:
     from ._args import ListAction
 
-    parser.add_argument("engine", nargs="?", help="the engine (resispec audit --list), or MODULE:CLASS, your own "
+    parser.add_argument("engine", nargs="?", help="the engine (resispec audit list shows them), 'list' (the known engines, which are installed, how to "
+                        "install the others), or MODULE:CLASS, your own "
                         "exactness.engines.base.Engine subclass (IMPORTS AND RUNS that module)")
-    parser.add_argument("--list", action="store_true", help="list the known engines and which are installed")
     parser.add_argument("--summary", metavar="DIR", help="write DIR/audit.md: one row per audit_*.json report in DIR "
                         "(runs nothing)")
     parser.add_argument("--docs", metavar="PAGE", help="with --summary: also replace the table between the markers "
@@ -330,7 +330,7 @@ def run(args) -> int:
 
     if args.docs and not args.summary:
         raise ValueError("--docs goes with --summary DIR")
-    if args.list:
+    if args.engine == "list":
         for r in A.engine_table():  # one block per engine: nothing cut, whatever the terminal width
             print(f"{r['engine']}\n  installed: {r['installed']}\n  install:   {r['install']}")
         return 0
@@ -359,7 +359,7 @@ def run(args) -> int:
         print(table)
         return 0
     if not args.engine:
-        raise ValueError("name an engine (resispec audit --list shows them)")
+        raise ValueError("name an engine (resispec audit list shows them)")
     if args.plant is not None and not args.plant.strip():
         raise ValueError("--plant names no bug; give one (exactness.engines.mutants.PLANTED) or leave it out")
     check_out(args.out, "--out", folder=True)
