@@ -326,8 +326,8 @@ def markdown(grid: GridResult, mutants=None, meta=None, qq_name="certify_qq.png"
 def report_paths(out, json_path=None) -> dict:
     """The four paths a certify run writes: ``markdown``, ``json``, ``qq`` and ``detectable_tv`` PNGs.
 
-    Raises ValueError when two of them are the same file (e.g. ``--json`` equal to ``--out``
-    or to one of the PNGs beside it): one would silently overwrite the other.
+    Raises ValueError when two of them are the same file (``--out c.json``: the Markdown where its own JSON goes;
+    or a ``json_path`` equal to one of the others): one would silently overwrite the other.
     """
     import os
 
@@ -340,8 +340,8 @@ def report_paths(out, json_path=None) -> dict:
         key = os.path.realpath(p)
         if key in seen:
             raise ValueError(f"the {name} report and the {seen[key]} report would both be written to {str(p)!r}; "
-                             "give --out and --json distinct paths (the PNGs go beside --out as STEM_qq.png and "
-                             "STEM_detectable_tv.png)")
+                             "give --out a Markdown path such as certify-out/c.md (the JSON goes beside it as "
+                             "STEM.json, the PNGs as STEM_qq.png and STEM_detectable_tv.png)")
         seen[key] = name
     return paths
 

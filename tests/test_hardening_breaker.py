@@ -84,7 +84,7 @@ def test_out_through_a_symlink_writes_the_target_and_keeps_the_link(tmp_path):
 def test_colliding_report_paths_are_refused(tmp_path, capsys):
     """--out c.json would write the Markdown where its own JSON goes."""
     assert main(["certify", "--verifier", "rrs", "--out", str(tmp_path / "c.json")]) == 2
-    assert "distinct paths" in capsys.readouterr().err
+    assert "would both be written to" in capsys.readouterr().err
     assert not list(tmp_path.iterdir())
 
 

@@ -4,7 +4,7 @@
 * ``ListAction``: an argparse action for list options that accepts both forms,
   ``--k 2,4``, ``--k 2 --k 4`` and mixes (``--k 2,4 --k 8`` -> ``[2, 4, 8]``).
 * ``count``: an integer count that may be written in scientific notation (``1e6``).
-* ``stem``: a file name stem without a folder part (``--stem``).
+* ``folder_and_stem``: ``--out`` as a folder or a Markdown path, for commands writing several files.
 * ``check_out``: an output path (or folder and its files) checked before any work.
 """
 

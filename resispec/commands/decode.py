@@ -1,7 +1,8 @@
-"""Decode one prompt with tree speculative sampling, streaming the text.
+"""Decode one prompt with tree speculative sampling, streaming the text (on a terminal; into a pipe or a file
+the text is written once, at the end).
 
     resispec decode --prompt "def fib(n):" --verifier resispec --tree 4,2,1
-    resispec decode --prompts humaneval --index 3 --temperature 0
+    resispec decode --prompts humaneval --skip 3 --temperature 0
 
 Prints the text as it is accepted, then the tokens per target call (block
 efficiency).  The emitted tokens follow the target's law exactly; at
