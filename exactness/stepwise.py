@@ -78,6 +78,7 @@ from .coupled.run import check_time_limit, hung_call, read_result
 from .gof import gof_test
 from .power import _check_power
 from .sampling import _checked_result, candidate_law, draw_node_candidates, drafting_of
+from .stepwise_checks import DECLARED_STEPS, StepwiseRun, run_checks
 
 #: Largest L1 error of a state's balance ``m + sum_x w(x) r^(x) = p_i`` (and of a row's mass) taken as
 #: round-off; each step adds at most ``TOL`` to the TV bound.
@@ -94,7 +95,8 @@ from resispec._reserve_tol import RESIDUAL_EPS as _RESIDUAL_EPS  # noqa: E402  (
 #: ``exactness.limits.LAW_DRAWS``).
 LAW_MIN = 2_000
 #: Distinct candidate tuples of mismatching draws whose law is checked (Bonferroni over them).
-LAW_NODES = 4
+from .stepwise_checks import Coupling as _Coupling  # noqa: E402
+LAW_NODES = _Coupling.LAW_NODES
 
 
 @dataclass(frozen=True)
@@ -166,6 +168,8 @@ class StepwiseCertificate:
     report: str = field(default="", repr=False)
     cause: str | None = None
     coupling_pvalue: float | None = None
+    checked: dict = field(default_factory=dict, repr=False)
+    skipped: dict = field(default_factory=dict, repr=False)
 
     @property
     def outcome(self) -> str:
@@ -174,12 +178,11 @@ class StepwiseCertificate:
 
     @property
     def checks(self) -> dict:
-        """Raw p-values: ``declared_steps`` (0.0 when a state's declared step is not exact, a deterministic check;
-        1.0 otherwise) and, on a mismatch, ``coupling`` (:attr:`coupling_pvalue`); ``subject`` 0.0 when the
-        verifier misbehaved (:attr:`cause`)."""
-        out = {"declared_steps": 0.0 if self.defects else 1.0}
-        if self.coupling_pvalue is not None:
-            out["coupling"] = float(self.coupling_pvalue)
+        """Raw p-values of the checks that ran (:data:`exactness.stepwise_checks.STEPWISE_CHECKS`, in order):
+        ``declared_steps`` (0.0 when a visited state's declared step is not exact, a deterministic check; 1.0
+        otherwise) and, on a mismatch, ``coupling`` (:attr:`coupling_pvalue`); ``subject`` 0.0 when the verifier
+        misbehaved (:attr:`cause`; then no check ran).  Why a check did not run: :attr:`skipped`."""
+        out = dict(self.checked)
         if self.cause is not None:
             out["subject"] = 0.0
         return out
@@ -593,8 +596,12 @@ def draws_for_tv(tv: float, alpha: float = 1e-3, power: float = 0.99) -> int:
 
     Raises ValueError / TypeError for ``tv`` outside (0, 1), ``alpha`` or ``power`` outside (0, 1).
     """
+    from .stepwise_checks import DECLARED_STEPS
+
     tv, alpha, power = _check_tv(tv), check_alpha(alpha), _check_power(power)
-    return int(math.ceil(math.log(1.0 / min(alpha, 1.0 - power)) / -math.log1p(-tv)))   # (1 - tv)^n <= min(alpha, 1-power)
+    # 0 events in n draws bound TV <= tv at confidence 1 - alpha iff an event of probability tv shows with
+    # probability 1 - alpha: the check's own n at power 1 - alpha, or at the asked power if that is larger
+    return max(DECLARED_STEPS.n_for_tv(tv, power=power), DECLARED_STEPS.n_for_tv(tv, power=1.0 - alpha))
 
 
 def _run_verify(verifier, P, Q, c, u, V: int, k: int):
@@ -939,14 +946,14 @@ def _certify(verifier, p2, q2, k, n, tv, alpha, power, seed, time_limit, workers
     stopped = done < n and not (defects or mism)
     tol_term = k * TOL
     tv_up = min(1.0, tv_upper_bound(events, done, alpha) + tol_term)
-    detect = 1.0 - (1.0 - power) ** (1.0 / done)
-    coupling_p = None
-    if mism and not defects:                               # bias against the declared steps, or another coupling?
-        tuples = list(dict.fromkeys(t for r in parts for t in r.mismatched))[:LAW_NODES]
-        base = seed if not isinstance(seed, np.random.Generator) else 0
-        pv = [coupling_pvalue(verifier, p2[0], q2[0], t, seed=sub_seed(base, 104_729, i)) for i, t in enumerate(tuples)]
-        pv = [x for x in pv if x is not None]
-        coupling_p = min(1.0, min(pv) * len(pv)) if pv else None     # Bonferroni over the tuples checked
+    base = seed if not isinstance(seed, np.random.Generator) else 0
+    st = StepwiseRun(n=done, k=k, V=V, alpha=alpha, power=power, defects=defects, mismatches=mism,
+                     mismatched=tuple(dict.fromkeys(t for r in parts for t in r.mismatched)),
+                     law_pvalue=lambda t, i: coupling_pvalue(verifier, p2[0], q2[0], t,
+                                                             seed=sub_seed(base, 104_729, i)))
+    run_checks(st)                                         # exactness.stepwise_checks.STEPWISE_CHECKS, in order
+    detect = DECLARED_STEPS.detectable_tv(done, power=power)
+    coupling_p = st.checks.get("coupling")
     other_coupling = mism and not defects and coupling_p is not None and not coupling_p < alpha
     if (defects or mism) and not other_coupling:
         verdict = "FAIL"
@@ -993,4 +1000,5 @@ def _certify(verifier, p2, q2, k, n, tv, alpha, power, seed, time_limit, workers
                                mismatches=mism, unverified=unver, tv_upper=tv_up, detectable_tv=detect, alpha=alpha,
                                power=float(power), tv=None if tv is None else float(tv), states=checked,
                                seconds=secs, largest_defect=largest, first_event=first,
-                               report=head + tail, coupling_pvalue=coupling_p)
+                               report=head + tail, coupling_pvalue=coupling_p, checked=dict(st.checks),
+                               skipped=dict(st.skipped))

@@ -7,6 +7,7 @@ import pytest
 from exactness import certify_verifier
 from exactness.decoder_checks import DECODER_CHECKS
 from exactness.path_checks import PATH_CHECKS
+from exactness.stepwise_checks import STEPWISE_CHECKS
 from exactness.node_checks import NODE_CHECKS, NodeCheck
 from exactness.node_mutants import NODE_MUTANTS
 
@@ -23,7 +24,7 @@ def test_the_table_names_every_check_once_and_each_declares_itself():
         assert isinstance(c, NodeCheck) and c.detects and c.mutant in NODE_MUTANTS, c
 
 
-@pytest.mark.parametrize("check", NODE_CHECKS + DECODER_CHECKS + PATH_CHECKS, ids=repr)
+@pytest.mark.parametrize("check", NODE_CHECKS + DECODER_CHECKS + PATH_CHECKS + STEPWISE_CHECKS, ids=repr)
 def test_design_twins_agree(check):
     """Every check of the node, the decoder and the path / tree certificate: detectable_tv falls with n, and
     n_for_tv(detectable_tv(n)) gives back about n (deterministic: 0 and 1)."""

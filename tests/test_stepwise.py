@@ -8,13 +8,13 @@ that ignores the uniforms, a biased verify) FAIL with a replayable state; unveri
 
 from __future__ import annotations
 
-import itertools
 
 import numpy as np
 import pytest
 
 from exactness import certify_stepwise
 from exactness.stepwise import TOL, check_plan, draws_for_tv, next_target, replay_state
+from exactness.stepwise_mutants import BiasedVerify, LowM, OffPlanVerify, OwnCoins, PlainRRS, WrongBeta
 from resispec import get_verifier
 from resispec.verifiers.baselines import RecursiveRejection
 from resispec.verifiers.resispec_wor import ResiSpecWOR
@@ -68,13 +68,6 @@ def _declared_law(v, p_i, q_i, k, i=0):
                 nq /= nq.sum()
             out += q_i[x] * (1 - a) * _declared_law(v, r, nq, k, i + 1)
     return out
-
-
-class PlainRRS(RecursiveRejection):
-    """rrs (iid drafts, SpecInfer) declaring its steps: m = min(p_i, q), plain residual."""
-
-    def step_plan(self, p_i, q_i, *, last):
-        return StepPlan.plain_step(np.minimum(p_i, q_i))
 
 
 # ---------------------------------------------------------------- exact enumeration
@@ -147,47 +140,6 @@ def test_default_plans_tv_1e3():
 
 
 # ---------------------------------------------------------------- planted bugs fail
-
-
-class WrongBeta(ResiSpecWOR):
-    """Declares the shaped rows with beta 30% too large: rows still laws, the balance breaks."""
-
-    def step_plan(self, p_i, q_i, *, last):
-        pl = super().step_plan(p_i, q_i, last=last)
-        if pl is None or pl.plain.all():
-            return pl
-        return StepPlan(**{**pl.__dict__, "beta": pl.beta * 1.3})
-
-
-class LowM(ResiSpecWOR):
-    """Declares an accepted mass 10% below what it uses."""
-
-    def step_plan(self, p_i, q_i, *, last):
-        pl = super().step_plan(p_i, q_i, last=last)
-        return pl if pl is None else StepPlan(**{**pl.__dict__, "m": pl.m * 0.9})
-
-
-class OffPlanVerify(ResiSpecWOR):
-    """Declares ResiSpec's steps, verifies with rrs_wor: exact, but not the declared steps."""
-
-    def verify(self, p, q, candidates, *, uniforms=None, rng=None):
-        return get_verifier("rrs_wor").verify(p, q, candidates, uniforms=uniforms, rng=rng)
-
-
-class OwnCoins(ResiSpecWOR):
-    """Ignores the uniforms it is given."""
-
-    def verify(self, p, q, candidates, *, uniforms=None, rng=None):
-        return super().verify(p, q, candidates, rng=np.random.default_rng(123))
-
-
-class BiasedVerify(PlainRRS):
-    """Declares rrs's steps; verify uses the bf16-rounded ratio (a precision bug)."""
-
-    def verify(self, p, q, candidates, *, uniforms=None, rng=None):
-        from exactness.mutants import CATALOGUE
-
-        return CATALOGUE["bf16_ratio"].verify(p, q, candidates, uniforms=uniforms, rng=rng)
 
 
 @pytest.mark.parametrize("cls,kind", [(WrongBeta, "defect"), (LowM, "defect"),
