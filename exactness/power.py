@@ -155,3 +155,20 @@ class DesignTwins:
     def n_for_tv(self, tv: float, df: int, alpha: float = 1e-3, power: float = 0.99) -> int:
         """Draws for :meth:`detectable_tv` to reach ``tv``; 1 for a deterministic check."""
         return 1 if self.deterministic else int(samples_for_tv(tv, df, alpha=alpha, power=power))
+
+
+class EventTwins(DesignTwins):
+    """The design twins of an event check (a draw-by-draw comparison that is exact when it fires: a declared step
+    that fails its balance, a kernel that disagrees with its reference on the same coins).  A subject whose law is
+    TV >= eps from the reference shows an event with probability >= eps per draw (the coupling inequality), so
+    ``n`` draws see one with probability ``1 - (1 - eps)^n``; shared by ``exactness.stepwise_checks`` and
+    ``exactness.coupled.checks``."""
+
+    def detectable_tv(self, n: int, df: int = 0, alpha: float = 1e-3, power: float = 0.99) -> float:
+        """Smallest event probability seen with probability ``power`` in ``n`` draws: ``1 - (1 - power)^(1/n)``."""
+        return 1.0 - (1.0 - power) ** (1.0 / n)                      # P(no event in n draws) = (1 - eps)^n
+
+    def n_for_tv(self, tv: float, df: int = 0, alpha: float = 1e-3, power: float = 0.99) -> int:
+        """Draws that see an event of probability ``tv`` with probability ``power`` (the inverse of
+        :meth:`detectable_tv`)."""
+        return int(math.ceil(math.log(1.0 - power) / math.log1p(-tv)))   # (1 - tv)^n <= 1 - power

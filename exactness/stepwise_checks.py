@@ -16,11 +16,10 @@ coupling inequality ``TV(law of verify, p) <= P(event) + k TOL``; the law check 
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 from typing import Callable
 
-from .power import DesignTwins
+from .power import DesignTwins, EventTwins
 
 
 @dataclass
@@ -70,7 +69,7 @@ class StepwiseCheck(DesignTwins):
         return f"{type(self).__name__}({self.name})"
 
 
-class DeclaredSteps(StepwiseCheck):
+class DeclaredSteps(EventTwins, StepwiseCheck):
     """Every state a draw visits is checked exactly, so a failing one is a certain defect; the power is in how
     often a biased rule's draws meet an event: a rule with TV(law, p) >= eps + k TOL shows one (a defect or a
     mismatch) with probability >= eps per draw, so ``n`` draws see it with probability ``1 - (1 - eps)^n``."""
@@ -80,15 +79,6 @@ class DeclaredSteps(StepwiseCheck):
                "[0, q_i], a residual row that is not a law); with the walk's mismatch events, any TV(law of verify, "
                "p) above detectable_tv + k TOL at power 0.99")
     mutant = "wrong_beta"
-
-    def detectable_tv(self, n: int, df: int = 0, alpha: float = 1e-3, power: float = 0.99) -> float:
-        """Smallest event probability seen with probability ``power`` in ``n`` draws: ``1 - (1 - power)^(1/n)``."""
-        return 1.0 - (1.0 - power) ** (1.0 / n)                      # P(no event in n draws) = (1 - eps)^n
-
-    def n_for_tv(self, tv: float, df: int = 0, alpha: float = 1e-3, power: float = 0.99) -> int:
-        """Draws that see an event of probability ``tv`` with probability ``power`` (the inverse of
-        :meth:`detectable_tv`)."""
-        return int(math.ceil(math.log(1.0 - power) / math.log1p(-tv)))   # (1 - tv)^n <= 1 - power
 
     def run(self, st):
         st.checks[self.name] = 0.0 if st.defects else 1.0

@@ -333,7 +333,7 @@ def test_fallback_decides_not_the_same_coupling(subjects):
 
 
 def test_failing_fallback_fails_a_mismatch(subjects, monkeypatch):
-    failed = SimpleNamespace(passed=False, detectable_tv=0.01, n=1, summary=lambda: "FAIL: marginal: stub")
+    failed = SimpleNamespace(passed=False, pvalue=0.0, detectable_tv=0.01, n=1, summary=lambda: "FAIL: marginal: stub")
     monkeypatch.setattr("exactness.verifier_cert.certify_verifier", lambda *a, **kw: failed)
     cert = certify_coupled(subjects.Crossed(), "resispec", P8, Q8, 3, n=4000, fallback=True)
     assert not cert.passed and not cert.inconclusive and cert.outcome == "FAIL"

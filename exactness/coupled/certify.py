@@ -37,6 +37,7 @@ from ..sampling import (GUARD, _ELEMS, _builtin, as_numpy_verifier, candidate_la
 from .conventions import COIN_NAMES, check_convention, draw_coins
 from .run import (WRITES_INPUTS, TableReference, check_time_limit, hung_call, joint_law, run_kernel,
                   run_reference, takes_coins)
+from .checks import CoupledRun, run_checks
 from .shrink import shrink, to_source
 
 #: First chunk of coupled draws (chunks double up to the memory cap), so an early mismatch is found early.
@@ -773,16 +774,11 @@ def _mismatch(a: _Args, run: _Pass, ref_law, ref_detail, tv, seconds, tail, kw) 
     """A mismatch: the kernel's token law against p, its (stop, token) law against the reference's at the
     shrunk counterexample node, and ``fallback``'s certify_verifier decide biased / another rule / another
     coupling."""
-    kernel_obj, ref, p2, q2, k, rng, convention, copies = a.kernel_obj, a.ref, a.p2, a.q2, a.k, a.rng, a.convention, a.copies
+    kernel_obj, ref, p2, q2, convention = a.kernel_obj, a.ref, a.p2, a.q2, a.convention
     alpha, head, ref_name = a.alpha, a.head, a.ref_name
-    R, V = p2.shape
+    R = p2.shape[0]
     done, mism, first = run.done, run.mism, run.first
-    # ---- a mismatch: law checks, counterexample, optional fallback
-    law_p = None
-    if run.counts is not None:
-        per_node = np.bincount(np.arange(done) % R, minlength=R).astype(float)
-        law = (p2 * (per_node / done)[:, None]).ravel()
-        law_p = gof_test(run.counts, law).pvalue
+    # ---- a mismatch: counterexample, then the law checks (exactness.coupled.checks.COUPLED_CHECKS)
     spec_k = a.kernel_spec or _spec_of(kernel_obj, a.kernel)
     spec_r = a.reference if isinstance(a.reference, str) else _spec_of(ref, None)
     cex = None
@@ -790,26 +786,12 @@ def _mismatch(a: _Args, run: _Pass, ref_law, ref_detail, tv, seconds, tail, kw) 
     shrunk = shrink(kernel_obj, ref, p2[fm["node"]], q2[fm["node"]], fm["candidates"], fm["coins"])
     if shrunk is not None and a.counterexample:   # the shrunk node is also tested in law below
         cex = to_source(spec_k, spec_r, *shrunk)
-    sp, sq, sc = (shrunk[0], shrunk[1], shrunk[2]) if shrunk is not None else \
+    node = (shrunk[0], shrunk[1], shrunk[2]) if shrunk is not None else \
         (p2[fm["node"]], q2[fm["node"]], fm["candidates"])
-    pvals = [_conditional_pvalue(kernel_obj, ref, sp, sq, sc, convention, rng, copies)]
-    if V * k <= (1 << 16):  # the original mismatching nodes too, while their law check is cheap
-        pvals += [_conditional_pvalue(kernel_obj, ref, p2[r], q2[r], cr, convention, rng, copies)
-                  for r, cr in run.rows_seen]
-    pvals = [x for x in pvals if x is not None]
-    cond_p = min(1.0, min(pvals) * len(pvals)) if pvals else None  # Bonferroni over the nodes tested
-    fb = None
-    if a.fallback:
-        from ..verifier_cert import certify_verifier
-
-        fb_seed = a.seed if not isinstance(a.seed, np.random.Generator) else 0
-        fb = certify_verifier(_Adapter(kernel_obj, convention, a.drafting, copies), p2[0], q2[0], k, alpha=alpha,
-                              n=a.fallback_n, seed=fb_seed, exact=False, tree=False)
-    if not ((law_p is not None and law_p < alpha / 3) or (cond_p is not None and cond_p < alpha / 3)):
-        m = min(limits.LAW_DRAWS, (1 << 25) // V)
-        if m > done:  # too few coupled draws for the law check: a fresh marginal pass at node 0
-            law_p = _marginal_pvalue(kernel_obj, p2[0], q2[0], run.cand_law[0], k, a.drafting, convention, rng,
-                                     copies, m)
+    st = CoupledRun(a, run, node, law_pvalue=_conditional_pvalue, marginal_pvalue=_marginal_pvalue,
+                    as_verifier=_Adapter)
+    run_checks(st)
+    law_p, cond_p, fb = st.checks.get("law"), st.checks.get("conditional"), st.fallback
     level = alpha / 3.0
     # "biased" needs evidence against the TARGET law p (the token law, or certify_verifier); a (stop, token)
     # law that differs from the reference's only shows the kernel is another rule, which may be exact
