@@ -12,7 +12,7 @@ def test_every_hyphenated_command_is_a_kind_of_its_verb():
     assert set(table) == {"certify", "bench"}
     assert table["certify"] == {"verifiers": "certify", "coupled": "certify-coupled", "decoder": "certify-decoder",
                                 "stepwise": "certify-stepwise"}
-    assert set(table["bench"]) == {"trees", "accept", "decode", "gap", "verify"}
+    assert set(table["bench"]) == {"trees", "accept", "decode", "drift", "families", "gap", "verify"}
     choices = cli.build_parser()._subparsers._group_actions[0].choices
     assert not {name for kinds in table.values() for name in kinds.values()} - set(table) & set(choices)
     for verb, kinds in table.items():

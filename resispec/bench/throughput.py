@@ -172,6 +172,56 @@ def bench_verify(*, B: int = 256, V: int = 151_936, ks=DEFAULT_K, verifiers=DEFA
     import resispec
     from simulators.families import get_family
 
+    verifiers, opts, extra, ks, numpy_B, numpy_repeats = _check_request(
+        B=B, V=V, ks=ks, verifiers=verifiers, backends=backends, device=device, repeats=repeats, numpy_B=numpy_B,
+        numpy_repeats=numpy_repeats, torch_solvers=torch_solvers, drafting=drafting)
+    base_name = DRAFTING_BASE[drafting]
+    rng = np.random.default_rng(seed)
+    p, q = get_family(family).sample(rng, n=B, V=V, temperature=temperature)       # (B, V) float64 each
+    cands = {k: resispec.draw_candidates(q, k, drafting, rng) for k in ks}           # (B, k) int64
+    uniforms = {k: rng.random((B, k + 1)) for k in ks}                               # (B, k + 1) float64
+
+    config = {"B": B, "V": V, "ks": ks, "verifiers": verifiers + extra, "backends": list(backends), "family": family,
+              "temperature": temperature, "seed": seed, "repeats": repeats, "numpy_B": numpy_B,
+              "drafting": drafting, "base": base_name,
+              "numpy_repeats": numpy_repeats,
+              "load_average_1min": os.getloadavg()[0] if hasattr(os, "getloadavg") else None,
+              "cpu_count": os.cpu_count()}
+    torch_side = _torch_side(p, q, device, dtype, drafting, config) if "torch" in backends else None
+    if any(n.startswith("resispec") for n in verifiers + extra):
+        from .._reserve_fused import warmup
+
+        # one-time JIT compile / cache load of the fused reserve kernel, kept out of the timings
+        config["reserve_kernel_warmup_s"] = round(warmup(), 3)
+    jobs = [(b, n, k) for b in backends for k in ks for n in verifiers + (extra if b == "torch" else [])]
+    calls = {}   # job -> (nodes, fn, sync, verifier, repeats)
+    for backend, name, k in jobs:
+        if backend == "numpy":
+            v = resispec.get_verifier(name, **opts[name])
+            n = numpy_B
+            args = (p[:n], q[:n], cands[k][:n])
+            fn = lambda v=v, args=args, u=uniforms[k][:n]: v.verify(*args, uniforms=u)  # noqa: E731
+            calls[(backend, name, k)] = (n, fn, None, v, numpy_repeats)
+        else:
+            torch, dev, tdt, sync, P, Q = torch_side
+            base, _, opt = name.partition("[solver=")
+            v = resispec.get_verifier(base, backend="torch", **({"solver": opt.rstrip("]")} if opt else {}),
+                                      **opts.get(base, {}))
+            C = torch.from_numpy(cands[k]).to(dev)
+            gen = torch.Generator(device=dev).manual_seed(seed)
+            fn = lambda v=v, C=C, gen=gen: v.verify(P, Q, C, gen)  # noqa: E731
+            calls[(backend, name, k)] = (B, fn, sync, v, repeats)
+    times, outs = _time_calls(jobs, calls, backends, progress)
+    return BenchResult(cells=_cells(jobs, calls, times, outs, base_name), config=config)
+
+
+def _check_request(*, B, V, ks, verifiers, backends, device, repeats, numpy_B, numpy_repeats, torch_solvers,
+                   drafting):
+    """:func:`bench_verify`'s arguments checked: ``(verifiers, opts, extra, ks, numpy_B, numpy_repeats)``
+    (``verifiers`` with the base first; ``opts``: each one's registry options; ``extra``: the torch-only
+    ``resispec[solver=...]`` rows).  ValueError naming the argument."""
+    import resispec
+
     for name, val in (("B", B), ("V", V), ("repeats", repeats)):
         if isinstance(val, bool) or not isinstance(val, int) or val < 1:
             raise ValueError(f"{name} must be an integer >= 1, got {val!r}")
@@ -180,8 +230,7 @@ def bench_verify(*, B: int = 256, V: int = 151_936, ks=DEFAULT_K, verifiers=DEFA
         raise ValueError(f"backends must be a non-empty subset of {BACKENDS}, got {list(backends)}")
     if drafting not in DRAFTING_BASE:
         raise ValueError(f"drafting must be one of {sorted(DRAFTING_BASE)}, got {drafting!r}")
-    base_name = DRAFTING_BASE[drafting]
-    verifiers = list(dict.fromkeys([base_name, *verifiers]))
+    verifiers = list(dict.fromkeys([DRAFTING_BASE[drafting], *verifiers]))
     for name in verifiers:
         if name not in resispec.available_verifiers():
             raise ValueError(f"unknown verifier {name!r}; choose from {resispec.available_verifiers()}")
@@ -218,59 +267,35 @@ def bench_verify(*, B: int = 256, V: int = 151_936, ks=DEFAULT_K, verifiers=DEFA
             torch.device(device)
         except (RuntimeError, TypeError) as exc:
             raise ValueError(f"device {device!r} is not a torch device ({exc}); use cpu, cuda or cuda:N") from exc
+    return verifiers, opts, extra, ks, numpy_B, numpy_repeats
 
-    rng = np.random.default_rng(seed)
-    p, q = get_family(family).sample(rng, n=B, V=V, temperature=temperature)
-    cands = {k: resispec.draw_candidates(q, k, drafting, rng) for k in ks}
-    uniforms = {k: rng.random((B, k + 1)) for k in ks}
 
-    config = {"B": B, "V": V, "ks": ks, "verifiers": verifiers + extra, "backends": list(backends), "family": family,
-              "temperature": temperature, "seed": seed, "repeats": repeats, "numpy_B": numpy_B,
-              "drafting": drafting, "base": base_name,
-              "numpy_repeats": numpy_repeats,
-              "load_average_1min": os.getloadavg()[0] if hasattr(os, "getloadavg") else None,
-              "cpu_count": os.cpu_count()}
-    torch_side = None
-    if "torch" in backends:
-        import torch
+def _torch_side(p, q, device, dtype, drafting, config):
+    """``(torch, device, dtype, sync, P, Q)``: the laws (B, V) on the torch device in its working dtype; records the
+    device, dtype, torch version, threads and GPU in ``config``."""
+    import resispec
+    import torch
 
-        dev = torch.device(device)
-        if dev.type == "cuda" and not torch.cuda.is_available():
-            raise ValueError("device 'cuda' requested but torch.cuda.is_available() is False")
-        tdt = _torch_dtype(dtype, dev.type)
-        sync = torch.cuda.synchronize if dev.type == "cuda" else None
-        P = torch.from_numpy(p).to(device=dev, dtype=tdt).contiguous()
-        Q = torch.from_numpy(q).to(device=dev, dtype=tdt).contiguous()
-        torch_side = (torch, dev, tdt, sync, P, Q)
-        if drafting == "iid":
-            config["torch_resispec_solver"] = resispec.get_verifier("resispec_myopic", backend="torch").solver_for(P)
-        config.update({"device": str(dev), "dtype": str(tdt).replace("torch.", ""),
-                       "torch": torch.__version__, "threads": torch.get_num_threads(),
-                       "gpu": torch.cuda.get_device_name(dev) if dev.type == "cuda" else None})
+    dev = torch.device(device)
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        raise ValueError("device 'cuda' requested but torch.cuda.is_available() is False")
+    tdt = _torch_dtype(dtype, dev.type)
+    sync = torch.cuda.synchronize if dev.type == "cuda" else None
+    P = torch.from_numpy(p).to(device=dev, dtype=tdt).contiguous()
+    Q = torch.from_numpy(q).to(device=dev, dtype=tdt).contiguous()
+    if drafting == "iid":
+        config["torch_resispec_solver"] = resispec.get_verifier("resispec_myopic", backend="torch").solver_for(P)
+    config.update({"device": str(dev), "dtype": str(tdt).replace("torch.", ""),
+                   "torch": torch.__version__, "threads": torch.get_num_threads(),
+                   "gpu": torch.cuda.get_device_name(dev) if dev.type == "cuda" else None})
+    return torch, dev, tdt, sync, P, Q
 
-    if any(n.startswith("resispec") for n in verifiers + extra):
-        from .._reserve_fused import warmup
 
-        # one-time JIT compile / cache load of the fused reserve kernel, kept out of the timings
-        config["reserve_kernel_warmup_s"] = round(warmup(), 3)
-    jobs = [(b, n, k) for b in backends for k in ks for n in verifiers + (extra if b == "torch" else [])]
-    calls = {}   # job -> (nodes, fn, sync, verifier, repeats)
-    for backend, name, k in jobs:
-        if backend == "numpy":
-            v = resispec.get_verifier(name, **opts[name])
-            n = numpy_B
-            args = (p[:n], q[:n], cands[k][:n])
-            fn = lambda v=v, args=args, u=uniforms[k][:n]: v.verify(*args, uniforms=u)  # noqa: E731
-            calls[(backend, name, k)] = (n, fn, None, v, numpy_repeats)
-        else:
-            torch, dev, tdt, sync, P, Q = torch_side
-            base, _, opt = name.partition("[solver=")
-            v = resispec.get_verifier(base, backend="torch", **({"solver": opt.rstrip("]")} if opt else {}),
-                                      **opts.get(base, {}))
-            C = torch.from_numpy(cands[k]).to(dev)
-            gen = torch.Generator(device=dev).manual_seed(seed)
-            fn = lambda v=v, C=C, gen=gen: v.verify(P, Q, C, gen)  # noqa: E731
-            calls[(backend, name, k)] = (B, fn, sync, v, repeats)
+def _time_calls(jobs, calls, backends, progress):
+    """``(times, outs)``: each job's timed seconds (a list) and its last output.  Per backend (ratios are within
+    a backend; switching backends leaves the other one's thread pool spinning for a while): one untimed warm-up
+    call per cell (allocator, page faults, kernel caches), then rounds that time every cell once each, interleaved
+    so that a load change hits all cells alike."""
     rounds = max(c[4] for c in calls.values())
     bar = None
     if progress:
@@ -280,10 +305,6 @@ def bench_verify(*, B: int = 256, V: int = 151_936, ks=DEFAULT_K, verifiers=DEFA
                    leave=False)
     times = {job: [] for job in jobs}
     outs = {}
-    # per backend (ratios are within a backend; switching backends leaves the other one's thread
-    # pool spinning for a while): one untimed warm-up call per cell (allocator, page faults, kernel
-    # caches), then `rounds` rounds that time every cell once each, interleaved so that a load
-    # change hits all cells alike
     for backend in backends:
         block = [job for job in jobs if job[0] == backend]
         for r in range(-1, rounds):
@@ -303,6 +324,12 @@ def bench_verify(*, B: int = 256, V: int = 151_936, ks=DEFAULT_K, verifiers=DEFA
                     bar.update(1)
     if bar:
         bar.close()
+    return times, outs
+
+
+def _cells(jobs, calls, times, outs, base_name) -> list:
+    """One :class:`BenchCell` per job: best time, nodes per second, cost per node relative to ``base_name`` in the
+    same backend and k, acceptance rate, the torch reserve's iterations."""
     raw = {}
     for job in jobs:
         n, fn, sync, v, reps = calls[job]
@@ -318,8 +345,9 @@ def bench_verify(*, B: int = 256, V: int = 151_936, ks=DEFAULT_K, verifiers=DEFA
     for (backend, name, k), (n, sec, acc, its) in raw.items():
         rn, rsec, _, _ = raw[(backend, base_name, k)]
         cells.append(BenchCell(backend=backend, verifier=name, k=k, B=n, seconds=sec, nodes_per_s=n / sec,
-                               cost_vs_rrs=(sec / n) / (rsec / rn), acceptance_rate=acc, reserve_iterations=its))
-    return BenchResult(cells=cells, config=config)
+                               cost_vs_rrs=(sec / n) / (rsec / rn), acceptance_rate=acc,   # (s/node) / (s/node of base)
+                               reserve_iterations=its))
+    return cells
 
 
 def write_reports(result: BenchResult, path: str, *, command: str | None = None) -> tuple[str, str]:
