@@ -17,7 +17,7 @@ $R audit transformers --out reports --cell-seconds 30
 # vLLM lives in its own venv (docs/audit.md#the-engines); --n 1000: its pilot times one request per call while the
 # adapter batches; --no-shrink: every option FAILs at T=1 already (about 21 minutes here).
 [ -x vllm-venv/bin/resispec ] && vllm-venv/bin/resispec audit vllm --out reports --n 1000 --no-shrink
-$R audit --summary reports --docs docs/audit.md
+$R audit --summary reports docs/audit.md
 # The default budget (TV 0.02 per position, 600 s a cell) on the two slow engines, two settings each: about 50 and 30
 # minutes here (reports/audit_power/).
 $R audit transformers --settings 'T=1;temperature=0.7,top_k=5,top_p=0.9,repetition_penalty=1.3' --out reports/audit_power

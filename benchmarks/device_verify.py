@@ -98,7 +98,7 @@ def main(argv=None) -> int:
     # 3. bench-verify, CUDA float32
     t0 = time.time()
     cmd = [sys.executable, "-m", "resispec", "bench-verify", "--device", str(dev), "--dtype", "float32",
-           "--repeats", str(args.repeats), "--numpy-B", str(args.numpy_B), "--no-progress",
+           "--repeats", str(args.repeats), "--B", "256", str(args.numpy_B), "--no-progress",
            "--out", os.path.join(args.out, "bench_verify_cuda.md")]
     res = subprocess.run(cmd, capture_output=True, text=True)
     print(res.stdout, res.stderr, sep="\n")

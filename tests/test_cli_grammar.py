@@ -28,7 +28,7 @@ LEGACY = {"--T": "--temperatures", "--family": "--families", "--samples": "--n",
           "--score": "--scores", "--n-samples": "--n", "--mc-samples": "--n", "--no-mutants": "--mutants",
           "--model": "--target", "--draft-model": "--draft", "--vocab": "--V"}
 #: math symbols: one or several values under the symbol's own name
-SYMBOLS = {"--k", "--V"}
+SYMBOLS = {"--k", "--V", "--B"}
 #: names no primary option may have: the concept has a canonical name
 NOT_PRIMARY = {"--samples": "--n", "--n-samples": "--n", "--mc-samples": "--n", "--draws": "--n", "--pairs": "--nodes",
                "--T": "--temperatures"}

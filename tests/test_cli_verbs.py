@@ -97,7 +97,7 @@ def test_help_examples_use_the_verbs():
             assert f"resispec {hyphenated}" not in text, (name, hyphenated)
 
 
-@pytest.mark.parametrize("argv,flag", [(["bench", "verify", "--numpy-B", "0"], "--numpy-B"),
+@pytest.mark.parametrize("argv,flag", [(["bench", "verify", "--B", "4", "0"], "--B"),
                                        (["bench", "verify", "--B", "0"], "--B"),
                                        (["certify", "stepwise", "--time-limit", "0"], "--time-limit"),
                                        (["bench", "gap", "--V", "0"], "--V"),

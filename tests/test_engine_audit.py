@@ -321,7 +321,7 @@ def test_callers_bad_arguments_are_errors_not_inconclusive(kw, match, work):
 
 
 def test_docs_audit_table_is_the_committed_reports_summary():
-    """docs/audit.md's table is `resispec audit --summary reports --docs docs/audit.md` of the committed reports."""
+    """docs/audit.md's table is `resispec audit --summary reports docs/audit.md` of the committed reports."""
     from pathlib import Path
 
     root = Path(__file__).resolve().parents[1]

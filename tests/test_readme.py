@@ -70,7 +70,7 @@ def test_drift_numbers_in_simulators_md_are_the_committed_report():
     s = data["settings"]
     rows = {r["label"]: r for r in data["results"]}
     text = (ROOT / "docs" / "simulators.md").read_text()
-    para = text.split("Measured (`resispec bench drift --family softmax_noise --k 8 --temperature 1.0`", 1)[1]
+    para = text.split("Measured (`resispec bench drift --families softmax_noise --k 8 --temperature 1.0`", 1)[1]
     para = para.split("\n\n", 1)[0]
     assert (s["family"], s["k"], s["temperature"], s["V"], s["B"]) == ("softmax_noise", 8, 1.0, 1000, 32)
     assert f"V = {s['V']}, {s['B']} pairs, k = {s['k']}" in para and "reports/drift.md" in para

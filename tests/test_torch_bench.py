@@ -26,7 +26,7 @@ def test_bench_verify_tiny(tmp_path):
 
 
 def test_bench_verify_cli(tmp_path, capsys):
-    rc = main(["bench-verify", "--B", "3", "--V", "200", "--k", "2", "--numpy-B", "2", "--no-progress",
+    rc = main(["bench-verify", "--B", "3", "2", "--V", "200", "--k", "2", "--no-progress",
                "--dtype", "float32", "--out", str(tmp_path / "r.md")])
     assert rc == 0
     out = capsys.readouterr().out
@@ -63,7 +63,7 @@ def test_cli_reports_cuda_missing(capsys):
 
 def test_bench_verify_cli_prints_lookahead_next_to_myopic(tmp_path, capsys):
     """One run prints resispec_lookahead / rrs next to resispec (myopic) / rrs, for each backend."""
-    rc = main(["bench-verify", "--B", "3", "--V", "200", "--k", "2,3", "--numpy-B", "2", "--no-progress",
+    rc = main(["bench-verify", "--B", "3", "2", "--V", "200", "--k", "2,3", "--no-progress",
                "--repeats", "1", "--verifiers", "rrs,resispec,resispec_lookahead", "--out", str(tmp_path / "r.md")])
     assert rc == 0
     out = capsys.readouterr().out
@@ -85,8 +85,8 @@ def test_bench_verify_without_replacement(tmp_path, capsys):
     assert "cost / rrs_wor" in res.table()
     md, _ = write_reports(res, str(tmp_path / "w.md"))
     assert "drafted without replacement" in open(md).read()
-    rc = main(["bench-verify", "--drafting", "without_replacement", "--B", "3", "--V", "200", "--k", "2",
-               "--numpy-B", "2", "--no-progress", "--out", str(tmp_path / "c.md")])
+    rc = main(["bench-verify", "--drafting", "without_replacement", "--B", "3", "2", "--V", "200", "--k", "2",
+               "--no-progress", "--out", str(tmp_path / "c.md")])
     assert rc == 0 and "resispec / rrs_wor cost k=2" in capsys.readouterr().out
 
 

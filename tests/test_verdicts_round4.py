@@ -556,7 +556,7 @@ def test_bench_from_json_with_a_malformed_row_is_exit_2_naming_the_flag(broken, 
 
 @pytest.mark.parametrize("device", ["meta", "xpu"])
 def test_bench_verify_refuses_a_device_it_cannot_run_on(device, tmp_path, capsys):
-    assert main(["bench", "verify", "--B", "4", "--V", "50", "--k", "2", "--repeats", "1", "--numpy-B", "2",
+    assert main(["bench", "verify", "--B", "4", "2", "--V", "50", "--k", "2", "--repeats", "1",
                  "--no-progress", "--device", device, "--out", str(tmp_path / "v.md")]) == 2
     assert f"--device '{device}'" in capsys.readouterr().err
 

@@ -34,10 +34,9 @@ def add_arguments(parser) -> None:
     parser.add_argument("engine", nargs="?", help="the engine (resispec audit list shows them), 'list' (the known engines, which are installed, how to "
                         "install the others), or MODULE:CLASS, your own "
                         "exactness.engines.base.Engine subclass (IMPORTS AND RUNS that module)")
-    parser.add_argument("--summary", metavar="DIR", help="write DIR/audit.md: one row per audit_*.json report in DIR "
-                        "(runs nothing)")
-    parser.add_argument("--docs", metavar="PAGE", help="with --summary: also replace the table between the markers "
-                        "<!-- audit-summary --> and <!-- /audit-summary --> of PAGE (docs/audit.md)")
+    parser.add_argument("--summary", nargs="+", metavar=("DIR", "PAGE"), help="write DIR/audit.md: one row per "
+                        "audit_*.json report in DIR (runs nothing); with PAGE also replace the table between the "
+                        "markers <!-- audit-summary --> and <!-- /audit-summary --> of that page (docs/audit.md)")
     parser.add_argument("--settings", help="sampling settings, ';'-separated (default: the built-in grid), e.g. "
                         "'T=1;temperature=0.7,top_k=3;logit_bias=2:2 3:-2;bad_words=4|5 6' (logit_bias: TOKEN:BIAS "
                         "items separated by spaces; bad_words: words separated by '|', a word's tokens by spaces); "
@@ -328,8 +327,6 @@ def run(args) -> int:
 
     from ._args import check_out
 
-    if args.docs and not args.summary:
-        raise ValueError("--docs goes with --summary DIR")
     if args.engine == "list":
         for r in A.engine_table():  # one block per engine: nothing cut, whatever the terminal width
             print(f"{r['engine']}\n  installed: {r['installed']}\n  install:   {r['install']}")
@@ -339,18 +336,22 @@ def run(args) -> int:
 
         from resispec._io import atomic_write
 
+        if len(args.summary) > 2:
+            raise ValueError(f"--summary takes DIR and at most one PAGE, got {len(args.summary)} values")
+        args.summary, args.docs = args.summary[0], (args.summary[1:] or [None])[0]
         if not Path(args.summary).is_dir():
             raise ValueError(f"--summary {args.summary} is not a folder of audit reports (audit_*.json)")
         table = A.summary(args.summary)
         if args.docs:                         # checked before anything is written
             if not Path(args.docs).is_file():
-                raise ValueError(f"--docs {args.docs} is not a file (a Markdown page with an <!-- audit-summary --> "
-                                 "block)")
+                raise ValueError(f"--summary {args.summary} {args.docs}: {args.docs} is not a file (a Markdown page "
+                                 "with an <!-- audit-summary --> block)")
             page = Path(args.docs).read_text()
             head, sep, rest = page.partition("<!-- audit-summary -->")
             _, sep2, tail = rest.partition("<!-- /audit-summary -->")
             if not (sep and sep2):
-                raise ValueError(f"--docs {args.docs} has no <!-- audit-summary --> ... <!-- /audit-summary --> block")
+                raise ValueError(f"--summary {args.summary} {args.docs}: {args.docs} has no <!-- audit-summary --> ... "
+                                 "<!-- /audit-summary --> block")
         atomic_write(str(Path(args.summary) / "audit.md"), "# Engine audits on this machine\n\nRegenerate: "
                      f"`resispec audit --summary {args.summary}`; each row links its report.\n\n" + table)
         if args.docs:

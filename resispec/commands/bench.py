@@ -30,7 +30,7 @@ def add_arguments(parser):
     from ..bench.defaults import TREES_SHAPES as DEFAULT_SHAPES
     from ..bench.defaults import TREES_TEMPERATURES as DEFAULT_TEMPERATURES
 
-    parser.add_argument("--families", action=ListAction, default=list(DEFAULT_FAMILIES), help="pair families")
+    parser.add_argument("--families", "--family", dest="families", action=ListAction, default=list(DEFAULT_FAMILIES), help="pair families")
     parser.add_argument("--temperatures", "--T", dest="temperatures", action=ListAction, item_type=float, default=list(DEFAULT_TEMPERATURES),
                         help="temperatures the pair families are drawn at, comma- or space-separated (default: "
                              f"{','.join(f'{t:g}' for t in DEFAULT_TEMPERATURES)})")

@@ -23,7 +23,7 @@ def add_arguments(parser):
     from ..bench.defaults import ACCEPT_T as DEFAULT_T
     from ..bench.defaults import ACCEPT_V as DEFAULT_V
 
-    parser.add_argument("--families", action=ListAction, default=list(DEFAULT_FAMILIES),
+    parser.add_argument("--families", "--family", dest="families", action=ListAction, default=list(DEFAULT_FAMILIES),
                         help="comma-separated pair families (default: %(default)s)")
     parser.add_argument("--V", action=ListAction, item_type=int, default=list(DEFAULT_V),
                         help="comma-separated vocabulary sizes for synthetic families (default: %(default)s)")

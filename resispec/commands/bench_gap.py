@@ -23,7 +23,7 @@ def add_arguments(parser):
     from ..bench.defaults import GAP_K as DEFAULT_K
     from ..bench.defaults import GAP_T as DEFAULT_T
 
-    parser.add_argument("--families", action=ListAction, default=list(DEFAULT_FAMILIES), help="comma-separated families")
+    parser.add_argument("--families", "--family", dest="families", action=ListAction, default=list(DEFAULT_FAMILIES), help="comma-separated families")
     parser.add_argument("--temperatures", "--T", dest="temperatures", action=ListAction, item_type=float, default=list(DEFAULT_T),
                         help="comma-separated temperatures (--T: the old name)")
     parser.add_argument("--k", action=ListAction, item_type=int, default=list(DEFAULT_K),

@@ -23,7 +23,9 @@ def add_arguments(parser):
     parser.add_argument("--device", default="cpu", help="torch device: cpu, cuda, cuda:1 ... (default: %(default)s)")
     parser.add_argument("--dtype", default="auto", choices=DTYPES,
                         help="torch working dtype; auto = float64 on CPU, float32 on GPU (default: %(default)s)")
-    parser.add_argument("--B", type=int, default=256, help="nodes per verify call (default: %(default)s)")
+    parser.add_argument("--B", action=ListAction, item_type=int, unique=False, default=[256, 32], metavar="N",
+                        help="nodes per verify call: torch's, then the slow numpy reference's sub-batch (rates are per "
+                             "node; default 256 32; one value: numpy's is min(it, 32))")
     parser.add_argument("--V", action=ListAction, item_type=int, default=151_936,
                         help="vocabulary size (one value; default: %(default)s)")
     parser.add_argument("--k", action=ListAction, item_type=int, default=[2, 4, 8], help="comma-separated candidate counts (default: 2,4,8)")
@@ -34,8 +36,6 @@ def add_arguments(parser):
                         help="comma-separated verifiers (default: rrs,kseq,resispec; with --drafting "
                              "without_replacement: rrs_wor,resispec)")
     parser.add_argument("--backends", action=ListAction, default=["numpy", "torch"], help="numpy,torch (default: both)")
-    parser.add_argument("--numpy-B", type=int, default=32,
-                        help="nodes per call for the slow numpy reference (rate is per node; default %(default)s)")
     parser.add_argument("--torch-solvers", action=ListAction, default=["auto"],
                         help="torch ResiSpec reserve solvers to time side by side: auto,fused,newton,sort "
                              "(default: auto = fused on CPU, newton on GPU)")
@@ -65,6 +65,10 @@ def _check_device(device: str) -> None:
 
 def run(args) -> int:
     args.V = one(args.V, "--V", "bench verify")
+    if len(args.B) > 2 or min(args.B) < 1:
+        raise ValueError(f"--B takes one or two whole numbers >= 1 (torch's batch, then numpy's), got "
+                         f"{' '.join(map(str, args.B))}")
+    args.B, args.numpy_B = args.B[0], (args.B[1] if len(args.B) == 2 else min(args.B[0], 32))
     allowed(args.dtype, ("auto", "float64", "float32"), "--dtype", "bench verify")
     check_out(args.out, "--out", json_beside=True)     # before any work
     if "torch" in args.backends:

@@ -3,7 +3,7 @@ the reserve scale gamma; write PNG plots, a markdown table and JSON to bench-out
 rewrites the shipped ones).
 
 Example:
-  resispec bench drift --family softmax_noise --k 8 --temperature 1.0 --out reports
+  resispec bench drift --families softmax_noise --k 8 --temperature 1.0 --out reports
 """
 
 from __future__ import annotations
@@ -19,7 +19,8 @@ HELP = "residual drift per chain step (beta_i, TV, top-mass residual, acceptance
 
 
 def add_arguments(parser):
-    parser.add_argument("--family", default="softmax_noise", help="pair family (default softmax_noise)")
+    parser.add_argument("--families", "--family", dest="families", action=ListAction, default="softmax_noise",
+                        help="pair family (one value; default softmax_noise)")
     parser.add_argument("--V", action=ListAction, item_type=int, default=1000, help="vocabulary size (one value; default 1000)")
     parser.add_argument("--nodes", type=int, default=32, help="number of (p, q) pairs (default 32)")
     parser.add_argument("--k", action=ListAction, item_type=int, default=8, help="candidates per node (one value; default 8)")
@@ -37,6 +38,7 @@ def add_arguments(parser):
 
 def run(args) -> int:
     args.V, args.k = one(args.V, "--V", "bench drift"), one(args.k, "--k", "bench drift")
+    args.family = one(args.families, "--families", "bench drift")
     args.out, args.stem = folder_and_stem(args.out, "drift")
     check_out(args.out, "--out", folder=True,                      # before any work
               files=[f"{args.stem}{s}" for s in (".md", ".json", "_steps.png", "_gamma.png")])

@@ -17,7 +17,8 @@ HELP = "pair families with measured TV / KL (and a divergence dial)"
 
 
 def add_arguments(parser):
-    parser.add_argument("--families", action=ListAction, default=None, help="families (default: all registered)")
+    parser.add_argument("--families", "--family", dest="families", action=ListAction, default=None,
+                        help="families (default: all registered)")
     parser.add_argument("--temperatures", "--T", dest="temperatures", action=ListAction, item_type=float,
                         default=[0.7, 1.0, 1.5], help="temperatures the pair families are drawn at")
     parser.add_argument("--V", action=ListAction, item_type=int, default=1000, help="vocabulary size (one value)")
