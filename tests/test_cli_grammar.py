@@ -108,7 +108,7 @@ def test_a_kinds_help_shows_its_own_options_with_its_own_defaults(capsys):
     assert "--kernel" in out and "--decoder" not in out and "--mutants" not in out and "default 2" in out
     assert main(["bench", "gap", "--help"]) == 0
     out = capsys.readouterr().out
-    assert "--V-small" in out and "--shapes" not in out and "SUPPRESS" not in out
+    assert "--small-nodes" in out and "--shapes" not in out and "SUPPRESS" not in out
 
 
 def test_no_primary_option_has_a_retired_name():
@@ -205,7 +205,8 @@ def test_a_count_past_any_limit_is_refused_with_exit_2(capsys):
     (["certify", "stepwise", "--verifier", "rrs", "--verifier", "kseq"], "--verifier takes one value for certify "
                                                                         "stepwise"),
     (["certify", "stepwise", "--n", "100", "--tv", "0.1"], "give --n or --tv, not both"),
-    (["bench", "gap", "--V", "10,20"], "--V takes one value for bench gap"),
+    (["bench", "gap", "--V", "10,20,30"], "--V takes one or two values for bench gap"),
+    (["bench", "trees", "--V", "10,20"], "--V takes one value for bench trees"),
     (["bench", "verify", "--dtype", "float16"], "--dtype float16 is not taken by bench verify"),
     (["certify", "--no-mutants", "3"], "--no-mutants takes no value (got 3); give --mutants N instead")])
 def test_a_shared_option_a_kind_takes_once_or_in_part_is_refused(argv, message, capsys):

@@ -95,8 +95,7 @@ def test_removed_options_are_refused_not_ignored(capsys):
 @pytest.mark.parametrize("lp_max_V, has_lp", [("0", False), ("12", True), ("11", False)])
 def test_bench_gap_k_runs_both_sections_and_lp_max_V_gates_the_lp(tmp_path, lp_max_V, has_lp):
     out = tmp_path / "g.md"
-    assert main(["bench", "gap", "--families", "zipf", "--temperatures", "1", "--k", "2", "--V", "12",
-                 "--V-small", "5", "--nodes", "1", "--small-nodes", "1", "--n", "50", "--lp-max-V", lp_max_V,
+    assert main(["bench", "gap", "--families", "zipf", "--temperatures", "1", "--k", "2", "--V", "12", "5", "--nodes", "1", "--small-nodes", "1", "--n", "50", "--lp-max-V", lp_max_V,
                  "--no-progress", "--out", str(out)]) == 0
     cells = json.loads(out.with_suffix(".json").read_text())["cells"]
     assert {c["section"] for c in cells} == {"iid", "wor", "wor_small"}

@@ -563,7 +563,7 @@ def test_bench_verify_refuses_a_device_it_cannot_run_on(device, tmp_path, capsys
 
 def test_bench_gap_refuses_a_wor_k_past_the_vocabulary(tmp_path, capsys):
     """--k 20 at V = 10 dropped every without-replacement cell and exited 0 with a report saying WOR k [20]."""
-    assert main(["bench", "gap", "--families", "zipf", "--T", "1", "--k", "20", "--V", "10", "--V-small", "4",
+    assert main(["bench", "gap", "--families", "zipf", "--T", "1", "--k", "20", "--V", "10", "4",
                  "--nodes", "1", "--small-nodes", "1", "--n", "10", "--no-progress", "--sections", "wor", "--out",
                  str(tmp_path / "g.md")]) == 2
     assert "--k must be <= V = 10" in capsys.readouterr().err

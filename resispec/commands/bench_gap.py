@@ -28,9 +28,9 @@ def add_arguments(parser):
                         help="comma-separated temperatures (--T: the old name)")
     parser.add_argument("--k", action=ListAction, item_type=int, default=list(DEFAULT_K),
                         help="candidate counts, iid and without replacement alike (default %(default)s)")
-    parser.add_argument("--V", action=ListAction, item_type=int, default=1000,
-                        help="vocabulary of the main tables (one value; default %(default)s)")
-    parser.add_argument("--V-small", type=int, default=8, help="vocabulary of the small WOR cases (default %(default)s)")
+    parser.add_argument("--V", action=ListAction, item_type=int, default=[1000, 8],
+                        help="vocabulary of the main tables, then of the small WOR cases (default 1000 8; one "
+                             "value: the small cases keep 8)")
     parser.add_argument("--nodes", type=int, default=4, help="nodes per cell (default %(default)s)")
     parser.add_argument("--small-nodes", type=int, default=6, help="nodes per small WOR cell (default %(default)s)")
     parser.add_argument("--n", "--samples", "--n-samples", "--mc-samples", dest="samples", type=count, default=500, metavar="N",
@@ -45,7 +45,10 @@ def add_arguments(parser):
 
 
 def run(args) -> int:
-    args.V = one(args.V, "--V", "bench gap")
+    if len(args.V) > 2:
+        raise ValueError(f"--V takes one or two values for bench gap (the main tables', then the small WOR cases'), "
+                         f"got {len(args.V)} values")
+    args.V, args.V_small = args.V[0], (args.V[1:] or [8])[0]
     check_out(args.out, "--out", json_beside=True)     # before any work
     from ..bench.gap import bench_gap, to_markdown, write_reports
 
