@@ -76,7 +76,8 @@ def build_parser() -> argparse.ArgumentParser:
                 for kind, name in ks.items())
             sub._parser_class = VerbParser
             try:
-                sub.add_parser(mod.NAME, help=f"{mod.HELP} [subjects: {', '.join(ks)}]", epilog=epilog,
+                sub.add_parser(mod.NAME, help=f"{getattr(mod, 'VERB_HELP', mod.HELP)} [subjects: {', '.join(ks)}]",
+                               epilog=epilog,
                                kinds={kind: by_name[name] for kind, name in ks.items()}, **common)
             finally:
                 sub._parser_class = argparse.ArgumentParser

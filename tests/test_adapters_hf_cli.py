@@ -75,6 +75,6 @@ def test_bad_paths_and_flags_exit_2(saved, tmp_path, capsys):
     assert "--prompt-text needs the tokenizer" in capsys.readouterr().err
     assert main(["certify-decoder", "--decoder", "exactness.decoder_mutants:demo", "--top-k", "3",
                  "--out", out]) == 2
-    assert "apply to transformers generate (--target FOLDER without --decoder) only" in capsys.readouterr().err
+    assert "--top-k applies to transformers generate (--target FOLDER without --decoder) only" in capsys.readouterr().err
     assert main(["certify-decoder", "--out", out]) == 2
     assert "--target FOLDER" in capsys.readouterr().err

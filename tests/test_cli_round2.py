@@ -109,3 +109,33 @@ def test_audit_old_model_names_parse_as_the_shared_ones(old, new):
     value = "7" if new == "--V" else "x.gguf"
     a, b = parse(["audit", "transformers", old, value])[1], parse(["audit", "transformers", new, value])[1]
     assert vars(a) == vars(b)
+
+
+def test_audit_settings_add_up_when_repeated_as_options_do():
+    """--settings given twice ran only the last one (argparse's keep-the-last) while --options added up."""
+    from resispec.commands.audit import _settings
+
+    args = parse(["audit", "transformers", "--settings", "T=1", "--settings", "top_k=3;top_p=0.9"])[1]
+    assert _settings(args.settings) == ["T=1", "top_k=3", "top_p=0.9"]
+
+
+@pytest.mark.parametrize("argv, words", [
+    (["audit", "transformers", "--n", "5"], "--n must be an integer >= 20"),
+    (["bench", "--families", "zipf", "--path-rules", "block", "--n-trees", "1"], "--n-trees must be an integer >= 2"),
+    (["certify", "--verifier", "rrs,sps"], "repeat the option, one name each"),
+])
+def test_a_refusal_names_the_flag_typed(argv, words, capsys):
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert words in err and "Traceback" not in err, err
+
+
+def test_audit_summary_takes_the_docs_page_as_its_second_value(tmp_path, capsys):
+    page = tmp_path / "page.md"
+    page.write_text("# x\n<!-- audit-summary -->\nold\n<!-- /audit-summary -->\nend\n")
+    (tmp_path / "r").mkdir()
+    assert main(["audit", "--summary", str(tmp_path / "r"), str(page)]) == 0
+    text = page.read_text()
+    assert "old" not in text and "| engine |" in text and text.endswith("end\n")
+    assert main(["audit", "--summary", str(tmp_path / "r"), str(page), "x"]) == 2
+    assert "at most one PAGE" in capsys.readouterr().err

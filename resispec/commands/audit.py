@@ -37,7 +37,8 @@ def add_arguments(parser) -> None:
     parser.add_argument("--summary", nargs="+", metavar=("DIR", "PAGE"), help="write DIR/audit.md: one row per "
                         "audit_*.json report in DIR (runs nothing); with PAGE also replace the table between the "
                         "markers <!-- audit-summary --> and <!-- /audit-summary --> of that page (docs/audit.md)")
-    parser.add_argument("--settings", help="sampling settings, ';'-separated (default: the built-in grid), e.g. "
+    parser.add_argument("--settings", action="append", help="sampling settings, ';'-separated and/or repeated "
+                        "(default: the built-in grid), e.g. "
                         "'T=1;temperature=0.7,top_k=3;logit_bias=2:2 3:-2;bad_words=4|5 6' (logit_bias: TOKEN:BIAS "
                         "items separated by spaces; bad_words: words separated by '|', a word's tokens by spaces); "
                         "the report's setting labels read back as they are")
@@ -66,9 +67,10 @@ def add_arguments(parser) -> None:
     parser.add_argument("--out", default="audit-out", help="report folder (default audit-out/, git-ignored)")
 
 
-def _settings(text):
-    if text is None:
+def _settings(texts):
+    if texts is None:
         return None
+    text = ";".join(texts)
     items = [part.strip() for part in text.split(";") if part.strip()]
     if not items:
         raise ValueError(f"--settings {text!r} names no setting; e.g. --settings 'T=1;temperature=0.7'")
@@ -372,9 +374,22 @@ def run(args) -> int:
         try:
             return _audit(args)
         except (ValueError, TypeError, OSError) as exc:   # bad input refused: the supervisor exits 2
-            print(f"resispec audit: error: {exc}", file=sys.stderr)
+            print(f"resispec audit: error: {_flagged(str(exc))}", file=sys.stderr)
             return REFUSED
     return _audit(args)
+
+
+#: the library's parameter -> the flag the user typed (a refusal names the flag)
+_FLAGS = {"cell_seconds": "--cell-seconds", "new_tokens": "--new-tokens", "vocab": "--V", "tv": "--tv", "n": "--n",
+          "seed": "--seed"}
+
+
+def _flagged(msg: str) -> str:
+    """``"n must be ..."`` -> ``"--n must be ..."``: the library names its parameter, the user typed a flag."""
+    for name, flag in _FLAGS.items():
+        if msg.startswith(name + " must "):
+            return flag + msg[len(name):]
+    return msg
 
 
 def _audit(args) -> int:

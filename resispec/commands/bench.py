@@ -23,6 +23,8 @@ from ._args import ListAction, check_out, count, folder_and_stem, one, seed_int
 NAME = "bench"
 KIND = "trees"   # `resispec bench` = `resispec bench trees` (resispec.cli.verbs)
 HELP = "block efficiency of every verifier on tree shapes x temperatures x families"
+#: what `resispec --help` says of the verb (its subjects: block efficiency, acceptance, decoding, drift, ...)
+VERB_HELP = "benchmarks and measurements: block efficiency, acceptance, real decoding, drift, pair families, cost"
 
 
 def add_arguments(parser):
@@ -109,7 +111,9 @@ def run(args) -> int:
     try:
         check_path_rules(rules, args.n_trees)
     except ValueError as exc:
-        raise ValueError(f"--path-rules / --n-trees: {exc}") from None
+        msg = str(exc)
+        raise ValueError("--n-trees" + msg[len("n_trees"):] if msg.startswith("n_trees ") else
+                         f"--path-rules: {msg}") from None
     t0 = time.perf_counter()
     rows = run_bench(families=args.families, temperatures=args.temperatures, shapes=args.shapes, V=args.V,
                      n=args.nodes, n_samples=args.samples, seed=args.seed, progress=not args.no_progress,

@@ -58,7 +58,7 @@ def add_arguments(p) -> None:
     p.add_argument("--capture", type=Path, default=None, metavar="FILE.npz",
                    help="also record (p, q) at every node each verifier verified into this .npz: the union of the "
                    "top-64 tokens of p and q per node, read by the pair family 'captured' (RESISPEC_CAPTURE="
-                   "FILE.npz, then --families captured in certify, drift or bench accept); e.g. --verifiers "
+                   "FILE.npz, then --families captured in certify, bench drift or bench accept); e.g. --verifiers "
                    "resispec --trees 4,2,1 --no-paired --capture nodes.npz")
     p.add_argument("--repeats", type=int, default=1, help="runs per (prompt, seed) for timing (default 1)")
     p.add_argument("--no-paired", action="store_true",

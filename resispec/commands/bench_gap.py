@@ -25,7 +25,7 @@ def add_arguments(parser):
 
     parser.add_argument("--families", "--family", dest="families", action=ListAction, default=list(DEFAULT_FAMILIES), help="comma-separated families")
     parser.add_argument("--temperatures", "--T", dest="temperatures", action=ListAction, item_type=float, default=list(DEFAULT_T),
-                        help="comma-separated temperatures (--T: the old name)")
+                        help="comma-separated temperatures")
     parser.add_argument("--k", action=ListAction, item_type=int, default=list(DEFAULT_K),
                         help="candidate counts, iid and without replacement alike (default %(default)s)")
     parser.add_argument("--V", action=ListAction, item_type=int, default=[1000, 8],
@@ -41,7 +41,7 @@ def add_arguments(parser):
                         help="run the iid sequential-optimum LP only when --V <= this (0: never; default %(default)s)")
     parser.add_argument("--seed", type=seed_int, default=0)
     parser.add_argument("--out", default="bench-out/bench_gap.md", metavar="PATH", help="markdown path; JSON beside it")
-    parser.add_argument("--no-progress", action="store_true")
+    parser.add_argument("--no-progress", action="store_true", help="hide the progress bar")
 
 
 def run(args) -> int:

@@ -40,6 +40,8 @@ from exactness.limits import CELL_TIMEOUT, MIN_CELL_TIMEOUT  # light: the exactn
 NAME = "certify"
 KIND = "verifiers"   # `resispec certify` = `resispec certify verifiers` (resispec.cli.verbs)
 HELP = "certify verifiers zero-bias (exact enumeration + Monte Carlo, with mutant detection)"
+#: what `resispec --help` says of the verb
+VERB_HELP = "certify a verifier, a kernel, a decoder or declared steps zero-bias"
 #: A verdict command: run in a supervised child when run as a program (a subject ending the process is a FAIL).
 SUPERVISED = True
 #: Fewer Monte Carlo p-values than this and the calibration line says they are too few to judge it.

@@ -204,7 +204,8 @@ def load(args):
                                                                             if args.prompt_text else [])
     extra += ["--draft"] if args.draft else []
     if extra:
-        raise ValueError(f"{', '.join(extra)} apply to transformers generate (--target FOLDER without --decoder) "
+        raise ValueError(f"{', '.join(extra)} appl{'ies' if len(extra) == 1 else 'y'} to transformers generate "
+                         "(--target FOLDER without --decoder) "
                          "only; with --decoder configure the decoder in its module")
     if not args.decoder:
         raise ValueError("give --decoder module:object (a factory or a decoder) or --target FOLDER (a saved "

@@ -73,7 +73,7 @@ def run(args) -> int:
         raise ValueError("give --n or --tv, not both (--tv plans the draws; --n fixes them)")
     _, verifier = load_verifier(spec)
     if not callable(getattr(verifier, "step_plan", None)):
-        raise ValueError(f"--verifier {spec!r} declares no step_plan(p_i, q_i, *, last): certify-stepwise "
+        raise ValueError(f"--verifier {spec!r} declares no step_plan(p_i, q_i, *, last): certify stepwise "
                          "needs a verifier that declares its steps (the default does); use `resispec certify` or "
                          "`resispec certify coupled` for others")
     p, q = load_node(args, default_V=1000)

@@ -9,7 +9,7 @@
 assembles and sha256-checks the GGUF file in the user cache directory, then
 loads it once with transformers and caches the dequantised weights as
 safetensors (skip with ``--no-convert``).  It is the only command that
-downloads: decode, capture and bench-decode stop with an error naming
+downloads: ``resispec decode`` and ``resispec bench decode`` stop with an error naming
 ``resispec models fetch NAME`` when a model is not cached.  ``verify`` always re-hashes the whole file (the cache stamp,
 a record of an earlier hash, is ignored and rewritten).
 """

@@ -94,7 +94,8 @@ def get_verifier(name: str, *, backend: str = "numpy", **options):
             raise ValueError(f"verifier {name!r} is registered for numpy only; a rule written once against the array "
                              f"namespace runs on {backend} after resispec.torch_backend.base.on_torch({name!r}) "
                              "(docs/architecture.md, 'Where new code goes')")
-        raise ValueError(f"unknown verifier {name!r}; choose one of {sorted(table)}")
+        several = " (several verifiers: repeat the option, one name each)" if "," in name else ""
+        raise ValueError(f"unknown verifier {name!r}; choose one of {sorted(table)}{several}")
     try:
         return table[name](**options)
     except TypeError as exc:
