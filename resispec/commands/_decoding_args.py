@@ -53,7 +53,7 @@ def add_sampling_args(p) -> None:
     g.add_argument("--top-k", type=int, default=0, help="0 = off")
     g.add_argument("--top-p", type=float, default=1.0, help="1 = off")
     g.add_argument("--max-new-tokens", type=int, default=48)
-    g.add_argument("--seed", type=seed_int, default=0)
+    g.add_argument("--seed", type=seed_int, default=0, help="seed: an integer >= 0")
 
 
 def add_prompt_args(p, *, default_limit: int) -> None:

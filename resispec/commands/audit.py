@@ -51,7 +51,7 @@ def add_arguments(parser) -> None:
     parser.add_argument("--new-tokens", type=int, default=None, help="tokens per continuation (default 3)")
     parser.add_argument("--V", "--vocab", dest="vocab", type=int, default=None, metavar="N",
                         help="vocabulary of the tiny models (default 16)")
-    parser.add_argument("--seed", type=seed_int, default=0)
+    parser.add_argument("--seed", type=seed_int, default=0, help="seed: an integer >= 0")
     parser.add_argument("--hang-seconds", type=float, default=None, help="seconds past a cell's budget before a call "
                         "of the engine that has not returned is a hang (default 300)")
     parser.add_argument("--plant", metavar="BUG", help="plant a known bug in the engine (a negative control the "

@@ -43,7 +43,7 @@ def add_arguments(parser):
     parser.add_argument("--nodes", type=int, default=32, help="(p, q) pairs per family and temperature (default 32)")
     parser.add_argument("--n", "--samples", "--n-samples", "--mc-samples", dest="samples", type=count, default=128, metavar="N",
                         help="candidate tuples per pair for without-replacement Monte Carlo (default 128)")
-    parser.add_argument("--seed", type=seed_int, default=0)
+    parser.add_argument("--seed", type=seed_int, default=0, help="seed: an integer >= 0")
     parser.add_argument("--path-rules", action=ListAction, default=None,
                         help="path-level rules beside the node-level ones (default: every registered one: block, "
                         "token, traversal, traversal_resispec; 'none' leaves them out)")

@@ -37,7 +37,7 @@ def add_arguments(parser):
                         help="run the sequential-optimum LP only when V <= this (0: never; default %(default)s)")
     parser.add_argument("--n", "--samples", "--n-samples", "--mc-samples", dest="samples", type=count, default=20000, metavar="N",
                         help="draws per node for verifiers with no exact acceptance formula")
-    parser.add_argument("--seed", type=seed_int, default=0)
+    parser.add_argument("--seed", type=seed_int, default=0, help="seed: an integer >= 0")
     parser.add_argument("--out", default="bench-out/bench_accept.md", metavar="PATH",
                         help="markdown report path; JSON goes beside it (default: %(default)s)")
     parser.add_argument("--no-progress", action="store_true", help="hide the progress bar")

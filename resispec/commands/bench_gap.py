@@ -39,7 +39,7 @@ def add_arguments(parser):
                         help="comma-separated subset of iid,wor,wor_small")
     parser.add_argument("--lp-max-V", type=int, default=1000,
                         help="run the iid sequential-optimum LP only when --V <= this (0: never; default %(default)s)")
-    parser.add_argument("--seed", type=seed_int, default=0)
+    parser.add_argument("--seed", type=seed_int, default=0, help="seed: an integer >= 0")
     parser.add_argument("--out", default="bench-out/bench_gap.md", metavar="PATH", help="markdown path; JSON beside it")
     parser.add_argument("--no-progress", action="store_true", help="hide the progress bar")
 

@@ -42,7 +42,7 @@ def add_arguments(parser):
     parser.add_argument("--drafting", default="iid", choices=["iid", "without_replacement"],
                         help="how candidates are drawn; without_replacement times rules for such drafts (rrs_wor, "
                              "target_only, the without-replacement resispec) against rrs_wor (default: %(default)s)")
-    parser.add_argument("--seed", type=seed_int, default=0)
+    parser.add_argument("--seed", type=seed_int, default=0, help="seed: an integer >= 0")
     parser.add_argument("--out", default="bench-out/bench_verify.md", metavar="PATH",
                         help="markdown report; JSON beside it (default: %(default)s)")
     parser.add_argument("--no-progress", action="store_true", help="hide the progress bar")

@@ -23,7 +23,7 @@ def add_arguments(parser):
                         default=[0.7, 1.0, 1.5], help="temperatures the pair families are drawn at")
     parser.add_argument("--V", action=ListAction, item_type=int, default=1000, help="vocabulary size (one value)")
     parser.add_argument("--nodes", type=int, default=64, help="pairs per family and temperature")
-    parser.add_argument("--seed", type=seed_int, default=0)
+    parser.add_argument("--seed", type=seed_int, default=0, help="seed: an integer >= 0")
     parser.add_argument("--dial", nargs=3, metavar=("FAMILY", "PARAM", "VALUES"), action="append", default=[],
                         help="also tabulate TV / KL as PARAM of FAMILY takes comma-separated VALUES")
     parser.add_argument("--out", default="bench-out/families.md", metavar="PATH",
