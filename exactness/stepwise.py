@@ -809,7 +809,10 @@ def certify_stepwise(verifier, p, q, k: int, *, n: int | None = None, tv: float 
         from .executors import check_executor
 
         check_executor(executor)
-    name = getattr(verifier, "name", type(verifier).__name__)
+    name = getattr(verifier, "name", None)
+    if "name" not in vars(type(verifier)) and "name" not in getattr(verifier, "__dict__", {}):
+        name = type(verifier).__name__            # a subclass of a registry rule is the user's rule, not the parent
+    name = name or type(verifier).__name__
     cls = type(verifier).__name__
     drafting = drafting_of(verifier)
 
