@@ -120,6 +120,10 @@ def check_output_path(path, flag: str, *, suffix: str | None = None) -> Path:
     p = Path(path).expanduser()
     if suffix is not None and not p.name.endswith(suffix):
         raise ValueError(f"{flag} must end in {suffix}, got {path}")
+    for link in (p, *p.parents):          # a dangling link: the writers would create its target's folders, or fail late
+        if link.is_symlink() and not link.exists():
+            raise ValueError(f"{flag} {path}: {link} is a symbolic link to {os.readlink(link)}, which does not exist; "
+                             "give a path without it, or create its target first")
     if p.exists() and not p.is_dir() and not p.is_file():
         raise ValueError(f"{flag} {path} is not a regular file (a device, FIFO or socket would be replaced); "
                          "give a file path")

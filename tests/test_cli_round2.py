@@ -38,7 +38,7 @@ def test_mutants_default_is_one_run_without_verifier_and_none_with_one(monkeypat
 
 def test_a_negative_mutants_count_is_refused(capsys):
     assert main(["certify", "--mutants", "-1", "--verifier", "rrs"]) == 2
-    assert "--mutants must be a whole number >= 0" in capsys.readouterr().err
+    assert "--mutants must be a whole number in [0, 1000]" in capsys.readouterr().err
 
 
 def test_mutant_seeds_run_each_mutant_that_many_times(tmp_path, monkeypatch):
@@ -139,3 +139,61 @@ def test_audit_summary_takes_the_docs_page_as_its_second_value(tmp_path, capsys)
     assert "old" not in text and "| engine |" in text and text.endswith("end\n")
     assert main(["audit", "--summary", str(tmp_path / "r"), str(page), "x"]) == 2
     assert "at most one PAGE" in capsys.readouterr().err
+
+
+# ---------------------------------------------------------------- the breaker's round on the new options
+
+
+@pytest.mark.parametrize("argv, words", [
+    (["certify", "--no-mutants", "1"], "--no-mutants takes no value (got 1)"),
+    (["certify", "--mutants", "100000000"], "--mutants must be a whole number in [0, 1000]"),
+    (["certify", "--out", "", "--verifier", "rrs"], "--out: needs a file path"),
+    (["bench", "gap", "--lp-max-V", "-1"], "--lp-max-V must be >= 0"),
+    (["bench", "accept", "--lp-max-V", "-5"], "--lp-max-V must be >= 0"),
+    (["bench", "--out", ".md"], "names no file before .md"),
+    (["bench", "drift", "--nodes", "0"], "--nodes must be >= 1"),
+    (["decode", "--prompt", "hi", "--verifier", "resispec[gamma=nan]"], "gamma must be a real number >= 0"),
+    (["decode", "--prompt", "hi", "--verifier", "resispec[gamma=0.5,gamma=1]"], "gives gamma twice"),
+    (["decode", "--prompt", "hi", "--skip", "1"], "with --prompt TEXT give no --skip"),
+    (["certify", "decoder", "--target", "x", "--draft", ""], "--draft is empty"),
+    (["audit", "transformers", "--V", "0"], "--V must be >= 2"),
+    (["audit", "transformers", "--V", "32", "--target", "x", "--prompts", "1,2"], "drop --V"),
+], ids=["no-mutants-1", "mutants-huge", "out-empty", "gap-lp", "accept-lp", "bench-out-md", "drift-nodes",
+        "decode-gamma-nan", "decode-spec-twice", "decode-skip-prompt", "decoder-draft-empty", "audit-V0",
+        "audit-V-target"])
+def test_bad_input_on_the_new_options_is_exit_2_naming_it(argv, words, capsys):
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert words in err and "Traceback" not in err, err
+
+
+def test_a_prompt_file_skip_is_checked_before_the_models(tmp_path, capsys):
+    """A wrong --skip on a prompt file said "run resispec models fetch" (a 1.5 GB download) before naming --skip."""
+    prompts = tmp_path / "p.txt"
+    prompts.write_text("a\nb\n")
+    assert main(["decode", "--prompts", str(prompts), "--skip", "5"]) == 2
+    assert "--skip 5 leaves no prompt" in capsys.readouterr().err
+    assert main(["bench", "decode", "--prompts", str(prompts), "--skip", "5", "--out", str(tmp_path / "b.md")]) == 2
+    assert "--skip 5 leaves no prompts" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("where", ["folder", "file"])
+def test_a_dangling_symbolic_link_in_out_is_refused_before_any_work(tmp_path, capsys, where):
+    """It ran the whole certificate, then failed with a raw 'File exists' (a folder), or created the link's target's
+    folders and split the report from its JSON (a file)."""
+    if where == "folder":
+        (tmp_path / "d").symlink_to(tmp_path / "none" / "dir")
+        out = tmp_path / "d" / "r.md"
+    else:
+        out = tmp_path / "link.md"
+        out.symlink_to(tmp_path / "tgt" / "sub" / "r.md")
+    assert main(["certify", "--verifier", "rrs", "--k", "1", "--families", "zipf", "--n", "2000", "--out",
+                 str(out)]) == 2
+    assert "is a symbolic link to" in capsys.readouterr().err
+    assert not (tmp_path / "tgt").exists() and not (tmp_path / "none").exists()
+
+
+def test_bench_drift_out_takes_an_upper_case_md_as_a_file(tmp_path):
+    assert main(["bench", "drift", "--V", "30", "--nodes", "2", "--k", "2", "--gammas", "0", "--proxies", "draft",
+                 "--out", str(tmp_path / "y.MD")]) == 0
+    assert (tmp_path / "y.md").is_file() and not (tmp_path / "y.MD").is_dir()

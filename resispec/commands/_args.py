@@ -35,9 +35,20 @@ def folder_and_stem(out, default_stem: str) -> tuple:
     from pathlib import Path
 
     path = Path(out) if out else None
-    if path is not None and path.suffix == ".md" and path.stem:
-        return path.parent, path.stem
+    if path is not None and path.name.lower().endswith(".md"):        # x.md, x.MD; '.md' alone names no file
+        if path.name[:-3] in ("", "."):
+            raise ValueError(f"--out {str(out)!r} names no file before .md; give FOLDER/NAME.md or a folder")
+        return path.parent, path.name[:-3]
     return out, default_stem
+
+
+def out_path(text: str):
+    """``--out``: a non-empty path (an empty one would mean the current folder), as ``pathlib.Path``."""
+    from pathlib import Path
+
+    if not text.strip():
+        raise argparse.ArgumentTypeError("needs a file path such as certify-out/report.md, got an empty one")
+    return Path(text)
 
 
 def seconds(text: str) -> float:
@@ -208,21 +219,26 @@ class ListAction(argparse.Action):
 
 class Switch(argparse.Action):
     """An option with an optional value and old spellings that each stand for one value: ``--mutants`` (its
-    ``const``), ``--mutants 3`` (the value, through ``type``), ``--no-mutants`` (``spellings["--no-mutants"]``,
+    ``bare`` value), ``--mutants 3`` (the value, through ``type``), ``--no-mutants`` (``spellings["--no-mutants"]``,
     which takes no value).  One option, so one name in ``--help`` and in the option grammar; the old spellings
     parse because committed reports quote them."""
 
-    def __init__(self, option_strings, dest, spellings: dict | None = None, **kwargs):
+    #: what argparse hands ``__call__`` for an occurrence without a value (never a value the user could type)
+    BARE = object()
+
+    def __init__(self, option_strings, dest, spellings: dict | None = None, bare=None, **kwargs):
         kwargs.setdefault("nargs", "?")
-        super().__init__(option_strings, dest, **kwargs)
-        self.spellings = dict(spellings or {})
+        super().__init__(option_strings, dest, const=self.BARE, **kwargs)
+        self.spellings, self.bare = dict(spellings or {}), bare
 
     def __call__(self, parser, namespace, values, option_string=None):
         if option_string in self.spellings:
-            if values is not None and values != self.const:
+            if values is not self.BARE:
                 raise argparse.ArgumentError(self, f"{option_string} takes no value (got {values!r}); give "
                                                    f"{self.option_strings[0]} N instead")
             values = self.spellings[option_string]
+        elif values is self.BARE:
+            values = self.bare
         setattr(namespace, self.dest, values)
 
 

@@ -100,6 +100,10 @@ def _gguf_or_dir(value, flag):
 
 def _user_models(args):
     """``TinyModels`` for --target / --draft / --prompts (None without --target)."""
+    if args.vocab is not None and args.model is not None:
+        raise ValueError("--V sets the vocabulary of the built tiny models; --target brings its own: drop --V")
+    if args.vocab is not None and args.vocab < 2:
+        raise ValueError(f"--V must be >= 2 (the tiny models' vocabulary), got {args.vocab}")
     if args.model is None:
         if args.draft_model or args.prompts:
             raise ValueError("--draft and --prompts go with --target (your own checkpoint)")

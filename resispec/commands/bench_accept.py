@@ -44,6 +44,8 @@ def add_arguments(parser):
 
 
 def run(args) -> int:
+    if args.lp_max_V < 0:
+        raise ValueError(f"--lp-max-V must be >= 0 (0: never run the LP), got {args.lp_max_V}")
     check_out(args.out, "--out", json_beside=True)     # before any work
     from ..bench.accept import bench_accept, write_reports
 

@@ -146,8 +146,9 @@ def run(args) -> int:
     positive(args, "skip", 0)
     positive(args, "repeats")
     check_prompt_source(args.prompts)
+    texts = prompt_texts(args) if args.prompts != "humaneval" else None   # --skip / --limit checked before the models
     check_models(args)
-    texts = prompt_texts(args)
+    texts = texts or prompt_texts(args)
     pair = load_pair(args)
     prompts = encode_prompts(pair, texts, args)
     captured = [] if args.capture is not None else None

@@ -49,6 +49,8 @@ def run(args) -> int:
         raise ValueError(f"--V takes one or two values for bench gap (the main tables', then the small WOR cases'), "
                          f"got {len(args.V)} values")
     args.V, args.V_small = args.V[0], (args.V[1:] or [8])[0]
+    if args.lp_max_V < 0:
+        raise ValueError(f"--lp-max-V must be >= 0 (0: never run the LP), got {args.lp_max_V}")
     check_out(args.out, "--out", json_beside=True)     # before any work
     from ..bench.gap import bench_gap, to_markdown, write_reports
 

@@ -49,7 +49,7 @@ CALIBRATION_FEW = 30
 
 
 def add_arguments(parser) -> None:
-    from ._args import ListAction, Switch, count, seconds, seed
+    from ._args import ListAction, Switch, count, out_path, seconds, seed
 
     parser.add_argument("--verifier", action="append", default=None, metavar="NAME|MODULE:OBJECT",
                         help="verifier to certify: a registry name, name[option=value,...], or an import path "
@@ -109,10 +109,10 @@ def add_arguments(parser) -> None:
                         help="with --executor ray: join a running Ray cluster (the address `ray start --head` "
                              "prints, ray://HOST:PORT, or auto = the cluster this node belongs to); default: start "
                              "a local cluster")
-    parser.add_argument("--out", type=Path, default=Path("certify-out/certify.md"),
+    parser.add_argument("--out", type=out_path, default=Path("certify-out/certify.md"),
                         help="Markdown report path; JSON and PNGs are written next to it (default "
                              "certify-out/certify.md, git-ignored; --out reports/certify.md updates the shipped report)")
-    parser.add_argument("--mutants", "--no-mutants", dest="mutants", action=Switch, type=int, const=1,
+    parser.add_argument("--mutants", "--no-mutants", dest="mutants", action=Switch, type=int, bare=1,
                         default=None, metavar="N", spellings={"--no-mutants": 0},
                         help="seeded runs of each mutant of the catalogue (detection power = flagged / runs): "
                              "--mutants alone is 1, --mutants 0 skips the catalogue (default: 1 when no --verifier "
@@ -221,6 +221,10 @@ def run(args) -> int:
     return _print_outcome(grid, mutants, meta, args, t0)
 
 
+#: most seeded runs per mutant (--mutants): each runs the whole mutant catalogue once (about 10 s at the default n)
+MAX_MUTANT_RUNS = 1000
+
+
 def _check_args(args):
     """``(ks, do_mutants, families, tv)`` from the parsed options; ValueError naming the flag (exit 2)."""
     _check_output("--out", args.out)
@@ -236,9 +240,9 @@ def _check_args(args):
         raise ValueError(f"--tv must lie in (0, 1] (the smallest TV bias to detect, e.g. 0.001), got {tv}")
     if args.samples is not None and args.samples < 1:
         raise ValueError(f"--n must be >= 1, got {args.samples}")
-    if args.mutants is not None and args.mutants < 0:
-        raise ValueError(f"--mutants must be a whole number >= 0 (seeded runs per mutant; 0 skips them), got "
-                         f"{args.mutants}")
+    if args.mutants is not None and not 0 <= args.mutants <= MAX_MUTANT_RUNS:
+        raise ValueError(f"--mutants must be a whole number in [0, {MAX_MUTANT_RUNS}] (seeded runs per mutant; 0 "
+                         f"skips them), got {args.mutants}")
     if isinstance(args.seed, int) and args.seed < 0:  # the parser refuses these; a caller's namespace may not
         raise ValueError(f"--seed must be >= 0, got {args.seed}")
     if args.workers < 1:

@@ -32,8 +32,6 @@ reference that was not checked (--reference-check none).
 
 from __future__ import annotations
 
-from pathlib import Path
-
 NAME = "certify-coupled"
 HELP = "coupled certification of a kernel against a reference rule (same coins; TV bound; counterexample)"
 #: A verdict command: run in a supervised child when run as a program (a subject ending the process is a FAIL).
@@ -41,7 +39,7 @@ SUPERVISED = True
 
 
 def add_arguments(parser) -> None:
-    from ._args import ListAction, count, seconds, seed
+    from ._args import ListAction, count, out_path, seconds, seed
 
     parser.add_argument("--kernel", required=True, metavar="NAME|MODULE:OBJECT",
                         help="the kernel: module:object (IMPORTS AND RUNS that module) or a registry name")
@@ -78,7 +76,7 @@ def add_arguments(parser) -> None:
                         "is INCONCLUSIVE, exit 3) (default auto). A registry rule (a name, or an instance of a "
                         "registry class such as resispec.get_verifier('rrs')) is exact by proof and never checked: "
                         "its pass is a pass whatever this option says")
-    parser.add_argument("--out", type=Path, default=None,
+    parser.add_argument("--out", type=out_path, default=None,
                         help="write the counterexample's Python (on a FAIL) to this path (default: print it)")
 
 

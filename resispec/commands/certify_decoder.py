@@ -48,7 +48,7 @@ SUPERVISED = True
 
 
 def add_arguments(parser) -> None:
-    from ._args import count, seconds
+    from ._args import count, out_path, seconds
 
     parser.add_argument("--decoder", metavar="MODULE:OBJECT",
                         help="a factory returning (decoder, target, prompts), or a decoder (then give --target and "
@@ -83,7 +83,7 @@ def add_arguments(parser) -> None:
     parser.add_argument("--no-progress", action="store_true",
                         help="no progress on stderr (default: slow phases show a bar on a terminal, else a line "
                              "every ~10 s)")
-    parser.add_argument("--out", type=Path, default=Path("certify-out/certify_decoder.md"),
+    parser.add_argument("--out", type=out_path, default=Path("certify-out/certify_decoder.md"),
                         help="Markdown report path; the JSON and the PNG figure go next to it (default "
                              "certify-out/certify_decoder.md, git-ignored)")
 
@@ -198,6 +198,9 @@ def load(args):
     """(decoder, target, prompts) from the options; ValueError naming the flag."""
     from exactness.certify_run import _describe, import_object
 
+    for flag, value in (("--target", args.target), ("--draft", args.draft), ("--decoder", args.decoder)):
+        if value is not None and not str(value).strip():
+            raise ValueError(f"{flag} is empty; give a path (or leave {flag} out)")
     if not args.decoder and args.target:
         return load_hf(args)
     extra = [_flag(k) for k in HF_OPTIONS if getattr(args, k) is not None] + (["--prompt-text"]

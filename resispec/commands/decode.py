@@ -58,7 +58,8 @@ def run(args) -> int:
     from ..verifiers.registry import available_verifiers, parse_spec
 
     known = available_verifiers() + available_path_verifiers() + ["autoregressive"]
-    name, opts = parse_spec(args.verifier)            # resispec[proxy=tempered,gamma=0.5]
+    spec = args.verifier
+    name, opts = parse_spec(spec)                     # resispec[proxy=tempered,gamma=0.5]
     if name not in known:
         raise ValueError(f"unknown --verifier {name!r}; choose one of {sorted(known)}")
     if opts and name in available_path_verifiers() + ["autoregressive"]:
@@ -76,8 +77,7 @@ def run(args) -> int:
         except TypeError as exc:
             if not opts:
                 raise
-            raise ValueError(f"--verifier {args.verifier} does not take the options {', '.join(opts)} ({exc}); "
-                             "drop them") from None
+            raise ValueError(f"--verifier {spec}: {exc}") from None
     if verifier is not None:                 # a drafting law the verifier is not exact for: before any model loads
         from ..decoding.engine import resolve_drafting
 
@@ -100,14 +100,22 @@ def run(args) -> int:
     text = args.prompt
     if text is not None and not text:
         raise ValueError("--prompt must be a non-empty string")
-    if text is None:
-        check_prompt_source(args.prompts)
-    check_models(args)
-    if text is None:
+    if text is not None and args.skip:
+        raise ValueError("--skip picks a prompt of --prompts; with --prompt TEXT give no --skip")
+
+    def pick():
         prompts = load_prompts(args.prompts, download=False)
         if not 0 <= args.skip < len(prompts):
             raise ValueError(f"--skip {args.skip} leaves no prompt; the set has {len(prompts)} prompts")
-        text = prompts[args.skip]
+        return prompts[args.skip]
+
+    if text is None:
+        check_prompt_source(args.prompts)
+        if args.prompts != "humaneval":      # a prompt file: --skip checked before the models are
+            text = pick()
+    check_models(args)
+    if text is None:
+        text = pick()
     pair = load_pair(args)
     ids = pair.encode(text, chat=args.chat)
     out = sys.stdout

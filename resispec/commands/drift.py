@@ -39,6 +39,8 @@ def add_arguments(parser):
 def run(args) -> int:
     args.V, args.k = one(args.V, "--V", "bench drift"), one(args.k, "--k", "bench drift")
     args.family = one(args.families, "--families", "bench drift")
+    if args.nodes < 1:
+        raise ValueError(f"--nodes must be >= 1 (pairs), got {args.nodes}")
     args.out, args.stem = folder_and_stem(args.out, "drift")
     check_out(args.out, "--out", folder=True,                      # before any work
               files=[f"{args.stem}{s}" for s in (".md", ".json", "_steps.png", "_gamma.png")])

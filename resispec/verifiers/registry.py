@@ -119,6 +119,8 @@ def parse_spec(spec: str, flag: str = "--verifier") -> tuple[str, dict]:
         key, eq, val = kv.partition("=")
         if not eq or not key.strip():
             raise ValueError(f"{flag} {spec!r}: options must be written name[option=value,...], got {kv!r}")
+        if key.strip() in opts:
+            raise ValueError(f"{flag} {spec!r} gives {key.strip()} twice; give each option once")
         try:
             opts[key.strip()] = ast.literal_eval(val.strip())
         except (ValueError, SyntaxError):
