@@ -155,6 +155,27 @@ def reject_update(p_i, m, out=None):
     return resid
 
 
+def reject_at(p_i, x, out):
+    """``reject_update(p_i, only_at(p_i, x))`` bit for bit, in fewer passes: ``p_i`` with ``x[b]`` zeroed in each row,
+    renormalised (``p_i`` unchanged where that mass is ~0).  ``p_i`` (B, V), ``x`` (B,) int64, ``out`` a (B, V) buffer
+    of ``p_i``'s dtype (never ``p_i``) that receives the result.  The residual of a one-hot proposal rejected
+    (EAGLE-2's and SGLang's tree verification; Li et al. 2024, arXiv 2406.16858)."""
+    xp = array_namespace(p_i)
+    nat = native(xp)
+    if is_torch_namespace(xp):
+        out.copy_(p_i)
+    else:
+        nat.copyto(out, p_i)
+    resid = _put(out, x, 0.0)                                        # (p_i - p_i(x) 1[x])_+ = p_i without x
+    z = xp.sum(resid, axis=1, keepdims=True)                         # 1 - p_i(x) up to round-off, (B, 1)
+    ok = z > residual_eps(xp, p_i.dtype)                             # (B, 1)
+    nat.divide(resid, xp.where(ok, z, 1.0), out=resid)               # p_{i+1} = p_i without x / z
+    if is_torch_namespace(xp):
+        return nat.where(ok, resid, p_i, out=resid)                  # rows with no mass left keep p_i
+    nat.copyto(resid, p_i, where=~ok)
+    return resid
+
+
 @lru_cache(maxsize=None)
 def _params(fn) -> frozenset:
     """The parameter names of the function ``fn`` (an ``accepted_mass``, unbound); empty when unknown."""

@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 
 from .._validation import as_node, check_k
-from .._xp import at, device, namespace, native, only_at, reject_update
+from .._xp import at, device, namespace, native, reject_at
 from .base import MassVerifier, Verifier, sum_of_others
 from .registry import register
 
@@ -77,11 +77,12 @@ class TargetOnly(Verifier):
         xp = namespace(p, q)
         B, k = c.shape
         a = xp.empty((B, k), dtype=p.dtype, device=device(p))          # (B, k)
+        bufs = [xp.empty(p.shape, dtype=p.dtype, device=device(p)) for _ in range(min(k, 2))]   # (B, V) ping-pong
         p_i = p                                                         # (B, V)
         for i in range(k):
             x = c[:, i]                                                 # (B,)
             a[:, i] = at(p_i, x)                                        # accept x_i w.p. p_i(x_i)
-            p_i = reject_update(p_i, only_at(p_i, x))                   # p_{i+1} = norm(p_i without x_i)
+            p_i = reject_at(p_i, x, out=bufs[i % 2])                    # p_{i+1} = norm(p_i without x_i)
         return xp.clip(a, 0.0, 1.0), p_i
 
     def closed_form_split(self, p, q, k, drafting=None):
