@@ -82,7 +82,9 @@ class VerbParser(argparse.ArgumentParser):
 
     def _as_kind(self, render) -> str:
         """``render()`` with the selected kind's options only, each with that kind's help text and default."""
-        saved = [(a, a.help, a.default) for a in self._actions]
+        saved = [(a, a.help, a.default, a.required) for a in self._actions]
+        for a in self._actions:                          # the kind's required options shown without brackets
+            a.required = a.option_strings != [] and a.dest in self.kind_required[self.kind]
         usage = self._get_formatter()
         usage.add_usage(None, self.kind_actions(), [])   # the kind's options (argparse's own usage of a shared
         self.usage = usage.format_help().strip().removeprefix("usage: ")    # exclusive group would assert)
@@ -93,8 +95,8 @@ class VerbParser(argparse.ArgumentParser):
                     a.default = self.kind_defaults[self.kind].get(a.dest)     # its "%(default)s"
             return render()
         finally:
-            for a, h, d in saved:
-                a.help, a.default = h, d
+            for a, h, d, r in saved:
+                a.help, a.default, a.required = h, d, r
             self.usage = None
 
 
