@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .gof import gof_test
-from .power import DesignTwins
+from .route_check import RouteCheck, run_table
 
 #: Largest TV of a declared plan's horizon law from the target's that still passes ``exact_law`` (its rounding).
 PLAN_TV_TOL = 1e-6
@@ -64,23 +64,8 @@ class PathRun:
     bound: dict | None = None
 
 
-class PathCheck(DesignTwins):
-    """One check of a path / tree certificate (module docstring)."""
-
-    name: str = ""
-    detects: str = ""
-    mutant: str = ""
-
-    def skip(self, st: PathRun) -> str | None:
-        """Why the check does not run on ``st`` (recorded in ``skipped``), ``""`` where it does not apply to this
-        run at all (nothing recorded), or None (it runs)."""
-        return None
-
-    def run(self, st: PathRun) -> None:
-        raise NotImplementedError
-
-    def __repr__(self) -> str:
-        return f"{type(self).__name__}({self.name})"
+class PathCheck(RouteCheck):
+    """One check of a path / tree certificate (module docstring; :class:`exactness.route_check.RouteCheck`)."""
 
 
 class Horizon(PathCheck):
@@ -189,12 +174,7 @@ def run_checks(st: PathRun) -> tuple[float, int]:
     sampled checks that ran (0.0 when a deterministic one failed) and how many sampled checks ran."""
     from .certificate import holm
 
-    for check in PATH_CHECKS:
-        why = check.skip(st)
-        if why is None:
-            check.run(st)
-        elif why:                                     # "": the check does not apply here, nothing to record
-            st.skipped[check.name] = why
+    run_table(PATH_CHECKS, st)
     sampled = {k: v for k, v in st.checks.items() if not _BY_NAME[k].deterministic}
     pvalue = min(holm(sampled).values())
     if any(st.checks[c.name] == 0.0 for c in PATH_CHECKS if c.deterministic and c.name in st.checks):

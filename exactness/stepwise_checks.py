@@ -19,7 +19,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Callable
 
-from .power import DesignTwins, EventTwins
+from .power import EventTwins
+from .route_check import RouteCheck, run_table
 
 
 @dataclass
@@ -50,23 +51,8 @@ class StepwiseRun:
     skipped: dict = field(default_factory=dict)
 
 
-class StepwiseCheck(DesignTwins):
-    """One check of a stepwise certificate (module docstring)."""
-
-    name: str = ""
-    detects: str = ""
-    mutant: str = ""
-
-    def skip(self, st: StepwiseRun) -> str | None:
-        """Why the check does not run on ``st``, ``""`` where it does not apply to this run (nothing recorded), or
-        None (it runs)."""
-        return None
-
-    def run(self, st: StepwiseRun) -> None:
-        raise NotImplementedError
-
-    def __repr__(self) -> str:
-        return f"{type(self).__name__}({self.name})"
+class StepwiseCheck(RouteCheck):
+    """One check of a stepwise certificate (module docstring; :class:`exactness.route_check.RouteCheck`)."""
 
 
 class DeclaredSteps(EventTwins, StepwiseCheck):
@@ -116,12 +102,7 @@ DECLARED_STEPS = STEPWISE_CHECKS[0]
 
 def run_checks(st: StepwiseRun) -> None:
     """Run :data:`STEPWISE_CHECKS` on ``st`` (each writes ``st.checks`` / ``st.skipped``)."""
-    for check in STEPWISE_CHECKS:
-        why = check.skip(st)
-        if why is None:
-            check.run(st)
-        elif why:
-            st.skipped[check.name] = why
+    run_table(STEPWISE_CHECKS, st)
 
 
 def __getattr__(name):  # PEP 562: the mutant table on first use (its module imports resispec's rules)

@@ -18,7 +18,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..power import DesignTwins, EventTwins
+from ..power import EventTwins
+from ..route_check import RouteCheck, run_table
 
 
 @dataclass
@@ -51,23 +52,8 @@ class CoupledRun:
     fallback: object = None
 
 
-class CoupledCheck(DesignTwins):
-    """One check of a coupled certificate (module docstring)."""
-
-    name: str = ""
-    detects: str = ""
-    mutant: str = ""
-
-    def skip(self, st: CoupledRun) -> str | None:
-        """Why the check does not run on ``st``, ``""`` where it does not apply to this run (nothing recorded), or
-        None (it runs)."""
-        return None
-
-    def run(self, st: CoupledRun) -> None:
-        raise NotImplementedError
-
-    def __repr__(self) -> str:
-        return f"{type(self).__name__}({self.name})"
+class CoupledCheck(RouteCheck):
+    """One check of a coupled certificate (module docstring; :class:`exactness.route_check.RouteCheck`)."""
 
 
 class Coupled(EventTwins, CoupledCheck):
@@ -167,12 +153,7 @@ COUPLED_CHECKS = (Coupled(), Conditional(), Fallback(), Law())
 
 def run_checks(st: CoupledRun) -> None:
     """Run :data:`COUPLED_CHECKS` on ``st`` (each writes ``st.checks`` / ``st.skipped``)."""
-    for check in COUPLED_CHECKS:
-        why = check.skip(st)
-        if why is None:
-            check.run(st)
-        elif why:
-            st.skipped[check.name] = why
+    run_table(COUPLED_CHECKS, st)
 
 
 def _mutants() -> dict:
