@@ -5,7 +5,9 @@ their own module (``add_arguments(parser)``), as any command does; :class:`VerbP
 in which a name is defined once, with one meaning: a second kind declaring ``--seed`` gets the same option, and a
 declaration that differs in what the option takes (its dest, action, type, choices, nargs or item type) is refused
 when the parser is built (``tests/test_cli_grammar.py`` builds it).  What stays per kind: its default for an option,
-its help text for it, whether it is required, and which options it takes at all.
+its help text for it, whether it is required, whether it takes ONE value of a shared list option (``one=True``:
+``certify coupled``'s ``--k``; several are refused, the one value is handed to its ``run`` unwrapped and its usage
+shows ``--k K``), and which options it takes at all.
 
 Parsing with the kind chosen (:meth:`VerbParser.select`): an option of another kind is refused in one line naming
 the kinds it belongs to (exit 2); the kind's defaults fill what was not given; ``--help`` shows the kind's options
@@ -29,6 +31,7 @@ class VerbParser(argparse.ArgumentParser):
         self.kind_defaults: dict[str, dict] = {k: {} for k in self.kinds}
         self.kind_helps: dict[str, dict] = {k: {} for k in self.kinds}
         self.kind_required: dict[str, set] = {k: set() for k in self.kinds}
+        self.kind_one: dict[str, set] = {k: set() for k in self.kinds}      # list options a kind takes once
         self.base_prog = self.prog
         self.verb_description, self.verb_epilog = self.description, self.epilog
         for kind, mod in self.kinds.items():
@@ -61,6 +64,13 @@ class VerbParser(argparse.ArgumentParser):
         for dest, default in self.kind_defaults[kind].items():
             if not hasattr(args, dest):
                 setattr(args, dest, default)
+        for dest in self.kind_one[kind]:                 # a shared list option this kind takes one value of
+            value = getattr(args, dest, None)
+            if isinstance(value, list):
+                if len(value) != 1:
+                    self.error(f"{self._flag(dest)} takes one value for {self.base_prog.split(' ', 1)[1]} {kind}, got "
+                               f"{len(value)} values ({', '.join(map(str, value))}); run it once per value")
+                setattr(args, dest, value[0])
         args._run, args._name, args._kind = mod.run, self.base_prog.split(" ", 1)[1], kind
         args._supervised = getattr(mod, "SUPERVISED", False)
         return args
@@ -82,9 +92,11 @@ class VerbParser(argparse.ArgumentParser):
 
     def _as_kind(self, render) -> str:
         """``render()`` with the selected kind's options only, each with that kind's help text and default."""
-        saved = [(a, a.help, a.default, a.required) for a in self._actions]
-        for a in self._actions:                          # the kind's required options shown without brackets
+        saved = [(a, a.help, a.default, a.required, a.nargs) for a in self._actions]
+        for a in self._actions:                          # the kind's required options shown without brackets, its
             a.required = a.option_strings != [] and a.dest in self.kind_required[self.kind]
+            if a.option_strings and a.dest in self.kind_one[self.kind]:
+                a.nargs = None                           # one-value list options as one value (--k K)
         usage = self._get_formatter()
         usage.add_usage(None, self.kind_actions(), [])   # the kind's options (argparse's own usage of a shared
         self.usage = usage.format_help().strip().removeprefix("usage: ")    # exclusive group would assert)
@@ -95,8 +107,8 @@ class VerbParser(argparse.ArgumentParser):
                     a.default = self.kind_defaults[self.kind].get(a.dest)     # its "%(default)s"
             return render()
         finally:
-            for a, h, d, r in saved:
-                a.help, a.default, a.required = h, d, r
+            for a, h, d, r, n in saved:
+                a.help, a.default, a.required, a.nargs = h, d, r, n
             self.usage = None
 
 
@@ -117,6 +129,7 @@ class _Declare:
         given_default = "default" in kwargs
         default = kwargs.pop("default", None)
         required = kwargs.pop("required", False)
+        takes_one = kwargs.pop("one", False)              # a list option shared by the verb that this kind takes once
         help_text = kwargs.get("help")
         probe = argparse.ArgumentParser(add_help=False).add_argument(*flags, **kwargs)
         if not given_default:
@@ -152,6 +165,8 @@ class _Declare:
         verb.kind_helps[self.kind][flags[0]] = help_text
         if required:
             verb.kind_required[self.kind].add(dest)
+        if takes_one:
+            verb.kind_one[self.kind].add(dest)
         return action
 
     def add_argument_group(self, title=None, description=None):

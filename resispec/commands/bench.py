@@ -18,7 +18,7 @@ import sys
 import time
 from pathlib import Path
 
-from ._args import ListAction, check_out, count, folder_and_stem, one, seed_int
+from ._args import ListAction, check_out, count, folder_and_stem, seed_int
 
 NAME = "bench"
 KIND = "trees"   # `resispec bench` = `resispec bench trees` (resispec.cli.verbs)
@@ -38,7 +38,7 @@ def add_arguments(parser):
                              f"{','.join(f'{t:g}' for t in DEFAULT_TEMPERATURES)})")
     parser.add_argument("--shapes", action=ListAction, sep=None, default=list(DEFAULT_SHAPES),
                         help="tree shapes, e.g. 4,2,2,1 or wor:8,4 (without replacement)")
-    parser.add_argument("--V", action=ListAction, item_type=int, default=1000,
+    parser.add_argument("--V", action=ListAction, one=True, item_type=int, default=1000,
                         help="vocabulary size of synthetic families (one value; default 1000)")
     parser.add_argument("--nodes", type=int, default=32, help="(p, q) pairs per family and temperature (default 32)")
     parser.add_argument("--n", "--samples", "--n-samples", "--mc-samples", dest="samples", type=count, default=128, metavar="N",
@@ -54,13 +54,11 @@ def add_arguments(parser):
                              "NAME.json beside it); default bench-out/, git-ignored; --out reports updates the "
                              "shipped report")
     parser.add_argument("--no-progress", action="store_true", help="hide the progress bar")
-    parser.add_argument("--from-json", nargs="+", action="extend", type=Path, default=None, metavar="JSON",
+    parser.add_argument("--from-json", nargs="+", one=True, action="extend", type=Path, default=None, metavar="JSON",
                         help="re-render the markdown report from a previous bench JSON (no recomputation)")
 
 
 def run(args) -> int:
-    args.V = one(args.V, "--V", "bench trees")
-    args.from_json = one(args.from_json, "--from-json", "bench trees")
     args.out, args.stem = folder_and_stem(args.out, "bench")
     check_out(args.out, "--out", folder=True, files=(f"{args.stem}.md", f"{args.stem}.json"))   # before any work
     from pathlib import Path

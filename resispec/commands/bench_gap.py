@@ -12,7 +12,7 @@ from __future__ import annotations
 import shlex
 import sys
 
-from ._args import ListAction, check_out, count, one, seed_int  # noqa: E402
+from ._args import ListAction, check_out, count, seed_int  # noqa: E402
 
 NAME = "bench-gap"
 HELP = "acceptance of resispec (look-ahead, without-replacement) against the sequential optimum and alpha*"

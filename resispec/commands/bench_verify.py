@@ -13,7 +13,7 @@ from __future__ import annotations
 import shlex
 import sys
 
-from ._args import DTYPES, ListAction, allowed, check_out, one, seed_int  # noqa: E402
+from ._args import DTYPES, ListAction, allowed, check_out, seed_int  # noqa: E402
 
 NAME = "bench-verify"
 HELP = "nodes verified per second, numpy vs torch, with the ResiSpec-over-rrs cost ratio"
@@ -26,7 +26,7 @@ def add_arguments(parser):
     parser.add_argument("--B", action=ListAction, item_type=int, unique=False, default=[256, 32], metavar="N",
                         help="nodes per verify call: torch's, then the slow numpy reference's sub-batch (rates are per "
                              "node; default 256 32; one value: numpy's is min(it, 32))")
-    parser.add_argument("--V", action=ListAction, item_type=int, default=151_936,
+    parser.add_argument("--V", action=ListAction, one=True, item_type=int, default=151_936,
                         help="vocabulary size (one value; default: %(default)s)")
     parser.add_argument("--k", action=ListAction, item_type=int, default=[2, 4, 8], help="comma-separated candidate counts (default: 2,4,8)")
     parser.add_argument("--repeats", type=int, default=3,
@@ -64,7 +64,6 @@ def _check_device(device: str) -> None:
 
 
 def run(args) -> int:
-    args.V = one(args.V, "--V", "bench verify")
     if len(args.B) > 2 or min(args.B) < 1:
         raise ValueError(f"--B takes one or two whole numbers >= 1 (torch's batch, then numpy's), got "
                          f"{' '.join(map(str, args.B))}")

@@ -48,7 +48,7 @@ def add_arguments(parser) -> None:
     parser.add_argument("--convention", default=None, choices=["resispec", "sglang", "generator"],
                         help="how the kernel takes its coins (default: from its verify signature -- resispec for "
                         "uniforms=(B, k + 1), sglang for uniform_samples=, else generator: a seeded rng)")
-    parser.add_argument("--k", action=ListAction, item_type=int, metavar="K", default=2,
+    parser.add_argument("--k", action=ListAction, one=True, item_type=int, metavar="K", default=2,
                         help="candidates per node (one value; default 2)")
     parser.add_argument("--n", "--samples", dest="samples", type=count, default=100_000, metavar="N",
                         help="coupled draws, e.g. 1e5 (default 100,000)")
@@ -83,9 +83,8 @@ def add_arguments(parser) -> None:
 def run(args) -> int:
     import exactness
 
-    from ._args import load_node, one
+    from ._args import load_node
 
-    args.k = one(args.k, "--k", "certify coupled")
     if args.k < 1:
         raise ValueError(f"--k must be >= 1, got {args.k}")
     if not 0 < args.alpha < 1:

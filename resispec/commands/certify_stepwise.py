@@ -37,10 +37,10 @@ DEFAULT_VERIFIER = "resispec[drafting=without_replacement]"
 def add_arguments(parser) -> None:
     from ._args import ListAction, count, seconds, seed
 
-    parser.add_argument("--verifier", action="append", default=[DEFAULT_VERIFIER], metavar="NAME|MODULE:OBJECT",
+    parser.add_argument("--verifier", action="append", one=True, default=[DEFAULT_VERIFIER], metavar="NAME|MODULE:OBJECT",
                         help=f"name[option=value,...] or module:object (IMPORTS AND RUNS that module) of a verifier "
                         f"with step_plan (default {DEFAULT_VERIFIER})")
-    parser.add_argument("--k", action=ListAction, item_type=int, metavar="K", default=4,
+    parser.add_argument("--k", action=ListAction, one=True, item_type=int, metavar="K", default=4,
                         help="candidates per node (one value; default 4)")
     parser.add_argument("--tv", type=float, default=None, metavar="X",
                         help="the TV bound to certify; the draws are planned from it (default 1e-3; not with --n)")
@@ -65,10 +65,9 @@ def run(args) -> int:
     import exactness
     from exactness.certify_run import load_verifier
 
-    from ._args import load_node, one
+    from ._args import load_node
 
-    spec = one(args.verifier, "--verifier", "certify stepwise")
-    args.k = one(args.k, "--k", "certify stepwise")
+    spec = args.verifier
     if args.samples is not None and args.tv is not None:
         raise ValueError("give --n or --tv, not both (--tv plans the draws; --n fixes them)")
     _, verifier = load_verifier(spec)

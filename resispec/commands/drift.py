@@ -11,7 +11,7 @@ from __future__ import annotations
 import shlex
 import sys
 
-from ._args import ListAction, check_out, folder_and_stem, one, seed_int
+from ._args import ListAction, check_out, folder_and_stem, seed_int
 
 NAME = "bench-drift"
 ALIASES = ("drift",)    # `resispec drift` = `resispec bench drift` (committed reports quote it)
@@ -19,11 +19,11 @@ HELP = "residual drift per chain step (beta_i, TV, top-mass residual, acceptance
 
 
 def add_arguments(parser):
-    parser.add_argument("--families", "--family", dest="families", action=ListAction, default="softmax_noise",
+    parser.add_argument("--families", "--family", dest="families", action=ListAction, one=True, default="softmax_noise",
                         help="pair family (one value; default softmax_noise)")
-    parser.add_argument("--V", action=ListAction, item_type=int, default=1000, help="vocabulary size (one value; default 1000)")
+    parser.add_argument("--V", action=ListAction, one=True, item_type=int, default=1000, help="vocabulary size (one value; default 1000)")
     parser.add_argument("--nodes", type=int, default=32, help="number of (p, q) pairs (default 32)")
-    parser.add_argument("--k", action=ListAction, item_type=int, default=8, help="candidates per node (one value; default 8)")
+    parser.add_argument("--k", action=ListAction, one=True, item_type=int, default=8, help="candidates per node (one value; default 8)")
     parser.add_argument("--temperature", type=float, default=1.0, help="temperature of p and q (default 1.0)")
     parser.add_argument("--gammas", action=ListAction, item_type=float, default=[0, 0.25, 0.5, 0.75, 1, 1.25, 1.5, 2],
                         help="reserve scales to sweep (default 0,0.25,0.5,0.75,1,1.25,1.5,2)")
@@ -37,8 +37,7 @@ def add_arguments(parser):
 
 
 def run(args) -> int:
-    args.V, args.k = one(args.V, "--V", "bench drift"), one(args.k, "--k", "bench drift")
-    args.family = one(args.families, "--families", "bench drift")
+    args.family = args.families
     if args.nodes < 1:
         raise ValueError(f"--nodes must be >= 1 (pairs), got {args.nodes}")
     args.out, args.stem = folder_and_stem(args.out, "drift")

@@ -9,7 +9,7 @@ Example:
 
 from __future__ import annotations
 
-from ._args import ListAction, check_out, one, seed_int
+from ._args import ListAction, check_out, seed_int
 
 NAME = "bench-families"
 ALIASES = ("families",)    # `resispec families` = `resispec bench families` (committed reports quote it)
@@ -21,7 +21,7 @@ def add_arguments(parser):
                         help="families (default: all registered)")
     parser.add_argument("--temperatures", "--T", dest="temperatures", action=ListAction, item_type=float,
                         default=[0.7, 1.0, 1.5], help="temperatures the pair families are drawn at")
-    parser.add_argument("--V", action=ListAction, item_type=int, default=1000, help="vocabulary size (one value)")
+    parser.add_argument("--V", action=ListAction, one=True, item_type=int, default=1000, help="vocabulary size (one value)")
     parser.add_argument("--nodes", type=int, default=64, help="pairs per family and temperature")
     parser.add_argument("--seed", type=seed_int, default=0, help="seed: an integer >= 0")
     parser.add_argument("--dial", nargs=3, metavar=("FAMILY", "PARAM", "VALUES"), action="append", default=[],
@@ -32,7 +32,6 @@ def add_arguments(parser):
 
 
 def run(args) -> int:
-    args.V = one(args.V, "--V", "bench families")
     check_out(args.out, "--out")                      # before any work
     import numpy as np
 
