@@ -27,6 +27,6 @@ $R audit --summary reports/audit_power
 # qwen2.5-coder-1.5b qwen2.5-coder-0.5b --no-convert`, 1.6 GB), TV 0.05 per position within 30 minutes a cell:
 # about 70 minutes here (reports/audit_gguf/).
 $R audit llama-cpp-python --target qwen2.5-coder-1.5b --draft qwen2.5-coder-0.5b \
-    --prompts "750,3974,6860,53322,982,257;750,374,38217,1445,982,262" \
+    --prompt-ids "750,3974,6860,53322,982,257;750,374,38217,1445,982,262" \
     --settings "T=1;temperature=0.7,top_k=40,top_p=0.95,min_p=0.05,repetition_penalty=1.1" --options off draft \
     --tv 0.05 --cell-seconds 1800 --new-tokens 2 --out reports/audit_gguf

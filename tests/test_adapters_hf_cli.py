@@ -55,7 +55,7 @@ def test_ids_prompts_and_plain_sampling(saved, tmp_path):
     (["--num-assistant-tokens", "2", "--prompts", "1,2"], "also give --draft"),
     (["--temperature", "0", "--prompts", "1,2"], "--temperature must be > 0"),
     (["--top-p", "1.5", "--prompts", "1,2"], "--top-p must lie in (0, 1]"),
-    ([], "--prompts ids"),
+    ([], "--prompt-ids ("),
     (["--prompt-text", "a b", "--prompt-text", "a"], "unequal lengths"),
     (["--prompts", "1,2", "--decoder", "no_such_module_hf:y"], "--decoder 'no_such_module_hf:y'"),
 ])

@@ -26,7 +26,7 @@ from resispec.commands._args import ListAction
 #: legacy option string -> the primary option it aliases (kept for the committed reports' command lines)
 LEGACY = {"--T": "--temperatures", "--family": "--families", "--samples": "--n", "--proxy": "--proxies",
           "--score": "--scores", "--n-samples": "--n", "--mc-samples": "--n", "--no-mutants": "--mutants",
-          "--model": "--target", "--draft-model": "--draft", "--vocab": "--V"}
+          "--model": "--target", "--draft-model": "--draft", "--vocab": "--V", "--prompts": "--prompt-ids"}
 #: math symbols: one or several values under the symbol's own name
 SYMBOLS = {"--k", "--V", "--B"}
 #: names no primary option may have: the concept has a canonical name

@@ -55,7 +55,7 @@ def test_decoder_with_target_and_prompts(mod):
     (["--decoder", "nosuchmod:x"], "cannot import module 'nosuchmod'"),
     (["--decoder", "mydec:DEC"], "also give --target"),
     (["--decoder", "mydec:DEC", "--target", "mydec:TARGET", "--prompts", "0,1;2"], "unequal lengths"),
-    (["--decoder", "mydec:DEC", "--target", "mydec:TARGET", "--prompts", "a"], "--prompts"),
+    (["--decoder", "mydec:DEC", "--target", "mydec:TARGET", "--prompts", "a"], "--prompt-ids"),
     (["--decoder", "mydec:good", "--alpha", "2"], "--alpha"),
 ])
 def test_bad_input_exits_2(mod, capsys, argv, match):

@@ -261,7 +261,7 @@ def test_gguf_files_as_the_users_models(tiny, tmp_path):
         gguf_models(bad, handle.draft_gguf, models.prompts)
     with pytest.raises(ValueError, match="--draft .*no such file"):
         gguf_models(handle.target_gguf, tmp_path / "none.gguf", models.prompts)
-    with pytest.raises(ValueError, match=r"--prompts must be rows .* \[0, 16\)"):
+    with pytest.raises(ValueError, match=r"--prompt-ids must be rows .* \[0, 16\)"):
         gguf_models(handle.target_gguf, handle.draft_gguf, [[1, 2, 99]])
     other = write_gguf(build_tiny(tmp_path / "v32", vocab=32).target_dir, tmp_path / "v32.gguf")
     with pytest.raises(ValueError, match="a draft must share the target's tokenizer"):

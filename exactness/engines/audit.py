@@ -809,7 +809,7 @@ def _audit_door(engine, *, settings, options, tv, n, cell_seconds, new_tokens, v
     context = getattr(eng, "context", None)
     L = (models.prompts if models is not None else PROMPTS).shape[1]
     if context is not None and L + new_tokens > context:
-        raise ValueError(f"--prompts of {L} tokens plus --new-tokens {new_tokens} exceed {eng.name}'s context of "
+        raise ValueError(f"--prompt-ids of {L} tokens plus --new-tokens {new_tokens} exceed {eng.name}'s context of "
                          f"{context} tokens; give shorter prompts or fewer new tokens")
     for s in grid:
         s.vocab_check(models.vocab if models is not None else vocab)

@@ -307,7 +307,7 @@ def gguf_models(target, draft, prompts, seed: int = 0):
     if dvocab != vocab:
         raise ValueError(f"--draft has vocabulary {dvocab:,}, --target {vocab:,}: a draft must share the "
                          "target's tokenizer")
-    why = f"--prompts must be rows of equal length of integer ids in [0, {vocab:,}) (the GGUF's vocabulary)"
+    why = f"--prompt-ids must be rows of equal length of integer ids in [0, {vocab:,}) (the GGUF's vocabulary)"
     try:
         raw = np.asarray(prompts)
     except ValueError:                                   # ragged rows

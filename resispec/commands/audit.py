@@ -62,7 +62,8 @@ def add_arguments(parser) -> None:
                         "or a built-in model name (resispec models list; fetched beforehand); needs --prompts")
     parser.add_argument("--draft", "--draft-model", dest="draft_model", metavar="MODEL", help="your own draft (same "
                         "forms as --target) for the 'draft' options (default: --target itself)")
-    parser.add_argument("--prompts", metavar="IDS;IDS", help="prompts as token ids with --target, rows separated by "
+    parser.add_argument("--prompt-ids", "--prompts", dest="prompts", metavar="IDS;IDS",
+                        help="prompts as token ids with --target, rows separated by "
                         "';', ids by ',' (equal lengths), e.g. '1,2,3;4,5,6'")
     parser.add_argument("--out", default="audit-out", help="report folder (default audit-out/, git-ignored)")
 
@@ -99,14 +100,14 @@ def _gguf_or_dir(value, flag):
 
 
 def _user_models(args):
-    """``TinyModels`` for --target / --draft / --prompts (None without --target)."""
+    """``TinyModels`` for --target / --draft / --prompt-ids (None without --target)."""
     if args.vocab is not None and args.model is not None:
         raise ValueError("--V sets the vocabulary of the built tiny models; --target brings its own: drop --V")
     if args.vocab is not None and args.vocab < 2:
         raise ValueError(f"--V must be >= 2 (the tiny models' vocabulary), got {args.vocab}")
     if args.model is None:
         if args.draft_model or args.prompts:
-            raise ValueError("--draft and --prompts go with --target (your own checkpoint)")
+            raise ValueError("--draft and --prompt-ids go with --target (your own checkpoint)")
         return None
     import json
 
@@ -124,14 +125,14 @@ def _user_models(args):
                 raise ValueError(f"{flag} {d} is not a Hugging Face checkpoint folder (no config.json) or a GGUF "
                                  "file")
     if not args.prompts:
-        raise ValueError("--target needs --prompts (token ids, e.g. '1,2,3;4,5,6')")
+        raise ValueError("--target needs --prompt-ids (token ids, e.g. '1,2,3;4,5,6')")
     try:
         rows = [[int(t) for t in r.replace(",", " ").split()] for r in args.prompts.split(";") if r.strip()]
         prompts = np.array(rows, dtype=np.int64)
     except (ValueError, OverflowError):
-        raise ValueError(f"--prompts {args.prompts!r}: give token ids, rows separated by ';' of equal length") from None
+        raise ValueError(f"--prompt-ids {args.prompts!r}: give token ids, rows separated by ';' of equal length") from None
     if prompts.ndim != 2 or prompts.shape[1] == 0:
-        raise ValueError(f"--prompts {args.prompts!r}: rows must be non-empty and of equal length")
+        raise ValueError(f"--prompt-ids {args.prompts!r}: rows must be non-empty and of equal length")
     if is_gguf:
         from exactness.engines.llamacpp import gguf_models
 
@@ -144,7 +145,7 @@ def _user_models(args):
     except (ValueError, TypeError, AttributeError) as exc:
         raise ValueError(f"--target {target}/config.json is not a model config ({type(exc).__name__}: {exc})") from None
     if vocab < 2 or prompts.max() >= vocab or prompts.min() < 0:
-        raise ValueError(f"--prompts ids must lie in [0, {vocab}) (the vocabulary of --target)")
+        raise ValueError(f"--prompt-ids: token ids must lie in [0, {vocab}) (the vocabulary of --target)")
     return TinyModels(target, draft, vocab, eos, prompts, args.seed)
 
 

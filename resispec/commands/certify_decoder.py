@@ -6,12 +6,12 @@ path).  The object is either
 - a factory: a callable taking no arguments (or a tuple) that returns ``(decoder, target, prompts)``;
 - a decoder (an object with ``sample(prompts, new_tokens, rng)``, or a callable
   ``decoder(prompt, new_tokens, rng)``): then ``--target module:object`` names the target
-  ``target(contexts (B, L)) -> (B, V)`` and ``--prompts`` the prompts.
+  ``target(contexts (B, L)) -> (B, V)`` and ``--prompt-ids`` the prompts.
 
 Without ``--decoder``, ``--target PATH [--draft PATH]`` certifies transformers ``generate(do_sample=True)``
 on saved models (folders, loaded offline) through ``exactness.adapters.hf``: ``HFDecoder`` against
 ``hf_target`` with the same generation options (``--temperature``, ``--top-k``, ``--top-p``,
-``--num-assistant-tokens``, the latter with a constant schedule); prompts from ``--prompts`` (ids)
+``--num-assistant-tokens``, the latter with a constant schedule); prompts from ``--prompt-ids`` (ids)
 or ``--prompt-text`` (tokenised with the target's tokenizer; repeat for several).
 
 Writes a terminal table (under a line naming the sample: ``n = 150,000 continuations (50,000 per prompt x 3
@@ -52,12 +52,13 @@ def add_arguments(parser) -> None:
 
     parser.add_argument("--decoder", metavar="MODULE:OBJECT",
                         help="a factory returning (decoder, target, prompts), or a decoder (then give --target and "
-                             "--prompts). IMPORTS AND RUNS that module; any failure to load it is an error (exit 2)")
+                             "--prompt-ids). IMPORTS AND RUNS that module; any failure to load it is an error (exit 2)")
     parser.add_argument("--target", help="with --decoder naming a decoder: MODULE:OBJECT, the target(contexts "
                         "(B, L)) -> (B, V) law; without --decoder: a saved transformers causal LM (folder, loaded "
                         "offline) whose generate(do_sample=True) is certified against its own processed "
                         "next-token law")
-    parser.add_argument("--prompts", metavar="IDS;IDS...", help="prompts as token ids, rows separated by ';', ids "
+    parser.add_argument("--prompt-ids", "--prompts", dest="prompts", metavar="IDS;IDS...",
+                        help="prompts as token ids, rows separated by ';', ids "
                         "by ',' or spaces, e.g. '0,1;2,3' (equal lengths), when --decoder names a decoder")
     hf = parser.add_argument_group("Hugging Face generate (--target FOLDER instead of --decoder)")
     hf.add_argument("--draft", help="the assistant model folder for --target (assisted generation); omit for plain "
@@ -89,16 +90,16 @@ def add_arguments(parser) -> None:
 
 
 def parse_prompts(text: str):
-    """``'0,1;2,3'`` -> [[0, 1], [2, 3]]; ValueError naming --prompts."""
+    """``'0,1;2,3'`` -> [[0, 1], [2, 3]]; ValueError naming --prompt-ids."""
     rows = []
     for part in text.split(";"):
         ids = part.replace(",", " ").split()
         try:
             rows.append([int(t) for t in ids])
         except ValueError:
-            raise ValueError(f"--prompts {text!r}: token ids must be integers, rows separated by ';'") from None
+            raise ValueError(f"--prompt-ids {text!r}: token ids must be integers, rows separated by ';'") from None
     if not rows or any(not r for r in rows) and len(rows) > 1:
-        raise ValueError(f"--prompts {text!r}: give at least one prompt, e.g. '0,1;2,3'")
+        raise ValueError(f"--prompt-ids {text!r}: give at least one prompt, e.g. '0,1;2,3'")
     return rows
 
 
@@ -161,7 +162,7 @@ def _load_model(path: str, flag: str):
 def load_hf(args):
     """(decoder, target, prompts) for ``--target FOLDER``: ``HFDecoder`` / ``hf_target`` with the same options."""
     if bool(args.prompts) == bool(args.prompt_text):
-        raise ValueError("--target FOLDER (transformers generate) needs prompts: give --prompts ids ('0,1;2,3') or --prompt-text TEXT "
+        raise ValueError("--target FOLDER (transformers generate) needs prompts: give --prompt-ids ('0,1;2,3') or --prompt-text TEXT "
                          "(one of the two)")
     opts = hf_options(args)
     from exactness.adapters.hf import HFDecoder, hf_target
@@ -180,7 +181,7 @@ def load_hf(args):
                 why = f"{type(exc).__name__}: {exc}"
         if why is not None:
             raise ValueError(f"--prompt-text needs the tokenizer saved with --target {args.target!r} ({why}); "
-                             "save it there (tokenizer.save_pretrained) or pass --prompts ids")
+                             "save it there (tokenizer.save_pretrained) or pass --prompt-ids")
         prompts = [list(tok(t)["input_ids"]) for t in args.prompt_text]
         if any(not p for p in prompts):
             raise ValueError("--prompt-text: a prompt tokenised to no tokens; give a non-empty text")
@@ -231,7 +232,7 @@ def load(args):
                              f"{type(obj).__name__}")
         return obj
     if not args.target or not args.prompts:
-        raise ValueError(f"--decoder {args.decoder!r} is a decoder: also give --target module:object and --prompts "
+        raise ValueError(f"--decoder {args.decoder!r} is a decoder: also give --target module:object and --prompt-ids "
                          "(or name a factory returning (decoder, target, prompts))")
     target = import_object(args.target, "--target", "mymodule:target")
     return obj, target, parse_prompts(args.prompts)
