@@ -69,9 +69,10 @@ def add_arguments(parser) -> None:
 
 
 def _settings(texts):
+    """``--settings`` (each occurrence ';'-separated, occurrences adding up; one string too) -> the setting items."""
     if texts is None:
         return None
-    text = ";".join(texts)
+    text = texts if isinstance(texts, str) else ";".join(texts)
     items = [part.strip() for part in text.split(";") if part.strip()]
     if not items:
         raise ValueError(f"--settings {text!r} names no setting; e.g. --settings 'T=1;temperature=0.7'")
