@@ -197,3 +197,18 @@ def test_bench_drift_out_takes_an_upper_case_md_as_a_file(tmp_path):
     assert main(["bench", "drift", "--V", "30", "--nodes", "2", "--k", "2", "--gammas", "0", "--proxies", "draft",
                  "--out", str(tmp_path / "y.MD")]) == 0
     assert (tmp_path / "y.md").is_file() and not (tmp_path / "y.MD").is_dir()
+
+
+def test_every_bench_subject_takes_no_progress():
+    """A script passing --no-progress to every bench subject was refused by bench drift and bench families."""
+    for kind in ("trees", "accept", "decode", "drift", "families", "gap", "verify"):
+        assert parse(["bench", kind, "--no-progress"])[1].no_progress is True, kind
+
+
+def test_bench_gap_writes_no_empty_headline_or_monte_carlo_note(tmp_path):
+    """--sections iid at k = 2 wrote an empty '## Headline' and a note on Monte Carlo WOR cells that never ran."""
+    out = tmp_path / "g.md"
+    assert main(["bench", "gap", "--sections", "iid", "--families", "zipf", "--temperatures", "1", "--k", "2",
+                 "--V", "12", "--nodes", "1", "--no-progress", "--out", str(out)]) == 0
+    text = out.read_text()
+    assert "## Headline" not in text and "Monte Carlo WOR cells" not in text and "## iid drafts" in text

@@ -389,6 +389,7 @@ def to_markdown(table: GapTable, *, command: str | None = None) -> str:
           f"({st['small_nodes']} nodes); seed {st['seed']}. Run time {table.seconds:.0f} s.", "",
           "Gap closed = (A - A_base) / (bound - A_base) on cell means (base `rrs` for iid, `rrs_wor` for WOR); "
           f"'-' where the cell is saturated (bound - A_base < {SATURATED:g}).", ""]
+    head_at = len(L)
     L += ["## Headline", ""]
     t = s.get("target_iid_k4_8")
     if t:
@@ -405,6 +406,8 @@ def to_markdown(table: GapTable, *, command: str | None = None) -> str:
     if t:
         L += [f"- WOR small cases: mean fraction of the rrs_wor-to-sequential-optimum gap closed "
               f"{t['mean']:.3f} (min {t['min']:.3f}, {t['cells']} cells)."]
+    if len(L) == head_at + 2:
+        del L[head_at:]                               # no headline figure for the sections run (e.g. iid at k = 2)
     L += [""]
     for sec, title in (("iid", "iid drafts"), ("wor", "Without-replacement drafts"),
                        ("wor_small", "Without-replacement drafts, small cases (exact, with the sequential LP)")):
@@ -431,8 +434,9 @@ def to_markdown(table: GapTable, *, command: str | None = None) -> str:
         agg = s.get(sec, {})
         if agg:
             L += stats_table("gap fraction", agg) + [""]
-    L += ["Monte Carlo WOR cells: both verifiers see the same candidate draws; the standard error of the paired "
-          "difference is `stderr.diff_mc` in the JSON file.", ""]
+    if any(c.method == "monte carlo" for c in table.cells):
+        L += ["Monte Carlo WOR cells: both verifiers see the same candidate draws; the standard error of the paired "
+              "difference is `stderr.diff_mc` in the JSON file.", ""]
     return "\n".join(L)
 
 

@@ -54,6 +54,7 @@ def add_arguments(p) -> None:
                    "the rules exact for it (resispec becomes ResiSpec WOR; rrs and kseq are left out)")
     p.add_argument("--seeds", action=ListAction, item_type=int, default=None, help="seeds (default: --seed)")
     p.add_argument("--proxy", default=None, help="ResiSpec proxy")
+    p.add_argument("--no-progress", action="store_true", help="hide the progress bar")
     p.add_argument("--ignore-eos", action="store_true", help="always generate max-new-tokens")
     p.add_argument("--capture", type=Path, default=None, metavar="FILE.npz",
                    help="also record (p, q) at every node each verifier verified into this .npz: the union of the "
@@ -166,7 +167,8 @@ def run(args) -> int:
         result = run_bench(pair, prompts, verifiers=args.verifiers, trees=args.trees, sampling=sampling,
                            max_new_tokens=args.max_new_tokens, seeds=args.seeds or [args.seed], proxy=args.proxy,
                            stop_at_eos=not args.ignore_eos, capture=captured, repeats=args.repeats,
-                           paired=not args.no_paired, score=args.score, resume=previous, on_run=on_run)
+                           paired=not args.no_paired, score=args.score, resume=previous, on_run=on_run,
+                           progress=not args.no_progress)
     except KeyboardInterrupt:
         kept = (f"{args.out} and {js} keep the {finished[0]} finished runs (marked PARTIAL)" if finished
                 else "no run had finished, nothing was written")

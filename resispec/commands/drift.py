@@ -30,6 +30,8 @@ def add_arguments(parser):
     parser.add_argument("--proxies", action=ListAction, default=["all"], help="proxy names, or 'all' (default)")
     parser.add_argument("--top-level", type=float, default=0.9, help="draft mass of the top-mass set (default 0.9)")
     parser.add_argument("--seed", type=seed_int, default=0, help="seed: an integer >= 0")
+    parser.add_argument("--no-progress", action="store_true",
+                        help="accepted as on every bench subject (this one shows no progress)")
     parser.add_argument("--out", default="bench-out", metavar="PATH",
                         help="output folder (drift.md, .json and two PNGs inside it), or the Markdown path "
                              "(FOLDER/NAME.md: NAME.json, NAME_steps.png, NAME_gamma.png beside it); default "

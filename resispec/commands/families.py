@@ -24,6 +24,8 @@ def add_arguments(parser):
     parser.add_argument("--V", action=ListAction, one=True, item_type=int, default=1000, help="vocabulary size (one value)")
     parser.add_argument("--nodes", type=int, default=64, help="pairs per family and temperature")
     parser.add_argument("--seed", type=seed_int, default=0, help="seed: an integer >= 0")
+    parser.add_argument("--no-progress", action="store_true",
+                        help="accepted as on every bench subject (this one shows no progress)")
     parser.add_argument("--dial", nargs=3, metavar=("FAMILY", "PARAM", "VALUES"), action="append", default=[],
                         help="also tabulate TV / KL as PARAM of FAMILY takes comma-separated VALUES")
     parser.add_argument("--out", default="bench-out/families.md", metavar="PATH",
