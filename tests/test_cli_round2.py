@@ -212,3 +212,44 @@ def test_bench_gap_writes_no_empty_headline_or_monte_carlo_note(tmp_path):
                  "--V", "12", "--nodes", "1", "--no-progress", "--out", str(out)]) == 0
     text = out.read_text()
     assert "## Headline" not in text and "Monte Carlo WOR cells" not in text and "## iid drafts" in text
+
+
+# ---------------------------------------------------------------- the second breaker's round
+
+
+@pytest.mark.parametrize("argv, words", [
+    (["audit", "--summary", ""], "--summary: an empty path"),
+    (["audit", "vllm", "--summary", "."], "--summary runs nothing: drop the engine"),
+    (["bench", "accept", "--V", "8", "8"], "--V lists 8 twice"),
+    (["bench", "gap", "--k", "3", "--V", "16", "2", "--sections", "wor_small"], "the small cases' V = 2"),
+    (["certify", "decoder", "--decoder", "exactness.decoder_mutants:demo", "--prompt-ids", "0;1"],
+     "drop --target/--prompt-ids"),
+])
+def test_second_breaker_bad_input_is_exit_2(argv, words, capsys, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert words in err and "Traceback" not in err, err
+    assert not (tmp_path / "audit.md").exists()
+
+
+def test_audit_summary_page_cannot_be_the_summary_itself(tmp_path, capsys):
+    (tmp_path / "audit.md").write_text("<!-- audit-summary -->\n<!-- /audit-summary -->\n")
+    assert main(["audit", "--summary", str(tmp_path), str(tmp_path / "audit.md")]) == 2
+    assert "which the summary itself writes" in capsys.readouterr().err
+
+
+def test_prompt_ids_refuse_an_empty_row_and_add_up_when_repeated():
+    from resispec.commands.certify_decoder import parse_prompts
+
+    with pytest.raises(ValueError, match="give at least one prompt"):
+        parse_prompts(" ")
+    args = parse(["certify", "decoder", "--prompt-ids", "0,1", "--prompt-ids", "2,3"])[1]
+    assert parse_prompts(args.prompts) == [[0, 1], [2, 3]]
+    args = parse(["audit", "transformers", "--prompt-ids", "1,2", "--prompts", "3,4"])[1]
+    assert args.prompts == "1,2;3,4"
+
+
+def test_bench_gap_takes_equal_main_and_small_vocabularies():
+    args = parse(["bench", "gap", "--V", "8", "8"])[1]
+    assert args.V == [8, 8]

@@ -242,6 +242,15 @@ class Switch(argparse.Action):
         setattr(namespace, self.dest, values)
 
 
+class JoinAction(argparse.Action):
+    """A ';'-separated option given again adds its rows: ``--prompt-ids '0,1' --prompt-ids '2,3'`` -> ``'0,1;2,3'``
+    (argparse would keep only the last, while the report's command line shows both)."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        current = getattr(namespace, self.dest, None)
+        setattr(namespace, self.dest, values if current in (None, self.default) else f"{current};{values}")
+
+
 def count(text: str) -> int:
     """An integer count, in plain or scientific notation: ``"200000"``, ``"200_000"``, ``"1e6"`` -> int.
 

@@ -29,7 +29,7 @@ HELP = "audit an inference engine's speculative decoding for exactness (tiny loc
 
 
 def add_arguments(parser) -> None:
-    from ._args import ListAction
+    from ._args import JoinAction, ListAction
 
     parser.add_argument("engine", nargs="?", help="the engine (resispec audit list shows them), 'list' (the known engines, which are installed, how to "
                         "install the others), or MODULE:CLASS, your own "
@@ -59,10 +59,10 @@ def add_arguments(parser) -> None:
     parser.add_argument("--no-shrink", action="store_true", help="do not search the smallest failing setting")
     parser.add_argument("--target", "--model", dest="model", metavar="MODEL", help="your own target instead of the "
                         "built tiny one: a Hugging Face folder (loaded offline), or for llama-cpp-python a .gguf file "
-                        "or a built-in model name (resispec models list; fetched beforehand); needs --prompts")
+                        "or a built-in model name (resispec models list; fetched beforehand); needs --prompt-ids")
     parser.add_argument("--draft", "--draft-model", dest="draft_model", metavar="MODEL", help="your own draft (same "
                         "forms as --target) for the 'draft' options (default: --target itself)")
-    parser.add_argument("--prompt-ids", "--prompts", dest="prompts", metavar="IDS;IDS",
+    parser.add_argument("--prompt-ids", "--prompts", dest="prompts", metavar="IDS;IDS", action=JoinAction,
                         help="prompts as token ids with --target, rows separated by "
                         "';', ids by ',' (equal lengths), e.g. '1,2,3;4,5,6'")
     parser.add_argument("--out", default="audit-out", help="report folder (default audit-out/, git-ignored)")
@@ -346,7 +346,14 @@ def run(args) -> int:
 
         if len(args.summary) > 2:
             raise ValueError(f"--summary takes DIR and at most one PAGE, got {len(args.summary)} values")
+        if any(not str(v).strip() for v in args.summary):
+            raise ValueError("--summary: an empty path; give the folder of audit_*.json reports (and a PAGE)")
+        if args.engine and args.engine != "list":
+            raise ValueError(f"--summary runs nothing: drop the engine {args.engine!r}, or drop --summary to audit it")
         args.summary, args.docs = args.summary[0], (args.summary[1:] or [None])[0]
+        if args.docs and Path(args.docs).resolve() == (Path(args.summary) / "audit.md").resolve():
+            raise ValueError(f"--summary {args.summary} {args.docs}: the PAGE is DIR/audit.md, which the summary "
+                             "itself writes; give another page (docs/audit.md)")
         if not Path(args.summary).is_dir():
             raise ValueError(f"--summary {args.summary} is not a folder of audit reports (audit_*.json)")
         table = A.summary(args.summary)

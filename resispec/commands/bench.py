@@ -38,7 +38,7 @@ def add_arguments(parser):
                              f"{','.join(f'{t:g}' for t in DEFAULT_TEMPERATURES)})")
     parser.add_argument("--shapes", action=ListAction, sep=None, default=list(DEFAULT_SHAPES),
                         help="tree shapes, e.g. 4,2,2,1 or wor:8,4 (without replacement)")
-    parser.add_argument("--V", action=ListAction, one=True, item_type=int, default=1000,
+    parser.add_argument("--V", action=ListAction, one=True, item_type=int, unique=False, default=1000,
                         help="vocabulary size of synthetic families (one value; default 1000)")
     parser.add_argument("--nodes", type=int, default=32, help="(p, q) pairs per family and temperature (default 32)")
     parser.add_argument("--n", "--samples", "--n-samples", "--mc-samples", dest="samples", type=count, default=128, metavar="N",

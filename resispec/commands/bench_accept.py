@@ -25,7 +25,7 @@ def add_arguments(parser):
 
     parser.add_argument("--families", "--family", dest="families", action=ListAction, default=list(DEFAULT_FAMILIES),
                         help="comma-separated pair families (default: %(default)s)")
-    parser.add_argument("--V", action=ListAction, item_type=int, default=list(DEFAULT_V),
+    parser.add_argument("--V", action=ListAction, item_type=int, unique=False, default=list(DEFAULT_V),
                         help="comma-separated vocabulary sizes for synthetic families (default: %(default)s)")
     parser.add_argument("--k", action=ListAction, item_type=int, default=list(DEFAULT_K), help="comma-separated candidate counts")
     parser.add_argument("--temperatures", "--T", dest="temperatures", action=ListAction, item_type=float, default=list(DEFAULT_T),
@@ -44,6 +44,9 @@ def add_arguments(parser):
 
 
 def run(args) -> int:
+    twice = sorted({v for v in args.V if args.V.count(v) > 1})
+    if twice:
+        raise ValueError(f"--V lists {', '.join(map(str, twice))} twice; give each vocabulary once")
     if args.lp_max_V < 0:
         raise ValueError(f"--lp-max-V must be >= 0 (0: never run the LP), got {args.lp_max_V}")
     check_out(args.out, "--out", json_beside=True)     # before any work

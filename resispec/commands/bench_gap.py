@@ -28,7 +28,7 @@ def add_arguments(parser):
                         help="comma-separated temperatures")
     parser.add_argument("--k", action=ListAction, item_type=int, default=list(DEFAULT_K),
                         help="candidate counts, iid and without replacement alike (default %(default)s)")
-    parser.add_argument("--V", action=ListAction, item_type=int, default=[1000, 8],
+    parser.add_argument("--V", action=ListAction, item_type=int, unique=False, default=[1000, 8],
                         help="vocabulary of the main tables, then of the small WOR cases (default 1000 8; one "
                              "value: the small cases keep 8)")
     parser.add_argument("--nodes", type=int, default=4, help="nodes per cell (default %(default)s)")
@@ -60,7 +60,9 @@ def run(args) -> int:
                           samples=args.samples, lp=0 < args.V <= args.lp_max_V, sections=tuple(args.sections),
                           progress=not args.no_progress)
     except ValueError as exc:       # the library names its parameter (wor_k); the user typed --k
-        msg = str(exc)
+        msg = str(exc).replace("V_small = ", "the small cases' V = ")   # the second value of --V
+        if msg.startswith("V_small "):
+            msg = "--V's second value (the small cases')" + msg[len("V_small"):]
         raise ValueError("--k" + msg[len("wor_k"):] if msg.startswith("wor_k ") else msg) from None
     command = "resispec " + " ".join(shlex.quote(a) for a in sys.argv[1:]) if sys.argv[1:] else None
     print(to_markdown(table, command=command))

@@ -23,10 +23,10 @@ def add_arguments(parser):
     parser.add_argument("--device", default="cpu", help="torch device: cpu, cuda, cuda:1 ... (default: %(default)s)")
     parser.add_argument("--dtype", default="auto", choices=DTYPES,
                         help="torch working dtype; auto = float64 on CPU, float32 on GPU (default: %(default)s)")
-    parser.add_argument("--B", action=ListAction, item_type=int, unique=False, default=[256, 32], metavar="N",
+    parser.add_argument("--B", action=ListAction, item_type=int, unique=False, default=[256, 32], metavar=("B", "NUMPY_B"),
                         help="nodes per verify call: torch's, then the slow numpy reference's sub-batch (rates are per "
                              "node; default 256 32; one value: numpy's is min(it, 32))")
-    parser.add_argument("--V", action=ListAction, one=True, item_type=int, default=151_936,
+    parser.add_argument("--V", action=ListAction, one=True, item_type=int, unique=False, default=151_936,
                         help="vocabulary size (one value; default: %(default)s)")
     parser.add_argument("--k", action=ListAction, item_type=int, default=[2, 4, 8], help="comma-separated candidate counts (default: 2,4,8)")
     parser.add_argument("--repeats", type=int, default=3,

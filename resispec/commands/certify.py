@@ -73,7 +73,7 @@ def add_arguments(parser) -> None:
     parser.add_argument("--tv", type=float, default=None, metavar="X",
                         help="smallest TV bias to detect per cell, in (0, 1]: without --n it plans each "
                              "cell's draws (power 0.99 at --alpha; n grows like 1/X^2), states the estimated time "
-                             "on stderr and refuses a plan over the time or memory limit (that cell FAILS with "
+                             "on stderr and refuses a plan over the time or memory limit (that cell is NOT RUN with "
                              "the reason); with --n it only warns when --n is too small. The report "
                              "gives each cell's equivalence statement 'TV <= x at confidence 1 - alpha'")
     parser.add_argument("--sequential", action="store_true",
@@ -335,8 +335,9 @@ def _print_outcome(grid, mutants, meta, args, t0) -> int:
     refused = grid.refused_cells()
     if refused and len(refused) == len(grid.failed_cells()) and not grid.untested_verifiers():
         first = refused[0].certificate.details["error"].removeprefix(REFUSED)
-        print(f"resispec certify: error: the budget was refused for {len(refused)} cell(s) (NOT RUN: --n / --tv or "
-              f"--timeout too small), nothing else failed: {first} (--n / --tv / --timeout)", file=sys.stderr)
+        print(f"resispec certify: error: the budget was refused for {len(refused)} cell(s) (NOT RUN: the --n / --tv "
+              f"asked does not fit the limits, or --timeout is too short), nothing else failed: {first} (give a "
+              "smaller --n, a larger --tv, more --workers, or a longer --timeout)", file=sys.stderr)
         return 2                                      # the caller's request: no verdict, no report
     paths = write_reports(grid, args.out, mutants, meta)
     print(f"\nreport: {paths['markdown']}  json: {paths['json']}  ({time.perf_counter() - t0:.1f} s)")
@@ -354,7 +355,8 @@ def _print_outcome(grid, mutants, meta, args, t0) -> int:
     dets = [c.certificate.detectable_tv for c in grid.cells if c.certificate is not None]
     unsupported = [c for c in grid.cells if c.certificate is None and c.skipped.startswith("not supported")]
     print(f"NO BIAS DETECTED in any verifier (each cell's detectable TV {min(dets):.3g} to {max(dets):.3g} at power "
-          f"0.99: column 'detect. TV'; raise --n to see smaller biases)"
+          f"0.99: column 'detect. TV'; {'lower --tv' if getattr(args, 'tv', None) else 'raise --n'} to see smaller "
+          "biases)"
           + (f"; {len(unsupported)} cell(s) not supported by the verifier (its supported_k), listed as skipped, "
              "not certified" if unsupported else ""))
     return 0

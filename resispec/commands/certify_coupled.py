@@ -61,7 +61,8 @@ def add_arguments(parser) -> None:
                         help="Dirichlet concentration of the random p, q (default 1.0)")
     parser.add_argument("--pq", default=None, metavar="FILE.npz",
                         help="use the node(s) in this .npz (arrays p and q, shape (V,) or (R, V)) instead")
-    parser.add_argument("--stop-after", type=count, default=None, help="stop after this many mismatches")
+    parser.add_argument("--stop-after", type=count, default=None, help="stop once this many mismatches were seen (checked after each batch of draws, so a "
+                        "batch may add a few more)")
     parser.add_argument("--fallback", action="store_true",
                         help="on a mismatch also run certify_verifier on the kernel: it decides a 'not the same "
                         "coupling' verdict (its pass: exit 0; its failure: exit 1)")

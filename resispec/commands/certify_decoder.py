@@ -48,7 +48,7 @@ SUPERVISED = True
 
 
 def add_arguments(parser) -> None:
-    from ._args import count, out_path, seconds
+    from ._args import JoinAction, count, out_path, seconds
 
     parser.add_argument("--decoder", metavar="MODULE:OBJECT",
                         help="a factory returning (decoder, target, prompts), or a decoder (then give --target and "
@@ -57,7 +57,7 @@ def add_arguments(parser) -> None:
                         "(B, L)) -> (B, V) law; without --decoder: a saved transformers causal LM (folder, loaded "
                         "offline) whose generate(do_sample=True) is certified against its own processed "
                         "next-token law")
-    parser.add_argument("--prompt-ids", "--prompts", dest="prompts", metavar="IDS;IDS...",
+    parser.add_argument("--prompt-ids", "--prompts", dest="prompts", metavar="IDS;IDS...", action=JoinAction,
                         help="prompts as token ids, rows separated by ';', ids "
                         "by ',' or spaces, e.g. '0,1;2,3' (equal lengths), when --decoder names a decoder")
     hf = parser.add_argument_group("Hugging Face generate (--target FOLDER instead of --decoder)")
@@ -98,7 +98,7 @@ def parse_prompts(text: str):
             rows.append([int(t) for t in ids])
         except ValueError:
             raise ValueError(f"--prompt-ids {text!r}: token ids must be integers, rows separated by ';'") from None
-    if not rows or any(not r for r in rows) and len(rows) > 1:
+    if not rows or any(not r for r in rows):
         raise ValueError(f"--prompt-ids {text!r}: give at least one prompt, e.g. '0,1;2,3'")
     return rows
 
@@ -219,7 +219,7 @@ def load(args):
     obj = import_object(args.decoder, "--decoder", "mymodule:make_decoder")
     if _is_factory(obj):
         if args.target or args.prompts:
-            raise ValueError("--decoder names a factory returning (decoder, target, prompts): drop --target/--prompts")
+            raise ValueError("--decoder names a factory returning (decoder, target, prompts): drop --target/--prompt-ids")
         if not isinstance(obj, tuple):
             try:
                 obj = obj()
@@ -280,7 +280,7 @@ def run(args) -> int:
     print(terminal_table(cert))
     from exactness.result import MORE
 
-    print(cert.summary().replace(MORE, " (more: the report below)"))
+    print(cert.summary().replace(MORE, " (more: the Markdown report)"))
     name = args.decoder or f"hf:{args.target}" + (f" + {args.draft}" if args.draft else "")
     md = to_markdown(cert, title=f"Decoder certificate: {name}", command=command)
     png = io.BytesIO()

@@ -21,7 +21,7 @@ HELP = "residual drift per chain step (beta_i, TV, top-mass residual, acceptance
 def add_arguments(parser):
     parser.add_argument("--families", "--family", dest="families", action=ListAction, one=True, default="softmax_noise",
                         help="pair family (one value; default softmax_noise)")
-    parser.add_argument("--V", action=ListAction, one=True, item_type=int, default=1000, help="vocabulary size (one value; default 1000)")
+    parser.add_argument("--V", action=ListAction, one=True, item_type=int, unique=False, default=1000, help="vocabulary size (one value; default 1000)")
     parser.add_argument("--nodes", type=int, default=32, help="number of (p, q) pairs (default 32)")
     parser.add_argument("--k", action=ListAction, one=True, item_type=int, default=8, help="candidates per node (one value; default 8)")
     parser.add_argument("--temperature", type=float, default=1.0, help="temperature of p and q (default 1.0)")

@@ -21,7 +21,7 @@ def add_arguments(parser):
                         help="families (default: all registered)")
     parser.add_argument("--temperatures", "--T", dest="temperatures", action=ListAction, item_type=float,
                         default=[0.7, 1.0, 1.5], help="temperatures the pair families are drawn at")
-    parser.add_argument("--V", action=ListAction, one=True, item_type=int, default=1000, help="vocabulary size (one value)")
+    parser.add_argument("--V", action=ListAction, one=True, item_type=int, unique=False, default=1000, help="vocabulary size (one value)")
     parser.add_argument("--nodes", type=int, default=64, help="pairs per family and temperature")
     parser.add_argument("--seed", type=seed_int, default=0, help="seed: an integer >= 0")
     parser.add_argument("--no-progress", action="store_true",
@@ -50,7 +50,7 @@ def run(args) -> int:
     dials = [_dial(get_family, *d) for d in args.dial]   # every --dial checked before the table's work
     rows, md = divergence_table(names, args.temperatures, V=args.V, n=args.nodes, seed=args.seed)
     out = ["# Pair families: measured divergence", "",
-           f"Command: `resispec bench families --V {args.V} --nodes {args.nodes}`" + "".join(f" --dial {' '.join(d)}" for d in args.dial), "",
+           f"Command: `{_command(args)}`", "",
            f"Mean over {args.nodes} sampled pairs; TV = 1/2 sum |p - q| (single-draft acceptance is 1 - TV); "
            "KL(p‖q) in nats is inf after truncation (p keeps tokens q dropped).", "", md, ""]
     for fam, param, vals in dials:
@@ -64,6 +64,20 @@ def run(args) -> int:
     print(md)
     print(f"wrote {path}")
     return 0
+
+
+def _command(args) -> str:
+    """The command line that reproduces this table (as typed when run as ``resispec``; else rebuilt from ``args``)."""
+    import shlex
+    import sys
+
+    if sys.argv[1:3] == ["bench", "families"] or sys.argv[1:2] in (["families"], ["bench-families"]):
+        return "resispec " + " ".join(shlex.quote(a) for a in sys.argv[1:])
+    parts = ["resispec bench families", f"--V {args.V}", f"--nodes {args.nodes}",
+             "--temperatures " + ",".join(f"{t:g}" for t in args.temperatures)]
+    parts += ["--families " + ",".join(args.families)] if args.families else []
+    parts += [f"--dial {' '.join(d)}" for d in args.dial]
+    return " ".join(parts)
 
 
 def _dial(get_family, fam: str, param: str, values: str) -> tuple[str, str, list[float]]:
