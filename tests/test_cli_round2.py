@@ -220,7 +220,7 @@ def test_bench_gap_writes_no_empty_headline_or_monte_carlo_note(tmp_path):
 @pytest.mark.parametrize("argv, words", [
     (["audit", "--summary", ""], "--summary: an empty path"),
     (["audit", "vllm", "--summary", "."], "--summary runs nothing: drop the engine"),
-    (["bench", "accept", "--V", "8", "8"], "--V lists 8 twice"),
+    (["bench", "accept", "--V", "8", "8"], "--V lists '8' twice; give each item once"),
     (["bench", "gap", "--k", "3", "--V", "16", "2", "--sections", "wor_small"], "the small cases' V = 2"),
     (["certify", "decoder", "--decoder", "exactness.decoder_mutants:demo", "--prompt-ids", "0;1"],
      "drop --target/--prompt-ids"),

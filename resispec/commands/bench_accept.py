@@ -46,7 +46,7 @@ def add_arguments(parser):
 def run(args) -> int:
     twice = sorted({v for v in args.V if args.V.count(v) > 1})
     if twice:
-        raise ValueError(f"--V lists {', '.join(map(str, twice))} twice; give each vocabulary once")
+        raise ValueError(f"--V lists {', '.join(repr(str(v)) for v in twice)} twice; give each item once")
     if args.lp_max_V < 0:
         raise ValueError(f"--lp-max-V must be >= 0 (0: never run the LP), got {args.lp_max_V}")
     check_out(args.out, "--out", json_beside=True)     # before any work
