@@ -78,7 +78,7 @@ from .coupled.run import check_time_limit, hung_call, read_result
 from .gof import gof_test
 from .power import _check_power
 from .sampling import _checked_result, candidate_law, draw_node_candidates, drafting_of
-from .stepwise_checks import DECLARED_STEPS, StepwiseRun, run_checks
+from .stepwise_checks import DECLARED_STEPS, Coupling as _Coupling, StepwiseRun, run_checks
 
 #: Largest L1 error of a state's balance ``m + sum_x w(x) r^(x) = p_i`` (and of a row's mass) taken as
 #: round-off; each step adds at most ``TOL`` to the TV bound.
@@ -95,7 +95,6 @@ from resispec._reserve_tol import RESIDUAL_EPS as _RESIDUAL_EPS  # noqa: E402  (
 #: ``exactness.limits.LAW_DRAWS``).
 LAW_MIN = 2_000
 #: Distinct candidate tuples of mismatching draws whose law is checked (Bonferroni over them).
-from .stepwise_checks import Coupling as _Coupling  # noqa: E402
 LAW_NODES = _Coupling.LAW_NODES
 
 
@@ -596,8 +595,6 @@ def draws_for_tv(tv: float, alpha: float = 1e-3, power: float = 0.99) -> int:
 
     Raises ValueError / TypeError for ``tv`` outside (0, 1), ``alpha`` or ``power`` outside (0, 1).
     """
-    from .stepwise_checks import DECLARED_STEPS
-
     tv, alpha, power = _check_tv(tv), check_alpha(alpha), _check_power(power)
     # 0 events in n draws bound TV <= tv at confidence 1 - alpha iff an event of probability tv shows with
     # probability 1 - alpha: the check's own n at power 1 - alpha, or at the asked power if that is larger

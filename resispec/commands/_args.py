@@ -51,6 +51,15 @@ def out_path(text: str):
     return Path(text)
 
 
+def typed_command(args, fallback: str) -> str:
+    """The command line a report quotes: as typed when run as the ``resispec`` program (``args._program``, set by
+    :func:`resispec.cli.main`), else ``fallback`` (a call such as ``main([...])`` in a test has no command line)."""
+    import shlex
+    import sys
+
+    return "resispec " + shlex.join(sys.argv[1:]) if getattr(args, "_program", False) else fallback
+
+
 def seconds(text: str) -> float:
     """A number of seconds for a time limit (0: none): ``float(text)``, refusing a nonzero number written so small
     that it reads as 0 (``1e-400`` would silently mean "no limit")."""
@@ -277,19 +286,6 @@ def allowed(value, choices, flag: str, kind: str):
     """``value`` if this kind takes it (a shared option's value another kind uses), else ValueError naming both."""
     if value not in choices:
         raise ValueError(f"{flag} {value} is not taken by {kind}; choose one of {', '.join(map(str, choices))}")
-    return value
-
-
-def one(value, flag: str, kind: str = "this subject"):
-    """The one value of a list option (``--k``, ``--V``, ``--verifier``: shared by a verb's kinds, a list where a kind
-    takes several) for a kind that takes one: ``[4]`` -> 4; a plain value (a caller's namespace) passes; None stays
-    None.  ValueError naming the flag for several."""
-    if isinstance(value, (list, tuple)):
-        if len(value) != 1:
-            given = ", ".join(map(str, value))
-            raise ValueError(f"{flag} takes one value for {kind}, got {len(value)} values ({given}); "
-                             "run it once per value")
-        return value[0]
     return value
 
 

@@ -8,10 +8,7 @@ Example:
 
 from __future__ import annotations
 
-import shlex
-import sys
-
-from ._args import ListAction, check_out, folder_and_stem, seed_int
+from ._args import ListAction, check_out, folder_and_stem, seed_int, typed_command
 
 NAME = "bench-drift"
 ALIASES = ("drift",)    # `resispec drift` = `resispec bench drift` (committed reports quote it)
@@ -63,8 +60,7 @@ def run(args) -> int:
     p, q = fam.sample(rng, n=args.nodes, V=args.V if fam.fixed_vocab is None else None, temperature=args.temperature)
     sweep = drift_sweep(p, q, args.k, gammas=gammas, proxies=proxies, top_level=args.top_level, rng=rng)
     sweep.settings.update(family=args.family, temperature=args.temperature, seed=args.seed)
-    typed = sys.argv[1:3] == ["bench", "drift"] or sys.argv[1:2] in (["drift"], ["bench-drift"])
-    cmd = "resispec " + " ".join(shlex.quote(a) for a in sys.argv[1:]) if typed else "resispec bench drift"
+    cmd = typed_command(args, "resispec bench drift")
     paths = write_drift_report(sweep, args.out, command=cmd, stem=args.stem)
     best = max(sweep.results, key=lambda r: r.acceptance)
     rrs = next(r for r in sweep.results if r.label == "rrs")

@@ -9,7 +9,7 @@ Example:
 
 from __future__ import annotations
 
-from ._args import ListAction, check_out, seed_int
+from ._args import ListAction, check_out, seed_int, typed_command
 
 NAME = "bench-families"
 ALIASES = ("families",)    # `resispec families` = `resispec bench families` (committed reports quote it)
@@ -68,16 +68,11 @@ def run(args) -> int:
 
 def _command(args) -> str:
     """The command line that reproduces this table (as typed when run as ``resispec``; else rebuilt from ``args``)."""
-    import shlex
-    import sys
-
-    if sys.argv[1:3] == ["bench", "families"] or sys.argv[1:2] in (["families"], ["bench-families"]):
-        return "resispec " + " ".join(shlex.quote(a) for a in sys.argv[1:])
     parts = ["resispec bench families", f"--V {args.V}", f"--nodes {args.nodes}",
              "--temperatures " + ",".join(f"{t:g}" for t in args.temperatures)]
     parts += ["--families " + ",".join(args.families)] if args.families else []
     parts += [f"--dial {' '.join(d)}" for d in args.dial]
-    return " ".join(parts)
+    return typed_command(args, " ".join(parts))
 
 
 def _dial(get_family, fam: str, param: str, values: str) -> tuple[str, str, list[float]]:
