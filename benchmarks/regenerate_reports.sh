@@ -32,7 +32,7 @@ lane1() {
   "$PY" benchmarks/bench_harness.py
   "${RS[@]}" bench verify --no-progress --out reports/bench_verify.md
   "${RS[@]}" bench verify --dtype float32 --backends torch --no-progress --out reports/bench_verify_cpu_float32.md
-  "${RS[@]}" bench verify --backends torch --torch-solvers auto,newton --no-progress --out reports/bench_verify_perf.md
+  "${RS[@]}" bench verify --backends torch "torch[solver=newton]" --no-progress --out reports/bench_verify_perf.md
 }
 
 lane2() {

@@ -287,7 +287,7 @@ def _load_watched(spec: str, timeout: float | None):
 
 def _compile_built_ins(verifiers: list[tuple[str, object]], timeout: float | None = None) -> None:
     """Run each built-in verifier once on a tiny node, before any cell's time limit is armed: its numba kernels
-    compile here (about 20 s on a cold cache) rather than under a cell's ``--timeout``, whose alarm would stop an
+    compile here (about 20 s on a cold cache) rather than under a cell's ``--time-limit``, whose alarm would stop an
     exact verifier mid-compile (a FAIL) and leave numba's compiler state broken for the cells after it.  A
     user's code is never run here -- a spec naming a module anywhere (``rejection_proxy[proxy=mine:f]``) is left to
     its cells --, and the warm-up is watched like a load (:func:`exactness._timeout.loading`); anything raised is

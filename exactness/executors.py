@@ -196,27 +196,29 @@ def check_address(address) -> str | None:
     if address is None:
         return None
     if not isinstance(address, str) or not address.strip():
-        raise ValueError(f"--address must be 'auto', HOST:PORT or ray://HOST:PORT of a running Ray cluster, "
+        raise ValueError(f"address must be 'auto', HOST:PORT or ray://HOST:PORT of a running Ray cluster "
+                         "(resispec certify --executor ray[address=HOST:PORT]), "
                          f"got {address!r}")
     address = address.strip()
     if address == "auto":
         return address
     host, sep, port = address.removeprefix("ray://").rpartition(":")
     if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
-        raise ValueError(f"--address {address!r}: write HOST:PORT (e.g. 10.0.0.1:6379, the address `ray start "
+        raise ValueError(f"address {address!r}: write HOST:PORT (e.g. 10.0.0.1:6379, the address `ray start "
                          "--head` prints), ray://HOST:PORT, or 'auto'")
     return address
 
 
 def _probe(address: str, timeout: float) -> None:
-    """ValueError naming ``--address`` unless a TCP connection to HOST:PORT opens within ``timeout`` s."""
+    """ValueError naming the address unless a TCP connection to HOST:PORT opens within ``timeout`` s."""
     host, _, port = address.removeprefix("ray://").rpartition(":")
     try:
         socket.create_connection((host.strip("[]"), int(port)), timeout=timeout).close()
     except OSError as e:
-        raise ValueError(f"--address {address}: no Ray cluster reachable there within {timeout:g} s ({e}). Start "
-                         "one with `ray start --head` on that node and pass the address it prints, pass --address "
-                         "auto on a node of a running cluster, or leave --address out to start a local cluster"
+        raise ValueError(f"address {address}: no Ray cluster reachable there within {timeout:g} s ({e}). Start "
+                         "one with `ray start --head` on that node and pass the address it prints "
+                         "(--executor ray[address=HOST:PORT]), address=auto on a node of a running cluster, or "
+                         "--executor ray alone to start a local cluster"
                          ) from e
 
 
@@ -290,7 +292,7 @@ class RayExecutor(Executor):
     ------
     ValueError
         ray not installed (naming ``pip install "resispec[ray]"``); a bad or unreachable ``address`` (naming
-        ``--address``, within ``connect_timeout``); ``ray.init`` failing.  A cluster this call started is shut
+        ``address``, within ``connect_timeout``); ``ray.init`` failing.  A cluster this call started is shut
         down before the error is raised.
     """
 
@@ -316,10 +318,10 @@ class RayExecutor(Executor):
         except (Exception, SystemExit) as e:  # ray exits on a GCS it cannot reach after its own retries
             if ray.is_initialized():
                 ray.shutdown()
-            where = "a local cluster" if address is None else f"--address {address}"
-            raise ValueError(f"could not start Ray on {where}: {type(e).__name__}: {e}. Pass --address auto on a "
-                             "node of a running cluster (`ray start --head`), HOST:PORT of its head, or leave "
-                             "--address out for a local cluster") from e
+            where = "a local cluster" if address is None else f"address {address}"
+            raise ValueError(f"could not start Ray on {where}: {type(e).__name__}: {e}. Pass address=auto on a "
+                             "node of a running cluster (`ray start --head`), HOST:PORT of its head "
+                             "(--executor ray[address=HOST:PORT]), or no address for a local cluster") from e
         self._started = True
 
     cell_tasks = True

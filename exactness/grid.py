@@ -165,13 +165,13 @@ class GridResult:
         return sorted({c.verifier for c in self.cells} - tested)
 
     def failed_verifiers(self) -> list[str]:
-        """Verifiers with a failed cell (not one whose budget or --timeout was refused: NOT RUN decides nothing),
+        """Verifiers with a failed cell (not one whose budget or --time-limit was refused: NOT RUN decides nothing),
         and those with no certified cell at all (nothing was tested)."""
         return sorted({c.verifier for c in self.failed_cells() if not c.certificate.details.get("refused")}
                       | set(self.untested_verifiers()))
 
     def not_run_verifiers(self) -> list[str]:
-        """Verifiers with a cell NOT RUN (its budget or --timeout refused) and no failed cell."""
+        """Verifiers with a cell NOT RUN (its budget or --time-limit refused) and no failed cell."""
         failed = set(self.failed_verifiers())
         return sorted({c.verifier for c in self.refused_cells()} - failed)
 
@@ -324,7 +324,7 @@ def run_cell(cell: Cell, *, n: int | None, alpha: float, seed, timeout: float | 
     ``SystemExit``, returns tokens of the wrong dtype or shape or outside ``[0, V)``
     (:class:`exactness.SubjectError`), or hangs, is not an error of the run:
     it is returned as a FAILED cell (``certificate.passed`` False, p-value 0)
-    whose only check is named by the reason, e.g. ``"Mine.verify did not return within 1200 s (--timeout 600 s plus
+    whose only check is named by the reason, e.g. ``"Mine.verify did not return within 1200 s (--time-limit 600 s plus
     a grace of 600 s)"`` (the subject's call the limit stopped; ``"timed out after 1200 s"`` when the limit fell in
     the harness's own code)
     or ``"error: Mine.verify raised RuntimeError: boom (in verify, mine.py:12)"`` (also in
@@ -373,11 +373,11 @@ def _run_cell(cell: Cell, *, n, alpha, seed, timeout, workers, executor, tv, seq
                 return _failed_cell(cell, f"error: {cause}", alpha, time.perf_counter() - t0, subject=True)
             known = cert.details.get("exact", {}).get("acceptance")   # absent when the chain was invalid
             acc, astar, rrs = _acceptances(cell.verifier, node, None, cell.k, known)
-    except RunOutOfTime as exc:        # every call returned, the cell needs more time than --timeout: not its fault
+    except RunOutOfTime as exc:        # every call returned, the cell needs more time than --time-limit: not its fault
         if exc.first is None:
             from ._timeout import out_of_time
 
-            why = out_of_time(timeout, "--timeout (timeout=)", "the cell's --timeout")
+            why = out_of_time(timeout, "--time-limit (timeout=)", "the cell's --time-limit")
             return _failed_cell(cell, REFUSED + why, alpha, time.perf_counter() - t0, refused=True)
         return _hung_cell(cell, exc.first, timeout, alpha, t0, workers)   # an alarm it swallowed before: a hang
     except TimeLimitExceeded as exc:   # name the subject's call that did not return, where the traceback shows it
@@ -393,7 +393,7 @@ def _run_cell(cell: Cell, *, n, alpha, seed, timeout, workers, executor, tv, seq
 def _hung_cell(cell: Cell, exc: BaseException, timeout: float, alpha: float, t0: float,
                workers: int = 1) -> CellResult:
     """The FAILED cell of a call still running at the hard limit: ``"Mine.verify did not return within 11 s
-    (--timeout 1 s plus a grace of 10 s)"`` (the call named where the traceback shows it; with forked workers
+    (--time-limit 1 s plus a grace of 10 s)"`` (the call named where the traceback shows it; with forked workers
     the parent was waiting on them: their ``verify``)."""
     from ._timeout import hard_limit
     from .certificate import hung_call
@@ -403,7 +403,7 @@ def _hung_cell(cell: Cell, exc: BaseException, timeout: float, alpha: float, t0:
         call = f"{type(cell.verifier).__name__}.verify (in a worker process, workers = {workers})"
     hard = hard_limit(timeout)
     reason = (str(exc) if call is None else
-              f"{call} did not return within {hard:g} s (--timeout {timeout:g} s plus a grace of {hard - timeout:g} s)")
+              f"{call} did not return within {hard:g} s (--time-limit {timeout:g} s plus a grace of {hard - timeout:g} s)")
     return _failed_cell(cell, reason, alpha, time.perf_counter() - t0, subject=True)
 
 

@@ -33,13 +33,13 @@ MAX_SECONDS = 3600.0
 #: ``assert_exact``: twice ``MAX_SECONDS``, the longest run a budget admits, so only a subject that never returns
 #: (or a run far past its estimate) meets it.  ``timeout=`` sets another (``0`` or ``None``: none).
 DEFAULT_TIMEOUT = 2 * MAX_SECONDS
-#: Default wall-clock limit per cell of ``resispec certify`` (``--timeout``; a default cell takes ~1-2 s).
+#: Default wall-clock limit per cell of ``resispec certify`` (``--time-limit``; a default cell takes ~1-2 s).
 CELL_TIMEOUT = 600.0
 #: Default ``time_limit`` (seconds) of the routes that take one: ``certify_decoder``, ``certify_coupled``,
 #: ``certify_path`` / ``certify_tree_rule`` (a subject that never returns is stopped and is the cause of a FAIL;
 #: generous: real models at the planned n take minutes).
 DEFAULT_TIME_LIMIT = 3600.0
-#: Shortest ``--timeout`` the CLI takes (0 = none aside): a shorter limit stops an exact verifier's cell before its
+#: Shortest ``--time-limit`` the CLI takes (0 = none aside): a shorter limit stops an exact verifier's cell before its
 #: first draws, a FAIL that would be the caller's limit and not the verifier's doing.
 MIN_CELL_TIMEOUT = 1.0
 

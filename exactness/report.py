@@ -40,8 +40,8 @@ LEGEND = (
     "TV / statistic / p",
     "skipped: checks that did not run (or could not fail); reasons listed below the table",
     "FAIL (subject error: cause): the verifier misbehaved (raised, called sys.exit, emitted a token outside V, "
-    "a call did not return within --timeout plus its grace); nothing was measured, so the numeric columns are '-'",
-    "NOT RUN (reason): the cell's budget (--n / --tv) or its --timeout was too small to finish it, every call of "
+    "a call did not return within --time-limit plus its grace); nothing was measured, so the numeric columns are '-'",
+    "NOT RUN (reason): the cell's budget (--n / --tv) or its --time-limit was too small to finish it, every call of "
     "the verifier having returned: nothing is decided about the verifier there (yours to raise)",
 )
 
@@ -124,7 +124,7 @@ def overall_verdict(grid: GridResult, power: float = 0.99) -> str:
     if not grid.passed:
         failed, not_run = grid.failed_verifiers(), grid.not_run_verifiers()
         return " ".join(([f"**FAILED: {', '.join(failed)}**"] if failed else []) +
-                        ([f"**NOT RUN (budget or --timeout too small, nothing decided): {', '.join(not_run)}**"]
+                        ([f"**NOT RUN (budget or --time-limit too small, nothing decided): {', '.join(not_run)}**"]
                          if not_run else []))
     dets = [c.certificate.detectable_tv for c in grid.cells if c.certificate is not None]
     if not dets:

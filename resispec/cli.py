@@ -53,13 +53,13 @@ def build_parser() -> argparse.ArgumentParser:
     holding all its kinds' options (:class:`resispec.commands._verb.VerbParser`; ``select`` a kind before parsing,
     ``finish`` the parsed namespace: :func:`main` does both)."""
     from . import __version__
-    from .commands._args import HelpFormatter
+    from .commands._args import HelpFormatter, Parser
     from .commands._verb import VerbParser
 
     parser = argparse.ArgumentParser(prog="resispec", description="Exact multi-candidate speculative sampling.",
                                      allow_abbrev=False)
     parser.add_argument("--version", action="version", version=f"resispec {__version__}")
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=Parser)
     mods = _discover()
     table = verbs(mods)
     by_name = {m.NAME: m for m in mods}
@@ -80,7 +80,7 @@ def build_parser() -> argparse.ArgumentParser:
                                epilog=epilog,
                                kinds={kind: by_name[name] for kind, name in ks.items()}, **common)
             finally:
-                sub._parser_class = argparse.ArgumentParser
+                sub._parser_class = Parser
             continue
         p = sub.add_parser(mod.NAME, help=mod.HELP, **common)
         mod.add_arguments(p)
@@ -259,7 +259,7 @@ def _run(parser, args) -> int:
         return 2
     except MemoryError as exc:    # sizes past this machine's memory (a subject's own is a FAIL, inside the harness)
         print(f"resispec {args.command}: error: not enough memory for the sizes asked ({exc}); give smaller sizes "
-              "(--V, --B, --nodes, --n, --shapes)", file=sys.stderr)
+              "(--V, --B, --nodes, --n, --trees)", file=sys.stderr)
         return 2
     except KeyboardInterrupt as exc:     # Ctrl-C: one line, not a traceback
         from exactness._checks import passes_through

@@ -31,8 +31,8 @@ def saved(tmp_path_factory):
 def test_assisted_generation_passes_with_a_png_report(saved, tmp_path, capsys):
     out = tmp_path / "r" / "hf.md"
     argv = ["certify-decoder", "--target", str(saved / "target"), "--draft", str(saved / "draft"),
-            "--top-k", "3", "--temperature", "0.8", "--num-assistant-tokens", "2", "--prompt-text", "b c d",
-            "--prompt-text", "d a b", "--samples", "60", "--out", str(out)]
+            "--top-k", "3", "--temperature", "0.8", "--num-assistant-tokens", "2", "--prompt", "b c d",
+            "--prompt", "d a b", "--samples", "60", "--out", str(out)]
     assert main(argv) == 0, capsys.readouterr()
     text = capsys.readouterr().out
     assert "joint" in text and "NO BIAS DETECTED" in text
@@ -56,7 +56,7 @@ def test_ids_prompts_and_plain_sampling(saved, tmp_path):
     (["--temperature", "0", "--prompts", "1,2"], "--temperature must be > 0"),
     (["--top-p", "1.5", "--prompts", "1,2"], "--top-p must lie in (0, 1]"),
     ([], "--prompt-ids ("),
-    (["--prompt-text", "a b", "--prompt-text", "a"], "unequal lengths"),
+    (["--prompt", "a b", "--prompt", "a"], "unequal lengths"),
     (["--prompts", "1,2", "--decoder", "no_such_module_hf:y"], "--decoder 'no_such_module_hf:y'"),
 ])
 def test_bad_hf_options_exit_2(saved, tmp_path, capsys, extra, match):
@@ -71,8 +71,8 @@ def test_bad_paths_and_flags_exit_2(saved, tmp_path, capsys):
     out = str(tmp_path / "x.md")
     assert main(["certify-decoder", "--target", str(tmp_path / "nowhere"), "--prompts", "1", "--out", out]) == 2
     assert "--target" in capsys.readouterr().err
-    assert main(["certify-decoder", "--target", str(saved / "draft"), "--prompt-text", "a", "--out", out]) == 2
-    assert "--prompt-text needs the tokenizer" in capsys.readouterr().err
+    assert main(["certify-decoder", "--target", str(saved / "draft"), "--prompt", "a", "--out", out]) == 2
+    assert "--prompt needs the tokenizer" in capsys.readouterr().err
     assert main(["certify-decoder", "--decoder", "exactness.decoder_mutants:demo", "--top-k", "3",
                  "--out", out]) == 2
     assert "--top-k applies to transformers generate (--target FOLDER without --decoder) only" in capsys.readouterr().err

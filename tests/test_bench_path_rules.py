@@ -134,9 +134,9 @@ def test_bad_path_options(kw, match):
 def test_cli_bad_path_rules(tmp_path, capsys):
     from resispec.cli import main
 
-    assert main(["bench", "--families", "zipf", "--shapes", "1,1", "--path-rules", "bogus", "--out", str(tmp_path)]) == 2
+    assert main(["bench", "--families", "zipf", "--trees", "1,1", "--path-rules", "bogus", "--out", str(tmp_path)]) == 2
     assert "--path-rules" in capsys.readouterr().err
-    assert main(["bench", "--families", "zipf", "--shapes", "1,1", "--n-trees", "1", "--out", str(tmp_path)]) == 2
+    assert main(["bench", "--families", "zipf", "--trees", "1,1", "--n", "1", "--out", str(tmp_path)]) == 2
     assert not list(tmp_path.iterdir())                                          # nothing half-written
 
 
@@ -163,8 +163,8 @@ def test_bench_from_json_renders_like_the_run(tmp_path):
     """Re-rendering a stored bench JSON gives the same report (the ResiSpec variants' sections included)."""
     from resispec.cli import main
 
-    argv = ["bench", "--families", "zipf", "--temperatures", "1", "--shapes", "1,1", "2", "wor:2", "--V", "50",
-            "--nodes", "4", "--n", "8", "--n-trees", "8", "--no-progress", "--out", str(tmp_path / "a")]
+    argv = ["bench", "--families", "zipf", "--temperatures", "1", "--trees", "1,1", "2", "wor:2", "--V", "50",
+            "--nodes", "4", "--n", "8", "--no-progress", "--out", str(tmp_path / "a")]
     assert main(argv) == 0
     first = (tmp_path / "a" / "bench.md").read_text()
     assert main(["bench", "--from-json", str(tmp_path / "a" / "bench.json"), "--out", str(tmp_path / "b")]) == 0

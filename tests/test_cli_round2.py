@@ -74,7 +74,7 @@ def test_bench_drift_out_as_a_markdown_path_names_every_file(tmp_path, capsys):
 
 
 def test_bench_trees_out_folder_or_markdown_path(tmp_path):
-    base = ["bench", "--families", "zipf", "--temperatures", "1", "--shapes", "2,1", "--V", "30", "--nodes", "2",
+    base = ["bench", "--families", "zipf", "--temperatures", "1", "--trees", "2,1", "--V", "30", "--nodes", "2",
             "--path-rules", "none", "--no-progress"]
     assert main(base + ["--out", str(tmp_path / "a")]) == 0
     assert sorted(p.name for p in (tmp_path / "a").iterdir()) == ["bench.json", "bench.md"]
@@ -95,7 +95,7 @@ def test_removed_options_are_refused_not_ignored(capsys):
 @pytest.mark.parametrize("lp_max_V, has_lp", [("0", False), ("12", True), ("11", False)])
 def test_bench_gap_k_runs_both_sections_and_lp_max_V_gates_the_lp(tmp_path, lp_max_V, has_lp):
     out = tmp_path / "g.md"
-    assert main(["bench", "gap", "--families", "zipf", "--temperatures", "1", "--k", "2", "--V", "12", "5", "--nodes", "1", "--small-nodes", "1", "--n", "50", "--lp-max-V", lp_max_V,
+    assert main(["bench", "gap", "--families", "zipf", "--temperatures", "1", "--k", "2", "--V", "12", "5", "--nodes", "1", "1", "--n", "50", "--lp-max-V", lp_max_V,
                  "--no-progress", "--out", str(out)]) == 0
     cells = json.loads(out.with_suffix(".json").read_text())["cells"]
     assert {c["section"] for c in cells} == {"iid", "wor", "wor_small"}
@@ -121,7 +121,7 @@ def test_audit_settings_add_up_when_repeated_as_options_do():
 
 @pytest.mark.parametrize("argv, words", [
     (["audit", "transformers", "--n", "5"], "--n must be an integer >= 20"),
-    (["bench", "--families", "zipf", "--path-rules", "block", "--n-trees", "1"], "--n-trees must be an integer >= 2"),
+    (["bench", "--families", "zipf", "--path-rules", "block", "--n", "1"], "--n must be >= 2"),
     (["certify", "--verifier", "rrs,sps"], "repeat the option, one name each"),
 ])
 def test_a_refusal_names_the_flag_typed(argv, words, capsys):

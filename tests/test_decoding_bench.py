@@ -184,7 +184,7 @@ def test_bench_decode_default_output_is_not_the_shipped_report():
 
 
 def test_decode_histogram_counts_only_the_tokens_kept(monkeypatch, capsys):
-    """A target call whose tokens run past --max-new-tokens is counted with the tokens it kept."""
+    """A target call whose tokens run past --new-tokens is counted with the tokens it kept."""
     from resispec.cli import main
     from resispec.commands import decode as cmd
 
@@ -198,7 +198,7 @@ def test_decode_histogram_counts_only_the_tokens_kept(monkeypatch, capsys):
     pair.encode = lambda text, chat=False: [1, 2, 3]
     monkeypatch.setattr(cmd, "check_models", lambda args: None)
     monkeypatch.setattr(cmd, "load_pair", lambda args: pair)
-    assert main(["decode", "--prompt", "x", "--tree", "2,2", "--temperature", "0", "--max-new-tokens", "4"]) == 0
+    assert main(["decode", "--prompt", "x", "--tree", "2,2", "--temperature", "0", "--new-tokens", "4"]) == 0
     err = capsys.readouterr().err
     assert "4 tokens / 2 target calls" in err
     assert "histogram (1..): [1, 0, 1]" in err  # 3 tokens, then 1 of 3 kept; was [0, 0, 2] (6 tokens for 4)

@@ -12,7 +12,7 @@ import resispec
 
 def test_cli_tiny(tmp_path, capsys):
     out = tmp_path / "gap.md"
-    rc = main(["bench-gap", "--families", "zipf", "--T", "1.0", "--k", "2,3", "--V", "12", "5", "--nodes", "2", "--small-nodes", "2", "--samples", "200", "--no-progress",
+    rc = main(["bench-gap", "--families", "zipf", "--T", "1.0", "--k", "2,3", "--V", "12", "5", "--nodes", "2", "2", "--samples", "200", "--no-progress",
                "--out", str(out)])
     assert rc == 0
     text = out.read_text()

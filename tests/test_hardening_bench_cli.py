@@ -122,7 +122,7 @@ def test_every_list_option_takes_commas_spaces_and_repeats():
     for cmd in ("bench-accept", "bench-gap", "bench-verify", "certify"):
         for argv in (["--k", "2,4", "--k", "8"], ["--k", "2", "4", "8"], ["--k", "2", "--k", "4,8"]):
             assert parse([cmd, *argv]).k == [2, 4, 8], (cmd, argv)
-    assert parse(["bench", "--shapes", "4,2", "wor:8,4", "--shapes", "16"]).shapes == ["4,2", "wor:8,4", "16"]
+    assert parse(["bench", "--trees", "4,2", "wor:8,4", "--trees", "16"]).trees == ["4,2", "wor:8,4", "16"]
     assert parse(["bench", "--temperatures", "0.7,1", "--families", "zipf", "shifted"]).temperatures == [0.7, 1.0]
     assert parse(["bench-decode", "--trees", "2,1", "--trees", "4,1", "--seeds", "0,1"]).trees == ["2,1", "4,1"]
     assert parse(["drift", "--gammas", "0", "0.5,1", "--proxies", "draft,topk"]).gammas == [0.0, 0.5, 1.0]

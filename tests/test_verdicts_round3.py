@@ -475,7 +475,7 @@ def test_a_coupled_pass_stopped_by_its_time_limit_is_inconclusive_not_a_pass():
     (["certify", "coupled", "--kernel", "rrs", "--reference", "no_such_rule", "--n", "100"],
      "--reference: unknown verifier"),
     (["families", "--seed", "x"], "--seed takes an integer"),
-    (["bench", "--shapes", "9,9,9,9,9,9,9,9", "--families", "zipf"], "MAX_TREE_NODES"),
+    (["bench", "--trees", "9,9,9,9,9,9,9,9", "--families", "zipf"], "MAX_TREE_NODES"),
     (["bench", "verify", "--V", "10000000000", "--B", "256"], "not enough memory for the sizes asked"),
     (["certify", "--verifier", "rrs", "--k", "2", "--n", "3000", "--no-mutants", "--out", "/tmp/\udcff.md"],
      "is not valid UTF-8"),

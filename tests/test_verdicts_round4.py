@@ -7,7 +7,7 @@
   from ``verify`` and ``step_plan`` as a traceback; a depth-2 tree kernel (``certify_coupled_tree``) that raised or
   returned the wrong shape was a TypeError / ValueError (bad input), not a FAIL; a decoder's output or target whose
   conversion raised a ``BaseException`` escaped;
-- ``resispec certify --timeout 1e-9`` FAILed an exact verifier (every cell stopped before its first draw): a limit
+- ``resispec certify --time-limit 1e-9`` FAILed an exact verifier (every cell stopped before its first draw): a limit
   under ``exactness.limits.MIN_CELL_TIMEOUT`` is refused (exit 2, the caller's number);
 - the first ``certify stepwise --time-limit 10`` after an install spent its 10 s compiling (448 of 6,905 draws,
   INCONCLUSIVE): the clock now starts once the first batch returned (every draw still checked: a first try with
@@ -166,10 +166,10 @@ def test_a_target_raising_a_base_exception_is_the_callers_error_naming_it():
 # --------------------------------------------------------------------------- the caller's limits
 @pytest.mark.parametrize("timeout", ["1e-9", "0.5"])
 def test_certify_refuses_a_cell_timeout_too_short_for_any_draw(timeout, capsys, tmp_path):
-    rc = main(["certify", "--verifier", "rrs", "--k", "2", "--families", "zipf", "--no-mutants", "--timeout",
+    rc = main(["certify", "--verifier", "rrs", "--k", "2", "--families", "zipf", "--no-mutants", "--time-limit",
                timeout, "--out", str(tmp_path / "r.md")])
     err = capsys.readouterr().err
-    assert rc == 2 and "--timeout must be 0 (no limit) or a number of seconds in [1, 1e7]" in err, err
+    assert rc == 2 and "--time-limit must be 0 (no limit) or a number of seconds in [1, 1e7]" in err, err
     assert not (tmp_path / "r.md").exists()
 
 
@@ -343,15 +343,15 @@ def test_a_subject_changing_directory_does_not_move_the_report(tmp_path):
 
 
 @pytest.mark.parametrize("args, words", [
-    (["certify", "--verifier", "rrs", "--timeout", "1e-400"], "is below the smallest float"),
-    (["certify", "--verifier", "rrs", "--timeout", "1e10"], "--timeout must be 0 (no limit)"),
+    (["certify", "--verifier", "rrs", "--time-limit", "1e-400"], "is below the smallest float"),
+    (["certify", "--verifier", "rrs", "--time-limit", "1e10"], "--time-limit must be 0 (no limit)"),
     (["certify", "decoder", "--decoder", "exactness.decoder_mutants:demo", "--time-limit", "0.5"],
      "--time-limit must be 0 (no limit) or at least 1 second"),
     (["certify", "decoder", "--decoder", "exactness.decoder_mutants:demo", "--time-limit", "1e-400"],
      "is below the smallest float"),
 ])
 def test_limits_too_short_for_any_draw_are_the_callers_error(args, words, capsys, tmp_path):
-    """`certify decoder --time-limit 0.5` FAILed an exact decoder; `--timeout 1e-400` read as 0 (no limit)."""
+    """`certify decoder --time-limit 0.5` FAILed an exact decoder; `--time-limit 1e-400` read as 0 (no limit)."""
     assert main(args + ["--out", str(tmp_path / "r.md")]) == 2
     assert words in capsys.readouterr().err
 
@@ -537,7 +537,7 @@ def test_bench_from_json_with_a_malformed_row_is_exit_2_naming_the_flag(broken, 
     """A bench JSON with a field missing or null was a KeyError / AttributeError traceback, exit 1."""
     import json
 
-    assert main(["bench", "--families", "zipf", "--temperatures", "1", "--shapes", "2,1", "--V", "8", "--nodes",
+    assert main(["bench", "--families", "zipf", "--temperatures", "1", "--trees", "2,1", "--V", "8", "--nodes",
                  "2", "--n", "200", "--no-progress", "--out", str(tmp_path)]) == 0
     data = json.loads((tmp_path / "bench.json").read_text())
     for row in data["rows"]:
@@ -564,7 +564,7 @@ def test_bench_verify_refuses_a_device_it_cannot_run_on(device, tmp_path, capsys
 def test_bench_gap_refuses_a_wor_k_past_the_vocabulary(tmp_path, capsys):
     """--k 20 at V = 10 dropped every without-replacement cell and exited 0 with a report saying WOR k [20]."""
     assert main(["bench", "gap", "--families", "zipf", "--T", "1", "--k", "20", "--V", "10", "4",
-                 "--nodes", "1", "--small-nodes", "1", "--n", "10", "--no-progress", "--sections", "wor", "--out",
+                 "--nodes", "1", "1", "--n", "10", "--no-progress", "--sections", "wor", "--out",
                  str(tmp_path / "g.md")]) == 2
     assert "--k must be <= V = 10" in capsys.readouterr().err
 

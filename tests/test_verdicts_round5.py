@@ -218,8 +218,8 @@ def test_bench_from_json_refuses_numbers_no_bench_writes(tmp_path, capsys, field
 
 
 # --------------------------------------------------------------------------- list options: an item given twice
-@pytest.mark.parametrize("args", [["bench", "--families", "zipf,zipf"], ["bench", "--shapes", "4", "--shapes", "4"],
-                                  ["bench", "--shapes", "2,1", "2, 1"],
+@pytest.mark.parametrize("args", [["bench", "--families", "zipf,zipf"], ["bench", "--trees", "4", "--trees", "4"],
+                                  ["bench", "--trees", "2,1", "2, 1"],
                                   ["certify", "--k", "2", "--k", "2"], ["bench", "accept", "--V", "8", "8"],
                                   ["bench", "gap", "--T", "1", "1.0"]])
 def test_a_list_option_naming_an_item_twice_is_refused(tmp_path, capsys, args):

@@ -2,7 +2,7 @@
 
 A verifier that swallows the cell's alarm in a loop (``except BaseException: pass``), ignores SIGALRM or sits in one
 long C call, and a ``--verifier`` module whose import never returns, ran ``resispec certify`` forever (``timeout 120``
-stopped the first).  Each cell's ``--timeout`` (and each verifier's load) now starts the supervisor's wall clock
+stopped the first).  Each cell's ``--time-limit`` (and each verifier's load) now starts the supervisor's wall clock
 (``exactness._timeout.announce`` -> ``resispec.commands._supervisor.run_started``): a run still going ``timeout +
 max(10 s, timeout)`` after the cell began is killed, a FAIL naming the cell (exit 1).  The clock starts again with
 every cell, so a long run of quick cells is never killed.
@@ -43,7 +43,7 @@ HANGS_AT_IMPORT = textwrap.dedent('''
             pass
 ''')
 
-TINY = ["--k", "2", "--families", "zipf", "--no-mutants", "--no-progress", "--timeout", "1", "--out", "o/c.md"]
+TINY = ["--k", "2", "--families", "zipf", "--no-mutants", "--no-progress", "--time-limit", "1", "--out", "o/c.md"]
 
 
 def test_a_verifier_swallowing_its_cells_alarm_is_killed_and_fails_naming_the_cell(tmp_path):
@@ -68,7 +68,7 @@ def test_a_proxy_module_is_loaded_under_the_watch_too(monkeypatch):
 
     said = []
     monkeypatch.setattr(_timeout, "WATCHER", {"fn": lambda seconds, what: said.append((seconds, what))})
-    assert main(["certify", "--proxies", "no_such_module_r6:X", "--timeout", "5"]) == 2     # cannot load: exit 2
+    assert main(["certify", "--proxies", "no_such_module_r6:X", "--time-limit", "5"]) == 2     # cannot load: exit 2
     assert said == [(_timeout.LOAD_GRACE, "loading --proxies no_such_module_r6:X"), (None, None)], said
 
 
@@ -77,7 +77,7 @@ def test_the_default_budget_is_checked_against_memory_before_anything_runs(capsy
     by the kernel's OOM killer as a FAIL of the exact rrs (exit 1); the same with --n 200000 was exit 2."""
     from resispec.cli import main
 
-    assert main(["certify", "--verifier", "rrs", "--k", "9999", "--timeout", "0", "--no-mutants"]) == 2
+    assert main(["certify", "--verifier", "rrs", "--k", "9999", "--time-limit", "0", "--no-mutants"]) == 2
     err = capsys.readouterr().err
     assert "the default --n 200,000" in err and "memory" in err, err
 
@@ -138,8 +138,8 @@ def test_each_cell_starts_the_wall_clock_again(tmp_path):
 
 
 def test_a_slow_exact_verifier_past_its_cells_timeout_is_not_run_never_failed(tmp_path, capsys):
-    """Round 6 (breaker): `certify --timeout 2` FAILed the exact rrs_wor and rejection_proxy at k = 8 (exit 1):
-    a cell's --timeout is the caller's limit, as a decoder's --time-limit is (round 5). Past it no new verify call
+    """Round 6 (breaker): `certify --time-limit 2` FAILed the exact rrs_wor and rejection_proxy at k = 8 (exit 1):
+    a cell's --time-limit is the caller's limit, as a decoder's --time-limit is (round 5). Past it no new verify call
     starts and the cell is NOT RUN (exit 2 when nothing else failed); only a call still running timeout + max(10 s,
     timeout) into the cell is a hang (test_hardening_cli_certify.py pins that)."""
     import sys
@@ -153,7 +153,7 @@ def test_a_slow_exact_verifier_past_its_cells_timeout_is_not_run_never_failed(tm
 
 
         class Slow:
-            """Exact (rrs) and slow: 0.3 s a call, so 2,000 draws take longer than --timeout 1."""
+            """Exact (rrs) and slow: 0.3 s a call, so 2,000 draws take longer than --time-limit 1."""
             name, drafting = "slow", "iid"
 
             def __init__(self):
@@ -166,20 +166,20 @@ def test_a_slow_exact_verifier_past_its_cells_timeout_is_not_run_never_failed(tm
     sys.path.insert(0, str(tmp_path))
     try:
         rc = main(["certify", "--verifier", "r6slow:Slow", "--k", "2", "--families", "zipf", "--no-mutants",
-                   "--no-progress", "--timeout", "1", "--out", str(tmp_path / "o" / "c.md")])
+                   "--no-progress", "--time-limit", "1", "--out", str(tmp_path / "o" / "c.md")])
     finally:
         sys.path.remove(str(tmp_path))
     captured = capsys.readouterr()
     assert rc == 2, captured
-    assert "NOT RUN cell r6slow:Slow zipf k=2" in captured.out and "raise --timeout" in captured.err
-    assert "NOT RUN (the cell's --timeout = 1 s passed" in captured.out
+    assert "NOT RUN cell r6slow:Slow zipf k=2" in captured.out and "raise --time-limit" in captured.err
+    assert "NOT RUN (the cell's --time-limit = 1 s passed" in captured.out
     assert not [line for line in captured.out.splitlines() if line.startswith("FAIL")]
 
 
 def test_certify_verifiers_own_timeout_is_the_callers_too():
     """Round 6 (breaker): `certify_verifier(SlowExact(), ..., timeout=1)` FAILed the exact verifier "did not return
     within 1 s" though every call returned in 0.2 s. Now the API's timeout= is the caller's limit as the CLI's
-    --timeout is: past it no new call starts and a BudgetError says so (nothing decided); a hang is still a FAIL
+    --time-limit is: past it no new call starts and a BudgetError says so (nothing decided); a hang is still a FAIL
     (tests/test_verdicts_node.py)."""
     import time
 
@@ -206,7 +206,7 @@ def test_certify_verifiers_own_timeout_is_the_callers_too():
 
 def test_a_bias_found_before_the_deadline_still_fails():
     """Round 6 (breaker): a biased verifier slow only in the batch-of-one checks (after the main sample had found
-    the bias, p = 0) came back NOT RUN (exit 2) under --timeout 3: what already convicts (below alpha / m, every
+    the bias, p = 0) came back NOT RUN (exit 2) under --time-limit 3: what already convicts (below alpha / m, every
     check Holm could count) still FAILs."""
     import time
 

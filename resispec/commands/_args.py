@@ -157,13 +157,37 @@ def check_out(path, flag: str, *, folder: bool = False, files=(), json_beside: b
     return p
 
 
+class Parser(argparse.ArgumentParser):
+    """An ``ArgumentParser`` whose errors name an option once, as the user typed it: argparse says ``argument
+    --trees/--shapes: ...``, listing every spelling that parses; this says ``argument --shapes: ...`` when the
+    command line says ``--shapes``, else ``argument --trees: ...``."""
+
+    _typed: tuple = ()
+
+    def parse_known_args(self, args=None, namespace=None):
+        import sys
+
+        self._typed = tuple(sys.argv[1:] if args is None else args)
+        return super().parse_known_args(args, namespace)
+
+    def error(self, message: str):
+        import re
+
+        def one(m):
+            names = m.group(1).split("/")
+            typed = [n for n in names if any(a == n or a.startswith(n + "=") for a in self._typed)]
+            return f"argument {(typed or names)[0]}:"
+
+        super().error(re.sub(r"^argument (--[\w-]+(?:/-{1,2}[\w-]+)+):", one, message))
+
+
 class ListAction(argparse.Action):
     """Collect a list option given comma-separated, space-separated, repeated, or any mix.
 
     Usage::
 
         parser.add_argument("--k", action=ListAction, item_type=int, metavar="K")
-        parser.add_argument("--shapes", action=ListAction, sep=None)   # items contain commas
+        parser.add_argument("--trees", action=ListAction, sep=None)   # items contain commas
 
     ``--k 2,4``, ``--k 2 4``, ``--k 2 --k 4`` and ``--k 2,4 --k 8`` all give
     ``[2, 4, ...]``.  Each value of an occurrence is split on ``sep`` (default

@@ -52,7 +52,8 @@ def add_sampling_args(p) -> None:
     g.add_argument("--temperature", type=float, default=1.0, help="0 = greedy (default 1)")
     g.add_argument("--top-k", type=int, default=0, help="0 = off")
     g.add_argument("--top-p", type=float, default=1.0, help="1 = off")
-    g.add_argument("--max-new-tokens", type=int, default=48)
+    g.add_argument("--new-tokens", "--max-new-tokens", dest="max_new_tokens", type=int, default=48,
+                   help="at most this many new tokens (fewer at an end-of-sequence token) (default 48)")
     g.add_argument("--seed", type=seed_int, default=0, help="seed: an integer >= 0")
 
 
@@ -75,11 +76,15 @@ def sampling_config(args):
         raise ValueError(f"--{flag.replace('_', '-')}: {exc}" if flag else str(exc)) from None
 
 
+#: dest -> the option's name where they differ
+_FLAG = {"max_new_tokens": "--new-tokens"}
+
+
 def positive(args, name: str, minimum: int = 1) -> int:
-    """``args.<name>`` as an int >= ``minimum`` (ValueError naming ``--<name>``)."""
+    """``args.<name>`` as an int >= ``minimum`` (ValueError naming its option, ``--<name>``)."""
     v = getattr(args, name)
     if v < minimum:
-        raise ValueError(f"--{name.replace('_', '-')} must be >= {minimum}, got {v}")
+        raise ValueError(f"{_FLAG.get(name, '--' + name.replace('_', '-'))} must be >= {minimum}, got {v}")
     return v
 
 

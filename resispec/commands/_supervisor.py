@@ -35,7 +35,7 @@ _STARTED = {"path": None}
 def run_started(hard: float | None, what: str | None = None) -> None:
     """A supervised command's timed run (or one limited block of it) begins now, its subject loaded.  ``hard``: the
     seconds after which the run's own alarm stops a call of the subject (``exactness._timeout.hard_limit(
-    time_limit)``, or a cell's ``--timeout``; None or 0: no limit from now on); ``what``: the block, named in the
+    time_limit)``, or a cell's ``--time-limit``; None or 0: no limit from now on); ``what``: the block, named in the
     FAIL (``"cell mine / zipf / k = 2"``).
 
     From here the supervisor kills a run still going ``hard + max(EXIT_GRACE, hard)`` seconds later, a FAIL naming
@@ -88,7 +88,7 @@ def _child(run, said_sigint: int, status: str, started: str) -> int:
     _STARTED["path"] = started
     from exactness import _timeout
 
-    _timeout.WATCHER["fn"] = run_started                 # a cell's --timeout starts the wall clock (resispec certify)
+    _timeout.WATCHER["fn"] = run_started                 # a cell's --time-limit starts the wall clock (resispec certify)
     code = run()
     tmp = status + ".tmp"
     with open(tmp, "w") as fh:                            # the verdict, written once the run returned

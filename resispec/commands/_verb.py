@@ -18,8 +18,10 @@ from __future__ import annotations
 
 import argparse
 
+from ._args import Parser
 
-class VerbParser(argparse.ArgumentParser):
+
+class VerbParser(Parser):
     """The parser of a verb with kinds.  ``kinds``: ``{kind: command module}`` (the default kind first)."""
 
     def __init__(self, *args, kinds: dict, **kwargs):
@@ -110,6 +112,15 @@ class VerbParser(argparse.ArgumentParser):
             for a, h, d, r, n in saved:
                 a.help, a.default, a.required, a.nargs = h, d, r, n
             self.usage = None
+
+
+def parse_kind(mod, argv: list) -> argparse.Namespace:
+    """``argv`` parsed by the options of one kind's module alone (``mod.add_arguments``), with its defaults filled and
+    its one-value options unwrapped, as :class:`VerbParser` hands them to ``run``; ``SystemExit`` / ``ValueError``
+    for what does not parse (a stored command read back, ``--resume``)."""
+    parser = VerbParser(prog=f"resispec {mod.NAME}", kinds={mod.NAME: mod}, add_help=False)
+    args = parser.finish(parser.parse_args(argv))
+    return argparse.Namespace(**{k: v for k, v in vars(args).items() if not k.startswith("_")})
 
 
 class _Declare:

@@ -8,7 +8,7 @@ without-replacement drafting ("wor:8,4").
 
 Example:
   resispec bench                                  # full default run (~18 min on 2 shared cores)
-  resispec bench --families zipf --temperatures 1.0 --shapes 4,2,2,1 wor:8,4 --out /tmp/bench/small.md
+  resispec bench --families zipf --temperatures 1.0 --trees 4,2,2,1 wor:8,4 --out /tmp/bench/small.md
 """
 
 from __future__ import annotations
@@ -36,19 +36,19 @@ def add_arguments(parser):
     parser.add_argument("--temperatures", "--T", dest="temperatures", action=ListAction, item_type=float, default=list(DEFAULT_TEMPERATURES),
                         help="temperatures the pair families are drawn at, comma- or space-separated (default: "
                              f"{','.join(f'{t:g}' for t in DEFAULT_TEMPERATURES)})")
-    parser.add_argument("--shapes", action=ListAction, sep=None, default=list(DEFAULT_SHAPES),
+    parser.add_argument("--trees", "--shapes", dest="trees", action=ListAction, sep=None, default=list(DEFAULT_SHAPES),
                         help="tree shapes, e.g. 4,2,2,1 or wor:8,4 (without replacement)")
     parser.add_argument("--V", action=ListAction, one=True, item_type=int, unique=False, default=1000,
                         help="vocabulary size of synthetic families (one value; default 1000)")
-    parser.add_argument("--nodes", type=int, default=32, help="(p, q) pairs per family and temperature (default 32)")
+    parser.add_argument("--nodes", action=ListAction, one=True, item_type=int, unique=False, default=32,
+                        help="(p, q) pairs per family and temperature (one value; default 32)")
     parser.add_argument("--n", "--samples", "--n-samples", "--mc-samples", dest="samples", type=count, default=128, metavar="N",
-                        help="candidate tuples per pair for without-replacement Monte Carlo (default 128)")
+                        help="Monte Carlo draws per cell: candidate tuples per pair (without replacement) and sampled "
+                             "trees (the path-level rules; at least 2) (default 128)")
     parser.add_argument("--seed", type=seed_int, default=0, help="seed: an integer >= 0")
     parser.add_argument("--path-rules", action=ListAction, default=None,
                         help="path-level rules beside the node-level ones (default: every registered one: block, "
                         "token, traversal, traversal_resispec; 'none' leaves them out)")
-    parser.add_argument("--n-trees", type=int, default=128,
-                        help="sampled trees per cell for the path-level rules (default 128)")
     parser.add_argument("--out", default="bench-out", metavar="PATH",
                         help="output folder (bench.md and bench.json inside it), or the Markdown path (FOLDER/NAME.md: "
                              "NAME.json beside it); default bench-out/, git-ignored; --out reports updates the "
@@ -94,32 +94,32 @@ def run(args) -> int:
     from ..trees import MAX_TREE_NODES
 
     seen: dict = {}
-    for s in args.shapes:
+    for s in args.trees:
         shape = TreeShape.parse(s)                          # fail before any work
         if shape.num_nodes > MAX_TREE_NODES:
-            raise ValueError(f"--shapes {s}: {shape.num_nodes:,} nodes, over MAX_TREE_NODES = "
+            raise ValueError(f"--trees {s}: {shape.num_nodes:,} nodes, over MAX_TREE_NODES = "
                              f"{MAX_TREE_NODES:,} (resispec.trees); give a smaller shape")
         if shape.label in seen:                             # '2,1' and '2, 1': one shape, its rows counted twice
-            raise ValueError(f"--shapes {seen[shape.label]!r} and {s!r} are the same shape ({shape.label}); give "
+            raise ValueError(f"--trees {seen[shape.label]!r} and {s!r} are the same shape ({shape.label}); give "
                              "each shape once")
         seen[shape.label] = s
     from ..bench.trees import check_path_rules, normalise_path_rules
 
     rules = normalise_path_rules(args.path_rules)
     try:
-        check_path_rules(rules, args.n_trees)
+        check_path_rules(rules, args.samples)
     except ValueError as exc:
         msg = str(exc)
-        raise ValueError("--n-trees" + msg[len("n_trees"):] if msg.startswith("n_trees ") else
+        raise ValueError("--n" + msg[len("n_trees"):] if msg.startswith("n_trees ") else
                          f"--path-rules: {msg}") from None
     t0 = time.perf_counter()
-    rows = run_bench(families=args.families, temperatures=args.temperatures, shapes=args.shapes, V=args.V,
+    rows = run_bench(families=args.families, temperatures=args.temperatures, shapes=args.trees, V=args.V,
                      n=args.nodes, n_samples=args.samples, seed=args.seed, progress=not args.no_progress,
-                     path_rules=rules, n_trees=args.n_trees)
+                     path_rules=rules, n_trees=args.samples)
     seconds = time.perf_counter() - t0
-    settings = {"families": list(args.families), "temperatures": list(args.temperatures), "shapes": list(args.shapes),
+    settings = {"families": list(args.families), "temperatures": list(args.temperatures), "shapes": list(args.trees),
                 "V": args.V, "n": args.nodes, "n_samples": args.samples, "seed": args.seed,
-                "path_rules": list(rules), "n_trees": args.n_trees}
+                "path_rules": list(rules), "n_trees": args.samples}
     cmd = ("resispec " + " ".join(shlex.quote(a) for a in sys.argv[1:])) if sys.argv[1:2] == ["bench"] else "resispec bench"
     out = Path(args.out)
     md = write_text(out / f"{args.stem}.md", to_markdown(rows, settings, cmd, seconds))

@@ -30,7 +30,8 @@ def add_arguments(parser):
     parser.add_argument("--k", action=ListAction, item_type=int, default=list(DEFAULT_K), help="comma-separated candidate counts")
     parser.add_argument("--temperatures", "--T", dest="temperatures", action=ListAction, item_type=float, default=list(DEFAULT_T),
                         help="comma-separated temperatures")
-    parser.add_argument("--nodes", type=int, default=8, help="nodes per cell (default: %(default)s)")
+    parser.add_argument("--nodes", action=ListAction, one=True, item_type=int, unique=False, default=8,
+                        help="nodes per cell (one value; default: 8)")
     parser.add_argument("--verifiers", action=ListAction, default=None,
                         help="comma-separated verifiers (default: every iid-capable one)")
     parser.add_argument("--lp-max-V", type=int, default=1000,

@@ -1,6 +1,6 @@
 """Benchmark real-model decoding: target-only vs every verifier, side by side.
 
-    resispec bench decode --limit 3 --max-new-tokens 48 --trees 2,1 4,1 2,2,1
+    resispec bench decode --limit 3 --new-tokens 48 --trees 2,1 4,1 2,2,1
 
 Runs target-only autoregressive decoding and every verifier on the same
 prompts, seeds and tree shapes; prints block efficiency, target calls,
@@ -15,7 +15,7 @@ An estimate is printed before starting and a progress bar (tokens) while running
 
 renders one table from finished runs (one section per run; nothing recomputed, no model loaded).
 
-    resispec bench decode --limit 8 --verifiers resispec --trees 4,2,1 --no-paired --capture nodes.npz
+    resispec bench decode --limit 8 --verifiers resispec --trees 4,2,1 --scores none --capture nodes.npz
 
 also records the (p, q) laws at every verified node, for study without the models (the pair family
 ``captured``; ``RESISPEC_CAPTURE=nodes.npz`` makes ``certify``, ``drift`` and ``bench accept`` use it with
@@ -46,25 +46,25 @@ def add_arguments(p) -> None:
                    help="registry verifiers, each run (timed) on every tree it serves; the path-level rules 'block' "
                    "and 'token' run on the chain trees (e.g. --trees 1,1,1) only, 'traversal' on every iid tree")
     p.add_argument("--scores", "--score", dest="score", action=ListAction, default=[],
-                   help="verifiers scored by the paired exact estimator only, not run: their exact expected block "
-                   "efficiency on the same drafted trees and a projected speed-up ('all' = every built-in "
-                   "verifier that needs no options)")
-    p.add_argument("--trees", action=ListAction, sep=None, default=["2,1", "4,1", "2,2,1"],
+                   help="what the paired Rao-Blackwellised estimator scores besides every verifier run (each one's "
+                   "exact expected accepted length on every drafted tree; no extra target pass, kept out of the "
+                   "timings): verifiers scored only, not run, with a projected speed-up ('all' = every built-in "
+                   "verifier that needs no options), or 'none' (no paired estimator at all) (default: the run "
+                   "verifiers only)")
+    p.add_argument("--trees", "--shapes", dest="trees", action=ListAction, sep=None, default=["2,1", "4,1", "2,2,1"],
                    help="tree shapes (default 2,1 4,1 2,2,1); 'wor:2,1' drafts without replacement and runs only "
                    "the rules exact for it (resispec becomes ResiSpec WOR; rrs and kseq are left out)")
     p.add_argument("--seeds", action=ListAction, item_type=int, default=None, help="seeds (default: --seed)")
-    p.add_argument("--proxy", default=None, help="ResiSpec proxy")
+    p.add_argument("--proxies", "--proxy", dest="proxies", action=ListAction, one=True, default=None,
+                   help="the ResiSpec reserve proxy (one name of resispec.proxies; default: the verifier's own)")
     p.add_argument("--no-progress", action="store_true", help="hide the progress bar")
-    p.add_argument("--ignore-eos", action="store_true", help="always generate max-new-tokens")
+    p.add_argument("--ignore-eos", action="store_true", help="always generate --new-tokens tokens")
     p.add_argument("--capture", type=Path, default=None, metavar="FILE.npz",
                    help="also record (p, q) at every node each verifier verified into this .npz: the union of the "
                    "top-64 tokens of p and q per node, read by the pair family 'captured' (RESISPEC_CAPTURE="
                    "FILE.npz, then --families captured in certify, bench drift or bench accept); e.g. --verifiers "
-                   "resispec --trees 4,2,1 --no-paired --capture nodes.npz")
+                   "resispec --trees 4,2,1 --scores none --capture nodes.npz")
     p.add_argument("--repeats", type=int, default=1, help="runs per (prompt, seed) for timing (default 1)")
-    p.add_argument("--no-paired", action="store_true",
-                   help="skip the paired Rao-Blackwellised block efficiency (every verifier's exact expected "
-                   "accepted length on every drafted tree; no extra target pass, kept out of the timings)")
     p.add_argument("--from-json", nargs="+", action="extend", type=Path, default=None, metavar="JSON",
                    help="render one summary table from the JSONs of finished bench-decode runs (e.g. one per "
                    "temperature) into --out: every verifier's paired block efficiency, ratio to the best baseline, "
@@ -96,7 +96,7 @@ def run(args) -> int:
         if s < 0:
             raise ValueError(f"--seeds must be >= 0, got {s}")
     for v in args.verifiers:
-        get_any_verifier(v, **({"proxy": args.proxy} if args.proxy and v == "resispec" else {}))
+        get_any_verifier(v, **({"proxy": args.proxies} if args.proxies and v == "resispec" else {}))
     path = [v for v in args.verifiers if v in available_path_verifiers()
             and not hasattr(get_any_verifier(v), "verify_tree")]
     if path and not any(all(k == 1 for k in TreeShape.parse(t).branching) for t in args.trees):
@@ -105,7 +105,7 @@ def run(args) -> int:
     from ..bench.decode import shape_verifiers
 
     for t in args.trees:
-        if not shape_verifiers(args.verifiers, TreeShape.parse(t), args.proxy):
+        if not shape_verifiers(args.verifiers, TreeShape.parse(t), args.proxies):
             raise ValueError(f"--trees {t}: none of --verifiers {','.join(args.verifiers)} is exact for this tree "
                              "(a wor: tree needs a without-replacement rule: rrs_wor, resispec or target_only; "
                              "block and token need a chain)")
@@ -116,23 +116,26 @@ def run(args) -> int:
         if twice:                   # a repeat would count one unit twice and shrink every standard error
             raise ValueError(f"{what} names {', '.join(twice)} more than once; give each once (--repeats repeats "
                              "runs on purpose)")
+    args.no_paired = "none" in args.score               # --scores none: no paired estimator at all
+    if args.no_paired and len(args.score) > 1:
+        raise ValueError(f"--scores {' '.join(args.score)}: 'none' (no paired estimator) takes no other name; give "
+                         "--scores none alone, or the names to score")
+    args.score = [] if args.no_paired else args.score
     named = [m for m in args.score if m != "all"]
     args.score = score_names(args.score)
-    if args.proxy is not None and "resispec" not in args.verifiers and "resispec" not in args.score:
-        raise ValueError(f"--proxy {args.proxy} applies to the resispec verifier only, which neither --verifiers "
-                         "nor --scores names; add resispec or drop --proxy")
+    if args.proxies is not None and "resispec" not in args.verifiers and "resispec" not in args.score:
+        raise ValueError(f"--proxies {args.proxies} applies to the resispec verifier only, which neither --verifiers "
+                         "nor --scores names; add resispec or drop --proxies")
     if named:                       # a scored rule no tree's drafting serves would be dropped without a word
         from ..bench.decode import _servable
 
-        runners = {s.label: shape_verifiers(args.verifiers, s, args.proxy) for s in shapes}
-        served = {m for s in shapes for m in _servable(shape_verifiers(named, s, args.proxy), runners[s.label], s)}
+        runners = {s.label: shape_verifiers(args.verifiers, s, args.proxies) for s in shapes}
+        served = {m for s in shapes for m in _servable(shape_verifiers(named, s, args.proxies), runners[s.label], s)}
         unserved = [m for m in dict.fromkeys(named) if m not in served and m not in args.verifiers]
         if unserved:
             raise ValueError(f"--scores {' '.join(unserved)}: exact for none of --trees {' '.join(args.trees)} "
                              "(block and token need a chain; rrs, kseq and the tree rules need iid drafts, not "
                              "'wor:'); drop them or add a tree they fit")
-    if args.score and args.no_paired:
-        raise ValueError("--scores needs the paired estimator; drop --no-paired")
     check_report_path(args.out, "--out")
     previous, first = _stopped_run(args, sampling) if args.resume else (None, None)
     if not args.resume:
@@ -165,7 +168,7 @@ def run(args) -> int:
 
     try:
         result = run_bench(pair, prompts, verifiers=args.verifiers, trees=args.trees, sampling=sampling,
-                           max_new_tokens=args.max_new_tokens, seeds=args.seeds or [args.seed], proxy=args.proxy,
+                           max_new_tokens=args.max_new_tokens, seeds=args.seeds or [args.seed], proxy=args.proxies,
                            stop_at_eos=not args.ignore_eos, capture=captured, repeats=args.repeats,
                            paired=not args.no_paired, score=args.score, resume=previous, on_run=on_run,
                            progress=not args.no_progress)
@@ -238,21 +241,20 @@ def _stopped_run(args, sampling):
     if rest is None:
         raise ValueError(f"--resume: {js} does not record the bench decode command that made it; start a new run")
     if "stop_at_eos" not in old.config or "paired" not in old.config:   # older files: parse their command
-        import argparse
+        from ._verb import parse_kind
 
-        parser = argparse.ArgumentParser(add_help=False)
-        add_arguments(parser)                             # this kind's options alone (no verb around them)
         try:
-            before = parser.parse_args(rest)
+            rest = [w for a in rest for w in (["--scores", "none"] if a == "--no-paired" else [a])]   # its old name
+            before = parse_kind(sys.modules[__name__], rest)    # this kind's options alone (no verb around them)
         except (SystemExit, ValueError):
             raise ValueError(f"--resume: the command stored in {js} does not parse; start a new run") from None
         old.config.setdefault("stop_at_eos", not before.ignore_eos)
-        old.config.setdefault("paired", not before.no_paired)
+        old.config.setdefault("paired", "none" not in before.score)
     now = {"target": str(args.target), "draft": str(args.draft), "trees": [TreeShape.parse(t).label for t in args.trees],
            "verifiers": list(args.verifiers), "scored": [m for m in args.score if m not in args.verifiers],
            "temperature": sampling.temperature, "top_k": sampling.top_k, "top_p": sampling.top_p,
            "max_new_tokens": args.max_new_tokens, "seeds": list(args.seeds or [args.seed]), "repeats": args.repeats,
-           "proxy": args.proxy, "stop_at_eos": not args.ignore_eos, "paired": not args.no_paired}
+           "proxy": args.proxies, "stop_at_eos": not args.ignore_eos, "paired": not args.no_paired}
     if args.threads:
         now["threads"] = args.threads
     diff = config_differences(old.config, now)
@@ -270,12 +272,11 @@ def _summarize(args) -> int:
     from ..bench.decode import strict
     from ..bench.decode_summary import load_result, summary_markdown
 
-    import argparse
     import os
 
-    fresh = argparse.ArgumentParser()
-    add_arguments(fresh)
-    defaults = vars(fresh.parse_args([]))               # every option of the command at its default
+    from ._verb import parse_kind
+
+    defaults = vars(parse_kind(sys.modules[__name__], []))   # every option of the command at its default
     given = [f"--{k.replace('_', '-')}" for k, v in defaults.items()
              if k not in ("from_json", "out") and getattr(args, k, v) != v]
     if given:

@@ -31,8 +31,9 @@ def add_arguments(parser):
     parser.add_argument("--V", action=ListAction, item_type=int, unique=False, default=[1000, 8],
                         help="vocabulary of the main tables, then of the small WOR cases (default 1000 8; one "
                              "value: the small cases keep 8)")
-    parser.add_argument("--nodes", type=int, default=4, help="nodes per cell (default %(default)s)")
-    parser.add_argument("--small-nodes", type=int, default=6, help="nodes per small WOR cell (default %(default)s)")
+    parser.add_argument("--nodes", action=ListAction, item_type=int, unique=False, default=[4, 6],
+                        help="nodes per cell of the main tables, then of the small WOR cases (default 4 6; one "
+                             "value: the small cases keep 6)")
     parser.add_argument("--n", "--samples", "--n-samples", "--mc-samples", dest="samples", type=count, default=500, metavar="N",
                         help="Monte Carlo draws per node for WOR cells past exact computation (default %(default)s)")
     parser.add_argument("--sections", action=ListAction, default=["iid", "wor", "wor_small"],
@@ -49,6 +50,10 @@ def run(args) -> int:
         raise ValueError(f"--V takes one or two values for bench gap (the main tables', then the small WOR cases'), "
                          f"got {len(args.V)} values")
     args.V, args.V_small = args.V[0], (args.V[1:] or [8])[0]
+    if len(args.nodes) > 2:
+        raise ValueError(f"--nodes takes one or two values for bench gap (the main tables', then the small WOR "
+                         f"cases'), got {len(args.nodes)} values")
+    args.nodes, args.small_nodes = args.nodes[0], (args.nodes[1:] or [6])[0]
     if args.lp_max_V < 0:
         raise ValueError(f"--lp-max-V must be >= 0 (0: never run the LP), got {args.lp_max_V}")
     check_out(args.out, "--out", json_beside=True)     # before any work
@@ -63,6 +68,8 @@ def run(args) -> int:
         msg = str(exc).replace("V_small = ", "the small cases' V = ")   # the second value of --V
         if msg.startswith("V_small "):
             msg = "--V's second value (the small cases')" + msg[len("V_small"):]
+        if msg.startswith("small_nodes "):
+            msg = "--nodes's second value (the small cases')" + msg[len("small_nodes"):]
         raise ValueError("--k" + msg[len("wor_k"):] if msg.startswith("wor_k ") else msg) from None
     command = "resispec " + " ".join(shlex.quote(a) for a in sys.argv[1:]) if sys.argv[1:] else None
     print(to_markdown(table, command=command))

@@ -35,10 +35,11 @@ def add_arguments(parser):
     parser.add_argument("--verifiers", action=ListAction, default=None,
                         help="comma-separated verifiers (default: rrs,kseq,resispec; with --drafting "
                              "without_replacement: rrs_wor,resispec)")
-    parser.add_argument("--backends", action=ListAction, default=["numpy", "torch"], help="numpy,torch (default: both)")
-    parser.add_argument("--torch-solvers", action=ListAction, default=["auto"],
-                        help="torch ResiSpec reserve solvers to time side by side: auto,fused,newton,sort "
-                             "(default: auto = fused on CPU, newton on GPU)")
+    parser.add_argument("--backends", "--torch-solvers", dest="backends", action=BackendsAction,
+                        default=["numpy", "torch"],
+                        help="numpy, torch, or torch[solver=S] to time ResiSpec's reserve solver S (auto, fused, "
+                             "newton, sort) side by side with torch's default (auto: fused on CPU, newton on GPU), "
+                             "e.g. --backends torch torch[solver=newton] (default: numpy torch)")
     parser.add_argument("--drafting", default="iid", choices=["iid", "without_replacement"],
                         help="how candidates are drawn; without_replacement times rules for such drafts (rrs_wor, "
                              "target_only, the without-replacement resispec) against rrs_wor (default: %(default)s)")
@@ -46,6 +47,41 @@ def add_arguments(parser):
     parser.add_argument("--out", default="bench-out/bench_verify.md", metavar="PATH",
                         help="markdown report; JSON beside it (default: %(default)s)")
     parser.add_argument("--no-progress", action="store_true", help="hide the progress bar")
+
+
+class BackendsAction(ListAction):
+    """``--backends``; its old spelling ``--torch-solvers S,...`` (committed reports quote it) adds
+    ``torch[solver=S]`` for each S."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        if option_string == "--torch-solvers":
+            values = [f"torch[solver={v.strip()}]" for raw in ([values] if isinstance(values, str) else values)
+                      for v in str(raw).split(",") if v.strip()]
+        super().__call__(parser, namespace, values, option_string)
+
+
+def backends_and_solvers(specs) -> tuple:
+    """``["numpy", "torch", "torch[solver=newton]"]`` -> ``(["numpy", "torch"], ["auto", "newton"])``: the backends
+    in order, and torch's reserve solvers to time (``torch`` alone is ``auto``).  ValueError naming --backends."""
+    from resispec.verifiers.registry import parse_spec
+    from resispec.verifiers.reserve import SOLVERS
+
+    backends, solvers = [], []
+    for spec in specs:
+        name, opts = parse_spec(spec, "--backends")
+        if name not in ("numpy", "torch"):
+            raise ValueError(f"--backends {spec!r}: choose numpy, torch or torch[solver=S]")
+        if set(opts) - {"solver"} or (opts and name != "torch"):
+            raise ValueError(f"--backends {spec!r}: only torch takes an option, solver (torch[solver=newton])")
+        if name not in backends:
+            backends.append(name)
+        if name == "torch":
+            solver = str(opts.get("solver", "auto"))
+            if solver not in SOLVERS:
+                raise ValueError(f"--backends {spec!r}: solver must be one of {', '.join(SOLVERS)}")
+            if solver not in solvers:                    # torch and torch[solver=auto] are one column
+                solvers.append(solver)
+    return backends, solvers or ["auto"]
 
 
 def _check_device(device: str) -> None:
@@ -70,6 +106,7 @@ def run(args) -> int:
     args.B, args.numpy_B = args.B[0], (args.B[1] if len(args.B) == 2 else min(args.B[0], 32))
     allowed(args.dtype, ("auto", "float64", "float32"), "--dtype", "bench verify")
     check_out(args.out, "--out", json_beside=True)     # before any work
+    args.backends, torch_solvers = backends_and_solvers(args.backends)
     if "torch" in args.backends:
         _check_device(args.device)
     from ..bench.throughput import bench_verify, write_reports
@@ -79,7 +116,7 @@ def run(args) -> int:
     res = bench_verify(B=args.B, V=args.V, ks=args.k, verifiers=verifiers, backends=args.backends,
                        device=args.device, dtype=args.dtype, repeats=args.repeats, numpy_B=args.numpy_B,
                        seed=args.seed, progress=not args.no_progress,
-                       torch_solvers=args.torch_solvers, drafting=args.drafting)
+                       torch_solvers=torch_solvers, drafting=args.drafting)
     c = res.config
     np_b = f" (numpy {c['numpy_B']})" if "numpy" in c["backends"] else ""
     print(f"B={c['B']}{np_b}  V={c['V']:,}  device={c.get('device', '-')}  "

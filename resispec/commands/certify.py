@@ -12,7 +12,7 @@ Writes a Markdown report (default certify-out/certify.md, a git-ignored folder; 
 reports/certify.md is rewritten only with --out reports/certify.md) with a p-value QQ plot
 and the detectable-TV figure, and a JSON file next to it.
 
-Each cell runs under a wall-clock limit (``--timeout``, default 600 s): past
+Each cell runs under a wall-clock limit (``--time-limit``, default 600 s): past
 it no new verify call starts and the cell is NOT RUN (the caller's limit:
 exit 2 when nothing else failed); a call still running max(10 s, timeout)
 later, or a verifier that raises, is a FAILED cell with the reason shown.  ``--verifier module:object`` imports and runs that module
@@ -22,9 +22,9 @@ fails to load -- any exception, even ``sys.exit()`` -- is an error (exit 2).
 certifies ``rejection_proxy[proxy=module:object]`` (``docs/verifiers.md``).
 
 Exit status: 0 all verifiers pass; 1 a verifier fails (a cell failed its
-checks, raised, or hung past --timeout plus its grace); 3 a mutant escaped detection (the harness lost
+checks, raised, or hung past --time-limit plus its grace); 3 a mutant escaped detection (the harness lost
 power); 2 bad arguments (including a verifier that cannot be loaded), or cells
-NOT RUN (their --n / --tv budget or --timeout too small) and nothing else failed.
+NOT RUN (their --n / --tv budget or --time-limit too small) and nothing else failed.
 """
 
 from __future__ import annotations
@@ -87,7 +87,7 @@ def add_arguments(parser) -> None:
     parser.add_argument("--families", "--family", dest="family", action=ListAction, metavar="NAME",
                         help="pair families, comma-separated and/or repeatable (default softmax_noise, zipf, "
                              "shifted at V=8, and ngram)")
-    parser.add_argument("--timeout", type=seconds, default=CELL_TIMEOUT, metavar="SECONDS",
+    parser.add_argument("--time-limit", "--timeout", dest="time_limit", type=seconds, default=CELL_TIMEOUT, metavar="SECONDS",
                         help=f"wall-clock limit per cell (default {CELL_TIMEOUT:g}, at least {MIN_CELL_TIMEOUT:g}; "
                              "0 = none): past it no new verify call of the cell starts, and the cell is NOT RUN (your "
                              "limit, not the verifier's fault: exit 2 when nothing else failed); a call still running "
@@ -102,13 +102,10 @@ def add_arguments(parser) -> None:
     parser.add_argument("--executor", default="process", metavar="KIND",
                         help="who runs the work: process (default: cells here, each cell's draws over --workers "
                              "forked processes), local (everything in this process), ray (every cell a Ray task: "
-                             "a local cluster of --workers CPUs, or the cluster at --address; needs "
-                             'pip install "resispec[ray]"). The same --seed and --workers give the same counts '
-                             "and verdicts with every executor")
-    parser.add_argument("--address", default=None, metavar="HOST:PORT|auto",
-                        help="with --executor ray: join a running Ray cluster (the address `ray start --head` "
-                             "prints, ray://HOST:PORT, or auto = the cluster this node belongs to); default: start "
-                             "a local cluster")
+                             "a local cluster of --workers CPUs), or ray[address=HOST:PORT] (join a running Ray "
+                             "cluster: the address `ray start --head` prints, ray://HOST:PORT, or auto = the cluster "
+                             'this node belongs to); ray needs pip install "resispec[ray]". The same --seed and '
+                             "--workers give the same counts and verdicts with every executor")
     parser.add_argument("--out", type=out_path, default=Path("certify-out/certify.md"),
                         help="Markdown report path; JSON and PNGs are written next to it (default "
                              "certify-out/certify.md, git-ignored; --out reports/certify.md updates the shipped report)")
@@ -161,20 +158,29 @@ def _check_samples(n: int, ks, given: bool = True) -> None:
                          f"uniforms per chunk); pass a smaller --n (the default 200,000 detects TV ~ 0.01) or --k")
 
 
-def _check_executor(executor, address) -> None:
-    """``--executor`` a registered kind, ``--address`` only with ray and well formed, ray installed (nothing runs)."""
+def _check_executor(spec: str) -> tuple:
+    """``--executor KIND`` or ``ray[address=...]`` -> ``(kind, address or None)``: a registered kind, an address only
+    with ray and well formed, ray installed (nothing runs)."""
     import importlib.util
 
     from exactness.executors import EXECUTORS, RAY_INSTALL, check_address
+    from resispec.verifiers.registry import parse_spec
 
+    executor, options = parse_spec(spec, "--executor")
     if executor not in EXECUTORS:
         raise ValueError(f"--executor {executor!r}: choose one of {', '.join(sorted(EXECUTORS))}")
-    if address is not None and executor != "ray":
-        raise ValueError(f"--address {address!r} joins a Ray cluster: pass it with --executor ray")
-    check_address(address)
+    unknown = sorted(set(options) - {"address"})
+    if unknown or (options and executor != "ray"):
+        raise ValueError(f"--executor {spec!r}: only ray takes an option, address (ray[address=HOST:PORT] joins a "
+                         f"running Ray cluster); {executor} takes none" if executor != "ray" else
+                         f"--executor {spec!r}: ray takes address only (ray[address=HOST:PORT]), not "
+                         f"{', '.join(unknown)}")
+    address = options.get("address")
+    check_address(address if address is None else str(address))
     if executor == "ray" and importlib.util.find_spec("ray") is None:
         raise ValueError(f"--executor ray needs the ray package, which is not installed: {RAY_INSTALL} "
                          "(or use --executor process)")
+    return executor, address
 
 
 def run(args) -> int:
@@ -194,15 +200,15 @@ def run(args) -> int:
             logging.getLogger("exactness.plan").addHandler(h)
     from exactness._timeout import limit_available
 
-    if args.timeout and not limit_available():
-        print(f"resispec certify: note: --timeout {args.timeout:g} is off here (no SIGALRM on this platform, or "
+    if args.time_limit and not limit_available():
+        print(f"resispec certify: note: --time-limit {args.time_limit:g} is off here (no SIGALRM on this platform, or "
               "not the main thread); a hanging verifier will not be stopped", file=sys.stderr)
     from exactness.certify_run import run_certify, run_mutants
 
     t0 = time.perf_counter()
     specs = _verifier_specs(args)
     grid = run_certify(specs or None, ks=ks, n=args.samples, alpha=args.alpha, seed=args.seed,
-                       families=families, progress=progress, timeout=args.timeout, workers=args.workers,
+                       families=families, progress=progress, timeout=args.time_limit, workers=args.workers,
                        executor=args.executor, address=args.address, tv=tv,
                        sequential=bool(getattr(args, "sequential", False)))
     mutants, t_mut = None, None
@@ -214,7 +220,7 @@ def run(args) -> int:
     meta = {"command": ("resispec certify " + " ".join(shlex.quote(a) for a in sys.argv[2:])).strip()
             if len(sys.argv) > 1 and sys.argv[1] == NAME else "resispec certify", "seed": args.seed, "samples": args.samples,
             "k": list(ks), "tv": tv, "sequential": bool(getattr(args, "sequential", False)),
-            "timeout": args.timeout or None, "workers": args.workers,
+            "timeout": args.time_limit or None, "workers": args.workers,
             "executor": args.executor, "address": args.address,
             "mutant_seconds": t_mut,
             "total_seconds": time.perf_counter() - t0}
@@ -247,12 +253,12 @@ def _check_args(args):
         raise ValueError(f"--seed must be >= 0, got {args.seed}")
     if args.workers < 1:
         raise ValueError(f"--workers must be >= 1 (processes for the Monte Carlo draws), got {args.workers}")
-    _check_executor(args.executor, args.address)
-    if not (args.timeout == 0 or MIN_CELL_TIMEOUT <= args.timeout <= 1e7):
+    args.executor, args.address = _check_executor(args.executor)
+    if not (args.time_limit == 0 or MIN_CELL_TIMEOUT <= args.time_limit <= 1e7):
         why = (" (a shorter limit stops an exact verifier's cell before its first draws and would FAIL it as a hang: "
-               "the limit is yours, not the verifier's)" if 0 < args.timeout < MIN_CELL_TIMEOUT else "")
-        raise ValueError(f"--timeout must be 0 (no limit) or a number of seconds in [{MIN_CELL_TIMEOUT:g}, 1e7], got "
-                         f"{args.timeout}{why}")
+               "the limit is yours, not the verifier's)" if 0 < args.time_limit < MIN_CELL_TIMEOUT else "")
+        raise ValueError(f"--time-limit must be 0 (no limit) or a number of seconds in [{MIN_CELL_TIMEOUT:g}, 1e7], got "
+                         f"{args.time_limit}{why}")
 
     from exactness.certify_run import FAMILIES, K_VALUES, MUTANT_KS
 
@@ -292,7 +298,7 @@ def _verifier_specs(args) -> list:
 
         paths = [name for name in args.proxy if ":" in name]   # rejection-dependent proxies (module:object)
         for path in paths:
-            with loading(args.timeout, f"loading --proxies {path}"):   # an import that hangs: the run's FAIL
+            with loading(args.time_limit, f"loading --proxies {path}"):   # an import that hangs: the run's FAIL
                 load_proxy(path, "--proxies")   # fail now (exit 2), before any cell runs
         names = sorted(PROXIES) if "all" in args.proxy else [name for name in args.proxy if ":" not in name]
         for name in names:
@@ -336,8 +342,8 @@ def _print_outcome(grid, mutants, meta, args, t0) -> int:
     if refused and len(refused) == len(grid.failed_cells()) and not grid.untested_verifiers():
         first = refused[0].certificate.details["error"].removeprefix(REFUSED)
         print(f"resispec certify: error: the budget was refused for {len(refused)} cell(s) (NOT RUN: the --n / --tv "
-              f"asked does not fit the limits, or --timeout is too short), nothing else failed: {first} (give a "
-              "smaller --n, a larger --tv, more --workers, or a longer --timeout)", file=sys.stderr)
+              f"asked does not fit the limits, or --time-limit is too short), nothing else failed: {first} (give a "
+              "smaller --n, a larger --tv, more --workers, or a longer --time-limit)", file=sys.stderr)
         return 2                                      # the caller's request: no verdict, no report
     paths = write_reports(grid, args.out, mutants, meta)
     print(f"\nreport: {paths['markdown']}  json: {paths['json']}  ({time.perf_counter() - t0:.1f} s)")
@@ -391,7 +397,7 @@ def fail_line(grid, alpha: float) -> str:
         more = f"; {m} cells" if m > 1 else ""
         parts.append(f"{v}: {cause} (subject misbehaved{more})")
     not_run = grid.not_run_verifiers()
-    return "FAIL: " + "; ".join(parts) + (f"; NOT RUN (raise --timeout / --n; nothing decided): {', '.join(not_run)}"
+    return "FAIL: " + "; ".join(parts) + (f"; NOT RUN (raise --time-limit / --n; nothing decided): {', '.join(not_run)}"
                                           if not_run else "")
 
 

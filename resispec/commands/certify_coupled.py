@@ -68,7 +68,7 @@ def add_arguments(parser) -> None:
                         "coupling' verdict (its pass: exit 0; its failure: exit 1)")
     parser.add_argument("--copies", action="store_true",
                         help="give the kernel writable (B, V) copies of p, q (default: read-only broadcast views)")
-    parser.add_argument("--time-limit", type=seconds, default=3600.0, metavar="SECONDS",
+    parser.add_argument("--time-limit", "--timeout", dest="time_limit", type=seconds, default=3600.0, metavar="SECONDS",
                         help="stop the coupled pass after this many seconds (default 3600); a kernel call that "
                         "never returns is stopped max(10, SECONDS) later and FAILs as a hang")
     parser.add_argument("--reference-check", default="auto", choices=["auto", "montecarlo", "none"],

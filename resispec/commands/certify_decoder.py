@@ -12,7 +12,7 @@ Without ``--decoder``, ``--target PATH [--draft PATH]`` certifies transformers `
 on saved models (folders, loaded offline) through ``exactness.adapters.hf``: ``HFDecoder`` against
 ``hf_target`` with the same generation options (``--temperature``, ``--top-k``, ``--top-p``,
 ``--num-assistant-tokens``, the latter with a constant schedule); prompts from ``--prompt-ids`` (ids)
-or ``--prompt-text`` (tokenised with the target's tokenizer; repeat for several).
+or ``--prompt`` (tokenised with the target's tokenizer; repeat for several).
 
 Writes a terminal table (under a line naming the sample: ``n = 150,000 continuations (50,000 per prompt x 3
 prompts)``; ``--n`` is per prompt, the summary's ``n`` the pooled total), a Markdown report (default
@@ -26,7 +26,7 @@ that raises or returns a bad law).
 
 Example:
   resispec certify decoder --decoder exactness.decoder_mutants:demo --new-tokens 3
-  resispec certify decoder --target ./target --draft ./draft --top-k 3 --prompt-text "hello" --n 2000
+  resispec certify decoder --target ./target --draft ./draft --top-k 3 --prompt "hello" --n 2000
     (./target, ./draft: folders written by save_pretrained, the target's with its tokenizer; docs/decoders.md)
 """
 
@@ -68,7 +68,7 @@ def add_arguments(parser) -> None:
     hf.add_argument("--top-p", type=float, help="top-p in (0, 1], for decoder and target alike")
     hf.add_argument("--num-assistant-tokens", type=int, help="draft tokens per round (>= 1, constant schedule; "
                     "needs --draft)")
-    hf.add_argument("--prompt-text", action="append", metavar="TEXT", help="a prompt as text, tokenised with "
+    hf.add_argument("--prompt", action="append", dest="prompt_text", metavar="TEXT", help="a prompt as text, tokenised with "
                     "--target's tokenizer; repeat for several (they must tokenise to equal lengths)")
     parser.add_argument("--new-tokens", type=int, default=2, help="tokens per continuation (default 2)")
     parser.add_argument("--n", "--samples", dest="samples", type=count, default=None, metavar="N",
@@ -77,7 +77,7 @@ def add_arguments(parser) -> None:
     parser.add_argument("--tv", type=float, default=None, metavar="X", help="TV to detect (plans n; warns if n is too small)")
     parser.add_argument("--alpha", type=float, default=1e-3, help="family-wise level over the checks (default 1e-3)")
     parser.add_argument("--seed", type=seed, default=0, metavar="S", help="seed: an integer >= 0 or a sequence such as 0,3 (default 0)")
-    parser.add_argument("--time-limit", type=seconds, default=3600.0, metavar="SECONDS",
+    parser.add_argument("--time-limit", "--timeout", dest="time_limit", type=seconds, default=3600.0, metavar="SECONDS",
                         help="no new call of the decoder starts after this many seconds: the run ends with exit 2 "
                              "(nothing decided: raise it, or ask fewer draws); a call still running max(10, SECONDS) "
                              "later is a hang, a FAIL naming it (default 3600; 0 = no limit)")
@@ -162,7 +162,7 @@ def _load_model(path: str, flag: str):
 def load_hf(args):
     """(decoder, target, prompts) for ``--target FOLDER``: ``HFDecoder`` / ``hf_target`` with the same options."""
     if bool(args.prompts) == bool(args.prompt_text):
-        raise ValueError("--target FOLDER (transformers generate) needs prompts: give --prompt-ids ('0,1;2,3') or --prompt-text TEXT "
+        raise ValueError("--target FOLDER (transformers generate) needs prompts: give --prompt-ids ('0,1;2,3') or --prompt TEXT "
                          "(one of the two)")
     opts = hf_options(args)
     from exactness.adapters.hf import HFDecoder, hf_target
@@ -180,14 +180,14 @@ def load_hf(args):
             except Exception as exc:
                 why = f"{type(exc).__name__}: {exc}"
         if why is not None:
-            raise ValueError(f"--prompt-text needs the tokenizer saved with --target {args.target!r} ({why}); "
+            raise ValueError(f"--prompt needs the tokenizer saved with --target {args.target!r} ({why}); "
                              "save it there (tokenizer.save_pretrained) or pass --prompt-ids")
         prompts = [list(tok(t)["input_ids"]) for t in args.prompt_text]
         if any(not p for p in prompts):
-            raise ValueError("--prompt-text: a prompt tokenised to no tokens; give a non-empty text")
+            raise ValueError("--prompt: a prompt tokenised to no tokens; give a non-empty text")
         lens = sorted({len(p) for p in prompts})
         if len(lens) > 1:
-            raise ValueError(f"--prompt-text: the prompts tokenise to unequal lengths {lens}; certify-decoder "
+            raise ValueError(f"--prompt: the prompts tokenise to unequal lengths {lens}; certify-decoder "
                              "needs equal lengths (certify each length in its own run)")
     else:
         prompts = parse_prompts(args.prompts)
@@ -204,7 +204,7 @@ def load(args):
             raise ValueError(f"{flag} is empty; give a path (or leave {flag} out)")
     if not args.decoder and args.target:
         return load_hf(args)
-    extra = [_flag(k) for k in HF_OPTIONS if getattr(args, k) is not None] + (["--prompt-text"]
+    extra = [_flag(k) for k in HF_OPTIONS if getattr(args, k) is not None] + (["--prompt"]
                                                                             if args.prompt_text else [])
     extra += ["--draft"] if args.draft else []
     if extra:

@@ -55,7 +55,7 @@ def add_arguments(parser) -> None:
     parser.add_argument("--pq", default=None, metavar="FILE.npz",
                         help="use the node in this .npz (arrays p and q, shape (V,)) instead")
     parser.add_argument("--workers", type=int, default=1, metavar="N", help="processes sharing the draws (default 1)")
-    parser.add_argument("--time-limit", type=seconds, default=None, metavar="SECONDS",
+    parser.add_argument("--time-limit", "--timeout", dest="time_limit", type=seconds, default=None, metavar="SECONDS",
                         help="stop after this many seconds (the bound uses the draws run; INCONCLUSIVE if short); "
                         "a verify or step_plan call that never returns is stopped max(10, SECONDS) later and FAILs "
                         "as a hang (without --time-limit: after 7,200 s, twice exactness.limits.MAX_SECONDS)")

