@@ -96,7 +96,7 @@ def load_proxy(spec: str, flag: str = "--proxy"):
 
 def load_verifier(spec: str, flag: str = "--verifier"):
     """A verifier from a registry name, ``name[option=value,...]`` or a ``module:object`` import path (``flag``: the
-    option that named it, quoted in every refusal: ``--verifier``, ``--kernel``, ``--reference``).
+    option that named it, quoted in every refusal: ``--verifier``, ``--reference``).
 
     ``module:object`` may name a Verifier instance, a class or a factory
     (called with no arguments); dotted parts may index dicts

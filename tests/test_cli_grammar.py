@@ -92,7 +92,7 @@ def test_a_kind_declaring_a_shared_name_differently_is_refused_when_the_parser_i
 
 
 @pytest.mark.parametrize("argv, flag, owners", [
-    (["certify", "decoder", "--kernel", "m:k"], "--kernel", "coupled"),
+    (["certify", "decoder", "--verifier", "m:k"], "--verifier", "verifiers, coupled, stepwise"),
     (["certify", "--decoder", "m:f"], "--decoder", "decoder"),
     (["certify", "stepwise", "--mutants"], "--mutants", "verifiers"),
     (["bench", "verify", "--trees", "2,1"], "--trees", "trees, decode"),
@@ -107,7 +107,7 @@ def test_another_kinds_option_is_refused_naming_its_kinds(argv, flag, owners, ca
 def test_a_kinds_help_shows_its_own_options_with_its_own_defaults(capsys):
     assert main(["certify", "coupled", "--help"]) == 0
     out = capsys.readouterr().out
-    assert "--kernel" in out and "--decoder" not in out and "--mutants" not in out and "default 2" in out
+    assert "--verifier" in out and "--decoder" not in out and "--mutants" not in out and "default 2" in out
     assert main(["bench", "gap", "--help"]) == 0
     out = capsys.readouterr().out
     assert "--nodes N [N ...]" in out and "--trees" not in out and "SUPPRESS" not in out
@@ -203,7 +203,7 @@ def test_a_count_past_any_limit_is_refused_with_exit_2(capsys):
 
 
 @pytest.mark.parametrize("argv, message", [
-    (["certify", "coupled", "--kernel", "rrs", "--k", "2,4"], "--k takes one value for certify coupled, got 2"),
+    (["certify", "coupled", "--verifier", "rrs", "--k", "2,4"], "--k takes one value for certify coupled, got 2"),
     (["certify", "stepwise", "--verifier", "rrs", "--verifier", "kseq"], "--verifier takes one value for certify "
                                                                         "stepwise"),
     (["certify", "stepwise", "--n", "100", "--tv", "0.1"], "give --n or --tv, not both"),

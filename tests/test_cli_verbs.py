@@ -19,7 +19,7 @@ def test_every_hyphenated_command_is_a_kind_of_its_verb():
         for kind, name in kinds.items():
             assert cli.split_verb([verb, kind, "--help"]) == (verb, kind, f"{verb} {kind}", ["--help"])
             assert cli.split_verb([name, "--n", "5"])[:2] == (verb, kind)        # the hyphenated spelling
-            parser, args = cli.parse([verb, kind] + (["--kernel", "m:k"] if kind == "coupled" else []))
+            parser, args = cli.parse([verb, kind] + (["--verifier", "m:k"] if kind == "coupled" else []))
             assert args.command == f"{verb} {kind}" and args._kind == kind
 
 

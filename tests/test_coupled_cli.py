@@ -13,16 +13,16 @@ from resispec.cli import main
 
 
 def test_cli_pass_fail_and_bad_args(capsys, tmp_path):
-    assert main(["certify-coupled", "--kernel", "rrs", "--reference", "rrs", "--n", "5000", "--V", "20"]) == 0
+    assert main(["certify-coupled", "--verifier", "rrs", "--reference", "rrs", "--n", "5000", "--V", "20"]) == 0
     assert "NO BIAS DETECTED" in capsys.readouterr().out
     out = tmp_path / "cex.py"
-    rc = main(["certify-coupled", "--kernel", "exactness.mutants:CATALOGUE.residual_is_p", "--reference", "rrs",
+    rc = main(["certify-coupled", "--verifier", "exactness.mutants:CATALOGUE.residual_is_p", "--reference", "rrs",
                "--k", "1", "--V", "20", "--stop-after", "1", "--out", str(out)])
     assert rc == 1 and "FAIL" in capsys.readouterr().out
     r = subprocess.run([sys.executable, str(out)], capture_output=True, text=True)   # the file reproduces it
     assert r.returncode == 0, r.stderr
     assert "kernel: token" in r.stdout
-    assert main(["certify-coupled", "--kernel", "no_such_module:X"]) == 2
+    assert main(["certify-coupled", "--verifier", "no_such_module:X"]) == 2
 
 
 def test_shrunk_counterexample_is_small_and_reproduces():
@@ -106,7 +106,7 @@ def test_cli_copies_for_a_kernel_that_normalises_in_place(capsys, tmp_path, monk
                    "        p /= p.sum(axis=1, keepdims=True)\n"
                    "        return get_verifier('rrs').verify(p, q, c, rng, uniforms=uniforms)\n")
     monkeypatch.syspath_prepend(str(tmp_path))
-    args = ["certify-coupled", "--kernel", "inplace_kernel:InPlace", "--reference", "rrs", "--n", "2000", "--V", "20"]
+    args = ["certify-coupled", "--verifier", "inplace_kernel:InPlace", "--reference", "rrs", "--n", "2000", "--V", "20"]
     assert main(args) == 1                          # writing into its read-only inputs: the kernel misbehaved
     out = capsys.readouterr().out
     assert "wrote into its read-only inputs" in out and "--copies" in out

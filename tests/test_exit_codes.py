@@ -112,12 +112,12 @@ def test_certify_bad_arguments_exit_2_and_write_nothing(user_dir, capsys):
 def test_certify_coupled_classes_of_outcome(user_dir, capsys):
     (user_dir / "subjects37.py").write_text(SUBJECTS)
     small = ["--k", "2", "--V", "20", "--n", "2000"]
-    assert main(["certify-coupled", "--kernel", "rrs", "--reference", "rrs", *small]) == 0
-    assert main(["certify-coupled", "--kernel", "exactness.mutants:CATALOGUE.residual_is_p", "--reference", "rrs",
+    assert main(["certify-coupled", "--verifier", "rrs", "--reference", "rrs", *small]) == 0
+    assert main(["certify-coupled", "--verifier", "exactness.mutants:CATALOGUE.residual_is_p", "--reference", "rrs",
                  *small]) == 1
-    assert main(["certify-coupled", "--kernel", "subjects37:Raises", "--reference", "rrs", *small]) == 1
+    assert main(["certify-coupled", "--verifier", "subjects37:Raises", "--reference", "rrs", *small]) == 1
     assert "ZeroDivisionError" in capsys.readouterr().out
-    assert main(["certify-coupled", "--kernel", "rrs", "--reference", "rrs", "--k", "0", "--V", "20"]) == 2
+    assert main(["certify-coupled", "--verifier", "rrs", "--reference", "rrs", "--k", "0", "--V", "20"]) == 2
 
 
 def test_certify_stepwise_classes_of_outcome(capsys):

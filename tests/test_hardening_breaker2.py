@@ -153,7 +153,7 @@ def test_coupled_tree_refuses_without_replacement_reference(reference):
 
 # -- 4. CLI certify-coupled ------------------------------------------------------------------------
 def _cli(*args):
-    return main(["certify-coupled", "--kernel", "rrs", "--n", "2000", *args])
+    return main(["certify-coupled", "--verifier", "rrs", "--n", "2000", *args])
 
 
 def test_cli_counterexample_path_checked_before_running(tmp_path, capsys):

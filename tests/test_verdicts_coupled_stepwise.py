@@ -34,7 +34,7 @@ from resispec.verifiers.resispec_wor import ResiSpecWOR
 RNG = np.random.default_rng(37)
 P, Q = RNG.dirichlet(np.ones(20)), RNG.dirichlet(np.ones(20))
 P8, Q8 = RNG.dirichlet(np.full(8, 0.7)), RNG.dirichlet(np.full(8, 0.7))
-ISSUE = ["certify-coupled", "--kernel", "exactness.mutants:CATALOGUE.residual_is_p", "--reference",
+ISSUE = ["certify-coupled", "--verifier", "exactness.mutants:CATALOGUE.residual_is_p", "--reference",
          "exactness.mutants:CATALOGUE.residual_is_p", "--k", "2", "--V", "20", "--n", "2000"]
 
 
@@ -291,15 +291,15 @@ KERNELS = textwrap.dedent('''
 def test_certify_coupled_exit_codes(user_dir, short_grace, capsys):
     (user_dir / "cs_kernels.py").write_text(KERNELS)
     small = ["--k", "2", "--V", "20", "--n", "1000"]
-    assert main(["certify-coupled", "--kernel", "rrs", "--reference", "rrs"] + small) == 0
-    assert main(["certify-coupled", "--kernel", "cs_kernels:Plain"] + small) == 0
+    assert main(["certify-coupled", "--verifier", "rrs", "--reference", "rrs"] + small) == 0
+    assert main(["certify-coupled", "--verifier", "cs_kernels:Plain"] + small) == 0
     assert "'generator' convention" in capsys.readouterr().out
-    assert main(["certify-coupled", "--kernel", "cs_kernels:Raises"] + small) == 1
+    assert main(["certify-coupled", "--verifier", "cs_kernels:Raises"] + small) == 1
     assert "ZeroDivisionError: boom" in capsys.readouterr().out
-    assert main(["certify-coupled", "--kernel", "cs_kernels:Hang", "--time-limit", "0.5"] + small) == 1
+    assert main(["certify-coupled", "--verifier", "cs_kernels:Hang", "--time-limit", "0.5"] + small) == 1
     assert "Hang.verify did not return" in capsys.readouterr().out
-    assert main(["certify-coupled", "--kernel", "rrs", "--time-limit", "-1"] + small) == 2
-    assert main(["certify-coupled", "--kernel", "cs_kernels:Plain", "--convention", "resispec"] + small) == 2
+    assert main(["certify-coupled", "--verifier", "rrs", "--time-limit", "-1"] + small) == 2
+    assert main(["certify-coupled", "--verifier", "cs_kernels:Plain", "--convention", "resispec"] + small) == 2
     assert "convention='generator'" in capsys.readouterr().err
 
 

@@ -128,7 +128,7 @@ def test_biased_reference_too_large_to_enumerate_fails_by_monte_carlo(k, V):
 
 
 def test_biased_reference_cli_exits_1_at_k4(capsys):
-    args = ["certify-coupled", "--kernel", BIASED, "--reference", BIASED, "--k", "4", "--V", "50", "--n", "2000"]
+    args = ["certify-coupled", "--verifier", BIASED, "--reference", BIASED, "--k", "4", "--V", "50", "--n", "2000"]
     assert main(args) == 1
     out = capsys.readouterr().out
     assert "FAIL (reference biased)" in out and "NO BIAS DETECTED" not in out
@@ -149,7 +149,7 @@ def test_unchecked_reference_is_inconclusive_exit_3(capsys):
     assert not cert.passed and cert.inconclusive and cert.outcome == "INCONCLUSIVE"
     assert cert.reference_law == "unchecked" and cert.verdict.startswith("INCONCLUSIVE (the reference was not checked)")
     assert cert.summary().startswith("INCONCLUSIVE: reference not checked")
-    args = ["certify-coupled", "--kernel", BIASED, "--reference", BIASED, "--k", "4", "--V", "50", "--n", "2000",
+    args = ["certify-coupled", "--verifier", BIASED, "--reference", BIASED, "--k", "4", "--V", "50", "--n", "2000",
             "--reference-check", "none"]
     assert main(args) == 3
     assert "the reference was not checked" in capsys.readouterr().out
@@ -167,7 +167,7 @@ def test_coupled_kernel_calling_sys_exit_fails(subjects, capsys):
     cert = certify_coupled(subjects.ExitKernel(), "rrs", P, Q, 2, n=1000)
     assert not cert.passed and cert.classification == "subject error"
     assert "ExitKernel.verify called sys.exit(2)" in cert.cause
-    assert main(["certify-coupled", "--kernel", "subjects_r2c:ExitKernel", "--V", "20", "--n", "1000"]) == 1
+    assert main(["certify-coupled", "--verifier", "subjects_r2c:ExitKernel", "--V", "20", "--n", "1000"]) == 1
     assert "called sys.exit(2)" in capsys.readouterr().out
 
 
@@ -295,7 +295,7 @@ def test_kernel_writing_into_its_inputs_fails_naming_copies(subjects, capsys):
     assert not cert.passed and cert.outcome == "FAIL" and cert.classification == "subject error"
     assert "wrote into its read-only inputs" in cert.cause and "copies=True" in cert.cause
     assert "--copies" in cert.cause
-    args = ["certify-coupled", "--kernel", "subjects_r2c:WritesKernel", "--V", "20", "--n", "2000"]
+    args = ["certify-coupled", "--verifier", "subjects_r2c:WritesKernel", "--V", "20", "--n", "2000"]
     assert main(args) == 1
     assert "wrote into its read-only inputs" in capsys.readouterr().out
     assert main(args + ["--copies"]) == 0
@@ -311,7 +311,7 @@ def test_not_the_same_coupling_is_inconclusive(subjects, capsys):
     assert cert.verdict.startswith("INCONCLUSIVE (not the same coupling")
     assert cert.summary().startswith("INCONCLUSIVE: not the same coupling")
     np.savez(Path(subjects.__file__).parent / "node8.npz", p=P8, q=Q8)
-    args = ["certify-coupled", "--kernel", "subjects_r2c:Crossed", "--reference", "resispec", "--k", "3",
+    args = ["certify-coupled", "--verifier", "subjects_r2c:Crossed", "--reference", "resispec", "--k", "3",
             "--pq", str(Path(subjects.__file__).parent / "node8.npz"), "--n", "4000"]
     assert main(args) == 3
     assert "INCONCLUSIVE (not the same coupling" in capsys.readouterr().out

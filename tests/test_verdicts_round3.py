@@ -351,7 +351,7 @@ def subjects_dir(tmp_path):
     ["certify", "--verifier", "ends_r3:Ends", "--k", "2", "--families", "zipf", "--n", "3000", "--no-mutants",
      "--executor", "local", "--out", "o/r.md"],
     ["certify", "stepwise", "--verifier", "ends_r3:_ends_step", "--V", "8", "--k", "2", "--n", "300"],
-    ["certify", "coupled", "--kernel", "ends_r3:Ends", "--V", "8", "--k", "2", "--n", "300"],
+    ["certify", "coupled", "--verifier", "ends_r3:Ends", "--V", "8", "--k", "2", "--n", "300"],
     ["certify", "decoder", "--decoder", "ends_r3:ends_decoder", "--new-tokens", "2", "--n", "200", "--out", "o/d.md"],
     ["certify", "--verifier", "ends_r3:Forges", "--k", "2", "--families", "zipf", "--n", "3000", "--no-mutants",
      "--out", "o/r.md"],
@@ -454,7 +454,7 @@ def test_the_process_executor_starts_at_most_workers_per_cpu_processes(monkeypat
 
 
 def test_a_coupled_pass_stopped_by_its_time_limit_is_inconclusive_not_a_pass():
-    """`certify coupled --kernel rrs --n 1000 --time-limit 5 --V 100000000`: 1 draw, TV <= 0.999, exit 0."""
+    """`certify coupled --verifier rrs --n 1000 --time-limit 5 --V 100000000`: 1 draw, TV <= 0.999, exit 0."""
     from exactness import certify_coupled
     from resispec import get_verifier
 
@@ -469,10 +469,10 @@ def test_a_coupled_pass_stopped_by_its_time_limit_is_inconclusive_not_a_pass():
     (["bench", "--out", "", "--families", "zipf"], "--out must be a non-empty path"),
     (["certify", "stepwise", "--pq", "", "--n", "100"], "--pq names no file"),
     (["certify", "stepwise", "--pq", "/dev/null", "--n", "100"], "need an .npz with arrays 'p' and 'q' (EOFError"),
-    (["certify", "coupled", "--kernel", "rrs", "--pq", " ", "--n", "100"], "--pq names no file"),
+    (["certify", "coupled", "--verifier", "rrs", "--pq", " ", "--n", "100"], "--pq names no file"),
     (["bench", "verify", "--seed", "-1"], "--seed must be >= 0"),
-    (["certify", "coupled", "--kernel", "no_such_module_r3:X", "--n", "100"], "--kernel 'no_such_module_r3:X'"),
-    (["certify", "coupled", "--kernel", "rrs", "--reference", "no_such_rule", "--n", "100"],
+    (["certify", "coupled", "--verifier", "no_such_module_r3:X", "--n", "100"], "--verifier 'no_such_module_r3:X'"),
+    (["certify", "coupled", "--verifier", "rrs", "--reference", "no_such_rule", "--n", "100"],
      "--reference: unknown verifier"),
     (["families", "--seed", "x"], "--seed takes an integer"),
     (["bench", "--trees", "9,9,9,9,9,9,9,9", "--families", "zipf"], "MAX_TREE_NODES"),

@@ -101,7 +101,7 @@ SUBJECTS = textwrap.dedent("""
      "--executor", "local", "--out", "o/r.md"],
     ["certify", "stepwise", "--verifier", "ki_r4:interrupts_in_verify", "--V", "8", "--k", "2", "--n", "300"],
     ["certify", "stepwise", "--verifier", "ki_r4:interrupts_in_step_plan", "--V", "8", "--k", "2", "--n", "300"],
-    ["certify", "coupled", "--kernel", "ki_r4:Interrupts", "--V", "8", "--k", "2", "--n", "300"],
+    ["certify", "coupled", "--verifier", "ki_r4:Interrupts", "--V", "8", "--k", "2", "--n", "300"],
 ], ids=["certify", "certify-local", "stepwise-verify", "stepwise-step-plan", "coupled"])
 def test_cli_a_subject_raising_keyboard_interrupt_itself_is_a_fail_not_ctrl_c(tmp_path, args):
     """Each exited 130 ("interrupted (Ctrl-C)") with no verdict, although nobody pressed Ctrl-C."""

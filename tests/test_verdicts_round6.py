@@ -85,7 +85,7 @@ def test_the_default_budget_is_checked_against_memory_before_anything_runs(capsy
 def test_an_unknown_option_is_named_by_the_command_typed(capsys):
     from resispec.cli import main
 
-    assert main(["certify", "coupled", "--kernel", "rrs", "--mc-samples", "5"]) == 2
+    assert main(["certify", "coupled", "--verifier", "rrs", "--mc-samples", "5"]) == 2
     assert "resispec certify coupled: error: unrecognized arguments: --mc-samples 5" in capsys.readouterr().err
 
 

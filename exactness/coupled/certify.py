@@ -293,7 +293,7 @@ def _load(obj, what: str):
     if isinstance(obj, str):
         from ..certify_run import load_verifier
 
-        flag = f"--{what}"                            # the flag that named it (--kernel, --reference)
+        flag = f"--{what}"                            # the flag that named it (--verifier, --reference)
         try:
             return load_verifier(obj, flag)[1]
         except ValueError as exc:

@@ -8,9 +8,9 @@ mismatching draw and a shrunk counterexample (Python that reproduces it).
 See docs/coupled.md.
 
 Examples:
-  resispec certify coupled --kernel mypkg.kernels:MyRRS --reference rrs --k 2 --V 32000 --n 1e5
-  resispec certify coupled --kernel exactness.mutants:CATALOGUE.bf16_ratio --reference rrs --stop-after 1
-  resispec certify coupled --kernel mine:SGLangStyle --convention sglang --pq node.npz --fallback
+  resispec certify coupled --verifier mypkg.kernels:MyRRS --reference rrs --k 2 --V 32000 --n 1e5
+  resispec certify coupled --verifier exactness.mutants:CATALOGUE.bf16_ratio --reference rrs --stop-after 1
+  resispec certify coupled --verifier mine:SGLangStyle --convention sglang --pq node.npz --fallback
 
 A pass bounds the kernel's distance from p only when the reference is
 trusted: a registry rule (exact by proof), or a user's reference whose law is
@@ -41,8 +41,9 @@ SUPERVISED = True
 def add_arguments(parser) -> None:
     from ._args import ListAction, count, out_path, seconds, seed
 
-    parser.add_argument("--kernel", required=True, metavar="NAME|MODULE:OBJECT",
-                        help="the kernel: module:object (IMPORTS AND RUNS that module) or a registry name")
+    parser.add_argument("--verifier", action="append", one=True, required=True, metavar="NAME|MODULE:OBJECT",
+                        help="the kernel under test (a verifier: a fused, ported or engine implementation of the "
+                        "--reference rule): module:object (IMPORTS AND RUNS that module) or a registry name")
     parser.add_argument("--reference", default="rrs", metavar="NAME",
                         help="the rule the kernel implements: registry name or name[option=value] (default rrs)")
     parser.add_argument("--convention", default=None, choices=["resispec", "sglang", "generator"],
@@ -106,11 +107,11 @@ def run(args) -> int:
 
     from ._supervisor import run_started
 
-    kernel = _load(args.kernel, "kernel")              # its module imported before the clock (a slow import is
+    kernel = _load(args.verifier, "verifier")              # its module imported before the clock (a slow import is
     run_started(hard_limit(time_limit))                # not a hang); the supervisor's wall clock starts here
     cert = exactness.certify_coupled(kernel, args.reference, p, q, args.k, n=args.samples, alpha=args.alpha,
                                      seed=args.seed, convention=args.convention, fallback=args.fallback,
-                                     stop_after=args.stop_after, kernel_spec=args.kernel, copies=args.copies,
+                                     stop_after=args.stop_after, kernel_spec=args.verifier, copies=args.copies,
                                      time_limit=time_limit, reference_check=getattr(args, "reference_check", "auto"))
     print(cert.verdict)
     print(f"({cert.n:,} coupled draws in {cert.seconds:.2f} s, reference path: {cert.path})")
