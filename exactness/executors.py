@@ -203,7 +203,7 @@ def check_address(address) -> str | None:
     if address == "auto":
         return address
     host, sep, port = address.removeprefix("ray://").rpartition(":")
-    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+    if not sep or not host or not (port.isascii() and port.isdigit()) or not 0 < int(port) < 65536:
         raise ValueError(f"address {address!r}: write HOST:PORT (e.g. 10.0.0.1:6379, the address `ray start "
                          "--head` prints), ray://HOST:PORT, or 'auto'")
     return address

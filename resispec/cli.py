@@ -97,12 +97,16 @@ def _name_the_flag(parser, args, msg: str) -> str:
     """A library's refusal of a value that came from a flag, named as the flag: ``"numpy_B must be ..."`` ->
     ``"--numpy-B must be ..."``, ``"time_limit must be ..."`` -> ``"--time-limit must be ..."`` (the library
     names its parameter; the user typed the flag)."""
-    for action in _subparser(parser, args)._actions:
+    sub = _subparser(parser, args)
+    kind = getattr(args, "_kind", None)
+    for action in (sub.kind_actions(kind) if kind and hasattr(sub, "kind_actions") else sub._actions):
         if not action.option_strings or action.dest == "help":
             continue
-        for tail in (" must ", " entries must ", " ="):
-            if msg.startswith(action.dest + tail):
-                return action.option_strings[0] + msg[len(action.dest):]
+        names = (action.dest, action.dest[:-1]) if action.nargs == "+" and action.dest.endswith("s") else (action.dest,)
+        for name in names:                       # a list's entries may be refused one at a time: "temperature must"
+            for tail in (" must ", " entries must ", " ="):
+                if msg.startswith(name + tail):
+                    return action.option_strings[0] + msg[len(name):]
     return msg
 
 
@@ -170,6 +174,12 @@ def parse(argv: list[str]) -> tuple[argparse.ArgumentParser, argparse.Namespace]
         vp.finish(args)
         args.command = typed
     return parser, args
+
+
+#: what a size past the memory says (numpy's ValueErrors for sizes past any memory are the same case)
+_TOO_BIG = "not enough memory for the sizes asked ({exc}); give smaller sizes (--V, --B, --nodes, --n, --trees)"
+_NUMPY_TOO_BIG = ("Maximum allowed dimension exceeded",
+                  "array is too big; `arr.size * arr.dtype.itemsize` is larger than the maximum possible size.")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -255,11 +265,13 @@ def _run(parser, args) -> int:
             _say(f"resispec {args.command}: FAIL: {closed} was closed during the run, so the verdict could not be "
                  f"written ({type(exc).__name__}: {exc}); a subject that closes the process's output is a FAIL")
             return 1
+        if str(exc) in _NUMPY_TOO_BIG:    # numpy: a size past any memory, as a MemoryError below
+            print(f"resispec {args.command}: error: {_TOO_BIG.format(exc=f'numpy: {exc}')}", file=sys.stderr)
+            return 2
         print(f"resispec {args.command}: error: {_name_the_flag(parser, args, str(exc))}", file=sys.stderr)
         return 2
     except MemoryError as exc:    # sizes past this machine's memory (a subject's own is a FAIL, inside the harness)
-        print(f"resispec {args.command}: error: not enough memory for the sizes asked ({exc}); give smaller sizes "
-              "(--V, --B, --nodes, --n, --trees)", file=sys.stderr)
+        print(f"resispec {args.command}: error: {_TOO_BIG.format(exc=exc)}", file=sys.stderr)
         return 2
     except KeyboardInterrupt as exc:     # Ctrl-C: one line, not a traceback
         from exactness._checks import passes_through

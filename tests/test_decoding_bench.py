@@ -536,7 +536,7 @@ def test_bench_decode_refuses_what_would_lose_data_or_fake_a_standard_error(tmp_
                        (["--trees", "2,1", "--seeds", "1", "1"], "--seeds: lists '1' twice"),
                        (["--trees", "2,1", "--verifiers", "resispec", "--score", "block"], "--scores block: exact for none"),
                        (["--trees", "wor:2", "--verifiers", "resispec", "--score", "rrs"], "--scores rrs: exact for none"),
-                       (["--trees", "1,1", "--verifiers", "traversal", "--proxy", "nosuch"], "applies to the resispec")):
+                       (["--trees", "1,1", "--verifiers", "traversal", "--proxy", "topk"], "applies to the resispec")):
         assert main(base + extra + ["--out", out]) == 2, extra
         assert msg in capsys.readouterr().err, extra
 

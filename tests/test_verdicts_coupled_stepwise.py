@@ -296,7 +296,7 @@ def test_certify_coupled_exit_codes(user_dir, short_grace, capsys):
     assert "'generator' convention" in capsys.readouterr().out
     assert main(["certify-coupled", "--verifier", "cs_kernels:Raises"] + small) == 1
     assert "ZeroDivisionError: boom" in capsys.readouterr().out
-    assert main(["certify-coupled", "--verifier", "cs_kernels:Hang", "--time-limit", "0.5"] + small) == 1
+    assert main(["certify-coupled", "--verifier", "cs_kernels:Hang", "--time-limit", "1"] + small) == 1
     assert "Hang.verify did not return" in capsys.readouterr().out
     assert main(["certify-coupled", "--verifier", "rrs", "--time-limit", "-1"] + small) == 2
     assert main(["certify-coupled", "--verifier", "cs_kernels:Plain", "--convention", "resispec"] + small) == 2
@@ -310,7 +310,7 @@ def test_certify_stepwise_exit_codes(user_dir, short_grace, monkeypatch, capsys)
     assert main(["certify-stepwise"] + small) == 0
     assert main(["certify-stepwise", "--verifier", "cs_kernels:RaisePlan"] + small) == 1
     assert "RaisePlan.step_plan raised" in capsys.readouterr().out
-    assert main(["certify-stepwise", "--verifier", "cs_kernels:HangVerify", "--time-limit", "0.5"] + small) == 1
+    assert main(["certify-stepwise", "--verifier", "cs_kernels:HangVerify", "--time-limit", "1"] + small) == 1
     assert "HangVerify.verify did not return" in capsys.readouterr().out
     assert main(["certify-stepwise", "--verifier", "cs_kernels:OtherCoins"] + small) == 3
     assert "Not the same coupling" in capsys.readouterr().out

@@ -281,7 +281,7 @@ def bench_accept(*, families=DEFAULT_FAMILIES, Vs=DEFAULT_V, ks=DEFAULT_K, Ts=DE
                 plan.append((fam, int(V), T))
     t0 = time.perf_counter()
     cells = []
-    bar = tqdm(total=len(plan) * len(ks), desc="bench-accept", unit="cell", disable=not progress)
+    bar = tqdm(total=len(plan) * len(ks), desc="bench-accept", unit="cell", disable=None if progress else True)
     for fam, V, T in plan:
         rng = _cell_seed(seed, fam.name, V, T)
         P, Q = fam.sample(rng, n=int(nodes), V=None if fam.fixed_vocab else V, temperature=T)

@@ -458,7 +458,7 @@ def run_bench(pair, prompts: list[list[int]], *, verifiers=DEFAULT_VERIFIERS, tr
     if estimate and todo:
         print(_estimate(pair, prompts, jobs, len(todo), max_new_tokens, sampling), file=sys.stderr)
     total = len(jobs) * len(todo) * max_new_tokens
-    with tqdm(total=total, desc="bench-decode", unit="tok", disable=not progress, file=sys.stderr) as bar:
+    with tqdm(total=total, desc="bench-decode", unit="tok", disable=None if progress else True, file=sys.stderr) as bar:
         for u in todo:
             seed, i, rep = units[u]
             ids = prompts[i]

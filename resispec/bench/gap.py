@@ -287,7 +287,7 @@ class GapTable:
             out["target_iid_k4_8"] = {"lookahead_mean_gap": f(la), "myopic_mean_gap": f(my), "seq_opt_mean_gap": f(lp),
                                       "lookahead_ge_myopic_cells": sum(
                                           c.acceptance["resispec"] >= c.acceptance["resispec_myopic"] - 1e-12
-                                          for c in iid), "cells": len(iid)}
+                                          for c in iid), "cells": len(iid), "k": sorted({c.k for c in iid})}
         wor = [c for c in self.cells if c.section in ("wor", "wor_small")]
         if wor:
             below = [f"{c.section} {c.family} T={c.T} k={c.k}" for c in wor
@@ -361,7 +361,7 @@ def bench_gap(*, families=DEFAULT_FAMILIES, Ts=DEFAULT_T, ks=DEFAULT_K, wor_ks=D
         get_family(f)
     n_cells = len(families) * len(Ts) * (len(ks) * ("iid" in sections) + len(wor_ks) * (
         ("wor" in sections) + ("wor_small" in sections)))
-    bar = tqdm(total=n_cells, desc="bench-gap", unit="cell", disable=not progress)
+    bar = tqdm(total=n_cells, desc="bench-gap", unit="cell", disable=None if progress else True)
     t0 = time.perf_counter()
     cells = []
     if "iid" in sections:
@@ -385,15 +385,18 @@ def to_markdown(table: GapTable, *, command: str | None = None) -> str:
     st = table.settings
     L = ["# Closing the gap (`resispec bench gap`)", ""] + command_lines(command)
     L += [f"Families {', '.join(st['families'])}; T in {st['T']}; iid k in {st['k']}, WOR k in {st['wor_k']}; "
-          f"V = {st['V']} ({st['nodes']} nodes per cell), small WOR cases V = {st['V_small']} "
-          f"({st['small_nodes']} nodes); seed {st['seed']}. Run time {table.seconds:.0f} s.", "",
+          f"V = {st['V']} ({st['nodes']} nodes per cell)"
+          + (f", small WOR cases V = {st['V_small']} ({st['small_nodes']} nodes)"
+             if "wor_small" in st.get("sections", ("wor_small",)) else "")
+          + f"; seed {st['seed']}. Run time {table.seconds:.0f} s.", "",
           "Gap closed = (A - A_base) / (bound - A_base) on cell means (base `rrs` for iid, `rrs_wor` for WOR); "
           f"'-' where the cell is saturated (bound - A_base < {SATURATED:g}).", ""]
     head_at = len(L)
     L += ["## Headline", ""]
     t = s.get("target_iid_k4_8")
     if t:
-        L += [f"- iid, k in {{4, 8}}: mean fraction of the rrs-to-alpha* gap closed by the default `resispec`: "
+        ks = ", ".join(map(str, t.get("k", (4, 8))))      # the cells' k among 4 and 8 (older JSON: both)
+        L += [f"- iid, k in {{{ks}}}: mean fraction of the rrs-to-alpha* gap closed by the default `resispec`: "
               f"now (look-ahead) {fmt(t['lookahead_mean_gap'], 3)}, before (myopic, `resispec_myopic`) "
               f"{fmt(t['myopic_mean_gap'], 3)}; sequential LP optimum "
               f"{fmt(t['seq_opt_mean_gap'], 3)}; look-ahead >= myopic in {t['lookahead_ge_myopic_cells']} of "

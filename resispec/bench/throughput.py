@@ -302,7 +302,7 @@ def _time_calls(jobs, calls, backends, progress):
         from tqdm import tqdm
 
         bar = tqdm(total=len(jobs) + sum(c[4] for c in calls.values()), desc="bench-verify", unit="call",
-                   leave=False)
+                   leave=False, disable=None)             # None: no bar off a terminal
     times = {job: [] for job in jobs}
     outs = {}
     for backend in backends:

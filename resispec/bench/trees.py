@@ -239,7 +239,7 @@ def run_bench(*, families=DEFAULT_FAMILIES, temperatures=DEFAULT_TEMPERATURES, s
     ks = {d: sorted({k for sh in parsed if sh.drafting == d for k in sh.branching}) for d in ("iid", "without_replacement")}
     rows: list[BenchRow] = []
     total = len(fams) * len(temperatures) * len(entries)
-    bar = tqdm(total=total, disable=not progress, desc="bench", unit="verifier")
+    bar = tqdm(total=total, disable=None if progress else True, desc="bench", unit="verifier")
     for fi, fam in enumerate(fams):
         for ti, T in enumerate(temperatures):
             rng = np.random.default_rng([seed, fi, ti])

@@ -73,6 +73,21 @@ def seconds(text: str) -> float:
     return value
 
 
+def time_limit(value, flag: str = "--time-limit") -> float | None:
+    """A ``--time-limit`` as every ``certify`` subject takes it: ``0`` -> None (no limit), else seconds in
+    ``[exactness.limits.MIN_CELL_TIMEOUT, 1e7]`` (a float); ValueError naming ``flag`` otherwise."""
+    from exactness.limits import MIN_CELL_TIMEOUT
+
+    if value is None or value == 0:
+        return None
+    if not MIN_CELL_TIMEOUT <= value <= 1e7:         # also refuses NaN
+        why = (" (a shorter limit stops the run before its first draws and would FAIL an exact subject as a hang: "
+               "the limit is yours, not the subject's)" if 0 < value < MIN_CELL_TIMEOUT else "")
+        raise ValueError(f"{flag} must be 0 (no limit) or a number of seconds in [{MIN_CELL_TIMEOUT:g}, 1e7], got "
+                         f"{value}{why}")
+    return float(value)
+
+
 def seed_int(text: str) -> int:
     """``--seed`` of a command that takes one integer: ``3`` -> 3; anything else (a negative, a sequence, text) is
     refused naming the flag."""
@@ -178,7 +193,22 @@ class Parser(argparse.ArgumentParser):
             typed = [n for n in names if any(a == n or a.startswith(n + "=") for a in self._typed)]
             return f"argument {(typed or names)[0]}:"
 
-        super().error(re.sub(r"^argument (--[\w-]+(?:/-{1,2}[\w-]+)+):", one, message))
+        message = re.sub(r"^argument (--[\w-]+(?:/-{1,2}[\w-]+)+):", one, message)
+        if message.startswith("unrecognized arguments: "):
+            message += self._did_you_mean(message.split(": ", 1)[1].split())
+        super().error(message)
+
+    def _did_you_mean(self, unknown: list) -> str:
+        """``"; did you mean --tree?"`` for the first unknown option close to one this parser (its kind) takes."""
+        import difflib
+
+        actions = self.kind_actions() if hasattr(self, "kind_actions") else self._actions
+        names = [o for a in actions for o in a.option_strings[:1] if o.startswith("--") and o != "--help"]
+        for word in unknown:
+            close = difflib.get_close_matches(word.split("=", 1)[0], names, n=1, cutoff=0.6)
+            if word.startswith("--") and close:
+                return f"; did you mean {close[0]}? ({self.prog} --help lists the options)"
+        return ""
 
 
 class ListAction(argparse.Action):

@@ -118,9 +118,23 @@ def parse_kind(mod, argv: list) -> argparse.Namespace:
     """``argv`` parsed by the options of one kind's module alone (``mod.add_arguments``), with its defaults filled and
     its one-value options unwrapped, as :class:`VerbParser` hands them to ``run``; ``SystemExit`` / ``ValueError``
     for what does not parse (a stored command read back, ``--resume``)."""
-    parser = VerbParser(prog=f"resispec {mod.NAME}", kinds={mod.NAME: mod}, add_help=False)
+    parser = _one_kind(mod)
     args = parser.finish(parser.parse_args(argv))
     return argparse.Namespace(**{k: v for k, v in vars(args).items() if not k.startswith("_")})
+
+
+def _one_kind(mod) -> VerbParser:
+    return VerbParser(prog=f"resispec {mod.NAME}", kinds={mod.NAME: mod}, add_help=False)
+
+
+def given_options(mod, args: argparse.Namespace, keep=()) -> list:
+    """The options of ``mod`` (one kind) that ``args`` holds at other than their defaults, by their names (an
+    option whose dest is in ``keep`` left out): what a mode that reads saved results instead (``--from-json``) would
+    otherwise ignore."""
+    parser = _one_kind(mod)
+    defaults = vars(parser.finish(parser.parse_args([])))
+    return [parser._flag(dest) for dest, value in defaults.items()
+            if not dest.startswith("_") and dest not in keep and getattr(args, dest, value) != value]
 
 
 class _Declare:

@@ -59,6 +59,13 @@ def add_arguments(parser):
 
 
 def run(args) -> int:
+    if args.from_json:
+        from ._verb import given_options
+
+        given = given_options(sys.modules[__name__], args, keep=("from_json", "out", "no_progress"))
+        if given:
+            raise ValueError(f"--from-json re-renders a finished run's report and takes only --out; drop "
+                             f"{' '.join(given)}")
     args.out, args.stem = folder_and_stem(args.out, "bench")
     check_out(args.out, "--out", folder=True, files=(f"{args.stem}.md", f"{args.stem}.json"))   # before any work
     from pathlib import Path
@@ -95,7 +102,10 @@ def run(args) -> int:
 
     seen: dict = {}
     for s in args.trees:
-        shape = TreeShape.parse(s)                          # fail before any work
+        try:
+            shape = TreeShape.parse(s)                      # fail before any work
+        except ValueError as exc:
+            raise ValueError(f"--trees {s}: {exc}") from None
         if shape.num_nodes > MAX_TREE_NODES:
             raise ValueError(f"--trees {s}: {shape.num_nodes:,} nodes, over MAX_TREE_NODES = "
                              f"{MAX_TREE_NODES:,} (resispec.trees); give a smaller shape")

@@ -95,6 +95,11 @@ def run(args) -> int:
     for s in args.seeds or []:
         if s < 0:
             raise ValueError(f"--seeds must be >= 0, got {s}")
+    if args.proxies is not None:
+        from ..proxies import PROXIES
+
+        if args.proxies not in PROXIES:
+            raise ValueError(f"--proxies {args.proxies!r}: unknown proxy; choose one of {', '.join(sorted(PROXIES))}")
     for v in args.verifiers:
         get_any_verifier(v, **({"proxy": args.proxies} if args.proxies and v == "resispec" else {}))
     path = [v for v in args.verifiers if v in available_path_verifiers()
@@ -122,7 +127,10 @@ def run(args) -> int:
                          "--scores none alone, or the names to score")
     args.score = [] if args.no_paired else args.score
     named = [m for m in args.score if m != "all"]
-    args.score = score_names(args.score)
+    try:
+        args.score = score_names(args.score)
+    except ValueError as exc:
+        raise ValueError(f"--scores: {exc}") from None
     if args.proxies is not None and "resispec" not in args.verifiers and "resispec" not in args.score:
         raise ValueError(f"--proxies {args.proxies} applies to the resispec verifier only, which neither --verifiers "
                          "nor --scores names; add resispec or drop --proxies")
@@ -274,11 +282,9 @@ def _summarize(args) -> int:
 
     import os
 
-    from ._verb import parse_kind
+    from ._verb import given_options
 
-    defaults = vars(parse_kind(sys.modules[__name__], []))   # every option of the command at its default
-    given = [f"--{k.replace('_', '-')}" for k, v in defaults.items()
-             if k not in ("from_json", "out") and getattr(args, k, v) != v]
+    given = given_options(sys.modules[__name__], args, keep=("from_json", "out"))
     if given:
         raise ValueError(f"--from-json renders finished runs and takes only --out; drop {' '.join(given)}")
     check_report_path(args.out, "--out")

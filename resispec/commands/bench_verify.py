@@ -36,10 +36,11 @@ def add_arguments(parser):
                         help="comma-separated verifiers (default: rrs,kseq,resispec; with --drafting "
                              "without_replacement: rrs_wor,resispec)")
     parser.add_argument("--backends", "--torch-solvers", dest="backends", action=BackendsAction,
-                        default=["numpy", "torch"],
-                        help="numpy, torch, or torch[solver=S] to time ResiSpec's reserve solver S (auto, fused, "
-                             "newton, sort) side by side with torch's default (auto: fused on CPU, newton on GPU), "
-                             "e.g. --backends torch torch[solver=newton] (default: numpy torch)")
+                        default=["numpy", "torch"], unique=False,
+                        help="numpy, torch, and torch[solver=S]: on torch also time resispec[solver=S], the "
+                             "fixed-point reserve by solver S (fused, newton or sort), beside the default resispec "
+                             "row (the look-ahead reserve; S = auto is that row), e.g. --backends torch "
+                             "'torch[solver=newton]' (default: numpy torch)")
     parser.add_argument("--drafting", default="iid", choices=["iid", "without_replacement"],
                         help="how candidates are drawn; without_replacement times rules for such drafts (rrs_wor, "
                              "target_only, the without-replacement resispec) against rrs_wor (default: %(default)s)")
@@ -50,13 +51,25 @@ def add_arguments(parser):
 
 
 class BackendsAction(ListAction):
-    """``--backends``; its old spelling ``--torch-solvers S,...`` (committed reports quote it) adds
-    ``torch[solver=S]`` for each S."""
+    """``--backends``: items split at the commas outside brackets (``torch[solver=newton],numpy``).  Its old
+    spelling ``--torch-solvers S,...`` (committed reports quote it) adds ``torch[solver=S]`` for each S to the
+    backends given so far (the default numpy and torch when none were)."""
+
+    def __init__(self, *args, **kwargs):
+        kwargs["sep"] = None                             # split here, at the commas outside brackets
+        super().__init__(*args, **kwargs)
 
     def __call__(self, parser, namespace, values, option_string=None):
+        import re
+
+        values = [part for raw in ([values] if isinstance(values, str) else values)
+                  for part in re.split(r",(?![^\[]*\])", str(raw))]
         if option_string == "--torch-solvers":
-            values = [f"torch[solver={v.strip()}]" for raw in ([values] if isinstance(values, str) else values)
-                      for v in str(raw).split(",") if v.strip()]
+            values = [f"torch[solver={v.strip()}]" for v in values if v.strip()]
+            if not isinstance(getattr(namespace, self.dest, None), list):   # before any --backends: the defaults
+                kinds = getattr(parser, "kind_defaults", {})               # (a verb's parser keeps them per kind)
+                default = kinds.get(getattr(parser, "kind", None), {}).get(self.dest, self.default)
+                setattr(namespace, self.dest, list(default) if isinstance(default, (list, tuple)) else [])
         super().__call__(parser, namespace, values, option_string)
 
 
@@ -71,8 +84,11 @@ def backends_and_solvers(specs) -> tuple:
         name, opts = parse_spec(spec, "--backends")
         if name not in ("numpy", "torch"):
             raise ValueError(f"--backends {spec!r}: choose numpy, torch or torch[solver=S]")
-        if set(opts) - {"solver"} or (opts and name != "torch"):
+        if opts and name != "torch":
             raise ValueError(f"--backends {spec!r}: only torch takes an option, solver (torch[solver=newton])")
+        if set(opts) - {"solver"}:
+            raise ValueError(f"--backends {spec!r}: torch takes one option, solver (torch[solver=newton]), not "
+                             f"{', '.join(sorted(set(opts) - {'solver'}))}")
         if name not in backends:
             backends.append(name)
         if name == "torch":
@@ -109,6 +125,12 @@ def run(args) -> int:
     args.backends, torch_solvers = backends_and_solvers(args.backends)
     if "torch" in args.backends:
         _check_device(args.device)
+    else:
+        unused = [f"--{name} {value}" for name, value, default in (("device", args.device, "cpu"),
+                                                                 ("dtype", args.dtype, "auto")) if value != default]
+        if unused:
+            raise ValueError(f"{' and '.join(unused)} set the torch backend, which --backends leaves out; add torch "
+                             "to --backends or drop them")
     from ..bench.throughput import bench_verify, write_reports
 
     wor = args.drafting != "iid"

@@ -176,7 +176,12 @@ def _check_executor(spec: str) -> tuple:
                          f"--executor {spec!r}: ray takes address only (ray[address=HOST:PORT]), not "
                          f"{', '.join(unknown)}")
     address = options.get("address")
-    check_address(address if address is None else str(address))
+    if "address" in options and not isinstance(address, str):   # ray[address=None] or [address=6379]: not an address
+        raise ValueError(f"--executor {spec!r}: address must be HOST:PORT, ray://HOST:PORT or auto, got {address!r}")
+    try:
+        check_address(address)
+    except ValueError as exc:
+        raise ValueError(f"--executor {spec!r}: {exc}") from None
     if executor == "ray" and importlib.util.find_spec("ray") is None:
         raise ValueError(f"--executor ray needs the ray package, which is not installed: {RAY_INSTALL} "
                          "(or use --executor process)")
@@ -233,6 +238,8 @@ MAX_MUTANT_RUNS = 1000
 
 def _check_args(args):
     """``(ks, do_mutants, families, tv)`` from the parsed options; ValueError naming the flag (exit 2)."""
+    from ._args import time_limit as check_time_limit
+
     _check_output("--out", args.out)
     from exactness.report import report_paths
 
@@ -254,11 +261,7 @@ def _check_args(args):
     if args.workers < 1:
         raise ValueError(f"--workers must be >= 1 (processes for the Monte Carlo draws), got {args.workers}")
     args.executor, args.address = _check_executor(args.executor)
-    if not (args.time_limit == 0 or MIN_CELL_TIMEOUT <= args.time_limit <= 1e7):
-        why = (" (a shorter limit stops an exact verifier's cell before its first draws and would FAIL it as a hang: "
-               "the limit is yours, not the verifier's)" if 0 < args.time_limit < MIN_CELL_TIMEOUT else "")
-        raise ValueError(f"--time-limit must be 0 (no limit) or a number of seconds in [{MIN_CELL_TIMEOUT:g}, 1e7], got "
-                         f"{args.time_limit}{why}")
+    check_time_limit(args.time_limit)                    # 0 (no limit) or [MIN_CELL_TIMEOUT, 1e7] seconds
 
     from exactness.certify_run import FAMILIES, K_VALUES, MUTANT_KS
 

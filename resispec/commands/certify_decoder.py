@@ -161,7 +161,9 @@ def _load_model(path: str, flag: str):
 
 def load_hf(args):
     """(decoder, target, prompts) for ``--target FOLDER``: ``HFDecoder`` / ``hf_target`` with the same options."""
-    if bool(args.prompts) == bool(args.prompt_text):
+    if args.prompts and args.prompt_text:
+        raise ValueError("give the prompts once: --prompt-ids ('0,1;2,3') or --prompt TEXT, not both")
+    if not args.prompts and not args.prompt_text:
         raise ValueError("--target FOLDER (transformers generate) needs prompts: give --prompt-ids ('0,1;2,3') or --prompt TEXT "
                          "(one of the two)")
     opts = hf_options(args)
@@ -253,15 +255,9 @@ def run(args) -> int:
         raise ValueError(f"--new-tokens must be >= 1, got {args.new_tokens}")
     if args.samples is not None and args.samples < 1:
         raise ValueError(f"--n must be >= 1, got {args.samples}")
-    from exactness._timeout import check_timeout
+    from ._args import time_limit as check_time_limit
 
-    time_limit = check_timeout(args.time_limit, name="--time-limit")
-    from exactness.limits import MIN_CELL_TIMEOUT
-
-    if time_limit is not None and time_limit < MIN_CELL_TIMEOUT:
-        raise ValueError(f"--time-limit must be 0 (no limit) or at least {MIN_CELL_TIMEOUT:g} second, got "
-                         f"{args.time_limit:g} (a shorter limit stops the run before its first draws: the limit is "
-                         "yours, not the decoder's)")
+    time_limit = check_time_limit(args.time_limit)   # 0 (no limit) or [MIN_CELL_TIMEOUT, 1e7] seconds
     import exactness
     from exactness.decoder import figure, terminal_table, to_json, to_markdown
 

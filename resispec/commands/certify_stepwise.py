@@ -56,9 +56,11 @@ def add_arguments(parser) -> None:
                         help="use the node in this .npz (arrays p and q, shape (V,)) instead")
     parser.add_argument("--workers", type=int, default=1, metavar="N", help="processes sharing the draws (default 1)")
     parser.add_argument("--time-limit", "--timeout", dest="time_limit", type=seconds, default=None, metavar="SECONDS",
-                        help="stop after this many seconds (the bound uses the draws run; INCONCLUSIVE if short); "
+                        help="stop after this many seconds (at least 1; the bound uses the draws run; INCONCLUSIVE if short); "
                         "a verify or step_plan call that never returns is stopped max(10, SECONDS) later and FAILs "
                         "as a hang (without --time-limit: after 7,200 s, twice exactness.limits.MAX_SECONDS)")
+    parser.add_argument("--no-progress", action="store_true",
+                        help="accepted as on every certify subject (this one shows no progress)")
 
 
 def run(args) -> int:
@@ -75,6 +77,9 @@ def run(args) -> int:
         raise ValueError(f"--verifier {spec!r} declares no step_plan(p_i, q_i, *, last): certify stepwise "
                          "needs a verifier that declares its steps (the default does); use `resispec certify` or "
                          "`resispec certify coupled` for others")
+    from ._args import time_limit as check_time_limit
+
+    args.time_limit = check_time_limit(args.time_limit)    # 0 (no limit) or [1, 1e7] seconds
     p, q = load_node(args, default_V=1000)
     from exactness._timeout import hard_limit
     from exactness.limits import MAX_SECONDS

@@ -17,6 +17,8 @@ from ._decoding_args import add_model_args, add_sampling_args, check_models, che
 
 NAME = "decode"
 HELP = "decode with tree speculative sampling (streams text, prints tokens per target call)"
+#: the tree `decode` drafts when --tree is not given
+TREE_DEFAULT = "4,2,1"
 
 
 def add_arguments(p) -> None:
@@ -33,7 +35,7 @@ def add_arguments(p) -> None:
                    "name[option=value,...] (default resispec; e.g. 'resispec[proxy=tempered,gamma=0.5]': the "
                    "ResiSpec proxy and reserve scale); 'autoregressive' = target-only decoding; a path-level rule "
                    "('block', 'token') decides a chain tree such as --tree 1,1,1 at once; 'traversal' any iid tree")
-    g.add_argument("--tree", default="4,2,1", help="branching per depth (default 4,2,1)")
+    g.add_argument("--tree", default=TREE_DEFAULT, help=f"branching per depth (default {TREE_DEFAULT})")
     g.add_argument("--drafting", default=None, choices=["iid", "without_replacement"],
                    help="candidate law (default: the verifier's)")
 
@@ -52,6 +54,9 @@ def run(args) -> int:
         TreeShape.parse(args.tree)
     except ValueError as exc:
         raise ValueError(f"--tree: {exc}") from None
+    if args.drafting == "iid" and args.tree.strip().startswith("wor:"):
+        raise ValueError(f"--tree {args.tree} drafts without replacement and --drafting iid says otherwise; give one "
+                         "(drop 'wor:' or --drafting iid)")
     if args.skip < 0:
         raise ValueError(f"--skip must be >= 0, got {args.skip}")
     verifier = None
@@ -65,6 +70,9 @@ def run(args) -> int:
     if opts and name in available_path_verifiers() + ["autoregressive"]:
         raise ValueError(f"--verifier {args.verifier}: {name} takes no options; drop [...]")
     args.verifier = name
+    if name == "autoregressive" and (args.drafting is not None or args.tree != TREE_DEFAULT):
+        raise ValueError("--verifier autoregressive decodes the target alone: it drafts nothing, so --tree and "
+                         "--drafting do not apply; drop them")
     if args.verifier in available_path_verifiers():
         shape = TreeShape.parse(args.tree)
         if any(k != 1 for k in shape.branching) and not hasattr(get_path_verifier(args.verifier), "verify_tree"):
@@ -74,10 +82,10 @@ def run(args) -> int:
     elif args.verifier != "autoregressive":
         try:
             verifier = get_verifier(args.verifier, **opts)
-        except TypeError as exc:
+        except (TypeError, ValueError) as exc:
             if not opts:
                 raise
-            raise ValueError(f"--verifier {spec}: {exc}") from None
+            raise ValueError(f"--verifier {spec}: {str(exc).removesuffix(' or pass a callable')}") from None
     if verifier is not None:                 # a drafting law the verifier is not exact for: before any model loads
         from ..decoding.engine import resolve_drafting
 
@@ -102,6 +110,8 @@ def run(args) -> int:
         raise ValueError("--prompt must be a non-empty string")
     if text is not None and args.skip:
         raise ValueError("--skip picks a prompt of --prompts; with --prompt TEXT give no --skip")
+    if text is not None and args.prompts != "humaneval":
+        raise ValueError(f"--prompt TEXT is the prompt; --prompts {args.prompts} would pick another: give one")
 
     def pick():
         prompts = load_prompts(args.prompts, download=False)

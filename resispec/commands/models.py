@@ -43,6 +43,16 @@ def run(args) -> int:
         print("resispec models: say what to do: one of list, fetch, verify, path, e.g. `resispec models list` "
               "(models cached?) or `resispec models fetch` (the real pair and HumanEval)", file=sys.stderr)
         return 2
+    unused = [flag for flag, on in (("--force", args.force and args.action != "fetch"),
+                                    ("--no-convert", args.no_convert and args.action != "fetch"),
+                                    ("--wheels-from", args.wheels_from is not None and args.action == "list")) if on]
+    if unused:                                           # an option the action would ignore: the caller's mistake
+        raise ValueError(f"{' '.join(unused)} do{'es' if len(unused) == 1 else ''} nothing for `resispec models "
+                         f"{args.action}`; drop {'it' if len(unused) == 1 else 'them'} (--force and --no-convert "
+                         "are for fetch)")
+    if args.action == "list" and args.names:
+        raise ValueError(f"`resispec models list` lists every built-in model and takes no names (got "
+                         f"{' '.join(args.names)}); `resispec models path NAME` prints where one is cached")
     if args.action == "list":
         print(f"cache: {cache_dir()}")
         for spec in MODELS.values():

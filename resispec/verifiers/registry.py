@@ -114,6 +114,8 @@ def parse_spec(spec: str, flag: str = "--verifier") -> tuple[str, dict]:
         if "[" in spec or "]" in spec:
             raise ValueError(f"{flag} {spec!r}: malformed options; write name[option=value,...]")
         return spec, {}
+    if not m.group(2).replace(",", "").strip():        # name[] or name[,]: brackets that say nothing
+        raise ValueError(f"{flag} {spec!r}: empty options; write {m.group(1)} alone, or {m.group(1)}[option=value,...]")
     opts = {}
     for kv in filter(None, m.group(2).split(",")):
         key, eq, val = kv.partition("=")

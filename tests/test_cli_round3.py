@@ -1,0 +1,149 @@
+"""Issue 39, the CLI's third round: merged options keep every refusal, and the new user's and the breaker's findings
+(a shared option that took different values per subject, an explicit argument ignored with exit 0, an error naming
+no option or the wrong one) stay fixed.  Every case is the caller's input: exit 2, one line naming the option."""
+
+from __future__ import annotations
+
+
+import pytest
+
+from resispec.cli import main, parse
+
+
+def _err(argv, capsys) -> str:
+    assert main(argv) == 2, argv
+    return capsys.readouterr().err.strip().splitlines()[-1]
+
+
+# --- one --time-limit for every certify subject: 0 = no limit, else [1, 1e7] seconds -------------------------
+
+@pytest.mark.parametrize("subject", [
+    ["certify", "--verifier", "rrs", "--k", "1", "--families", "zipf", "--n", "500", "--mutants", "0"],
+    ["certify", "coupled", "--verifier", "rrs", "--V", "8", "--n", "500"],
+    ["certify", "stepwise", "--k", "2", "--V", "8", "--n", "200"],
+    ["certify", "decoder", "--decoder", "nosuch_r3c:make"]])
+@pytest.mark.parametrize("value", ["0.5", "-1", "2e7"])
+def test_every_certify_subject_takes_the_same_time_limits(subject, value, capsys, tmp_path):
+    out = ["--out", str(tmp_path / "o.md")] if subject[1] != "stepwise" else []
+    err = _err(subject + out + ["--time-limit", value], capsys)
+    assert "--time-limit must be 0 (no limit) or a number of seconds in [1, 1e7]" in err, err
+    assert not list(tmp_path.iterdir())
+
+
+def test_a_time_limit_of_zero_is_no_limit_for_coupled_and_stepwise(capsys):
+    assert main(["certify", "coupled", "--verifier", "rrs", "--V", "8", "--n", "500", "--time-limit", "0",
+                 "--no-progress"]) == 0
+    assert main(["certify", "stepwise", "--k", "2", "--V", "8", "--n", "200", "--time-limit", "0",
+                 "--no-progress"]) == 0
+
+
+# --- --executor KIND[address=...] -------------------------------------------------------------------------
+
+@pytest.mark.parametrize("spec, words", [("ray[address=None]", "address must be HOST:PORT"),
+                                         ("ray[address=6379]", "address must be HOST:PORT"),
+                                         ("process[]", "empty options; write process alone"),
+                                         ("ray[,]", "empty options"),
+                                         ("ray[address=h:\u00b2]", "--executor 'ray[address=h:\u00b2]': address")])
+def test_executor_specs_that_name_no_address_are_refused(spec, words, capsys, tmp_path):
+    err = _err(["certify", "--verifier", "rrs", "--k", "1", "--families", "zipf", "--n", "500", "--mutants", "0",
+                "--out", str(tmp_path / "c.md"), "--executor", spec], capsys)
+    assert words in err and not list(tmp_path.iterdir()), err
+
+
+# --- bench verify --backends ------------------------------------------------------------------------------
+
+def test_backends_split_at_commas_outside_brackets_and_keep_the_old_spelling():
+    from resispec.commands.bench_verify import backends_and_solvers
+
+    def backends(*argv):
+        return backends_and_solvers(parse(["bench", "verify", *argv])[1].backends)
+
+    assert backends("--backends", "torch[solver=newton],numpy") == (["torch", "numpy"], ["newton"])
+    assert backends("--backends", "torch", "--torch-solvers", "auto,newton") == (["torch"], ["auto", "newton"])
+    assert backends("--torch-solvers", "newton") == (["numpy", "torch"], ["auto", "newton"])   # as it meant before
+    assert backends() == (["numpy", "torch"], ["auto"])
+
+
+@pytest.mark.parametrize("argv, words", [
+    (["--backends", "torch[solver=newton,x=1]"], "torch takes one option, solver (torch[solver=newton]), not x"),
+    (["--backends", "torch[solvr=newton]"], "not solvr"),
+    (["--backends", "torch[solver=bogus]"], "solver must be one of auto, fused, newton, sort"),
+    (["--backends", "numpy", "--device", "meta"], "--device meta set the torch backend, which --backends leaves out")])
+def test_bench_verify_refuses_backends_it_would_ignore_or_misread(argv, words, capsys, tmp_path):
+    err = _err(["bench", "verify", "--out", str(tmp_path / "b.md"), *argv], capsys)
+    assert words in err and not list(tmp_path.iterdir()), err
+
+
+# --- bench trees, gap -------------------------------------------------------------------------------------
+
+def test_bench_names_the_option_of_a_bad_tree_and_refuses_options_from_json_would_ignore(capsys, tmp_path):
+    assert _err(["bench", "--trees", "2,0", "--out", str(tmp_path)], capsys).endswith(
+        "--trees 2,0: branching factor at depth 1 is 0; every depth needs >= 1 child")
+    js = tmp_path / "b.json"
+    js.write_text("{}")
+    assert "--from-json re-renders a finished run's report and takes only --out; drop --V --n" in _err(
+        ["bench", "--from-json", str(js), "--n", "7", "--V", "99", "--out", str(tmp_path / "o")], capsys)
+    assert "--temperatures must be finite" in _err(["bench", "--temperatures", "0", "--out", str(tmp_path / "o")],
+                                                  capsys)
+    assert "not enough memory for the sizes asked" in _err(
+        ["bench", "--families", "zipf", "--trees", "2", "--temperatures", "1", "--nodes", "1", "--n", "1e19",
+         "--no-progress", "--out", str(tmp_path / "o")], capsys)
+    assert not (tmp_path / "o").exists()
+
+
+def test_bench_gap_refuses_small_case_values_its_sections_leave_out(capsys, tmp_path):
+    err = _err(["bench", "gap", "--families", "zipf", "--k", "2", "--V", "16", "4", "--nodes", "1", "2",
+                "--sections", "iid", "--out", str(tmp_path / "g.md")], capsys)
+    assert "--V's second value and --nodes's second value set the small WOR cases, which --sections iid" in err
+
+
+def test_bench_gap_headline_names_the_k_it_averages(capsys, tmp_path):
+    """The headline said 'k in {4, 8}' for a run at k = 2, 4 (only k = 4 was in it); no bar is drawn off a
+    terminal (tqdm's carriage returns filled CI logs)."""
+    out = tmp_path / "g.md"
+    assert main(["bench", "gap", "--families", "zipf", "--temperatures", "1", "--k", "2,4", "--V", "16",
+                 "--nodes", "1", "--sections", "iid", "--lp-max-V", "0", "--out", str(out)]) == 0
+    text = out.read_text()
+    assert "- iid, k in {4}:" in text and "small WOR cases" not in text
+    assert "bench-gap" not in capsys.readouterr().err
+
+
+# --- names: as typed, the option of the kind, a close match ------------------------------------------------
+
+def test_errors_name_the_option_as_typed_and_suggest_a_close_one(capsys, tmp_path):
+    assert "argument --shapes: lists '1,1' twice" in _err(["bench", "--shapes", "1,1", "1,1"], capsys)
+    assert "argument --trees: lists '1,1' twice" in _err(["bench", "--trees", "1,1", "1,1"], capsys)
+    assert "unrecognized arguments: --trees 4,2; did you mean --tree?" in _err(["decode", "--trees", "4,2"], capsys)
+    assert "did you mean --nodes?" in _err(["bench", "gap", "--small-nodes", "3"], capsys)
+
+
+def test_from_json_names_the_options_by_their_names_not_their_dests():
+    from resispec.commands import bench_decode
+    from resispec.commands._verb import given_options, parse_kind
+
+    args = parse_kind(bench_decode, ["--new-tokens", "5", "--scores", "none"])
+    assert given_options(bench_decode, args) == ["--new-tokens", "--scores"]
+
+
+def test_coupled_and_stepwise_take_no_progress_as_every_certify_subject_does():
+    for kind in ("coupled", "stepwise"):
+        argv = ["certify", kind, "--no-progress"] + (["--verifier", "rrs"] if kind == "coupled" else [])
+        assert parse(argv)[1].no_progress is True
+
+
+# --- models, decode, certify decoder: an argument the command would ignore --------------------------------
+
+@pytest.mark.parametrize("argv, words", [
+    (["models", "list", "--force"], "--force does nothing for `resispec models list`"),
+    (["models", "list", "nope"], "`resispec models list` lists every built-in model and takes no names"),
+    (["models", "path", "--no-convert"], "--no-convert does nothing for `resispec models path`"),
+    (["decode", "--prompt", "hi", "--prompts", "/nonexistent_r3.jsonl"], "--prompt TEXT is the prompt; --prompts"),
+    (["decode", "--prompt", "hi", "--tree", "wor:2,1", "--drafting", "iid"], "drafts without replacement and "
+                                                                              "--drafting iid says otherwise"),
+    (["decode", "--prompt", "hi", "--verifier", "autoregressive", "--tree", "2,1"], "autoregressive decodes the "
+                                                                                    "target alone"),
+    (["certify", "decoder", "--target", "/nonexistent_r3", "--prompt", "hi", "--prompt-ids", "0,1"],
+     "give the prompts once")])
+def test_arguments_a_command_would_ignore_are_refused(argv, words, capsys, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    assert words in _err(argv, capsys)
