@@ -150,21 +150,16 @@ def assert_coupled(kernel, reference, p, q, k: int, *, tv: float = 1e-4, alpha: 
     ValueError
         ``tv`` outside (0, 1); bad arguments as ``certify_coupled`` raises them.
     """
-    import math
-
     from .coupled import certify_coupled
-
-    import numbers
+    from .coupled.certify import draws_for_tv
 
     from ._checks import check_alpha
     from .limits import MAX_COUNTED
 
-    if isinstance(tv, bool) or not isinstance(tv, numbers.Real) or not 0 < tv < 1:
-        raise ValueError(f"tv must be a number in (0, 1), the TV bound a pass must establish; got {tv!r}")
     alpha = check_alpha(alpha)
     if "n" in kw:
         raise TypeError("assert_coupled plans n from tv and alpha (n = ceil(ln(1 / alpha) / tv)); pass tv=, not n=")
-    n = math.ceil(math.log(1.0 / alpha) / float(tv))  # zero mismatches in n draws: P(mismatch) <= ln(1/alpha) / n
+    n = draws_for_tv(tv, alpha)                       # zero mismatches in n draws: P(mismatch) <= ln(1/alpha) / n
     if n > MAX_COUNTED:
         raise ValueError(f"tv = {tv:g} at alpha = {alpha:g} needs n = {n:,} coupled draws, over "
                          f"exactness.limits.MAX_COUNTED = {MAX_COUNTED:,}; ask a larger tv")

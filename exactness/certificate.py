@@ -435,7 +435,8 @@ def run_subject(body, *, timeout: float | None, what: str, alpha: float, power: 
         if not ours:                           # an outer deadline (a cell's): its owner decides
             raise
         if exc.first is None:                  # every call returned: the run needs more time than the limit
-            raise BudgetError(out_of_time(float(timeout), "timeout=", "timeout")) from None
+            raise BudgetError(out_of_time(float(timeout), "timeout= (exactness.Run(time_limit=...) at the front door)",
+                                          "timeout")) from None
         return subject_failure(timed_out_cause(what, float(timeout), exc.first, subject), alpha=alpha, power=power,
                                details=details)
     except TimeLimitExceeded as exc:

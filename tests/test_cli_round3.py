@@ -147,3 +147,31 @@ def test_coupled_and_stepwise_take_no_progress_as_every_certify_subject_does():
 def test_arguments_a_command_would_ignore_are_refused(argv, words, capsys, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     assert words in _err(argv, capsys)
+
+
+# --- certify coupled plans its draws from a TV bound, as every route with a Budget ----------------------------
+
+def test_coupled_plans_its_draws_from_tv_in_the_library_the_front_door_and_the_cli(capsys):
+    import math
+
+    import numpy as np
+
+    import exactness
+    from exactness import Budget
+    from exactness.coupled.certify import draws_for_tv
+    from resispec import get_verifier
+
+    p, q = np.array([0.5, 0.3, 0.2]), np.array([0.2, 0.3, 0.5])
+    n = math.ceil(math.log(1e3) / 1e-3)                 # n = ceil(ln(1/alpha) / tv): 6,908
+    assert draws_for_tv(1e-3, 1e-3) == n == 6908
+    cert = exactness.certify_coupled("rrs", "rrs", p, q, 2, tv=1e-3)
+    assert cert.passed and cert.n == n and cert.tv_upper <= 1e-3
+    front = exactness.certify(get_verifier("rrs"), reference="rrs", p=p, q=q, k=2, budget=Budget(tv=1e-3))
+    assert front.n == n and front.passed
+    with pytest.raises(ValueError, match="give n or tv, not both"):
+        exactness.certify_coupled("rrs", "rrs", p, q, 2, n=100, tv=1e-3)
+    assert main(["certify", "coupled", "--verifier", "rrs", "--V", "20", "--tv", "1e-3"]) == 0
+    assert "0 mismatches in 6,908 coupled draws" in capsys.readouterr().out
+    assert "--tv must be a number in (0, 1)" in _err(["certify", "coupled", "--verifier", "rrs", "--tv", "2"], capsys)
+    assert "give --n or --tv, not both" in _err(["certify", "coupled", "--verifier", "rrs", "--tv", "0.1", "--n", "5"],
+                                                capsys)

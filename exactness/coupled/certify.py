@@ -16,6 +16,7 @@ and zero mismatches are INCONCLUSIVE (they bound TV(kernel, reference) only).
 
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import dataclass
 
@@ -430,11 +431,27 @@ def _choose_convention(kernel_obj, convention) -> tuple[str, str | None]:
     return convention, None
 
 
-def certify_coupled(kernel, reference, p, q, k: int, *, n: int = 100_000, alpha: float = 1e-3, seed=0,
+def draws_for_tv(tv, alpha: float) -> int:
+    """Coupled draws whose zero mismatches bound TV(kernel, reference) by ``tv`` at confidence ``1 - alpha``:
+    ``ceil(ln(1 / alpha) / tv)`` (``1 - alpha ** (1 / n) <= ln(1 / alpha) / n``, the exact binomial bound of
+    :func:`tv_upper_bound`).  ValueError for ``tv`` outside (0, 1)."""
+    import numbers
+
+    if isinstance(tv, bool) or not isinstance(tv, numbers.Real) or not 0 < tv < 1:
+        raise ValueError(f"tv must be a number in (0, 1), the TV bound a pass must establish; got {tv!r}")
+    return math.ceil(math.log(1.0 / alpha) / float(tv))   # n = ceil(ln(1/alpha) / tv)
+
+
+#: Coupled draws when neither ``n`` nor ``tv`` is given.
+DEFAULT_N = 100_000
+
+
+def certify_coupled(kernel, reference, p, q, k: int, *, n: int | None = None, alpha: float = 1e-3, seed=0,
                     convention: str | None = None, fallback: bool = False, stop_after: int | None = None,
                     counterexample: bool = True, kernel_spec: str | None = None,
                     time_limit: float | None = DEFAULT_TIME_LIMIT, fallback_n: int | None = None,
-                    copies: bool = False, reference_check: str = "auto") -> CoupledCertificate:
+                    copies: bool = False, reference_check: str = "auto", tv: float | None = None
+                    ) -> CoupledCertificate:
     """Certify that ``kernel`` implements the rule ``reference`` draw by draw under shared coins.
 
     Candidates are drawn once per draw (per the reference's ``drafting``)
@@ -469,8 +486,12 @@ def certify_coupled(kernel, reference, p, q, k: int, *, n: int = 100_000, alpha:
         Checked and normalised at the door as every certify function does
         (:func:`exactness.certificate.door_node`).
     k : int >= 1
-    n : int
-        Coupled draws (chunked: memory O(chunk * V) for the kernel's batch, O(R V) counts).
+    n : int, optional
+        Coupled draws (chunked: memory O(chunk * V) for the kernel's batch, O(R V) counts); default
+        :data:`DEFAULT_N` (100,000), or planned from ``tv``.
+    tv : float in (0, 1), optional
+        The TV bound a pass must establish: plans ``n = ceil(ln(1 / alpha) / tv)`` (:func:`draws_for_tv`; not
+        with ``n``).
     alpha : float in (0, 1)
         1 - confidence of ``tv_upper``; level of the law checks.
     seed : int, SeedSequence or Generator
@@ -546,7 +567,11 @@ def certify_coupled(kernel, reference, p, q, k: int, *, n: int = 100_000, alpha:
     p2, q2, _ = door_node(p, q)         # float32 / float16 laws renormalised in float64, as every certify function
     p2, q2 = np.ascontiguousarray(p2), np.ascontiguousarray(q2)
     R, V = p2.shape
-    k, n, alpha = check_k(k), check_n(n), check_alpha(alpha)
+    alpha = check_alpha(alpha)
+    if tv is not None and n is not None:
+        raise ValueError("give n or tv, not both (tv plans the coupled draws: n = ceil(ln(1 / alpha) / tv))")
+    n = draws_for_tv(tv, alpha) if tv is not None else DEFAULT_N if n is None else n
+    k, n = check_k(k), check_n(n)
     if n > limits.MAX_COUNTED:                  # refused before any draw, as certify_verifier refuses it
         raise BudgetError(f"n = {n:,} coupled draws exceeds exactness.limits.MAX_COUNTED = {limits.MAX_COUNTED:,}; "
                           "ask fewer (a TV bound of tv needs about ln(1 / alpha) / tv)")

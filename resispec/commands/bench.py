@@ -43,8 +43,9 @@ def add_arguments(parser):
     parser.add_argument("--nodes", action=ListAction, one=True, item_type=int, unique=False, default=32,
                         help="(p, q) pairs per family and temperature (one value; default 32)")
     parser.add_argument("--n", "--samples", "--n-samples", "--mc-samples", dest="samples", type=count, default=128, metavar="N",
-                        help="Monte Carlo draws per cell: candidate tuples per pair (without replacement) and sampled "
-                             "trees (the path-level rules; at least 2) (default 128)")
+                        help="Monte Carlo draws per cell: candidate tuples per pair (without replacement; the costly "
+                             "resispec_wor row keeps its own 32) and sampled trees (the path-level rules) (at least "
+                             "2; default 128)")
     parser.add_argument("--seed", type=seed_int, default=0, help="seed: an integer >= 0")
     parser.add_argument("--path-rules", action=ListAction, default=None,
                         help="path-level rules beside the node-level ones (default: every registered one: block, "

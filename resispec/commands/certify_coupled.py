@@ -53,8 +53,12 @@ def add_arguments(parser) -> None:
                         "uniforms=(B, k + 1), sglang for uniform_samples=, else generator: a seeded rng)")
     parser.add_argument("--k", action=ListAction, one=True, item_type=int, metavar="K", default=2,
                         help="candidates per node (one value; default 2)")
-    parser.add_argument("--n", "--samples", dest="samples", type=count, default=100_000, metavar="N",
-                        help="coupled draws, e.g. 1e5 (default 100,000)")
+    parser.add_argument("--n", "--samples", dest="samples", type=count, default=None, metavar="N",
+                        help="coupled draws, e.g. 1e5 (default 100,000; not with --tv)")
+    parser.add_argument("--tv", type=float, default=None, metavar="X",
+                        help="the TV bound a pass must establish, in (0, 1): plans the draws, "
+                             "n = ceil(ln(1 / alpha) / tv) (zero mismatches in n draws bound TV(kernel, reference) "
+                             "by tv at confidence 1 - alpha)")
     parser.add_argument("--alpha", type=float, default=1e-3, help="1 - confidence of the TV bound (default 1e-3)")
     parser.add_argument("--seed", type=seed, default=0, metavar="S",
                         help="seed: an integer >= 0 or a sequence such as 0,3 (= SeedSequence([0, 3])); default 0")
@@ -113,7 +117,9 @@ def run(args) -> int:
 
     kernel = _load(args.verifier, "verifier")              # its module imported before the clock (a slow import is
     run_started(None if time_limit is None else hard_limit(time_limit))   # not a hang); the supervisor's clock starts
-    cert = exactness.certify_coupled(kernel, args.reference, p, q, args.k, n=args.samples, alpha=args.alpha,
+    if args.samples is not None and args.tv is not None:
+        raise ValueError("give --n or --tv, not both (--tv plans the coupled draws; --n fixes them)")
+    cert = exactness.certify_coupled(kernel, args.reference, p, q, args.k, n=args.samples, tv=args.tv, alpha=args.alpha,
                                      seed=args.seed, convention=args.convention, fallback=args.fallback,
                                      stop_after=args.stop_after, kernel_spec=args.verifier, copies=args.copies,
                                      time_limit=time_limit, reference_check=getattr(args, "reference_check", "auto"))
