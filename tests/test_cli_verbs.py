@@ -99,7 +99,7 @@ def test_help_examples_use_the_verbs():
 
 @pytest.mark.parametrize("argv,flag", [(["bench", "verify", "--B", "4", "0"], "--B"),
                                        (["bench", "verify", "--B", "0"], "--B"),
-                                       (["certify", "stepwise", "--time-limit", "0"], "--time-limit"),
+                                       (["certify", "stepwise", "--time-limit", "0.5"], "--time-limit"),
                                        (["bench", "gap", "--V", "0"], "--V"),
                                        (["bench", "accept", "--k", "0"], "--k")])
 def test_a_refusal_names_the_flag_not_the_parameter(argv, flag, capsys):
