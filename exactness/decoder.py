@@ -505,6 +505,11 @@ def _default_n(laws, tv: float, alpha: float) -> int:
         return seen[n]
 
     n = samples_for_tv(tv, laws[0].size - 1, alpha=alpha, power=POWER)
+    if n > MAX_DECODER_TOKENS:                   # past anything drawn (a tv near 0): refused before any pooling
+        from ._checks import BudgetError
+
+        raise BudgetError(f"tv = {tv:g} needs about 10^{len(str(n)) - 1} continuations per prompt, over "
+                          f"exactness.decoder.MAX_DECODER_TOKENS = {MAX_DECODER_TOKENS:,}; ask a larger tv")
     for _ in range(8):
         m = samples_for_tv(tv, df(n), alpha=alpha, power=POWER)
         if m >= n or detectable_tv(m, df(m), alpha=alpha, power=POWER) > tv:

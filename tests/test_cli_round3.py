@@ -15,18 +15,18 @@ def _err(argv, capsys) -> str:
     return capsys.readouterr().err.strip().splitlines()[-1]
 
 
-# --- one --time-limit for every certify subject: 0 = no limit, else [1, 1e7] seconds -------------------------
+# --- one --time-limit for every certify subject: 0 = no limit, else [1, 5e6] seconds -------------------------
 
 @pytest.mark.parametrize("subject", [
     ["certify", "--verifier", "rrs", "--k", "1", "--families", "zipf", "--n", "500", "--mutants", "0"],
     ["certify", "coupled", "--verifier", "rrs", "--V", "8", "--n", "500"],
     ["certify", "stepwise", "--k", "2", "--V", "8", "--n", "200"],
     ["certify", "decoder", "--decoder", "nosuch_r3c:make"]])
-@pytest.mark.parametrize("value", ["0.5", "-1", "2e7"])
+@pytest.mark.parametrize("value", ["0.5", "-1", "6e6"])
 def test_every_certify_subject_takes_the_same_time_limits(subject, value, capsys, tmp_path):
     out = ["--out", str(tmp_path / "o.md")] if subject[1] != "stepwise" else []
     err = _err(subject + out + ["--time-limit", value], capsys)
-    assert "--time-limit must be 0 (no limit) or a number of seconds in [1, 1e7]" in err, err
+    assert "--time-limit must be 0 (no limit) or a number of seconds in [1, 5e6]" in err, err
     assert not list(tmp_path.iterdir())
 
 
@@ -175,3 +175,42 @@ def test_coupled_plans_its_draws_from_tv_in_the_library_the_front_door_and_the_c
     assert "--tv must be a number in (0, 1)" in _err(["certify", "coupled", "--verifier", "rrs", "--tv", "2"], capsys)
     assert "give --n or --tv, not both" in _err(["certify", "coupled", "--verifier", "rrs", "--tv", "0.1", "--n", "5"],
                                                 capsys)
+
+
+# --- breaker, round 2: levels and bounds at the edge of float64 -----------------------------------------------
+
+@pytest.mark.parametrize("argv", [
+    ["certify", "--verifier", "rrs", "--families", "zipf", "--k", "1", "--n", "50", "--mutants", "0", "--alpha", "5e-324"],
+    ["certify", "coupled", "--verifier", "rrs", "--V", "5", "--tv", "0.1", "--alpha", "1e-17"],
+    ["certify", "stepwise", "--tv", "0.1", "--alpha", "1e-300"],
+    ["certify", "decoder", "--decoder", "exactness.decoder_mutants:demo", "--alpha", "1e-300"]])
+def test_a_level_below_float64_resolution_is_the_callers_error(argv, capsys, tmp_path):
+    """--alpha 5e-324 FAILed the exact rrs (Holm's alpha / m underflowed to 0 inside a check), --alpha 1e-17 made a
+    coupled pass say TV <= 1 at confidence 1."""
+    out = [] if argv[1] == "stepwise" else ["--out", str(tmp_path / "o.md")]
+    assert "--alpha must lie in (0, 1) and be at least 1e-12" in _err(argv + out, capsys)
+    assert not list(tmp_path.iterdir())
+
+
+def test_plans_from_a_tv_near_zero_are_refused_not_crashed(capsys, tmp_path):
+    """--tv 5e-324 overflowed ceil(ln(1/alpha) / tv) (coupled) and the decoder's pooling (a traceback, exit 1)."""
+    assert "needs inf coupled draws, over exactness.limits.MAX_COUNTED" in _err(
+        ["certify", "coupled", "--verifier", "rrs", "--V", "5", "--tv", "5e-324"], capsys)
+    assert "needs about 10^601 continuations per prompt, over exactness.decoder.MAX_DECODER_TOKENS" in _err(
+        ["certify", "decoder", "--decoder", "exactness.decoder_mutants:demo", "--new-tokens", "1", "--tv", "1e-300",
+         "--out", str(tmp_path / "d.md")], capsys)
+    assert not list(tmp_path.iterdir())
+
+
+def test_a_coupled_tv_above_what_few_draws_bound_plans_the_fewest_meaningful_draws(capsys):
+    from exactness.coupled.certify import draws_for_tv, tv_upper_bound
+
+    assert draws_for_tv(0.999, 1e-3) == 10                 # ceil(ln(1/alpha) / ln 2): 0 mismatches bound TV by 0.5
+    assert tv_upper_bound(0, 10, 1e-3) <= 0.5
+    assert tv_upper_bound(0, 392, 1e-16) == pytest.approx(1 - 1e-16 ** (1 / 392), rel=1e-9)   # not 1.0
+    assert main(["certify", "coupled", "--verifier", "rrs", "--V", "5", "--tv", "0.999"]) == 0
+
+
+def test_a_close_option_is_suggested_by_its_prefix_first(capsys):
+    assert "did you mean --temperature?" in _err(["decode", "--temp", "0.5"], capsys)
+    assert "did you mean --temperatures?" in _err(["bench", "--temp", "1"], capsys)

@@ -74,7 +74,7 @@ def tv_upper_bound(mismatches: int, n: int, alpha: float) -> float:
         raise ValueError(f"mismatches must be an integer in [0, n = {n}], got {mismatches!r}")
     if mismatches >= n:
         return 1.0
-    return float(stats.beta.ppf(1.0 - alpha, mismatches + 1, n - mismatches))
+    return float(stats.beta.isf(alpha, mismatches + 1, n - mismatches))   # ppf(1 - alpha): 1 - alpha may round to 1
 
 
 @dataclass(frozen=True)
@@ -439,7 +439,12 @@ def draws_for_tv(tv, alpha: float) -> int:
 
     if isinstance(tv, bool) or not isinstance(tv, numbers.Real) or not 0 < tv < 1:
         raise ValueError(f"tv must be a number in (0, 1), the TV bound a pass must establish; got {tv!r}")
-    return math.ceil(math.log(1.0 / alpha) / float(tv))   # n = ceil(ln(1/alpha) / tv)
+    n = -math.log(alpha) / float(tv)                      # n = ln(1/alpha) / tv
+    if not n <= limits.MAX_COUNTED:                       # also inf (a tv near the smallest float)
+        raise BudgetError(f"tv = {tv:g} at alpha = {alpha:g} needs {n:.3g} coupled draws, over "
+                          f"exactness.limits.MAX_COUNTED = {limits.MAX_COUNTED:,}; ask a larger tv")
+    n_min = math.ceil(math.log(alpha) / math.log(0.5))   # fewer bound TV by more than 0.5 (check_min_draws)
+    return max(math.ceil(n), n_min)
 
 
 #: Coupled draws when neither ``n`` nor ``tv`` is given.

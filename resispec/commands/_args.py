@@ -73,18 +73,33 @@ def seconds(text: str) -> float:
     return value
 
 
+#: Smallest --alpha the CLI takes: below it float64 round-off decides (1 - alpha is 1.0 under 1.1e-16, and Holm's
+#: alpha / m of many checks underflows), so a verdict could rest on rounding, not on the draws.
+MIN_ALPHA = 1e-12
+
+
+def alpha(value: float, flag: str = "--alpha") -> float:
+    """A ``--alpha`` as every ``certify`` subject takes it: a level in ``[MIN_ALPHA, 1)``; ValueError naming ``flag``."""
+    if not MIN_ALPHA <= value < 1:                    # also refuses NaN
+        raise ValueError(f"{flag} must lie in (0, 1) and be at least {MIN_ALPHA:g} (float64 round-off decides below "
+                         f"it), e.g. 1e-3; got {value}")
+    return value
+
+
 def time_limit(value, flag: str = "--time-limit") -> float | None:
     """A ``--time-limit`` as every ``certify`` subject takes it: ``0`` -> None (no limit), else seconds in
-    ``[exactness.limits.MIN_CELL_TIMEOUT, 1e7]`` (a float); ValueError naming ``flag`` otherwise."""
+    ``[exactness.limits.MIN_CELL_TIMEOUT, MAX_TIMEOUT / 2]`` = [1, 5e6] (a float: the hang alarm, up to twice the
+    limit, stays within ``exactness._timeout.MAX_TIMEOUT``); ValueError naming ``flag`` otherwise."""
+    from exactness._timeout import MAX_TIMEOUT
     from exactness.limits import MIN_CELL_TIMEOUT
 
     if value is None or value == 0:
         return None
-    if not MIN_CELL_TIMEOUT <= value <= 1e7:         # also refuses NaN
+    if not MIN_CELL_TIMEOUT <= value <= MAX_TIMEOUT / 2:     # also refuses NaN
         why = (" (a shorter limit stops the run before its first draws and would FAIL an exact subject as a hang: "
                "the limit is yours, not the subject's)" if 0 < value < MIN_CELL_TIMEOUT else "")
-        raise ValueError(f"{flag} must be 0 (no limit) or a number of seconds in [{MIN_CELL_TIMEOUT:g}, 1e7], got "
-                         f"{value}{why}")
+        raise ValueError(f"{flag} must be 0 (no limit) or a number of seconds in [{MIN_CELL_TIMEOUT:g}, "
+                         f"{MAX_TIMEOUT / 2:.0e}], got {value}{why}".replace("e+0", "e"))
     return float(value)
 
 
@@ -205,7 +220,9 @@ class Parser(argparse.ArgumentParser):
         actions = self.kind_actions() if hasattr(self, "kind_actions") else self._actions
         names = [o for a in actions for o in a.option_strings[:1] if o.startswith("--") and o != "--help"]
         for word in unknown:
-            close = difflib.get_close_matches(word.split("=", 1)[0], names, n=1, cutoff=0.6)
+            word = word.split("=", 1)[0]
+            starts = sorted((n for n in names if n.startswith(word)), key=len)   # --temp: --temperature, not --tree
+            close = starts[:1] or difflib.get_close_matches(word, names, n=1, cutoff=0.6)
             if word.startswith("--") and close:
                 return f"; did you mean {close[0]}? ({self.prog} --help lists the options)"
         return ""

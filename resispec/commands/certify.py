@@ -246,8 +246,9 @@ def _check_args(args):
     for name, path in report_paths(args.out).items():
         if name in ("json", "qq", "detectable_tv"):
             _check_output(f"--out (its {path.name})", path)
-    if not 0 < args.alpha < 1:
-        raise ValueError(f"--alpha must lie in (0, 1), got {args.alpha}")
+    from ._args import alpha as check_alpha
+
+    check_alpha(args.alpha)                            # a level in [MIN_ALPHA, 1)
     tv = getattr(args, "tv", None)
     if tv is not None and not 0 < tv <= 1:  # also NaN
         raise ValueError(f"--tv must lie in (0, 1] (the smallest TV bias to detect, e.g. 0.001), got {tv}")
@@ -261,7 +262,7 @@ def _check_args(args):
     if args.workers < 1:
         raise ValueError(f"--workers must be >= 1 (processes for the Monte Carlo draws), got {args.workers}")
     args.executor, args.address = _check_executor(args.executor)
-    check_time_limit(args.time_limit)                    # 0 (no limit) or [MIN_CELL_TIMEOUT, 1e7] seconds
+    check_time_limit(args.time_limit)                    # 0 (no limit) or [MIN_CELL_TIMEOUT, 5e6] seconds
 
     from exactness.certify_run import FAMILIES, K_VALUES, MUTANT_KS
 

@@ -97,11 +97,12 @@ def run(args) -> int:
 
     if args.k < 1:
         raise ValueError(f"--k must be >= 1, got {args.k}")
-    if not 0 < args.alpha < 1:
-        raise ValueError(f"--alpha must lie in (0, 1), got {args.alpha}")
+    from ._args import alpha as check_alpha
+
+    check_alpha(args.alpha)                            # a level in [MIN_ALPHA, 1)
     from ._args import time_limit as check_time_limit
 
-    time_limit = check_time_limit(getattr(args, "time_limit", 3600.0))   # 0 (no limit) or [1, 1e7] seconds
+    time_limit = check_time_limit(getattr(args, "time_limit", 3600.0))   # 0 (no limit) or [1, 5e6] seconds
     from exactness._checks import as_seed_sequence
 
     as_seed_sequence(args.seed, name="--seed")      # a caller's namespace may hold what the parser refuses

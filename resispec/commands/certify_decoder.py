@@ -249,15 +249,16 @@ def run(args) -> int:
                          "give a .md path")
     for p in (args.out.with_suffix(".json"), args.out.with_suffix(".png")):
         check_output_path(p, "--out")
-    if not 0 < args.alpha < 1:
-        raise ValueError(f"--alpha must lie in (0, 1), got {args.alpha}")
+    from ._args import alpha as check_alpha
+
+    check_alpha(args.alpha)                            # a level in [MIN_ALPHA, 1)
     if args.new_tokens < 1:
         raise ValueError(f"--new-tokens must be >= 1, got {args.new_tokens}")
     if args.samples is not None and args.samples < 1:
         raise ValueError(f"--n must be >= 1, got {args.samples}")
     from ._args import time_limit as check_time_limit
 
-    time_limit = check_time_limit(args.time_limit)   # 0 (no limit) or [MIN_CELL_TIMEOUT, 1e7] seconds
+    time_limit = check_time_limit(args.time_limit)   # 0 (no limit) or [MIN_CELL_TIMEOUT, 5e6] seconds
     import exactness
     from exactness.decoder import figure, terminal_table, to_json, to_markdown
 

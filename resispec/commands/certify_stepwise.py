@@ -79,7 +79,10 @@ def run(args) -> int:
                          "`resispec certify coupled` for others")
     from ._args import time_limit as check_time_limit
 
-    args.time_limit = check_time_limit(args.time_limit)    # 0 (no limit) or [1, 1e7] seconds
+    args.time_limit = check_time_limit(args.time_limit)    # 0 (no limit) or [1, 5e6] seconds
+    from ._args import alpha as check_alpha
+
+    check_alpha(args.alpha)                            # a level in [MIN_ALPHA, 1)
     p, q = load_node(args, default_V=1000)
     from exactness._timeout import hard_limit
     from exactness.limits import MAX_SECONDS
