@@ -214,3 +214,14 @@ def test_a_coupled_tv_above_what_few_draws_bound_plans_the_fewest_meaningful_dra
 def test_a_close_option_is_suggested_by_its_prefix_first(capsys):
     assert "did you mean --temperature?" in _err(["decode", "--temp", "0.5"], capsys)
     assert "did you mean --temperatures?" in _err(["bench", "--temp", "1"], capsys)
+
+
+def test_named_path_rules_must_decide_a_tree_and_decoder_inputs_are_checked_before_any_model(capsys, tmp_path):
+    """--path-rules block on --trees 2,1 ran without a block row (exit 0); certify decoder --target checked its
+    --prompt-ids and --tv only after loading the model."""
+    assert "--path-rules block: decides none of --trees 2,1" in _err(
+        ["bench", "--families", "zipf", "--trees", "2,1", "--path-rules", "block", "--out", str(tmp_path)], capsys)
+    base = ["certify", "decoder", "--target", str(tmp_path / "no_model"), "--out", str(tmp_path / "d.md")]
+    assert "--prompt-ids 'a,b': token ids must be integers" in _err(base + ["--prompt-ids", "a,b"], capsys)
+    assert "--tv must lie in (0, 1]" in _err(base + ["--prompt", "hi", "--tv", "0"], capsys)
+    assert "--prompt: an empty prompt" in _err(base + ["--prompt", ""], capsys)

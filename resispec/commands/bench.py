@@ -123,6 +123,16 @@ def run(args) -> int:
         msg = str(exc)
         raise ValueError("--n" + msg[len("n_trees"):] if msg.startswith("n_trees ") else
                          f"--path-rules: {msg}") from None
+    if args.path_rules is not None:                 # rules the caller named: each must decide some tree asked
+        from ..bench.path_rules import serves_shape
+        from ..pathlevel.registry import get_path_verifier
+
+        shapes = [TreeShape.parse(s) for s in args.trees]
+        idle = [r for r in rules if not any(serves_shape(get_path_verifier(r), sh) for sh in shapes)]
+        if idle:
+            raise ValueError(f"--path-rules {' '.join(idle)}: decide{'s' if len(idle) == 1 else ''} none of --trees "
+                             f"{' '.join(args.trees)} (block and token decide iid chains such as 1,1,1; every path "
+                             "rule needs iid drafts, not 'wor:'); add such a tree or drop the rule")
     t0 = time.perf_counter()
     rows = run_bench(families=args.families, temperatures=args.temperatures, shapes=args.trees, V=args.V,
                      n=args.nodes, n_samples=args.samples, seed=args.seed, progress=not args.no_progress,

@@ -167,6 +167,9 @@ def load_hf(args):
         raise ValueError("--target FOLDER (transformers generate) needs prompts: give --prompt-ids ('0,1;2,3') or --prompt TEXT "
                          "(one of the two)")
     opts = hf_options(args)
+    ids = parse_prompts(args.prompts) if args.prompts else None     # malformed rows refused before any model loads
+    if args.prompt_text and any(not t for t in args.prompt_text):
+        raise ValueError("--prompt: an empty prompt; give a non-empty text")
     from exactness.adapters.hf import HFDecoder, hf_target
 
     target = _load_model(args.target, "--target")
@@ -192,7 +195,7 @@ def load_hf(args):
             raise ValueError(f"--prompt: the prompts tokenise to unequal lengths {lens}; certify-decoder "
                              "needs equal lengths (certify each length in its own run)")
     else:
-        prompts = parse_prompts(args.prompts)
+        prompts = ids
     decoder = HFDecoder(target, draft, **opts)
     return decoder, hf_target(target, **opts), prompts
 
@@ -259,6 +262,8 @@ def run(args) -> int:
     from ._args import time_limit as check_time_limit
 
     time_limit = check_time_limit(args.time_limit)   # 0 (no limit) or [MIN_CELL_TIMEOUT, 5e6] seconds
+    if args.tv is not None and not 0 < args.tv <= 1:  # also NaN; before any model or decoder is loaded
+        raise ValueError(f"--tv must lie in (0, 1] (the TV per position to detect, e.g. 0.02), got {args.tv}")
     import exactness
     from exactness.decoder import figure, terminal_table, to_json, to_markdown
 
