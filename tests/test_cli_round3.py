@@ -225,3 +225,8 @@ def test_named_path_rules_must_decide_a_tree_and_decoder_inputs_are_checked_befo
     assert "--prompt-ids 'a,b': token ids must be integers" in _err(base + ["--prompt-ids", "a,b"], capsys)
     assert "--tv must lie in (0, 1]" in _err(base + ["--prompt", "hi", "--tv", "0"], capsys)
     assert "--prompt: an empty prompt" in _err(base + ["--prompt", ""], capsys)
+
+
+def test_decode_refuses_a_tree_past_the_node_limit_before_any_model(capsys, tmp_path):
+    assert "--tree 100000: 100,000 nodes, over MAX_TREE_NODES" in _err(
+        ["decode", "--tree", "100000", "--target", str(tmp_path / "no_model")], capsys)

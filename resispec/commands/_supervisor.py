@@ -60,8 +60,14 @@ def _supervised(run, command: str) -> int:
     said_sigint, tell_sigint = os.pipe()                  # written before a SIGINT is passed on: the user's Ctrl-C
     sys.stdout.flush()
     sys.stderr.flush()
+    # blocked across the fork: a signal sent between the fork and the parent's handlers would end the parent alone,
+    # leaving the child (and the pipes it holds) running; pending here, it is passed on by _Watch.run
+    held = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+    before = signal.pthread_sigmask(signal.SIG_BLOCK, held) if hasattr(signal, "pthread_sigmask") else None
     pid = os.fork()
     if pid == 0:                                          # the child: the command itself, in its own process group
+        if before is not None:
+            signal.pthread_sigmask(signal.SIG_SETMASK, before)
         os.setpgid(0, 0)
         os.close(tell_sigint)
         return _child(run, said_sigint, os.path.join(folder, "status"), os.path.join(begun, "started"))
@@ -72,7 +78,7 @@ def _supervised(run, command: str) -> int:
     os.close(said_sigint)
     watch = _Watch(pid, os.path.join(folder, "status"), os.path.join(begun, "started"), tell_sigint)
     try:
-        watch.run()
+        watch.run(before)
     finally:
         os.close(tell_sigint)
         shutil.rmtree(folder, ignore_errors=True)
@@ -118,7 +124,9 @@ class _Watch:
                 pass
         _kill(self.pid, signum)
 
-    def run(self) -> None:
+    def run(self, before=None) -> None:
+        """Wait for the child; ``before``: the signal mask to restore at the end (the caller's, from before the fork
+        blocked SIGINT / SIGTERM / SIGHUP; None: the mask as found)."""
         # a signal the caller ignores (nohup: SIGHUP; a background job: SIGINT) stays ignored: it never stops the run
         old = {sig: signal.signal(sig, self.forward) for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
                if signal.getsignal(sig) is not signal.SIG_IGN}
@@ -127,6 +135,10 @@ class _Watch:
         waits = (tuple(old) + extra if hasattr(signal, "sigtimedwait") and hasattr(signal, "pthread_sigmask")
                  else ())                                 # where the sender of a signal can be read
         mask = signal.pthread_sigmask(signal.SIG_BLOCK, waits) if waits else None
+        if before is not None:
+            if not waits:                                 # no sigtimedwait here: the handlers take what is pending
+                signal.pthread_sigmask(signal.SIG_SETMASK, before)
+            mask = before
         try:
             while not self._ended():
                 self._limits(time.monotonic())
@@ -134,7 +146,7 @@ class _Watch:
         finally:
             for sig, handler in old.items():
                 signal.signal(sig, handler)
-            if waits:
+            if mask is not None:
                 signal.pthread_sigmask(signal.SIG_SETMASK, mask)
             _kill(self.pid)                               # whatever the subject left running (a fork of its own)
         try:

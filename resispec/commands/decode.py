@@ -51,9 +51,14 @@ def run(args) -> int:
 
     sampling = validate(args)  # every option, then the models, checked before anything is loaded
     try:
-        TreeShape.parse(args.tree)
+        nodes = TreeShape.parse(args.tree).num_nodes
     except ValueError as exc:
         raise ValueError(f"--tree: {exc}") from None
+    from ..trees import MAX_TREE_NODES
+
+    if nodes > MAX_TREE_NODES:                        # before any model loads, as bench checks its --trees
+        raise ValueError(f"--tree {args.tree}: {nodes:,} nodes, over MAX_TREE_NODES = {MAX_TREE_NODES:,} "
+                         "(resispec.trees); give a smaller tree")
     if args.drafting == "iid" and args.tree.strip().startswith("wor:"):
         raise ValueError(f"--tree {args.tree} drafts without replacement and --drafting iid says otherwise; give one "
                          "(drop 'wor:' or --drafting iid)")
