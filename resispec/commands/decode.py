@@ -45,11 +45,74 @@ def run(args) -> int:
 
     from ..decoding.engine import autoregressive_decode, speculative_decode
     from ..decoding.prompts import load_prompts
+
+    sampling = validate(args)  # every option, then the models, checked before anything is loaded
+    verifier = _verifier(args)   # None: autoregressive; every check of --tree / --drafting / --verifier done
+    text = args.prompt
+    if text is not None and not text:
+        raise ValueError("--prompt must be a non-empty string")
+    if text is not None and args.skip:
+        raise ValueError("--skip picks a prompt of --prompts; with --prompt TEXT give no --skip")
+    if text is not None and args.prompts != "humaneval":
+        raise ValueError(f"--prompt TEXT is the prompt; --prompts {args.prompts} would pick another: give one")
+
+    def pick():
+        prompts = load_prompts(args.prompts, download=False)
+        if not 0 <= args.skip < len(prompts):
+            raise ValueError(f"--skip {args.skip} leaves no prompt; the set has {len(prompts)} prompts")
+        return prompts[args.skip]
+
+    if text is None:
+        check_prompt_source(args.prompts)
+        if args.prompts != "humaneval":      # a prompt file: --skip checked before the models are
+            text = pick()
+    check_models(args)
+    if text is None:
+        text = pick()
+    pair = load_pair(args)
+    ids = pair.encode(text, chat=args.chat)
+    out = sys.stdout
+    streaming = out.isatty()            # text as it is decoded on a terminal; once, at the end, into a pipe or file
+    out.write(text)
+    out.flush()
+    emitted: list[int] = []
+    shown = [0]
+
+    def stream(tokens):
+        emitted.extend(tokens)
+        if not streaming:
+            return
+        s = pair.tokenizer.decode(emitted, skip_special_tokens=True)
+        out.write(s[shown[0]:])
+        out.flush()
+        shown[0] = len(s)
+
+    rng = np.random.default_rng(args.seed)
+    kw = dict(sampling=sampling, max_new_tokens=args.max_new_tokens, rng=rng, eos_token_id=pair.eos_ids(),
+              on_tokens=stream)
+    if verifier is None:
+        res = autoregressive_decode(pair.target, ids, **kw)
+    else:
+        res = speculative_decode(pair.target, pair.draft, ids, verifier, args.tree, drafting=args.drafting, **kw)
+    if not streaming:
+        out.write(pair.tokenizer.decode(emitted, skip_special_tokens=True))
+    out.write("\n")
+    hist = np.bincount(np.asarray(res.tokens_per_call, dtype=np.int64), minlength=2)  # tokens kept, not drafted
+    print(f"\n[{args.verifier} tree={args.tree if verifier else '-'} T={sampling.temperature}] "
+          f"{len(res.tokens)} tokens / {res.target_calls} target calls = {res.block_efficiency:.3f} tokens per "
+          f"target call; {res.tokens_per_second:.2f} tokens/s ({res.target_seconds:.1f} s target, "
+          f"{res.draft_seconds:.1f} s draft); tokens per call histogram (1..): {hist[1:].tolist()}",
+          file=sys.stderr)
+    return 0
+
+
+def _verifier(args):
+    """The verifier ``--verifier`` names (None for ``autoregressive``), with ``--tree`` and ``--drafting`` checked
+    against it; ValueError naming the option, before any model is loaded."""
     from ..trees import TreeShape
     from ..pathlevel import available_path_verifiers, get_path_verifier
     from ..verifiers.registry import get_verifier
 
-    sampling = validate(args)  # every option, then the models, checked before anything is loaded
     try:
         nodes = TreeShape.parse(args.tree).num_nodes
     except ValueError as exc:
@@ -110,59 +173,4 @@ def run(args) -> int:
                                      "without-replacement drafts; drop 'wor:' or use rrs_wor, resispec or "
                                      "target_only") from None
                 raise ValueError(f"--tree {args.tree} / --drafting: {exc}") from None
-    text = args.prompt
-    if text is not None and not text:
-        raise ValueError("--prompt must be a non-empty string")
-    if text is not None and args.skip:
-        raise ValueError("--skip picks a prompt of --prompts; with --prompt TEXT give no --skip")
-    if text is not None and args.prompts != "humaneval":
-        raise ValueError(f"--prompt TEXT is the prompt; --prompts {args.prompts} would pick another: give one")
-
-    def pick():
-        prompts = load_prompts(args.prompts, download=False)
-        if not 0 <= args.skip < len(prompts):
-            raise ValueError(f"--skip {args.skip} leaves no prompt; the set has {len(prompts)} prompts")
-        return prompts[args.skip]
-
-    if text is None:
-        check_prompt_source(args.prompts)
-        if args.prompts != "humaneval":      # a prompt file: --skip checked before the models are
-            text = pick()
-    check_models(args)
-    if text is None:
-        text = pick()
-    pair = load_pair(args)
-    ids = pair.encode(text, chat=args.chat)
-    out = sys.stdout
-    streaming = out.isatty()            # text as it is decoded on a terminal; once, at the end, into a pipe or file
-    out.write(text)
-    out.flush()
-    emitted: list[int] = []
-    shown = [0]
-
-    def stream(tokens):
-        emitted.extend(tokens)
-        if not streaming:
-            return
-        s = pair.tokenizer.decode(emitted, skip_special_tokens=True)
-        out.write(s[shown[0]:])
-        out.flush()
-        shown[0] = len(s)
-
-    rng = np.random.default_rng(args.seed)
-    kw = dict(sampling=sampling, max_new_tokens=args.max_new_tokens, rng=rng, eos_token_id=pair.eos_ids(),
-              on_tokens=stream)
-    if verifier is None:
-        res = autoregressive_decode(pair.target, ids, **kw)
-    else:
-        res = speculative_decode(pair.target, pair.draft, ids, verifier, args.tree, drafting=args.drafting, **kw)
-    if not streaming:
-        out.write(pair.tokenizer.decode(emitted, skip_special_tokens=True))
-    out.write("\n")
-    hist = np.bincount(np.asarray(res.tokens_per_call, dtype=np.int64), minlength=2)  # tokens kept, not drafted
-    print(f"\n[{args.verifier} tree={args.tree if verifier else '-'} T={sampling.temperature}] "
-          f"{len(res.tokens)} tokens / {res.target_calls} target calls = {res.block_efficiency:.3f} tokens per "
-          f"target call; {res.tokens_per_second:.2f} tokens/s ({res.target_seconds:.1f} s target, "
-          f"{res.draft_seconds:.1f} s draft); tokens per call histogram (1..): {hist[1:].tolist()}",
-          file=sys.stderr)
-    return 0
+    return verifier
