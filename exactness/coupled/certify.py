@@ -55,7 +55,7 @@ def check_min_draws(n: int, alpha: float) -> None:
     ValueError
         ``n < log2(1 / alpha)``, naming the smallest ``n``.
     """
-    n_min = int(np.ceil(np.log(alpha) / np.log(0.5)))      # 0 mismatches bound TV by 1 - alpha^(1/n) <= 0.5
+    n_min = min_draws(alpha)
     if n < n_min:
         raise ValueError(f"n = {n} draws bound TV only by {1 - alpha ** (1 / n):.3f} even with no mismatch; at "
                          f"alpha = {alpha:g} pass n >= {n_min} (n = ln(1/alpha) / tv draws bound TV by tv)")
@@ -431,10 +431,26 @@ def _choose_convention(kernel_obj, convention) -> tuple[str, str | None]:
     return convention, None
 
 
+def min_draws(alpha: float) -> int:
+    """Fewest coupled draws whose zero mismatches bound TV by 0.5 at confidence ``1 - alpha``: ``ceil(log2(1 /
+    alpha))`` (fewer bound it by more: a pass that says nothing)."""
+    return math.ceil(math.log(alpha) / math.log(0.5))     # 1 - alpha^(1/n) <= 0.5  <=>  n >= log2(1/alpha)
+
+
 def draws_for_tv(tv, alpha: float) -> int:
-    """Coupled draws whose zero mismatches bound TV(kernel, reference) by ``tv`` at confidence ``1 - alpha``:
-    ``ceil(ln(1 / alpha) / tv)`` (``1 - alpha ** (1 / n) <= ln(1 / alpha) / n``, the exact binomial bound of
-    :func:`tv_upper_bound`).  ValueError for ``tv`` outside (0, 1)."""
+    """Coupled draws (an int >= :func:`min_draws`) whose zero mismatches bound TV(kernel, reference) by ``tv`` at
+    confidence ``1 - alpha``: ``ceil(ln(1 / alpha) / tv)``, since ``1 - alpha ** (1 / n) <= ln(1 / alpha) / n`` is
+    above the exact one-sided binomial (Clopper-Pearson, Biometrika 1934) bound of :func:`tv_upper_bound`.
+
+    ``tv``: float in (0, 1), a total variation; ``alpha``: float in (0, 1), already checked by the caller.
+
+    Raises
+    ------
+    ValueError
+        ``tv`` not a number in (0, 1).
+    exactness._checks.BudgetError (a ValueError)
+        A plan over ``exactness.limits.MAX_COUNTED`` draws (also a ``tv`` so small that the plan is infinite).
+    """
     import numbers
 
     if isinstance(tv, bool) or not isinstance(tv, numbers.Real) or not 0 < tv < 1:
@@ -443,8 +459,7 @@ def draws_for_tv(tv, alpha: float) -> int:
     if not n <= limits.MAX_COUNTED:                       # also inf (a tv near the smallest float)
         raise BudgetError(f"tv = {tv:g} at alpha = {alpha:g} needs {n:.3g} coupled draws, over "
                           f"exactness.limits.MAX_COUNTED = {limits.MAX_COUNTED:,}; ask a larger tv")
-    n_min = math.ceil(math.log(alpha) / math.log(0.5))   # fewer bound TV by more than 0.5 (check_min_draws)
-    return max(math.ceil(n), n_min)
+    return max(math.ceil(n), min_draws(alpha))
 
 
 #: Coupled draws when neither ``n`` nor ``tv`` is given.

@@ -131,10 +131,9 @@ def given_options(mod, args: argparse.Namespace, keep=()) -> list:
     """The options of ``mod`` (one kind) that ``args`` holds at other than their defaults, by their names (an
     option whose dest is in ``keep`` left out): what a mode that reads saved results instead (``--from-json``) would
     otherwise ignore."""
-    parser = _one_kind(mod)
-    defaults = vars(parser.finish(parser.parse_args([])))
-    return [parser._flag(dest) for dest, value in defaults.items()
-            if not dest.startswith("_") and dest not in keep and getattr(args, dest, value) != value]
+    defaults = vars(parse_kind(mod, []))
+    flag = _one_kind(mod)._flag
+    return [flag(dest) for dest, value in defaults.items() if dest not in keep and getattr(args, dest, value) != value]
 
 
 class _Declare:

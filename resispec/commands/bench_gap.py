@@ -46,19 +46,16 @@ def add_arguments(parser):
 
 
 def run(args) -> int:
-    if len(args.V) > 2:
-        raise ValueError(f"--V takes one or two values for bench gap (the main tables', then the small WOR cases'), "
-                         f"got {len(args.V)} values")
-    pairs = {"--V": len(args.V) == 2, "--nodes": len(args.nodes) == 2}    # a second value: the small WOR cases'
+    given = {"--V": args.V, "--nodes": args.nodes}      # the main tables' value, then the small WOR cases'
+    for flag, values in given.items():
+        if len(values) > 2:
+            raise ValueError(f"{flag} takes one or two values for bench gap (the main tables', then the small WOR "
+                             f"cases'), got {len(values)} values")
+    unused = [f"{flag}'s second value" for flag, values in given.items() if len(values) == 2]
+    if unused and "wor_small" not in args.sections:
+        raise ValueError(f"{' and '.join(unused)} set the small WOR cases, which --sections "
+                         f"{','.join(args.sections)} leaves out; add wor_small or give one value")
     args.V, args.V_small = args.V[0], (args.V[1:] or [8])[0]
-    if len(args.nodes) > 2:
-        raise ValueError(f"--nodes takes one or two values for bench gap (the main tables', then the small WOR "
-                         f"cases'), got {len(args.nodes)} values")
-    if "wor_small" not in args.sections:
-        unused = [f"{flag}'s second value" for flag, given in pairs.items() if given]
-        if unused:
-            raise ValueError(f"{' and '.join(unused)} set the small WOR cases, which --sections "
-                             f"{','.join(args.sections)} leaves out; add wor_small or give one value")
     args.nodes, args.small_nodes = args.nodes[0], (args.nodes[1:] or [6])[0]
     if args.lp_max_V < 0:
         raise ValueError(f"--lp-max-V must be >= 0 (0: never run the LP), got {args.lp_max_V}")

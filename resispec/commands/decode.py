@@ -114,15 +114,15 @@ def _verifier(args):
     from ..verifiers.registry import get_verifier
 
     try:
-        nodes = TreeShape.parse(args.tree).num_nodes
+        tree = TreeShape.parse(args.tree)
     except ValueError as exc:
         raise ValueError(f"--tree: {exc}") from None
     from ..trees import MAX_TREE_NODES
 
-    if nodes > MAX_TREE_NODES:                        # before any model loads, as bench checks its --trees
-        raise ValueError(f"--tree {args.tree}: {nodes:,} nodes, over MAX_TREE_NODES = {MAX_TREE_NODES:,} "
+    if tree.num_nodes > MAX_TREE_NODES:               # before any model loads, as bench checks its --trees
+        raise ValueError(f"--tree {args.tree}: {tree.num_nodes:,} nodes, over MAX_TREE_NODES = {MAX_TREE_NODES:,} "
                          "(resispec.trees); give a smaller tree")
-    if args.drafting == "iid" and args.tree.strip().startswith("wor:"):
+    if args.drafting == "iid" and tree.drafting == "without_replacement":
         raise ValueError(f"--tree {args.tree} drafts without replacement and --drafting iid says otherwise; give one "
                          "(drop 'wor:' or --drafting iid)")
     if args.skip < 0:
